@@ -1,0 +1,548 @@
+//! Wire ↔ domain conversions.
+//!
+//! Domain → wire is total. Wire → domain checks every field a peer or a
+//! server could get wrong and names it in the error (`nodes[2].state: ...`),
+//! so one bad message is rejected with a clear reason and nothing else is
+//! lost.
+
+use std::net::IpAddr;
+use std::time::SystemTime;
+
+use crate::domain::{
+    Alarm, Blame, Event, EventDetail, EventKind, Incarnation, LinkEnd, LinkState, LinkVerdict,
+    MeshStatus, NodeId, NodeIdentity, NodeState, NodeVerdict, Quorum, Severity,
+};
+use crate::wire;
+
+/// A wire message that does not make sense, with the path of the bad field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {problem}")]
+pub struct WireError {
+    pub field: String,
+    pub problem: String,
+}
+
+impl WireError {
+    fn new(field: &str, problem: impl Into<String>) -> Self {
+        Self {
+            field: field.to_owned(),
+            problem: problem.into(),
+        }
+    }
+
+    /// Puts the enclosing field in front: `state` inside `nodes[2]` becomes
+    /// `nodes[2].state`.
+    fn within(self, parent: &str) -> Self {
+        Self {
+            field: format!("{parent}.{}", self.field),
+            problem: self.problem,
+        }
+    }
+}
+
+type Result<T> = std::result::Result<T, WireError>;
+
+fn node_id(field: &str, id: String) -> Result<NodeId> {
+    NodeId::new(id).map_err(|e| WireError::new(field, e.to_string()))
+}
+
+fn node_ids(field: &str, ids: Vec<String>) -> Result<Vec<NodeId>> {
+    ids.into_iter()
+        .enumerate()
+        .map(|(i, id)| node_id(&format!("{field}[{i}]"), id))
+        .collect()
+}
+
+fn optional_node_id(field: &str, id: String) -> Result<Option<NodeId>> {
+    if id.is_empty() {
+        Ok(None)
+    } else {
+        node_id(field, id).map(Some)
+    }
+}
+
+fn time(field: &str, ts: Option<prost_types::Timestamp>) -> Result<SystemTime> {
+    let ts = ts.ok_or_else(|| WireError::new(field, "missing"))?;
+    SystemTime::try_from(ts).map_err(|e| WireError::new(field, format!("not a valid time: {e}")))
+}
+
+fn optional_time(field: &str, ts: Option<prost_types::Timestamp>) -> Result<Option<SystemTime>> {
+    ts.map(|t| time(field, Some(t))).transpose()
+}
+
+fn required<T>(field: &str, value: Option<T>) -> Result<T> {
+    value.ok_or_else(|| WireError::new(field, "missing"))
+}
+
+/// Converts each element, naming the failing one by index.
+fn each<W, D>(field: &str, items: Vec<W>, convert: impl Fn(W) -> Result<D>) -> Result<Vec<D>> {
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| convert(item).map_err(|e| e.within(&format!("{field}[{i}]"))))
+        .collect()
+}
+
+fn non_empty(s: String) -> Option<String> {
+    if s.is_empty() { None } else { Some(s) }
+}
+
+fn timestamp(t: SystemTime) -> Option<prost_types::Timestamp> {
+    Some(t.into())
+}
+
+/// Maps a wire enum (an `i32` on the wire) to its domain twin, rejecting the
+/// UNSPECIFIED zero and numbers this build does not know.
+macro_rules! enum_conversions {
+    ($domain:ident, $wire:ident, $to_domain:ident, $to_wire:ident,
+     { $($variant:ident => $wire_variant:ident),+ $(,)? }) => {
+        fn $to_domain(field: &str, raw: i32) -> Result<$domain> {
+            match wire::$wire::try_from(raw) {
+                $(Ok(wire::$wire::$wire_variant) => Ok($domain::$variant),)+
+                Ok(wire::$wire::Unspecified) => Err(WireError::new(field, "unspecified")),
+                Err(_) => Err(WireError::new(field, format!("unknown value {raw}"))),
+            }
+        }
+
+        fn $to_wire(value: $domain) -> i32 {
+            match value {
+                $($domain::$variant => wire::$wire::$wire_variant as i32,)+
+            }
+        }
+    };
+}
+
+enum_conversions!(NodeState, NodeState, node_state, node_state_wire, {
+    Up => Up, Suspect => Suspect, Down => Down,
+});
+enum_conversions!(LinkState, LinkState, link_state, link_state_wire, {
+    Unknown => Unknown, Up => Up, Degraded => Degraded, Flapping => Flapping, Down => Down,
+});
+enum_conversions!(Severity, Severity, severity, severity_wire, {
+    Info => Info, Warning => Warning, Critical => Critical,
+});
+enum_conversions!(Blame, Blame, blame, blame_wire, {
+    None => None, Link => Link, Node => Node,
+});
+enum_conversions!(EventKind, EventKind, event_kind, event_kind_wire, {
+    LinkDown => LinkDown,
+    LinkDegraded => LinkDegraded,
+    LinkFlapping => LinkFlapping,
+    LinkRecovered => LinkRecovered,
+    NodeDown => NodeDown,
+    NodeSuspect => NodeSuspect,
+    NodeUp => NodeUp,
+    QuorumLost => QuorumLost,
+    QuorumRegained => QuorumRegained,
+    AlarmRaised => AlarmRaised,
+    AlarmCleared => AlarmCleared,
+    ConfigReloaded => ConfigReloaded,
+    ConfigRejected => ConfigRejected,
+});
+
+impl From<NodeIdentity> for wire::NodeIdentity {
+    fn from(n: NodeIdentity) -> Self {
+        Self {
+            id: n.id.to_string(),
+            incarnation: n.incarnation.0,
+            version: n.version,
+            hostname: n.hostname,
+        }
+    }
+}
+
+impl TryFrom<wire::NodeIdentity> for NodeIdentity {
+    type Error = WireError;
+    fn try_from(n: wire::NodeIdentity) -> Result<Self> {
+        if n.incarnation == 0 {
+            return Err(WireError::new("incarnation", "missing"));
+        }
+        Ok(Self {
+            id: node_id("id", n.id)?,
+            incarnation: Incarnation(n.incarnation),
+            version: n.version,
+            hostname: n.hostname,
+        })
+    }
+}
+
+impl From<LinkEnd> for wire::LinkEnd {
+    fn from(e: LinkEnd) -> Self {
+        Self {
+            node: e.node.to_string(),
+            iface: e.iface.unwrap_or_default(),
+            address: e.address.map(|a| a.to_string()).unwrap_or_default(),
+            rdma_device: e.rdma_device.unwrap_or_default(),
+            rdma_port: e.rdma_port.unwrap_or_default(),
+        }
+    }
+}
+
+impl TryFrom<wire::LinkEnd> for LinkEnd {
+    type Error = WireError;
+    fn try_from(e: wire::LinkEnd) -> Result<Self> {
+        let address = match e.address.as_str() {
+            "" => None,
+            text => Some(text.parse::<IpAddr>().map_err(|_| {
+                WireError::new("address", format!("{text:?} is not an IP address"))
+            })?),
+        };
+        Ok(Self {
+            node: node_id("node", e.node)?,
+            iface: non_empty(e.iface),
+            address,
+            rdma_device: non_empty(e.rdma_device),
+            rdma_port: (e.rdma_port != 0).then_some(e.rdma_port),
+        })
+    }
+}
+
+impl From<Alarm> for wire::Alarm {
+    fn from(a: Alarm) -> Self {
+        Self {
+            kind: a.kind,
+            severity: severity_wire(a.severity),
+            node: a.node.to_string(),
+            subject: a.subject,
+            summary: a.summary,
+            evidence: a.evidence,
+            fix: a.fix.unwrap_or_default(),
+            since: timestamp(a.since),
+            updated: timestamp(a.updated),
+        }
+    }
+}
+
+impl TryFrom<wire::Alarm> for Alarm {
+    type Error = WireError;
+    fn try_from(a: wire::Alarm) -> Result<Self> {
+        let kind_ok = !a.kind.is_empty()
+            && a.kind
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if !kind_ok {
+            return Err(WireError::new(
+                "kind",
+                format!("{:?} is not a snake_case alarm kind", a.kind),
+            ));
+        }
+        Ok(Self {
+            kind: a.kind,
+            severity: severity("severity", a.severity)?,
+            node: node_id("node", a.node)?,
+            subject: a.subject,
+            summary: a.summary,
+            evidence: a.evidence,
+            fix: non_empty(a.fix),
+            since: time("since", a.since)?,
+            updated: time("updated", a.updated)?,
+        })
+    }
+}
+
+impl From<NodeVerdict> for wire::NodeVerdict {
+    fn from(n: NodeVerdict) -> Self {
+        Self {
+            id: n.id.to_string(),
+            state: node_state_wire(n.state),
+            since: timestamp(n.since),
+            evidence: n.evidence,
+            identity: n.identity.map(Into::into),
+            last_report_at: n.last_report_at.map(Into::into),
+            cpu_saturated: n.cpu_saturated,
+        }
+    }
+}
+
+impl TryFrom<wire::NodeVerdict> for NodeVerdict {
+    type Error = WireError;
+    fn try_from(n: wire::NodeVerdict) -> Result<Self> {
+        Ok(Self {
+            id: node_id("id", n.id)?,
+            state: node_state("state", n.state)?,
+            since: time("since", n.since)?,
+            evidence: n.evidence,
+            identity: n
+                .identity
+                .map(NodeIdentity::try_from)
+                .transpose()
+                .map_err(|e| e.within("identity"))?,
+            last_report_at: optional_time("last_report_at", n.last_report_at)?,
+            cpu_saturated: n.cpu_saturated,
+        })
+    }
+}
+
+impl From<LinkVerdict> for wire::LinkVerdict {
+    fn from(l: LinkVerdict) -> Self {
+        Self {
+            a: Some(l.a.into()),
+            b: Some(l.b.into()),
+            state: link_state_wire(l.state),
+            since: timestamp(l.since),
+            evidence: l.evidence,
+            blame: blame_wire(l.blame),
+            blamed_node: l.blamed_node.map(|n| n.to_string()).unwrap_or_default(),
+            recent_changes: l.recent_changes,
+        }
+    }
+}
+
+impl TryFrom<wire::LinkVerdict> for LinkVerdict {
+    type Error = WireError;
+    fn try_from(l: wire::LinkVerdict) -> Result<Self> {
+        let a = LinkEnd::try_from(required("a", l.a)?).map_err(|e| e.within("a"))?;
+        let b = LinkEnd::try_from(required("b", l.b)?).map_err(|e| e.within("b"))?;
+        Ok(Self {
+            a,
+            b,
+            state: link_state("state", l.state)?,
+            since: time("since", l.since)?,
+            evidence: l.evidence,
+            blame: blame("blame", l.blame)?,
+            blamed_node: optional_node_id("blamed_node", l.blamed_node)?,
+            recent_changes: l.recent_changes,
+        })
+    }
+}
+
+impl From<Quorum> for wire::Quorum {
+    fn from(q: Quorum) -> Self {
+        Self {
+            configured: q.configured.iter().map(ToString::to_string).collect(),
+            members: q.members.iter().map(ToString::to_string).collect(),
+            has_quorum: q.has_quorum,
+            leader: q.leader.map(|l| l.to_string()).unwrap_or_default(),
+        }
+    }
+}
+
+impl TryFrom<wire::Quorum> for Quorum {
+    type Error = WireError;
+    fn try_from(q: wire::Quorum) -> Result<Self> {
+        Ok(Self {
+            configured: node_ids("configured", q.configured)?,
+            members: node_ids("members", q.members)?,
+            has_quorum: q.has_quorum,
+            leader: optional_node_id("leader", q.leader)?,
+        })
+    }
+}
+
+impl From<MeshStatus> for wire::MeshStatus {
+    fn from(s: MeshStatus) -> Self {
+        Self {
+            node: Some(s.node.into()),
+            evaluated_at: timestamp(s.evaluated_at),
+            quorum: Some(s.quorum.into()),
+            nodes: s.nodes.into_iter().map(Into::into).collect(),
+            links: s.links.into_iter().map(Into::into).collect(),
+            alarms: s.alarms.into_iter().map(Into::into).collect(),
+        }
+    }
+}
+
+impl TryFrom<wire::MeshStatus> for MeshStatus {
+    type Error = WireError;
+    fn try_from(s: wire::MeshStatus) -> Result<Self> {
+        Ok(Self {
+            node: NodeIdentity::try_from(required("node", s.node)?)
+                .map_err(|e| e.within("node"))?,
+            evaluated_at: time("evaluated_at", s.evaluated_at)?,
+            quorum: Quorum::try_from(required("quorum", s.quorum)?)
+                .map_err(|e| e.within("quorum"))?,
+            nodes: each("nodes", s.nodes, NodeVerdict::try_from)?,
+            links: each("links", s.links, LinkVerdict::try_from)?,
+            alarms: each("alarms", s.alarms, Alarm::try_from)?,
+        })
+    }
+}
+
+impl From<Event> for wire::Event {
+    fn from(e: Event) -> Self {
+        use wire::event::Detail;
+        Self {
+            at: timestamp(e.at),
+            observer: e.observer.to_string(),
+            kind: event_kind_wire(e.kind),
+            subject: e.subject,
+            summary: e.summary,
+            detail: e.detail.map(|d| match d {
+                EventDetail::Link(l) => Detail::Link(l.into()),
+                EventDetail::Node(n) => Detail::Node(n.into()),
+                EventDetail::Quorum(q) => Detail::Quorum(q.into()),
+                EventDetail::Alarm(a) => Detail::Alarm(a.into()),
+            }),
+        }
+    }
+}
+
+impl TryFrom<wire::Event> for Event {
+    type Error = WireError;
+    fn try_from(e: wire::Event) -> Result<Self> {
+        use wire::event::Detail;
+        let detail = match e.detail {
+            None => None,
+            Some(Detail::Link(l)) => Some(EventDetail::Link(
+                LinkVerdict::try_from(l).map_err(|e| e.within("link"))?,
+            )),
+            Some(Detail::Node(n)) => Some(EventDetail::Node(
+                NodeVerdict::try_from(n).map_err(|e| e.within("node"))?,
+            )),
+            Some(Detail::Quorum(q)) => Some(EventDetail::Quorum(
+                Quorum::try_from(q).map_err(|e| e.within("quorum"))?,
+            )),
+            Some(Detail::Alarm(a)) => Some(EventDetail::Alarm(
+                Alarm::try_from(a).map_err(|e| e.within("alarm"))?,
+            )),
+        };
+        Ok(Self {
+            at: time("at", e.at)?,
+            observer: node_id("observer", e.observer)?,
+            kind: event_kind("kind", e.kind)?,
+            subject: e.subject,
+            summary: e.summary,
+            detail,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn id(s: &str) -> NodeId {
+        NodeId::new(s).expect("valid id")
+    }
+
+    fn at(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    fn sample_status() -> MeshStatus {
+        let identity = NodeIdentity {
+            id: id("a"),
+            incarnation: Incarnation(1_700_000_000_000_000_000),
+            version: "0.1.0".into(),
+            hostname: "a.local".into(),
+        };
+        MeshStatus {
+            node: identity.clone(),
+            evaluated_at: at(100),
+            quorum: Quorum {
+                configured: vec![id("a"), id("b"), id("c")],
+                members: vec![id("a"), id("b")],
+                has_quorum: true,
+                leader: Some(id("a")),
+            },
+            nodes: vec![
+                NodeVerdict {
+                    id: id("a"),
+                    state: NodeState::Up,
+                    since: at(10),
+                    evidence: vec![],
+                    identity: Some(identity),
+                    last_report_at: Some(at(99)),
+                    cpu_saturated: false,
+                },
+                NodeVerdict {
+                    id: id("c"),
+                    state: NodeState::Down,
+                    since: at(50),
+                    evidence: vec!["no report for 3s".into()],
+                    identity: None,
+                    last_report_at: None,
+                    cpu_saturated: false,
+                },
+            ],
+            links: vec![LinkVerdict {
+                a: LinkEnd {
+                    node: id("a"),
+                    iface: Some("en2".into()),
+                    address: Some("169.254.0.1".parse().expect("ip")),
+                    rdma_device: Some("rdma_en2".into()),
+                    rdma_port: Some(1),
+                },
+                b: LinkEnd::node_only(id("c")),
+                state: LinkState::Down,
+                since: at(50),
+                evidence: vec!["c is down".into()],
+                blame: Blame::Node,
+                blamed_node: Some(id("c")),
+                recent_changes: 1,
+            }],
+            alarms: vec![Alarm {
+                kind: "bridge_loop".into(),
+                severity: Severity::Critical,
+                node: id("b"),
+                subject: "bridge0".into(),
+                summary: "Thunderbolt Bridge is active over mesh ports".into(),
+                evidence: vec!["members: en1, en2".into()],
+                fix: Some("networksetup -setnetworkserviceenabled 'Thunderbolt Bridge' off".into()),
+                since: at(60),
+                updated: at(90),
+            }],
+        }
+    }
+
+    #[test]
+    fn status_round_trips() {
+        let status = sample_status();
+        let wire: wire::MeshStatus = status.clone().into();
+        assert_eq!(MeshStatus::try_from(wire), Ok(status));
+    }
+
+    #[test]
+    fn event_round_trips() {
+        let status = sample_status();
+        let event = Event {
+            at: at(120),
+            observer: id("a"),
+            kind: EventKind::LinkDown,
+            subject: "a/en2 <-> c".into(),
+            summary: "link down".into(),
+            detail: Some(EventDetail::Link(status.links[0].clone())),
+        };
+        let wire: wire::Event = event.clone().into();
+        assert_eq!(Event::try_from(wire), Ok(event));
+    }
+
+    #[test]
+    fn bad_fields_are_named_with_their_path() {
+        let mut wire: wire::MeshStatus = sample_status().into();
+        wire.nodes[1].state = 0;
+        let err = MeshStatus::try_from(wire).expect_err("unspecified state");
+        assert_eq!(err.to_string(), "nodes[1].state: unspecified");
+
+        let mut wire: wire::MeshStatus = sample_status().into();
+        wire.links[0].a.as_mut().expect("a").address = "not-an-ip".into();
+        let err = MeshStatus::try_from(wire).expect_err("bad address");
+        assert_eq!(err.field, "links[0].a.address");
+
+        let mut wire: wire::MeshStatus = sample_status().into();
+        wire.alarms[0].severity = 42;
+        let err = MeshStatus::try_from(wire).expect_err("unknown severity");
+        assert_eq!(err.to_string(), "alarms[0].severity: unknown value 42");
+
+        let mut wire: wire::MeshStatus = sample_status().into();
+        wire.quorum.as_mut().expect("quorum").members[0] = "bad id".into();
+        let err = MeshStatus::try_from(wire).expect_err("bad id");
+        assert_eq!(err.field, "quorum.members[0]");
+
+        let mut wire: wire::MeshStatus = sample_status().into();
+        wire.node = None;
+        assert_eq!(
+            MeshStatus::try_from(wire).expect_err("no node").to_string(),
+            "node: missing"
+        );
+    }
+
+    #[test]
+    fn default_message_is_rejected_not_misread() {
+        assert!(MeshStatus::try_from(wire::MeshStatus::default()).is_err());
+        assert!(Event::try_from(wire::Event::default()).is_err());
+        assert!(Alarm::try_from(wire::Alarm::default()).is_err());
+    }
+}

@@ -1,0 +1,386 @@
+//! meshd's domain types: the facts of the wire messages with their invariants
+//! checked. The daemon's pure model and meshctl work on these, never on raw
+//! wire structs.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::SystemTime;
+
+/// Longest node id accepted: fits a DNS label, and keeps metric labels short.
+pub const NODE_ID_MAX_LEN: usize = 63;
+
+/// A node's stable name in the mesh: 1 to 63 of `A-Z a-z 0-9 . _ -`.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NodeId(String);
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NodeIdError {
+    #[error("node id is empty")]
+    Empty,
+    #[error("node id {0:?} is longer than {NODE_ID_MAX_LEN} characters")]
+    TooLong(String),
+    #[error("node id {id:?} contains {bad:?}; use only letters, digits, '.', '_' and '-'")]
+    BadCharacter { id: String, bad: char },
+}
+
+impl NodeId {
+    pub fn new(id: impl Into<String>) -> Result<Self, NodeIdError> {
+        let id = id.into();
+        if id.is_empty() {
+            return Err(NodeIdError::Empty);
+        }
+        if id.len() > NODE_ID_MAX_LEN {
+            return Err(NodeIdError::TooLong(id));
+        }
+        if let Some(bad) = id.chars().find(|c| !is_node_id_char(*c)) {
+            return Err(NodeIdError::BadCharacter { id, bad });
+        }
+        Ok(Self(id))
+    }
+
+    /// A valid id derived from a host name: the first DNS label
+    /// (`studio-1.local` → `studio-1`), other characters replaced by `-`.
+    pub fn from_hostname(hostname: &str) -> Self {
+        let label = hostname.split('.').next().unwrap_or_default();
+        let mut id: String = label
+            .chars()
+            .map(|c| if is_node_id_char(c) { c } else { '-' })
+            .take(NODE_ID_MAX_LEN)
+            .collect();
+        if id.is_empty() {
+            id.push_str("localhost");
+        }
+        Self(id)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+fn is_node_id_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')
+}
+
+impl FromStr for NodeId {
+    type Err = NodeIdError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::new(s)
+    }
+}
+
+impl TryFrom<String> for NodeId {
+    type Error = NodeIdError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        Self::new(s)
+    }
+}
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.0)
+    }
+}
+
+impl AsRef<str> for NodeId {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for NodeId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Self::new(s).map_err(serde::de::Error::custom)
+    }
+}
+
+impl serde::Serialize for NodeId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+/// Which run of a node: the start time in unix nanoseconds, so a restart
+/// always carries a larger incarnation than the run before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Incarnation(pub u64);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeIdentity {
+    pub id: NodeId,
+    pub incarnation: Incarnation,
+    pub version: String,
+    pub hostname: String,
+}
+
+/// Generates `as_str`, `Display` and `FromStr` for a fieldless enum from one
+/// table of (variant, lowercase name), so the names used by meshctl, metrics
+/// labels and JSON cannot drift apart.
+macro_rules! named_enum {
+    ($ty:ident { $($variant:ident => $name:literal),+ $(,)? }) => {
+        impl $ty {
+            pub const ALL: &'static [$ty] = &[$($ty::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self { $($ty::$variant => $name),+ }
+            }
+        }
+
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl FromStr for $ty {
+            type Err = UnknownName;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                match s {
+                    $($name => Ok($ty::$variant),)+
+                    _ => Err(UnknownName { what: stringify!($ty), name: s.to_owned() }),
+                }
+            }
+        }
+    };
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what} {name:?}")]
+pub struct UnknownName {
+    pub what: &'static str,
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum NodeState {
+    Up,
+    Suspect,
+    Down,
+}
+named_enum!(NodeState { Up => "up", Suspect => "suspect", Down => "down" });
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum LinkState {
+    Unknown,
+    Up,
+    Degraded,
+    Flapping,
+    Down,
+}
+named_enum!(LinkState {
+    Unknown => "unknown",
+    Up => "up",
+    Degraded => "degraded",
+    Flapping => "flapping",
+    Down => "down",
+});
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Severity {
+    Info,
+    Warning,
+    Critical,
+}
+named_enum!(Severity { Info => "info", Warning => "warning", Critical => "critical" });
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Blame {
+    None,
+    Link,
+    Node,
+}
+named_enum!(Blame { None => "none", Link => "link", Node => "node" });
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventKind {
+    LinkDown,
+    LinkDegraded,
+    LinkFlapping,
+    LinkRecovered,
+    NodeDown,
+    NodeSuspect,
+    NodeUp,
+    QuorumLost,
+    QuorumRegained,
+    AlarmRaised,
+    AlarmCleared,
+    ConfigReloaded,
+    ConfigRejected,
+}
+named_enum!(EventKind {
+    LinkDown => "link_down",
+    LinkDegraded => "link_degraded",
+    LinkFlapping => "link_flapping",
+    LinkRecovered => "link_recovered",
+    NodeDown => "node_down",
+    NodeSuspect => "node_suspect",
+    NodeUp => "node_up",
+    QuorumLost => "quorum_lost",
+    QuorumRegained => "quorum_regained",
+    AlarmRaised => "alarm_raised",
+    AlarmCleared => "alarm_cleared",
+    ConfigReloaded => "config_reloaded",
+    ConfigRejected => "config_rejected",
+});
+
+/// One end of a link: the node and, where known, its interface, address and
+/// RDMA device on the cable.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LinkEnd {
+    pub node: NodeId,
+    pub iface: Option<String>,
+    pub address: Option<std::net::IpAddr>,
+    pub rdma_device: Option<String>,
+    pub rdma_port: Option<u32>,
+}
+
+impl LinkEnd {
+    pub fn node_only(node: NodeId) -> Self {
+        Self {
+            node,
+            iface: None,
+            address: None,
+            rdma_device: None,
+            rdma_port: None,
+        }
+    }
+}
+
+impl fmt::Display for LinkEnd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.iface {
+            Some(iface) => write!(f, "{}/{}", self.node, iface),
+            None => write!(f, "{}", self.node),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Alarm {
+    pub kind: String,
+    pub severity: Severity,
+    pub node: NodeId,
+    pub subject: String,
+    pub summary: String,
+    pub evidence: Vec<String>,
+    pub fix: Option<String>,
+    pub since: SystemTime,
+    pub updated: SystemTime,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeVerdict {
+    pub id: NodeId,
+    pub state: NodeState,
+    pub since: SystemTime,
+    pub evidence: Vec<String>,
+    pub identity: Option<NodeIdentity>,
+    pub last_report_at: Option<SystemTime>,
+    pub cpu_saturated: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkVerdict {
+    /// The end with the lower node id.
+    pub a: LinkEnd,
+    pub b: LinkEnd,
+    pub state: LinkState,
+    pub since: SystemTime,
+    pub evidence: Vec<String>,
+    pub blame: Blame,
+    pub blamed_node: Option<NodeId>,
+    pub recent_changes: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Quorum {
+    pub configured: Vec<NodeId>,
+    pub members: Vec<NodeId>,
+    pub has_quorum: bool,
+    pub leader: Option<NodeId>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MeshStatus {
+    pub node: NodeIdentity,
+    pub evaluated_at: SystemTime,
+    pub quorum: Quorum,
+    pub nodes: Vec<NodeVerdict>,
+    pub links: Vec<LinkVerdict>,
+    pub alarms: Vec<Alarm>,
+}
+
+impl MeshStatus {
+    /// Healthy means: quorum, every node up, every link up, and no warning or
+    /// critical alarm. Anything else is worth a non-zero exit in scripts.
+    pub fn is_healthy(&self) -> bool {
+        self.quorum.has_quorum
+            && self.nodes.iter().all(|n| n.state == NodeState::Up)
+            && self.links.iter().all(|l| l.state == LinkState::Up)
+            && self.alarms.iter().all(|a| a.severity == Severity::Info)
+    }
+}
+
+/// What an event is about, when it is about one verdict, quorum or alarm.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventDetail {
+    Link(LinkVerdict),
+    Node(NodeVerdict),
+    Quorum(Quorum),
+    Alarm(Alarm),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    pub at: SystemTime,
+    pub observer: NodeId,
+    pub kind: EventKind,
+    pub subject: String,
+    pub summary: String,
+    pub detail: Option<EventDetail>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_ids_are_checked() {
+        assert!(NodeId::new("studio-1.lab_a").is_ok());
+        assert_eq!(NodeId::new(""), Err(NodeIdError::Empty));
+        assert!(matches!(
+            NodeId::new("a b"),
+            Err(NodeIdError::BadCharacter { bad: ' ', .. })
+        ));
+        assert!(matches!(
+            NodeId::new("x".repeat(64)),
+            Err(NodeIdError::TooLong(_))
+        ));
+    }
+
+    #[test]
+    fn node_id_from_hostname_takes_first_label_and_sanitises() {
+        assert_eq!(NodeId::from_hostname("studio-1.local").as_str(), "studio-1");
+        assert_eq!(NodeId::from_hostname("Jane's Mac").as_str(), "Jane-s-Mac");
+        assert_eq!(NodeId::from_hostname("").as_str(), "localhost");
+        assert_eq!(NodeId::from_hostname(&"h".repeat(80)).as_str().len(), 63);
+    }
+
+    #[test]
+    fn enum_names_round_trip() {
+        for s in LinkState::ALL {
+            assert_eq!(s.as_str().parse::<LinkState>(), Ok(*s));
+        }
+        for s in EventKind::ALL {
+            assert_eq!(s.as_str().parse::<EventKind>(), Ok(*s));
+        }
+        assert!("sideways".parse::<NodeState>().is_err());
+    }
+}
