@@ -1,1 +1,16 @@
+//! meshd: an agent on every node of an RDMA / Thunderbolt mesh that measures
+//! every link, agrees with its peers on what is broken, and tells Prometheus,
+//! Alertmanager and the operator's terminal.
+//!
+//! Layout (see DESIGN.md §3): `model` is pure logic with time passed in;
+//! `aggregator` owns the state and runs the model; `peer` is the thin gRPC
+//! layer; `http` serves metrics and health; `node` wires one running meshd.
 
+pub mod aggregator;
+pub mod config;
+pub mod http;
+pub mod logging;
+pub mod metrics;
+pub mod model;
+pub mod node;
+pub mod peer;

@@ -1,1 +1,126 @@
-fn main() {}
+//! The `meshd` binary: `run` the agent, or `check-config` a file.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use meshd::config::Config;
+use meshd::logging::{self, LogFormat};
+use meshd::node::RunningNode;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "meshd",
+    version,
+    about = "Watches an RDMA / Thunderbolt mesh with its peers"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the agent until SIGINT or SIGTERM.
+    Run {
+        /// TOML config file; without it, a single-node mesh named after this
+        /// host on the default ports.
+        #[arg(long, short, env = "MESHD_CONFIG")]
+        config: Option<PathBuf>,
+        #[arg(long, value_enum, default_value = "human")]
+        log_format: LogFormat,
+        /// Log level when RUST_LOG is unset.
+        #[arg(long, default_value = "info")]
+        log_level: String,
+    },
+    /// Check a config file without starting; exits 1 and names every problem
+    /// with its line when it is not valid.
+    CheckConfig { file: PathBuf },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let hostname = gethostname::gethostname().to_string_lossy().into_owned();
+    match cli.command {
+        Command::CheckConfig { file } => check_config(&file, &hostname),
+        Command::Run {
+            config,
+            log_format,
+            log_level,
+        } => {
+            logging::init(log_format, &log_level);
+            match run(config, &hostname) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(err) => {
+                    tracing::error!("{err:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+#[allow(clippy::print_stdout, clippy::print_stderr)]
+fn check_config(file: &std::path::Path, hostname: &str) -> ExitCode {
+    match Config::load(file, hostname) {
+        Ok(config) => {
+            println!(
+                "{}: ok (node {}, {} members, {} static links)",
+                file.display(),
+                config.node.id,
+                config.members().len(),
+                config.links.len()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("{err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(config_path: Option<PathBuf>, hostname: &str) -> anyhow::Result<()> {
+    let config = match &config_path {
+        Some(path) => Config::load(path, hostname)?,
+        None => {
+            tracing::info!("no config file given: single-node mesh with the embedded defaults");
+            Config::embedded_default(hostname)
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        let node = RunningNode::start(&config, hostname).await?;
+        let signal = shutdown_signal().await?;
+        tracing::info!(signal, "shutting down");
+        node.shutdown();
+        node.wait().await?;
+        tracing::info!("stopped");
+        Ok(())
+    })
+}
+
+/// Resolves on SIGINT or SIGTERM (launchd and systemd stop with SIGTERM).
+async fn shutdown_signal() -> anyhow::Result<&'static str> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r.map(|()| "SIGINT").context("cannot watch SIGINT"),
+            _ = term.recv() => Ok("SIGTERM"),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        tokio::signal::ctrl_c()
+            .await
+            .context("cannot watch Ctrl-C")?;
+        Ok("Ctrl-C")
+    }
+}

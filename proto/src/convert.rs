@@ -6,11 +6,13 @@
 //! lost.
 
 use std::net::IpAddr;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use crate::domain::{
-    Alarm, Blame, Event, EventDetail, EventKind, Incarnation, LinkEnd, LinkState, LinkVerdict,
-    MeshStatus, NodeId, NodeIdentity, NodeState, NodeVerdict, Quorum, Severity,
+    Alarm, Blame, Counter, Event, EventDetail, EventKind, Incarnation, InterfaceState, LinkEnd,
+    LinkObservation, LinkState, LinkVerdict, LossWindow, MeshStatus, NodeId, NodeIdentity,
+    NodeLoad, NodeState, NodeVerdict, PeerReport, Quorum, RdmaPortState, RejectReason,
+    RttHistogram, RttSummary, Severity,
 };
 use crate::wire;
 
@@ -139,6 +141,259 @@ enum_conversions!(EventKind, EventKind, event_kind, event_kind_wire, {
     ConfigReloaded => ConfigReloaded,
     ConfigRejected => ConfigRejected,
 });
+
+enum_conversions!(InterfaceState, InterfaceState, interface_state, interface_state_wire, {
+    Up => Up, Down => Down, Absent => Absent, Unknown => Unknown,
+});
+enum_conversions!(RdmaPortState, RdmaPortState, rdma_port_state, rdma_port_state_wire, {
+    None => None,
+    Down => Down,
+    Init => Init,
+    Armed => Armed,
+    Active => Active,
+    ActiveDefer => ActiveDefer,
+});
+enum_conversions!(RejectReason, RejectReason, reject_reason, reject_reason_wire, {
+    UnknownNode => UnknownNode,
+    Replayed => Replayed,
+    OldIncarnation => OldIncarnation,
+    Stale => Stale,
+    Malformed => Malformed,
+});
+
+/// The wire name of a reject reason, for acks.
+pub fn reject_reason_to_wire(reason: RejectReason) -> i32 {
+    reject_reason_wire(reason)
+}
+
+/// The reject reason of an ack; `None` for accepted reports.
+pub fn reject_reason_from_wire(raw: i32) -> Result<RejectReason> {
+    reject_reason("reject_reason", raw)
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn duration_from_wire(field: &str, d: Option<prost_types::Duration>) -> Result<Duration> {
+    let d = required(field, d)?;
+    Duration::try_from(d).map_err(|e| WireError::new(field, format!("not a valid duration: {e}")))
+}
+
+fn optional_speed(bps: u64) -> Option<u64> {
+    (bps != 0).then_some(bps)
+}
+
+impl From<RttSummary> for wire::RttSummary {
+    fn from(r: RttSummary) -> Self {
+        Self {
+            p50_ns: nanos(r.p50),
+            p90_ns: nanos(r.p90),
+            p99_ns: nanos(r.p99),
+            max_ns: nanos(r.max),
+            host_delay_p50_ns: nanos(r.host_delay_p50),
+            baseline_p50_ns: nanos(r.baseline_p50),
+            baseline_p99_ns: nanos(r.baseline_p99),
+            samples: r.samples,
+        }
+    }
+}
+
+impl From<wire::RttSummary> for RttSummary {
+    fn from(r: wire::RttSummary) -> Self {
+        Self {
+            p50: Duration::from_nanos(r.p50_ns),
+            p90: Duration::from_nanos(r.p90_ns),
+            p99: Duration::from_nanos(r.p99_ns),
+            max: Duration::from_nanos(r.max_ns),
+            host_delay_p50: Duration::from_nanos(r.host_delay_p50_ns),
+            baseline_p50: Duration::from_nanos(r.baseline_p50_ns),
+            baseline_p99: Duration::from_nanos(r.baseline_p99_ns),
+            samples: r.samples,
+        }
+    }
+}
+
+impl From<RttHistogram> for wire::RttHistogram {
+    fn from(h: RttHistogram) -> Self {
+        Self {
+            bounds_ns: h.bounds.into_iter().map(nanos).collect(),
+            counts: h.counts,
+        }
+    }
+}
+
+impl TryFrom<wire::RttHistogram> for RttHistogram {
+    type Error = WireError;
+    fn try_from(h: wire::RttHistogram) -> Result<Self> {
+        if h.bounds_ns.is_empty() && h.counts.is_empty() {
+            return Ok(Self::default());
+        }
+        if h.counts.len() != h.bounds_ns.len() + 1 {
+            return Err(WireError::new(
+                "counts",
+                format!(
+                    "{} counts for {} bounds; want bounds + 1",
+                    h.counts.len(),
+                    h.bounds_ns.len()
+                ),
+            ));
+        }
+        if h.bounds_ns.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(WireError::new("bounds_ns", "not strictly ascending"));
+        }
+        Ok(Self {
+            bounds: h.bounds_ns.into_iter().map(Duration::from_nanos).collect(),
+            counts: h.counts,
+        })
+    }
+}
+
+impl From<LossWindow> for wire::LossWindow {
+    fn from(w: LossWindow) -> Self {
+        Self {
+            window: prost_types::Duration::try_from(w.window).ok(),
+            sent: w.sent,
+            lost: w.lost,
+        }
+    }
+}
+
+impl TryFrom<wire::LossWindow> for LossWindow {
+    type Error = WireError;
+    fn try_from(w: wire::LossWindow) -> Result<Self> {
+        if w.lost > w.sent {
+            return Err(WireError::new(
+                "lost",
+                format!("{} lost of {} sent", w.lost, w.sent),
+            ));
+        }
+        Ok(Self {
+            window: duration_from_wire("window", w.window)?,
+            sent: w.sent,
+            lost: w.lost,
+        })
+    }
+}
+
+impl From<Counter> for wire::Counter {
+    fn from(c: Counter) -> Self {
+        Self {
+            name: c.name,
+            value: c.value,
+            saturated: c.saturated,
+        }
+    }
+}
+
+impl From<wire::Counter> for Counter {
+    fn from(c: wire::Counter) -> Self {
+        Self {
+            name: c.name,
+            value: c.value,
+            saturated: c.saturated,
+        }
+    }
+}
+
+impl From<LinkObservation> for wire::LinkObservation {
+    fn from(o: LinkObservation) -> Self {
+        Self {
+            local: Some(o.local.into()),
+            remote: Some(o.remote.into()),
+            interface_state: interface_state_wire(o.interface_state),
+            negotiated_speed_bps: o.negotiated_speed_bps.unwrap_or_default(),
+            expected_speed_bps: o.expected_speed_bps.unwrap_or_default(),
+            rdma_port_state: rdma_port_state_wire(o.rdma_port_state),
+            gid_matches_address: o.gid_matches_address,
+            rtt: Some(o.rtt.into()),
+            rtt_histogram: Some(o.rtt_histogram.into()),
+            loss: o.loss.into_iter().map(Into::into).collect(),
+            mtu_loss: o.mtu_loss.into_iter().map(Into::into).collect(),
+            probes_sent_total: o.probes_sent_total,
+            probes_lost_total: o.probes_lost_total,
+            last_reply_at: o.last_reply_at.map(Into::into),
+            error_counters: o.error_counters.into_iter().map(Into::into).collect(),
+            silence_ns: nanos(o.silence),
+            consecutive_lost: o.consecutive_lost,
+        }
+    }
+}
+
+impl TryFrom<wire::LinkObservation> for LinkObservation {
+    type Error = WireError;
+    fn try_from(o: wire::LinkObservation) -> Result<Self> {
+        Ok(Self {
+            local: LinkEnd::try_from(required("local", o.local)?).map_err(|e| e.within("local"))?,
+            remote: LinkEnd::try_from(required("remote", o.remote)?)
+                .map_err(|e| e.within("remote"))?,
+            interface_state: interface_state("interface_state", o.interface_state)?,
+            negotiated_speed_bps: optional_speed(o.negotiated_speed_bps),
+            expected_speed_bps: optional_speed(o.expected_speed_bps),
+            rdma_port_state: rdma_port_state("rdma_port_state", o.rdma_port_state)?,
+            gid_matches_address: o.gid_matches_address,
+            rtt: o.rtt.map(RttSummary::from).unwrap_or_default(),
+            rtt_histogram: o
+                .rtt_histogram
+                .map(RttHistogram::try_from)
+                .transpose()
+                .map_err(|e| e.within("rtt_histogram"))?
+                .unwrap_or_default(),
+            loss: each("loss", o.loss, LossWindow::try_from)?,
+            mtu_loss: each("mtu_loss", o.mtu_loss, LossWindow::try_from)?,
+            probes_sent_total: o.probes_sent_total,
+            probes_lost_total: o.probes_lost_total,
+            last_reply_at: optional_time("last_reply_at", o.last_reply_at)?,
+            error_counters: o.error_counters.into_iter().map(Counter::from).collect(),
+            silence: Duration::from_nanos(o.silence_ns),
+            consecutive_lost: o.consecutive_lost,
+        })
+    }
+}
+
+impl From<PeerReport> for wire::PeerReport {
+    fn from(r: PeerReport) -> Self {
+        Self {
+            sender: Some(r.sender.into()),
+            sequence: r.sequence,
+            sent_at: timestamp(r.sent_at),
+            links: r.links.into_iter().map(Into::into).collect(),
+            alarms: r.alarms.into_iter().map(Into::into).collect(),
+            hears: r.hears.iter().map(ToString::to_string).collect(),
+            load: Some(wire::NodeLoad {
+                cpu_busy_ratio: r.load.cpu_busy_ratio,
+                cpu_saturated: r.load.cpu_saturated,
+            }),
+            facts: None,
+        }
+    }
+}
+
+impl TryFrom<wire::PeerReport> for PeerReport {
+    type Error = WireError;
+    fn try_from(r: wire::PeerReport) -> Result<Self> {
+        let load = r.load.unwrap_or_default();
+        if !(0.0..=1.0).contains(&load.cpu_busy_ratio) {
+            return Err(WireError::new(
+                "load.cpu_busy_ratio",
+                format!("{} is outside 0-1", load.cpu_busy_ratio),
+            ));
+        }
+        Ok(Self {
+            sender: NodeIdentity::try_from(required("sender", r.sender)?)
+                .map_err(|e| e.within("sender"))?,
+            sequence: r.sequence,
+            sent_at: time("sent_at", r.sent_at)?,
+            links: each("links", r.links, LinkObservation::try_from)?,
+            alarms: each("alarms", r.alarms, Alarm::try_from)?,
+            hears: node_ids("hears", r.hears)?,
+            load: NodeLoad {
+                cpu_busy_ratio: load.cpu_busy_ratio,
+                cpu_saturated: load.cpu_saturated,
+            },
+        })
+    }
+}
 
 impl From<NodeIdentity> for wire::NodeIdentity {
     fn from(n: NodeIdentity) -> Self {
@@ -539,10 +794,105 @@ mod tests {
         );
     }
 
+    fn sample_report() -> PeerReport {
+        let status = sample_status();
+        PeerReport {
+            sender: status.node.clone(),
+            sequence: 42,
+            sent_at: at(200),
+            links: vec![LinkObservation {
+                local: status.links[0].a.clone(),
+                remote: status.links[0].b.clone(),
+                interface_state: InterfaceState::Up,
+                negotiated_speed_bps: Some(80_000_000_000),
+                expected_speed_bps: Some(80_000_000_000),
+                rdma_port_state: RdmaPortState::Active,
+                gid_matches_address: Some(true),
+                rtt: RttSummary {
+                    p50: Duration::from_micros(40),
+                    p90: Duration::from_micros(55),
+                    p99: Duration::from_micros(90),
+                    max: Duration::from_micros(300),
+                    host_delay_p50: Duration::from_micros(8),
+                    baseline_p50: Duration::from_micros(41),
+                    baseline_p99: Duration::from_micros(95),
+                    samples: 600,
+                },
+                rtt_histogram: RttHistogram {
+                    bounds: vec![Duration::from_micros(25), Duration::from_micros(50)],
+                    counts: vec![10, 500, 90],
+                },
+                loss: vec![LossWindow {
+                    window: Duration::from_secs(1),
+                    sent: 10,
+                    lost: 1,
+                }],
+                mtu_loss: vec![LossWindow {
+                    window: Duration::from_secs(10),
+                    sent: 10,
+                    lost: 0,
+                }],
+                probes_sent_total: 1000,
+                probes_lost_total: 3,
+                last_reply_at: Some(at(199)),
+                error_counters: vec![Counter {
+                    name: "symbol_error".into(),
+                    value: 2,
+                    saturated: false,
+                }],
+                silence: Duration::from_millis(90),
+                consecutive_lost: 0,
+            }],
+            alarms: status.alarms.clone(),
+            hears: vec![id("b"), id("c")],
+            load: NodeLoad {
+                cpu_busy_ratio: 0.25,
+                cpu_saturated: false,
+            },
+        }
+    }
+
+    #[test]
+    fn report_round_trips() {
+        let report = sample_report();
+        let wire: wire::PeerReport = report.clone().into();
+        assert_eq!(PeerReport::try_from(wire), Ok(report));
+    }
+
+    #[test]
+    fn inconsistent_observations_are_rejected_by_field() {
+        let mut wire: wire::PeerReport = sample_report().into();
+        wire.links[0].loss[0].lost = 11;
+        let err = PeerReport::try_from(wire).expect_err("more lost than sent");
+        assert_eq!(err.field, "links[0].loss[0].lost");
+
+        let mut wire: wire::PeerReport = sample_report().into();
+        wire.links[0]
+            .rtt_histogram
+            .as_mut()
+            .expect("histogram")
+            .counts
+            .pop();
+        let err = PeerReport::try_from(wire).expect_err("short counts");
+        assert_eq!(err.field, "links[0].rtt_histogram.counts");
+
+        let mut wire: wire::PeerReport = sample_report().into();
+        wire.load.as_mut().expect("load").cpu_busy_ratio = f64::NAN;
+        let err = PeerReport::try_from(wire).expect_err("NaN load");
+        assert_eq!(err.field, "load.cpu_busy_ratio");
+
+        let mut wire: wire::PeerReport = sample_report().into();
+        wire.sender.as_mut().expect("sender").incarnation = 0;
+        let err = PeerReport::try_from(wire).expect_err("no incarnation");
+        assert_eq!(err.field, "sender.incarnation");
+    }
+
     #[test]
     fn default_message_is_rejected_not_misread() {
         assert!(MeshStatus::try_from(wire::MeshStatus::default()).is_err());
         assert!(Event::try_from(wire::Event::default()).is_err());
         assert!(Alarm::try_from(wire::Alarm::default()).is_err());
+        assert!(PeerReport::try_from(wire::PeerReport::default()).is_err());
+        assert!(LinkObservation::try_from(wire::LinkObservation::default()).is_err());
     }
 }

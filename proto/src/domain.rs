@@ -4,7 +4,7 @@
 
 use std::fmt;
 use std::str::FromStr;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 /// Longest node id accepted: fits a DNS label, and keeps metric labels short.
 pub const NODE_ID_MAX_LEN: usize = 63;
@@ -232,7 +232,7 @@ named_enum!(EventKind {
 
 /// One end of a link: the node and, where known, its interface, address and
 /// RDMA device on the cable.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct LinkEnd {
     pub node: NodeId,
     pub iface: Option<String>,
@@ -384,3 +384,149 @@ mod tests {
         assert!("sideways".parse::<NodeState>().is_err());
     }
 }
+
+/// State of the IP interface on a link's cable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum InterfaceState {
+    Up,
+    Down,
+    Absent,
+    Unknown,
+}
+named_enum!(InterfaceState { Up => "up", Down => "down", Absent => "absent", Unknown => "unknown" });
+
+/// RDMA port state as the verbs API reports it; `None` when no RDMA device
+/// is paired with the link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RdmaPortState {
+    None,
+    Down,
+    Init,
+    Armed,
+    Active,
+    ActiveDefer,
+}
+named_enum!(RdmaPortState {
+    None => "none",
+    Down => "down",
+    Init => "init",
+    Armed => "armed",
+    Active => "active",
+    ActiveDefer => "active_defer",
+});
+
+/// Round-trip times of the small probes (wire time: the responder's own
+/// delay is taken out and reported as `host_delay_p50`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RttSummary {
+    pub p50: Duration,
+    pub p90: Duration,
+    pub p99: Duration,
+    pub max: Duration,
+    pub host_delay_p50: Duration,
+    /// The link's own long-window baseline; zero until there is one.
+    pub baseline_p50: Duration,
+    pub baseline_p99: Duration,
+    pub samples: u64,
+}
+
+/// `counts[i]` samples fell in (`bounds[i-1]`, `bounds[i]`]; the last count
+/// is for everything above the last bound.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RttHistogram {
+    pub bounds: Vec<Duration>,
+    pub counts: Vec<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LossWindow {
+    pub window: Duration,
+    pub sent: u64,
+    pub lost: u64,
+}
+
+impl LossWindow {
+    /// Lost share of the probes whose fate is known, 0–1; 0 with no probes.
+    pub fn ratio(&self) -> f64 {
+        if self.sent == 0 {
+            0.0
+        } else {
+            #[allow(clippy::cast_precision_loss)]
+            let ratio = self.lost as f64 / self.sent as f64;
+            ratio.min(1.0)
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Counter {
+    pub name: String,
+    pub value: u64,
+    pub saturated: bool,
+}
+
+/// What one end measured on one link.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LinkObservation {
+    pub local: LinkEnd,
+    pub remote: LinkEnd,
+    pub interface_state: InterfaceState,
+    pub negotiated_speed_bps: Option<u64>,
+    pub expected_speed_bps: Option<u64>,
+    pub rdma_port_state: RdmaPortState,
+    pub gid_matches_address: Option<bool>,
+    pub rtt: RttSummary,
+    pub rtt_histogram: RttHistogram,
+    /// Small-probe loss over the sliding windows, shortest first.
+    pub loss: Vec<LossWindow>,
+    pub mtu_loss: Vec<LossWindow>,
+    pub probes_sent_total: u64,
+    pub probes_lost_total: u64,
+    pub last_reply_at: Option<SystemTime>,
+    pub error_counters: Vec<Counter>,
+    /// Time since the last reply, as measured when the observation was made.
+    pub silence: Duration,
+    pub consecutive_lost: u32,
+}
+
+impl LinkObservation {
+    /// The loss window of exactly `window`, if measured.
+    pub fn loss_over(&self, window: Duration) -> Option<&LossWindow> {
+        self.loss.iter().find(|w| w.window == window)
+    }
+}
+
+/// Load of the reporting node: a saturated node's own timeouts weigh less.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct NodeLoad {
+    pub cpu_busy_ratio: f64,
+    pub cpu_saturated: bool,
+}
+
+/// What one node pushes to every peer several times a second.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PeerReport {
+    pub sender: NodeIdentity,
+    pub sequence: u64,
+    pub sent_at: SystemTime,
+    pub links: Vec<LinkObservation>,
+    pub alarms: Vec<Alarm>,
+    pub hears: Vec<NodeId>,
+    pub load: NodeLoad,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RejectReason {
+    UnknownNode,
+    Replayed,
+    OldIncarnation,
+    Stale,
+    Malformed,
+}
+named_enum!(RejectReason {
+    UnknownNode => "unknown_node",
+    Replayed => "replayed",
+    OldIncarnation => "old_incarnation",
+    Stale => "stale",
+    Malformed => "malformed",
+});

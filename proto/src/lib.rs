@@ -12,7 +12,6 @@ pub mod domain;
 /// Generated protobuf types and gRPC stubs of package `meshd.v1`.
 #[allow(
     missing_docs,
-    unreachable_pub,
     missing_debug_implementations,
     clippy::all,
     clippy::pedantic

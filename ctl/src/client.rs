@@ -1,0 +1,102 @@
+//! Reaching a meshd node, with a hard deadline so a dead address is named
+//! within seconds instead of hanging a script.
+
+use std::fmt;
+use std::time::Duration;
+
+use meshd_proto::domain::MeshStatus;
+use meshd_proto::wire;
+use meshd_proto::wire::mesh_client::MeshClient;
+use tonic::transport::{Channel, Endpoint};
+
+pub const DEFAULT_ADDR: &str = "127.0.0.1:7420";
+
+/// Connecting plus one call must finish within this, so an unreachable
+/// daemon is reported in under 3 seconds.
+const DEADLINE: Duration = Duration::from_millis(2500);
+
+/// Why a command could not get an answer; the message names the address.
+#[derive(Debug)]
+pub struct Unreachable(pub String);
+
+/// A meshd gRPC address as the user wrote it and as tonic needs it.
+#[derive(Debug, Clone)]
+pub struct Target {
+    shown: String,
+    uri: String,
+}
+
+impl Target {
+    pub fn parse(addr: &str) -> Result<Self, String> {
+        let addr = addr.trim();
+        let uri = if addr.contains("://") {
+            addr.to_owned()
+        } else {
+            format!("http://{addr}")
+        };
+        let parsed: tonic::codegen::http::Uri = uri
+            .parse()
+            .map_err(|e| format!("--addr {addr:?} is not HOST:PORT: {e}"))?;
+        if parsed.port_u16().is_none() || parsed.host().is_none_or(str::is_empty) {
+            return Err(format!(
+                "--addr {addr:?} needs a host and a port, e.g. 127.0.0.1:7420"
+            ));
+        }
+        Ok(Self {
+            shown: addr.to_owned(),
+            uri,
+        })
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.shown)
+    }
+}
+
+async fn connect(target: &Target) -> Result<MeshClient<Channel>, Unreachable> {
+    let endpoint = Endpoint::from_shared(target.uri.clone())
+        .map_err(|e| Unreachable(format!("bad address {target}: {e}")))?
+        .connect_timeout(DEADLINE)
+        .timeout(DEADLINE);
+    let channel = endpoint.connect().await.map_err(|e| {
+        Unreachable(format!(
+            "cannot reach meshd at {target}: {}",
+            root_cause(&e)
+        ))
+    })?;
+    Ok(MeshClient::new(channel))
+}
+
+/// Fetches and checks the status; everything within [`DEADLINE`].
+pub async fn status(target: &Target) -> Result<MeshStatus, Unreachable> {
+    let call = async {
+        let mut client = connect(target).await?;
+        let reply = client
+            .get_status(wire::GetStatusRequest {})
+            .await
+            .map_err(|s| {
+                Unreachable(format!(
+                    "meshd at {target} answered with an error: {}",
+                    s.message()
+                ))
+            })?;
+        MeshStatus::try_from(reply.into_inner())
+            .map_err(|e| Unreachable(format!("meshd at {target} sent a malformed status: {e}")))
+    };
+    tokio::time::timeout(DEADLINE, call).await.map_err(|_| {
+        Unreachable(format!(
+            "meshd at {target} did not answer within {DEADLINE:?}"
+        ))
+    })?
+}
+
+/// tonic wraps the OS error ("connection refused") a few layers down.
+fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = err;
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    cause.to_string()
+}

@@ -1,0 +1,128 @@
+//! `meshctl status` against a real meshd node started in this process: the
+//! table, the JSON contract and the exit codes.
+
+use std::process::Output;
+
+use meshd::config::Config;
+use meshd::node::RunningNode;
+
+const HOSTNAME: &str = "ctl-test";
+
+fn loopback_config() -> Config {
+    let mut config = Config::embedded_default(HOSTNAME);
+    config.listen.grpc = "127.0.0.1:0".parse().expect("addr");
+    config.listen.metrics = "127.0.0.1:0".parse().expect("addr");
+    config
+}
+
+/// Runs meshctl on a blocking thread so the node keeps serving meanwhile.
+async fn meshctl(args: &[&str]) -> Output {
+    let args: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
+    tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_meshctl"))
+            .args(&args)
+            .env_remove("MESHCTL_ADDR")
+            .output()
+            .expect("meshctl runs")
+    })
+    .await
+    .expect("join")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthy_single_node_exits_zero_with_tables_and_json() {
+    let node = RunningNode::start(&loopback_config(), HOSTNAME)
+        .await
+        .expect("start");
+    let addr = node.grpc_addr.to_string();
+
+    let out = meshctl(&["--addr", &addr, "status"]).await;
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("on ctl-test"), "{stdout}");
+    assert!(
+        stdout.contains("quorum: yes, 1 of 1 members fresh (ctl-test), leader ctl-test"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("health: healthy"), "{stdout}");
+
+    let out = meshctl(&["--addr", &addr, "status", "--json"]).await;
+    assert_eq!(out.status.code(), Some(0));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    assert_eq!(doc["node"], "ctl-test");
+    assert_eq!(doc["quorum"]["has_quorum"], true);
+    assert_eq!(doc["quorum"]["members"], serde_json::json!(["ctl-test"]));
+    assert_eq!(doc["quorum"]["leader"], "ctl-test");
+    assert_eq!(doc["nodes"][0]["id"], "ctl-test");
+    assert_eq!(doc["nodes"][0]["state"], "up");
+    assert_eq!(doc["links"], serde_json::json!([]));
+    assert_eq!(doc["alarms"], serde_json::json!([]));
+
+    node.shutdown();
+    node.wait().await.expect("clean stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unhealthy_mesh_exits_one_and_shows_why() {
+    let mut config = loopback_config();
+    config.peers = vec![
+        meshd::config::PeerConfig {
+            id: "peer-b".parse().expect("id"),
+            address: "127.0.0.1:1".into(),
+        },
+        meshd::config::PeerConfig {
+            id: "peer-c".parse().expect("id"),
+            address: "127.0.0.1:2".into(),
+        },
+    ];
+    let node = RunningNode::start(&config, HOSTNAME).await.expect("start");
+    let addr = node.grpc_addr.to_string();
+
+    let out = meshctl(&["--addr", &addr, "status"]).await;
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("quorum: NO, 1 of 3 members fresh"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("no_quorum"), "{stdout}");
+    assert!(stdout.contains("not heard: peer-b, peer-c"), "{stdout}");
+
+    let out = meshctl(&["--addr", &addr, "status", "--json"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    assert_eq!(doc["quorum"]["has_quorum"], false);
+    assert_eq!(doc["quorum"]["leader"], serde_json::Value::Null);
+    assert_eq!(doc["nodes"][0]["id"], "ctl-test");
+    assert_eq!(doc["nodes"][1]["state"], "down");
+    assert_eq!(doc["alarms"][0]["kind"], "no_quorum");
+    assert_eq!(doc["alarms"][0]["severity"], "warning");
+
+    node.shutdown();
+    node.wait().await.expect("clean stop");
+}
+
+#[tokio::test]
+async fn unreachable_daemon_exits_two_naming_the_address() {
+    let out = meshctl(&["--addr", "127.0.0.1:1", "status"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    let stderr = text(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(
+        stderr.starts_with("meshctl: cannot reach meshd at 127.0.0.1:1: "),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn malformed_address_exits_two_with_a_hint() {
+    let out = meshctl(&["--addr", "no-port-here", "status"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("needs a host and a port"), "{stderr}");
+}

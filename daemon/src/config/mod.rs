@@ -1,0 +1,426 @@
+//! meshd's configuration: one TOML file, every section optional.
+//!
+//! Every default lives in this file, as a named constant used by the
+//! section's `Default` impl, so the example config, the docs and the code
+//! cannot disagree. Reading the file is the only I/O here; the host name
+//! (for the default node id) is passed in by the caller, which keeps parsing
+//! and validation pure and testable.
+//!
+//! Errors name the file, the line and the dotted key (`meshd.toml:12:
+//! peers[1].id: …`), because an operator fixing a mesh at 3 a.m. should not
+//! have to hunt for the offending entry.
+
+mod address;
+mod error;
+mod locate;
+mod validate;
+
+#[cfg(test)]
+mod tests;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::path::Path;
+use std::time::Duration;
+
+use meshd_proto::domain::NodeId;
+use serde::Deserialize;
+
+pub use address::{AddressError, Host, PeerAddress};
+pub use error::{ConfigError, Diagnostic, Problem};
+
+use locate::{Locator, line_of_offset};
+
+/// gRPC port for peers and meshctl.
+pub const DEFAULT_GRPC_PORT: u16 = 7420;
+/// HTTP port for `/metrics` and `/healthz`; 9xxx like other Prometheus exporters.
+pub const DEFAULT_METRICS_PORT: u16 = 9420;
+/// UDP port of the probe responder on every link address.
+pub const DEFAULT_PROBE_PORT: u16 = 7421;
+/// Listen on every interface: peers reach us over the management network,
+/// whose address this node does not know in advance.
+pub const DEFAULT_LISTEN_GRPC: SocketAddr =
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, DEFAULT_GRPC_PORT));
+pub const DEFAULT_LISTEN_METRICS: SocketAddr = SocketAddr::V4(SocketAddrV4::new(
+    Ipv4Addr::UNSPECIFIED,
+    DEFAULT_METRICS_PORT,
+));
+
+/// 10 probes a second: enough samples for a 1 s loss window, negligible on
+/// an 80 Gb/s link.
+pub const DEFAULT_PROBE_INTERVAL: Duration = Duration::from_millis(100);
+pub const DEFAULT_PROBE_PAYLOAD_BYTES: u32 = 64;
+/// Size-dependent loss (bad cable, MTU mismatch) shows only with full-size
+/// packets, which are sent more rarely.
+pub const DEFAULT_MTU_INTERVAL: Duration = Duration::from_secs(1);
+/// Fills a 1500-byte IP MTU: 1500 − 20 (IPv4) − 8 (UDP).
+pub const DEFAULT_MTU_PAYLOAD_BYTES: u32 = 1472;
+/// Far above any healthy Thunderbolt RTT (tens of µs), so only real loss
+/// counts as loss.
+pub const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// 5 reports a second keeps the quorum verdict within the 1 s target.
+pub const DEFAULT_REPORT_INTERVAL: Duration = Duration::from_millis(200);
+/// Five missed reports before a peer's view stops counting.
+pub const DEFAULT_STALE_AFTER: Duration = Duration::from_secs(1);
+
+pub const DEFAULT_LOSS_DEGRADED: f64 = 0.02;
+pub const DEFAULT_LOSS_DOWN: f64 = 0.5;
+pub const DEFAULT_RTT_P99_FACTOR: f64 = 3.0;
+pub const DEFAULT_FLAP_WINDOW: Duration = Duration::from_secs(60);
+pub const DEFAULT_FLAP_CHANGES: u32 = 4;
+pub const DEFAULT_CPU_SATURATED: f64 = 0.9;
+
+/// Alertmanager's own default repeat is much longer; 30 s keeps an alert
+/// alive well within its `resolve_timeout`.
+pub const DEFAULT_RESEND_INTERVAL: Duration = Duration::from_secs(30);
+
+/// A loaded, validated configuration. Built only by [`Config::parse`],
+/// [`Config::load`] and [`Config::embedded_default`], so holding one means
+/// the node id is resolved and every rule holds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub node: NodeConfig,
+    pub listen: ListenConfig,
+    pub peers: Vec<PeerConfig>,
+    pub links: Vec<LinkConfig>,
+    pub probe: ProbeConfig,
+    pub report: ReportConfig,
+    pub thresholds: Thresholds,
+    pub alerting: AlertingConfig,
+}
+
+/// This node's identity, always resolved: from `[node] id` when given,
+/// otherwise from the host name the caller passed in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeConfig {
+    pub id: NodeId,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ListenConfig {
+    pub grpc: SocketAddr,
+    pub metrics: SocketAddr,
+}
+
+impl Default for ListenConfig {
+    fn default() -> Self {
+        ListenConfig {
+            grpc: DEFAULT_LISTEN_GRPC,
+            metrics: DEFAULT_LISTEN_METRICS,
+        }
+    }
+}
+
+/// Another member of the mesh. Both keys are required: a peer without an id
+/// or an address cannot take part in quorum.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeerConfig {
+    pub id: NodeId,
+    /// `host:port` on the management network. Kept as written so DNS names
+    /// are resolved at connect time; [`Config::validate`] has checked it.
+    pub address: String,
+}
+
+impl PeerConfig {
+    /// The parsed address. Cannot fail on a validated [`Config`], but stays
+    /// fallible so a hand-built config cannot cause a panic.
+    pub fn endpoint(&self) -> Result<PeerAddress, AddressError> {
+        self.address.parse()
+    }
+}
+
+/// A cable declared by hand, for hosts where discovery (Thunderbolt domain
+/// UUIDs on macOS) is not available.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkConfig {
+    pub peer: NodeId,
+    #[serde(default)]
+    pub local_iface: Option<String>,
+    pub local_address: IpAddr,
+    pub peer_address: IpAddr,
+    /// Lets meshd flag a TB5 cable that negotiated 40 Gb/s instead of 80.
+    #[serde(default)]
+    pub expected_speed_gbps: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProbeConfig {
+    #[serde(with = "humantime_serde")]
+    pub interval: Duration,
+    pub payload_bytes: u32,
+    #[serde(with = "humantime_serde")]
+    pub mtu_interval: Duration,
+    pub mtu_payload_bytes: u32,
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    pub port: u16,
+}
+
+impl Default for ProbeConfig {
+    fn default() -> Self {
+        ProbeConfig {
+            interval: DEFAULT_PROBE_INTERVAL,
+            payload_bytes: DEFAULT_PROBE_PAYLOAD_BYTES,
+            mtu_interval: DEFAULT_MTU_INTERVAL,
+            mtu_payload_bytes: DEFAULT_MTU_PAYLOAD_BYTES,
+            timeout: DEFAULT_PROBE_TIMEOUT,
+            port: DEFAULT_PROBE_PORT,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReportConfig {
+    #[serde(with = "humantime_serde")]
+    pub interval: Duration,
+    #[serde(with = "humantime_serde")]
+    pub stale_after: Duration,
+}
+
+impl Default for ReportConfig {
+    fn default() -> Self {
+        ReportConfig {
+            interval: DEFAULT_REPORT_INTERVAL,
+            stale_after: DEFAULT_STALE_AFTER,
+        }
+    }
+}
+
+/// Where the verdict engine draws the lines between up, degraded, down and
+/// flapping. Ratios are 0–1, like the exported metrics.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Thresholds {
+    pub loss_degraded: f64,
+    pub loss_down: f64,
+    pub rtt_p99_factor: f64,
+    #[serde(with = "humantime_serde")]
+    pub flap_window: Duration,
+    pub flap_changes: u32,
+    pub cpu_saturated: f64,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Thresholds {
+            loss_degraded: DEFAULT_LOSS_DEGRADED,
+            loss_down: DEFAULT_LOSS_DOWN,
+            rtt_p99_factor: DEFAULT_RTT_P99_FACTOR,
+            flap_window: DEFAULT_FLAP_WINDOW,
+            flap_changes: DEFAULT_FLAP_CHANGES,
+            cpu_saturated: DEFAULT_CPU_SATURATED,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AlertingConfig {
+    /// Base URLs; empty means metrics only, no pushed alerts.
+    pub alertmanagers: Vec<String>,
+    #[serde(with = "humantime_serde")]
+    pub resend_interval: Duration,
+}
+
+impl Default for AlertingConfig {
+    fn default() -> Self {
+        AlertingConfig {
+            alertmanagers: Vec::new(),
+            resend_interval: DEFAULT_RESEND_INTERVAL,
+        }
+    }
+}
+
+/// The file as written. Differs from [`Config`] only in `node.id` being
+/// optional, which is resolved against the host name.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct ConfigFile {
+    node: NodeSection,
+    listen: ListenConfig,
+    peers: Vec<PeerConfig>,
+    links: Vec<LinkConfig>,
+    probe: ProbeConfig,
+    report: ReportConfig,
+    thresholds: Thresholds,
+    alerting: AlertingConfig,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct NodeSection {
+    id: Option<NodeId>,
+}
+
+impl ConfigFile {
+    fn resolve(self, hostname: &str) -> Config {
+        Config {
+            node: NodeConfig {
+                id: self
+                    .node
+                    .id
+                    .unwrap_or_else(|| NodeId::from_hostname(hostname)),
+            },
+            listen: self.listen,
+            peers: self.peers,
+            links: self.links,
+            probe: self.probe,
+            report: self.report,
+            thresholds: self.thresholds,
+            alerting: self.alerting,
+        }
+    }
+}
+
+impl Config {
+    /// What `meshd run` uses without a config file: a one-node mesh with
+    /// every default, so a single Mac can be monitored with zero setup.
+    pub fn embedded_default(hostname: &str) -> Config {
+        ConfigFile::default().resolve(hostname)
+    }
+
+    /// Parses and validates `source`. `origin` is only used in messages.
+    /// On a TOML error there is exactly one diagnostic (parsing stops
+    /// there); on rule violations there is one per problem, sorted by line.
+    pub fn parse(source: &str, origin: &str, hostname: &str) -> Result<Config, ConfigError> {
+        let doc = toml_edit::Document::parse(source).map_err(|e| {
+            ConfigError::Toml(Diagnostic {
+                origin: origin.to_owned(),
+                line: e.span().map(|s| line_of_offset(source, s.start)),
+                key: None,
+                message: one_line(e.message()),
+            })
+        })?;
+        let locator = Locator::new(source, &doc);
+        let file: ConfigFile = toml::from_str(source)
+            .map_err(|e| ConfigError::Toml(serde_diagnostic(&e, origin, &locator)))?;
+        let config = file.resolve(hostname);
+        let problems = config.validate();
+        if problems.is_empty() {
+            return Ok(config);
+        }
+        let mut diagnostics: Vec<Diagnostic> = problems
+            .into_iter()
+            .map(|p| problem_diagnostic(p, origin, &locator))
+            .collect();
+        diagnostics.sort_by_key(|d| d.line.unwrap_or(usize::MAX));
+        Err(ConfigError::Invalid(diagnostics))
+    }
+
+    /// Reads `path` and parses it; the path as given names the file in
+    /// messages.
+    pub fn load(path: &Path, hostname: &str) -> Result<Config, ConfigError> {
+        let source = std::fs::read_to_string(path).map_err(|error| ConfigError::Unreadable {
+            path: path.to_owned(),
+            error,
+        })?;
+        Config::parse(&source, &path.display().to_string(), hostname)
+    }
+
+    /// Every rule the config breaks, in no particular order. Pure, so a
+    /// reload can be checked before anything is torn down.
+    pub fn validate(&self) -> Vec<Problem> {
+        validate::validate(self)
+    }
+
+    /// The configured members of the mesh (this node and its peers), sorted,
+    /// which is what quorum counts and what picks the alert leader.
+    pub fn members(&self) -> Vec<NodeId> {
+        let mut members: Vec<NodeId> = std::iter::once(self.node.id.clone())
+            .chain(self.peers.iter().map(|p| p.id.clone()))
+            .collect();
+        members.sort();
+        members.dedup();
+        members
+    }
+}
+
+/// serde's messages name neither the key nor the line; add both, and phrase
+/// the common cases the way an operator would.
+fn serde_diagnostic(err: &toml::de::Error, origin: &str, locator: &Locator<'_>) -> Diagnostic {
+    let start = err.span().map(|s| s.start);
+    let line = start.map(|s| locator.line_of_offset(s));
+    let path = start.and_then(|s| locator.path_at(s)).map(str::to_owned);
+    let message = one_line(err.message());
+
+    if let Some(field) = backticked(&message, "missing field ") {
+        let key = match path {
+            Some(table) => format!("{table}.{field}"),
+            None => field.to_owned(),
+        };
+        return Diagnostic {
+            origin: origin.to_owned(),
+            line,
+            key: Some(key),
+            message: "required key is missing".to_owned(),
+        };
+    }
+
+    let message = humanize_types(&message);
+    let message = if let Some(rest) = message.strip_prefix("unknown field") {
+        format!("unknown key{rest}")
+    } else if message.ends_with("expected a duration") {
+        format!("{message} such as \"100ms\", \"1s\" or \"1m\"")
+    } else if message == "invalid socket address syntax" {
+        format!("{message}; use ip:port, like \"0.0.0.0:{DEFAULT_GRPC_PORT}\"")
+    } else if message == "invalid IP address syntax" {
+        format!("{message}; use an IPv4 or IPv6 address without a port, like \"169.254.10.1\"")
+    } else {
+        message
+    };
+    Diagnostic {
+        origin: origin.to_owned(),
+        line,
+        key: path,
+        message,
+    }
+}
+
+fn problem_diagnostic(problem: Problem, origin: &str, locator: &Locator<'_>) -> Diagnostic {
+    let mut message = problem.message;
+    if let Some(first) = &problem.first {
+        match locator.exact_line_of(first) {
+            Some(line) => message.push_str(&format!(" (first at line {line})")),
+            None => message.push_str(&format!(" (first at {first})")),
+        }
+    }
+    Diagnostic {
+        origin: origin.to_owned(),
+        line: locator.line_of(&problem.key),
+        key: Some(problem.key),
+        message,
+    }
+}
+
+/// serde names Rust types ("expected struct ProbeConfig", "expected u16");
+/// say what to write in TOML instead.
+fn humanize_types(message: &str) -> String {
+    if let Some(i) = message.find("expected struct ") {
+        return format!("{}expected a table", message.get(..i).unwrap_or_default());
+    }
+    message
+        .replace("expected u16", "expected an integer from 0 to 65535")
+        .replace("expected u32", "expected an integer from 0 to 4294967295")
+        .replace("expected f64", "expected a number")
+}
+
+/// The name in `` prefix`name`... `` messages from serde.
+fn backticked<'a>(message: &'a str, prefix: &str) -> Option<&'a str> {
+    let rest = message.strip_prefix(prefix)?.strip_prefix('`')?;
+    rest.split_once('`').map(|(name, _)| name)
+}
+
+/// One diagnostic is one line of output, whatever the underlying error says.
+fn one_line(message: &str) -> String {
+    message
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
+}

@@ -1,0 +1,772 @@
+use std::io::Write;
+use std::time::Duration;
+
+use super::*;
+
+const HOST: &str = "studio-1.local";
+const EXAMPLE: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../meshd.example.toml"
+));
+
+fn id(s: &str) -> NodeId {
+    NodeId::new(s).unwrap()
+}
+
+fn parse(src: &str) -> Result<Config, ConfigError> {
+    Config::parse(src, "meshd.toml", HOST)
+}
+
+fn diagnostics(src: &str) -> Vec<Diagnostic> {
+    match parse(src) {
+        Ok(config) => panic!("expected an error for:\n{src}\ngot {config:?}"),
+        Err(e) => e.diagnostics(),
+    }
+}
+
+/// The one-line rendering of every diagnostic, which is what operators see.
+fn lines(src: &str) -> Vec<String> {
+    diagnostics(src).iter().map(ToString::to_string).collect()
+}
+
+/// Asserts that `src` is refused with a problem at `key` whose message
+/// contains `fragment`.
+#[track_caller]
+fn assert_problem(src: &str, key: &str, fragment: &str) {
+    let ds = diagnostics(src);
+    assert!(
+        ds.iter()
+            .any(|d| d.key.as_deref() == Some(key) && d.message.contains(fragment)),
+        "no problem at {key} containing {fragment:?} for:\n{src}\ngot: {ds:#?}"
+    );
+}
+
+const TWO_PEERS: &str = r#"
+[[peers]]
+id = "studio-2"
+address = "10.0.0.2:7420"
+
+[[peers]]
+id = "studio-3"
+address = "10.0.0.3:7420"
+"#;
+
+#[test]
+fn example_parses_validates_and_shows_the_defaults() {
+    let config = Config::parse(EXAMPLE, "meshd.example.toml", "other-host").unwrap();
+    assert_eq!(config.node.id, id("studio-1"));
+    assert_eq!(
+        config.members(),
+        vec![id("studio-1"), id("studio-2"), id("studio-3")]
+    );
+    assert_eq!(config.links.len(), 2);
+    assert_eq!(config.links[0].peer, id("studio-2"));
+    assert_eq!(config.links[0].local_iface.as_deref(), Some("en2"));
+    assert_eq!(config.links[1].expected_speed_gbps, Some(80));
+    assert_eq!(
+        config.peers[1].endpoint().unwrap().host,
+        Host::Name("studio-3.local".into())
+    );
+    assert_eq!(config.alerting.alertmanagers, ["http://127.0.0.1:9093"]);
+    // The example documents the defaults: it must not drift from them.
+    assert_eq!(config.listen, ListenConfig::default());
+    assert_eq!(config.probe, ProbeConfig::default());
+    assert_eq!(config.report, ReportConfig::default());
+    assert_eq!(config.thresholds, Thresholds::default());
+    assert_eq!(
+        config.alerting.resend_interval,
+        AlertingConfig::default().resend_interval
+    );
+}
+
+#[test]
+fn embedded_default_is_valid_single_node_mesh_on_documented_ports() {
+    let config = Config::embedded_default(HOST);
+    assert_eq!(config.validate(), vec![]);
+    assert_eq!(config.node.id, id("studio-1"));
+    assert_eq!(config.members(), vec![id("studio-1")]);
+    assert_eq!(config.listen.grpc, "0.0.0.0:7420".parse().unwrap());
+    assert_eq!(config.listen.metrics, "0.0.0.0:9420".parse().unwrap());
+    assert_eq!(config.probe.port, 7421);
+    assert_eq!(config.probe.interval, Duration::from_millis(100));
+    assert_eq!(config.report.interval, Duration::from_millis(200));
+    assert!(config.alerting.alertmanagers.is_empty());
+}
+
+#[test]
+fn empty_file_is_the_embedded_default() {
+    assert_eq!(parse("").unwrap(), Config::embedded_default(HOST));
+    assert_eq!(
+        parse("# nothing but a comment\n\n").unwrap(),
+        Config::embedded_default(HOST)
+    );
+    assert_eq!(
+        parse("[node]\n[probe]\n").unwrap(),
+        Config::embedded_default(HOST)
+    );
+}
+
+#[test]
+fn configured_node_id_wins_over_host_name() {
+    let config = parse("[node]\nid = \"rack-a.3\"\n").unwrap();
+    assert_eq!(config.node.id, id("rack-a.3"));
+    assert_eq!(
+        lines("[node]\nid = \"a b\"\n"),
+        [
+            "meshd.toml:2: node.id: node id \"a b\" contains ' '; use only letters, digits, '.', '_' and '-'"
+        ]
+    );
+}
+
+#[test]
+fn members_are_sorted() {
+    let config = parse(&format!("[node]\nid = \"studio-9\"\n{TWO_PEERS}")).unwrap();
+    assert_eq!(
+        config.members(),
+        vec![id("studio-2"), id("studio-3"), id("studio-9")]
+    );
+}
+
+#[test]
+fn unknown_keys_are_named_with_their_line() {
+    assert_eq!(
+        lines("[probe]\nport = 7421\nintervl = \"1s\"\n"),
+        [
+            "meshd.toml:3: probe.intervl: unknown key `intervl`, expected one of `interval`, \
+             `payload_bytes`, `mtu_interval`, `mtu_payload_bytes`, `timeout`, `port`"
+        ]
+    );
+    let ds = diagnostics("# c\n\n[nodes]\nid = \"x\"\n");
+    assert_eq!(ds.len(), 1);
+    assert_eq!(ds[0].line, Some(3));
+    assert_eq!(ds[0].key.as_deref(), Some("nodes"));
+    assert!(ds[0].message.starts_with("unknown key `nodes`"));
+
+    let ds = diagnostics(&format!("{TWO_PEERS}rdma = true\n"));
+    assert_eq!(ds[0].line, Some(9));
+    assert_eq!(ds[0].key.as_deref(), Some("peers[1].rdma"));
+
+    let ds = diagnostics("peers = [\n  { id = \"b\", address = \"10.0.0.2:1\", port = 1 },\n]\n");
+    assert_eq!(ds[0].line, Some(2));
+    assert_eq!(ds[0].key.as_deref(), Some("peers[0].port"));
+}
+
+#[test]
+fn wrong_types_name_the_key_and_line() {
+    assert_eq!(
+        lines("[probe]\ninterval = 5\n"),
+        [
+            "meshd.toml:2: probe.interval: invalid type: integer `5`, expected a duration \
+             such as \"100ms\", \"1s\" or \"1m\""
+        ]
+    );
+    assert_eq!(
+        lines("[report]\n\nstale_after = \"5 parsecs\"\n"),
+        [
+            "meshd.toml:3: report.stale_after: invalid value: string \"5 parsecs\", expected a \
+             duration such as \"100ms\", \"1s\" or \"1m\""
+        ]
+    );
+    let ds = diagnostics("[alerting]\nalertmanagers = [\n  \"http://a:9093\",\n  5,\n]\n");
+    assert_eq!(ds[0].line, Some(4));
+    assert_eq!(ds[0].key.as_deref(), Some("alerting.alertmanagers[1]"));
+
+    let ds = diagnostics("[probe]\nport = 70000\n");
+    assert_eq!(
+        (ds[0].line, ds[0].key.as_deref()),
+        (Some(2), Some("probe.port"))
+    );
+
+    assert_eq!(
+        lines("\nprobe = 3\n"),
+        ["meshd.toml:2: probe: invalid type: integer `3`, expected a table"]
+    );
+    assert_eq!(
+        lines("[probe]\nport = 1e3\n"),
+        [
+            "meshd.toml:2: probe.port: invalid type: floating point `1000.0`, expected an integer from 0 to 65535"
+        ]
+    );
+
+    let ds = diagnostics("[listen]\ngrpc = \"localhost\"\n");
+    assert_eq!(
+        (ds[0].line, ds[0].key.as_deref()),
+        (Some(2), Some("listen.grpc"))
+    );
+    assert!(ds[0].message.contains("use ip:port"), "{}", ds[0]);
+
+    let src = format!(
+        "{TWO_PEERS}\n[[links]]\npeer = \"studio-2\"\nlocal_address = \"169.254.1.1/30\"\npeer_address = \"169.254.1.2\"\n"
+    );
+    let ds = diagnostics(&src);
+    assert_eq!(
+        (ds[0].line, ds[0].key.as_deref()),
+        (Some(12), Some("links[0].local_address"))
+    );
+}
+
+#[test]
+fn missing_required_keys_are_named() {
+    assert_eq!(
+        lines("[[peers]]\nid = \"b\"\n\n[[peers]]\nid = \"c\"\n"),
+        ["meshd.toml:1: peers[0].address: required key is missing"]
+    );
+    assert_eq!(
+        lines(&format!(
+            "{TWO_PEERS}\n[[links]]\npeer = \"studio-2\"\nlocal_address = \"169.254.1.1\"\n"
+        )),
+        ["meshd.toml:10: links[0].peer_address: required key is missing"]
+    );
+}
+
+#[test]
+fn syntax_errors_name_the_line_on_one_line() {
+    let ds = diagnostics("[probe]\ninterval = \"1s\n");
+    assert_eq!(ds.len(), 1);
+    assert_eq!(ds[0].line, Some(2));
+    assert_eq!(ds[0].key, None);
+    assert!(!ds[0].to_string().contains('\n'));
+
+    let ds = diagnostics("[probe]\nport = 1\nport = 2\n");
+    assert_eq!(ds[0].line, Some(3));
+    assert_eq!(ds[0].to_string(), "meshd.toml:3: duplicate key");
+}
+
+#[test]
+fn duplicate_peer_id_names_both_lines() {
+    let src = r#"[node]
+id = "a"
+
+[[peers]]
+id = "b"
+address = "10.0.0.2:7420"
+
+[[peers]]
+id = "b"
+address = "10.0.0.3:7420"
+"#;
+    assert_eq!(
+        lines(src),
+        ["meshd.toml:9: peers[1].id: duplicate peer id \"b\" (first at line 5)"]
+    );
+}
+
+#[test]
+fn malformed_peer_addresses_name_key_and_line() {
+    let src = r#"[[peers]]
+id = "b"
+address = "10.0.0.2"
+
+[[peers]]
+id = "c"
+address = "10.0.0.3:99999"
+
+[[peers]]
+id = "d"
+address = "fd00::4:7420"
+"#;
+    let ds = diagnostics(src);
+    let got: Vec<_> = ds.iter().map(|d| (d.line, d.key.as_deref())).collect();
+    assert_eq!(
+        got,
+        [
+            (Some(3), Some("peers[0].address")),
+            (Some(7), Some("peers[1].address")),
+            (Some(11), Some("peers[2].address")),
+        ]
+    );
+    assert_eq!(
+        ds[0].to_string(),
+        "meshd.toml:3: peers[0].address: \"10.0.0.2\" is not a valid address: the port is \
+         missing; use host:port with an IPv4 address, [IPv6] or DNS name, e.g. \"10.0.0.2:7420\""
+    );
+    assert!(ds[1].message.contains("port 99999 is above 65535"));
+    assert!(ds[2].message.contains("brackets"));
+}
+
+#[test]
+fn mesh_rules() {
+    // The node listed as its own peer, also when the id comes from the host name.
+    assert_problem(
+        "[node]\nid = \"a\"\n[[peers]]\nid = \"a\"\naddress = \"10.0.0.2:7420\"\n",
+        "peers[0].id",
+        "this node's own id",
+    );
+    assert_problem(
+        "[[peers]]\nid = \"studio-1\"\naddress = \"10.0.0.2:7420\"\n",
+        "peers[0].id",
+        "this node's own id",
+    );
+    // Duplicate addresses, also when spelled differently.
+    let src = "[[peers]]\nid = \"b\"\naddress = \"Studio-2.local:7420\"\n\
+               [[peers]]\nid = \"c\"\naddress = \"studio-2.local:7420\"\n";
+    assert_eq!(
+        lines(src),
+        [
+            "meshd.toml:6: peers[1].address: duplicate peer address \"studio-2.local:7420\" (first at line 3)"
+        ]
+    );
+    for bad in [
+        "10.0.0.2:0",
+        ":7420",
+        "[fd00::2:7420",
+        "studio_2:7420",
+        "10.0.0.2:x",
+    ] {
+        assert_problem(
+            &format!("[[peers]]\nid = \"b\"\naddress = \"{bad}\"\n"),
+            "peers[0].address",
+            "is not a valid address",
+        );
+    }
+    assert!(parse("[[peers]]\nid = \"b\"\naddress = \"[fd00::2]:7420\"\n").is_ok());
+
+    // listen.grpc == listen.metrics, with grpc left at its default.
+    assert_eq!(
+        lines("[listen]\nmetrics = \"0.0.0.0:7420\"\n"),
+        [
+            "meshd.toml:2: listen.metrics: 0.0.0.0:7420 is also listen.grpc; gRPC and metrics \
+             need different ports (first at listen.grpc)"
+        ]
+    );
+
+    // Mesh size: 256 members is fine, 257 is not.
+    let peers = |n: usize| -> String {
+        (0..n)
+            .map(|i| {
+                format!(
+                    "[[peers]]\nid = \"p{i}\"\naddress = \"10.1.{}.{}:7420\"\n",
+                    i / 250,
+                    i % 250 + 1
+                )
+            })
+            .collect()
+    };
+    assert!(parse(&peers(255)).is_ok());
+    assert_eq!(
+        lines(&peers(256)),
+        [
+            "meshd.toml:1: peers: the mesh has 257 members (this node and 256 peers); at most 256 are supported"
+        ]
+    );
+}
+
+#[test]
+fn link_rules() {
+    let link = |body: &str| format!("{TWO_PEERS}\n[[links]]\n{body}\n");
+    let ok = "peer = \"studio-2\"\nlocal_address = \"169.254.1.1\"\npeer_address = \"169.254.1.2\"";
+    assert!(parse(&link(ok)).is_ok());
+    assert!(
+        parse(&link(
+            "peer = \"studio-2\"\nlocal_address = \"fe80::1\"\npeer_address = \"fe80::2\""
+        ))
+        .is_ok()
+    );
+
+    assert_eq!(
+        lines(&link(
+            "peer = \"studio-7\"\nlocal_address = \"169.254.1.1\"\npeer_address = \"169.254.1.2\""
+        )),
+        [
+            "meshd.toml:11: links[0].peer: \"studio-7\" is not a configured peer; configured peers: studio-2, studio-3"
+        ]
+    );
+    assert_problem(
+        "[[links]]\npeer = \"x\"\nlocal_address = \"169.254.1.1\"\npeer_address = \"169.254.1.2\"\n",
+        "links[0].peer",
+        "there are no [[peers]]",
+    );
+    assert_problem(
+        &link(
+            "peer = \"studio-2\"\nlocal_address = \"169.254.1.1\"\npeer_address = \"169.254.1.1\"",
+        ),
+        "links[0].peer_address",
+        "the two ends of a cable need different addresses",
+    );
+    assert_problem(
+        &link("peer = \"studio-2\"\nlocal_address = \"169.254.1.1\"\npeer_address = \"fe80::2\""),
+        "links[0].peer_address",
+        "fe80::2 is IPv6 but local_address 169.254.1.1 is IPv4",
+    );
+    assert_problem(
+        &link("peer = \"studio-2\"\nlocal_address = \"0.0.0.0\"\npeer_address = \"224.0.0.1\""),
+        "links[0].local_address",
+        "cannot be a cable end",
+    );
+    assert_problem(
+        &link(
+            "peer = \"studio-2\"\nlocal_address = \"169.254.1.1\"\npeer_address = \"255.255.255.255\"",
+        ),
+        "links[0].peer_address",
+        "cannot be a cable end",
+    );
+    assert_problem(
+        &link(&format!("{ok}\nlocal_iface = \"en 2\"")),
+        "links[0].local_iface",
+        "is not an interface name",
+    );
+    assert_problem(
+        &link(&format!("{ok}\nlocal_iface = \"\"")),
+        "links[0].local_iface",
+        "is not an interface name",
+    );
+    for speed in [0, 1001] {
+        assert_problem(
+            &link(&format!("{ok}\nexpected_speed_gbps = {speed}")),
+            "links[0].expected_speed_gbps",
+            "use 1 to 1000",
+        );
+    }
+    let two = format!(
+        "{TWO_PEERS}\n[[links]]\n{ok}\n\n[[links]]\npeer = \"studio-3\"\nlocal_address = \"169.254.1.1\"\npeer_address = \"169.254.2.2\"\n"
+    );
+    assert_eq!(
+        lines(&two),
+        [
+            "meshd.toml:17: links[1].local_address: 169.254.1.1 is already the local address of \
+          another link; each cable needs its own address (first at line 12)"
+        ]
+    );
+}
+
+#[test]
+fn duration_rules() {
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "[probe]\ninterval = \"0s\"",
+            "probe.interval",
+            "0s is too short; use 10ms to 10s",
+        ),
+        (
+            "[probe]\ninterval = \"11s\"",
+            "probe.interval",
+            "11s is too long; use 10ms to 10s",
+        ),
+        (
+            "[probe]\ntimeout = \"0s\"",
+            "probe.timeout",
+            "use 1ms to 10s",
+        ),
+        (
+            "[probe]\ntimeout = \"1m\"",
+            "probe.timeout",
+            "1m is too long",
+        ),
+        (
+            "[probe]\nmtu_interval = \"50ms\"",
+            "probe.mtu_interval",
+            "use 100ms to 1m",
+        ),
+        (
+            "[probe]\nmtu_interval = \"61s\"",
+            "probe.mtu_interval",
+            "1m 1s is too long",
+        ),
+        (
+            "[report]\ninterval = \"10ms\"",
+            "report.interval",
+            "use 50ms to 10s",
+        ),
+        (
+            "[report]\ninterval = \"11s\"\nstale_after = \"30s\"",
+            "report.interval",
+            "too long",
+        ),
+        (
+            "[report]\ninterval = \"200ms\"\nstale_after = \"300ms\"",
+            "report.stale_after",
+            "300ms is too short; use 2 × report.interval (400ms) to 1m",
+        ),
+        (
+            "[report]\nstale_after = \"61s\"",
+            "report.stale_after",
+            "too long",
+        ),
+        ("[report]\ninterval = \"1s\"", "report.stale_after", "(2s)"),
+        (
+            "[thresholds]\nflap_window = \"500ms\"",
+            "thresholds.flap_window",
+            "use 1s to 1h",
+        ),
+        (
+            "[thresholds]\nflap_window = \"2h\"",
+            "thresholds.flap_window",
+            "too long",
+        ),
+        (
+            "[alerting]\nresend_interval = \"0s\"",
+            "alerting.resend_interval",
+            "use 1s to 10m",
+        ),
+        (
+            "[alerting]\nresend_interval = \"11m\"",
+            "alerting.resend_interval",
+            "too long",
+        ),
+    ];
+    for (src, key, fragment) in cases {
+        assert_problem(src, key, fragment);
+    }
+    assert_eq!(
+        lines("[probe]\ninterval = \"0s\"\n"),
+        ["meshd.toml:2: probe.interval: 0s is too short; use 10ms to 10s"]
+    );
+    // A rule about a key left at its default points at the section.
+    assert_eq!(
+        diagnostics("[report]\ninterval = \"1s\"\n")[0].line,
+        Some(1)
+    );
+    // Bounds are inclusive.
+    assert!(parse("[probe]\ninterval = \"10ms\"\ntimeout = \"10s\"\n").is_ok());
+    assert!(parse("[report]\ninterval = \"500ms\"\nstale_after = \"1s\"\n").is_ok());
+}
+
+#[test]
+fn probe_size_and_port_rules() {
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "[probe]\npayload_bytes = 31",
+            "probe.payload_bytes",
+            "use 32 (the probe header) to 1472",
+        ),
+        (
+            "[probe]\npayload_bytes = 1473",
+            "probe.payload_bytes",
+            "out of range",
+        ),
+        (
+            "[probe]\nmtu_payload_bytes = 63",
+            "probe.mtu_payload_bytes",
+            "use probe.payload_bytes (64) to 65507",
+        ),
+        (
+            "[probe]\nmtu_payload_bytes = 65508",
+            "probe.mtu_payload_bytes",
+            "out of range",
+        ),
+        ("[probe]\nport = 0", "probe.port", "0 is not a usable port"),
+    ];
+    for (src, key, fragment) in cases {
+        assert_problem(src, key, fragment);
+    }
+    assert!(parse("[probe]\npayload_bytes = 32\nmtu_payload_bytes = 65507\n").is_ok());
+    let ds = diagnostics("[probe]\npayload_bytes = -1\n");
+    assert_eq!(ds[0].key.as_deref(), Some("probe.payload_bytes"));
+}
+
+#[test]
+fn threshold_rules() {
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "loss_degraded = 0.0",
+            "thresholds.loss_degraded",
+            "use a ratio above 0 and at most 1",
+        ),
+        (
+            "loss_degraded = nan",
+            "thresholds.loss_degraded",
+            "NaN is out of range",
+        ),
+        (
+            "loss_down = 1.5",
+            "thresholds.loss_down",
+            "1.5 is out of range",
+        ),
+        ("loss_down = -0.1", "thresholds.loss_down", "out of range"),
+        (
+            "loss_degraded = 0.5\nloss_down = 0.5",
+            "thresholds.loss_degraded",
+            "is not below thresholds.loss_down (0.5)",
+        ),
+        (
+            "loss_degraded = 0.6",
+            "thresholds.loss_degraded",
+            "a link must be degraded before it is down",
+        ),
+        (
+            "rtt_p99_factor = 0.5",
+            "thresholds.rtt_p99_factor",
+            "use 1.0 to 1000.0",
+        ),
+        (
+            "rtt_p99_factor = 1000.5",
+            "thresholds.rtt_p99_factor",
+            "out of range",
+        ),
+        ("rtt_p99_factor = nan", "thresholds.rtt_p99_factor", "NaN"),
+        (
+            "rtt_p99_factor = inf",
+            "thresholds.rtt_p99_factor",
+            "inf is out of range",
+        ),
+        (
+            "flap_changes = 1",
+            "thresholds.flap_changes",
+            "use 2 to 100",
+        ),
+        (
+            "flap_changes = 101",
+            "thresholds.flap_changes",
+            "out of range",
+        ),
+        (
+            "cpu_saturated = 0.0",
+            "thresholds.cpu_saturated",
+            "out of range",
+        ),
+        (
+            "cpu_saturated = 1.01",
+            "thresholds.cpu_saturated",
+            "out of range",
+        ),
+        ("cpu_saturated = nan", "thresholds.cpu_saturated", "NaN"),
+    ];
+    for (body, key, fragment) in cases {
+        assert_problem(&format!("[thresholds]\n{body}\n"), key, fragment);
+    }
+    assert!(parse("[thresholds]\nloss_degraded = 0.99\nloss_down = 1\nrtt_p99_factor = 1\ncpu_saturated = 1\nflap_changes = 100\n").is_ok());
+}
+
+#[test]
+fn alerting_rules() {
+    let src = r#"[alerting]
+alertmanagers = [
+  "http://am-1:9093",
+  "ftp://am-2",
+  "http://",
+  "http://AM-1:9093/",
+  "http://am-3:0",
+]
+"#;
+    let got = lines(src);
+    assert_eq!(got.len(), 4, "{got:#?}");
+    assert!(got[0].starts_with(
+        "meshd.toml:4: alerting.alertmanagers[1]: \"ftp://am-2\" is not a valid URL: it does not \
+         start with http:// or https://; use http:// or https:// and a host"
+    ));
+    assert!(got[1].starts_with(
+        "meshd.toml:5: alerting.alertmanagers[2]: \"http://\" is not a valid URL: it has no host"
+    ));
+    assert_eq!(
+        got[2],
+        "meshd.toml:6: alerting.alertmanagers[3]: duplicate Alertmanager \"http://AM-1:9093/\" (first at line 3)"
+    );
+    assert!(
+        got[3].contains("its host or port is invalid: port 0"),
+        "{}",
+        got[3]
+    );
+}
+
+#[test]
+fn all_problems_are_reported_sorted_by_line() {
+    let src = r#"[node]
+id = "a"
+
+[[peers]]
+id = "a"
+address = "10.0.0.2"
+
+[probe]
+interval = "0s"
+port = 0
+
+[thresholds]
+loss_degraded = 0.9
+loss_down = 0.5
+"#;
+    let err = parse(src).unwrap_err();
+    assert!(matches!(err, ConfigError::Invalid(_)));
+    assert_eq!(
+        err.to_string(),
+        "meshd.toml:5: peers[0].id: \"a\" is this node's own id (node.id); list only the other members of the mesh\n\
+         meshd.toml:6: peers[0].address: \"10.0.0.2\" is not a valid address: the port is missing; use host:port with an IPv4 address, [IPv6] or DNS name, e.g. \"10.0.0.2:7420\"\n\
+         meshd.toml:9: probe.interval: 0s is too short; use 10ms to 10s\n\
+         meshd.toml:10: probe.port: 0 is not a usable port; every node's probe responder needs a fixed port from 1 to 65535\n\
+         meshd.toml:13: thresholds.loss_degraded: 0.9 is not below thresholds.loss_down (0.5); a link must be degraded before it is down"
+    );
+}
+
+#[test]
+fn validate_is_pure_and_works_without_a_file() {
+    let mut config = Config::embedded_default(HOST);
+    config.peers.push(PeerConfig {
+        id: id("b"),
+        address: "10.0.0.2:7420".into(),
+    });
+    config.peers.push(PeerConfig {
+        id: id("b"),
+        address: "10.0.0.3:7420".into(),
+    });
+    config.probe.interval = Duration::ZERO;
+    let problems = config.validate();
+    assert_eq!(
+        problems.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        [
+            "peers[1].id: duplicate peer id \"b\" (first at peers[0].id)",
+            "probe.interval: 0s is too short; use 10ms to 10s",
+        ]
+    );
+}
+
+#[test]
+fn garbage_is_an_error_not_a_panic() {
+    let deep = format!("a = {}", "[".repeat(100_000));
+    let deep_tables = format!("a = {}", "{ b = ".repeat(10_000));
+    let inputs = [
+        "\0",
+        "[[[",
+        "= =",
+        "peers = 5",
+        "[[peers]]\n[[peers]]\n",
+        "node = { id = 7 }",
+        "[probe]\ninterval = \"\"",
+        "[probe]\ninterval = \"18446744073709551616s\"",
+        "[probe]\ninterval = \"-1s\"",
+        "[listen]\ngrpc = \"[::1]:\"",
+        "links = [[]]",
+        "\u{feff}[node]\nid = \"\"",
+        "[probe]\nport = 1e3",
+        "\"\\ud800\" = 1",
+        "[alerting]\nalertmanagers = [\"http://\u{1F600}\"]",
+        "[[peers]]\nid = \"b\"\naddress = \"[\u{1F600}]:1\"",
+        deep.as_str(),
+        deep_tables.as_str(),
+    ];
+    for input in inputs {
+        let result = parse(input);
+        assert!(result.is_err(), "{input:?} was accepted: {result:?}");
+        for d in result.unwrap_err().diagnostics() {
+            assert!(!d.to_string().contains('\n'), "{d}");
+        }
+    }
+}
+
+#[test]
+fn load_reads_the_file_and_names_it_in_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("meshd.toml");
+    let mut file = std::fs::File::create(&path).unwrap();
+    file.write_all(EXAMPLE.as_bytes()).unwrap();
+    let config = Config::load(&path, HOST).unwrap();
+    assert_eq!(config.node.id, id("studio-1"));
+
+    std::fs::write(&path, "[probe]\ninterval = \"0s\"\n").unwrap();
+    let err = Config::load(&path, HOST).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "{}:2: probe.interval: 0s is too short; use 10ms to 10s",
+            path.display()
+        )
+    );
+
+    let missing = dir.path().join("absent.toml");
+    let err = Config::load(&missing, HOST).unwrap_err();
+    assert!(matches!(err, ConfigError::Unreadable { .. }));
+    assert!(err.to_string().starts_with(&format!(
+        "{}: cannot read the config file: ",
+        missing.display()
+    )));
+    assert_eq!(err.diagnostics()[0].line, None);
+}

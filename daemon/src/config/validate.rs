@@ -1,0 +1,419 @@
+//! The rules a parsed config must follow beyond its types. All rules run and
+//! every breach is returned, so one `meshd check-config` shows everything
+//! that needs fixing.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use meshd_proto::domain::NodeId;
+
+use super::address::{self, PeerAddress, UrlError};
+use super::error::Problem;
+use super::{Config, LinkConfig};
+
+/// The verdict engine is benchmarked up to this many nodes (DESIGN §7).
+const MAX_MESH_SIZE: usize = 256;
+/// Every probe carries a header of this size (sequence, timestamps).
+const PROBE_HEADER_BYTES: u32 = 32;
+/// UDP payload that fills a 1500-byte IP MTU: above it the small probe
+/// would itself be fragmented.
+const MAX_PROBE_PAYLOAD_BYTES: u32 = 1472;
+/// Largest UDP payload over IPv4 (65535 − 20 IP − 8 UDP).
+const MAX_UDP_PAYLOAD_BYTES: u32 = 65507;
+/// Fastest Thunderbolt 5 link is 120 Gb/s; 1000 leaves room for NICs while
+/// still catching a value typed in Mb/s.
+const MAX_LINK_SPEED_GBPS: u32 = 1000;
+/// Longest interface name the kernels accept (IFNAMSIZ − 1).
+const MAX_IFACE_LEN: usize = 15;
+
+const fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+const fn s(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+const PROBE_INTERVAL_RANGE: (Duration, Duration) = (ms(10), s(10));
+const PROBE_TIMEOUT_RANGE: (Duration, Duration) = (ms(1), s(10));
+const MTU_INTERVAL_RANGE: (Duration, Duration) = (ms(100), s(60));
+const REPORT_INTERVAL_RANGE: (Duration, Duration) = (ms(50), s(10));
+const MAX_STALE_AFTER: Duration = s(60);
+const FLAP_WINDOW_RANGE: (Duration, Duration) = (s(1), s(3600));
+const RESEND_INTERVAL_RANGE: (Duration, Duration) = (s(1), s(600));
+const RTT_P99_FACTOR_RANGE: (f64, f64) = (1.0, 1000.0);
+const FLAP_CHANGES_RANGE: (u32, u32) = (2, 100);
+
+pub(super) fn validate(config: &Config) -> Vec<Problem> {
+    let mut p = Vec::new();
+    check_mesh(config, &mut p);
+    check_links(config, &mut p);
+    check_probe(config, &mut p);
+    check_report(config, &mut p);
+    check_thresholds(config, &mut p);
+    check_alerting(config, &mut p);
+    p
+}
+
+fn check_mesh(c: &Config, p: &mut Vec<Problem>) {
+    if c.listen.grpc == c.listen.metrics {
+        p.push(
+            Problem::new(
+                "listen.metrics",
+                format!(
+                    "{} is also listen.grpc; gRPC and metrics need different ports",
+                    c.listen.metrics
+                ),
+            )
+            .with_first("listen.grpc"),
+        );
+    }
+
+    let members = c.peers.len() + 1;
+    if members > MAX_MESH_SIZE {
+        p.push(Problem::new(
+            "peers",
+            format!(
+                "the mesh has {members} members (this node and {} peers); at most {MAX_MESH_SIZE} are supported",
+                c.peers.len()
+            ),
+        ));
+    }
+
+    let mut ids: HashMap<&NodeId, usize> = HashMap::new();
+    let mut addresses: HashMap<PeerAddress, usize> = HashMap::new();
+    for (i, peer) in c.peers.iter().enumerate() {
+        let id_key = format!("peers[{i}].id");
+        if peer.id == c.node.id {
+            p.push(Problem::new(
+                &id_key,
+                format!(
+                    "{:?} is this node's own id (node.id); list only the other members of the mesh",
+                    peer.id.as_str()
+                ),
+            ));
+        }
+        match ids.get(&peer.id) {
+            Some(first) => p.push(
+                Problem::new(&id_key, format!("duplicate peer id {:?}", peer.id.as_str()))
+                    .with_first(format!("peers[{first}].id")),
+            ),
+            None => {
+                ids.insert(&peer.id, i);
+            }
+        }
+
+        let address_key = format!("peers[{i}].address");
+        match peer.address.parse::<PeerAddress>() {
+            Ok(address) => match addresses.get(&address) {
+                Some(first) => p.push(
+                    Problem::new(
+                        &address_key,
+                        format!("duplicate peer address {:?}", peer.address),
+                    )
+                    .with_first(format!("peers[{first}].address")),
+                ),
+                None => {
+                    addresses.insert(address, i);
+                }
+            },
+            Err(e) => p.push(Problem::new(
+                &address_key,
+                format!(
+                    "{:?} is not a valid address: {e}; use host:port with an IPv4 address, \
+                     [IPv6] or DNS name, e.g. \"10.0.0.2:7420\"",
+                    peer.address
+                ),
+            )),
+        }
+    }
+}
+
+fn check_links(c: &Config, p: &mut Vec<Problem>) {
+    let mut local_addresses: HashMap<IpAddr, usize> = HashMap::new();
+    for (i, link) in c.links.iter().enumerate() {
+        let key = |field: &str| format!("links[{i}].{field}");
+        if !c.peers.iter().any(|peer| peer.id == link.peer) {
+            let known = if c.peers.is_empty() {
+                "there are no [[peers]]".to_owned()
+            } else {
+                let ids: Vec<&str> = c.peers.iter().map(|peer| peer.id.as_str()).collect();
+                format!("configured peers: {}", ids.join(", "))
+            };
+            p.push(Problem::new(
+                key("peer"),
+                format!("{:?} is not a configured peer; {known}", link.peer.as_str()),
+            ));
+        }
+        if let Some(iface) = &link.local_iface {
+            check_iface(iface, &key("local_iface"), p);
+        }
+        check_link_addresses(link, i, p);
+        match local_addresses.get(&link.local_address) {
+            Some(first) => p.push(
+                Problem::new(
+                    key("local_address"),
+                    format!(
+                        "{} is already the local address of another link; each cable needs its own address",
+                        link.local_address
+                    ),
+                )
+                .with_first(format!("links[{first}].local_address")),
+            ),
+            None => {
+                local_addresses.insert(link.local_address, i);
+            }
+        }
+        if let Some(speed) = link.expected_speed_gbps
+            && !(1..=MAX_LINK_SPEED_GBPS).contains(&speed)
+        {
+            p.push(Problem::new(
+                key("expected_speed_gbps"),
+                format!(
+                    "{speed} is out of range; use 1 to {MAX_LINK_SPEED_GBPS} (Gb/s; a Thunderbolt 5 cable negotiates 80), or leave it out"
+                ),
+            ));
+        }
+    }
+}
+
+fn check_iface(iface: &str, key: &str, p: &mut Vec<Problem>) {
+    let ok = !iface.is_empty()
+        && iface.len() <= MAX_IFACE_LEN
+        && iface
+            .chars()
+            .all(|c| c.is_ascii_graphic() && c != '/' && c != ':');
+    if !ok {
+        p.push(Problem::new(
+            key,
+            format!(
+                "{iface:?} is not an interface name; use 1 to {MAX_IFACE_LEN} characters \
+                 without spaces, '/' or ':', like \"en2\""
+            ),
+        ));
+    }
+}
+
+fn check_link_addresses(link: &LinkConfig, i: usize, p: &mut Vec<Problem>) {
+    for (field, ip) in [
+        ("local_address", link.local_address),
+        ("peer_address", link.peer_address),
+    ] {
+        if ip.is_unspecified() || ip.is_multicast() || is_broadcast(ip) {
+            p.push(Problem::new(
+                format!("links[{i}].{field}"),
+                format!("{ip} cannot be a cable end; use the unicast address of the interface"),
+            ));
+        }
+    }
+    if link.local_address == link.peer_address {
+        p.push(Problem::new(
+            format!("links[{i}].peer_address"),
+            format!(
+                "{} is also local_address; the two ends of a cable need different addresses",
+                link.peer_address
+            ),
+        ));
+    } else if link.local_address.is_ipv4() != link.peer_address.is_ipv4() {
+        p.push(Problem::new(
+            format!("links[{i}].peer_address"),
+            format!(
+                "{} is {} but local_address {} is {}; both ends of a cable use the same address family",
+                link.peer_address,
+                family(link.peer_address),
+                link.local_address,
+                family(link.local_address),
+            ),
+        ));
+    }
+}
+
+fn is_broadcast(ip: IpAddr) -> bool {
+    matches!(ip, IpAddr::V4(v4) if v4.is_broadcast())
+}
+
+fn family(ip: IpAddr) -> &'static str {
+    if ip.is_ipv4() { "IPv4" } else { "IPv6" }
+}
+
+fn check_probe(c: &Config, p: &mut Vec<Problem>) {
+    let probe = &c.probe;
+    check_duration(p, "probe.interval", probe.interval, PROBE_INTERVAL_RANGE);
+    check_duration(p, "probe.timeout", probe.timeout, PROBE_TIMEOUT_RANGE);
+    check_duration(
+        p,
+        "probe.mtu_interval",
+        probe.mtu_interval,
+        MTU_INTERVAL_RANGE,
+    );
+    if !(PROBE_HEADER_BYTES..=MAX_PROBE_PAYLOAD_BYTES).contains(&probe.payload_bytes) {
+        p.push(Problem::new(
+            "probe.payload_bytes",
+            format!(
+                "{} is out of range; use {PROBE_HEADER_BYTES} (the probe header) to {MAX_PROBE_PAYLOAD_BYTES} (a 1500-byte MTU)",
+                probe.payload_bytes
+            ),
+        ));
+    }
+    let mtu_min = probe.payload_bytes.max(PROBE_HEADER_BYTES);
+    if !(mtu_min..=MAX_UDP_PAYLOAD_BYTES).contains(&probe.mtu_payload_bytes) {
+        p.push(Problem::new(
+            "probe.mtu_payload_bytes",
+            format!(
+                "{} is out of range; use probe.payload_bytes ({mtu_min}) to {MAX_UDP_PAYLOAD_BYTES} (the largest UDP payload)",
+                probe.mtu_payload_bytes
+            ),
+        ));
+    }
+    if probe.port == 0 {
+        p.push(Problem::new(
+            "probe.port",
+            "0 is not a usable port; every node's probe responder needs a fixed port from 1 to 65535",
+        ));
+    }
+}
+
+fn check_report(c: &Config, p: &mut Vec<Problem>) {
+    let report = &c.report;
+    check_duration(p, "report.interval", report.interval, REPORT_INTERVAL_RANGE);
+    let min_stale = report.interval.saturating_mul(2);
+    if report.stale_after < min_stale || report.stale_after > MAX_STALE_AFTER {
+        let what = if report.stale_after < min_stale {
+            "too short"
+        } else {
+            "too long"
+        };
+        p.push(Problem::new(
+            "report.stale_after",
+            format!(
+                "{} is {what}; use 2 × report.interval ({}) to {} so that one late report does not make a peer stale",
+                fmt_duration(report.stale_after),
+                fmt_duration(min_stale),
+                fmt_duration(MAX_STALE_AFTER),
+            ),
+        ));
+    }
+}
+
+fn check_thresholds(c: &Config, p: &mut Vec<Problem>) {
+    let t = &c.thresholds;
+    let degraded_ok = check_ratio(p, "thresholds.loss_degraded", t.loss_degraded);
+    let down_ok = check_ratio(p, "thresholds.loss_down", t.loss_down);
+    if degraded_ok && down_ok && t.loss_degraded >= t.loss_down {
+        p.push(Problem::new(
+            "thresholds.loss_degraded",
+            format!(
+                "{} is not below thresholds.loss_down ({}); a link must be degraded before it is down",
+                t.loss_degraded, t.loss_down
+            ),
+        ));
+    }
+    let (lo, hi) = RTT_P99_FACTOR_RANGE;
+    if !(t.rtt_p99_factor >= lo && t.rtt_p99_factor <= hi) {
+        p.push(Problem::new(
+            "thresholds.rtt_p99_factor",
+            format!(
+                "{} is out of range; use {lo:.1} to {hi:.1} (a multiple of the link's baseline p99)",
+                t.rtt_p99_factor
+            ),
+        ));
+    }
+    check_duration(
+        p,
+        "thresholds.flap_window",
+        t.flap_window,
+        FLAP_WINDOW_RANGE,
+    );
+    let (lo, hi) = FLAP_CHANGES_RANGE;
+    if !(lo..=hi).contains(&t.flap_changes) {
+        p.push(Problem::new(
+            "thresholds.flap_changes",
+            format!(
+                "{} is out of range; use {lo} to {hi} state changes",
+                t.flap_changes
+            ),
+        ));
+    }
+    check_ratio(p, "thresholds.cpu_saturated", t.cpu_saturated);
+}
+
+/// Ratios are in (0, 1]: 0 would fire on every sample. Written so that NaN
+/// fails too.
+fn check_ratio(p: &mut Vec<Problem>, key: &str, value: f64) -> bool {
+    let ok = value > 0.0 && value <= 1.0;
+    if !ok {
+        p.push(Problem::new(
+            key,
+            format!("{value} is out of range; use a ratio above 0 and at most 1 (0.02 = 2 %)"),
+        ));
+    }
+    ok
+}
+
+fn check_alerting(c: &Config, p: &mut Vec<Problem>) {
+    let a = &c.alerting;
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for (i, url) in a.alertmanagers.iter().enumerate() {
+        let key = format!("alerting.alertmanagers[{i}]");
+        match address::check_http_url(url) {
+            Ok(normal) => match seen.get(&normal) {
+                Some(first) => p.push(
+                    Problem::new(&key, format!("duplicate Alertmanager {url:?}"))
+                        .with_first(format!("alerting.alertmanagers[{first}]")),
+                ),
+                None => {
+                    seen.insert(normal, i);
+                }
+            },
+            Err(e) => {
+                let why = match e {
+                    UrlError::Authority(e) => format!("its host or port is invalid: {e}"),
+                    e => e.to_string(),
+                };
+                p.push(Problem::new(
+                    &key,
+                    format!(
+                        "{url:?} is not a valid URL: {why}; use http:// or https:// and a host, like \"http://127.0.0.1:9093\""
+                    ),
+                ));
+            }
+        }
+    }
+    check_duration(
+        p,
+        "alerting.resend_interval",
+        a.resend_interval,
+        RESEND_INTERVAL_RANGE,
+    );
+}
+
+fn check_duration(
+    p: &mut Vec<Problem>,
+    key: &str,
+    value: Duration,
+    (lo, hi): (Duration, Duration),
+) {
+    let what = if value < lo {
+        "too short"
+    } else if value > hi {
+        "too long"
+    } else {
+        return;
+    };
+    p.push(Problem::new(
+        key,
+        format!(
+            "{} is {what}; use {} to {}",
+            fmt_duration(value),
+            fmt_duration(lo),
+            fmt_duration(hi)
+        ),
+    ));
+}
+
+fn fmt_duration(d: Duration) -> String {
+    if d.is_zero() {
+        return "0s".to_owned();
+    }
+    humantime::format_duration(d).to_string()
+}

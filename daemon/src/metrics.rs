@@ -1,0 +1,259 @@
+//! Every metric meshd exports, defined here and nowhere else (see
+//! docs/METRICS.md). Names are in Prometheus base units; labels are bounded
+//! (node ids, states, kinds), never PIDs, GIDs or free text.
+//!
+//! Each node owns its own recorder instead of a process-global one, so
+//! several nodes can live in one process (the demo, the integration tests)
+//! without mixing their series.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use meshd_proto::domain::{EventKind, LinkState, MeshStatus, NodeIdentity, NodeState, Severity};
+use metrics::{Key, KeyName, Label, Metadata, Recorder, SharedString, Unit};
+use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusRecorder};
+
+pub const BUILD_INFO: &str = "meshd_build_info";
+pub const QUORUM_HAS_QUORUM: &str = "meshd_quorum_has_quorum";
+pub const QUORUM_MEMBERS: &str = "meshd_quorum_members";
+pub const QUORUM_CONFIGURED_MEMBERS: &str = "meshd_quorum_configured_members";
+pub const QUORUM_IS_LEADER: &str = "meshd_quorum_is_leader";
+pub const NODE_STATE: &str = "meshd_node_state";
+pub const LINK_STATE: &str = "meshd_link_state";
+pub const ALARMS_ACTIVE: &str = "meshd_alarms_active";
+pub const EVENTS_TOTAL: &str = "meshd_events_total";
+pub const EVALUATION_DURATION_SECONDS: &str = "meshd_evaluation_duration_seconds";
+
+/// Verdict evaluations take microseconds at 7 nodes and milliseconds at 256;
+/// buckets cover both with room for a slow machine.
+const EVALUATION_BUCKETS_SECONDS: &[f64] = &[
+    0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025,
+    0.05, 0.1,
+];
+
+const METRICS: &[(&str, Kind, Option<Unit>, &str)] = &[
+    (
+        BUILD_INFO,
+        Kind::Gauge,
+        None,
+        "Always 1; the labels say which meshd build runs here.",
+    ),
+    (
+        QUORUM_HAS_QUORUM,
+        Kind::Gauge,
+        None,
+        "1 when the fresh members are a strict majority of the configured ones, as this node sees it.",
+    ),
+    (
+        QUORUM_MEMBERS,
+        Kind::Gauge,
+        None,
+        "Configured members with fresh reports, as this node sees them.",
+    ),
+    (
+        QUORUM_CONFIGURED_MEMBERS,
+        Kind::Gauge,
+        None,
+        "Members of the mesh as configured (this node and its peers).",
+    ),
+    (
+        QUORUM_IS_LEADER,
+        Kind::Gauge,
+        None,
+        "1 when this node is the alert leader (lowest id in the quorum).",
+    ),
+    (
+        NODE_STATE,
+        Kind::Gauge,
+        None,
+        "1 for the verdict this node holds on `node` (state=up|suspect|down), 0 for the others.",
+    ),
+    (
+        LINK_STATE,
+        Kind::Gauge,
+        None,
+        "1 for the verdict this node holds on the link between `a` and `b` (state=unknown|up|degraded|flapping|down), 0 for the others.",
+    ),
+    (
+        ALARMS_ACTIVE,
+        Kind::Gauge,
+        None,
+        "Active alarms this node knows of, by raising node, kind and severity.",
+    ),
+    (
+        EVENTS_TOTAL,
+        Kind::Counter,
+        None,
+        "Verdict events this node produced, by kind.",
+    ),
+    (
+        EVALUATION_DURATION_SECONDS,
+        Kind::Histogram,
+        Some(Unit::Seconds),
+        "Time one evaluation of the verdict engine took.",
+    ),
+];
+
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Gauge,
+    Counter,
+    Histogram,
+}
+
+/// One node's metrics: its recorder, and the one way to render them.
+#[derive(Debug)]
+pub struct Metrics {
+    recorder: PrometheusRecorder,
+    /// Alarm series set so far, so cleared ones can be zeroed.
+    alarm_series: Mutex<BTreeSet<AlarmSeries>>,
+}
+
+/// (raising node, kind, severity)
+type AlarmSeries = (String, String, Severity);
+
+static METADATA: Metadata<'static> =
+    Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
+
+impl Metrics {
+    pub fn new(identity: &NodeIdentity) -> Result<Self, BuildError> {
+        let recorder = PrometheusBuilder::new()
+            .set_buckets_for_metric(
+                Matcher::Full(EVALUATION_DURATION_SECONDS.to_owned()),
+                EVALUATION_BUCKETS_SECONDS,
+            )?
+            .build_recorder();
+        for (name, kind, unit, help) in METRICS {
+            let (name, help) = (KeyName::from_const_str(name), SharedString::const_str(help));
+            match kind {
+                Kind::Gauge => recorder.describe_gauge(name, *unit, help),
+                Kind::Counter => recorder.describe_counter(name, *unit, help),
+                Kind::Histogram => recorder.describe_histogram(name, *unit, help),
+            }
+        }
+        let metrics = Self {
+            recorder,
+            alarm_series: Mutex::default(),
+        };
+        metrics
+            .gauge(
+                BUILD_INFO,
+                vec![
+                    Label::new("version", identity.version.clone()),
+                    Label::new("os", std::env::consts::OS),
+                    Label::new("arch", std::env::consts::ARCH),
+                ],
+            )
+            .set(1.0);
+        Ok(metrics)
+    }
+
+    /// The Prometheus text exposition of every series.
+    pub fn render(&self) -> String {
+        self.recorder.handle().render()
+    }
+
+    /// Drains histogram samples into their buckets; call it every few
+    /// seconds so memory stays flat between scrapes.
+    pub fn run_upkeep(&self) {
+        self.recorder.handle().run_upkeep();
+    }
+
+    pub fn observe_evaluation(&self, took: Duration) {
+        self.recorder
+            .register_histogram(
+                &Key::from_static_name(EVALUATION_DURATION_SECONDS),
+                &METADATA,
+            )
+            .record(took.as_secs_f64());
+    }
+
+    pub fn count_event(&self, kind: EventKind) {
+        self.recorder
+            .register_counter(
+                &Key::from_parts(EVENTS_TOTAL, vec![Label::new("kind", kind.as_str())]),
+                &METADATA,
+            )
+            .increment(1);
+    }
+
+    pub fn record_status(&self, status: &MeshStatus) {
+        let quorum = &status.quorum;
+        self.gauge(QUORUM_HAS_QUORUM, vec![])
+            .set(f64::from(u8::from(quorum.has_quorum)));
+        self.gauge(QUORUM_MEMBERS, vec![])
+            .set(count(quorum.members.len()));
+        self.gauge(QUORUM_CONFIGURED_MEMBERS, vec![])
+            .set(count(quorum.configured.len()));
+        let is_leader = quorum.leader.as_ref() == Some(&status.node.id);
+        self.gauge(QUORUM_IS_LEADER, vec![])
+            .set(f64::from(u8::from(is_leader)));
+
+        for node in &status.nodes {
+            for state in NodeState::ALL {
+                let labels = vec![
+                    Label::new("node", node.id.to_string()),
+                    Label::new("state", state.as_str()),
+                ];
+                self.gauge(NODE_STATE, labels)
+                    .set(f64::from(u8::from(node.state == *state)));
+            }
+        }
+        for link in &status.links {
+            for state in LinkState::ALL {
+                let labels = vec![
+                    Label::new("a", link.a.node.to_string()),
+                    Label::new("b", link.b.node.to_string()),
+                    Label::new("state", state.as_str()),
+                ];
+                self.gauge(LINK_STATE, labels)
+                    .set(f64::from(u8::from(link.state == *state)));
+            }
+        }
+        self.record_alarms(status);
+    }
+
+    fn record_alarms(&self, status: &MeshStatus) {
+        let mut active: BTreeMap<AlarmSeries, usize> = BTreeMap::new();
+        for alarm in &status.alarms {
+            *active
+                .entry((alarm.node.to_string(), alarm.kind.clone(), alarm.severity))
+                .or_default() += 1;
+        }
+        let mut shown = self
+            .alarm_series
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // A series whose alarms all cleared must read 0, not its last count.
+        for series in shown.iter().filter(|s| !active.contains_key(*s)) {
+            self.alarm_gauge(series).set(0.0);
+        }
+        for (series, n) in &active {
+            self.alarm_gauge(series).set(count(*n));
+        }
+        shown.clear();
+        shown.extend(active.into_keys());
+    }
+
+    fn alarm_gauge(&self, (node, kind, severity): &AlarmSeries) -> metrics::Gauge {
+        self.gauge(
+            ALARMS_ACTIVE,
+            vec![
+                Label::new("node", node.clone()),
+                Label::new("kind", kind.clone()),
+                Label::new("severity", severity.as_str()),
+            ],
+        )
+    }
+
+    fn gauge(&self, name: &'static str, labels: Vec<Label>) -> metrics::Gauge {
+        self.recorder
+            .register_gauge(&Key::from_parts(name, labels), &METADATA)
+    }
+}
+
+#[allow(clippy::cast_precision_loss)]
+fn count(n: usize) -> f64 {
+    n as f64
+}

@@ -1,0 +1,287 @@
+//! Events are the differences between two successive verdicts of one node.
+//! Deriving them (instead of emitting them where verdicts are made) means an
+//! event can never disagree with the status it leads to.
+
+use std::collections::BTreeMap;
+
+use meshd_proto::domain::{
+    Alarm, Event, EventDetail, EventKind, LinkEnd, LinkState, LinkVerdict, MeshStatus, NodeId,
+    NodeState,
+};
+
+/// What changed from `before` to `after`, stamped with `after`'s time. With
+/// no `before` (the first evaluation) nothing has changed yet.
+pub fn diff(before: Option<&MeshStatus>, after: &MeshStatus) -> Vec<Event> {
+    let Some(before) = before else {
+        return Vec::new();
+    };
+    let mut events = Vec::new();
+    let event = |kind: EventKind, subject: String, summary: String, detail: EventDetail| Event {
+        at: after.evaluated_at,
+        observer: after.node.id.clone(),
+        kind,
+        subject,
+        summary,
+        detail: Some(detail),
+    };
+
+    if before.quorum.has_quorum != after.quorum.has_quorum {
+        let (kind, verb) = if after.quorum.has_quorum {
+            (EventKind::QuorumRegained, "regained")
+        } else {
+            (EventKind::QuorumLost, "lost")
+        };
+        events.push(event(
+            kind,
+            "quorum".to_owned(),
+            format!(
+                "quorum {verb}: {} of {} members fresh",
+                after.quorum.members.len(),
+                after.quorum.configured.len()
+            ),
+            EventDetail::Quorum(after.quorum.clone()),
+        ));
+    }
+
+    let old_nodes: BTreeMap<&NodeId, NodeState> =
+        before.nodes.iter().map(|n| (&n.id, n.state)).collect();
+    for node in &after.nodes {
+        if old_nodes.get(&node.id).is_none_or(|old| *old == node.state) {
+            continue;
+        }
+        let kind = match node.state {
+            NodeState::Up => EventKind::NodeUp,
+            NodeState::Suspect => EventKind::NodeSuspect,
+            NodeState::Down => EventKind::NodeDown,
+        };
+        events.push(event(
+            kind,
+            node.id.to_string(),
+            with_evidence(
+                &format!("node {} is {}", node.id, node.state),
+                &node.evidence,
+            ),
+            EventDetail::Node(node.clone()),
+        ));
+    }
+
+    let old_links: BTreeMap<(&LinkEnd, &LinkEnd), LinkState> = before
+        .links
+        .iter()
+        .map(|l| ((&l.a, &l.b), l.state))
+        .collect();
+    for link in &after.links {
+        let Some(old) = old_links.get(&(&link.a, &link.b)) else {
+            continue;
+        };
+        if let Some(kind) = link_event_kind(*old, link.state) {
+            events.push(event(
+                kind,
+                link_subject(link),
+                with_evidence(
+                    &format!("link {} is {}", link_subject(link), link.state),
+                    &link.evidence,
+                ),
+                EventDetail::Link(link.clone()),
+            ));
+        }
+    }
+
+    let key = |a: &Alarm| (a.kind.clone(), a.node.clone(), a.subject.clone());
+    let old_alarms: BTreeMap<_, &Alarm> = before.alarms.iter().map(|a| (key(a), a)).collect();
+    let new_alarms: BTreeMap<_, &Alarm> = after.alarms.iter().map(|a| (key(a), a)).collect();
+    for (k, alarm) in &new_alarms {
+        if !old_alarms.contains_key(k) {
+            events.push(event(
+                EventKind::AlarmRaised,
+                alarm.subject.clone(),
+                format!("{} on {}: {}", alarm.kind, alarm.node, alarm.summary),
+                EventDetail::Alarm((*alarm).clone()),
+            ));
+        }
+    }
+    for (k, alarm) in &old_alarms {
+        if !new_alarms.contains_key(k) {
+            events.push(event(
+                EventKind::AlarmCleared,
+                alarm.subject.clone(),
+                format!("{} on {} cleared", alarm.kind, alarm.node),
+                EventDetail::Alarm((*alarm).clone()),
+            ));
+        }
+    }
+    events
+}
+
+/// "a/en2 <-> b/en3": how links are named in events and by meshctl.
+pub fn link_subject(link: &LinkVerdict) -> String {
+    format!("{} <-> {}", link.a, link.b)
+}
+
+fn link_event_kind(before: LinkState, after: LinkState) -> Option<EventKind> {
+    match (before, after) {
+        (b, a) if b == a => None,
+        (_, LinkState::Down) => Some(EventKind::LinkDown),
+        (_, LinkState::Degraded) => Some(EventKind::LinkDegraded),
+        (_, LinkState::Flapping) => Some(EventKind::LinkFlapping),
+        (LinkState::Down | LinkState::Degraded | LinkState::Flapping, LinkState::Up) => {
+            Some(EventKind::LinkRecovered)
+        }
+        // Unknown → up is a link proving itself, and anything → unknown is a
+        // loss of evidence (quorum lost, reported once as such): neither is
+        // news about the link.
+        _ => None,
+    }
+}
+
+fn with_evidence(summary: &str, evidence: &[String]) -> String {
+    match evidence.first() {
+        Some(first) => format!("{summary}: {first}"),
+        None => summary.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use meshd_proto::domain::{Blame, Incarnation, NodeIdentity, NodeVerdict, Quorum, Severity};
+
+    use super::*;
+
+    fn id(s: &str) -> NodeId {
+        NodeId::new(s).expect("valid id")
+    }
+
+    fn t(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    fn status(
+        at: u64,
+        has_quorum: bool,
+        b: NodeState,
+        link: LinkState,
+        alarms: Vec<Alarm>,
+    ) -> MeshStatus {
+        MeshStatus {
+            node: NodeIdentity {
+                id: id("a"),
+                incarnation: Incarnation(1),
+                version: "test".into(),
+                hostname: "a".into(),
+            },
+            evaluated_at: t(at),
+            quorum: Quorum {
+                configured: vec![id("a"), id("b")],
+                members: vec![id("a")],
+                has_quorum,
+                leader: None,
+            },
+            nodes: vec![NodeVerdict {
+                id: id("b"),
+                state: b,
+                since: t(at),
+                evidence: vec!["last report 5s ago".into()],
+                identity: None,
+                last_report_at: None,
+                cpu_saturated: false,
+            }],
+            links: vec![LinkVerdict {
+                a: LinkEnd::node_only(id("a")),
+                b: LinkEnd::node_only(id("b")),
+                state: link,
+                since: t(at),
+                evidence: vec![],
+                blame: Blame::None,
+                blamed_node: None,
+                recent_changes: 0,
+            }],
+            alarms,
+        }
+    }
+
+    fn alarm(kind: &str) -> Alarm {
+        Alarm {
+            kind: kind.into(),
+            severity: Severity::Warning,
+            node: id("a"),
+            subject: "bridge0".into(),
+            summary: "s".into(),
+            evidence: vec![],
+            fix: None,
+            since: t(0),
+            updated: t(0),
+        }
+    }
+
+    fn kinds(events: &[Event]) -> Vec<EventKind> {
+        events.iter().map(|e| e.kind).collect()
+    }
+
+    #[test]
+    fn first_evaluation_has_no_events() {
+        let s = status(0, true, NodeState::Up, LinkState::Up, vec![]);
+        assert!(diff(None, &s).is_empty());
+    }
+
+    #[test]
+    fn unchanged_status_has_no_events() {
+        let s = status(0, true, NodeState::Up, LinkState::Up, vec![alarm("x")]);
+        let mut later = s.clone();
+        later.evaluated_at = t(9);
+        assert!(diff(Some(&s), &later).is_empty());
+    }
+
+    #[test]
+    fn each_kind_of_change_is_one_event() {
+        let before = status(0, true, NodeState::Up, LinkState::Up, vec![alarm("old")]);
+        let after = status(
+            1,
+            false,
+            NodeState::Down,
+            LinkState::Down,
+            vec![alarm("new")],
+        );
+        let events = diff(Some(&before), &after);
+        assert_eq!(
+            kinds(&events),
+            vec![
+                EventKind::QuorumLost,
+                EventKind::NodeDown,
+                EventKind::LinkDown,
+                EventKind::AlarmRaised,
+                EventKind::AlarmCleared,
+            ]
+        );
+        assert!(
+            events
+                .iter()
+                .all(|e| e.at == t(1) && e.observer.as_str() == "a")
+        );
+        assert_eq!(events[1].summary, "node b is down: last report 5s ago");
+        assert_eq!(events[2].subject, "a <-> b");
+    }
+
+    #[test]
+    fn recovery_and_regain_are_reported() {
+        let before = status(0, false, NodeState::Down, LinkState::Down, vec![]);
+        let after = status(1, true, NodeState::Up, LinkState::Up, vec![]);
+        assert_eq!(
+            kinds(&diff(Some(&before), &after)),
+            vec![
+                EventKind::QuorumRegained,
+                EventKind::NodeUp,
+                EventKind::LinkRecovered
+            ]
+        );
+    }
+
+    #[test]
+    fn gaining_or_losing_evidence_is_not_link_news() {
+        let unknown = status(0, true, NodeState::Up, LinkState::Unknown, vec![]);
+        let up = status(1, true, NodeState::Up, LinkState::Up, vec![]);
+        assert!(diff(Some(&unknown), &up).is_empty());
+        assert!(diff(Some(&up), &unknown).is_empty());
+    }
+}

@@ -1,0 +1,7 @@
+//! Pure logic: no clock, sockets, files or processes. Everything here takes
+//! observations and a `now` and returns verdicts, which is what makes the
+//! quorum testable (and fast) without a network.
+
+pub mod events;
+pub mod quorum;
+pub mod verdict;

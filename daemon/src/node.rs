@@ -1,0 +1,216 @@
+//! One running meshd: binds its listeners, starts the aggregator, the gRPC
+//! server and the HTTP server, and stops them all on one signal. Used by
+//! `meshd run`, and by tests that need real nodes in one process.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use meshd_proto::domain::{Incarnation, NodeIdentity};
+use meshd_proto::wire::mesh_server::MeshServer;
+use meshd_proto::{FILE_DESCRIPTOR_SET, service_names};
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+
+use crate::aggregator::{Aggregator, MeshState};
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::peer::service::MeshService;
+
+/// Seconds between histogram upkeeps of the metrics recorder.
+const METRICS_UPKEEP: std::time::Duration = std::time::Duration::from_secs(5);
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot listen for {what} on {addr}: {source}")]
+    Listen {
+        what: &'static str,
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot set up metrics: {0}")]
+    Metrics(#[from] metrics_exporter_prometheus::BuildError),
+    #[error("cannot set up gRPC reflection: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("gRPC server failed: {0}")]
+    Grpc(#[from] tonic::transport::Error),
+    #[error("HTTP server failed: {0}")]
+    Http(std::io::Error),
+    #[error("a node task panicked: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+/// A started node. Dropping it does not stop it; call [`RunningNode::shutdown`]
+/// then [`RunningNode::wait`].
+#[derive(Debug)]
+pub struct RunningNode {
+    pub identity: NodeIdentity,
+    pub grpc_addr: SocketAddr,
+    pub metrics_addr: SocketAddr,
+    pub state: MeshState,
+    shutdown: CancellationToken,
+    tasks: JoinSet<Result<(), ServeError>>,
+}
+
+/// This run's identity: the incarnation is the start time, so a restart
+/// always carries a larger one than the run before it.
+pub fn identity(config: &Config, hostname: &str, started: SystemTime) -> NodeIdentity {
+    let nanos = started
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        .unwrap_or(1)
+        .max(1);
+    NodeIdentity {
+        id: config.node.id.clone(),
+        incarnation: Incarnation(nanos),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        hostname: hostname.to_owned(),
+    }
+}
+
+impl RunningNode {
+    /// Binds both listeners before anything runs, so a taken port fails the
+    /// start with a clear error instead of a half-started node.
+    pub async fn start(config: &Config, hostname: &str) -> Result<Self, StartError> {
+        let grpc_listener = bind("gRPC", config.listen.grpc).await?;
+        let http_listener = bind("metrics", config.listen.metrics).await?;
+        let grpc_addr = local_addr("gRPC", config.listen.grpc, &grpc_listener)?;
+        let metrics_addr = local_addr("metrics", config.listen.metrics, &http_listener)?;
+
+        let identity = identity(config, hostname, SystemTime::now());
+        let metrics = Arc::new(Metrics::new(&identity)?);
+        let (aggregator, state) = Aggregator::new(config, identity.clone(), metrics.clone());
+        let shutdown = CancellationToken::new();
+        let mut tasks = JoinSet::new();
+
+        tasks.spawn({
+            let shutdown = shutdown.clone();
+            async move {
+                aggregator.run(shutdown).await;
+                Ok(())
+            }
+        });
+        tasks.spawn(upkeep(metrics.clone(), shutdown.clone()));
+        tasks.spawn(serve_grpc(grpc_listener, state.clone(), shutdown.clone())?);
+        tasks.spawn({
+            let router = crate::http::router(metrics, state.clone());
+            let shutdown = shutdown.clone();
+            async move {
+                axum::serve(http_listener, router)
+                    .with_graceful_shutdown(shutdown.cancelled_owned())
+                    .await
+                    .map_err(ServeError::Http)
+            }
+        });
+
+        tracing::info!(
+            node = %identity.id,
+            incarnation = identity.incarnation.0,
+            grpc = %grpc_addr,
+            metrics = %metrics_addr,
+            members = config.members().len(),
+            "meshd started"
+        );
+        Ok(Self {
+            identity,
+            grpc_addr,
+            metrics_addr,
+            state,
+            shutdown,
+            tasks,
+        })
+    }
+
+    /// Asks every task to finish: servers stop accepting, in-flight requests
+    /// complete, event streams end.
+    pub fn shutdown(&self) {
+        self.shutdown.cancel();
+    }
+
+    /// Waits until every task has finished; the first failure stops the rest.
+    pub async fn wait(mut self) -> Result<(), ServeError> {
+        let mut outcome = Ok(());
+        while let Some(joined) = self.tasks.join_next().await {
+            let result = joined.map_err(ServeError::from).and_then(|r| r);
+            if let Err(err) = result {
+                self.shutdown.cancel();
+                if outcome.is_ok() {
+                    outcome = Err(err);
+                }
+            }
+        }
+        outcome
+    }
+}
+
+async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, StartError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::Listen { what, addr, source })
+}
+
+fn local_addr(
+    what: &'static str,
+    addr: SocketAddr,
+    listener: &TcpListener,
+) -> Result<SocketAddr, StartError> {
+    listener
+        .local_addr()
+        .map_err(|source| StartError::Listen { what, addr, source })
+}
+
+fn serve_grpc(
+    listener: TcpListener,
+    state: MeshState,
+    shutdown: CancellationToken,
+) -> Result<impl Future<Output = Result<(), ServeError>>, StartError> {
+    let (health, health_service) = tonic_health::server::health_reporter();
+    let advertised = [
+        service_names::MESH,
+        "grpc.health.v1.Health",
+        "grpc.reflection.v1.ServerReflection",
+        "grpc.reflection.v1alpha.ServerReflection",
+    ];
+    let reflection = || {
+        advertised.iter().fold(
+            tonic_reflection::server::Builder::configure()
+                .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
+                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET),
+            |builder, name| builder.with_service_name(*name),
+        )
+    };
+    let reflection_v1 = reflection().build_v1()?;
+    let reflection_v1alpha = reflection().build_v1alpha()?;
+    Ok(async move {
+        health
+            .set_service_status(service_names::MESH, tonic_health::ServingStatus::Serving)
+            .await;
+        tonic::transport::Server::builder()
+            .add_service(health_service)
+            .add_service(reflection_v1)
+            .add_service(reflection_v1alpha)
+            .add_service(MeshServer::new(MeshService::new(state, shutdown.clone())))
+            .serve_with_incoming_shutdown(
+                TcpListenerStream::new(listener),
+                shutdown.cancelled_owned(),
+            )
+            .await?;
+        Ok(())
+    })
+}
+
+async fn upkeep(metrics: Arc<Metrics>, shutdown: CancellationToken) -> Result<(), ServeError> {
+    let mut tick = tokio::time::interval(METRICS_UPKEEP);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return Ok(()),
+            _ = tick.tick() => metrics.run_upkeep(),
+        }
+    }
+}

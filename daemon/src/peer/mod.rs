@@ -1,0 +1,3 @@
+//! The gRPC surface: a thin layer over the state the aggregator publishes.
+
+pub mod service;

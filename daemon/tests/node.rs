@@ -1,0 +1,238 @@
+//! One real node in-process: gRPC status, health and reflection, HTTP
+//! metrics and health, graceful shutdown, and a clear error on a taken port.
+
+mod common;
+
+use common::{channel, http_get, loopback_config, start, stop};
+use meshd_proto::domain::{MeshStatus, NodeState};
+use meshd_proto::wire;
+use meshd_proto::wire::mesh_client::MeshClient;
+use tokio_stream::StreamExt;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_reflection::pb::v1::ServerReflectionRequest;
+use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+
+#[tokio::test]
+async fn single_node_reports_itself_healthy() {
+    let node = start(&loopback_config()).await;
+    let mut client = MeshClient::new(channel(node.grpc_addr).await);
+    let reply = client
+        .get_status(wire::GetStatusRequest {})
+        .await
+        .expect("status")
+        .into_inner();
+    let status = MeshStatus::try_from(reply).expect("well-formed status");
+
+    assert_eq!(status.node.id.as_str(), "test-host", "named after the host");
+    assert_eq!(status.node.hostname, common::HOSTNAME);
+    assert!(status.quorum.has_quorum);
+    assert_eq!(status.quorum.leader, Some(status.node.id.clone()));
+    assert_eq!(status.nodes.len(), 1);
+    assert_eq!(status.nodes[0].state, NodeState::Up);
+    assert!(status.links.is_empty());
+    assert!(status.alarms.is_empty());
+    assert!(status.is_healthy());
+    stop(node).await;
+}
+
+#[tokio::test]
+async fn configured_peers_that_never_report_leave_the_node_without_quorum() {
+    let mut config = loopback_config();
+    config.peers = toml::from_str::<PeersOnly>(
+        r#"
+        [[peers]]
+        id = "b"
+        address = "127.0.0.1:1"
+        [[peers]]
+        id = "c"
+        address = "127.0.0.1:2"
+        "#,
+    )
+    .expect("peers")
+    .peers;
+    let node = start(&config).await;
+    let status = node.state.current();
+    assert!(!status.quorum.has_quorum);
+    assert_eq!(status.quorum.leader, None);
+    let states: Vec<(&str, NodeState)> = status
+        .nodes
+        .iter()
+        .map(|n| (n.id.as_str(), n.state))
+        .collect();
+    assert_eq!(
+        states,
+        vec![
+            ("b", NodeState::Down),
+            ("c", NodeState::Down),
+            ("test-host", NodeState::Up)
+        ]
+    );
+    assert_eq!(status.alarms.len(), 1);
+    assert_eq!(status.alarms[0].kind, "no_quorum");
+    assert!(!status.is_healthy());
+    stop(node).await;
+}
+
+#[derive(serde::Deserialize)]
+struct PeersOnly {
+    peers: Vec<meshd::config::PeerConfig>,
+}
+
+#[tokio::test]
+async fn metrics_and_healthz_answer_over_http() {
+    let node = start(&loopback_config()).await;
+    // Let the aggregator evaluate a few times so the histogram has samples.
+    tokio::time::sleep(meshd::aggregator::EVALUATION_INTERVAL * 3).await;
+
+    let (code, body) = http_get(node.metrics_addr, "/metrics").await;
+    assert_eq!(code, 200);
+    let version = env!("CARGO_PKG_VERSION");
+    assert!(
+        body.lines().any(|l| l.starts_with("meshd_build_info{")
+            && l.contains(&format!("version=\"{version}\""))
+            && l.ends_with(" 1")),
+        "{body}"
+    );
+    assert!(body.contains("# HELP meshd_build_info "), "{body}");
+    assert!(body.contains("meshd_quorum_has_quorum 1"), "{body}");
+    assert!(
+        body.contains("meshd_node_state{node=\"test-host\",state=\"up\"} 1"),
+        "{body}"
+    );
+    assert!(
+        body.contains("meshd_evaluation_duration_seconds_bucket{le=\"0.001\"}"),
+        "a real histogram with buckets: {body}"
+    );
+    assert!(!body.contains("quantile="), "no summaries: {body}");
+
+    let (code, body) = http_get(node.metrics_addr, "/healthz").await;
+    assert_eq!(code, 200);
+    let health: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(health["status"], "ok");
+    assert_eq!(health["node"], "test-host");
+
+    let (code, _) = http_get(node.metrics_addr, "/nope").await;
+    assert_eq!(code, 404);
+    stop(node).await;
+}
+
+#[tokio::test]
+async fn grpc_health_reports_serving() {
+    let node = start(&loopback_config()).await;
+    let mut health = HealthClient::new(channel(node.grpc_addr).await);
+    for service in ["", "meshd.v1.Mesh"] {
+        let reply = health
+            .check(HealthCheckRequest {
+                service: service.into(),
+            })
+            .await
+            .expect("health check")
+            .into_inner();
+        assert_eq!(
+            reply.status,
+            ServingStatus::Serving as i32,
+            "service {service:?}"
+        );
+    }
+    stop(node).await;
+}
+
+async fn reflect(
+    client: &mut ServerReflectionClient<tonic::transport::Channel>,
+    request: MessageRequest,
+) -> MessageResponse {
+    let outbound = tokio_stream::once(ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(request),
+    });
+    let mut inbound = client
+        .server_reflection_info(outbound)
+        .await
+        .expect("reflection call")
+        .into_inner();
+    inbound
+        .next()
+        .await
+        .expect("one response")
+        .expect("ok response")
+        .message_response
+        .expect("a message")
+}
+
+#[tokio::test]
+async fn reflection_lists_and_describes_the_served_services() {
+    let node = start(&loopback_config()).await;
+    let mut client = ServerReflectionClient::new(channel(node.grpc_addr).await);
+
+    let MessageResponse::ListServicesResponse(list) =
+        reflect(&mut client, MessageRequest::ListServices(String::new())).await
+    else {
+        panic!("expected a service list");
+    };
+    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    assert!(names.contains(&"meshd.v1.Mesh".to_owned()), "{names:?}");
+    assert!(
+        names.contains(&"grpc.health.v1.Health".to_owned()),
+        "{names:?}"
+    );
+    assert!(
+        !names.contains(&"meshd.v1.Topology".to_owned()),
+        "only served services are advertised: {names:?}"
+    );
+
+    let MessageResponse::FileDescriptorResponse(files) = reflect(
+        &mut client,
+        MessageRequest::FileContainingSymbol("meshd.v1.Mesh".into()),
+    )
+    .await
+    else {
+        panic!("expected file descriptors");
+    };
+    assert!(!files.file_descriptor_proto.is_empty());
+    stop(node).await;
+}
+
+#[tokio::test]
+async fn event_stream_ends_when_the_node_shuts_down() {
+    let node = start(&loopback_config()).await;
+    let mut client = MeshClient::new(channel(node.grpc_addr).await);
+    let mut events = client
+        .watch_events(wire::WatchEventsRequest {})
+        .await
+        .expect("watch")
+        .into_inner();
+    node.shutdown();
+    let next = tokio::time::timeout(std::time::Duration::from_secs(10), events.next())
+        .await
+        .expect("the stream ends instead of hanging");
+    assert!(
+        next.is_none_or(|item| item.is_err()),
+        "no event without a change"
+    );
+    tokio::time::timeout(std::time::Duration::from_secs(10), node.wait())
+        .await
+        .expect("stops")
+        .expect("clean");
+}
+
+#[tokio::test]
+async fn a_taken_port_fails_the_start_naming_the_address() {
+    let holder = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let taken = holder.local_addr().expect("addr");
+    let mut config = loopback_config();
+    config.listen.metrics = taken;
+    let err = meshd::node::RunningNode::start(&config, common::HOSTNAME)
+        .await
+        .expect_err("port is taken");
+    let message = err.to_string();
+    assert!(
+        message.starts_with(&format!("cannot listen for metrics on {taken}:")),
+        "{message}"
+    );
+}
