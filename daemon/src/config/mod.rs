@@ -63,9 +63,13 @@ pub const DEFAULT_REPORT_INTERVAL: Duration = Duration::from_millis(200);
 /// Five missed reports before a peer's view stops counting.
 pub const DEFAULT_STALE_AFTER: Duration = Duration::from_secs(1);
 
+/// Six missed small probes: long enough that one delayed reply is not a cut
+/// cable, short enough for a verdict on every node within the 1 s target.
+pub const DEFAULT_DOWN_AFTER: Duration = Duration::from_millis(600);
 pub const DEFAULT_LOSS_DEGRADED: f64 = 0.02;
 pub const DEFAULT_LOSS_DOWN: f64 = 0.5;
 pub const DEFAULT_RTT_P99_FACTOR: f64 = 3.0;
+pub const DEFAULT_RTT_MIN_INCREASE: Duration = Duration::from_millis(1);
 pub const DEFAULT_FLAP_WINDOW: Duration = Duration::from_secs(60);
 pub const DEFAULT_FLAP_CHANGES: u32 = 4;
 pub const DEFAULT_CPU_SATURATED: f64 = 0.9;
@@ -196,9 +200,16 @@ impl Default for ReportConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Thresholds {
+    /// No probe reply on both ends of a link for this long: the link is down.
+    #[serde(with = "humantime_serde")]
+    pub down_after: Duration,
     pub loss_degraded: f64,
     pub loss_down: f64,
     pub rtt_p99_factor: f64,
+    /// An RTT rise smaller than this is never degradation, whatever the
+    /// factor says: microsecond baselines jitter by more than 3x on a busy host.
+    #[serde(with = "humantime_serde")]
+    pub rtt_min_increase: Duration,
     #[serde(with = "humantime_serde")]
     pub flap_window: Duration,
     pub flap_changes: u32,
@@ -208,9 +219,11 @@ pub struct Thresholds {
 impl Default for Thresholds {
     fn default() -> Self {
         Thresholds {
+            down_after: DEFAULT_DOWN_AFTER,
             loss_degraded: DEFAULT_LOSS_DEGRADED,
             loss_down: DEFAULT_LOSS_DOWN,
             rtt_p99_factor: DEFAULT_RTT_P99_FACTOR,
+            rtt_min_increase: DEFAULT_RTT_MIN_INCREASE,
             flap_window: DEFAULT_FLAP_WINDOW,
             flap_changes: DEFAULT_FLAP_CHANGES,
             cpu_saturated: DEFAULT_CPU_SATURATED,

@@ -433,6 +433,21 @@ fn link_rules() {
 fn duration_rules() {
     let cases: &[(&str, &str, &str)] = &[
         (
+            "[thresholds]\ndown_after = \"10ms\"",
+            "thresholds.down_after",
+            "10ms is too short; use 50ms to 1m",
+        ),
+        (
+            "[probe]\ninterval = \"1s\"\n[thresholds]\ndown_after = \"1500ms\"",
+            "thresholds.down_after",
+            "shorter than two probe intervals (2s)",
+        ),
+        (
+            "[thresholds]\nrtt_min_increase = \"11s\"",
+            "thresholds.rtt_min_increase",
+            "11s is too long; use 0s to 10s",
+        ),
+        (
             "[probe]\ninterval = \"0s\"",
             "probe.interval",
             "0s is too short; use 10ms to 10s",

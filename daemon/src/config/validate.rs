@@ -39,6 +39,8 @@ const PROBE_TIMEOUT_RANGE: (Duration, Duration) = (ms(1), s(10));
 const MTU_INTERVAL_RANGE: (Duration, Duration) = (ms(100), s(60));
 const REPORT_INTERVAL_RANGE: (Duration, Duration) = (ms(50), s(10));
 const MAX_STALE_AFTER: Duration = s(60);
+const DOWN_AFTER_RANGE: (Duration, Duration) = (ms(50), s(60));
+const RTT_MIN_INCREASE_RANGE: (Duration, Duration) = (Duration::ZERO, s(10));
 const FLAP_WINDOW_RANGE: (Duration, Duration) = (s(1), s(3600));
 const RESEND_INTERVAL_RANGE: (Duration, Duration) = (s(1), s(600));
 const RTT_P99_FACTOR_RANGE: (f64, f64) = (1.0, 1000.0);
@@ -297,6 +299,24 @@ fn check_report(c: &Config, p: &mut Vec<Problem>) {
 
 fn check_thresholds(c: &Config, p: &mut Vec<Problem>) {
     let t = &c.thresholds;
+    check_duration(p, "thresholds.down_after", t.down_after, DOWN_AFTER_RANGE);
+    let min_down = c.probe.interval.saturating_mul(2);
+    if t.down_after < min_down {
+        p.push(Problem::new(
+            "thresholds.down_after",
+            format!(
+                "{} is shorter than two probe intervals ({}); one late reply would cut the link",
+                fmt_duration(t.down_after),
+                fmt_duration(min_down)
+            ),
+        ));
+    }
+    check_duration(
+        p,
+        "thresholds.rtt_min_increase",
+        t.rtt_min_increase,
+        RTT_MIN_INCREASE_RANGE,
+    );
     let degraded_ok = check_ratio(p, "thresholds.loss_degraded", t.loss_degraded);
     let down_ok = check_ratio(p, "thresholds.loss_down", t.loss_down);
     if degraded_ok && down_ok && t.loss_degraded >= t.loss_down {
