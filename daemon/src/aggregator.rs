@@ -1,20 +1,26 @@
 //! The background task that owns the mesh state: it runs the verdict engine
-//! on a fixed cadence, publishes the status (a `watch` channel, so readers
-//! never wait on it) and the events, and keeps the metrics current. The gRPC
-//! and HTTP handlers only read what it publishes.
+//! on a fixed cadence over this node's own link observations and the
+//! freshest peer reports, publishes the status (a `watch` channel, so
+//! readers never wait on it), the events and the next outgoing report, and
+//! keeps the metrics current. The gRPC and HTTP handlers only read what it
+//! publishes.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
-use meshd_proto::domain::{Event, LinkEnd, MeshStatus, NodeIdentity};
-use tokio::sync::{broadcast, watch};
+use meshd_proto::domain::{
+    Alarm, Event, LinkEnd, LinkObservation, MeshStatus, NodeId, NodeIdentity, NodeLoad,
+};
+use tokio::sync::{Notify, broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::model::events;
-use crate::model::verdict::{Engine, ExpectedLink, Freshness, MeshInputs};
+use crate::model::intake::ReportBook;
+use crate::model::link::LinkRules;
+use crate::model::verdict::{Engine, EngineSettings, ExpectedLink, LocalObservation, MeshInputs};
 
 /// How often verdicts are re-evaluated. A tenth of the 1 s detection target.
 pub const EVALUATION_INTERVAL: Duration = Duration::from_millis(100);
@@ -22,6 +28,28 @@ pub const EVALUATION_INTERVAL: Duration = Duration::from_millis(100);
 /// Events kept for slow `WatchEvents` clients before they are told they
 /// fell behind.
 const EVENT_BUFFER: usize = 1024;
+
+/// Lifeguard: a node with saturated CPU needs this many times the silence
+/// before its view of a link counts.
+const SATURATED_SLOWDOWN: u32 = 2;
+
+/// Reports sent further in the past than this many `stale_after`s are
+/// refused: they describe a mesh that no longer exists.
+const MAX_REPORT_DELAY_FACTOR: u32 = 10;
+
+/// The peer reports accepted so far, shared by the intake handler (which
+/// only checks and stores, never waits) and the aggregator.
+pub type SharedBook = Arc<Mutex<ReportBook>>;
+
+/// What this node tells its peers; the reporter adds identity, sequence
+/// and send time.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReportBody {
+    pub links: Vec<LinkObservation>,
+    pub alarms: Vec<Alarm>,
+    pub hears: Vec<NodeId>,
+    pub load: NodeLoad,
+}
 
 /// Read side of the aggregator, cheap to clone into every handler.
 #[derive(Debug, Clone)]
@@ -40,78 +68,75 @@ impl MeshState {
     }
 }
 
+/// Where the aggregator's inputs come from.
+#[derive(Debug)]
+pub struct Feeds {
+    pub book: SharedBook,
+    /// One per local link, from its prober.
+    pub local_links: Vec<watch::Receiver<Option<LocalObservation>>>,
+    pub load: watch::Receiver<NodeLoad>,
+}
+
+/// What the aggregator publishes for the reporter.
+#[derive(Debug, Clone)]
+pub struct Outgoing {
+    pub body: watch::Receiver<Arc<ReportBody>>,
+    /// Fired when a verdict changed, so peers hear of it without waiting
+    /// for the next report tick.
+    pub urgent: Arc<Notify>,
+}
+
 #[derive(Debug)]
 pub struct Aggregator {
     engine: Engine,
-    inputs: MeshInputs,
+    identity: NodeIdentity,
+    configured: BTreeSet<NodeId>,
+    expected_links: Vec<ExpectedLink>,
+    feeds: Feeds,
     status: watch::Sender<Arc<MeshStatus>>,
     events: broadcast::Sender<Event>,
+    body: watch::Sender<Arc<ReportBody>>,
+    urgent: Arc<Notify>,
     metrics: Arc<Metrics>,
 }
 
-impl Aggregator {
-    /// Evaluates once right away, so the first status a client reads is a
-    /// real verdict, never an empty placeholder.
-    pub fn new(
-        config: &Config,
-        identity: NodeIdentity,
-        metrics: Arc<Metrics>,
-    ) -> (Self, MeshState) {
-        let mut engine = Engine::new(Freshness::from_stale_after(config.report.stale_after));
-        let inputs = inputs_from_config(config, identity);
-        let first = engine.evaluate(&inputs, SystemTime::now());
-        metrics.record_status(&first);
-        let (status, status_rx) = watch::channel(Arc::new(first));
-        let (events, _) = broadcast::channel(EVENT_BUFFER);
-        let state = MeshState {
-            status: status_rx,
-            events: events.clone(),
-        };
-        let aggregator = Self {
-            engine,
-            inputs,
-            status,
-            events,
-            metrics,
-        };
-        (aggregator, state)
-    }
-
-    pub async fn run(mut self, shutdown: CancellationToken) {
-        let mut tick = tokio::time::interval(EVALUATION_INTERVAL);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                () = shutdown.cancelled() => break,
-                _ = tick.tick() => self.evaluate(SystemTime::now()),
-            }
-        }
-        tracing::debug!("aggregator stopped");
-    }
-
-    fn evaluate(&mut self, now: SystemTime) {
-        let started = Instant::now();
-        let status = self.engine.evaluate(&self.inputs, now);
-        self.metrics.observe_evaluation(started.elapsed());
-        let previous = self.status.borrow().clone();
-        for event in events::diff(Some(&previous), &status) {
-            tracing::info!(kind = %event.kind, subject = %event.subject, "{}", event.summary);
-            self.metrics.count_event(event.kind);
-            // No subscriber is fine: nobody is watching right now.
-            let _ = self.events.send(event);
-        }
-        self.metrics.record_status(&status);
-        self.status.send_replace(Arc::new(status));
-    }
+pub fn engine_settings(config: &Config) -> EngineSettings {
+    let t = &config.thresholds;
+    EngineSettings::new(
+        config.report.interval,
+        config.report.stale_after,
+        LinkRules {
+            down_after: t.down_after,
+            loss_degraded: t.loss_degraded,
+            loss_down: t.loss_down,
+            rtt_p99_factor: t.rtt_p99_factor,
+            rtt_min_increase: t.rtt_min_increase,
+            flap_window: t.flap_window,
+            flap_changes: t.flap_changes,
+            saturated_slowdown: SATURATED_SLOWDOWN,
+        },
+    )
 }
 
-fn inputs_from_config(config: &Config, identity: NodeIdentity) -> MeshInputs {
-    let links = config
+/// A report book for this config's membership.
+pub fn report_book(config: &Config) -> SharedBook {
+    Arc::new(Mutex::new(ReportBook::new(
+        config.node.id.clone(),
+        config.members().into_iter().collect(),
+        config
+            .report
+            .stale_after
+            .saturating_mul(MAX_REPORT_DELAY_FACTOR),
+    )))
+}
+
+fn expected_links(config: &Config, local: &NodeId) -> Vec<ExpectedLink> {
+    config
         .links
         .iter()
         .map(|link| ExpectedLink {
             local: LinkEnd {
-                node: identity.id.clone(),
+                node: local.clone(),
                 iface: link.local_iface.clone(),
                 address: Some(link.local_address),
                 rdma_device: None,
@@ -122,12 +147,130 @@ fn inputs_from_config(config: &Config, identity: NodeIdentity) -> MeshInputs {
                 ..LinkEnd::node_only(link.peer.clone())
             },
         })
-        .collect();
-    MeshInputs {
-        configured: config.members().into_iter().collect::<BTreeSet<_>>(),
-        local: identity,
-        heard: Default::default(),
-        links,
-        local_alarms: Vec::new(),
+        .collect()
+}
+
+impl Aggregator {
+    /// Evaluates once right away, so the first status a client reads is a
+    /// real verdict, never an empty placeholder.
+    pub fn new(
+        config: &Config,
+        identity: NodeIdentity,
+        feeds: Feeds,
+        metrics: Arc<Metrics>,
+    ) -> (Self, MeshState, Outgoing) {
+        let engine = Engine::new(engine_settings(config));
+        let (status, status_rx) = watch::channel(Arc::new(placeholder(&identity)));
+        let (events, _) = broadcast::channel(EVENT_BUFFER);
+        let (body, body_rx) = watch::channel(Arc::new(ReportBody::default()));
+        let urgent = Arc::new(Notify::new());
+        let mut aggregator = Self {
+            engine,
+            expected_links: expected_links(config, &identity.id),
+            configured: config.members().into_iter().collect(),
+            identity,
+            feeds,
+            status,
+            events,
+            body,
+            urgent: urgent.clone(),
+            metrics,
+        };
+        aggregator.evaluate(SystemTime::now(), true);
+        let state = MeshState {
+            status: status_rx,
+            events: aggregator.events.clone(),
+        };
+        let outgoing = Outgoing {
+            body: body_rx,
+            urgent,
+        };
+        (aggregator, state, outgoing)
+    }
+
+    pub async fn run(mut self, shutdown: CancellationToken) {
+        let mut tick = tokio::time::interval(EVALUATION_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                _ = tick.tick() => self.evaluate(SystemTime::now(), false),
+            }
+        }
+        tracing::debug!("aggregator stopped");
+    }
+
+    fn evaluate(&mut self, now: SystemTime, first: bool) {
+        let started = Instant::now();
+        let (reports, rejected) = {
+            let book = self
+                .feeds
+                .book
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            (book.latest().clone(), book.rejected().clone())
+        };
+        let local_links: Vec<LocalObservation> = self
+            .feeds
+            .local_links
+            .iter()
+            .filter_map(|feed| feed.borrow().clone())
+            .collect();
+        let load = *self.feeds.load.borrow();
+        let inputs = MeshInputs {
+            local: self.identity.clone(),
+            configured: self.configured.clone(),
+            local_load: load,
+            local_links,
+            expected_links: self.expected_links.clone(),
+            reports,
+            local_alarms: Vec::new(),
+        };
+        let status = self.engine.evaluate(&inputs, now);
+        self.metrics.observe_evaluation(started.elapsed());
+
+        self.body.send_replace(Arc::new(ReportBody {
+            links: inputs
+                .local_links
+                .iter()
+                .map(|l| l.observation.clone())
+                .collect(),
+            alarms: inputs.local_alarms.clone(),
+            hears: self.engine.hears(&inputs, now),
+            load,
+        }));
+
+        let events = if first {
+            Vec::new()
+        } else {
+            events::diff(Some(&self.status.borrow()), &status)
+        };
+        for event in &events {
+            tracing::info!(kind = %event.kind, subject = %event.subject, "{}", event.summary);
+            self.metrics.count_event(event.kind);
+        }
+        if !events.is_empty() {
+            self.urgent.notify_one();
+        }
+        self.metrics.record_status(&status);
+        self.metrics.record_inputs(&inputs, &rejected, now);
+        self.status.send_replace(Arc::new(status));
+        for event in events {
+            // No subscriber is fine: nobody is watching right now.
+            let _ = self.events.send(event);
+        }
+    }
+}
+
+/// Stands in for the status only until the first evaluation, which
+/// `Aggregator::new` runs before anyone can read it.
+fn placeholder(identity: &NodeIdentity) -> MeshStatus {
+    MeshStatus {
+        node: identity.clone(),
+        evaluated_at: SystemTime::UNIX_EPOCH,
+        quorum: Default::default(),
+        nodes: Vec::new(),
+        links: Vec::new(),
+        alarms: Vec::new(),
     }
 }

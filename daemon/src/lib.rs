@@ -14,3 +14,4 @@ pub mod metrics;
 pub mod model;
 pub mod node;
 pub mod peer;
+pub mod watch;

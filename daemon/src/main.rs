@@ -95,8 +95,11 @@ fn run(config_path: Option<PathBuf>, hostname: &str) -> anyhow::Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async {
+        // Watch for signals before anything starts, so a stop request that
+        // arrives during start-up is a graceful stop, not a kill.
+        let mut signals = StopSignals::install()?;
         let node = RunningNode::start(&config, hostname).await?;
-        let signal = shutdown_signal().await?;
+        let signal = signals.next().await?;
         tracing::info!(signal, "shutting down");
         node.shutdown();
         node.wait().await?;
@@ -105,22 +108,42 @@ fn run(config_path: Option<PathBuf>, hostname: &str) -> anyhow::Result<()> {
     })
 }
 
-/// Resolves on SIGINT or SIGTERM (launchd and systemd stop with SIGTERM).
-async fn shutdown_signal() -> anyhow::Result<&'static str> {
+/// SIGINT and SIGTERM (launchd and systemd stop with SIGTERM).
+struct StopSignals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
-        tokio::select! {
-            r = tokio::signal::ctrl_c() => r.map(|()| "SIGINT").context("cannot watch SIGINT"),
-            _ = term.recv() => Ok("SIGTERM"),
+    terminate: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn install() -> anyhow::Result<Self> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Ok(Self {
+                terminate: signal(SignalKind::terminate()).context("cannot watch SIGTERM")?,
+                interrupt: signal(SignalKind::interrupt()).context("cannot watch SIGINT")?,
+            })
         }
+        #[cfg(not(unix))]
+        Ok(Self {})
     }
-    #[cfg(not(unix))]
-    {
-        tokio::signal::ctrl_c()
-            .await
-            .context("cannot watch Ctrl-C")?;
-        Ok("Ctrl-C")
+
+    async fn next(&mut self) -> anyhow::Result<&'static str> {
+        #[cfg(unix)]
+        {
+            tokio::select! {
+                _ = self.interrupt.recv() => Ok("SIGINT"),
+                _ = self.terminate.recv() => Ok("SIGTERM"),
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            tokio::signal::ctrl_c()
+                .await
+                .context("cannot watch Ctrl-C")?;
+            Ok("Ctrl-C")
+        }
     }
 }

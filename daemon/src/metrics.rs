@@ -8,11 +8,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-use meshd_proto::domain::{EventKind, LinkState, MeshStatus, NodeIdentity, NodeState, Severity};
+use meshd_proto::domain::{
+    EventKind, LinkState, MeshStatus, NodeId, NodeIdentity, NodeState, RejectReason, Severity,
+};
 use metrics::{Key, KeyName, Label, Metadata, Recorder, SharedString, Unit};
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusRecorder};
+
+use crate::model::verdict::MeshInputs;
 
 pub const BUILD_INFO: &str = "meshd_build_info";
 pub const QUORUM_HAS_QUORUM: &str = "meshd_quorum_has_quorum";
@@ -24,6 +28,17 @@ pub const LINK_STATE: &str = "meshd_link_state";
 pub const ALARMS_ACTIVE: &str = "meshd_alarms_active";
 pub const EVENTS_TOTAL: &str = "meshd_events_total";
 pub const EVALUATION_DURATION_SECONDS: &str = "meshd_evaluation_duration_seconds";
+pub const LINK_RTT_SECONDS: &str = "meshd_link_rtt_seconds";
+pub const LINK_PROBES_SENT_TOTAL: &str = "meshd_link_probes_sent_total";
+pub const LINK_PROBES_LOST_TOTAL: &str = "meshd_link_probes_lost_total";
+pub const LINK_LOSS_RATIO: &str = "meshd_link_loss_ratio";
+pub const LINK_SILENCE_SECONDS: &str = "meshd_link_silence_seconds";
+pub const LINKS_EXPECTED: &str = "meshd_links_expected";
+pub const LINKS_OBSERVED: &str = "meshd_links_observed";
+pub const PEER_REPORT_AGE_SECONDS: &str = "meshd_peer_report_age_seconds";
+pub const REPORTS_REJECTED_TOTAL: &str = "meshd_reports_rejected_total";
+pub const REPORTS_SENT_TOTAL: &str = "meshd_reports_sent_total";
+pub const NODE_CPU_BUSY_RATIO: &str = "meshd_node_cpu_busy_ratio";
 
 /// Verdict evaluations take microseconds at 7 nodes and milliseconds at 256;
 /// buckets cover both with room for a slow machine.
@@ -93,6 +108,79 @@ const METRICS: &[(&str, Kind, Option<Unit>, &str)] = &[
         Some(Unit::Seconds),
         "Time one evaluation of the verdict engine took.",
     ),
+    (
+        LINK_RTT_SECONDS,
+        Kind::Histogram,
+        Some(Unit::Seconds),
+        "Round-trip time of the small probes on this node's link to `peer`, wire time only (the responder's own delay is taken out).",
+    ),
+    (
+        LINK_PROBES_SENT_TOTAL,
+        Kind::Counter,
+        None,
+        "Probes whose fate is known (answered or timed out) on this node's link to `peer`.",
+    ),
+    (
+        LINK_PROBES_LOST_TOTAL,
+        Kind::Counter,
+        None,
+        "Probes that timed out on this node's link to `peer`.",
+    ),
+    (
+        LINK_LOSS_RATIO,
+        Kind::Gauge,
+        None,
+        "Lost share (0-1) of the small probes on this node's link to `peer` over the sliding `window` (1s, 10s, 60s).",
+    ),
+    (
+        LINK_SILENCE_SECONDS,
+        Kind::Gauge,
+        None,
+        "Time since the last probe reply on this node's link to `peer`.",
+    ),
+    (
+        LINKS_EXPECTED,
+        Kind::Gauge,
+        None,
+        "Links a full mesh of the configured members needs: N(N-1)/2.",
+    ),
+    (
+        LINKS_OBSERVED,
+        Kind::Gauge,
+        None,
+        "Links that at least one end currently probes, as this node knows from its own probes and fresh reports.",
+    ),
+    (
+        PEER_REPORT_AGE_SECONDS,
+        Kind::Gauge,
+        None,
+        "Age of the latest accepted report of `peer`, on this node's clock.",
+    ),
+    (
+        REPORTS_REJECTED_TOTAL,
+        Kind::Counter,
+        None,
+        "Peer reports this node refused, by `reason` (unknown_node, replayed, old_incarnation, stale, malformed).",
+    ),
+    (
+        REPORTS_SENT_TOTAL,
+        Kind::Counter,
+        None,
+        "Reports this node pushed to `peer`, by `outcome` (accepted, rejected, failed).",
+    ),
+    (
+        NODE_CPU_BUSY_RATIO,
+        Kind::Gauge,
+        None,
+        "Busy share (0-1) of all CPU cores of this node.",
+    ),
+];
+
+/// RTTs of a Thunderbolt link are tens of microseconds, of a busy or
+/// failing one milliseconds: buckets from 5 µs to 1 s.
+const RTT_BUCKETS_SECONDS: &[f64] = &[
+    0.000_005, 0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005,
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 ];
 
 #[derive(Debug, Clone, Copy)]
@@ -122,6 +210,10 @@ impl Metrics {
             .set_buckets_for_metric(
                 Matcher::Full(EVALUATION_DURATION_SECONDS.to_owned()),
                 EVALUATION_BUCKETS_SECONDS,
+            )?
+            .set_buckets_for_metric(
+                Matcher::Full(LINK_RTT_SECONDS.to_owned()),
+                RTT_BUCKETS_SECONDS,
             )?
             .build_recorder();
         for (name, kind, unit, help) in METRICS {
@@ -245,6 +337,99 @@ impl Metrics {
                 Label::new("severity", severity.as_str()),
             ],
         )
+    }
+
+    /// The RTT histogram of this node's link to `peer`; the prober records
+    /// every answered probe into it.
+    pub fn link_rtt(&self, peer: &NodeId) -> metrics::Histogram {
+        self.recorder.register_histogram(
+            &Key::from_parts(LINK_RTT_SECONDS, vec![Label::new("peer", peer.to_string())]),
+            &METADATA,
+        )
+    }
+
+    pub fn count_report_sent(&self, peer: &NodeId, outcome: &'static str) {
+        self.recorder
+            .register_counter(
+                &Key::from_parts(
+                    REPORTS_SENT_TOTAL,
+                    vec![
+                        Label::new("peer", peer.to_string()),
+                        Label::new("outcome", outcome),
+                    ],
+                ),
+                &METADATA,
+            )
+            .increment(1);
+    }
+
+    /// What went into one evaluation: this node's own probes, the age of
+    /// each peer's report, refused reports, and how much of the mesh is seen.
+    pub fn record_inputs(
+        &self,
+        inputs: &MeshInputs,
+        rejected: &BTreeMap<RejectReason, u64>,
+        now: SystemTime,
+    ) {
+        for local in &inputs.local_links {
+            let o = &local.observation;
+            let peer = || Label::new("peer", o.remote.node.to_string());
+            self.counter(LINK_PROBES_SENT_TOTAL, vec![peer()])
+                .absolute(o.probes_sent_total);
+            self.counter(LINK_PROBES_LOST_TOTAL, vec![peer()])
+                .absolute(o.probes_lost_total);
+            self.gauge(LINK_SILENCE_SECONDS, vec![peer()])
+                .set(o.silence.as_secs_f64());
+            for window in &o.loss {
+                let labels = vec![
+                    peer(),
+                    Label::new(
+                        "window",
+                        humantime::format_duration(window.window).to_string(),
+                    ),
+                ];
+                self.gauge(LINK_LOSS_RATIO, labels).set(window.ratio());
+            }
+        }
+        for (peer, received) in &inputs.reports {
+            let age = now.duration_since(received.at).unwrap_or_default();
+            self.gauge(
+                PEER_REPORT_AGE_SECONDS,
+                vec![Label::new("peer", peer.to_string())],
+            )
+            .set(age.as_secs_f64());
+        }
+        for reason in RejectReason::ALL {
+            let total = rejected.get(reason).copied().unwrap_or(0);
+            self.counter(
+                REPORTS_REJECTED_TOTAL,
+                vec![Label::new("reason", reason.as_str())],
+            )
+            .absolute(total);
+        }
+        let n = inputs.configured.len();
+        self.gauge(LINKS_EXPECTED, vec![])
+            .set(count(n * n.saturating_sub(1) / 2));
+        let observed: BTreeSet<(&NodeId, &NodeId)> = inputs
+            .local_links
+            .iter()
+            .map(|l| &l.observation)
+            .chain(inputs.reports.values().flat_map(|r| r.report.links.iter()))
+            .filter(|o| o.probes_sent_total > 0)
+            .map(|o| {
+                let (x, y) = (&o.local.node, &o.remote.node);
+                if x <= y { (x, y) } else { (y, x) }
+            })
+            .collect();
+        self.gauge(LINKS_OBSERVED, vec![])
+            .set(count(observed.len()));
+        self.gauge(NODE_CPU_BUSY_RATIO, vec![])
+            .set(inputs.local_load.cpu_busy_ratio);
+    }
+
+    fn counter(&self, name: &'static str, labels: Vec<Label>) -> metrics::Counter {
+        self.recorder
+            .register_counter(&Key::from_parts(name, labels), &METADATA)
     }
 
     fn gauge(&self, name: &'static str, labels: Vec<Label>) -> metrics::Gauge {

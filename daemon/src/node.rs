@@ -8,16 +8,20 @@ use std::time::SystemTime;
 
 use meshd_proto::domain::{Incarnation, NodeIdentity};
 use meshd_proto::wire::mesh_server::MeshServer;
+use meshd_proto::wire::peer_server::PeerServer;
 use meshd_proto::{FILE_DESCRIPTOR_SET, service_names};
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 
-use crate::aggregator::{Aggregator, MeshState};
+use crate::aggregator::{self, Aggregator, Feeds, MeshState};
 use crate::config::Config;
 use crate::metrics::Metrics;
+use crate::peer::intake::PeerService;
+use crate::peer::reporter::Reporter;
 use crate::peer::service::MeshService;
+use crate::watch::load;
 
 /// Seconds between histogram upkeeps of the metrics recorder.
 const METRICS_UPKEEP: std::time::Duration = std::time::Duration::from_secs(5);
@@ -85,8 +89,23 @@ impl RunningNode {
 
         let identity = identity(config, hostname, SystemTime::now());
         let metrics = Arc::new(Metrics::new(&identity)?);
-        let (aggregator, state) = Aggregator::new(config, identity.clone(), metrics.clone());
         let shutdown = CancellationToken::new();
+        let book = aggregator::report_book(config);
+        let feeds = Feeds {
+            book: book.clone(),
+            local_links: Vec::new(),
+            load: load::spawn(config.thresholds.cpu_saturated, shutdown.clone()),
+        };
+        let (aggregator, state, outgoing) =
+            Aggregator::new(config, identity.clone(), feeds, metrics.clone());
+        let reporter = Reporter::start(
+            identity.clone(),
+            &config.peers,
+            config.report.interval,
+            outgoing,
+            metrics.clone(),
+            &shutdown,
+        );
         let mut tasks = JoinSet::new();
 
         tasks.spawn({
@@ -96,8 +115,19 @@ impl RunningNode {
                 Ok(())
             }
         });
+        tasks.spawn({
+            let shutdown = shutdown.clone();
+            async move {
+                reporter.run(shutdown).await;
+                Ok(())
+            }
+        });
         tasks.spawn(upkeep(metrics.clone(), shutdown.clone()));
-        tasks.spawn(serve_grpc(grpc_listener, state.clone(), shutdown.clone())?);
+        let services = Services {
+            mesh: MeshService::new(state.clone(), shutdown.clone()),
+            peer: PeerService::new(identity.clone(), book),
+        };
+        tasks.spawn(serve_grpc(grpc_listener, services, shutdown.clone())?);
         tasks.spawn({
             let router = crate::http::router(metrics, state.clone());
             let shutdown = shutdown.clone();
@@ -165,14 +195,21 @@ fn local_addr(
         .map_err(|source| StartError::Listen { what, addr, source })
 }
 
+/// The meshd.v1 services this node serves.
+struct Services {
+    mesh: MeshService,
+    peer: PeerService,
+}
+
 fn serve_grpc(
     listener: TcpListener,
-    state: MeshState,
+    services: Services,
     shutdown: CancellationToken,
 ) -> Result<impl Future<Output = Result<(), ServeError>>, StartError> {
     let (health, health_service) = tonic_health::server::health_reporter();
     let advertised = [
         service_names::MESH,
+        service_names::PEER,
         "grpc.health.v1.Health",
         "grpc.reflection.v1.ServerReflection",
         "grpc.reflection.v1alpha.ServerReflection",
@@ -188,14 +225,17 @@ fn serve_grpc(
     let reflection_v1 = reflection().build_v1()?;
     let reflection_v1alpha = reflection().build_v1alpha()?;
     Ok(async move {
-        health
-            .set_service_status(service_names::MESH, tonic_health::ServingStatus::Serving)
-            .await;
+        for name in [service_names::MESH, service_names::PEER] {
+            health
+                .set_service_status(name, tonic_health::ServingStatus::Serving)
+                .await;
+        }
         tonic::transport::Server::builder()
             .add_service(health_service)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
-            .add_service(MeshServer::new(MeshService::new(state, shutdown.clone())))
+            .add_service(MeshServer::new(services.mesh))
+            .add_service(PeerServer::new(services.peer))
             .serve_with_incoming_shutdown(
                 TcpListenerStream::new(listener),
                 shutdown.cancelled_owned(),

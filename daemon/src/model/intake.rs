@@ -147,7 +147,8 @@ mod tests {
     #[test]
     fn rejects_replays_and_old_incarnations_keeping_the_newest() {
         let mut book = book();
-        book.accept(report("b", 5, 10, 1_000), t(1_000)).expect("first");
+        book.accept(report("b", 5, 10, 1_000), t(1_000))
+            .expect("first");
         assert_eq!(
             book.accept(report("b", 5, 10, 1_000), t(1_100)),
             Err(RejectReason::Replayed)
@@ -168,7 +169,8 @@ mod tests {
     #[test]
     fn a_restart_starts_a_new_sequence() {
         let mut book = book();
-        book.accept(report("b", 5, 1_000, 1_000), t(1_000)).expect("old run");
+        book.accept(report("b", 5, 1_000, 1_000), t(1_000))
+            .expect("old run");
         assert_eq!(book.accept(report("b", 6, 1, 2_000), t(2_000)), Ok(()));
     }
 
@@ -201,7 +203,10 @@ mod tests {
         let mut book = book();
         book.accept(report("b", 1, 1, 0), t(0)).expect("b");
         book.accept(report("c", 1, 1, 0), t(0)).expect("c");
-        book.set_members([id("a"), id("c")].into_iter().collect(), Duration::from_secs(5));
+        book.set_members(
+            [id("a"), id("c")].into_iter().collect(),
+            Duration::from_secs(5),
+        );
         assert_eq!(book.latest().keys().collect::<Vec<_>>(), vec![&id("c")]);
         assert_eq!(
             book.accept(report("b", 1, 2, 0), t(0)),

@@ -3,5 +3,7 @@
 //! quorum testable (and fast) without a network.
 
 pub mod events;
+pub mod intake;
+pub mod link;
 pub mod quorum;
 pub mod verdict;

@@ -1,0 +1,657 @@
+//! One link's verdict: what its two ends' observations say right now (the
+//! raw assessment), and the hysteresis that turns a stream of raw
+//! assessments into a verdict that does not chatter.
+
+use std::collections::VecDeque;
+use std::time::{Duration, SystemTime};
+
+use meshd_proto::domain::{LinkObservation, LinkState, RdmaPortState};
+
+/// The windows the prober reports, by length.
+pub const SHORT_WINDOW: Duration = Duration::from_secs(1);
+pub const MEDIUM_WINDOW: Duration = Duration::from_secs(10);
+
+/// Fewer RTT samples than this say nothing about a p99.
+const MIN_RTT_SAMPLES: u64 = 20;
+
+/// Replies must flow this long before a down link is called up again: one
+/// lucky probe through a dying cable is not a recovery.
+pub const UP_AFTER: Duration = Duration::from_secs(1);
+/// A degradation must hold this long before it is reported.
+pub const DEGRADED_AFTER: Duration = Duration::from_millis(500);
+/// A degraded link must look clean this long before it is called up; loss
+/// windows are 10 s, so anything shorter would chatter.
+pub const CLEAR_AFTER: Duration = Duration::from_secs(5);
+
+/// The lines the engine draws, from the config's thresholds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LinkRules {
+    pub down_after: Duration,
+    pub loss_degraded: f64,
+    pub loss_down: f64,
+    pub rtt_p99_factor: f64,
+    pub rtt_min_increase: Duration,
+    pub flap_window: Duration,
+    pub flap_changes: u32,
+    /// Lifeguard: a saturated node's own silence needs this many times
+    /// `down_after` before it counts, since its probes and timers run late.
+    pub saturated_slowdown: u32,
+}
+
+/// One end's observation of the link, as seen from the evaluating node now.
+#[derive(Debug, Clone, Copy)]
+pub struct EndView<'a> {
+    pub node: &'a str,
+    pub observation: &'a LinkObservation,
+    /// How old the observation is on this node's clock (report age).
+    pub age: Duration,
+    pub saturated: bool,
+}
+
+impl EndView<'_> {
+    /// Silence now: what the end measured plus what has passed since.
+    fn silence(&self) -> Duration {
+        self.observation.silence.saturating_add(self.age)
+    }
+
+    fn ever_answered(&self) -> bool {
+        self.observation.last_reply_at.is_some()
+    }
+
+    fn silent(&self, rules: &LinkRules) -> bool {
+        let threshold = if self.saturated {
+            rules.down_after.saturating_mul(rules.saturated_slowdown)
+        } else {
+            rules.down_after
+        };
+        self.observation.probes_sent_total > 0 && self.silence() >= threshold
+    }
+}
+
+/// What the ends say now, before hysteresis, with the evidence.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Assessment {
+    pub state: LinkState,
+    pub evidence: Vec<String>,
+}
+
+fn fmt_duration(d: Duration) -> String {
+    if d >= Duration::from_secs(1) {
+        format!("{:.1}s", d.as_secs_f64())
+    } else if d >= Duration::from_millis(1) {
+        format!("{:.1}ms", d.as_secs_f64() * 1e3)
+    } else {
+        format!("{}µs", d.as_micros())
+    }
+}
+
+fn percent(ratio: f64) -> String {
+    format!("{:.0}%", ratio * 100.0)
+}
+
+/// Judges the link from the ends that observe it (one or two).
+pub fn assess(ends: &[EndView<'_>], rules: &LinkRules) -> Assessment {
+    if ends.is_empty() {
+        return Assessment {
+            state: LinkState::Unknown,
+            evidence: vec!["no end reports this link".to_owned()],
+        };
+    }
+    let mut evidence = Vec::new();
+    let silent: Vec<&EndView<'_>> = ends.iter().filter(|e| e.silent(rules)).collect();
+    for end in &silent {
+        evidence.push(format!(
+            "{}: no reply for {} ({} probes lost in a row){}",
+            end.node,
+            fmt_duration(end.silence()),
+            end.observation.consecutive_lost,
+            if end.saturated { ", CPU saturated" } else { "" }
+        ));
+    }
+    if silent.len() == ends.len() {
+        return Assessment {
+            state: LinkState::Down,
+            evidence,
+        };
+    }
+
+    let heavy_loss: Vec<(&EndView<'_>, f64)> = ends
+        .iter()
+        .filter_map(|e| {
+            let w = e.observation.loss_over(SHORT_WINDOW)?;
+            (w.sent > 0 && w.ratio() >= rules.loss_down).then_some((e, w.ratio()))
+        })
+        .collect();
+    if heavy_loss.len() == ends.len() {
+        evidence.extend(heavy_loss.iter().map(|(e, r)| {
+            format!(
+                "{}: {} of probes lost over the last 1s",
+                e.node,
+                percent(*r)
+            )
+        }));
+        return Assessment {
+            state: LinkState::Down,
+            evidence,
+        };
+    }
+
+    if !silent.is_empty() {
+        // One end hears nothing while the other gets replies: the path works
+        // one way round or the silent end's prober is in trouble. Either way
+        // it is not a cut cable.
+        evidence.push("only one end is silent".to_owned());
+    }
+    for end in ends {
+        degradation(end, rules, &mut evidence);
+    }
+    if !evidence.is_empty() {
+        return Assessment {
+            state: LinkState::Degraded,
+            evidence,
+        };
+    }
+    if ends.iter().any(EndView::ever_answered) {
+        Assessment {
+            state: LinkState::Up,
+            evidence: Vec::new(),
+        }
+    } else {
+        Assessment {
+            state: LinkState::Unknown,
+            evidence: vec!["no probe answered yet".to_owned()],
+        }
+    }
+}
+
+fn degradation(end: &EndView<'_>, rules: &LinkRules, evidence: &mut Vec<String>) {
+    let o = end.observation;
+    let node = end.node;
+    for (what, windows) in [("probes", &o.loss), ("MTU-sized probes", &o.mtu_loss)] {
+        if let Some(w) = windows.iter().find(|w| w.window == MEDIUM_WINDOW)
+            && w.sent > 0
+            && w.ratio() >= rules.loss_degraded
+        {
+            evidence.push(format!(
+                "{node}: {} of {what} lost over 10s ({} of {})",
+                percent(w.ratio()),
+                w.lost,
+                w.sent
+            ));
+        }
+    }
+    let rtt = &o.rtt;
+    if rtt.samples >= MIN_RTT_SAMPLES && !rtt.baseline_p99.is_zero() {
+        let by_factor = rtt.baseline_p99.mul_f64(rules.rtt_p99_factor);
+        let by_floor = rtt.baseline_p99.saturating_add(rules.rtt_min_increase);
+        if rtt.p99 > by_factor.max(by_floor) {
+            evidence.push(format!(
+                "{node}: RTT p99 {} against a baseline of {}",
+                fmt_duration(rtt.p99),
+                fmt_duration(rtt.baseline_p99)
+            ));
+        }
+    }
+    if let (Some(have), Some(want)) = (o.negotiated_speed_bps, o.expected_speed_bps)
+        && have < want
+    {
+        evidence.push(format!(
+            "{node}: negotiated {} Gb/s, expected {} Gb/s",
+            have / 1_000_000_000,
+            want / 1_000_000_000
+        ));
+    }
+    if !matches!(
+        o.rdma_port_state,
+        RdmaPortState::None | RdmaPortState::Active
+    ) {
+        evidence.push(format!(
+            "{node}: RDMA port is {} while IP probes get through",
+            o.rdma_port_state
+        ));
+    }
+}
+
+/// Turns raw assessments into the reported verdict: down at once (the
+/// silence threshold already is the debounce), degraded after it held,
+/// recovery only after the link stayed clean, and `flapping` instead of a
+/// stream of changes.
+#[derive(Debug, Clone)]
+pub struct LinkTracker {
+    /// The verdict before flap suppression.
+    settled: LinkState,
+    /// The raw state and since when it has held.
+    raw: LinkState,
+    raw_since: SystemTime,
+    /// When `settled` moved between good (up) and bad (degraded, down).
+    swings: VecDeque<SystemTime>,
+    reported: LinkState,
+    reported_since: SystemTime,
+}
+
+impl LinkTracker {
+    pub fn new(now: SystemTime) -> Self {
+        Self {
+            settled: LinkState::Unknown,
+            raw: LinkState::Unknown,
+            raw_since: now,
+            swings: VecDeque::new(),
+            reported: LinkState::Unknown,
+            reported_since: now,
+        }
+    }
+
+    pub fn state(&self) -> LinkState {
+        self.reported
+    }
+
+    pub fn since(&self) -> SystemTime {
+        self.reported_since
+    }
+
+    /// Changes between up and not-up within the flap window.
+    pub fn recent_changes(&self) -> u32 {
+        u32::try_from(self.swings.len()).unwrap_or(u32::MAX)
+    }
+
+    /// Feeds one raw assessment; returns the reported state.
+    pub fn update(&mut self, raw: LinkState, now: SystemTime, rules: &LinkRules) -> LinkState {
+        if raw != self.raw {
+            self.raw = raw;
+            self.raw_since = now;
+        }
+        let held = now.duration_since(self.raw_since).unwrap_or_default();
+        let next = settle(self.settled, raw, held);
+        if next != self.settled {
+            if is_bad(next) != is_bad(self.settled) && self.settled != LinkState::Unknown {
+                self.swings.push_back(now);
+            }
+            self.settled = next;
+        }
+        while self
+            .swings
+            .front()
+            .is_some_and(|t| now.duration_since(*t).unwrap_or_default() > rules.flap_window)
+        {
+            self.swings.pop_front();
+        }
+        let flapping = self.recent_changes() >= rules.flap_changes;
+        let reported = if flapping && self.settled != LinkState::Unknown {
+            LinkState::Flapping
+        } else {
+            self.settled
+        };
+        if reported != self.reported {
+            self.reported = reported;
+            self.reported_since = now;
+        }
+        reported
+    }
+
+    /// Forgets the evidence without counting a swing: used when the verdict
+    /// is held back (no quorum) so that regaining quorum starts clean.
+    pub fn hold_unknown(&mut self, now: SystemTime) {
+        self.settled = LinkState::Unknown;
+        self.raw = LinkState::Unknown;
+        self.raw_since = now;
+        if self.reported != LinkState::Unknown {
+            self.reported = LinkState::Unknown;
+            self.reported_since = now;
+        }
+    }
+}
+
+fn is_bad(state: LinkState) -> bool {
+    matches!(state, LinkState::Down | LinkState::Degraded)
+}
+
+/// The settled state given the previous one and how long `raw` has held.
+fn settle(settled: LinkState, raw: LinkState, held: Duration) -> LinkState {
+    use LinkState::{Degraded, Down, Flapping, Unknown, Up};
+    match (settled, raw) {
+        (_, Down) => Down,
+        (_, Unknown) => Unknown,
+        (Unknown, r) => r,
+        (Down, Up | Degraded) if held >= UP_AFTER => raw,
+        (Down, _) => Down,
+        (Up, Degraded) if held >= DEGRADED_AFTER => Degraded,
+        (Degraded, Up) if held >= CLEAR_AFTER => Up,
+        (s, Up | Degraded) if s == raw => s,
+        (Flapping, r) => r,
+        (s, _) => s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use meshd_proto::domain::{
+        InterfaceState, LinkEnd, LossWindow, NodeId, RttHistogram, RttSummary,
+    };
+
+    use super::*;
+
+    fn rules() -> LinkRules {
+        LinkRules {
+            down_after: Duration::from_millis(600),
+            loss_degraded: 0.02,
+            loss_down: 0.5,
+            rtt_p99_factor: 3.0,
+            rtt_min_increase: Duration::from_millis(1),
+            flap_window: Duration::from_secs(60),
+            flap_changes: 4,
+            saturated_slowdown: 2,
+        }
+    }
+
+    fn healthy() -> LinkObservation {
+        let end = |n: &str| LinkEnd::node_only(NodeId::new(n).expect("id"));
+        LinkObservation {
+            local: end("a"),
+            remote: end("b"),
+            interface_state: InterfaceState::Unknown,
+            negotiated_speed_bps: None,
+            expected_speed_bps: None,
+            rdma_port_state: RdmaPortState::None,
+            gid_matches_address: None,
+            rtt: RttSummary {
+                p50: Duration::from_micros(40),
+                p99: Duration::from_micros(90),
+                baseline_p99: Duration::from_micros(100),
+                samples: 100,
+                ..RttSummary::default()
+            },
+            rtt_histogram: RttHistogram::default(),
+            loss: vec![
+                LossWindow {
+                    window: SHORT_WINDOW,
+                    sent: 10,
+                    lost: 0,
+                },
+                LossWindow {
+                    window: MEDIUM_WINDOW,
+                    sent: 100,
+                    lost: 0,
+                },
+            ],
+            mtu_loss: vec![LossWindow {
+                window: MEDIUM_WINDOW,
+                sent: 10,
+                lost: 0,
+            }],
+            probes_sent_total: 1000,
+            probes_lost_total: 0,
+            last_reply_at: Some(SystemTime::UNIX_EPOCH),
+            error_counters: vec![],
+            silence: Duration::from_millis(50),
+            consecutive_lost: 0,
+        }
+    }
+
+    fn silent(for_ms: u64) -> LinkObservation {
+        LinkObservation {
+            silence: Duration::from_millis(for_ms),
+            consecutive_lost: 7,
+            ..healthy()
+        }
+    }
+
+    fn view<'a>(node: &'a str, o: &'a LinkObservation) -> EndView<'a> {
+        EndView {
+            node,
+            observation: o,
+            age: Duration::ZERO,
+            saturated: false,
+        }
+    }
+
+    #[test]
+    fn healthy_ends_are_up() {
+        let (a, b) = (healthy(), healthy());
+        let verdict = assess(&[view("a", &a), view("b", &b)], &rules());
+        assert_eq!(verdict.state, LinkState::Up);
+        assert!(verdict.evidence.is_empty());
+    }
+
+    #[test]
+    fn both_ends_silent_is_down_with_evidence() {
+        let (a, b) = (silent(700), silent(650));
+        let verdict = assess(&[view("a", &a), view("b", &b)], &rules());
+        assert_eq!(verdict.state, LinkState::Down);
+        assert_eq!(
+            verdict.evidence,
+            vec![
+                "a: no reply for 700.0ms (7 probes lost in a row)".to_owned(),
+                "b: no reply for 650.0ms (7 probes lost in a row)".to_owned(),
+            ]
+        );
+    }
+
+    #[test]
+    fn report_age_adds_to_the_silence() {
+        let (a, b) = (silent(700), silent(300));
+        let mut far = view("b", &b);
+        assert_eq!(
+            assess(&[view("a", &a), far], &rules()).state,
+            LinkState::Degraded
+        );
+        far.age = Duration::from_millis(300);
+        assert_eq!(
+            assess(&[view("a", &a), far], &rules()).state,
+            LinkState::Down
+        );
+    }
+
+    #[test]
+    fn one_silent_end_is_degraded_not_down() {
+        let (a, b) = (silent(2_000), healthy());
+        let verdict = assess(&[view("a", &a), view("b", &b)], &rules());
+        assert_eq!(verdict.state, LinkState::Degraded);
+        assert!(
+            verdict
+                .evidence
+                .contains(&"only one end is silent".to_owned())
+        );
+    }
+
+    #[test]
+    fn a_single_observing_end_decides_alone() {
+        let a = silent(700);
+        assert_eq!(assess(&[view("a", &a)], &rules()).state, LinkState::Down);
+    }
+
+    #[test]
+    fn a_saturated_end_needs_longer_silence() {
+        let (a, b) = (silent(900), silent(900));
+        let mut busy = view("a", &a);
+        busy.saturated = true;
+        let verdict = assess(&[busy, view("b", &b)], &rules());
+        assert_eq!(verdict.state, LinkState::Degraded, "{verdict:?}");
+        let (a, b) = (silent(1_300), silent(1_300));
+        let mut busy = view("a", &a);
+        busy.saturated = true;
+        let verdict = assess(&[busy, view("b", &b)], &rules());
+        assert_eq!(verdict.state, LinkState::Down);
+        assert!(
+            verdict.evidence[0].ends_with(", CPU saturated"),
+            "{verdict:?}"
+        );
+    }
+
+    #[test]
+    fn heavy_loss_on_both_ends_is_down() {
+        let lossy = LinkObservation {
+            loss: vec![LossWindow {
+                window: SHORT_WINDOW,
+                sent: 10,
+                lost: 6,
+            }],
+            ..healthy()
+        };
+        let verdict = assess(&[view("a", &lossy), view("b", &lossy)], &rules());
+        assert_eq!(verdict.state, LinkState::Down);
+        assert_eq!(
+            verdict.evidence[0],
+            "a: 60% of probes lost over the last 1s"
+        );
+    }
+
+    #[test]
+    fn moderate_loss_slow_rtt_low_speed_and_rdma_down_are_degraded() {
+        let b = healthy();
+        let cases = [
+            LinkObservation {
+                loss: vec![LossWindow {
+                    window: MEDIUM_WINDOW,
+                    sent: 100,
+                    lost: 5,
+                }],
+                ..healthy()
+            },
+            LinkObservation {
+                mtu_loss: vec![LossWindow {
+                    window: MEDIUM_WINDOW,
+                    sent: 10,
+                    lost: 1,
+                }],
+                ..healthy()
+            },
+            LinkObservation {
+                rtt: RttSummary {
+                    p99: Duration::from_millis(50),
+                    ..healthy().rtt
+                },
+                ..healthy()
+            },
+            LinkObservation {
+                negotiated_speed_bps: Some(40_000_000_000),
+                expected_speed_bps: Some(80_000_000_000),
+                ..healthy()
+            },
+            LinkObservation {
+                rdma_port_state: RdmaPortState::Down,
+                ..healthy()
+            },
+        ];
+        for a in &cases {
+            let verdict = assess(&[view("a", a), view("b", &b)], &rules());
+            assert_eq!(verdict.state, LinkState::Degraded, "{a:?}");
+            assert_eq!(verdict.evidence.len(), 1, "{verdict:?}");
+        }
+    }
+
+    #[test]
+    fn small_rtt_rises_are_jitter_not_degradation() {
+        let a = LinkObservation {
+            rtt: RttSummary {
+                p99: Duration::from_micros(900),
+                ..healthy().rtt
+            },
+            ..healthy()
+        };
+        assert_eq!(
+            assess(&[view("a", &a)], &rules()).state,
+            LinkState::Up,
+            "9x but < 1 ms"
+        );
+    }
+
+    #[test]
+    fn never_answered_is_unknown() {
+        let a = LinkObservation {
+            last_reply_at: None,
+            silence: Duration::from_millis(100),
+            ..healthy()
+        };
+        assert_eq!(assess(&[view("a", &a)], &rules()).state, LinkState::Unknown);
+    }
+
+    fn at(ms: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_millis(ms)
+    }
+
+    #[test]
+    fn tracker_goes_down_at_once_and_recovers_after_a_clean_second() {
+        let mut t = LinkTracker::new(at(0));
+        assert_eq!(t.update(LinkState::Up, at(0), &rules()), LinkState::Up);
+        assert_eq!(
+            t.update(LinkState::Down, at(100), &rules()),
+            LinkState::Down
+        );
+        assert_eq!(t.since(), at(100));
+        assert_eq!(t.update(LinkState::Up, at(200), &rules()), LinkState::Down);
+        assert_eq!(
+            t.update(LinkState::Up, at(1_100), &rules()),
+            LinkState::Down
+        );
+        assert_eq!(t.update(LinkState::Up, at(1_200), &rules()), LinkState::Up);
+        assert_eq!(t.recent_changes(), 2);
+    }
+
+    #[test]
+    fn tracker_needs_degradation_to_hold_and_to_clear() {
+        let mut t = LinkTracker::new(at(0));
+        t.update(LinkState::Up, at(0), &rules());
+        assert_eq!(
+            t.update(LinkState::Degraded, at(100), &rules()),
+            LinkState::Up
+        );
+        assert_eq!(
+            t.update(LinkState::Up, at(200), &rules()),
+            LinkState::Up,
+            "a blip"
+        );
+        assert_eq!(
+            t.update(LinkState::Degraded, at(300), &rules()),
+            LinkState::Up
+        );
+        assert_eq!(
+            t.update(LinkState::Degraded, at(800), &rules()),
+            LinkState::Degraded
+        );
+        assert_eq!(
+            t.update(LinkState::Up, at(900), &rules()),
+            LinkState::Degraded
+        );
+        assert_eq!(t.update(LinkState::Up, at(5_900), &rules()), LinkState::Up);
+    }
+
+    #[test]
+    fn tracker_reports_flapping_instead_of_each_change_and_calms_down() {
+        let mut t = LinkTracker::new(at(0));
+        let mut reported = Vec::new();
+        let mut now = 0;
+        t.update(LinkState::Up, at(now), &rules());
+        for _ in 0..4 {
+            now += 100;
+            reported.push(t.update(LinkState::Down, at(now), &rules()));
+            now += 1_100;
+            t.update(LinkState::Up, at(now - 1_000), &rules());
+            reported.push(t.update(LinkState::Up, at(now), &rules()));
+        }
+        // The fourth change within the window is reported as flapping, and
+        // so is everything after it.
+        assert_eq!(
+            reported[..3],
+            [LinkState::Down, LinkState::Up, LinkState::Down]
+        );
+        assert!(
+            reported[3..].iter().all(|s| *s == LinkState::Flapping),
+            "{reported:?}"
+        );
+        // Quiet for a whole flap window: back to the plain verdict.
+        assert_eq!(
+            t.update(LinkState::Up, at(now + 61_000), &rules()),
+            LinkState::Up
+        );
+    }
+
+    #[test]
+    fn holding_back_forgets_without_counting_a_swing() {
+        let mut t = LinkTracker::new(at(0));
+        t.update(LinkState::Up, at(0), &rules());
+        t.hold_unknown(at(100));
+        assert_eq!(t.state(), LinkState::Unknown);
+        assert_eq!(t.update(LinkState::Up, at(200), &rules()), LinkState::Up);
+        assert_eq!(t.recent_changes(), 0);
+    }
+}

@@ -1,0 +1,3 @@
+//! Local watchers: what this node notices about itself.
+
+pub mod load;
