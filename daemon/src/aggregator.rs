@@ -130,7 +130,8 @@ pub fn report_book(config: &Config) -> SharedBook {
     )))
 }
 
-fn expected_links(config: &Config, local: &NodeId) -> Vec<ExpectedLink> {
+/// The cables this node is configured to have.
+pub fn expected_links(config: &Config, local: &NodeId) -> Vec<ExpectedLink> {
     config
         .links
         .iter()

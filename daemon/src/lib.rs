@@ -14,4 +14,5 @@ pub mod metrics;
 pub mod model;
 pub mod node;
 pub mod peer;
+pub mod probe;
 pub mod watch;

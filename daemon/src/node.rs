@@ -21,6 +21,7 @@ use crate::metrics::Metrics;
 use crate::peer::intake::PeerService;
 use crate::peer::reporter::Reporter;
 use crate::peer::service::MeshService;
+use crate::probe::{ProberSettings, supervise_link};
 use crate::watch::load;
 
 /// Seconds between histogram upkeeps of the metrics recorder.
@@ -91,9 +92,22 @@ impl RunningNode {
         let metrics = Arc::new(Metrics::new(&identity)?);
         let shutdown = CancellationToken::new();
         let book = aggregator::report_book(config);
+        let probe_settings = ProberSettings::from(&config.probe);
+        let local_links = aggregator::expected_links(config, &identity.id)
+            .into_iter()
+            .map(|link| {
+                supervise_link(
+                    link.local,
+                    link.remote,
+                    probe_settings,
+                    metrics.clone(),
+                    shutdown.clone(),
+                )
+            })
+            .collect();
         let feeds = Feeds {
             book: book.clone(),
-            local_links: Vec::new(),
+            local_links,
             load: load::spawn(config.thresholds.cpu_saturated, shutdown.clone()),
         };
         let (aggregator, state, outgoing) =

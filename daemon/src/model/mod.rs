@@ -5,5 +5,6 @@
 pub mod events;
 pub mod intake;
 pub mod link;
+pub mod linkstats;
 pub mod quorum;
 pub mod verdict;

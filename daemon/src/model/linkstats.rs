@@ -1,0 +1,914 @@
+//! Per-link probe statistics: RTT quantiles, loss over sliding windows, a
+//! baseline from the link's own history, silence and losses in a row.
+//!
+//! Pure: no clock, no I/O. Every call takes the `Instant` of the event, so the
+//! prober feeds it real times and tests feed it made-up ones.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant, SystemTime};
+
+use meshd_proto::domain::{
+    InterfaceState, LinkEnd, LinkObservation, LossWindow, RdmaPortState, RttHistogram, RttSummary,
+};
+
+/// Loss windows reported, shortest first (DESIGN.md §4, observation.proto).
+pub const LOSS_WINDOWS: [Duration; 3] = [
+    Duration::from_secs(1),
+    Duration::from_secs(10),
+    Duration::from_secs(60),
+];
+
+/// RTT quantiles are taken over this much recent history: long enough for
+/// 100 samples at the default 10 probes/s, short enough to follow a change.
+pub const RTT_WINDOW: Duration = Duration::from_secs(10);
+
+/// Baseline summaries are kept this long; the baseline is their median, so a
+/// degradation shorter than half of it cannot drag the baseline along.
+pub const BASELINE_HISTORY: Duration = Duration::from_secs(300);
+
+/// A baseline from one or two windows is just the current RTT again.
+pub const BASELINE_MIN_WINDOWS: usize = 3;
+
+/// Probes awaiting a reply beyond this are evicted as lost: a peer that never
+/// answers must not grow memory, whatever the timeout is.
+pub const MAX_OUTSTANDING: usize = 1024;
+
+/// Hard cap on per-probe records. 60 s at the fastest allowed rates (10 ms
+/// small, 100 ms MTU) is 6600, so this only bites when fed nonsense times.
+pub const MAX_RECORDS: usize = 8192;
+
+/// Hard cap on RTT samples kept for the open baseline window (1000 at the
+/// fastest allowed 10 ms interval).
+const MAX_WINDOW_SAMPLES: usize = 4096;
+
+const MAX_BASELINE_WINDOWS: usize = (BASELINE_HISTORY.as_secs() / RTT_WINDOW.as_secs()) as usize;
+
+/// Histogram bucket upper bounds, in microseconds: a Thunderbolt/veth RTT is
+/// tens of µs, a sick or loaded link reaches ms, anything above 1 s is a
+/// timeout in practice.
+const HISTOGRAM_BOUNDS_US: [u64; 17] = [
+    5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000,
+    500_000, 1_000_000,
+];
+
+/// The histogram's bucket bounds (`counts` has one more entry than this).
+pub fn histogram_bounds() -> Vec<Duration> {
+    HISTOGRAM_BOUNDS_US
+        .iter()
+        .map(|us| Duration::from_micros(*us))
+        .collect()
+}
+
+/// Which kind of probe: small ones measure RTT and loss; MTU-sized ones catch
+/// size-dependent loss (a bad cable or MTU mismatch drops big frames only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ProbeClass {
+    Small,
+    Mtu,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkStatsConfig {
+    /// A probe unanswered this long is lost, and a later reply is ignored.
+    pub timeout: Duration,
+}
+
+impl Default for LinkStatsConfig {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_millis(500),
+        }
+    }
+}
+
+/// Replies that did not count, by reason; useful to spot a confused peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct IgnoredReplies {
+    /// No such probe outstanding: never sent, already answered (duplicate),
+    /// or already expired as lost.
+    pub unknown: u64,
+    /// Arrived after the timeout; the probe was counted as lost.
+    pub late: u64,
+    /// Class in the reply differs from the class sent.
+    pub class_mismatch: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Outstanding {
+    class: ProbeClass,
+    sent_at: Instant,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    Answered { rtt: Duration, host_delay: Duration },
+    Lost,
+}
+
+/// One probe whose fate is known, filed under the moment that became known:
+/// that keeps the record queue in time order without sorting.
+#[derive(Debug, Clone, Copy)]
+struct Record {
+    at: Instant,
+    class: ProbeClass,
+    fate: Fate,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct WindowSummary {
+    end: Instant,
+    p50: Duration,
+    p99: Duration,
+}
+
+#[derive(Debug, Clone)]
+struct BaselineWindow {
+    start: Instant,
+    samples: Vec<Duration>,
+}
+
+/// Statistics of one link's probes. Bounded memory: at most
+/// [`MAX_OUTSTANDING`] probes in flight, 60 s (at most [`MAX_RECORDS`]) of
+/// per-probe records, and 5 min of 10-s window summaries.
+#[derive(Debug, Clone)]
+pub struct LinkStats {
+    config: LinkStatsConfig,
+    outstanding: BTreeMap<u64, Outstanding>,
+    records: VecDeque<Record>,
+    histogram: Vec<u64>,
+    sent_total: u64,
+    lost_total: u64,
+    first_sent_at: Option<Instant>,
+    last_reply_at: Option<Instant>,
+    consecutive_lost: u32,
+    ignored: IgnoredReplies,
+    window: Option<BaselineWindow>,
+    summaries: VecDeque<WindowSummary>,
+}
+
+impl LinkStats {
+    pub fn new(config: LinkStatsConfig) -> Self {
+        Self {
+            config,
+            outstanding: BTreeMap::new(),
+            records: VecDeque::new(),
+            histogram: vec![0; HISTOGRAM_BOUNDS_US.len() + 1],
+            sent_total: 0,
+            lost_total: 0,
+            first_sent_at: None,
+            last_reply_at: None,
+            consecutive_lost: 0,
+            ignored: IgnoredReplies::default(),
+            window: None,
+            summaries: VecDeque::new(),
+        }
+    }
+
+    pub fn config(&self) -> LinkStatsConfig {
+        self.config
+    }
+
+    /// A probe left. A repeated `seq` keeps the first send: sequence numbers
+    /// are never reused by the prober, so a repeat is a caller bug and must
+    /// not reset a probe's age.
+    pub fn on_sent(&mut self, seq: u64, class: ProbeClass, at: Instant) {
+        if self.outstanding.contains_key(&seq) {
+            return;
+        }
+        self.note_first_send(at);
+        self.sent_total += 1;
+        while self.outstanding.len() >= MAX_OUTSTANDING {
+            match self.outstanding.pop_first() {
+                Some((_, old)) => self.record_lost(old.class, at),
+                None => break,
+            }
+        }
+        self.outstanding
+            .insert(seq, Outstanding { class, sent_at: at });
+    }
+
+    /// A probe could not even be sent (e.g. ENETUNREACH with the cable
+    /// down): it counts as sent and lost at once, so a dead cable shows up
+    /// as loss rather than as silence in the statistics.
+    pub fn on_send_failed(&mut self, class: ProbeClass, at: Instant) {
+        self.note_first_send(at);
+        self.sent_total += 1;
+        self.record_lost(class, at);
+    }
+
+    /// A reply arrived at `at`; `host_delay` is the responder's own time
+    /// between receiving the request and sending the reply. Returns the wire
+    /// RTT when the reply counted.
+    pub fn on_reply(
+        &mut self,
+        seq: u64,
+        class: ProbeClass,
+        host_delay: Duration,
+        at: Instant,
+    ) -> Option<Duration> {
+        let Some(probe) = self.outstanding.get(&seq).copied() else {
+            self.ignored.unknown += 1;
+            return None;
+        };
+        if probe.class != class {
+            self.ignored.class_mismatch += 1;
+            return None;
+        }
+        self.outstanding.remove(&seq);
+        let elapsed = at.saturating_duration_since(probe.sent_at);
+        // Judged on the probe's own times, so whether `expire` ran before
+        // this reply or not cannot change the outcome.
+        if elapsed >= self.config.timeout {
+            self.ignored.late += 1;
+            self.record_lost(probe.class, at);
+            return None;
+        }
+        let rtt = elapsed.saturating_sub(host_delay);
+        let host_delay = host_delay.min(elapsed);
+        self.last_reply_at = Some(at);
+        self.consecutive_lost = 0;
+        if class == ProbeClass::Small {
+            if let Some(count) = self.histogram.get_mut(bucket_index(rtt)) {
+                *count += 1;
+            }
+            self.add_baseline_sample(rtt, at);
+        }
+        self.push_record(Record {
+            at,
+            class,
+            fate: Fate::Answered { rtt, host_delay },
+        });
+        Some(rtt)
+    }
+
+    /// Probes unanswered for `timeout` or longer become lost.
+    pub fn expire(&mut self, now: Instant) {
+        let timeout = self.config.timeout;
+        let expired: Vec<u64> = self
+            .outstanding
+            .iter()
+            .filter(|(_, p)| now.saturating_duration_since(p.sent_at) >= timeout)
+            .map(|(seq, _)| *seq)
+            .collect();
+        for seq in expired {
+            if let Some(p) = self.outstanding.remove(&seq) {
+                self.record_lost(p.class, now);
+            }
+        }
+    }
+
+    pub fn ignored_replies(&self) -> IgnoredReplies {
+        self.ignored
+    }
+
+    pub fn outstanding(&self) -> usize {
+        self.outstanding.len()
+    }
+
+    /// What this end measured, as of `now` (`wall_now` is the same moment on
+    /// the wall clock, used only to date the last reply).
+    pub fn observation(
+        &mut self,
+        local: LinkEnd,
+        remote: LinkEnd,
+        now: Instant,
+        wall_now: SystemTime,
+    ) -> LinkObservation {
+        self.expire(now);
+        self.prune(now);
+        self.roll_baseline_window(now);
+
+        let mut rtts = Vec::new();
+        let mut host_delays = Vec::new();
+        let rtt_since = now.checked_sub(RTT_WINDOW);
+        for r in self.records.iter().rev() {
+            if rtt_since.is_some_and(|since| r.at < since) {
+                break;
+            }
+            if let (ProbeClass::Small, Fate::Answered { rtt, host_delay }) = (r.class, r.fate) {
+                rtts.push(rtt);
+                host_delays.push(host_delay);
+            }
+        }
+        rtts.sort_unstable();
+        host_delays.sort_unstable();
+        let (baseline_p50, baseline_p99) = self.baseline(now);
+        let rtt = RttSummary {
+            p50: quantile(&rtts, 0.50),
+            p90: quantile(&rtts, 0.90),
+            p99: quantile(&rtts, 0.99),
+            max: rtts.last().copied().unwrap_or_default(),
+            host_delay_p50: quantile(&host_delays, 0.50),
+            baseline_p50,
+            baseline_p99,
+            samples: rtts.len() as u64,
+        };
+
+        let silence = match (self.last_reply_at, self.first_sent_at) {
+            (Some(at), _) | (None, Some(at)) => now.saturating_duration_since(at),
+            (None, None) => Duration::ZERO,
+        };
+        let last_reply_at = self
+            .last_reply_at
+            .and_then(|at| wall_now.checked_sub(now.saturating_duration_since(at)));
+
+        LinkObservation {
+            local,
+            remote,
+            interface_state: InterfaceState::Unknown,
+            negotiated_speed_bps: None,
+            expected_speed_bps: None,
+            rdma_port_state: RdmaPortState::None,
+            gid_matches_address: None,
+            rtt,
+            rtt_histogram: RttHistogram {
+                bounds: histogram_bounds(),
+                counts: self.histogram.clone(),
+            },
+            loss: self.loss_windows(ProbeClass::Small, now),
+            mtu_loss: self.loss_windows(ProbeClass::Mtu, now),
+            probes_sent_total: self.sent_total,
+            probes_lost_total: self.lost_total,
+            last_reply_at,
+            error_counters: Vec::new(),
+            silence,
+            consecutive_lost: self.consecutive_lost,
+        }
+    }
+
+    fn note_first_send(&mut self, at: Instant) {
+        if self.first_sent_at.is_none() {
+            self.first_sent_at = Some(at);
+        }
+    }
+
+    fn record_lost(&mut self, class: ProbeClass, at: Instant) {
+        self.lost_total += 1;
+        if class == ProbeClass::Small {
+            self.consecutive_lost = self.consecutive_lost.saturating_add(1);
+        }
+        self.push_record(Record {
+            at,
+            class,
+            fate: Fate::Lost,
+        });
+    }
+
+    fn push_record(&mut self, mut record: Record) {
+        // Keeps the queue ordered even if a caller's instants step back, so
+        // the window scans may stop at the first record that is too old.
+        if let Some(last) = self.records.back() {
+            record.at = record.at.max(last.at);
+        }
+        if self.records.len() >= MAX_RECORDS {
+            self.records.pop_front();
+        }
+        self.records.push_back(record);
+        self.prune(record.at);
+    }
+
+    fn prune(&mut self, now: Instant) {
+        let Some(oldest_kept) = now.checked_sub(LOSS_WINDOWS[LOSS_WINDOWS.len() - 1]) else {
+            return;
+        };
+        while self.records.front().is_some_and(|r| r.at < oldest_kept) {
+            self.records.pop_front();
+        }
+    }
+
+    fn loss_windows(&self, class: ProbeClass, now: Instant) -> Vec<LossWindow> {
+        LOSS_WINDOWS
+            .iter()
+            .map(|&window| {
+                let since = now.checked_sub(window);
+                let (mut sent, mut lost) = (0, 0);
+                for r in self.records.iter().rev() {
+                    if since.is_some_and(|since| r.at < since) {
+                        break;
+                    }
+                    if r.class == class {
+                        sent += 1;
+                        if r.fate == Fate::Lost {
+                            lost += 1;
+                        }
+                    }
+                }
+                LossWindow { window, sent, lost }
+            })
+            .collect()
+    }
+
+    fn add_baseline_sample(&mut self, rtt: Duration, at: Instant) {
+        self.roll_baseline_window(at);
+        let window = self.window.get_or_insert_with(|| BaselineWindow {
+            start: at,
+            samples: Vec::new(),
+        });
+        if window.samples.len() < MAX_WINDOW_SAMPLES {
+            window.samples.push(rtt);
+        }
+    }
+
+    /// Closes the open 10-s window once `now` is past its end; the next one
+    /// starts on the 10-s grid, so windows never overlap.
+    fn roll_baseline_window(&mut self, now: Instant) {
+        let Some(window) = self.window.as_mut() else {
+            return;
+        };
+        let elapsed = now.saturating_duration_since(window.start);
+        if elapsed < RTT_WINDOW {
+            return;
+        }
+        let mut samples = std::mem::take(&mut window.samples);
+        let end = window.start.checked_add(RTT_WINDOW).unwrap_or(now);
+        let whole_windows = elapsed.as_nanos() / RTT_WINDOW.as_nanos();
+        let skip = RTT_WINDOW.saturating_mul(u32::try_from(whole_windows).unwrap_or(u32::MAX));
+        window.start = window.start.checked_add(skip).unwrap_or(now);
+        if !samples.is_empty() {
+            samples.sort_unstable();
+            if self.summaries.len() >= MAX_BASELINE_WINDOWS {
+                self.summaries.pop_front();
+            }
+            self.summaries.push_back(WindowSummary {
+                end,
+                p50: quantile(&samples, 0.50),
+                p99: quantile(&samples, 0.99),
+            });
+        }
+    }
+
+    fn baseline(&self, now: Instant) -> (Duration, Duration) {
+        let since = now.checked_sub(BASELINE_HISTORY);
+        let recent: Vec<&WindowSummary> = self
+            .summaries
+            .iter()
+            .filter(|s| since.is_none_or(|since| s.end >= since))
+            .collect();
+        if recent.len() < BASELINE_MIN_WINDOWS {
+            return (Duration::ZERO, Duration::ZERO);
+        }
+        let mut p50s: Vec<Duration> = recent.iter().map(|s| s.p50).collect();
+        let mut p99s: Vec<Duration> = recent.iter().map(|s| s.p99).collect();
+        p50s.sort_unstable();
+        p99s.sort_unstable();
+        (quantile(&p50s, 0.5), quantile(&p99s, 0.5))
+    }
+}
+
+/// Nearest-rank quantile of sorted samples; zero when there are none.
+fn quantile(sorted: &[Duration], q: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    #[allow(
+        clippy::cast_precision_loss,
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss
+    )]
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted
+        .get(rank.saturating_sub(1).min(sorted.len() - 1))
+        .copied()
+        .unwrap_or_default()
+}
+
+/// Bucket `i` holds (`bounds[i-1]`, `bounds[i]`]; the last one everything
+/// above the last bound.
+fn bucket_index(rtt: Duration) -> usize {
+    HISTOGRAM_BOUNDS_US
+        .iter()
+        .position(|&us| rtt <= Duration::from_micros(us))
+        .unwrap_or(HISTOGRAM_BOUNDS_US.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meshd_proto::domain::NodeId;
+
+    const TIMEOUT: Duration = Duration::from_millis(500);
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn us(n: u64) -> Duration {
+        Duration::from_micros(n)
+    }
+
+    fn stats() -> LinkStats {
+        LinkStats::new(LinkStatsConfig { timeout: TIMEOUT })
+    }
+
+    fn end(node: &str) -> LinkEnd {
+        LinkEnd::node_only(NodeId::new(node).expect("valid node id"))
+    }
+
+    fn observe(s: &mut LinkStats, now: Instant) -> LinkObservation {
+        s.observation(
+            end("a"),
+            end("b"),
+            now,
+            SystemTime::UNIX_EPOCH + ms(1_000_000),
+        )
+    }
+
+    /// Sends a small probe at `t0 + at` and answers it `rtt` later.
+    fn answered(s: &mut LinkStats, seq: u64, t0: Instant, at: Duration, rtt: Duration) {
+        s.on_sent(seq, ProbeClass::Small, t0 + at);
+        assert!(
+            s.on_reply(seq, ProbeClass::Small, Duration::ZERO, t0 + at + rtt)
+                .is_some()
+        );
+    }
+
+    fn window(o: &LinkObservation, secs: u64) -> LossWindow {
+        *o.loss_over(Duration::from_secs(secs))
+            .expect("window present")
+    }
+
+    #[test]
+    fn fresh_stats_are_empty() {
+        let t0 = Instant::now();
+        let mut s = stats();
+        let o = observe(&mut s, t0);
+        assert_eq!(o.silence, Duration::ZERO);
+        assert_eq!(o.rtt, RttSummary::default());
+        assert_eq!(o.loss.len(), 3);
+        assert_eq!(o.mtu_loss.len(), 3);
+        assert!(o.loss.iter().all(|w| w.sent == 0 && w.lost == 0));
+        let windows: Vec<Duration> = o.loss.iter().map(|w| w.window).collect();
+        assert_eq!(windows, LOSS_WINDOWS.to_vec());
+        assert_eq!(o.last_reply_at, None);
+        assert_eq!(o.interface_state, InterfaceState::Unknown);
+        assert_eq!(o.rdma_port_state, RdmaPortState::None);
+        assert!(o.error_counters.is_empty());
+        assert_eq!(
+            o.rtt_histogram.counts.len(),
+            o.rtt_histogram.bounds.len() + 1
+        );
+        assert_eq!(o.rtt_histogram.bounds.len(), 17);
+        assert_eq!(o.rtt_histogram.bounds.last(), Some(&Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn quantiles_over_last_ten_seconds() {
+        let t0 = Instant::now();
+        let mut s = stats();
+        // 100 probes, RTT 1..=100 µs, all within the 10-s window.
+        for i in 0..100u64 {
+            answered(&mut s, i, t0, ms(i * 50), us(i + 1));
+        }
+        let o = observe(&mut s, t0 + ms(5_000));
+        assert_eq!(o.rtt.samples, 100);
+        assert_eq!(o.rtt.p50, us(50));
+        assert_eq!(o.rtt.p90, us(90));
+        assert_eq!(o.rtt.p99, us(99));
+        assert_eq!(o.rtt.max, us(100));
+
+        // Eleven seconds later, only probes after t0 + 1 s remain... none
+        // were sent then, so the summary is empty again.
+        let o = observe(&mut s, t0 + ms(16_000));
+        assert_eq!(o.rtt.samples, 0);
+        assert_eq!(o.rtt.p50, Duration::ZERO);
+    }
+
+    #[test]
+    fn rtt_excludes_host_delay() {
+        let t0 = Instant::now();
+        let mut s = stats();
+        s.on_sent(1, ProbeClass::Small, t0);
+        assert!(
+            s.on_reply(1, ProbeClass::Small, us(30), t0 + us(100))
+                .is_some()
+        );
+        let o = observe(&mut s, t0 + ms(1));
+        assert_eq!(o.rtt.p50, us(70));
+        assert_eq!(o.rtt.host_delay_p50, us(30));
+
+        // A responder claiming more delay than the whole round trip cannot
+        // make the RTT negative.
+        s.on_sent(2, ProbeClass::Small, t0 + ms(2));
+        assert!(
+            s.on_reply(2, ProbeClass::Small, ms(5), t0 + ms(2) + us(10))
+                .is_some()
+        );
+        let o = observe(&mut s, t0 + ms(3));
+        assert_eq!(o.rtt.p50, Duration::ZERO);
+    }
+
+    #[test]
+    fn in_flight_probes_count_in_no_window_and_timeouts_become_lost() {
+        let t0 = Instant::now();
+        let mut s = stats();
+        s.on_sent(1, ProbeClass::Small, t0);
+        let o = observe(&mut s, t0 + ms(100));
+        assert_eq!(
+            window(&o, 1),
+            LossWindow {
+                window: Duration::from_secs(1),
+                sent: 0,
+                lost: 0
+            }
+        );
+        assert_eq!(o.probes_sent_total, 1);
+        assert_eq!(o.probes_lost_total, 0);
+
+        s.expire(t0 + ms(499));
+        assert_eq!(s.outstanding(), 1);
+        s.expire(t0 + TIMEOUT);
+        assert_eq!(s.outstanding(), 0);
+        let o = observe(&mut s, t0 + TIMEOUT);
+        assert_eq!(window(&o, 1).sent, 1);
+        assert_eq!(window(&o, 1).lost, 1);
+        assert_eq!(o.probes_lost_total, 1);
+        assert_eq!(o.consecutive_lost, 1);
+    }
+
+    #[test]
+    fn loss_windows_slide() {
+        let t0 = Instant::now();
+        let mut s = stats();
+        // Second 0..10: all answered. Second 10..12: all lost.
+        let mut seq = 0;
+        for i in 0..100u64 {
+            answered(&mut s, seq, t0, ms(i * 100), us(20));
+            seq += 1;
+        }
+        for i in 100..120u64 {
+            s.on_sent(seq, ProbeClass::Small, t0 + ms(i * 100));
+            s.expire(t0 + ms(i * 100));
+            seq += 1;
+        }
+        let now = t0 + ms(12_000);
+        let o = observe(&mut s, now);
+        // Probes are filed when their fate became known: the losses at
+        // 10.5..=11.9 s by the loop's `expire`, the one sent at 11.5 s at
+        // 12.0 s by the observation; the last four are still in flight.
+        let w1 = window(&o, 1);
+        assert_eq!((w1.sent, w1.lost), (11, 11));
+        assert!((w1.ratio() - 1.0).abs() < f64::EPSILON);
+        let w10 = window(&o, 10);
+        assert_eq!((w10.sent, w10.lost), (80 + 16, 16));
+        let w60 = window(&o, 60);
+        assert_eq!((w60.sent, w60.lost), (116, 16));
+
+        // A minute later the 60 s window has slid past everything but the
+        // four probes that were still in flight and expire only now.
+        let o = observe(&mut s, now + Duration::from_secs(61));
+        let w60 = window(&o, 60);
+        assert_eq!((w60.sent, w60.lost), (4, 4));
+        assert_eq!(o.probes_sent_total, 120);
+        assert_eq!(o.probes_lost_total, 20);
+    }
+
+    #[test]
+    fn mtu_probes_count_in_mtu_loss_only() {
+        let t0 = Instant::now();
+        let mut s = stats();
+        s.on_sent(1, ProbeClass::Mtu, t0);
+        assert!(
+            s.on_reply(1, ProbeClass::Mtu, Duration::ZERO, t0 + us(200))
+                .is_some()
+        );
+        s.on_sent(2, ProbeClass::Mtu, t0 + ms(100));
+        let o = observe(&mut s, t0 + ms(700));
+        let mtu1 = o.mtu_loss[0];
+        assert_eq!((mtu1.sent, mtu1.lost), (2, 1));
+        assert_eq!(window(&o, 1).sent, 0);
+        // MTU RTTs include serialisation of a big frame; kept out of `rtt`.
+        assert_eq!(o.rtt.samples, 0);
+        // MTU losses do not count as small probes lost in a row.
+        assert_eq!(o.consecutive_lost, 0);
+    }
+
+    #[test]
+    fn consecutive_lost_resets_on_reply() {
+        let t0 = Instant::now();
+        let mut s = stats();
+        for seq in 0..5u64 {
+            s.on_sent(seq, ProbeClass::Small, t0 + ms(seq * 100));
+        }
+        s.on_send_failed(ProbeClass::Small, t0 + ms(500));
+        s.expire(t0 + ms(1_000));
+        assert_eq!(observe(&mut s, t0 + ms(1_000)).consecutive_lost, 6);
+        answered(&mut s, 10, t0, ms(1_100), us(30));
+        assert_eq!(observe(&mut s, t0 + ms(1_200)).consecutive_lost, 0);
+    }
+
+    #[test]
+    fn send_failures_count_as_sent_and_lost() {
+        let t0 = Instant::now();
+        let mut s = stats();
+        s.on_send_failed(ProbeClass::Small, t0);
+        s.on_send_failed(ProbeClass::Mtu, t0);
+        let o = observe(&mut s, t0 + ms(1));
+        assert_eq!((o.probes_sent_total, o.probes_lost_total), (2, 2));
+        assert_eq!((window(&o, 1).sent, window(&o, 1).lost), (1, 1));
+        assert_eq!((o.mtu_loss[0].sent, o.mtu_loss[0].lost), (1, 1));
+        assert_eq!(o.silence, ms(1));
+    }
+
+    #[test]
+    fn silence_runs_from_last_reply_or_first_send() {
+        let t0 = Instant::now();
+        let mut s = stats();
+        assert_eq!(observe(&mut s, t0 + ms(300)).silence, Duration::ZERO);
+        s.on_sent(1, ProbeClass::Small, t0 + ms(1_000));
+        assert_eq!(observe(&mut s, t0 + ms(3_000)).silence, ms(2_000));
+
+        s.on_sent(2, ProbeClass::Mtu, t0 + ms(3_000));
+        assert!(
+            s.on_reply(2, ProbeClass::Mtu, Duration::ZERO, t0 + ms(3_001))
+                .is_some()
+        );
+        let o = observe(&mut s, t0 + ms(4_001));
+        assert_eq!(o.silence, ms(1_000));
+        // Dated on the wall clock of the observation, minus the silence.
+        assert_eq!(
+            o.last_reply_at,
+            Some(SystemTime::UNIX_EPOCH + ms(1_000_000) - ms(1_000))
+        );
+    }
+
+    #[test]
+    fn duplicate_unknown_late_and_mismatched_replies_are_ignored() {
+        let t0 = Instant::now();
+        let mut s = stats();
+        assert!(
+            s.on_reply(99, ProbeClass::Small, Duration::ZERO, t0)
+                .is_none()
+        );
+
+        answered(&mut s, 1, t0, ms(0), us(40));
+        assert!(
+            s.on_reply(1, ProbeClass::Small, Duration::ZERO, t0 + us(50))
+                .is_none()
+        );
+
+        s.on_sent(2, ProbeClass::Small, t0 + ms(10));
+        assert!(
+            s.on_reply(2, ProbeClass::Mtu, Duration::ZERO, t0 + ms(11))
+                .is_none()
+        );
+        // Still outstanding after the mismatched reply; the right one counts.
+        assert!(
+            s.on_reply(2, ProbeClass::Small, Duration::ZERO, t0 + ms(11))
+                .is_some()
+        );
+
+        // Late without `expire` having run: lost, not an RTT of 600 ms.
+        s.on_sent(3, ProbeClass::Small, t0 + ms(20));
+        assert!(
+            s.on_reply(3, ProbeClass::Small, Duration::ZERO, t0 + ms(620))
+                .is_none()
+        );
+        // Exactly at the timeout is late, as `expire` would have it.
+        s.on_sent(5, ProbeClass::Small, t0 + ms(25));
+        assert!(
+            s.on_reply(5, ProbeClass::Small, Duration::ZERO, t0 + ms(525))
+                .is_none()
+        );
+        // Late after `expire`: unknown by then.
+        s.on_sent(4, ProbeClass::Small, t0 + ms(30));
+        s.expire(t0 + ms(600));
+        assert!(
+            s.on_reply(4, ProbeClass::Small, Duration::ZERO, t0 + ms(640))
+                .is_none()
+        );
+
+        let ignored = s.ignored_replies();
+        assert_eq!(ignored.unknown, 3);
+        assert_eq!(ignored.late, 2);
+        assert_eq!(ignored.class_mismatch, 1);
+        let o = observe(&mut s, t0 + ms(700));
+        assert_eq!(o.rtt.samples, 2);
+        assert_eq!(o.rtt.max, ms(1));
+        assert_eq!((window(&o, 1).sent, window(&o, 1).lost), (5, 3));
+        assert_eq!(o.probes_lost_total, 3);
+        // The late replies did not end the run of losses.
+        assert_eq!(o.consecutive_lost, 3);
+    }
+
+    #[test]
+    fn repeated_send_keeps_first_timestamp() {
+        let t0 = Instant::now();
+        let mut s = stats();
+        s.on_sent(1, ProbeClass::Small, t0);
+        s.on_sent(1, ProbeClass::Small, t0 + ms(400));
+        s.expire(t0 + ms(500));
+        assert_eq!(s.outstanding(), 0);
+        assert_eq!(observe(&mut s, t0 + ms(500)).probes_sent_total, 1);
+    }
+
+    #[test]
+    fn histogram_buckets_at_the_bounds() {
+        let t0 = Instant::now();
+        let mut s = stats();
+        let rtts = [
+            us(5),                           // exactly on the first bound: bucket 0
+            us(5) + Duration::from_nanos(1), // just above: bucket 1
+            us(10),                          // bucket 1
+            ms(1),                           // bound 7
+            Duration::from_secs(1),          // last bound, index 16
+        ];
+        let mut s_long = LinkStats::new(LinkStatsConfig {
+            timeout: Duration::from_secs(5),
+        });
+        for (i, rtt) in rtts.iter().enumerate() {
+            answered(&mut s_long, i as u64, t0, ms(i as u64 * 10), *rtt);
+        }
+        // Above the last bound goes to the overflow bucket.
+        answered(&mut s_long, 10, t0, ms(100), ms(1_001));
+        let h = observe(&mut s_long, t0 + ms(2_000)).rtt_histogram;
+        assert_eq!(h.counts.len(), 18);
+        assert_eq!(h.counts[0], 1);
+        assert_eq!(h.counts[1], 2);
+        assert_eq!(h.counts[7], 1);
+        assert_eq!(h.counts[16], 1);
+        assert_eq!(h.counts[17], 1);
+        assert_eq!(h.counts.iter().sum::<u64>(), 6);
+        assert_eq!(h.bounds[0], us(5));
+        assert_eq!(h.bounds[7], ms(1));
+
+        // Cumulative since start: old samples stay counted after the windows slide.
+        answered(&mut s, 1, t0, ms(0), us(7));
+        let h = observe(&mut s, t0 + Duration::from_secs(600)).rtt_histogram;
+        assert_eq!(h.counts[1], 1);
+    }
+
+    #[test]
+    fn baseline_needs_three_windows_and_uses_medians() {
+        let t0 = Instant::now();
+        let mut s = stats();
+        let mut seq = 0;
+        let mut fill = |s: &mut LinkStats, from_s: u64, rtt: Duration| {
+            for i in 0..100u64 {
+                answered(s, seq, t0, ms(from_s * 1_000 + i * 100), rtt);
+                seq += 1;
+            }
+        };
+        fill(&mut s, 0, us(20));
+        fill(&mut s, 10, us(30));
+        let o = observe(&mut s, t0 + ms(20_500));
+        assert_eq!(o.rtt.baseline_p50, Duration::ZERO);
+        assert_eq!(o.rtt.baseline_p99, Duration::ZERO);
+
+        fill(&mut s, 20, us(40));
+        let o = observe(&mut s, t0 + ms(30_500));
+        assert_eq!(o.rtt.baseline_p50, us(30));
+        assert_eq!(o.rtt.baseline_p99, us(30));
+
+        // A degradation in the current window does not move the baseline yet,
+        // and one bad window among many barely does.
+        fill(&mut s, 30, ms(5));
+        fill(&mut s, 40, us(30));
+        let o = observe(&mut s, t0 + ms(40_500));
+        // Windows 20, 30, 40 µs and 5 ms: the median stays with the healthy ones.
+        assert_eq!(o.rtt.baseline_p50, us(30));
+        let o = observe(&mut s, t0 + ms(50_500));
+        assert_eq!(o.rtt.baseline_p50, us(30));
+        assert!(o.rtt.p99 < ms(5));
+
+        // After five quiet minutes all windows have aged out.
+        let o = observe(&mut s, t0 + Duration::from_secs(400));
+        assert_eq!(o.rtt.baseline_p50, Duration::ZERO);
+    }
+
+    #[test]
+    fn memory_stays_bounded() {
+        let t0 = Instant::now();
+        let mut s = LinkStats::new(LinkStatsConfig {
+            timeout: Duration::from_secs(3_600),
+        });
+        // A peer that never answers, probed every millisecond for 10 s.
+        for seq in 0..10_000u64 {
+            s.on_sent(seq, ProbeClass::Small, t0 + ms(seq));
+        }
+        assert_eq!(s.outstanding(), MAX_OUTSTANDING);
+        let o = observe(&mut s, t0 + ms(10_000));
+        assert_eq!(o.probes_lost_total, 10_000 - MAX_OUTSTANDING as u64);
+        assert_eq!(o.probes_sent_total, 10_000);
+
+        // Answered every millisecond for 11 minutes: records stay within 60 s
+        // and the cap, window summaries within 5 minutes.
+        let mut s = stats();
+        for seq in 0..660_000u64 {
+            answered(&mut s, seq, t0, ms(seq), us(20));
+        }
+        assert!(s.records.len() <= MAX_RECORDS);
+        assert!(s.summaries.len() <= MAX_BASELINE_WINDOWS);
+        assert!(s.outstanding.is_empty());
+        let o = observe(&mut s, t0 + ms(660_000));
+        assert_eq!(o.rtt.baseline_p50, us(20));
+        assert!(s.records.len() <= MAX_RECORDS);
+    }
+
+    #[test]
+    fn quantile_edges() {
+        assert_eq!(quantile(&[], 0.5), Duration::ZERO);
+        assert_eq!(quantile(&[us(7)], 0.99), us(7));
+        assert_eq!(quantile(&[us(1), us(2)], 0.5), us(1));
+        assert_eq!(quantile(&[us(1), us(2)], 0.99), us(2));
+    }
+}
