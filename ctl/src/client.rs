@@ -55,11 +55,18 @@ impl fmt::Display for Target {
     }
 }
 
-async fn connect(target: &Target) -> Result<MeshClient<Channel>, Unreachable> {
-    let endpoint = Endpoint::from_shared(target.uri.clone())
+/// `per_call`: a deadline for each call, or none for streams that are
+/// meant to run until the user stops them.
+async fn connect(
+    target: &Target,
+    per_call: Option<Duration>,
+) -> Result<MeshClient<Channel>, Unreachable> {
+    let mut endpoint = Endpoint::from_shared(target.uri.clone())
         .map_err(|e| Unreachable(format!("bad address {target}: {e}")))?
-        .connect_timeout(DEADLINE)
-        .timeout(DEADLINE);
+        .connect_timeout(DEADLINE);
+    if let Some(deadline) = per_call {
+        endpoint = endpoint.timeout(deadline);
+    }
     let channel = endpoint.connect().await.map_err(|e| {
         Unreachable(format!(
             "cannot reach meshd at {target}: {}",
@@ -72,7 +79,7 @@ async fn connect(target: &Target) -> Result<MeshClient<Channel>, Unreachable> {
 /// Fetches and checks the status; everything within [`DEADLINE`].
 pub async fn status(target: &Target) -> Result<MeshStatus, Unreachable> {
     let call = async {
-        let mut client = connect(target).await?;
+        let mut client = connect(target, Some(DEADLINE)).await?;
         let reply = client
             .get_status(wire::GetStatusRequest {})
             .await
@@ -84,6 +91,29 @@ pub async fn status(target: &Target) -> Result<MeshStatus, Unreachable> {
             })?;
         MeshStatus::try_from(reply.into_inner())
             .map_err(|e| Unreachable(format!("meshd at {target} sent a malformed status: {e}")))
+    };
+    tokio::time::timeout(DEADLINE, call).await.map_err(|_| {
+        Unreachable(format!(
+            "meshd at {target} did not answer within {DEADLINE:?}"
+        ))
+    })?
+}
+
+/// Opens the event stream; connecting is bounded by [`DEADLINE`], the
+/// stream itself runs until meshd or the user ends it.
+pub async fn events(target: &Target) -> Result<tonic::Streaming<wire::Event>, Unreachable> {
+    let call = async {
+        let mut client = connect(target, None).await?;
+        client
+            .watch_events(wire::WatchEventsRequest {})
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(|s| {
+                Unreachable(format!(
+                    "meshd at {target} refused the event stream: {}",
+                    s.message()
+                ))
+            })
     };
     tokio::time::timeout(DEADLINE, call).await.map_err(|_| {
         Unreachable(format!(

@@ -6,6 +6,7 @@
 
 mod client;
 mod status;
+mod watch;
 
 use std::process::ExitCode;
 
@@ -33,6 +34,13 @@ enum Command {
     /// link states, active alarms.
     Status {
         /// Print the stable JSON document instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stream verdict changes (links down, degraded, flapping, recovered;
+    /// nodes down and up; quorum lost and regained; alarms) until Ctrl-C.
+    Watch {
+        /// One JSON object per line instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -66,6 +74,7 @@ fn main() -> ExitCode {
     let outcome = runtime.block_on(async {
         match cli.command {
             Command::Status { json } => status::run(&target, json).await,
+            Command::Watch { json } => watch::run(&target, json).await.map(|()| true),
         }
     });
     match outcome {

@@ -101,9 +101,21 @@ struct Outstanding {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fate {
-    Answered { rtt: Duration, host_delay: Duration },
+    Answered {
+        rtt: Duration,
+        host_delay: Duration,
+    },
     Lost,
+    /// Lost while the link was out (before it ever answered, or in a run of
+    /// at least [`OUTAGE_RUN`] losses): the outage is judged by its silence,
+    /// and must not linger as "loss" in the windows after the link is back,
+    /// or every restart of a peer would read as a degraded link.
+    Outage,
 }
+
+/// This many small probes lost in a row is an outage, not loss: random loss
+/// of a few percent almost never drops five in a row.
+pub const OUTAGE_RUN: u32 = 5;
 
 /// One probe whose fate is known, filed under the moment that became known:
 /// that keeps the record queue in time order without sorting.
@@ -141,6 +153,10 @@ pub struct LinkStats {
     first_sent_at: Option<Instant>,
     last_reply_at: Option<Instant>,
     consecutive_lost: u32,
+    /// When the current run of small-probe losses began.
+    loss_run_start: Option<Instant>,
+    /// Probes sent before this belong to an outage that has ended.
+    outage_cutoff: Option<Instant>,
     ignored: IgnoredReplies,
     window: Option<BaselineWindow>,
     summaries: VecDeque<WindowSummary>,
@@ -158,6 +174,8 @@ impl LinkStats {
             first_sent_at: None,
             last_reply_at: None,
             consecutive_lost: 0,
+            loss_run_start: None,
+            outage_cutoff: None,
             ignored: IgnoredReplies::default(),
             window: None,
             summaries: VecDeque::new(),
@@ -179,7 +197,7 @@ impl LinkStats {
         self.sent_total += 1;
         while self.outstanding.len() >= MAX_OUTSTANDING {
             match self.outstanding.pop_first() {
-                Some((_, old)) => self.record_lost(old.class, at),
+                Some((_, old)) => self.record_lost(old.class, old.sent_at, at),
                 None => break,
             }
         }
@@ -193,7 +211,7 @@ impl LinkStats {
     pub fn on_send_failed(&mut self, class: ProbeClass, at: Instant) {
         self.note_first_send(at);
         self.sent_total += 1;
-        self.record_lost(class, at);
+        self.record_lost(class, at, at);
     }
 
     /// A reply arrived at `at`; `host_delay` is the responder's own time
@@ -220,13 +238,15 @@ impl LinkStats {
         // this reply or not cannot change the outcome.
         if elapsed >= self.config.timeout {
             self.ignored.late += 1;
-            self.record_lost(probe.class, at);
+            self.record_lost(probe.class, probe.sent_at, at);
             return None;
         }
         let rtt = elapsed.saturating_sub(host_delay);
         let host_delay = host_delay.min(elapsed);
+        self.end_outage(probe.sent_at);
         self.last_reply_at = Some(at);
         self.consecutive_lost = 0;
+        self.loss_run_start = None;
         if class == ProbeClass::Small {
             if let Some(count) = self.histogram.get_mut(bucket_index(rtt)) {
                 *count += 1;
@@ -252,7 +272,7 @@ impl LinkStats {
             .collect();
         for seq in expired {
             if let Some(p) = self.outstanding.remove(&seq) {
-                self.record_lost(p.class, now);
+                self.record_lost(p.class, p.sent_at, now);
             }
         }
     }
@@ -342,15 +362,46 @@ impl LinkStats {
         }
     }
 
-    fn record_lost(&mut self, class: ProbeClass, at: Instant) {
+    /// A reply (to a probe sent at `answered_sent_at`) ends a run of
+    /// losses. If the run was an outage, its losses leave the loss windows,
+    /// and so will those of probes sent into the outage that are only found
+    /// lost later (they time out after this reply).
+    fn end_outage(&mut self, answered_sent_at: Instant) {
+        let never_answered = self.last_reply_at.is_none();
+        if !never_answered && self.consecutive_lost < OUTAGE_RUN {
+            return;
+        }
+        self.outage_cutoff = Some(answered_sent_at);
+        let start = if never_answered {
+            None
+        } else {
+            self.loss_run_start
+        };
+        for r in self.records.iter_mut().rev() {
+            if start.is_some_and(|start| r.at < start) {
+                break;
+            }
+            if r.fate == Fate::Lost {
+                r.fate = Fate::Outage;
+            }
+        }
+    }
+
+    fn record_lost(&mut self, class: ProbeClass, sent_at: Instant, at: Instant) {
         self.lost_total += 1;
-        if class == ProbeClass::Small {
+        let in_past_outage = self.outage_cutoff.is_some_and(|cutoff| sent_at < cutoff);
+        if class == ProbeClass::Small && !in_past_outage {
             self.consecutive_lost = self.consecutive_lost.saturating_add(1);
+            self.loss_run_start.get_or_insert(at);
         }
         self.push_record(Record {
             at,
             class,
-            fate: Fate::Lost,
+            fate: if in_past_outage {
+                Fate::Outage
+            } else {
+                Fate::Lost
+            },
         });
     }
 
@@ -386,7 +437,7 @@ impl LinkStats {
                     if since.is_some_and(|since| r.at < since) {
                         break;
                     }
-                    if r.class == class {
+                    if r.class == class && r.fate != Fate::Outage {
                         sent += 1;
                         if r.fate == Fate::Lost {
                             lost += 1;
@@ -680,6 +731,72 @@ mod tests {
         assert_eq!(o.rtt.samples, 0);
         // MTU losses do not count as small probes lost in a row.
         assert_eq!(o.consecutive_lost, 0);
+    }
+
+    #[test]
+    fn losses_before_the_first_reply_are_not_loss() {
+        let t0 = Instant::now();
+        let mut s = stats();
+        for seq in 0..2u64 {
+            s.on_sent(seq, ProbeClass::Small, t0 + ms(seq * 100));
+        }
+        s.expire(t0 + ms(800));
+        assert_eq!(
+            window(&observe(&mut s, t0 + ms(800)), 1).lost,
+            2,
+            "loss while it lasts"
+        );
+        answered(&mut s, 10, t0 + ms(800), ms(1), us(30));
+        let o = observe(&mut s, t0 + ms(900));
+        assert_eq!((window(&o, 10).sent, window(&o, 10).lost), (1, 0));
+        assert_eq!(o.probes_lost_total, 2, "totals stay honest");
+    }
+
+    #[test]
+    fn probes_sent_into_an_outage_and_found_lost_after_it_are_not_loss() {
+        let t0 = Instant::now();
+        let mut s = stats();
+        // Sent before the peer answered anything, found lost only after the
+        // first reply (they time out later).
+        s.on_sent(1, ProbeClass::Small, t0);
+        s.on_sent(2, ProbeClass::Mtu, t0 + ms(50));
+        answered(&mut s, 3, t0 + ms(100), ms(0), us(30));
+        s.expire(t0 + ms(700));
+        let o = observe(&mut s, t0 + ms(700));
+        assert_eq!(window(&o, 10).lost, 0, "{o:?}");
+        assert_eq!(o.mtu_loss[1].lost, 0);
+        assert_eq!(o.consecutive_lost, 0);
+        // A probe sent after the recovery and lost is loss again.
+        s.on_sent(4, ProbeClass::Small, t0 + ms(800));
+        s.expire(t0 + ms(1_400));
+        assert_eq!(window(&observe(&mut s, t0 + ms(1_400)), 10).lost, 1);
+    }
+
+    #[test]
+    fn an_outage_leaves_the_loss_windows_once_the_link_is_back_but_loss_stays() {
+        let t0 = Instant::now();
+        let mut s = stats();
+        answered(&mut s, 1, t0, ms(1), us(30));
+        // Two isolated losses: loss.
+        for seq in [2u64, 4] {
+            s.on_sent(seq, ProbeClass::Small, t0 + ms(seq * 100));
+            s.expire(t0 + ms(seq * 100 + 600));
+            answered(&mut s, seq + 1, t0 + ms(seq * 100 + 600), ms(1), us(30));
+        }
+        // Then an outage of six probes in a row.
+        for seq in 10..16u64 {
+            s.on_sent(seq, ProbeClass::Small, t0 + ms(seq * 100));
+        }
+        s.expire(t0 + ms(2_200));
+        assert_eq!(window(&observe(&mut s, t0 + ms(2_200)), 10).lost, 8);
+        answered(&mut s, 20, t0 + ms(2_200), ms(1), us(30));
+        let o = observe(&mut s, t0 + ms(2_300));
+        assert_eq!(
+            window(&o, 10).lost,
+            2,
+            "only the isolated losses remain: {o:?}"
+        );
+        assert_eq!(o.probes_lost_total, 8);
     }
 
     #[test]

@@ -1,0 +1,124 @@
+//! `meshctl watch`: verdict changes as they happen, one line each, until
+//! Ctrl-C (exit 0) or until meshd goes away (exit 2).
+
+use std::io::Write;
+
+use meshd_proto::domain::Event;
+use serde::Serialize;
+
+use crate::client::{self, Target, Unreachable};
+
+#[derive(Debug, Serialize)]
+struct EventJson<'a> {
+    at: String,
+    observer: &'a str,
+    kind: &'static str,
+    subject: &'a str,
+    summary: &'a str,
+}
+
+pub fn line(event: &Event, json: bool) -> String {
+    let at = humantime::format_rfc3339_millis(event.at).to_string();
+    if json {
+        let doc = EventJson {
+            at,
+            observer: event.observer.as_str(),
+            kind: event.kind.as_str(),
+            subject: &event.subject,
+            summary: &event.summary,
+        };
+        serde_json::to_string(&doc).unwrap_or_default()
+    } else {
+        format!(
+            "{at}  {:<8} {:<16} {}",
+            event.observer.as_str(),
+            event.kind.as_str(),
+            event.summary
+        )
+    }
+}
+
+/// Streams until interrupted; returns Ok only for a clean Ctrl-C.
+pub async fn run(target: &Target, json: bool) -> Result<(), Unreachable> {
+    let mut stream = client::events(target).await?;
+    if !json {
+        eprintln_info(&format!("watching meshd at {target}; Ctrl-C to stop"));
+    }
+    loop {
+        let next = tokio::select! {
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+            next = stream.message() => next,
+        };
+        let event = match next {
+            Ok(Some(event)) => event,
+            Ok(None) => {
+                return Err(Unreachable(format!(
+                    "meshd at {target} ended the event stream (stopped?)"
+                )));
+            }
+            Err(status) => {
+                return Err(Unreachable(format!(
+                    "event stream from {target} broke: {}",
+                    status.message()
+                )));
+            }
+        };
+        let text = match Event::try_from(event) {
+            Ok(event) => line(&event, json),
+            Err(err) => {
+                eprintln_info(&format!("skipping a malformed event from {target}: {err}"));
+                continue;
+            }
+        };
+        let mut stdout = std::io::stdout().lock();
+        // A closed pipe (`meshctl watch | head`) ends the watch quietly.
+        if writeln!(stdout, "{text}")
+            .and_then(|()| stdout.flush())
+            .is_err()
+        {
+            return Ok(());
+        }
+    }
+}
+
+#[allow(clippy::print_stderr)]
+fn eprintln_info(message: &str) {
+    eprintln!("meshctl: {message}");
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use meshd_proto::domain::{EventKind, NodeId};
+
+    use super::*;
+
+    fn event() -> Event {
+        Event {
+            at: SystemTime::UNIX_EPOCH + Duration::from_millis(1_800_000_000_123),
+            observer: NodeId::new("a").expect("id"),
+            kind: EventKind::LinkDown,
+            subject: "b <-> c".into(),
+            summary: "link b <-> c is down: b: no reply for 700.0ms".into(),
+            detail: None,
+        }
+    }
+
+    #[test]
+    fn human_lines_carry_time_observer_kind_and_summary() {
+        assert_eq!(
+            line(&event(), false),
+            "2027-01-15T08:00:00.123Z  a        link_down        link b <-> c is down: b: no reply for 700.0ms"
+        );
+    }
+
+    #[test]
+    fn json_lines_are_one_object_each() {
+        let doc: serde_json::Value = serde_json::from_str(&line(&event(), true)).expect("json");
+        assert_eq!(doc["kind"], "link_down");
+        assert_eq!(doc["observer"], "a");
+        assert_eq!(doc["subject"], "b <-> c");
+        assert_eq!(doc["at"], "2027-01-15T08:00:00.123Z");
+    }
+}
