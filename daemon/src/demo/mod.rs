@@ -4,3 +4,4 @@
 pub mod command;
 pub mod faults;
 pub mod plan;
+pub mod proxy;
