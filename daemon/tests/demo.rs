@@ -16,10 +16,25 @@ use meshd_proto::domain::MeshStatus;
 use meshd_proto::wire;
 use meshd_proto::wire::mesh_client::MeshClient;
 
-/// Below Linux's ephemeral range (32768+), so no outgoing connection of
-/// another test can hold one of these ports.
-const IN_PROCESS_BASE: u16 = 27_400;
-const CLI_BASE: u16 = 27_700;
+/// Demos need fixed ports (a revived node must come back where the proxies
+/// expect it), so each test picks a base among these slots and moves on
+/// when another test, or another program, holds a port. All below Linux's
+/// ephemeral range (32768+), where outgoing connections take their ports.
+const FIRST_BASE: u16 = 20_000;
+const SLOT: u16 = 200;
+const SLOTS: u16 = 60;
+const ATTEMPTS: u16 = 8;
+
+/// Base ports to try, starting from a slot that differs between runs.
+fn bases() -> impl Iterator<Item = u16> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let start = (std::process::id() ^ nanos) % u32::from(SLOTS);
+    let start = u16::try_from(start).expect("below SLOTS");
+    (0..ATTEMPTS).map(move |i| FIRST_BASE + SLOT * ((start + i * 7) % SLOTS))
+}
 
 async fn status(addr: SocketAddr) -> MeshStatus {
     let mut client = MeshClient::new(channel(addr).await);
@@ -31,15 +46,23 @@ async fn status(addr: SocketAddr) -> MeshStatus {
     MeshStatus::try_from(reply).expect("well-formed status")
 }
 
-async fn start(plan: Plan) -> Option<Demo> {
-    match Demo::start(plan, HOSTNAME).await {
-        Ok(demo) => Some(demo),
-        Err(err @ DemoError::MissingAddress { .. }) if cfg!(target_os = "macos") => {
-            eprintln!("skipped: {err}");
-            None
+/// A started demo of `nodes` nodes and its plan; `None` on a Mac without
+/// the loopback aliases.
+async fn start(nodes: usize) -> Option<(Demo, Plan)> {
+    let mut last = None;
+    for base in bases() {
+        let plan = Plan::new(nodes, base).expect("plan");
+        match Demo::start(plan.clone(), HOSTNAME).await {
+            Ok(demo) => return Some((demo, plan)),
+            Err(err @ DemoError::MissingAddress { .. }) if cfg!(target_os = "macos") => {
+                eprintln!("skipped: {err}");
+                return None;
+            }
+            Err(err) if err.to_string().contains("in use") => last = Some(err),
+            Err(err) => panic!("demo starts: {err}"),
         }
-        Err(err) => panic!("demo starts: {err}"),
     }
+    panic!("no free base port: {last:?}");
 }
 
 async fn reply(demo: &mut Demo, line: &str) -> String {
@@ -48,8 +71,7 @@ async fn reply(demo: &mut Demo, line: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_answer_and_kill_revive_gives_a_new_incarnation() {
-    let plan = Plan::new(3, IN_PROCESS_BASE).expect("plan");
-    let Some(mut demo) = start(plan.clone()).await else {
+    let Some((mut demo, plan)) = start(3).await else {
         return;
     };
 
@@ -121,42 +143,74 @@ async fn three_nodes_answer_and_kill_revive_gives_a_new_incarnation() {
     assert!(proxy_closed.is_err(), "the proxies are stopped");
 }
 
+/// A `meshd demo` child that printed its banner, with its input and the
+/// rest of its output.
+struct Child {
+    process: std::process::Child,
+    stdin: std::process::ChildStdin,
+    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
+    banner: String,
+    base: u16,
+}
+
+fn spawn_demo(nodes: usize) -> Child {
+    let mut last = String::new();
+    for base in bases() {
+        let mut process = Command::new(env!("CARGO_BIN_EXE_meshd"))
+            .args(["demo", "--nodes", &nodes.to_string()])
+            .args(["--base-port", &base.to_string()])
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("meshd demo runs");
+        let stdin = process.stdin.take().expect("stdin");
+        let mut lines = BufReader::new(process.stdout.take().expect("stdout")).lines();
+        let mut banner = Vec::new();
+        for line in lines.by_ref() {
+            let line = line.expect("line");
+            let last_line = line.trim_start().starts_with("quit");
+            banner.push(line);
+            if last_line {
+                break;
+            }
+        }
+        if !banner.is_empty() {
+            return Child {
+                process,
+                stdin,
+                lines,
+                banner: banner.join("\n"),
+                base,
+            };
+        }
+        // No banner: the demo refused to start; retry elsewhere if a port
+        // was taken.
+        let output = process.wait_with_output().expect("exit");
+        last = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(last.contains("in use"), "meshd demo failed: {last}");
+    }
+    panic!("no free base port: {last}");
+}
+
 #[test]
 fn the_cli_prints_where_to_look_answers_commands_and_quits() {
     if cfg!(target_os = "macos") {
         eprintln!("skipped: needs the 127.100/127.101 loopback aliases");
         return;
     }
-    let base = CLI_BASE.to_string();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_meshd"))
-        .args(["demo", "--nodes", "2", "--base-port", &base])
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("meshd demo runs");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let stdout = BufReader::new(child.stdout.take().expect("stdout"));
-    let mut lines = stdout.lines();
-    let mut banner = Vec::new();
-    for line in lines.by_ref() {
-        let line = line.expect("line");
-        let last = line.trim_start().starts_with("quit");
-        banner.push(line);
-        if last {
-            break;
-        }
-    }
-    let banner = banner.join("\n");
-    assert!(
-        banner.contains("meshctl --addr 127.0.0.1:27701 status"),
-        "{banner}"
-    );
-    assert!(
-        banner.contains("http://127.0.0.1:27712/metrics"),
-        "{banner}"
-    );
+    let Child {
+        mut process,
+        mut stdin,
+        mut lines,
+        banner,
+        base,
+    } = spawn_demo(2);
+    let grpc_b = format!("meshctl --addr 127.0.0.1:{} status", base + 2);
+    assert!(banner.contains(&grpc_b), "{banner}");
+    let metrics_a = format!("http://127.0.0.1:{}/metrics", base + 11);
+    assert!(banner.contains(&metrics_a), "{banner}");
     assert!(banner.contains("partition A,B C,D"), "{banner}");
 
     writeln!(stdin, "cut a b").expect("write");
@@ -175,7 +229,7 @@ fn the_cli_prints_where_to_look_answers_commands_and_quits() {
         lines.next().and_then(Result::ok).as_deref(),
         Some("ok: stopping")
     );
-    let status = child.wait().expect("exit");
+    let status = process.wait().expect("exit");
     assert!(status.success(), "{status:?}");
 }
 

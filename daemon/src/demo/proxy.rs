@@ -99,6 +99,9 @@ impl UdpProxy {
                     Ok(upstream) => {
                         if clients.len() >= MAX_UDP_CLIENTS {
                             evict_oldest(&mut clients);
+                            // Reaps the aborted reply task, so churning
+                            // senders cannot grow the set.
+                            while tasks.try_join_next().is_some() {}
                         }
                         let abort = tasks.spawn(relay_replies(
                             upstream.clone(),
@@ -425,6 +428,25 @@ mod tests {
             setup.round_trip(b"probe-2", WAIT).await.as_deref(),
             Some(&b"probe-2"[..])
         );
+        setup.stop().await;
+    }
+
+    #[tokio::test]
+    async fn udp_proxy_serves_more_senders_than_it_remembers() {
+        let setup = udp_setup(1).await;
+        assert!(setup.round_trip(b"first", WAIT).await.is_some());
+        for i in 0..u8::try_from(MAX_UDP_CLIENTS + 4).expect("small") {
+            let other = UdpSocket::bind(loopback()).await.expect("bind");
+            other.send_to(&[i], setup.proxy).await.expect("send");
+            let mut buf = [0u8; 8];
+            let (n, _) = tokio::time::timeout(WAIT, other.recv_from(&mut buf))
+                .await
+                .expect("reply")
+                .expect("recv");
+            assert_eq!(&buf[..n], &[i]);
+        }
+        // The first sender was forgotten and is mapped again.
+        assert!(setup.round_trip(b"again", WAIT).await.is_some());
         setup.stop().await;
     }
 
