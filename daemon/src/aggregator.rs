@@ -98,6 +98,10 @@ pub struct Aggregator {
     body: watch::Sender<Arc<ReportBody>>,
     urgent: Arc<Notify>,
     metrics: Arc<Metrics>,
+    /// Peers whose cable this node currently hears nothing on, so that
+    /// crossing `down_after` either way is pushed to the peers at once.
+    silent_links: BTreeSet<NodeId>,
+    down_after: Duration,
 }
 
 pub fn engine_settings(config: &Config) -> EngineSettings {
@@ -176,6 +180,8 @@ impl Aggregator {
             body,
             urgent: urgent.clone(),
             metrics,
+            silent_links: BTreeSet::new(),
+            down_after: config.thresholds.down_after,
         };
         aggregator.evaluate(SystemTime::now(), true);
         let state = MeshState {
@@ -250,8 +256,15 @@ impl Aggregator {
             tracing::info!(kind = %event.kind, subject = %event.subject, "{}", event.summary);
             self.metrics.count_event(event.kind);
         }
-        if !events.is_empty() {
+        let silent_links: BTreeSet<NodeId> = inputs
+            .local_links
+            .iter()
+            .filter(|l| l.observation.silence >= self.down_after)
+            .map(|l| l.observation.remote.node.clone())
+            .collect();
+        if !events.is_empty() || silent_links != self.silent_links {
             self.urgent.notify_one();
+            self.silent_links = silent_links;
         }
         self.metrics.record_status(&status);
         self.metrics.record_inputs(&inputs, &rejected, now);

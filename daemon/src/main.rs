@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use meshd::config::Config;
+use meshd::demo;
 use meshd::logging::{self, LogFormat};
 use meshd::node::RunningNode;
 
@@ -37,6 +38,23 @@ enum Command {
     /// Check a config file without starting; exits 1 and names every problem
     /// with its line when it is not valid.
     CheckConfig { file: PathBuf },
+    /// Run a whole mesh of N nodes in this process on loopback, and inject
+    /// faults with commands on standard input (type `help`).
+    Demo {
+        /// Nodes in the mesh, 2 to 8; named a, b, c, ...
+        #[arg(long, default_value_t = demo::plan::DEFAULT_NODES)]
+        nodes: usize,
+        /// First of the ports the demo uses (up to base + 187): node k's
+        /// gRPC is base+k, its metrics base+10+k.
+        #[arg(long, default_value_t = demo::plan::DEFAULT_BASE_PORT)]
+        base_port: u16,
+        #[arg(long, value_enum, default_value = "human")]
+        log_format: LogFormat,
+        /// Log level when RUST_LOG is unset; logs go to stderr, the demo's
+        /// own lines to stdout.
+        #[arg(long, default_value = "warn")]
+        log_level: String,
+    },
 }
 
 fn main() -> ExitCode {
@@ -57,6 +75,42 @@ fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
+        }
+        Command::Demo {
+            nodes,
+            base_port,
+            log_format,
+            log_level,
+        } => {
+            logging::init(log_format, &log_level);
+            run_demo(nodes, base_port, &hostname)
+        }
+    }
+}
+
+/// Errors go to stderr as plain text, not as a log line: the demo is
+/// interactive and the message (e.g. the macOS alias command) is for a
+/// person to read and copy.
+#[allow(clippy::print_stderr)]
+fn run_demo(nodes: usize, base_port: u16, hostname: &str) -> ExitCode {
+    let result = demo::plan::Plan::new(nodes, base_port)
+        .map_err(anyhow::Error::from)
+        .and_then(|plan| {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .context("cannot start the async runtime")?;
+            runtime.block_on(async {
+                let mut signals = StopSignals::install()?;
+                demo::run(plan, hostname, async move { signals.next().await }).await
+            })
+        });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("meshd demo: {err:#}");
+            ExitCode::FAILURE
         }
     }
 }

@@ -181,7 +181,9 @@ fn degradation(end: &EndView<'_>, rules: &LinkRules, evidence: &mut Vec<String>)
         }
     }
     let rtt = &o.rtt;
-    if rtt.samples >= MIN_RTT_SAMPLES && !rtt.baseline_p99.is_zero() {
+    // A saturated node wakes late for its own replies: its RTTs measure its
+    // CPU, not the link (Lifeguard again).
+    if !end.saturated && rtt.samples >= MIN_RTT_SAMPLES && !rtt.baseline_p99.is_zero() {
         let by_factor = rtt.baseline_p99.mul_f64(rules.rtt_p99_factor);
         let by_floor = rtt.baseline_p99.saturating_add(rules.rtt_min_increase);
         if rtt.p99 > by_factor.max(by_floor) {
@@ -537,6 +539,20 @@ mod tests {
             assert_eq!(verdict.state, LinkState::Degraded, "{a:?}");
             assert_eq!(verdict.evidence.len(), 1, "{verdict:?}");
         }
+    }
+
+    #[test]
+    fn a_saturated_end_rtt_is_not_evidence() {
+        let a = LinkObservation {
+            rtt: RttSummary {
+                p99: Duration::from_millis(50),
+                ..healthy().rtt
+            },
+            ..healthy()
+        };
+        let mut busy = view("a", &a);
+        busy.saturated = true;
+        assert_eq!(assess(&[busy], &rules()).state, LinkState::Up);
     }
 
     #[test]

@@ -71,14 +71,9 @@ pub enum ProbeClass {
 pub struct LinkStatsConfig {
     /// A probe unanswered this long is lost, and a later reply is ignored.
     pub timeout: Duration,
-}
-
-impl Default for LinkStatsConfig {
-    fn default() -> Self {
-        Self {
-            timeout: Duration::from_millis(500),
-        }
-    }
+    /// Answered probes sent this far apart had an outage between them (see
+    /// [`Fate::Outage`]); the prober uses [`OUTAGE_RUN`] probe intervals.
+    pub outage_gap: Duration,
 }
 
 /// Replies that did not count, by reason; useful to spot a confused peer.
@@ -106,15 +101,20 @@ enum Fate {
         host_delay: Duration,
     },
     Lost,
-    /// Lost while the link was out (before it ever answered, or in a run of
-    /// at least [`OUTAGE_RUN`] losses): the outage is judged by its silence,
+    /// Lost while the link was out (before it ever answered, or between two
+    /// answered probes sent `outage_gap` apart): the outage is judged by its silence,
     /// and must not linger as "loss" in the windows after the link is back,
     /// or every restart of a peer would read as a degraded link.
     Outage,
 }
 
-/// This many small probes lost in a row is an outage, not loss: random loss
-/// of a few percent almost never drops five in a row.
+/// Whether `t` lies strictly inside an outage window.
+fn within((after, before): (Option<Instant>, Instant), t: Instant) -> bool {
+    after.is_none_or(|after| t > after) && t < before
+}
+
+/// This many small probes unanswered in a row is an outage, not loss:
+/// random loss of a few percent almost never drops five in a row.
 pub const OUTAGE_RUN: u32 = 5;
 
 /// One probe whose fate is known, filed under the moment that became known:
@@ -122,6 +122,7 @@ pub const OUTAGE_RUN: u32 = 5;
 #[derive(Debug, Clone, Copy)]
 struct Record {
     at: Instant,
+    sent_at: Instant,
     class: ProbeClass,
     fate: Fate,
 }
@@ -153,10 +154,12 @@ pub struct LinkStats {
     first_sent_at: Option<Instant>,
     last_reply_at: Option<Instant>,
     consecutive_lost: u32,
-    /// When the current run of small-probe losses began.
-    loss_run_start: Option<Instant>,
-    /// Probes sent before this belong to an outage that has ended.
-    outage_cutoff: Option<Instant>,
+    /// Send time of the newest answered probe.
+    last_answered_sent_at: Option<Instant>,
+    /// The last outage that ended: probes sent strictly between these
+    /// (from the start of time when the first bound is `None`) that are
+    /// lost belong to it.
+    outage: Option<(Option<Instant>, Instant)>,
     ignored: IgnoredReplies,
     window: Option<BaselineWindow>,
     summaries: VecDeque<WindowSummary>,
@@ -174,8 +177,8 @@ impl LinkStats {
             first_sent_at: None,
             last_reply_at: None,
             consecutive_lost: 0,
-            loss_run_start: None,
-            outage_cutoff: None,
+            last_answered_sent_at: None,
+            outage: None,
             ignored: IgnoredReplies::default(),
             window: None,
             summaries: VecDeque::new(),
@@ -243,10 +246,9 @@ impl LinkStats {
         }
         let rtt = elapsed.saturating_sub(host_delay);
         let host_delay = host_delay.min(elapsed);
-        self.end_outage(probe.sent_at);
+        self.note_answered(probe.sent_at);
         self.last_reply_at = Some(at);
         self.consecutive_lost = 0;
-        self.loss_run_start = None;
         if class == ProbeClass::Small {
             if let Some(count) = self.histogram.get_mut(bucket_index(rtt)) {
                 *count += 1;
@@ -255,6 +257,7 @@ impl LinkStats {
         }
         self.push_record(Record {
             at,
+            sent_at: probe.sent_at,
             class,
             fate: Fate::Answered { rtt, host_delay },
         });
@@ -362,26 +365,22 @@ impl LinkStats {
         }
     }
 
-    /// A reply (to a probe sent at `answered_sent_at`) ends a run of
-    /// losses. If the run was an outage, its losses leave the loss windows,
-    /// and so will those of probes sent into the outage that are only found
-    /// lost later (they time out after this reply).
-    fn end_outage(&mut self, answered_sent_at: Instant) {
-        let never_answered = self.last_reply_at.is_none();
-        if !never_answered && self.consecutive_lost < OUTAGE_RUN {
+    /// A probe sent at `sent_at` was answered. If the answered probe before
+    /// it was sent `outage_gap` earlier or more (or there was none), the link
+    /// was out in between: the losses of that gap, known now or found later
+    /// (probes sent into it time out after this reply), leave the windows.
+    fn note_answered(&mut self, sent_at: Instant) {
+        let previous = self.last_answered_sent_at;
+        let outage = previous
+            .is_none_or(|prev| sent_at.saturating_duration_since(prev) >= self.config.outage_gap);
+        self.last_answered_sent_at = Some(previous.map_or(sent_at, |prev| prev.max(sent_at)));
+        if !outage {
             return;
         }
-        self.outage_cutoff = Some(answered_sent_at);
-        let start = if never_answered {
-            None
-        } else {
-            self.loss_run_start
-        };
-        for r in self.records.iter_mut().rev() {
-            if start.is_some_and(|start| r.at < start) {
-                break;
-            }
-            if r.fate == Fate::Lost {
+        let window = (previous, sent_at);
+        self.outage = Some(window);
+        for r in &mut self.records {
+            if r.fate == Fate::Lost && within(window, r.sent_at) {
                 r.fate = Fate::Outage;
             }
         }
@@ -389,13 +388,13 @@ impl LinkStats {
 
     fn record_lost(&mut self, class: ProbeClass, sent_at: Instant, at: Instant) {
         self.lost_total += 1;
-        let in_past_outage = self.outage_cutoff.is_some_and(|cutoff| sent_at < cutoff);
+        let in_past_outage = self.outage.is_some_and(|window| within(window, sent_at));
         if class == ProbeClass::Small && !in_past_outage {
             self.consecutive_lost = self.consecutive_lost.saturating_add(1);
-            self.loss_run_start.get_or_insert(at);
         }
         self.push_record(Record {
             at,
+            sent_at,
             class,
             fate: if in_past_outage {
                 Fate::Outage
@@ -538,6 +537,7 @@ mod tests {
     use meshd_proto::domain::NodeId;
 
     const TIMEOUT: Duration = Duration::from_millis(500);
+    const OUTAGE_GAP: Duration = Duration::from_millis(500);
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
@@ -548,7 +548,10 @@ mod tests {
     }
 
     fn stats() -> LinkStats {
-        LinkStats::new(LinkStatsConfig { timeout: TIMEOUT })
+        LinkStats::new(LinkStatsConfig {
+            timeout: TIMEOUT,
+            outage_gap: OUTAGE_GAP,
+        })
     }
 
     fn end(node: &str) -> LinkEnd {
@@ -776,27 +779,25 @@ mod tests {
     fn an_outage_leaves_the_loss_windows_once_the_link_is_back_but_loss_stays() {
         let t0 = Instant::now();
         let mut s = stats();
-        answered(&mut s, 1, t0, ms(1), us(30));
-        // Two isolated losses: loss.
-        for seq in [2u64, 4] {
-            s.on_sent(seq, ProbeClass::Small, t0 + ms(seq * 100));
-            s.expire(t0 + ms(seq * 100 + 600));
-            answered(&mut s, seq + 1, t0 + ms(seq * 100 + 600), ms(1), us(30));
+        // A probe every 100 ms; 5 and 12 lost alone (loss), 20 to 26 lost
+        // in a row (an outage: 27 is answered 800 ms after 19).
+        let lost = |seq: u64| seq == 5 || seq == 12 || (20..=26).contains(&seq);
+        for seq in 0..=30u64 {
+            let at = t0 + ms(seq * 100);
+            s.expire(at);
+            s.on_sent(seq, ProbeClass::Small, at);
+            if !lost(seq) {
+                assert!(
+                    s.on_reply(seq, ProbeClass::Small, Duration::ZERO, at + us(30))
+                        .is_some()
+                );
+            }
         }
-        // Then an outage of six probes in a row.
-        for seq in 10..16u64 {
-            s.on_sent(seq, ProbeClass::Small, t0 + ms(seq * 100));
-        }
-        s.expire(t0 + ms(2_200));
-        assert_eq!(window(&observe(&mut s, t0 + ms(2_200)), 10).lost, 8);
-        answered(&mut s, 20, t0 + ms(2_200), ms(1), us(30));
-        let o = observe(&mut s, t0 + ms(2_300));
-        assert_eq!(
-            window(&o, 10).lost,
-            2,
-            "only the isolated losses remain: {o:?}"
-        );
-        assert_eq!(o.probes_lost_total, 8);
+        s.expire(t0 + ms(3_600));
+        let o = observe(&mut s, t0 + ms(3_600));
+        assert_eq!(window(&o, 10).lost, 2, "only the lone losses remain: {o:?}");
+        assert_eq!(window(&o, 10).sent, 31 - 7);
+        assert_eq!(o.probes_lost_total, 9, "totals stay honest");
     }
 
     #[test]
@@ -931,6 +932,7 @@ mod tests {
         ];
         let mut s_long = LinkStats::new(LinkStatsConfig {
             timeout: Duration::from_secs(5),
+            outage_gap: OUTAGE_GAP,
         });
         for (i, rtt) in rtts.iter().enumerate() {
             answered(&mut s_long, i as u64, t0, ms(i as u64 * 10), *rtt);
@@ -997,6 +999,7 @@ mod tests {
         let t0 = Instant::now();
         let mut s = LinkStats::new(LinkStatsConfig {
             timeout: Duration::from_secs(3_600),
+            outage_gap: OUTAGE_GAP,
         });
         // A peer that never answers, probed every millisecond for 10 s.
         for seq in 0..10_000u64 {

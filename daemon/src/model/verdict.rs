@@ -24,6 +24,11 @@ pub struct EngineSettings {
     pub suspect_after: Duration,
     /// A report older than this is not fresh: its sender is no quorum member.
     pub stale_after: Duration,
+    /// A peer's silence on a link is assumed to go on growing for at most
+    /// this long after its report (one report interval): that lets every
+    /// node reach a verdict as soon as the ends do, without letting a late
+    /// report turn a healthy link silent.
+    pub max_extrapolation: Duration,
     pub link: LinkRules,
 }
 
@@ -33,6 +38,7 @@ impl EngineSettings {
         Self {
             suspect_after: report_interval.saturating_mul(2).min(stale_after),
             stale_after,
+            max_extrapolation: report_interval,
             link,
         }
     }
@@ -271,11 +277,13 @@ impl Engine {
                 &inputs.local.id,
             )
         });
-        let remote = inputs.reports.iter().flat_map(|(id, r)| {
+        let extrapolation = self.settings.max_extrapolation;
+        let remote = inputs.reports.iter().flat_map(move |(id, r)| {
+            let age = age(now, r.at).min(extrapolation);
             r.report
                 .links
                 .iter()
-                .map(move |o| (o, age(now, r.at), r.report.load.cpu_saturated, id))
+                .map(move |o| (o, age, r.report.load.cpu_saturated, id))
         });
         for (observation, age, saturated, observer) in local.chain(remote) {
             // An end speaks only for itself, and only about the mesh.
@@ -692,6 +700,23 @@ mod tests {
         assert_eq!(node_state(&status, "c"), NodeState::Up);
         assert!(status.links.iter().all(|l| l.state == LinkState::Up));
         assert!(status.links.iter().all(|l| l.recent_changes == 0));
+    }
+
+    #[test]
+    fn a_late_report_does_not_make_a_link_silent() {
+        let mut mesh = Mesh::new(&["a", "b", "c", "d"]);
+        // b and c each saw 300 ms of silence on b-c, and their reports are
+        // 350 ms old (late, not yet suspect): only one report interval of
+        // that age may be added to the silence.
+        mesh.silence("b", "c", 300);
+        mesh.report_age_ms.insert("b", 350);
+        mesh.report_age_ms.insert("c", 350);
+        let status = Engine::new(settings()).evaluate(&mesh.inputs(t(0)), t(0));
+        assert_eq!(link(&status, "b", "c").state, LinkState::Up);
+        // With 450 ms reported, the 200 ms allowed bring both ends to 650 ms.
+        mesh.silence("b", "c", 450);
+        let status = Engine::new(settings()).evaluate(&mesh.inputs(t(0)), t(0));
+        assert_eq!(link(&status, "b", "c").state, LinkState::Down);
     }
 
     #[test]

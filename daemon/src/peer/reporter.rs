@@ -140,7 +140,9 @@ async fn send_to_peer(
             outcome = deliver(client.clone(), &report) => outcome,
         };
         metrics.count_report_sent(&peer, outcome_label(&outcome));
-        if outcome != delivery {
+        // Log changes of kind only: transport errors vary in wording from
+        // one attempt to the next while a peer stays unreachable.
+        if std::mem::discriminant(&outcome) != std::mem::discriminant(&delivery) {
             match &outcome {
                 Delivery::Accepted => tracing::info!(%peer, %address, "reports reach the peer"),
                 Delivery::Rejected(why) => {

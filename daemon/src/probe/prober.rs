@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::ProbeError;
 use super::packet::{self, HEADER_LEN, Header, Kind, MAX_DATAGRAM_LEN};
 use crate::config::ProbeConfig;
-use crate::model::linkstats::{LinkStats, LinkStatsConfig, ProbeClass};
+use crate::model::linkstats::{LinkStats, LinkStatsConfig, OUTAGE_RUN, ProbeClass};
 use crate::model::verdict::LocalObservation;
 
 /// Shortest probe period whatever the settings say: at most one probe per
@@ -165,6 +165,7 @@ impl Prober {
         })?;
         let mut stats = LinkStats::new(LinkStatsConfig {
             timeout: settings.timeout,
+            outage_gap: settings.interval.saturating_mul(OUTAGE_RUN),
         });
         let wall_now = SystemTime::now();
         let first = stats.observation(local.clone(), remote.clone(), Instant::now(), wall_now);

@@ -5,7 +5,12 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use meshd::config::Config;
+use meshd::demo::plan::Plan;
+use meshd::demo::{Demo, DemoError};
 use meshd::node::RunningNode;
+use meshd_proto::domain::MeshStatus;
+use meshd_proto::wire;
+use meshd_proto::wire::mesh_client::MeshClient;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -57,4 +62,53 @@ pub async fn channel(addr: SocketAddr) -> tonic::transport::Channel {
         .connect()
         .await
         .expect("grpc connect")
+}
+
+/// Demos need fixed ports (a revived node must come back where the proxies
+/// expect it), so each test picks a base among these slots and moves on
+/// when another test, or another program, holds a port. All below Linux's
+/// ephemeral range (32768+), where outgoing connections take their ports.
+const FIRST_BASE: u16 = 20_000;
+const SLOT: u16 = 200;
+const SLOTS: u16 = 60;
+const ATTEMPTS: u16 = 8;
+
+/// Base ports to try, starting from a slot that differs between runs.
+pub fn bases() -> impl Iterator<Item = u16> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let start = (std::process::id() ^ nanos) % u32::from(SLOTS);
+    let start = u16::try_from(start).expect("below SLOTS");
+    (0..ATTEMPTS).map(move |i| FIRST_BASE + SLOT * ((start + i * 7) % SLOTS))
+}
+
+pub async fn status(addr: SocketAddr) -> MeshStatus {
+    let mut client = MeshClient::new(channel(addr).await);
+    let reply = client
+        .get_status(wire::GetStatusRequest {})
+        .await
+        .expect("status")
+        .into_inner();
+    MeshStatus::try_from(reply).expect("well-formed status")
+}
+
+/// A started demo of `nodes` nodes and its plan; `None` on a Mac without
+/// the loopback aliases.
+pub async fn start_demo(nodes: usize) -> Option<(Demo, Plan)> {
+    let mut last = None;
+    for base in bases() {
+        let plan = Plan::new(nodes, base).expect("plan");
+        match Demo::start(plan.clone(), HOSTNAME).await {
+            Ok(demo) => return Some((demo, plan)),
+            Err(err @ DemoError::MissingAddress { .. }) if cfg!(target_os = "macos") => {
+                eprintln!("skipped: {err}");
+                return None;
+            }
+            Err(err) if err.to_string().contains("in use") => last = Some(err),
+            Err(err) => panic!("demo starts: {err}"),
+        }
+    }
+    panic!("no free base port: {last:?}");
 }

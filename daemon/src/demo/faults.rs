@@ -1,0 +1,272 @@
+//! The demo's fault state, shared by the command loop (which changes it) and
+//! the proxies (which consult it for every datagram and connection). Cables
+//! have a fault per unordered node pair; the management network has
+//! partition groups. meshd itself never sees this: it only sees what the
+//! proxies let through.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::watch;
+
+/// What is wrong with one cable. The fields combine: a cable can be slow
+/// and lossy at once; a cut cable drops everything whatever the rest says.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LinkFault {
+    pub cut: bool,
+    /// Added to every round trip.
+    pub delay: Duration,
+    /// Share of probes lost, 0–100.
+    pub loss_percent: u8,
+}
+
+impl LinkFault {
+    pub fn is_clear(&self) -> bool {
+        *self == LinkFault::default()
+    }
+}
+
+/// Which way a datagram travels through a proxy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Leg {
+    /// From the node that sent the probe towards its peer.
+    Request,
+    /// The peer's answer on its way back.
+    Reply,
+}
+
+/// What a proxy does with one datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fate {
+    Forward { delay: Duration },
+    Drop,
+}
+
+/// Shared, cheap to consult. Cloned as `Arc<Faults>` into every proxy.
+#[derive(Debug)]
+pub struct Faults {
+    state: Mutex<State>,
+    /// Bumped on every management-network change, so open connections can
+    /// re-check whether they may live.
+    partition_version: watch::Sender<u64>,
+}
+
+#[derive(Debug)]
+struct State {
+    links: BTreeMap<(usize, usize), LinkFault>,
+    /// Partition group per node; a node in no group reaches everyone.
+    groups: BTreeMap<usize, usize>,
+    rng: XorShift,
+}
+
+impl Faults {
+    /// Loss decisions follow `seed`, so a test can count them.
+    pub fn with_seed(seed: u64) -> Faults {
+        Faults {
+            state: Mutex::new(State {
+                links: BTreeMap::new(),
+                groups: BTreeMap::new(),
+                rng: XorShift::new(seed),
+            }),
+            partition_version: watch::Sender::new(0),
+        }
+    }
+
+    /// Seeded from the clock: each demo run loses different probes.
+    pub fn from_clock() -> Faults {
+        let nanos = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(1);
+        // The low bits change fastest; folding keeps them.
+        Faults::with_seed((nanos as u64) ^ ((nanos >> 64) as u64))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // The state stays consistent after any panic (every update is one
+        // assignment), so a poisoned lock is still usable.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub fn link(&self, a: usize, b: usize) -> LinkFault {
+        self.lock()
+            .links
+            .get(&pair(a, b))
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// Changes the fault of cable `a`–`b` (either order).
+    pub fn update_link(&self, a: usize, b: usize, change: impl FnOnce(&mut LinkFault)) {
+        let mut state = self.lock();
+        let fault = state.links.entry(pair(a, b)).or_default();
+        change(fault);
+        if fault.is_clear() {
+            state.links.remove(&pair(a, b));
+        }
+    }
+
+    /// What happens to one datagram crossing cable `a`–`b`. Delay and loss
+    /// apply to requests only, so `slow 100` adds exactly 100 ms to a round
+    /// trip and `lossy 10` loses 10 % of probes; a cut drops both ways.
+    pub fn fate(&self, a: usize, b: usize, leg: Leg) -> Fate {
+        let mut state = self.lock();
+        let fault = state.links.get(&pair(a, b)).copied().unwrap_or_default();
+        if fault.cut {
+            return Fate::Drop;
+        }
+        if leg == Leg::Reply {
+            return Fate::Forward {
+                delay: Duration::ZERO,
+            };
+        }
+        if fault.loss_percent > 0 && state.rng.percent(fault.loss_percent) {
+            return Fate::Drop;
+        }
+        Fate::Forward { delay: fault.delay }
+    }
+
+    /// Splits the management network: nodes in different groups cannot
+    /// reach each other; nodes in no group reach everyone. Replaces any
+    /// earlier partition.
+    pub fn partition(&self, groups: &[Vec<usize>]) {
+        {
+            let mut state = self.lock();
+            state.groups = groups
+                .iter()
+                .enumerate()
+                .flat_map(|(g, nodes)| nodes.iter().map(move |&n| (n, g)))
+                .collect();
+        }
+        self.partition_version
+            .send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    /// Whether node `a` can reach node `b` over the management network.
+    pub fn connected(&self, a: usize, b: usize) -> bool {
+        let state = self.lock();
+        match (state.groups.get(&a), state.groups.get(&b)) {
+            (Some(ga), Some(gb)) => ga == gb,
+            _ => true,
+        }
+    }
+
+    /// Resolves whenever the partition changes.
+    pub fn watch_partition(&self) -> watch::Receiver<u64> {
+        self.partition_version.subscribe()
+    }
+
+    /// Every cable and the management network back to normal.
+    pub fn heal_all(&self) {
+        self.lock().links.clear();
+        self.partition(&[]);
+    }
+
+    /// Cables that currently have a fault, for the status line.
+    pub fn faulty_links(&self) -> Vec<((usize, usize), LinkFault)> {
+        self.lock().links.iter().map(|(k, v)| (*k, *v)).collect()
+    }
+}
+
+fn pair(a: usize, b: usize) -> (usize, usize) {
+    (a.min(b), a.max(b))
+}
+
+/// xorshift64: a tiny, fast, good-enough PRNG for dropping datagrams. Not
+/// for anything that needs unpredictability.
+#[derive(Debug, Clone)]
+struct XorShift(u64);
+
+impl XorShift {
+    fn new(seed: u64) -> XorShift {
+        // Zero is the one state xorshift never leaves.
+        XorShift(if seed == 0 {
+            0x9E37_79B9_7F4A_7C15
+        } else {
+            seed
+        })
+    }
+
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+
+    /// True with probability `percent` / 100.
+    fn percent(&mut self, percent: u8) -> bool {
+        self.next() % 100 < u64::from(percent)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn faults_belong_to_the_unordered_pair() {
+        let faults = Faults::with_seed(1);
+        faults.update_link(2, 0, |f| f.cut = true);
+        assert!(faults.link(0, 2).cut);
+        assert_eq!(faults.fate(0, 2, Leg::Request), Fate::Drop);
+        assert_eq!(faults.fate(2, 0, Leg::Reply), Fate::Drop);
+        assert!(faults.link(0, 1).is_clear());
+        faults.update_link(0, 2, |f| *f = LinkFault::default());
+        assert!(faults.faulty_links().is_empty());
+    }
+
+    #[test]
+    fn delay_applies_to_requests_only() {
+        let faults = Faults::with_seed(1);
+        let delay = Duration::from_millis(40);
+        faults.update_link(0, 1, |f| f.delay = delay);
+        assert_eq!(faults.fate(1, 0, Leg::Request), Fate::Forward { delay });
+        assert_eq!(
+            faults.fate(1, 0, Leg::Reply),
+            Fate::Forward {
+                delay: Duration::ZERO
+            }
+        );
+    }
+
+    #[test]
+    fn lossy_drops_about_the_asked_share() {
+        let faults = Faults::with_seed(42);
+        faults.update_link(0, 1, |f| f.loss_percent = 25);
+        let dropped = (0..10_000)
+            .filter(|_| faults.fate(0, 1, Leg::Request) == Fate::Drop)
+            .count();
+        assert!((2_200..=2_800).contains(&dropped), "dropped {dropped}");
+        let replies_dropped = (0..1_000)
+            .filter(|_| faults.fate(0, 1, Leg::Reply) == Fate::Drop)
+            .count();
+        assert_eq!(replies_dropped, 0);
+    }
+
+    #[test]
+    fn partition_separates_groups_and_spares_the_rest() {
+        let faults = Faults::with_seed(1);
+        let mut changes = faults.watch_partition();
+        faults.partition(&[vec![0, 1], vec![2]]);
+        assert!(changes.has_changed().unwrap_or(false));
+        changes.mark_unchanged();
+        assert!(faults.connected(0, 1));
+        assert!(!faults.connected(0, 2));
+        assert!(!faults.connected(2, 1));
+        assert!(faults.connected(3, 0), "node 3 is in no group");
+        assert!(faults.connected(2, 3));
+        faults.heal_all();
+        assert!(changes.has_changed().unwrap_or(false));
+        assert!(faults.connected(0, 2));
+    }
+
+    #[test]
+    fn xorshift_never_sticks_at_zero() {
+        let mut rng = XorShift::new(0);
+        assert!((0..100).map(|_| rng.next()).all(|x| x != 0));
+    }
+}

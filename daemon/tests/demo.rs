@@ -1,0 +1,191 @@
+//! `meshd demo`: real nodes in one process behind the demo's proxies, driven
+//! by the same command lines a person types. Loopback only; each test has
+//! its own base port so tests can run side by side.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{bases, start_demo as start, status};
+use meshd::demo::Demo;
+
+async fn reply(demo: &mut Demo, line: &str) -> String {
+    demo.execute(line).await.reply.unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_answer_and_kill_revive_gives_a_new_incarnation() {
+    let Some((mut demo, plan)) = start(3).await else {
+        return;
+    };
+
+    for (i, node) in plan.nodes.iter().enumerate() {
+        let running = demo.node(i).expect("running");
+        assert_eq!(running.grpc_addr, node.grpc());
+        assert_eq!(running.state.current().node.id, node.id);
+        let answer = status(node.grpc()).await;
+        assert_eq!(answer.node.id, node.id);
+        assert_eq!(answer.quorum.configured.len(), 3);
+    }
+
+    // Peers' addresses lead through the management proxies to the peer.
+    let a_to_b = plan.nodes[0].config.peers[0].address.parse().expect("addr");
+    assert_eq!(status(a_to_b).await.node.id.as_str(), "b");
+
+    let before = demo.node(1).expect("b").identity.incarnation;
+    assert_eq!(reply(&mut demo, "kill b").await, "ok: b killed");
+    assert!(demo.node(1).is_none());
+    let gone = tokio::net::TcpStream::connect(plan.nodes[1].grpc()).await;
+    assert!(gone.is_err(), "b's gRPC port is closed");
+    assert!(
+        reply(&mut demo, "kill b")
+            .await
+            .starts_with("error: node b is not running")
+    );
+
+    let revived = reply(&mut demo, "revive b").await;
+    assert!(revived.starts_with("ok: b revived"), "{revived}");
+    let after = demo.node(1).expect("b again").identity.incarnation;
+    assert!(after > before, "{after:?} > {before:?}");
+    assert_eq!(status(plan.nodes[1].grpc()).await.node.incarnation, after);
+    assert!(
+        reply(&mut demo, "revive b")
+            .await
+            .starts_with("error: node b is already running")
+    );
+
+    assert_eq!(reply(&mut demo, "cut a c").await, "ok: cable a-c cut");
+    assert!(demo.faults().link(2, 0).cut);
+    assert!(reply(&mut demo, "slow b c 20").await.starts_with("ok"));
+    assert!(reply(&mut demo, "partition a b,c").await.starts_with("ok"));
+    assert!(!demo.faults().connected(0, 1));
+    assert!(
+        reply(&mut demo, "lossy a q 5")
+            .await
+            .starts_with("error: unknown node \"q\"")
+    );
+    assert!(reply(&mut demo, "kill c").await.starts_with("ok"));
+
+    let healed = reply(&mut demo, "heal").await;
+    assert!(healed.starts_with("ok"), "{healed}");
+    assert!(demo.faults().faulty_links().is_empty());
+    assert!(demo.faults().connected(0, 1));
+    assert!(demo.node(2).is_some(), "heal revives killed nodes");
+    assert_eq!(status(plan.nodes[2].grpc()).await.node.id.as_str(), "c");
+
+    assert_eq!(demo.execute("").await.reply, None);
+    assert!(reply(&mut demo, "help").await.contains("partition"));
+    let quit = demo.execute("quit").await;
+    assert!(quit.quit);
+
+    tokio::time::timeout(Duration::from_secs(30), demo.stop())
+        .await
+        .expect("the demo stops");
+    let closed = tokio::net::TcpStream::connect(plan.nodes[0].grpc()).await;
+    assert!(closed.is_err(), "a is stopped");
+    let proxy_closed = tokio::net::TcpStream::connect(a_to_b).await;
+    assert!(proxy_closed.is_err(), "the proxies are stopped");
+}
+
+/// A `meshd demo` child that printed its banner, with its input and the
+/// rest of its output.
+struct Child {
+    process: std::process::Child,
+    stdin: std::process::ChildStdin,
+    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
+    banner: String,
+    base: u16,
+}
+
+fn spawn_demo(nodes: usize) -> Child {
+    let mut last = String::new();
+    for base in bases() {
+        let mut process = Command::new(env!("CARGO_BIN_EXE_meshd"))
+            .args(["demo", "--nodes", &nodes.to_string()])
+            .args(["--base-port", &base.to_string()])
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("meshd demo runs");
+        let stdin = process.stdin.take().expect("stdin");
+        let mut lines = BufReader::new(process.stdout.take().expect("stdout")).lines();
+        let mut banner = Vec::new();
+        for line in lines.by_ref() {
+            let line = line.expect("line");
+            let last_line = line.trim_start().starts_with("quit");
+            banner.push(line);
+            if last_line {
+                break;
+            }
+        }
+        if !banner.is_empty() {
+            return Child {
+                process,
+                stdin,
+                lines,
+                banner: banner.join("\n"),
+                base,
+            };
+        }
+        // No banner: the demo refused to start; retry elsewhere if a port
+        // was taken.
+        let output = process.wait_with_output().expect("exit");
+        last = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(last.contains("in use"), "meshd demo failed: {last}");
+    }
+    panic!("no free base port: {last}");
+}
+
+#[test]
+fn the_cli_prints_where_to_look_answers_commands_and_quits() {
+    if cfg!(target_os = "macos") {
+        eprintln!("skipped: needs the 127.100/127.101 loopback aliases");
+        return;
+    }
+    let Child {
+        mut process,
+        mut stdin,
+        mut lines,
+        banner,
+        base,
+    } = spawn_demo(2);
+    let grpc_b = format!("meshctl --addr 127.0.0.1:{} status", base + 2);
+    assert!(banner.contains(&grpc_b), "{banner}");
+    let metrics_a = format!("http://127.0.0.1:{}/metrics", base + 11);
+    assert!(banner.contains(&metrics_a), "{banner}");
+    assert!(banner.contains("partition A,B C,D"), "{banner}");
+
+    writeln!(stdin, "cut a b").expect("write");
+    assert_eq!(
+        lines.next().and_then(Result::ok).as_deref(),
+        Some("ok: cable a-b cut")
+    );
+    writeln!(stdin, "slow a b many").expect("write");
+    let error = lines.next().and_then(Result::ok).unwrap_or_default();
+    assert!(
+        error.starts_with("error: \"many\" is not a delay"),
+        "{error}"
+    );
+    writeln!(stdin, "quit").expect("write");
+    assert_eq!(
+        lines.next().and_then(Result::ok).as_deref(),
+        Some("ok: stopping")
+    );
+    let status = process.wait().expect("exit");
+    assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn the_cli_refuses_a_mesh_size_out_of_range() {
+    let out = Command::new(env!("CARGO_BIN_EXE_meshd"))
+        .args(["demo", "--nodes", "9"])
+        .output()
+        .expect("meshd demo runs");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("9 nodes is out of range"), "{stderr}");
+}
