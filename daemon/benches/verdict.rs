@@ -1,0 +1,203 @@
+//! One evaluation of the verdict engine on a warmed-up engine, for full
+//! meshes of 7, 64 and 256 nodes (DESIGN §7: < 50 µs / < 5 ms / < 50 ms).
+//!
+//! Realistic inputs: every peer heard, every link observed from both ends
+//! with an RTT summary, an 18-bucket RTT histogram and three loss windows,
+//! and one cable cut. Figures only: nothing here asserts a time.
+//!
+//! Run: `cargo bench -p meshd --bench verdict -- --warm-up-time 1 --measurement-time 3`
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::time::{Duration, SystemTime};
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use meshd::model::intake::Received;
+use meshd::model::link::{LinkRules, MEDIUM_WINDOW, SHORT_WINDOW};
+use meshd::model::verdict::{Engine, EngineSettings, ExpectedLink, LocalObservation, MeshInputs};
+use meshd_proto::domain::{
+    Incarnation, InterfaceState, LinkEnd, LinkObservation, LossWindow, NodeId, NodeIdentity,
+    NodeLoad, PeerReport, RdmaPortState, RttHistogram, RttSummary,
+};
+
+const LONG_WINDOW: Duration = Duration::from_secs(60);
+const HISTOGRAM_BUCKETS: u64 = 18;
+
+fn settings() -> EngineSettings {
+    EngineSettings::new(
+        Duration::from_millis(200),
+        Duration::from_secs(1),
+        LinkRules {
+            down_after: Duration::from_millis(600),
+            loss_degraded: 0.02,
+            loss_down: 0.5,
+            rtt_p99_factor: 3.0,
+            rtt_min_increase: Duration::from_millis(1),
+            flap_window: Duration::from_secs(60),
+            flap_changes: 4,
+            saturated_slowdown: 2,
+        },
+    )
+}
+
+fn node_id(i: usize) -> NodeId {
+    NodeId::new(format!("node-{i:03}")).expect("valid id")
+}
+
+fn identity(i: usize) -> NodeIdentity {
+    NodeIdentity {
+        id: node_id(i),
+        incarnation: Incarnation(1_700_000_000_000_000_000),
+        version: "bench".into(),
+        hostname: format!("node-{i:03}.local"),
+    }
+}
+
+fn end(node: usize, peer: usize) -> LinkEnd {
+    LinkEnd {
+        node: node_id(node),
+        iface: Some(format!("en{}", peer % 6 + 2)),
+        address: Some(std::net::IpAddr::from([10, 0, 0, 1])),
+        rdma_device: Some(format!("rdma_en{}", peer % 6 + 2)),
+        rdma_port: Some(1),
+    }
+}
+
+/// What `from` sees on its cable to `to` at `at`: a healthy TB5 link, or a
+/// cut one silent for two seconds.
+fn observation(from: usize, to: usize, cut: bool, at: SystemTime) -> LinkObservation {
+    let silence = if cut {
+        Duration::from_secs(2)
+    } else {
+        Duration::from_millis(40)
+    };
+    let lost = |sent: u64| if cut { sent.min(20) } else { 0 };
+    let window = |window: Duration, sent: u64| LossWindow {
+        window,
+        sent,
+        lost: lost(sent),
+    };
+    LinkObservation {
+        local: end(from, to),
+        remote: end(to, from),
+        interface_state: InterfaceState::Up,
+        negotiated_speed_bps: Some(80_000_000_000),
+        expected_speed_bps: Some(80_000_000_000),
+        rdma_port_state: RdmaPortState::Active,
+        gid_matches_address: Some(true),
+        rtt: RttSummary {
+            p50: Duration::from_micros(38),
+            p90: Duration::from_micros(55),
+            p99: Duration::from_micros(92),
+            max: Duration::from_micros(310),
+            host_delay_p50: Duration::from_micros(7),
+            baseline_p50: Duration::from_micros(39),
+            baseline_p99: Duration::from_micros(95),
+            samples: 6_000,
+        },
+        rtt_histogram: RttHistogram {
+            // 17 bounds, 5 µs doubling to ~328 ms, and the overflow bucket.
+            bounds: (0..HISTOGRAM_BUCKETS - 1)
+                .map(|k| Duration::from_micros(5 << k))
+                .collect(),
+            counts: (0..HISTOGRAM_BUCKETS).map(|k| 4_000 >> k.min(12)).collect(),
+        },
+        loss: vec![
+            window(SHORT_WINDOW, 10),
+            window(MEDIUM_WINDOW, 100),
+            window(LONG_WINDOW, 600),
+        ],
+        mtu_loss: vec![window(MEDIUM_WINDOW, 10)],
+        probes_sent_total: 360_000,
+        probes_lost_total: lost(600),
+        last_reply_at: Some(at - silence),
+        error_counters: vec![],
+        silence,
+        consecutive_lost: if cut { 20 } else { 0 },
+    }
+}
+
+/// A full mesh of `n` seen from node 0 at `now`, every report 50 ms old;
+/// with `cut`, the cable between nodes 1 and 2 is cut.
+fn inputs(n: usize, cut: bool, now: SystemTime) -> MeshInputs {
+    let is_cut = |x: usize, y: usize| cut && x.min(y) == 1 && x.max(y) == 2;
+    let observations = |from: usize, at: SystemTime| -> Vec<LinkObservation> {
+        (0..n)
+            .filter(|to| *to != from)
+            .map(|to| observation(from, to, is_cut(from, to), at))
+            .collect()
+    };
+    let age = Duration::from_millis(50);
+    let reports: BTreeMap<NodeId, Received> = (1..n)
+        .map(|p| {
+            let report = PeerReport {
+                sender: identity(p),
+                sequence: 42,
+                sent_at: now - age,
+                links: observations(p, now - age),
+                alarms: vec![],
+                hears: (0..n).filter(|q| *q != p).map(node_id).collect(),
+                load: NodeLoad {
+                    cpu_busy_ratio: 0.2,
+                    cpu_saturated: false,
+                },
+            };
+            (
+                node_id(p),
+                Received {
+                    report,
+                    at: now - age,
+                },
+            )
+        })
+        .collect();
+    MeshInputs {
+        local: identity(0),
+        configured: (0..n).map(node_id).collect(),
+        local_load: NodeLoad {
+            cpu_busy_ratio: 0.2,
+            cpu_saturated: false,
+        },
+        local_links: observations(0, now)
+            .into_iter()
+            .map(|observation| LocalObservation {
+                observation,
+                at: now,
+            })
+            .collect(),
+        expected_links: (1..n)
+            .map(|to| ExpectedLink {
+                local: end(0, to),
+                remote: end(to, 0),
+            })
+            .collect(),
+        reports,
+        local_alarms: vec![],
+    }
+}
+
+fn evaluate(c: &mut Criterion) {
+    let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    let mut group = c.benchmark_group("verdict_evaluate");
+    for n in [7usize, 64, 256] {
+        // Warmed up: the engine has learned every link on a healthy mesh
+        // ten seconds ago and already judged the cut, so each measured
+        // evaluation is the steady state a running daemon is in.
+        let mut engine = Engine::new(settings());
+        let before = now - Duration::from_secs(10);
+        engine.evaluate(&inputs(n, false, before), before);
+        let faulted = inputs(n, true, now);
+        engine.evaluate(&faulted, now);
+        if n >= 256 {
+            // Keeps the run within minutes on two shared cores.
+            group.sample_size(10);
+        }
+        group.bench_with_input(BenchmarkId::from_parameter(n), &faulted, |b, faulted| {
+            b.iter(|| black_box(engine.evaluate(black_box(faulted), now)));
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, evaluate);
+criterion_main!(benches);
