@@ -3,7 +3,7 @@
 //! the evidence behind each and the time it started. Every node runs the same
 //! engine over (nearly) the same reports, so they agree without a leader.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, SystemTime};
 
 use meshd_proto::domain::{
@@ -73,15 +73,31 @@ pub struct MeshInputs {
     pub local_alarms: Vec<Alarm>,
 }
 
-/// Links are one cable per pair of nodes (a full mesh or a ring), keyed by
-/// the pair in id order.
-type LinkKey = (NodeId, NodeId);
+/// A member's position in the sorted configured set. Links and node states
+/// are looked up by these small numbers rather than by comparing names:
+/// at 256 nodes an evaluation touches 65 000 observations.
+type Member = u16;
 
-fn link_key(x: &NodeId, y: &NodeId) -> LinkKey {
-    if x <= y {
-        (x.clone(), y.clone())
+/// Links are one cable per pair of nodes (a full mesh or a ring), keyed by
+/// the pair of member positions, lower first.
+type LinkKey = (Member, Member);
+
+fn link_key(x: Member, y: Member) -> LinkKey {
+    (x.min(y), x.max(y))
+}
+
+/// Evidence names at most this many nodes ("heard by a, b, c and 250 more").
+const MAX_NAMED: usize = 5;
+
+fn name_some(names: &[&str]) -> String {
+    if names.len() <= MAX_NAMED {
+        names.join(", ")
     } else {
-        (y.clone(), x.clone())
+        format!(
+            "{} and {} more",
+            names[..MAX_NAMED].join(", "),
+            names.len() - MAX_NAMED
+        )
     }
 }
 
@@ -100,6 +116,8 @@ struct KnownLink {
 #[derive(Debug)]
 pub struct Engine {
     settings: EngineSettings,
+    /// The configured members, sorted: `links` is keyed by positions in it.
+    roster: Vec<NodeId>,
     node_since: BTreeMap<NodeId, (NodeState, SystemTime)>,
     links: BTreeMap<LinkKey, KnownLink>,
     no_quorum_since: Option<SystemTime>,
@@ -119,10 +137,59 @@ fn fmt_age(d: Duration) -> String {
     .to_string()
 }
 
+/// FNV-1a: node ids are a few bytes, where SipHash's setup costs more than
+/// the hashing; and the ids are configured, not attacker-chosen.
+#[derive(Debug, Default)]
+struct Fnv(u64);
+
+impl std::hash::Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        const PRIME: u64 = 0x0100_0000_01b3;
+        let mut hash = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for byte in bytes {
+            hash = (hash ^ u64::from(*byte)).wrapping_mul(PRIME);
+        }
+        self.0 = hash;
+    }
+}
+
+type FnvBuild = std::hash::BuildHasherDefault<Fnv>;
+
+/// Positions of the members, for one evaluation.
+struct Positions<'a>(HashMap<&'a NodeId, Member, FnvBuild>);
+
+impl<'a> Positions<'a> {
+    fn new(roster: &'a [NodeId]) -> Self {
+        Self(
+            roster
+                .iter()
+                .zip(0..)
+                .map(|(id, i): (&NodeId, Member)| (id, i))
+                .collect(),
+        )
+    }
+
+    fn of(&self, id: &NodeId) -> Option<Member> {
+        self.0.get(id).copied()
+    }
+}
+
+/// Both ends' views of one link: slot 0 for the lower member.
+type LinkViews<'a> = [Option<EndView<'a>>; 2];
+
 impl Engine {
     pub fn new(settings: EngineSettings) -> Self {
         Self {
             settings,
+            roster: Vec::new(),
             node_since: BTreeMap::new(),
             links: BTreeMap::new(),
             no_quorum_since: None,
@@ -143,33 +210,78 @@ impl Engine {
             .collect()
     }
 
+    /// Follows a change of membership: links keep their history under their
+    /// members' new positions; links of departed members are forgotten.
+    fn sync_roster(&mut self, configured: &BTreeSet<NodeId>) {
+        if self.roster.len() == configured.len() && self.roster.iter().eq(configured.iter()) {
+            return;
+        }
+        let roster: Vec<NodeId> = configured.iter().cloned().collect();
+        let positions = Positions::new(&roster);
+        let old = std::mem::take(&mut self.links);
+        for ((x, y), link) in old {
+            let moved = (
+                self.roster
+                    .get(usize::from(x))
+                    .and_then(|id| positions.of(id)),
+                self.roster
+                    .get(usize::from(y))
+                    .and_then(|id| positions.of(id)),
+            );
+            if let (Some(x), Some(y)) = moved {
+                self.links.insert(link_key(x, y), link);
+            }
+        }
+        self.node_since.retain(|id, _| configured.contains(id));
+        self.roster = roster;
+    }
+
     pub fn evaluate(&mut self, inputs: &MeshInputs, now: SystemTime) -> MeshStatus {
+        self.sync_roster(&inputs.configured);
+        let roster = std::mem::take(&mut self.roster);
+        let positions = Positions::new(&roster);
+
         let mut fresh: BTreeSet<NodeId> = self.hears(inputs, now).into_iter().collect();
         // This node is evaluating, so it is alive by construction.
         fresh.insert(inputs.local.id.clone());
         let quorum = quorum::evaluate(&inputs.configured, &fresh);
 
-        let nodes: Vec<NodeVerdict> = inputs
-            .configured
+        let hearers = hearers(inputs, &quorum, &positions, roster.len());
+        let nodes: Vec<NodeVerdict> = roster
             .iter()
-            .map(|id| self.node_verdict(id, inputs, &quorum, now))
+            .zip(&hearers)
+            .map(|(id, heard_by)| self.node_verdict(id, heard_by, inputs, &quorum, now))
             .collect();
-        self.node_since
-            .retain(|id, _| inputs.configured.contains(id));
-        let node_states: BTreeMap<&NodeId, NodeState> =
-            nodes.iter().map(|n| (&n.id, n.state)).collect();
+        let node_states: Vec<NodeState> = nodes.iter().map(|n| n.state).collect();
 
-        let ends = self.gather_link_ends(inputs, now);
-        self.links
-            .retain(|(x, y), _| inputs.configured.contains(x) && inputs.configured.contains(y));
+        let ends = self.gather_link_ends(inputs, &positions, now);
         let links = self
             .links
             .iter_mut()
             .map(|(key, link)| {
-                let views = ends.get(key).map(Vec::as_slice).unwrap_or_default();
-                judge_link(link, views, &quorum, &node_states, &self.settings.link, now)
+                let (both, one);
+                let views: &[EndView<'_>] = match ends.get(key).copied().unwrap_or_default() {
+                    [Some(a), Some(b)] => {
+                        both = [a, b];
+                        &both
+                    }
+                    [Some(a), None] | [None, Some(a)] => {
+                        one = [a];
+                        &one
+                    }
+                    [None, None] => &[],
+                };
+                let states = [key.0, key.1].map(|m| {
+                    node_states
+                        .get(usize::from(m))
+                        .copied()
+                        .unwrap_or(NodeState::Down)
+                });
+                judge_link(link, views, &quorum, states, &self.settings.link, now)
             })
             .collect();
+        drop(positions);
+        self.roster = roster;
 
         let mut alarms = inputs.local_alarms.clone();
         for (id, received) in &inputs.reports {
@@ -195,6 +307,7 @@ impl Engine {
     fn node_verdict(
         &mut self,
         id: &NodeId,
+        heard_by: &[&NodeId],
         inputs: &MeshInputs,
         quorum: &Quorum,
         now: SystemTime,
@@ -204,24 +317,13 @@ impl Engine {
             (NodeState::Up, vec!["this node".to_owned()])
         } else {
             let direct_age = received.map(|r| age(now, r.at));
-            let heard_by: Vec<&NodeId> = quorum
-                .members
-                .iter()
-                .filter(|m| *m != id && **m != inputs.local.id)
-                .filter(|m| {
-                    inputs
-                        .reports
-                        .get(*m)
-                        .is_some_and(|r| r.report.hears.contains(id))
-                })
-                .collect();
             let mut evidence = vec![match direct_age {
                 Some(a) => format!("last report {} ago", fmt_age(a)),
                 None => format!("no report from {id} since this node started"),
             }];
             if !heard_by.is_empty() {
                 let names: Vec<&str> = heard_by.iter().map(|n| n.as_str()).collect();
-                evidence.push(format!("heard by {}", names.join(", ")));
+                evidence.push(format!("heard by {}", name_some(&names)));
             }
             let heard_directly = direct_age.is_some_and(|a| a <= self.settings.suspect_after);
             let fresh_directly = direct_age.is_some_and(|a| a <= self.settings.stale_after);
@@ -235,14 +337,22 @@ impl Engine {
             };
             (state, evidence)
         };
-        let entry = self.node_since.entry(id.clone()).or_insert((state, now));
-        if entry.0 != state {
-            *entry = (state, now);
-        }
+        let since = match self.node_since.get_mut(id) {
+            Some(entry) => {
+                if entry.0 != state {
+                    *entry = (state, now);
+                }
+                entry.1
+            }
+            None => {
+                self.node_since.insert(id.clone(), (state, now));
+                now
+            }
+        };
         NodeVerdict {
             id: id.clone(),
             state,
-            since: entry.1,
+            since,
             evidence,
             identity: if *id == inputs.local.id {
                 Some(inputs.local.clone())
@@ -263,54 +373,71 @@ impl Engine {
     fn gather_link_ends<'a>(
         &mut self,
         inputs: &'a MeshInputs,
+        positions: &Positions<'_>,
         now: SystemTime,
-    ) -> BTreeMap<LinkKey, Vec<EndView<'a>>> {
-        let mut ends: BTreeMap<LinkKey, Vec<EndView<'a>>> = BTreeMap::new();
+    ) -> HashMap<LinkKey, LinkViews<'a>, FnvBuild> {
+        let mut ends: HashMap<LinkKey, LinkViews<'a>, FnvBuild> =
+            HashMap::with_capacity_and_hasher(self.links.len(), FnvBuild::default());
         for expected in &inputs.expected_links {
-            self.learn(&expected.local, &expected.remote, now);
+            if let (Some(x), Some(y)) = (
+                positions.of(&expected.local.node),
+                positions.of(&expected.remote.node),
+            ) && x != y
+            {
+                self.learn(x, &expected.local, y, &expected.remote, now);
+            }
         }
-        let local = inputs.local_links.iter().map(|l| {
+        let local = std::iter::once((
+            &inputs.local.id,
+            inputs
+                .local_links
+                .iter()
+                .map(|l| (&l.observation, age(now, l.at)))
+                .collect::<Vec<_>>(),
+            inputs.local_load.cpu_saturated,
+        ));
+        let extrapolation = self.settings.max_extrapolation;
+        let remote = inputs.reports.iter().map(|(id, r)| {
+            let report_age = age(now, r.at).min(extrapolation);
             (
-                &l.observation,
-                age(now, l.at),
-                inputs.local_load.cpu_saturated,
-                &inputs.local.id,
+                id,
+                r.report
+                    .links
+                    .iter()
+                    .map(|o| (o, report_age))
+                    .collect::<Vec<_>>(),
+                r.report.load.cpu_saturated,
             )
         });
-        let extrapolation = self.settings.max_extrapolation;
-        let remote = inputs.reports.iter().flat_map(move |(id, r)| {
-            let age = age(now, r.at).min(extrapolation);
-            r.report
-                .links
-                .iter()
-                .map(move |o| (o, age, r.report.load.cpu_saturated, id))
-        });
-        for (observation, age, saturated, observer) in local.chain(remote) {
-            // An end speaks only for itself, and only about the mesh.
-            if observation.local.node != *observer
-                || observation.remote.node == *observer
-                || !inputs.configured.contains(&observation.remote.node)
-            {
+        for (observer, observations, saturated) in local.chain(remote) {
+            let Some(x) = positions.of(observer) else {
                 continue;
-            }
-            self.learn(&observation.local, &observation.remote, now);
-            ends.entry(link_key(&observation.local.node, &observation.remote.node))
-                .or_default()
-                .push(EndView {
+            };
+            for (observation, age) in observations {
+                // An end speaks only for itself, and only about the mesh.
+                if observation.local.node != *observer {
+                    continue;
+                }
+                let Some(y) = positions.of(&observation.remote.node).filter(|y| *y != x) else {
+                    continue;
+                };
+                self.learn(x, &observation.local, y, &observation.remote, now);
+                let slot = usize::from(x > y);
+                ends.entry(link_key(x, y)).or_default()[slot] = Some(EndView {
                     node: observer.as_str(),
                     observation,
                     age,
                     saturated,
                 });
+            }
         }
         ends
     }
 
     /// Remembers a link, filling in what each end says about itself.
-    fn learn(&mut self, local: &LinkEnd, remote: &LinkEnd, now: SystemTime) {
-        let key = link_key(&local.node, &remote.node);
-        let link = self.links.entry(key).or_insert_with(|| {
-            let (a, b) = if local.node <= remote.node {
+    fn learn(&mut self, x: Member, local: &LinkEnd, y: Member, remote: &LinkEnd, now: SystemTime) {
+        let link = self.links.entry(link_key(x, y)).or_insert_with(|| {
+            let (a, b) = if x < y {
                 (local.clone(), remote.clone())
             } else {
                 (remote.clone(), local.clone())
@@ -322,14 +449,18 @@ impl Engine {
                 node_blamed: None,
             }
         });
-        // A node's description of its own end beats its peer's.
-        if link.a.node == local.node {
-            link.a = local.clone();
-        } else {
-            link.b = local.clone();
+        // A node's description of its own end beats its peer's. The node is
+        // the same by construction; compare the rest before cloning, since
+        // it rarely changes.
+        let own = if x < y { &mut link.a } else { &mut link.b };
+        let same = own.iface == local.iface
+            && own.address == local.address
+            && own.rdma_device == local.rdma_device
+            && own.rdma_port == local.rdma_port;
+        if !same {
+            own.clone_from(local);
         }
     }
-
     /// Without quorum this node raises no link or node alarm; it says so
     /// instead, once, with the members it cannot hear.
     fn no_quorum_alarm(
@@ -369,25 +500,63 @@ impl Engine {
     }
 }
 
+/// For each member (by position), the quorum members other than this node
+/// whose latest report says they hear it: one pass over every `hears` list.
+fn hearers<'a>(
+    inputs: &'a MeshInputs,
+    quorum: &Quorum,
+    positions: &Positions<'_>,
+    members: usize,
+) -> Vec<Vec<&'a NodeId>> {
+    let mut in_quorum = vec![false; members];
+    for m in &quorum.members {
+        if let Some(slot) = positions
+            .of(m)
+            .and_then(|i| in_quorum.get_mut(usize::from(i)))
+        {
+            *slot = true;
+        }
+    }
+    let mut hearers: Vec<Vec<&NodeId>> = vec![Vec::new(); members];
+    for (member, received) in &inputs.reports {
+        let Some(me) = positions.of(member) else {
+            continue;
+        };
+        if *member == inputs.local.id || in_quorum.get(usize::from(me)) != Some(&true) {
+            continue;
+        }
+        for heard in &received.report.hears {
+            if heard != member
+                && let Some(list) = positions
+                    .of(heard)
+                    .and_then(|i| hearers.get_mut(usize::from(i)))
+            {
+                list.push(member);
+            }
+        }
+    }
+    hearers
+}
+
 /// The verdict on one link: held back without quorum, blamed on a node that
 /// is down, held while an end is suspect, and otherwise what its ends say.
 fn judge_link(
     link: &mut KnownLink,
     views: &[EndView<'_>],
     quorum: &Quorum,
-    node_states: &BTreeMap<&NodeId, NodeState>,
+    end_states: [NodeState; 2],
     rules: &LinkRules,
     now: SystemTime,
 ) -> LinkVerdict {
-    let state_of = |n: &NodeId| node_states.get(n).copied().unwrap_or(NodeState::Down);
-    let down_end = [&link.a.node, &link.b.node]
-        .into_iter()
-        .find(|n| state_of(n) == NodeState::Down)
-        .cloned();
-    let suspect_end = [&link.a.node, &link.b.node]
-        .into_iter()
-        .find(|n| state_of(n) == NodeState::Suspect)
-        .cloned();
+    let end_in = |state: NodeState| {
+        [&link.a.node, &link.b.node]
+            .into_iter()
+            .zip(end_states)
+            .find(|(_, s)| *s == state)
+            .map(|(n, _)| n.clone())
+    };
+    let down_end = end_in(NodeState::Down);
+    let suspect_end = end_in(NodeState::Suspect);
 
     let (state, since, blame, evidence) = if !quorum.has_quorum {
         link.tracker.hold_unknown(now);
@@ -700,6 +869,35 @@ mod tests {
         assert_eq!(node_state(&status, "c"), NodeState::Up);
         assert!(status.links.iter().all(|l| l.state == LinkState::Up));
         assert!(status.links.iter().all(|l| l.recent_changes == 0));
+    }
+
+    #[test]
+    fn a_membership_change_keeps_the_history_of_remaining_links() {
+        let mut mesh = Mesh::new(&["a", "b", "c"]);
+        let mut engine = Engine::new(settings());
+        engine.evaluate(&mesh.inputs(t(0)), t(0));
+        mesh.silence("b", "c", 700);
+        let before = engine.evaluate(&mesh.inputs(t(100)), t(100));
+        assert_eq!(link(&before, "b", "c").state, LinkState::Down);
+        // "ab" sorts between a and b: every later member moves up one place.
+        let mut grown = Mesh::new(&["a", "ab", "b", "c"]);
+        grown.silence("b", "c", 800);
+        let after = engine.evaluate(&grown.inputs(t(200)), t(200));
+        let bc = after
+            .links
+            .iter()
+            .find(|l| l.a.node.as_str() == "b" && l.b.node.as_str() == "c")
+            .expect("b-c");
+        assert_eq!(
+            (bc.state, bc.since),
+            (LinkState::Down, t(100)),
+            "history kept"
+        );
+        assert_eq!(after.links.len(), 6);
+        // Dropping a member forgets its links.
+        let shrunk = Mesh::new(&["a", "b"]);
+        let after = engine.evaluate(&shrunk.inputs(t(300)), t(300));
+        assert_eq!(after.links.len(), 1);
     }
 
     #[test]
