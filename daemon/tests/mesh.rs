@@ -115,7 +115,7 @@ async fn command(demo: &mut Demo, line: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_nodes_cut_kill_partition_and_heal() {
-    let Some((mut demo, _plan)) = start_demo(4).await else {
+    let Some((mut demo, plan)) = start_demo(4).await else {
         return;
     };
     let statuses = wait_all(&demo, SETTLE, "4 nodes and 6 links up", all_up).await;
@@ -137,6 +137,17 @@ async fn four_nodes_cut_kill_partition_and_heal() {
     })
     .await;
     assert!(statuses.iter().all(|s| s.quorum.has_quorum));
+    // The same verdict is exported by every node.
+    for node in &plan.nodes {
+        let (code, body) = common::http_get(node.metrics(), "/metrics").await;
+        assert_eq!(code, 200);
+        assert!(
+            body.contains("meshd_link_state{a=\"a\",b=\"b\",state=\"down\"} 1"),
+            "{}: {body}",
+            node.id
+        );
+        assert!(body.contains("meshd_quorum_has_quorum 1"));
+    }
     command(&mut demo, "heal a b").await;
     wait_all(&demo, SETTLE, "all up after heal", all_up).await;
 

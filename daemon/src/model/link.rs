@@ -115,8 +115,11 @@ pub fn assess(ends: &[EndView<'_>], rules: &LinkRules) -> Assessment {
         };
     }
 
+    // A saturated end times its own probes out late or not at all: its loss
+    // is no evidence of a dead link (Lifeguard), only its long silence is.
     let heavy_loss: Vec<(&EndView<'_>, f64)> = ends
         .iter()
+        .filter(|e| !e.saturated)
         .filter_map(|e| {
             let w = e.observation.loss_over(SHORT_WINDOW)?;
             (w.sent > 0 && w.ratio() >= rules.loss_down).then_some((e, w.ratio()))
@@ -495,6 +498,22 @@ mod tests {
             verdict.evidence[0],
             "a: 60% of probes lost over the last 1s"
         );
+    }
+
+    #[test]
+    fn a_saturated_end_loss_does_not_make_a_link_down() {
+        let lossy = LinkObservation {
+            loss: vec![LossWindow {
+                window: SHORT_WINDOW,
+                sent: 10,
+                lost: 8,
+            }],
+            ..healthy()
+        };
+        let mut busy = view("a", &lossy);
+        busy.saturated = true;
+        let verdict = assess(&[busy, view("b", &lossy)], &rules());
+        assert_ne!(verdict.state, LinkState::Down, "{verdict:?}");
     }
 
     #[test]
