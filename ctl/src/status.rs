@@ -323,25 +323,20 @@ pub fn render(status: &MeshStatus, now: SystemTime) -> String {
                 ago(now, alarm.since),
                 alarm.summary.clone(),
             ]);
-            for fact in &alarm.evidence {
-                rows.push(vec![
-                    String::new(),
-                    String::new(),
-                    String::new(),
-                    String::new(),
-                    String::new(),
-                    format!("- {fact}"),
-                ]);
-            }
+            // Evidence and fix go under the summary, in its column.
+            let under_summary = |text: String| {
+                let mut row = vec![String::new(); 5];
+                row.push(text);
+                row
+            };
+            rows.extend(
+                alarm
+                    .evidence
+                    .iter()
+                    .map(|fact| under_summary(format!("- {fact}"))),
+            );
             if let Some(fix) = &alarm.fix {
-                rows.push(vec![
-                    String::new(),
-                    String::new(),
-                    String::new(),
-                    String::new(),
-                    String::new(),
-                    format!("fix: {fix}"),
-                ]);
+                rows.push(under_summary(format!("fix: {fix}")));
             }
         }
         table(&mut out, &rows);

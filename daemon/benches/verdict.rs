@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use meshd::model::intake::Received;
-use meshd::model::link::{LinkRules, MEDIUM_WINDOW, SHORT_WINDOW};
+use meshd::model::link::{MEDIUM_WINDOW, SHORT_WINDOW};
 use meshd::model::verdict::{Engine, EngineSettings, ExpectedLink, LocalObservation, MeshInputs};
 use meshd_proto::domain::{
     Incarnation, InterfaceState, LinkEnd, LinkObservation, LossWindow, NodeId, NodeIdentity,
@@ -23,21 +23,9 @@ use meshd_proto::domain::{
 const LONG_WINDOW: Duration = Duration::from_secs(60);
 const HISTOGRAM_BUCKETS: u64 = 18;
 
+/// The defaults of the config, as a running meshd has them.
 fn settings() -> EngineSettings {
-    EngineSettings::new(
-        Duration::from_millis(200),
-        Duration::from_secs(1),
-        LinkRules {
-            down_after: Duration::from_millis(600),
-            loss_degraded: 0.02,
-            loss_down: 0.5,
-            rtt_p99_factor: 3.0,
-            rtt_min_increase: Duration::from_millis(1),
-            flap_window: Duration::from_secs(60),
-            flap_changes: 4,
-            saturated_slowdown: 2,
-        },
-    )
+    meshd::aggregator::engine_settings(&meshd::config::Config::embedded_default("bench"))
 }
 
 fn node_id(i: usize) -> NodeId {

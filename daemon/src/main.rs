@@ -96,12 +96,7 @@ fn run_demo(nodes: usize, base_port: u16, hostname: &str) -> ExitCode {
     let result = demo::plan::Plan::new(nodes, base_port)
         .map_err(anyhow::Error::from)
         .and_then(|plan| {
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .context("cannot start the async runtime")?;
-            runtime.block_on(async {
+            runtime()?.block_on(async {
                 let mut signals = StopSignals::install()?;
                 demo::run(plan, hostname, async move { signals.next().await }).await
             })
@@ -143,12 +138,7 @@ fn run(config_path: Option<PathBuf>, hostname: &str) -> anyhow::Result<()> {
             Config::embedded_default(hostname)
         }
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
-    runtime.block_on(async {
+    runtime()?.block_on(async {
         // Watch for signals before anything starts, so a stop request that
         // arrives during start-up is a graceful stop, not a kill.
         let mut signals = StopSignals::install()?;
@@ -160,6 +150,16 @@ fn run(config_path: Option<PathBuf>, hostname: &str) -> anyhow::Result<()> {
         tracing::info!("stopped");
         Ok(())
     })
+}
+
+/// Two workers: meshd's work is many small tasks, and it must stay light
+/// next to the jobs it watches.
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
 }
 
 /// SIGINT and SIGTERM (launchd and systemd stop with SIGTERM).

@@ -130,7 +130,7 @@ const METRICS: &[(&str, Kind, Option<Unit>, &str)] = &[
         LINK_LOSS_RATIO,
         Kind::Gauge,
         None,
-        "Lost share (0-1) of the small probes on this node's link to `peer` over the sliding `window` (1s, 10s, 60s).",
+        "Lost share (0-1) of the small probes on this node's link to `peer` over the sliding `window` (1s, 10s, 1m).",
     ),
     (
         LINK_SILENCE_SECONDS,
@@ -441,4 +441,33 @@ impl Metrics {
 #[allow(clippy::cast_precision_loss)]
 fn count(n: usize) -> f64 {
     n as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/METRICS.md is the written spec: every metric defined here must
+    /// be in it, and every metric it lists must be defined here.
+    #[test]
+    fn the_metrics_spec_lists_exactly_the_defined_metrics() {
+        let spec = include_str!("../../docs/METRICS.md");
+        for (name, ..) in METRICS {
+            assert!(
+                spec.contains(&format!("| `{name}` |")),
+                "{name} is not in docs/METRICS.md"
+            );
+        }
+        let listed = spec
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `meshd_"))
+            .filter_map(|l| l.split('`').next())
+            .map(|rest| format!("meshd_{rest}"));
+        for name in listed {
+            assert!(
+                METRICS.iter().any(|(defined, ..)| *defined == name),
+                "docs/METRICS.md lists {name}, which meshd does not export"
+            );
+        }
+    }
 }

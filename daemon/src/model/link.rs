@@ -335,17 +335,9 @@ mod tests {
 
     use super::*;
 
+    /// The defaults of the config, the one place defaults live.
     fn rules() -> LinkRules {
-        LinkRules {
-            down_after: Duration::from_millis(600),
-            loss_degraded: 0.02,
-            loss_down: 0.5,
-            rtt_p99_factor: 3.0,
-            rtt_min_increase: Duration::from_millis(1),
-            flap_window: Duration::from_secs(60),
-            flap_changes: 4,
-            saturated_slowdown: 2,
-        }
+        crate::aggregator::engine_settings(&crate::config::Config::embedded_default("test")).link
     }
 
     fn healthy() -> LinkObservation {

@@ -642,21 +642,9 @@ mod tests {
         SystemTime::UNIX_EPOCH + Duration::from_millis(1_000_000 + ms)
     }
 
+    /// The defaults of the config, the one place defaults live.
     fn settings() -> EngineSettings {
-        EngineSettings::new(
-            Duration::from_millis(200),
-            Duration::from_secs(1),
-            LinkRules {
-                down_after: Duration::from_millis(600),
-                loss_degraded: 0.02,
-                loss_down: 0.5,
-                rtt_p99_factor: 3.0,
-                rtt_min_increase: Duration::from_millis(1),
-                flap_window: Duration::from_secs(60),
-                flap_changes: 4,
-                saturated_slowdown: 2,
-            },
-        )
+        crate::aggregator::engine_settings(&crate::config::Config::embedded_default("test"))
     }
 
     /// `from` observing its cable to `to`, silent for `silence_ms`.
