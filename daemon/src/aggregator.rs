@@ -75,6 +75,8 @@ pub struct Feeds {
     /// One per local link, from its prober.
     pub local_links: Vec<watch::Receiver<Option<LocalObservation>>>,
     pub load: watch::Receiver<NodeLoad>,
+    /// One per local watcher: the alarms it currently holds active.
+    pub local_alarms: Vec<watch::Receiver<Vec<Alarm>>>,
 }
 
 /// What the aggregator publishes for the reporter.
@@ -231,7 +233,12 @@ impl Aggregator {
             local_links,
             expected_links: self.expected_links.clone(),
             reports,
-            local_alarms: Vec::new(),
+            local_alarms: self
+                .feeds
+                .local_alarms
+                .iter()
+                .flat_map(|feed| feed.borrow().clone())
+                .collect(),
         };
         let status = self.engine.evaluate(&inputs, now);
         self.metrics.observe_evaluation(started.elapsed());

@@ -109,6 +109,7 @@ impl RunningNode {
             book: book.clone(),
             local_links,
             load: load::spawn(config.thresholds.cpu_saturated, shutdown.clone()),
+            local_alarms: Vec::new(),
         };
         let (aggregator, state, outgoing) =
             Aggregator::new(config, identity.clone(), feeds, metrics.clone());

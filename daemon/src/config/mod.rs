@@ -74,6 +74,34 @@ pub const DEFAULT_FLAP_WINDOW: Duration = Duration::from_secs(60);
 pub const DEFAULT_FLAP_CHANGES: u32 = 4;
 pub const DEFAULT_CPU_SATURATED: f64 = 0.9;
 
+/// Counters move slowly enough that once a second catches a storm within
+/// its window.
+pub const DEFAULT_BRIDGE_INTERVAL: Duration = Duration::from_secs(1);
+/// A quiet Mac sends a few broadcast/multicast packets a second; a bridge
+/// loop in a Thunderbolt mesh sends tens of thousands.
+pub const DEFAULT_STORM_PACKETS_PER_SECOND: u64 = 5_000;
+pub const DEFAULT_STORM_WINDOW: Duration = Duration::from_secs(5);
+pub const DEFAULT_CPU_INTERVAL: Duration = Duration::from_secs(1);
+pub const DEFAULT_SPIKE_RATIO: f64 = 0.9;
+pub const DEFAULT_SPIKE_WINDOW: Duration = Duration::from_secs(10);
+pub const DEFAULT_TOP_PROCESSES: usize = 5;
+/// Continuity and screen-sharing agents reported to load Mac clusters.
+pub const DEFAULT_OFFENDERS: &[&str] = &[
+    "UniversalControl",
+    "screensharingd",
+    "ScreensharingAgent",
+    "SSMenuAgent",
+    "sharingd",
+    "rapportd",
+    "ContinuityCaptureAgent",
+    "AirPlayXPCHelper",
+    "identityservicesd",
+];
+/// MLX and exo ranks.
+pub const DEFAULT_JOB_PATTERNS: &[&str] = &["mlx", "exo"];
+pub const DEFAULT_JOB_BUSY_CORES: f64 = 0.9;
+pub const DEFAULT_JOB_WINDOW: Duration = Duration::from_secs(10);
+
 /// Alertmanager's own default repeat is much longer; 30 s keeps an alert
 /// alive well within its `resolve_timeout`.
 pub const DEFAULT_RESEND_INTERVAL: Duration = Duration::from_secs(30);
@@ -91,6 +119,7 @@ pub struct Config {
     pub report: ReportConfig,
     pub thresholds: Thresholds,
     pub alerting: AlertingConfig,
+    pub watch: WatchConfig,
 }
 
 /// This node's identity, always resolved: from `[node] id` when given,
@@ -249,6 +278,99 @@ impl Default for AlertingConfig {
     }
 }
 
+/// Local watchers: bridge loops and broadcast storms, CPU spikes and the
+/// processes behind them, hung jobs.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WatchConfig {
+    pub bridge: BridgeWatchConfig,
+    pub cpu: CpuWatchConfig,
+    pub jobs: JobWatchConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BridgeWatchConfig {
+    /// How often bridges and their members' packet counters are read.
+    #[serde(with = "humantime_serde")]
+    pub interval: Duration,
+    /// Broadcast plus multicast packets per second on a bridge or one of its
+    /// members above which traffic is a storm.
+    pub storm_packets_per_second: u64,
+    /// The rate must stay above the threshold this long.
+    #[serde(with = "humantime_serde")]
+    pub storm_window: Duration,
+    /// Interfaces that are mesh ports besides the `local_iface` of the
+    /// `[[links]]` (on macOS the Thunderbolt ports are added by discovery).
+    pub mesh_ifaces: Vec<String>,
+}
+
+impl Default for BridgeWatchConfig {
+    fn default() -> Self {
+        Self {
+            interval: DEFAULT_BRIDGE_INTERVAL,
+            storm_packets_per_second: DEFAULT_STORM_PACKETS_PER_SECOND,
+            storm_window: DEFAULT_STORM_WINDOW,
+            mesh_ifaces: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CpuWatchConfig {
+    #[serde(with = "humantime_serde")]
+    pub interval: Duration,
+    /// Busy share of all cores (0-1) that counts as a spike...
+    pub spike_ratio: f64,
+    /// ...when it holds this long.
+    #[serde(with = "humantime_serde")]
+    pub spike_window: Duration,
+    /// How many of the busiest processes an alarm and the metrics name; the
+    /// rest are summed as `other`.
+    pub top: usize,
+    /// Process names known to add CPU and network noise on a Mac cluster.
+    pub offenders: Vec<String>,
+}
+
+impl Default for CpuWatchConfig {
+    fn default() -> Self {
+        Self {
+            interval: DEFAULT_CPU_INTERVAL,
+            spike_ratio: DEFAULT_SPIKE_RATIO,
+            spike_window: DEFAULT_SPIKE_WINDOW,
+            top: DEFAULT_TOP_PROCESSES,
+            offenders: DEFAULT_OFFENDERS.iter().map(|s| (*s).to_owned()).collect(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct JobWatchConfig {
+    /// Case-insensitive substrings of a process's name or command line that
+    /// mark it as a job rank (MLX, exo).
+    pub patterns: Vec<String>,
+    /// CPU a job process must burn, in cores (1.0 = one full core)...
+    pub busy_cores: f64,
+    /// ...for this long while a peer or link of the mesh is down.
+    #[serde(with = "humantime_serde")]
+    pub window: Duration,
+}
+
+impl Default for JobWatchConfig {
+    fn default() -> Self {
+        Self {
+            patterns: DEFAULT_JOB_PATTERNS
+                .iter()
+                .map(|s| (*s).to_owned())
+                .collect(),
+            busy_cores: DEFAULT_JOB_BUSY_CORES,
+            window: DEFAULT_JOB_WINDOW,
+        }
+    }
+}
+
 /// The file as written. Differs from [`Config`] only in `node.id` being
 /// optional, which is resolved against the host name.
 #[derive(Debug, Default, Deserialize)]
@@ -262,6 +384,7 @@ struct ConfigFile {
     report: ReportConfig,
     thresholds: Thresholds,
     alerting: AlertingConfig,
+    watch: WatchConfig,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -286,6 +409,7 @@ impl ConfigFile {
             report: self.report,
             thresholds: self.thresholds,
             alerting: self.alerting,
+            watch: self.watch,
         }
     }
 }

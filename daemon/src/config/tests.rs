@@ -643,6 +643,60 @@ fn threshold_rules() {
 }
 
 #[test]
+fn watch_rules() {
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "[watch.bridge]\ninterval = \"10ms\"",
+            "watch.bridge.interval",
+            "too short; use 100ms to 1m",
+        ),
+        (
+            "[watch.bridge]\nstorm_packets_per_second = 0",
+            "watch.bridge.storm_packets_per_second",
+            "use at least 1",
+        ),
+        (
+            "[watch.bridge]\nstorm_window = \"2h\"",
+            "watch.bridge.storm_window",
+            "too long",
+        ),
+        (
+            "[watch.bridge]\nmesh_ifaces = [\"en 2\"]",
+            "watch.bridge.mesh_ifaces[0]",
+            "not an interface name",
+        ),
+        (
+            "[watch.cpu]\nspike_ratio = 1.5",
+            "watch.cpu.spike_ratio",
+            "out of range",
+        ),
+        ("[watch.cpu]\ntop = 0", "watch.cpu.top", "use 1 to 20"),
+        (
+            "[watch.cpu]\noffenders = [\"sharingd\", \" \"]",
+            "watch.cpu.offenders[1]",
+            "empty name",
+        ),
+        (
+            "[watch.jobs]\nbusy_cores = 0.0",
+            "watch.jobs.busy_cores",
+            "out of range",
+        ),
+        (
+            "[watch.jobs]\nwindow = \"0s\"",
+            "watch.jobs.window",
+            "too short",
+        ),
+    ];
+    for (body, key, fragment) in cases {
+        assert_problem(&format!("{body}\n"), key, fragment);
+    }
+    assert!(
+        parse("[watch.cpu]\nunknown = 1\n").is_err(),
+        "unknown keys are refused here too"
+    );
+}
+
+#[test]
 fn alerting_rules() {
     let src = r#"[alerting]
 alertmanagers = [

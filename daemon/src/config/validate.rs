@@ -41,6 +41,12 @@ const REPORT_INTERVAL_RANGE: (Duration, Duration) = (ms(50), s(10));
 const MAX_STALE_AFTER: Duration = s(60);
 const DOWN_AFTER_RANGE: (Duration, Duration) = (ms(50), s(60));
 const RTT_MIN_INCREASE_RANGE: (Duration, Duration) = (Duration::ZERO, s(10));
+const WATCH_INTERVAL_RANGE: (Duration, Duration) = (ms(100), s(60));
+const WATCH_WINDOW_RANGE: (Duration, Duration) = (s(1), s(3600));
+/// More names than this would make alarms unreadable and metrics wide.
+const MAX_TOP_PROCESSES: usize = 20;
+/// The largest Macs have 32 cores.
+const MAX_JOB_BUSY_CORES: f64 = 256.0;
 const FLAP_WINDOW_RANGE: (Duration, Duration) = (s(1), s(3600));
 const RESEND_INTERVAL_RANGE: (Duration, Duration) = (s(1), s(600));
 const RTT_P99_FACTOR_RANGE: (f64, f64) = (1.0, 1000.0);
@@ -54,7 +60,83 @@ pub(super) fn validate(config: &Config) -> Vec<Problem> {
     check_report(config, &mut p);
     check_thresholds(config, &mut p);
     check_alerting(config, &mut p);
+    check_watch(config, &mut p);
     p
+}
+
+fn check_watch(c: &Config, p: &mut Vec<Problem>) {
+    let w = &c.watch;
+    check_duration(
+        p,
+        "watch.bridge.interval",
+        w.bridge.interval,
+        WATCH_INTERVAL_RANGE,
+    );
+    check_duration(
+        p,
+        "watch.bridge.storm_window",
+        w.bridge.storm_window,
+        WATCH_WINDOW_RANGE,
+    );
+    if w.bridge.storm_packets_per_second == 0 {
+        p.push(Problem::new(
+            "watch.bridge.storm_packets_per_second",
+            "0 would call every packet a storm; use at least 1".to_owned(),
+        ));
+    }
+    for (i, iface) in w.bridge.mesh_ifaces.iter().enumerate() {
+        if iface.is_empty() || iface.len() > MAX_IFACE_LEN || iface.contains([' ', '/', ':']) {
+            p.push(Problem::new(
+                &format!("watch.bridge.mesh_ifaces[{i}]"),
+                format!("{iface:?} is not an interface name"),
+            ));
+        }
+    }
+    check_duration(
+        p,
+        "watch.cpu.interval",
+        w.cpu.interval,
+        WATCH_INTERVAL_RANGE,
+    );
+    check_duration(
+        p,
+        "watch.cpu.spike_window",
+        w.cpu.spike_window,
+        WATCH_WINDOW_RANGE,
+    );
+    check_ratio(p, "watch.cpu.spike_ratio", w.cpu.spike_ratio);
+    if !(1..=MAX_TOP_PROCESSES).contains(&w.cpu.top) {
+        p.push(Problem::new(
+            "watch.cpu.top",
+            format!(
+                "{} is out of range; use 1 to {MAX_TOP_PROCESSES}",
+                w.cpu.top
+            ),
+        ));
+    }
+    for (key, list) in [
+        ("watch.cpu.offenders", &w.cpu.offenders),
+        ("watch.jobs.patterns", &w.jobs.patterns),
+    ] {
+        for (i, name) in list.iter().enumerate() {
+            if name.trim().is_empty() {
+                p.push(Problem::new(
+                    &format!("{key}[{i}]"),
+                    "empty name".to_owned(),
+                ));
+            }
+        }
+    }
+    if !(w.jobs.busy_cores > 0.0 && w.jobs.busy_cores <= MAX_JOB_BUSY_CORES) {
+        p.push(Problem::new(
+            "watch.jobs.busy_cores",
+            format!(
+                "{} is out of range; use more than 0 and up to {MAX_JOB_BUSY_CORES} cores",
+                w.jobs.busy_cores
+            ),
+        ));
+    }
+    check_duration(p, "watch.jobs.window", w.jobs.window, WATCH_WINDOW_RANGE);
 }
 
 fn check_mesh(c: &Config, p: &mut Vec<Problem>) {
