@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use meshd_proto::domain::{
-    Alarm, Event, LinkEnd, LinkObservation, MeshStatus, NodeId, NodeIdentity, NodeLoad,
+    Alarm, Event, EventKind, LinkEnd, LinkObservation, MeshStatus, NodeId, NodeIdentity, NodeLoad,
 };
 use tokio::sync::{Notify, broadcast, watch};
 use tokio_util::sync::CancellationToken;
@@ -20,7 +20,8 @@ use crate::metrics::Metrics;
 use crate::model::events;
 use crate::model::intake::ReportBook;
 use crate::model::link::LinkRules;
-use crate::model::verdict::{Engine, EngineSettings, ExpectedLink, LocalObservation, MeshInputs};
+use crate::model::verdict::{Engine, EngineSettings, ExpectedLink, MeshInputs};
+use crate::probe::{ProbeManager, ProberSettings};
 
 /// How often verdicts are re-evaluated. A tenth of the 1 s detection target.
 pub const EVALUATION_INTERVAL: Duration = Duration::from_millis(100);
@@ -66,14 +67,22 @@ impl MeshState {
     pub fn current(&self) -> Arc<MeshStatus> {
         self.status.borrow().clone()
     }
+
+    /// Publishes an event that is not a verdict change (a config reload or
+    /// rejection) to the same stream.
+    pub fn announce(&self, event: Event) {
+        tracing::info!(kind = %event.kind, subject = %event.subject, "{}", event.summary);
+        // No subscriber is fine: nobody is watching right now.
+        let _ = self.events.send(event);
+    }
 }
 
 /// Where the aggregator's inputs come from.
 #[derive(Debug)]
 pub struct Feeds {
     pub book: SharedBook,
-    /// One per local link, from its prober.
-    pub local_links: Vec<watch::Receiver<Option<LocalObservation>>>,
+    /// This node's probers, one per configured link.
+    pub probes: ProbeManager,
     pub load: watch::Receiver<NodeLoad>,
     /// One per local watcher: the alarms it currently holds active.
     pub local_alarms: Vec<watch::Receiver<Vec<Alarm>>>,
@@ -129,11 +138,15 @@ pub fn report_book(config: &Config) -> SharedBook {
     Arc::new(Mutex::new(ReportBook::new(
         config.node.id.clone(),
         config.members().into_iter().collect(),
-        config
-            .report
-            .stale_after
-            .saturating_mul(MAX_REPORT_DELAY_FACTOR),
+        max_report_delay(config),
     )))
+}
+
+fn max_report_delay(config: &Config) -> Duration {
+    config
+        .report
+        .stale_after
+        .saturating_mul(MAX_REPORT_DELAY_FACTOR)
 }
 
 /// The cables this node is configured to have.
@@ -197,16 +210,62 @@ impl Aggregator {
         (aggregator, state, outgoing)
     }
 
-    pub async fn run(mut self, shutdown: CancellationToken) {
+    /// Evaluates on its cadence until `shutdown`, and applies every new
+    /// config published on `configs` between two evaluations.
+    pub async fn run(
+        mut self,
+        mut configs: watch::Receiver<Arc<Config>>,
+        shutdown: CancellationToken,
+    ) {
         let mut tick = tokio::time::interval(EVALUATION_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => break,
                 _ = tick.tick() => self.evaluate(SystemTime::now(), false),
+                changed = configs.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                    let config = configs.borrow_and_update().clone();
+                    self.reconfigure(&config, SystemTime::now());
+                }
             }
         }
         tracing::debug!("aggregator stopped");
+    }
+
+    /// Takes a new config without a restart: membership, links, thresholds
+    /// and probe settings. Links that did not change keep their probers and
+    /// their verdict history.
+    fn reconfigure(&mut self, config: &Config, now: SystemTime) {
+        self.engine.set_settings(engine_settings(config));
+        self.configured = config.members().into_iter().collect();
+        self.expected_links = expected_links(config, &self.identity.id);
+        self.down_after = config.thresholds.down_after;
+        self.feeds
+            .probes
+            .apply(&self.expected_links, ProberSettings::from(&config.probe));
+        self.feeds
+            .book
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .set_members(self.configured.clone(), max_report_delay(config));
+        let event = Event {
+            at: now,
+            observer: self.identity.id.clone(),
+            kind: EventKind::ConfigReloaded,
+            subject: "config".to_owned(),
+            summary: format!(
+                "config reloaded: {} members, {} links",
+                self.configured.len(),
+                self.expected_links.len()
+            ),
+            detail: None,
+        };
+        self.metrics.count_event(event.kind);
+        tracing::info!(kind = %event.kind, "{}", event.summary);
+        let _ = self.events.send(event);
     }
 
     fn evaluate(&mut self, now: SystemTime, first: bool) {
@@ -219,12 +278,7 @@ impl Aggregator {
                 .unwrap_or_else(PoisonError::into_inner);
             (book.latest().clone(), book.rejected().clone())
         };
-        let local_links: Vec<LocalObservation> = self
-            .feeds
-            .local_links
-            .iter()
-            .filter_map(|feed| feed.borrow().clone())
-            .collect();
+        let local_links = self.feeds.probes.observations();
         let load = *self.feeds.load.borrow();
         let inputs = MeshInputs {
             local: self.identity.clone(),

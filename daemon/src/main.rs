@@ -9,6 +9,7 @@ use meshd::config::Config;
 use meshd::demo;
 use meshd::logging::{self, LogFormat};
 use meshd::node::RunningNode;
+use meshd::watch::reload::Hangups;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -142,7 +143,12 @@ fn run(config_path: Option<PathBuf>, hostname: &str) -> anyhow::Result<()> {
         // Watch for signals before anything starts, so a stop request that
         // arrives during start-up is a graceful stop, not a kill.
         let mut signals = StopSignals::install()?;
-        let node = RunningNode::start(&config, hostname).await?;
+        let hangups = Hangups::install();
+        let mut node = RunningNode::start(&config, hostname).await?;
+        match config_path {
+            Some(path) => node.watch_config(path, hostname.to_owned(), hangups),
+            None => drop(hangups),
+        }
         let signal = signals.next().await?;
         tracing::info!(signal, "shutting down");
         node.shutdown();

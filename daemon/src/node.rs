@@ -3,6 +3,7 @@
 //! `meshd run`, and by tests that need real nodes in one process.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -11,6 +12,7 @@ use meshd_proto::wire::mesh_server::MeshServer;
 use meshd_proto::wire::peer_server::PeerServer;
 use meshd_proto::{FILE_DESCRIPTOR_SET, service_names};
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
@@ -21,8 +23,9 @@ use crate::metrics::Metrics;
 use crate::peer::intake::PeerService;
 use crate::peer::reporter::Reporter;
 use crate::peer::service::MeshService;
-use crate::probe::{ProberSettings, supervise_link};
+use crate::probe::{ProbeManager, ProberSettings};
 use crate::watch::load;
+use crate::watch::reload::{ConfigReload, Hangups};
 
 /// Seconds between histogram upkeeps of the metrics recorder.
 const METRICS_UPKEEP: std::time::Duration = std::time::Duration::from_secs(5);
@@ -59,6 +62,8 @@ pub struct RunningNode {
     pub grpc_addr: SocketAddr,
     pub metrics_addr: SocketAddr,
     pub state: MeshState,
+    /// The config in force; every component follows it.
+    configs: watch::Sender<Arc<Config>>,
     shutdown: CancellationToken,
     tasks: JoinSet<Result<(), ServeError>>,
 }
@@ -92,22 +97,15 @@ impl RunningNode {
         let metrics = Arc::new(Metrics::new(&identity)?);
         let shutdown = CancellationToken::new();
         let book = aggregator::report_book(config);
-        let probe_settings = ProberSettings::from(&config.probe);
-        let local_links = aggregator::expected_links(config, &identity.id)
-            .into_iter()
-            .map(|link| {
-                supervise_link(
-                    link.local,
-                    link.remote,
-                    probe_settings,
-                    metrics.clone(),
-                    shutdown.clone(),
-                )
-            })
-            .collect();
+        let probes = ProbeManager::new(
+            &aggregator::expected_links(config, &identity.id),
+            ProberSettings::from(&config.probe),
+            metrics.clone(),
+            shutdown.clone(),
+        );
         let feeds = Feeds {
             book: book.clone(),
-            local_links,
+            probes,
             load: load::spawn(config.thresholds.cpu_saturated, shutdown.clone()),
             local_alarms: Vec::new(),
         };
@@ -115,25 +113,25 @@ impl RunningNode {
             Aggregator::new(config, identity.clone(), feeds, metrics.clone());
         let reporter = Reporter::start(
             identity.clone(),
-            &config.peers,
-            config.report.interval,
+            config,
             outgoing,
             metrics.clone(),
             &shutdown,
         );
+        let (configs, _) = watch::channel(Arc::new(config.clone()));
         let mut tasks = JoinSet::new();
 
         tasks.spawn({
-            let shutdown = shutdown.clone();
+            let (configs, shutdown) = (configs.subscribe(), shutdown.clone());
             async move {
-                aggregator.run(shutdown).await;
+                aggregator.run(configs, shutdown).await;
                 Ok(())
             }
         });
         tasks.spawn({
-            let shutdown = shutdown.clone();
+            let (configs, shutdown) = (configs.subscribe(), shutdown.clone());
             async move {
-                reporter.run(shutdown).await;
+                reporter.run(configs, shutdown).await;
                 Ok(())
             }
         });
@@ -167,9 +165,29 @@ impl RunningNode {
             grpc_addr,
             metrics_addr,
             state,
+            configs,
             shutdown,
             tasks,
         })
+    }
+
+    /// Reloads `path` when it changes on disk (editors replace files by
+    /// rename, so the directory is watched) and on SIGHUP. A config that
+    /// does not load is refused with the reasons, and the running one stays.
+    pub fn watch_config(&mut self, path: PathBuf, hostname: String, hangups: Hangups) {
+        let reload = ConfigReload {
+            path,
+            hostname,
+            configs: self.configs.clone(),
+            state: self.state.clone(),
+            node: self.identity.id.clone(),
+            hangups,
+        };
+        let shutdown = self.shutdown.clone();
+        self.tasks.spawn(async move {
+            reload.run(shutdown).await;
+            Ok(())
+        });
     }
 
     /// Asks every task to finish: servers stop accepting, in-flight requests

@@ -130,6 +130,25 @@ fn run_serves_until_sigterm_and_logs_json() {
     assert_eq!(started["grpc"], format!("127.0.0.1:{grpc}"));
     assert_eq!(started["level"], "INFO");
 
+    // SIGHUP re-reads the config and says so.
+    let status = Command::new("kill")
+        .args(["-HUP", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+    loop {
+        line.clear();
+        assert!(
+            logs.read_line(&mut line).expect("read log") > 0,
+            "meshd exited on SIGHUP"
+        );
+        let entry: serde_json::Value = serde_json::from_str(&line).expect("every log line is JSON");
+        if entry["message"] == "config read on SIGHUP: unchanged" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no reload line");
+    }
+
     let status = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()

@@ -3,6 +3,7 @@
 //! newest report: a slow or dead peer never queues reports, never delays the
 //! others, and never blocks the aggregator.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -15,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::aggregator::{Outgoing, ReportBody};
-use crate::config::PeerConfig;
+use crate::config::Config;
 use crate::metrics::Metrics;
 
 /// Connecting to and answering one report may take this long; longer and
@@ -27,8 +28,18 @@ pub struct Reporter {
     identity: NodeIdentity,
     interval: Duration,
     outgoing: Outgoing,
-    peers: Vec<(NodeId, watch::Sender<Option<Arc<PeerReport>>>)>,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+    /// One sender task per peer, keyed by id and address: a peer whose
+    /// address did not change keeps its connection across reloads.
+    peers: BTreeMap<(NodeId, String), PeerSender>,
     sequence: u64,
+}
+
+#[derive(Debug)]
+struct PeerSender {
+    reports: watch::Sender<Option<Arc<PeerReport>>>,
+    stop: CancellationToken,
 }
 
 /// Whether the last send to a peer worked, so only changes are logged.
@@ -44,39 +55,65 @@ impl Reporter {
     /// Starts one sender task per peer; `run` then feeds them.
     pub fn start(
         identity: NodeIdentity,
-        peers: &[PeerConfig],
-        interval: Duration,
+        config: &Config,
         outgoing: Outgoing,
         metrics: Arc<Metrics>,
         shutdown: &CancellationToken,
     ) -> Self {
-        let peers = peers
-            .iter()
-            .map(|peer| {
-                let (tx, rx) = watch::channel(None);
-                tokio::spawn(send_to_peer(
-                    peer.id.clone(),
-                    peer.address.clone(),
-                    rx,
-                    metrics.clone(),
-                    shutdown.clone(),
-                ));
-                (peer.id.clone(), tx)
-            })
-            .collect();
-        Self {
+        let mut reporter = Self {
             identity,
-            interval,
+            interval: config.report.interval,
             outgoing,
-            peers,
+            metrics,
+            shutdown: shutdown.clone(),
+            peers: BTreeMap::new(),
             sequence: 0,
+        };
+        reporter.apply(config);
+        reporter
+    }
+
+    /// Follows the config's peers: stops senders of peers that left or
+    /// moved, starts senders for new ones.
+    fn apply(&mut self, config: &Config) {
+        self.interval = config.report.interval;
+        let wanted: BTreeSet<(NodeId, String)> = config
+            .peers
+            .iter()
+            .map(|p| (p.id.clone(), p.address.clone()))
+            .collect();
+        self.peers.retain(|key, sender| {
+            let keep = wanted.contains(key);
+            if !keep {
+                sender.stop.cancel();
+            }
+            keep
+        });
+        for (id, address) in wanted {
+            if self.peers.contains_key(&(id.clone(), address.clone())) {
+                continue;
+            }
+            let (reports, rx) = watch::channel(None);
+            let stop = self.shutdown.child_token();
+            tokio::spawn(send_to_peer(
+                id.clone(),
+                address.clone(),
+                rx,
+                self.metrics.clone(),
+                stop.clone(),
+            ));
+            self.peers
+                .insert((id, address), PeerSender { reports, stop });
         }
     }
 
-    pub async fn run(mut self, shutdown: CancellationToken) {
-        if self.peers.is_empty() {
-            return;
-        }
+    /// Reports on the cadence (and at once when urgent) until `shutdown`,
+    /// following every config published on `configs`.
+    pub async fn run(
+        mut self,
+        mut configs: watch::Receiver<Arc<Config>>,
+        shutdown: CancellationToken,
+    ) {
         let mut tick = tokio::time::interval(self.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -84,11 +121,24 @@ impl Reporter {
                 () = shutdown.cancelled() => return,
                 _ = tick.tick() => {}
                 () = self.outgoing.urgent.notified() => tick.reset(),
+                changed = configs.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    let config = configs.borrow_and_update().clone();
+                    self.apply(&config);
+                    tick = tokio::time::interval(self.interval);
+                    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                    continue;
+                }
+            }
+            if self.peers.is_empty() {
+                continue;
             }
             let body = self.outgoing.body.borrow().clone();
             let report = Arc::new(self.next_report(&body, SystemTime::now()));
-            for (_, peer) in &self.peers {
-                peer.send_replace(Some(report.clone()));
+            for peer in self.peers.values() {
+                peer.reports.send_replace(Some(report.clone()));
             }
         }
     }

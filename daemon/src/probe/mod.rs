@@ -2,6 +2,7 @@
 //! prober per link, each publishing that link's observation on a watch
 //! channel (DESIGN.md §4).
 
+mod manager;
 pub mod packet;
 pub mod prober;
 pub mod responder;
@@ -23,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 use crate::metrics::Metrics;
 use crate::model::verdict::LocalObservation;
 
+pub use manager::ProbeManager;
 pub use packet::{Header, Kind, PacketError};
 pub use prober::{Prober, ProberSettings};
 pub use responder::{Responder, ResponderCounters, ResponderStats};

@@ -1,0 +1,114 @@
+//! Live reload of a running node: a valid edit applies without a restart,
+//! keeping what did not change; an invalid edit is refused, announced, and
+//! the running config stays in force.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{HOSTNAME, stop};
+use meshd::config::Config;
+use meshd::node::RunningNode;
+use meshd_proto::domain::EventKind;
+
+fn config_text(peers: &[&str]) -> String {
+    let mut text = String::from(
+        "[node]\nid = \"reload-test\"\n\n[listen]\ngrpc = \"127.0.0.1:0\"\nmetrics = \"127.0.0.1:0\"\n",
+    );
+    for (i, peer) in peers.iter().enumerate() {
+        text.push_str(&format!(
+            "\n[[peers]]\nid = \"{peer}\"\naddress = \"127.0.0.1:{}\"\n",
+            1 + i
+        ));
+    }
+    text
+}
+
+/// Writes like an editor: a new file renamed over the old one.
+fn save(path: &std::path::Path, text: &str) {
+    let tmp = path.with_extension("swp");
+    std::fs::write(&tmp, text).expect("write");
+    std::fs::rename(&tmp, path).expect("rename");
+}
+
+async fn wait_for(
+    node: &RunningNode,
+    what: &str,
+    check: impl Fn(&meshd_proto::domain::MeshStatus) -> bool,
+) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !check(&node.state.current()) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "gave up waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edits_apply_without_restart_and_bad_edits_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("meshd.toml");
+    std::fs::write(&path, config_text(&["b"])).expect("write");
+    let config = Config::load(&path, HOSTNAME).expect("valid config");
+    let mut node = RunningNode::start(&config, HOSTNAME).await.expect("start");
+    let incarnation = node.identity.incarnation;
+    let mut events = node.state.subscribe_events();
+    node.watch_config(
+        path.clone(),
+        HOSTNAME.to_owned(),
+        meshd::watch::reload::Hangups::install(),
+    );
+    // The watch is in place once the task has run; give it a moment.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    save(&path, &config_text(&["b", "c", "d"]));
+    wait_for(&node, "4 members", |s| s.quorum.configured.len() == 4).await;
+    let reloaded = loop {
+        let event = tokio::time::timeout(Duration::from_secs(10), events.recv())
+            .await
+            .expect("an event")
+            .expect("stream open");
+        if event.kind == EventKind::ConfigReloaded {
+            break event;
+        }
+    };
+    assert_eq!(reloaded.summary, "config reloaded: 4 members, 0 links");
+    assert_eq!(
+        node.state.current().node.incarnation,
+        incarnation,
+        "no restart"
+    );
+
+    // An unknown key: refused with the problem, the 4-member config stays.
+    save(
+        &path,
+        &format!("{}\ncolour = \"blue\"\n", config_text(&["b"])),
+    );
+    let refused = loop {
+        let event = tokio::time::timeout(Duration::from_secs(10), events.recv())
+            .await
+            .expect("an event")
+            .expect("stream open");
+        if event.kind == EventKind::ConfigRejected {
+            break event;
+        }
+    };
+    assert!(
+        refused.summary.contains("unknown key `colour`"),
+        "{}",
+        refused.summary
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(node.state.current().quorum.configured.len(), 4);
+
+    // Fixed again: applies.
+    save(&path, &config_text(&[]));
+    wait_for(&node, "back to one member", |s| {
+        s.quorum.configured.len() == 1
+    })
+    .await;
+    assert!(node.state.current().quorum.has_quorum);
+    stop(node).await;
+}
