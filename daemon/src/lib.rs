@@ -8,6 +8,7 @@
 //! `demo` runs a whole mesh in one process with injected faults.
 
 pub mod aggregator;
+pub mod alert;
 pub mod config;
 pub mod demo;
 pub mod http;

@@ -39,6 +39,8 @@ pub const PEER_REPORT_AGE_SECONDS: &str = "meshd_peer_report_age_seconds";
 pub const REPORTS_REJECTED_TOTAL: &str = "meshd_reports_rejected_total";
 pub const REPORTS_SENT_TOTAL: &str = "meshd_reports_sent_total";
 pub const NODE_CPU_BUSY_RATIO: &str = "meshd_node_cpu_busy_ratio";
+pub const ALERTS_FIRING: &str = "meshd_alerts_firing";
+pub const ALERT_POSTS_TOTAL: &str = "meshd_alert_posts_total";
 
 /// Verdict evaluations take microseconds at 7 nodes and milliseconds at 256;
 /// buckets cover both with room for a slow machine.
@@ -173,6 +175,18 @@ const METRICS: &[(&str, Kind, Option<Unit>, &str)] = &[
         Kind::Gauge,
         None,
         "Busy share (0-1) of all CPU cores of this node.",
+    ),
+    (
+        ALERTS_FIRING,
+        Kind::Gauge,
+        None,
+        "Alerts this node, as the alert leader, keeps firing in Alertmanager (0 on other nodes).",
+    ),
+    (
+        ALERT_POSTS_TOTAL,
+        Kind::Counter,
+        None,
+        "Posts of alerts to `alertmanager` (host:port), by `outcome` (ok, failed).",
     ),
 ];
 
@@ -425,6 +439,21 @@ impl Metrics {
             .set(count(observed.len()));
         self.gauge(NODE_CPU_BUSY_RATIO, vec![])
             .set(inputs.local_load.cpu_busy_ratio);
+    }
+
+    pub fn set_alerts_firing(&self, firing: usize) {
+        self.gauge(ALERTS_FIRING, vec![]).set(count(firing));
+    }
+
+    pub fn count_alert_post(&self, alertmanager: &str, outcome: &'static str) {
+        self.counter(
+            ALERT_POSTS_TOTAL,
+            vec![
+                Label::new("alertmanager", alertmanager.to_owned()),
+                Label::new("outcome", outcome),
+            ],
+        )
+        .increment(1);
     }
 
     fn counter(&self, name: &'static str, labels: Vec<Label>) -> metrics::Counter {

@@ -18,6 +18,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::aggregator::{self, Aggregator, Feeds, MeshState};
+use crate::alert::AlertPusher;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::peer::intake::PeerService;
@@ -132,6 +133,19 @@ impl RunningNode {
             let (configs, shutdown) = (configs.subscribe(), shutdown.clone());
             async move {
                 reporter.run(configs, shutdown).await;
+                Ok(())
+            }
+        });
+        tasks.spawn({
+            let pusher = AlertPusher::new(
+                identity.id.clone(),
+                &config.alerting.alertmanagers,
+                config.alerting.resend_interval,
+                metrics.clone(),
+            );
+            let (status, shutdown) = (state.status.clone(), shutdown.clone());
+            async move {
+                pusher.run(status, shutdown).await;
                 Ok(())
             }
         });

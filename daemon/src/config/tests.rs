@@ -697,6 +697,15 @@ fn watch_rules() {
 }
 
 #[test]
+fn https_alertmanagers_are_refused_for_now() {
+    assert_problem(
+        "[alerting]\nalertmanagers = [\"https://am:9093\"]\n",
+        "alerting.alertmanagers[0]",
+        "https is not supported yet",
+    );
+}
+
+#[test]
 fn alerting_rules() {
     let src = r#"[alerting]
 alertmanagers = [

@@ -455,6 +455,19 @@ fn check_alerting(c: &Config, p: &mut Vec<Problem>) {
     let mut seen: HashMap<String, usize> = HashMap::new();
     for (i, url) in a.alertmanagers.iter().enumerate() {
         let key = format!("alerting.alertmanagers[{i}]");
+        if url
+            .trim_start()
+            .to_ascii_lowercase()
+            .starts_with("https://")
+        {
+            p.push(Problem::new(
+                &key,
+                format!(
+                    "{url:?}: https is not supported yet; reach Alertmanager over http on the management network (or through a local TLS-terminating proxy)"
+                ),
+            ));
+            continue;
+        }
         match address::check_http_url(url) {
             Ok(normal) => match seen.get(&normal) {
                 Some(first) => p.push(

@@ -1,0 +1,185 @@
+//! The alert leader's pushes reach a real Alertmanager (Debian's
+//! prometheus-alertmanager, started by this test on loopback): cutting a
+//! cable in a demo mesh fires MeshLinkDown there, healing it resolves it,
+//! and only the leader posts.
+
+mod common;
+
+use std::net::{SocketAddr, TcpListener};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::http_get;
+use meshd::demo::Demo;
+use meshd::demo::plan::Plan;
+
+/// The test needs the real thing; on a laptop without it, it says so and
+/// passes, but under CI it must run.
+fn alertmanager_binary() -> Option<&'static str> {
+    let found = Command::new("prometheus-alertmanager")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if found {
+        return Some("prometheus-alertmanager");
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "prometheus-alertmanager is missing, and under CI this test must run (.ci/run installs it)"
+    );
+    eprintln!(
+        "skipped: prometheus-alertmanager is not installed (apt-get install prometheus-alertmanager)"
+    );
+    None
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// Kills Alertmanager however the test ends.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_alertmanager(binary: &str, dir: &std::path::Path) -> (Running, SocketAddr) {
+    let config = dir.join("alertmanager.yml");
+    std::fs::write(
+        &config,
+        "route:\n  receiver: blackhole\nreceivers:\n  - name: blackhole\n",
+    )
+    .expect("write config");
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+    let child = Command::new(binary)
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!("--storage.path={}", dir.join("data").display()))
+        .arg(format!("--web.listen-address={addr}"))
+        // No cluster: a lone Alertmanager must not gossip on any network.
+        .arg("--cluster.listen-address=")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("alertmanager starts");
+    (Running(child), addr)
+}
+
+async fn wait_ready(addr: SocketAddr) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if tokio::net::TcpStream::connect(addr).await.is_ok()
+            && http_get(addr, "/-/ready").await.0 == 200
+        {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "Alertmanager did not become ready"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Active (firing) MeshLinkDown alerts for a-b in Alertmanager.
+async fn link_down_alerts(addr: SocketAddr) -> Vec<serde_json::Value> {
+    let (code, body) = http_get(
+        addr,
+        "/api/v2/alerts?active=true&silenced=false&inhibited=false",
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let alerts: Vec<serde_json::Value> = serde_json::from_str(&body).expect("alerts JSON");
+    alerts
+        .into_iter()
+        .filter(|a| {
+            a["labels"]["alertname"] == "MeshLinkDown"
+                && a["labels"]["a"] == "a"
+                && a["labels"]["b"] == "b"
+        })
+        .filter(|a| a["status"]["state"] == "active")
+        .collect()
+}
+
+async fn wait_for(addr: SocketAddr, what: &str, want_firing: bool) -> Vec<serde_json::Value> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let alerts = link_down_alerts(addr).await;
+        if alerts.is_empty() != want_firing {
+            return alerts;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "Alertmanager never showed {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_cable_fires_in_alertmanager_and_heal_resolves_it() {
+    let Some(binary) = alertmanager_binary() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_alertmanager, addr) = start_alertmanager(binary, dir.path());
+    wait_ready(addr).await;
+
+    let mut demo = None;
+    for base in common::bases() {
+        let mut plan = Plan::new(4, base).expect("plan");
+        for node in &mut plan.nodes {
+            node.config.alerting.alertmanagers = vec![format!("http://{addr}")];
+        }
+        match Demo::start(plan, common::HOSTNAME).await {
+            Ok(started) => {
+                demo = Some(started);
+                break;
+            }
+            Err(err) if err.to_string().contains("in use") => continue,
+            Err(err) => panic!("demo starts: {err}"),
+        }
+    }
+    let mut demo = demo.expect("a free base port");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        link_down_alerts(addr).await.is_empty(),
+        "nothing fires on a healthy mesh"
+    );
+
+    let reply = demo.execute("cut a b").await.reply.unwrap_or_default();
+    assert!(reply.starts_with("ok"), "{reply}");
+    let firing = wait_for(addr, "MeshLinkDown for a-b", true).await;
+    assert_eq!(firing.len(), 1, "one alert for one cable: {firing:#?}");
+    let alert = &firing[0];
+    assert_eq!(alert["labels"]["severity"], "critical");
+    assert_eq!(alert["labels"]["source"], "meshd");
+    assert!(
+        alert["annotations"]["runbook_url"]
+            .as_str()
+            .is_some_and(|u| u.ends_with("#meshlinkdown"))
+    );
+
+    // Only the leader (a, the lowest id) posts.
+    let plan = demo.plan().clone();
+    for node in &plan.nodes {
+        let (_, metrics) = http_get(node.metrics(), "/metrics").await;
+        let posted = metrics
+            .lines()
+            .any(|l| l.starts_with("meshd_alert_posts_total{") && l.contains("outcome=\"ok\""));
+        assert_eq!(posted, node.id.as_str() == "a", "{}: {metrics}", node.id);
+    }
+
+    let reply = demo.execute("heal a b").await.reply.unwrap_or_default();
+    assert!(reply.starts_with("ok"), "{reply}");
+    wait_for(addr, "the alert resolved", false).await;
+    demo.stop().await;
+}
