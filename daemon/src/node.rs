@@ -22,7 +22,7 @@ use crate::peer::intake::PeerService;
 use crate::peer::reporter::Reporter;
 use crate::peer::service::MeshService;
 use crate::probe::{ProberSettings, supervise_link};
-use crate::watch::load;
+use crate::watch::{bridge, load};
 
 /// Seconds between histogram upkeeps of the metrics recorder.
 const METRICS_UPKEEP: std::time::Duration = std::time::Duration::from_secs(5);
@@ -109,7 +109,12 @@ impl RunningNode {
             book: book.clone(),
             local_links,
             load: load::spawn(config.thresholds.cpu_saturated, shutdown.clone()),
-            local_alarms: Vec::new(),
+            local_alarms: vec![bridge::spawn(
+                config,
+                identity.id.clone(),
+                metrics.clone(),
+                shutdown.clone(),
+            )],
         };
         let (aggregator, state, outgoing) =
             Aggregator::new(config, identity.clone(), feeds, metrics.clone());

@@ -1,3 +1,4 @@
 //! Local watchers: what this node notices about itself.
 
+pub mod bridge;
 pub mod load;
