@@ -17,5 +17,6 @@ pub mod metrics;
 pub mod model;
 pub mod node;
 pub mod peer;
+pub mod platform;
 pub mod probe;
 pub mod watch;

@@ -41,6 +41,9 @@ pub const REPORTS_SENT_TOTAL: &str = "meshd_reports_sent_total";
 pub const NODE_CPU_BUSY_RATIO: &str = "meshd_node_cpu_busy_ratio";
 pub const ALERTS_FIRING: &str = "meshd_alerts_firing";
 pub const ALERT_POSTS_TOTAL: &str = "meshd_alert_posts_total";
+pub const BRIDGE_ACTIVE: &str = "meshd_bridge_active";
+pub const BRIDGE_MESH_MEMBERS: &str = "meshd_bridge_mesh_members";
+pub const BRIDGE_BROADCAST_PACKETS_PER_SECOND: &str = "meshd_bridge_broadcast_packets_per_second";
 
 /// Verdict evaluations take microseconds at 7 nodes and milliseconds at 256;
 /// buckets cover both with room for a slow machine.
@@ -188,6 +191,24 @@ const METRICS: &[(&str, Kind, Option<Unit>, &str)] = &[
         None,
         "Posts of alerts to `alertmanager` (host:port), by `outcome` (ok, failed).",
     ),
+    (
+        BRIDGE_ACTIVE,
+        Kind::Gauge,
+        None,
+        "1 while `bridge` forwards frames (macOS status active, Linux operstate up), 0 when inactive or gone.",
+    ),
+    (
+        BRIDGE_MESH_MEMBERS,
+        Kind::Gauge,
+        None,
+        "Mesh ports that are members of `bridge`; above 0 on an active bridge is a bridge loop.",
+    ),
+    (
+        BRIDGE_BROADCAST_PACKETS_PER_SECOND,
+        Kind::Gauge,
+        None,
+        "Broadcast+multicast packets per second received on `iface` (bridges and their mesh members, where the OS counts them).",
+    ),
 ];
 
 /// RTTs of a Thunderbolt link are tens of microseconds, of a busy or
@@ -210,6 +231,8 @@ pub struct Metrics {
     recorder: PrometheusRecorder,
     /// Alarm series set so far, so cleared ones can be zeroed.
     alarm_series: Mutex<BTreeSet<AlarmSeries>>,
+    /// Bridges and interfaces with bridge series, so vanished ones read 0.
+    bridge_series: Mutex<(BTreeSet<String>, BTreeSet<String>)>,
 }
 
 /// (raising node, kind, severity)
@@ -241,6 +264,7 @@ impl Metrics {
         let metrics = Self {
             recorder,
             alarm_series: Mutex::default(),
+            bridge_series: Mutex::default(),
         };
         metrics
             .gauge(
@@ -454,6 +478,55 @@ impl Metrics {
             ],
         )
         .increment(1);
+    }
+
+    /// One sample of the bridge watcher: each bridge's state and mesh
+    /// members, and the broadcast+multicast rate of each watched interface.
+    /// Series of bridges or interfaces that are gone are set to 0.
+    pub fn record_bridges<'a>(
+        &self,
+        bridges: impl Iterator<Item = (&'a str, bool, usize)>,
+        rates: impl Iterator<Item = (&'a str, f64)>,
+    ) {
+        let mut shown = self
+            .bridge_series
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (seen_bridges, seen_ifaces) = &mut *shown;
+        let mut bridges_now = BTreeSet::new();
+        for (bridge, active, mesh_members) in bridges {
+            let label = || vec![Label::new("bridge", bridge.to_owned())];
+            self.gauge(BRIDGE_ACTIVE, label())
+                .set(f64::from(u8::from(active)));
+            self.gauge(BRIDGE_MESH_MEMBERS, label())
+                .set(count(mesh_members));
+            bridges_now.insert(bridge.to_owned());
+        }
+        for gone in seen_bridges.difference(&bridges_now) {
+            let label = || vec![Label::new("bridge", gone.clone())];
+            self.gauge(BRIDGE_ACTIVE, label()).set(0.0);
+            self.gauge(BRIDGE_MESH_MEMBERS, label()).set(0.0);
+        }
+        let mut ifaces_now = BTreeSet::new();
+        for (iface, rate) in rates {
+            self.gauge(
+                BRIDGE_BROADCAST_PACKETS_PER_SECOND,
+                vec![Label::new("iface", iface.to_owned())],
+            )
+            .set(rate);
+            ifaces_now.insert(iface.to_owned());
+        }
+        for gone in seen_ifaces.difference(&ifaces_now) {
+            self.gauge(
+                BRIDGE_BROADCAST_PACKETS_PER_SECOND,
+                vec![Label::new("iface", gone.clone())],
+            )
+            .set(0.0);
+        }
+        // Keep vanished names so they stay at 0 rather than being set again
+        // each sample; the set is bounded by the host's interfaces.
+        seen_bridges.extend(bridges_now);
+        seen_ifaces.extend(ifaces_now);
     }
 
     fn counter(&self, name: &'static str, labels: Vec<Label>) -> metrics::Counter {

@@ -25,8 +25,8 @@ use crate::peer::intake::PeerService;
 use crate::peer::reporter::Reporter;
 use crate::peer::service::MeshService;
 use crate::probe::{ProbeManager, ProberSettings};
-use crate::watch::load;
 use crate::watch::reload::{ConfigReload, Hangups};
+use crate::watch::{bridge, load};
 
 /// Seconds between histogram upkeeps of the metrics recorder.
 const METRICS_UPKEEP: std::time::Duration = std::time::Duration::from_secs(5);
@@ -108,7 +108,12 @@ impl RunningNode {
             book: book.clone(),
             probes,
             load: load::spawn(config.thresholds.cpu_saturated, shutdown.clone()),
-            local_alarms: Vec::new(),
+            local_alarms: vec![bridge::spawn(
+                config,
+                identity.id.clone(),
+                metrics.clone(),
+                shutdown.clone(),
+            )],
         };
         let (aggregator, state, outgoing) =
             Aggregator::new(config, identity.clone(), feeds, metrics.clone());

@@ -3,6 +3,7 @@
 //! quorum testable (and fast) without a network.
 
 pub mod alerts;
+pub mod bridge;
 pub mod events;
 pub mod intake;
 pub mod link;

@@ -289,6 +289,9 @@ impl Engine {
                 alarms.extend(received.report.alarms.iter().cloned());
             }
         }
+        // Bridges on two nodes make a cycle in the mesh: only the merged
+        // view of every node's alarms can tell.
+        let mut alarms = super::bridge::escalate_bridge_loops(alarms);
         alarms.extend(self.no_quorum_alarm(inputs, &quorum, now));
 
         MeshStatus {
