@@ -285,7 +285,9 @@ async fn lossy_and_slow_cables_are_degraded_not_down() {
     // which needs three 10 s windows of history first.
     tokio::time::sleep(Duration::from_secs(32)).await;
     command(&mut demo, "lossy b c 20").await;
-    command(&mut demo, "slow a d 50").await;
+    // Far above what a loaded two-core host does to loopback RTTs (its
+    // baseline p99 can reach tens of milliseconds), so only the fault counts.
+    command(&mut demo, "slow a d 200").await;
     wait_all(
         &demo,
         Duration::from_secs(20),
