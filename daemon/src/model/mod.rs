@@ -2,8 +2,10 @@
 //! observations and a `now` and returns verdicts, which is what makes the
 //! quorum testable (and fast) without a network.
 
+pub mod cpu;
 pub mod events;
 pub mod intake;
+pub mod jobs;
 pub mod link;
 pub mod linkstats;
 pub mod quorum;
