@@ -87,7 +87,7 @@ fn check_watch(c: &Config, p: &mut Vec<Problem>) {
     for (i, iface) in w.bridge.mesh_ifaces.iter().enumerate() {
         if iface.is_empty() || iface.len() > MAX_IFACE_LEN || iface.contains([' ', '/', ':']) {
             p.push(Problem::new(
-                &format!("watch.bridge.mesh_ifaces[{i}]"),
+                format!("watch.bridge.mesh_ifaces[{i}]"),
                 format!("{iface:?} is not an interface name"),
             ));
         }
@@ -120,10 +120,7 @@ fn check_watch(c: &Config, p: &mut Vec<Problem>) {
     ] {
         for (i, name) in list.iter().enumerate() {
             if name.trim().is_empty() {
-                p.push(Problem::new(
-                    &format!("{key}[{i}]"),
-                    "empty name".to_owned(),
-                ));
+                p.push(Problem::new(format!("{key}[{i}]"), "empty name".to_owned()));
             }
         }
     }
