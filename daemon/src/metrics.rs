@@ -39,6 +39,8 @@ pub const PEER_REPORT_AGE_SECONDS: &str = "meshd_peer_report_age_seconds";
 pub const REPORTS_REJECTED_TOTAL: &str = "meshd_reports_rejected_total";
 pub const REPORTS_SENT_TOTAL: &str = "meshd_reports_sent_total";
 pub const NODE_CPU_BUSY_RATIO: &str = "meshd_node_cpu_busy_ratio";
+pub const PROCESS_CPU_CORES: &str = "meshd_process_cpu_cores";
+pub const JOB_PROCESSES: &str = "meshd_job_processes";
 
 /// Verdict evaluations take microseconds at 7 nodes and milliseconds at 256;
 /// buckets cover both with room for a slow machine.
@@ -174,6 +176,18 @@ const METRICS: &[(&str, Kind, Option<Unit>, &str)] = &[
         None,
         "Busy share (0-1) of all CPU cores of this node.",
     ),
+    (
+        PROCESS_CPU_CORES,
+        Kind::Gauge,
+        None,
+        "CPU used by the processes called `process`, in cores (1 = one full core): the busiest names, running known offenders, and `other` for the rest.",
+    ),
+    (
+        JOB_PROCESSES,
+        Kind::Gauge,
+        None,
+        "Processes matching a job pattern on this node, by `state` (busy: burning at least `watch.jobs.busy_cores`; idle).",
+    ),
 ];
 
 /// RTTs of a Thunderbolt link are tens of microseconds, of a busy or
@@ -196,6 +210,9 @@ pub struct Metrics {
     recorder: PrometheusRecorder,
     /// Alarm series set so far, so cleared ones can be zeroed.
     alarm_series: Mutex<BTreeSet<AlarmSeries>>,
+    /// `process` labels set by the last CPU sample, so names that left it
+    /// read 0 instead of their last value.
+    process_series: Mutex<BTreeSet<String>>,
 }
 
 /// (raising node, kind, severity)
@@ -227,6 +244,7 @@ impl Metrics {
         let metrics = Self {
             recorder,
             alarm_series: Mutex::default(),
+            process_series: Mutex::default(),
         };
         metrics
             .gauge(
@@ -427,6 +445,36 @@ impl Metrics {
             .set(inputs.local_load.cpu_busy_ratio);
     }
 
+    /// CPU per process name, already reduced to a bounded set of names
+    /// (`model::cpu::reduce_for_metrics`).
+    pub fn record_process_cpu(&self, cores: &BTreeMap<String, f64>) {
+        let mut shown = self
+            .process_series
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let gauge = |name: &str| {
+            self.gauge(
+                PROCESS_CPU_CORES,
+                vec![Label::new("process", name.to_owned())],
+            )
+        };
+        for gone in shown.iter().filter(|n| !cores.contains_key(*n)) {
+            gauge(gone).set(0.0);
+        }
+        for (name, value) in cores {
+            gauge(name).set(*value);
+        }
+        shown.clear();
+        shown.extend(cores.keys().cloned());
+    }
+
+    pub fn record_job_processes(&self, busy: usize, idle: usize) {
+        for (state, n) in [("busy", busy), ("idle", idle)] {
+            self.gauge(JOB_PROCESSES, vec![Label::new("state", state)])
+                .set(count(n));
+        }
+    }
+
     fn counter(&self, name: &'static str, labels: Vec<Label>) -> metrics::Counter {
         self.recorder
             .register_counter(&Key::from_parts(name, labels), &METADATA)
@@ -445,7 +493,47 @@ fn count(n: usize) -> f64 {
 
 #[cfg(test)]
 mod tests {
+    use meshd_proto::domain::Incarnation;
+
     use super::*;
+
+    fn metrics() -> Metrics {
+        Metrics::new(&NodeIdentity {
+            id: NodeId::new("a").unwrap(),
+            incarnation: Incarnation(1),
+            version: "0".to_owned(),
+            hostname: "h".to_owned(),
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn processes_that_leave_the_top_read_zero() {
+        let m = metrics();
+        let sample = |pairs: &[(&str, f64)]| -> BTreeMap<String, f64> {
+            pairs.iter().map(|(n, c)| ((*n).to_owned(), *c)).collect()
+        };
+        m.record_process_cpu(&sample(&[("yes", 1.0), ("other", 0.25)]));
+        let text = m.render();
+        assert!(
+            text.contains(r#"meshd_process_cpu_cores{process="yes"} 1"#),
+            "{text}"
+        );
+        m.record_process_cpu(&sample(&[("python3", 2.0), ("other", 0.5)]));
+        let text = m.render();
+        assert!(
+            text.contains(r#"meshd_process_cpu_cores{process="yes"} 0"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"meshd_process_cpu_cores{process="python3"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"meshd_process_cpu_cores{process="other"} 0.5"#),
+            "{text}"
+        );
+    }
 
     /// docs/METRICS.md is the written spec: every metric defined here must
     /// be in it, and every metric it lists must be defined here.
