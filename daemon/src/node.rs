@@ -22,7 +22,7 @@ use crate::peer::intake::PeerService;
 use crate::peer::reporter::Reporter;
 use crate::peer::service::MeshService;
 use crate::probe::{ProberSettings, supervise_link};
-use crate::watch::load;
+use crate::watch::{cpu, jobs, load};
 
 /// Seconds between histogram upkeeps of the metrics recorder.
 const METRICS_UPKEEP: std::time::Duration = std::time::Duration::from_secs(5);
@@ -105,14 +105,35 @@ impl RunningNode {
                 )
             })
             .collect();
+        // Storm alarms explain CPU spikes; the bridge watcher's receiver
+        // goes here once it runs.
+        let cpu_watch = cpu::spawn(
+            identity.id.clone(),
+            config.watch.cpu.clone(),
+            Vec::new(),
+            metrics.clone(),
+            shutdown.clone(),
+        );
+        // The job watcher needs the mesh status, which exists only once the
+        // aggregator does, and the aggregator needs the job alarms.
+        let (job_alarms, job_alarms_rx) = tokio::sync::watch::channel(Vec::new());
         let feeds = Feeds {
             book: book.clone(),
             local_links,
             load: load::spawn(config.thresholds.cpu_saturated, shutdown.clone()),
-            local_alarms: Vec::new(),
+            local_alarms: vec![cpu_watch.alarms.clone(), job_alarms_rx],
         };
         let (aggregator, state, outgoing) =
             Aggregator::new(config, identity.clone(), feeds, metrics.clone());
+        jobs::spawn(
+            identity.id.clone(),
+            config.watch.jobs.clone(),
+            cpu_watch.samples,
+            state.status.clone(),
+            job_alarms,
+            metrics.clone(),
+            shutdown.clone(),
+        );
         let reporter = Reporter::start(
             identity.clone(),
             &config.peers,
