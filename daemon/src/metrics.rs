@@ -44,6 +44,8 @@ pub const ALERT_POSTS_TOTAL: &str = "meshd_alert_posts_total";
 pub const BRIDGE_ACTIVE: &str = "meshd_bridge_active";
 pub const BRIDGE_MESH_MEMBERS: &str = "meshd_bridge_mesh_members";
 pub const BRIDGE_BROADCAST_PACKETS_PER_SECOND: &str = "meshd_bridge_broadcast_packets_per_second";
+pub const PROCESS_CPU_CORES: &str = "meshd_process_cpu_cores";
+pub const JOB_PROCESSES: &str = "meshd_job_processes";
 
 /// Verdict evaluations take microseconds at 7 nodes and milliseconds at 256;
 /// buckets cover both with room for a slow machine.
@@ -209,6 +211,18 @@ const METRICS: &[(&str, Kind, Option<Unit>, &str)] = &[
         None,
         "Broadcast+multicast packets per second received on `iface` (bridges and their mesh members, where the OS counts them).",
     ),
+    (
+        PROCESS_CPU_CORES,
+        Kind::Gauge,
+        None,
+        "CPU used by the processes called `process`, in cores (1 = one full core): the busiest names, running known offenders, and `other` for the rest.",
+    ),
+    (
+        JOB_PROCESSES,
+        Kind::Gauge,
+        None,
+        "Processes matching a job pattern on this node, by `state` (busy: burning at least `watch.jobs.busy_cores`; idle).",
+    ),
 ];
 
 /// RTTs of a Thunderbolt link are tens of microseconds, of a busy or
@@ -233,6 +247,9 @@ pub struct Metrics {
     alarm_series: Mutex<BTreeSet<AlarmSeries>>,
     /// Bridges and interfaces with bridge series, so vanished ones read 0.
     bridge_series: Mutex<(BTreeSet<String>, BTreeSet<String>)>,
+    /// `process` labels set by the last CPU sample, so names that left it
+    /// read 0 instead of their last value.
+    process_series: Mutex<BTreeSet<String>>,
 }
 
 /// (raising node, kind, severity)
@@ -265,6 +282,7 @@ impl Metrics {
             recorder,
             alarm_series: Mutex::default(),
             bridge_series: Mutex::default(),
+            process_series: Mutex::default(),
         };
         metrics
             .gauge(
@@ -529,6 +547,36 @@ impl Metrics {
         seen_ifaces.extend(ifaces_now);
     }
 
+    /// CPU per process name, already reduced to a bounded set of names
+    /// (`model::cpu::reduce_for_metrics`).
+    pub fn record_process_cpu(&self, cores: &BTreeMap<String, f64>) {
+        let mut shown = self
+            .process_series
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let gauge = |name: &str| {
+            self.gauge(
+                PROCESS_CPU_CORES,
+                vec![Label::new("process", name.to_owned())],
+            )
+        };
+        for gone in shown.iter().filter(|n| !cores.contains_key(*n)) {
+            gauge(gone).set(0.0);
+        }
+        for (name, value) in cores {
+            gauge(name).set(*value);
+        }
+        shown.clear();
+        shown.extend(cores.keys().cloned());
+    }
+
+    pub fn record_job_processes(&self, busy: usize, idle: usize) {
+        for (state, n) in [("busy", busy), ("idle", idle)] {
+            self.gauge(JOB_PROCESSES, vec![Label::new("state", state)])
+                .set(count(n));
+        }
+    }
+
     fn counter(&self, name: &'static str, labels: Vec<Label>) -> metrics::Counter {
         self.recorder
             .register_counter(&Key::from_parts(name, labels), &METADATA)
@@ -547,7 +595,47 @@ fn count(n: usize) -> f64 {
 
 #[cfg(test)]
 mod tests {
+    use meshd_proto::domain::Incarnation;
+
     use super::*;
+
+    fn metrics() -> Metrics {
+        Metrics::new(&NodeIdentity {
+            id: NodeId::new("a").unwrap(),
+            incarnation: Incarnation(1),
+            version: "0".to_owned(),
+            hostname: "h".to_owned(),
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn processes_that_leave_the_top_read_zero() {
+        let m = metrics();
+        let sample = |pairs: &[(&str, f64)]| -> BTreeMap<String, f64> {
+            pairs.iter().map(|(n, c)| ((*n).to_owned(), *c)).collect()
+        };
+        m.record_process_cpu(&sample(&[("yes", 1.0), ("other", 0.25)]));
+        let text = m.render();
+        assert!(
+            text.contains(r#"meshd_process_cpu_cores{process="yes"} 1"#),
+            "{text}"
+        );
+        m.record_process_cpu(&sample(&[("python3", 2.0), ("other", 0.5)]));
+        let text = m.render();
+        assert!(
+            text.contains(r#"meshd_process_cpu_cores{process="yes"} 0"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"meshd_process_cpu_cores{process="python3"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"meshd_process_cpu_cores{process="other"} 0.5"#),
+            "{text}"
+        );
+    }
 
     /// docs/METRICS.md is the written spec: every metric defined here must
     /// be in it, and every metric it lists must be defined here.

@@ -26,7 +26,7 @@ use crate::peer::reporter::Reporter;
 use crate::peer::service::MeshService;
 use crate::probe::{ProbeManager, ProberSettings};
 use crate::watch::reload::{ConfigReload, Hangups};
-use crate::watch::{bridge, load};
+use crate::watch::{bridge, cpu, jobs, load};
 
 /// Seconds between histogram upkeeps of the metrics recorder.
 const METRICS_UPKEEP: std::time::Duration = std::time::Duration::from_secs(5);
@@ -104,19 +104,40 @@ impl RunningNode {
             metrics.clone(),
             shutdown.clone(),
         );
+        let bridge_alarms = bridge::spawn(
+            config,
+            identity.id.clone(),
+            metrics.clone(),
+            shutdown.clone(),
+        );
+        // Storm alarms explain CPU spikes.
+        let cpu_watch = cpu::spawn(
+            identity.id.clone(),
+            config.watch.cpu.clone(),
+            vec![bridge_alarms.clone()],
+            metrics.clone(),
+            shutdown.clone(),
+        );
+        // The job watcher needs the mesh status, which exists only once the
+        // aggregator does, and the aggregator needs the job alarms.
+        let (job_alarms, job_alarms_rx) = tokio::sync::watch::channel(Vec::new());
         let feeds = Feeds {
             book: book.clone(),
             probes,
             load: load::spawn(config.thresholds.cpu_saturated, shutdown.clone()),
-            local_alarms: vec![bridge::spawn(
-                config,
-                identity.id.clone(),
-                metrics.clone(),
-                shutdown.clone(),
-            )],
+            local_alarms: vec![bridge_alarms, cpu_watch.alarms.clone(), job_alarms_rx],
         };
         let (aggregator, state, outgoing) =
             Aggregator::new(config, identity.clone(), feeds, metrics.clone());
+        jobs::spawn(
+            identity.id.clone(),
+            config.watch.jobs.clone(),
+            cpu_watch.samples,
+            state.status.clone(),
+            job_alarms,
+            metrics.clone(),
+            shutdown.clone(),
+        );
         let reporter = Reporter::start(
             identity.clone(),
             config,

@@ -240,6 +240,10 @@ fn v4(ip: Ipv4Addr, port: u16) -> SocketAddr {
 /// See `node_config`; `slow A B 50` clears it with room to spare.
 pub const DEMO_RTT_MIN_INCREASE: std::time::Duration = std::time::Duration::from_millis(10);
 
+/// See `node_config`: the longest window the config accepts.
+const DEMO_SPIKE_WINDOW: std::time::Duration = std::time::Duration::from_secs(3600);
+const DEMO_CPU_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+
 fn node_config(index: usize, ids: &[NodeId], base: u16) -> Config {
     let mut config = Config::embedded_default("demo");
     config.node.id = ids[index].clone();
@@ -250,6 +254,11 @@ fn node_config(index: usize, ids: &[NodeId], base: u16) -> Config {
     // and their proxies on two cores), not by the microseconds of a real
     // cable: only a rise this large is degradation here.
     config.thresholds.rtt_min_increase = DEMO_RTT_MIN_INCREASE;
+    // Every demo daemon samples the same host CPU: a busy host would raise
+    // one cpu_spike per node and bury the mesh faults the demo is about, and
+    // eight process scans a second are wasted on two cores.
+    config.watch.cpu.spike_window = DEMO_SPIKE_WINDOW;
+    config.watch.cpu.interval = DEMO_CPU_INTERVAL;
     let others = || (0..ids.len()).filter(move |&j| j != index);
     config.peers = others()
         .map(|j| PeerConfig {

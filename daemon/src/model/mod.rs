@@ -4,8 +4,10 @@
 
 pub mod alerts;
 pub mod bridge;
+pub mod cpu;
 pub mod events;
 pub mod intake;
+pub mod jobs;
 pub mod link;
 pub mod linkstats;
 pub mod quorum;

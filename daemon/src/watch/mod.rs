@@ -1,5 +1,7 @@
 //! Local watchers: what this node notices about itself.
 
 pub mod bridge;
+pub mod cpu;
+pub mod jobs;
 pub mod load;
 pub mod reload;
