@@ -203,14 +203,14 @@ impl Plan {
                     path: path.clone(),
                 });
             }
-            if platform == Platform::Linux {
-                if let Some(dir) = systemd::hidden_from_service(path) {
-                    return Err(InstallError::HiddenFromService {
-                        what,
-                        path: path.clone(),
-                        dir,
-                    });
-                }
+            if platform == Platform::Linux
+                && let Some(dir) = systemd::hidden_from_service(path)
+            {
+                return Err(InstallError::HiddenFromService {
+                    what,
+                    path: path.clone(),
+                    dir,
+                });
             }
         }
         let config = Step::WriteConfig {
