@@ -5,13 +5,15 @@
 //! Layout (see DESIGN.md §3): `model` is pure logic with time passed in;
 //! `aggregator` owns the state and runs the model; `peer` is the thin gRPC
 //! layer; `http` serves metrics and health; `node` wires one running meshd;
-//! `demo` runs a whole mesh in one process with injected faults.
+//! `demo` runs a whole mesh in one process with injected faults; `install`
+//! makes meshd a launchd or systemd service.
 
 pub mod aggregator;
 pub mod alert;
 pub mod config;
 pub mod demo;
 pub mod http;
+pub mod install;
 pub mod logging;
 pub mod metrics;
 pub mod model;

@@ -1,4 +1,5 @@
-//! The `meshd` binary: `run` the agent, or `check-config` a file.
+//! The `meshd` binary: `run` the agent, `check-config` a file, `demo` a
+//! mesh, or `install` / `uninstall` the system service.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -7,6 +8,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use meshd::config::Config;
 use meshd::demo;
+use meshd::install::{self, InstallError, InstallOptions, Plan, Platform, SystemRunner};
 use meshd::logging::{self, LogFormat};
 use meshd::node::RunningNode;
 use meshd::watch::reload::Hangups;
@@ -56,6 +58,28 @@ enum Command {
         #[arg(long, default_value = "warn")]
         log_level: String,
     },
+    /// Install meshd as a system service (a LaunchDaemon on macOS, a
+    /// systemd unit on Linux), write a default config if there is none
+    /// (never overwriting one), and start it. Needs root.
+    Install {
+        /// Print the files and commands, change nothing (no root needed).
+        #[arg(long)]
+        dry_run: bool,
+        /// Config file the service reads [default: /usr/local/etc/meshd/meshd.toml
+        /// on macOS, /etc/meshd/meshd.toml on Linux].
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// The meshd executable the service runs [default: this one].
+        #[arg(long)]
+        binary: Option<PathBuf>,
+    },
+    /// Stop the service and remove its plist or unit; the config and the
+    /// logs are kept. Needs root.
+    Uninstall {
+        /// Print the steps, change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -86,6 +110,83 @@ fn main() -> ExitCode {
             logging::init(log_format, &log_level);
             run_demo(nodes, base_port, &hostname)
         }
+        Command::Install {
+            dry_run,
+            config,
+            binary,
+        } => service(
+            install_plan(config, binary, &hostname).map(|(plan, binary)| (plan, Some(binary))),
+            dry_run,
+        ),
+        Command::Uninstall { dry_run } => service(
+            Platform::current().map(|platform| (Plan::uninstall(platform), None)),
+            dry_run,
+        ),
+    }
+}
+
+fn install_plan(
+    config: Option<PathBuf>,
+    binary: Option<PathBuf>,
+    hostname: &str,
+) -> Result<(Plan, PathBuf), InstallError> {
+    let platform = Platform::current()?;
+    let absolute = |path: PathBuf| std::path::absolute(&path).unwrap_or(path);
+    let binary = match binary {
+        Some(path) => absolute(path),
+        None => std::env::current_exe()
+            .and_then(std::fs::canonicalize)
+            .map_err(InstallError::CurrentExe)?,
+    };
+    let config = config.map_or_else(|| platform.default_config().to_owned(), absolute);
+    let options = InstallOptions {
+        binary,
+        config,
+        node_id: Config::embedded_default(hostname).node.id,
+    };
+    Ok((Plan::install(platform, &options)?, options.binary))
+}
+
+/// `install` and `uninstall`: print the plan (`--dry-run`), or check for
+/// root and carry it out, printing each step done.
+#[allow(clippy::print_stdout, clippy::print_stderr)]
+fn service(plan: Result<(Plan, Option<PathBuf>), InstallError>, dry_run: bool) -> ExitCode {
+    let root = std::path::Path::new("/");
+    let result = plan.and_then(|(plan, binary)| {
+        if dry_run {
+            print!("{}", plan.describe(root));
+            return Ok(());
+        }
+        let mut runner = SystemRunner {
+            timeout: install::COMMAND_TIMEOUT,
+        };
+        install::require_root(&plan, &mut runner)?;
+        install::require_service_manager(&plan, root)?;
+        if let Some(binary) = &binary {
+            check_binary(binary)?;
+        }
+        for line in plan.apply(root, &mut runner)? {
+            println!("{line}");
+        }
+        Ok(())
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("meshd: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A real install needs the binary it points the service at.
+fn check_binary(binary: &std::path::Path) -> Result<(), InstallError> {
+    if binary.is_file() {
+        Ok(())
+    } else {
+        Err(InstallError::BinaryMissing {
+            path: binary.to_owned(),
+        })
     }
 }
 

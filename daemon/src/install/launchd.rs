@@ -1,0 +1,232 @@
+//! The macOS LaunchDaemon: a property list generated from a serde struct
+//! whose field names are launchd's keys exactly (see `launchd.plist(5)`).
+//! Pure: paths in, XML text out.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// The job's label, and the plist's name under `/Library/LaunchDaemons`.
+/// `launchctl kickstart -k system/io.meshd.agent` restarts it.
+pub const LABEL: &str = "io.meshd.agent";
+/// System daemons live here; launchd loads them at boot, as root.
+pub const DAEMONS_DIR: &str = "/Library/LaunchDaemons";
+/// Where Console.app looks for system logs; launchd does not create the
+/// directory, so install does.
+pub const LOG_DIR: &str = "/Library/Logs/meshd";
+pub const LOG_FILE: &str = "/Library/Logs/meshd/meshd.log";
+/// Not Homebrew's `/opt/homebrew/etc` (Apple silicon only, and owned by a
+/// package manager): `/usr/local/etc` exists for system software on every Mac.
+pub const DEFAULT_CONFIG: &str = "/usr/local/etc/meshd/meshd.toml";
+/// Seconds launchd waits before starting meshd again after it exits, so a
+/// broken config does not spin.
+pub const THROTTLE_SECONDS: u32 = 10;
+/// Sockets to peers and links plus the files meshd reads stay far below
+/// this; macOS's default soft limit for daemons is 256.
+pub const NUMBER_OF_FILES: u64 = 8192;
+/// launchd's default for daemons, spelled out so the tools meshd runs
+/// (`system_profiler`, `networksetup`, `ifconfig`, `rdma_ctl`) are found
+/// however launchd is configured.
+pub const PATH: &str = "/usr/bin:/bin:/usr/sbin:/sbin";
+
+/// The plist path for [`LABEL`].
+pub fn plist_path() -> PathBuf {
+    Path::new(DAEMONS_DIR).join(format!("{LABEL}.plist"))
+}
+
+/// A LaunchDaemon's property list, with launchd's exact key names.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct LaunchDaemon {
+    pub label: String,
+    pub program_arguments: Vec<String>,
+    pub run_at_load: bool,
+    /// `true`: launchd restarts meshd whenever it exits, crash or not; it is
+    /// stopped only by `launchctl bootout`.
+    pub keep_alive: bool,
+    pub throttle_interval: u32,
+    pub standard_out_path: String,
+    pub standard_error_path: String,
+    pub soft_resource_limits: ResourceLimits,
+    pub hard_resource_limits: ResourceLimits,
+    /// `Interactive`: see [`LaunchDaemon::new`].
+    pub process_type: String,
+    pub environment_variables: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct ResourceLimits {
+    pub number_of_files: u64,
+}
+
+impl LaunchDaemon {
+    /// meshd's LaunchDaemon: `<binary> run --config <config> --log-format json`.
+    ///
+    /// ProcessType is `Interactive`, not `Adaptive` or `Background`: meshd
+    /// holds no XPC transactions, so an `Adaptive` job is treated as
+    /// `Background`, which macOS runs with timer coalescing, low CPU and I/O
+    /// priority and on efficiency cores. That skews probe send and reply
+    /// times by milliseconds against microsecond RTTs and delays the 600 ms
+    /// down verdict. `Interactive` only lifts those throttles; it does not
+    /// raise meshd above the jobs (same default priority), and meshd's work
+    /// is a few small packets per link per 100 ms — well under 1 % of a
+    /// core — so the jobs lose nothing.
+    pub fn new(binary: &Path, config: &Path) -> LaunchDaemon {
+        LaunchDaemon {
+            label: LABEL.to_owned(),
+            program_arguments: vec![
+                binary.display().to_string(),
+                "run".to_owned(),
+                "--config".to_owned(),
+                config.display().to_string(),
+                "--log-format".to_owned(),
+                "json".to_owned(),
+            ],
+            run_at_load: true,
+            keep_alive: true,
+            throttle_interval: THROTTLE_SECONDS,
+            standard_out_path: LOG_FILE.to_owned(),
+            standard_error_path: LOG_FILE.to_owned(),
+            soft_resource_limits: ResourceLimits {
+                number_of_files: NUMBER_OF_FILES,
+            },
+            hard_resource_limits: ResourceLimits {
+                number_of_files: NUMBER_OF_FILES,
+            },
+            process_type: "Interactive".to_owned(),
+            environment_variables: BTreeMap::from([("PATH".to_owned(), PATH.to_owned())]),
+        }
+    }
+
+    /// The XML property list, as launchd reads it.
+    pub fn to_xml(&self) -> Result<String, plist::Error> {
+        let mut out = Vec::new();
+        plist::to_writer_xml(&mut out, self)?;
+        let mut text = String::from_utf8_lossy(&out).into_owned();
+        if !text.ends_with('\n') {
+            text.push('\n');
+        }
+        Ok(text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn generated() -> String {
+        LaunchDaemon::new(
+            Path::new("/usr/local/bin/meshd"),
+            Path::new("/usr/local/etc/meshd/meshd.toml"),
+        )
+        .to_xml()
+        .expect("plist serializes")
+    }
+
+    #[test]
+    fn the_plist_has_exactly_launchds_keys_and_values() {
+        let xml = generated();
+        assert!(xml.starts_with("<?xml"), "{xml}");
+        assert!(xml.contains("<!DOCTYPE plist"), "{xml}");
+        let value = plist::Value::from_reader_xml(xml.as_bytes()).expect("parses back");
+        let dict = value.as_dictionary().expect("a dictionary");
+        let mut keys: Vec<&str> = dict.keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            [
+                "EnvironmentVariables",
+                "HardResourceLimits",
+                "KeepAlive",
+                "Label",
+                "ProcessType",
+                "ProgramArguments",
+                "RunAtLoad",
+                "SoftResourceLimits",
+                "StandardErrorPath",
+                "StandardOutPath",
+                "ThrottleInterval",
+            ]
+        );
+        let string = |key: &str| dict.get(key).and_then(plist::Value::as_string);
+        assert_eq!(string("Label"), Some("io.meshd.agent"));
+        assert_eq!(string("ProcessType"), Some("Interactive"));
+        assert_eq!(
+            string("StandardOutPath"),
+            Some("/Library/Logs/meshd/meshd.log")
+        );
+        assert_eq!(
+            string("StandardErrorPath"),
+            Some("/Library/Logs/meshd/meshd.log")
+        );
+        let args: Vec<&str> = dict
+            .get("ProgramArguments")
+            .and_then(plist::Value::as_array)
+            .expect("ProgramArguments is an array")
+            .iter()
+            .map(|v| v.as_string().expect("strings"))
+            .collect();
+        assert_eq!(
+            args,
+            [
+                "/usr/local/bin/meshd",
+                "run",
+                "--config",
+                "/usr/local/etc/meshd/meshd.toml",
+                "--log-format",
+                "json"
+            ]
+        );
+        assert_eq!(dict.get("RunAtLoad"), Some(&plist::Value::Boolean(true)));
+        assert_eq!(dict.get("KeepAlive"), Some(&plist::Value::Boolean(true)));
+        assert_eq!(
+            dict.get("ThrottleInterval")
+                .and_then(plist::Value::as_unsigned_integer),
+            Some(10)
+        );
+        for key in ["SoftResourceLimits", "HardResourceLimits"] {
+            let limits = dict
+                .get(key)
+                .and_then(plist::Value::as_dictionary)
+                .expect("limits are a dictionary");
+            assert_eq!(limits.len(), 1, "{key}");
+            assert_eq!(
+                limits
+                    .get("NumberOfFiles")
+                    .and_then(plist::Value::as_unsigned_integer),
+                Some(8192),
+                "{key}"
+            );
+        }
+        let env = dict
+            .get("EnvironmentVariables")
+            .and_then(plist::Value::as_dictionary)
+            .expect("environment is a dictionary");
+        assert_eq!(env.len(), 1);
+        assert_eq!(
+            env.get("PATH").and_then(plist::Value::as_string),
+            Some("/usr/bin:/bin:/usr/sbin:/sbin")
+        );
+    }
+
+    #[test]
+    fn the_plist_round_trips_through_the_struct() {
+        let daemon = LaunchDaemon::new(
+            Path::new("/opt/meshd/bin/meshd"),
+            Path::new("/etc/meshd.toml"),
+        );
+        let xml = daemon.to_xml().expect("serializes");
+        let back: LaunchDaemon = plist::from_bytes(xml.as_bytes()).expect("deserializes");
+        assert_eq!(back, daemon);
+    }
+
+    #[test]
+    fn the_plist_is_named_after_the_label() {
+        assert_eq!(
+            plist_path(),
+            Path::new("/Library/LaunchDaemons/io.meshd.agent.plist")
+        );
+    }
+}

@@ -1,0 +1,259 @@
+//! The Linux systemd unit. Pure: paths in, unit text out.
+
+use std::path::{Path, PathBuf};
+
+/// The unit's name; `systemctl reload meshd` sends SIGHUP.
+pub const UNIT: &str = "meshd.service";
+/// Units installed by the administrator (not a package) live here.
+pub const UNITS_DIR: &str = "/etc/systemd/system";
+pub const DEFAULT_CONFIG: &str = "/etc/meshd/meshd.toml";
+/// Seconds before a restart after meshd exits, so a broken config does not
+/// spin (it is retried forever: `StartLimitIntervalSec=0`).
+pub const RESTART_SECONDS: u32 = 5;
+pub const LIMIT_NOFILE: u64 = 8192;
+
+/// Directories `ProtectHome=yes` and `PrivateTmp=yes` hide from the
+/// service: a binary or config there is not found when the unit starts.
+pub const HIDDEN_FROM_SERVICE: &[&str] = &["/home", "/root", "/run/user", "/tmp", "/var/tmp"];
+
+pub fn unit_path() -> PathBuf {
+    Path::new(UNITS_DIR).join(UNIT)
+}
+
+/// Whether `path` lies in a directory the unit's sandbox hides.
+pub fn hidden_from_service(path: &Path) -> Option<&'static str> {
+    HIDDEN_FROM_SERVICE
+        .iter()
+        .copied()
+        .find(|dir| path.starts_with(dir))
+}
+
+/// Quotes a path for an `ExecStart=` line when it needs it (systemd splits
+/// on whitespace and treats `\`, `"`, `'`, `$` and `%` specially).
+fn exec_word(path: &Path) -> String {
+    let text = path.display().to_string();
+    let plain = !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+:@,=".contains(c));
+    if plain {
+        return text;
+    }
+    let mut quoted = String::from("\"");
+    for c in text.chars() {
+        match c {
+            '"' | '\\' => {
+                quoted.push('\\');
+                quoted.push(c);
+            }
+            '%' => quoted.push_str("%%"),
+            '$' => quoted.push_str("$$"),
+            _ => quoted.push(c),
+        }
+    }
+    quoted.push('"');
+    quoted
+}
+
+/// meshd's unit: `<binary> run --config <config> --log-format json`, logs
+/// to the journal, restarted whenever it exits, reloaded with SIGHUP.
+///
+/// Sandbox: meshd reads its config, `/proc`, `/sys/class/net` and
+/// `/sys/class/infiniband`, opens verbs devices read-only under `/dev`, and
+/// binds sockets; it writes no file. So the whole file system is read-only
+/// (`ProtectSystem=strict`, no `ReadWritePaths`), `/home` and `/tmp` are
+/// hidden, and only IP, Unix and netlink sockets (interface and RDMA
+/// queries) are allowed. `/dev` stays (no `PrivateDevices`: the verbs
+/// devices live there) and `/proc` stays whole (the CPU and job watchers
+/// read other processes).
+pub fn unit(binary: &Path, config: &Path) -> String {
+    format!(
+        "\
+# meshd: watches the RDMA / Thunderbolt mesh with its peers.
+# Written by `meshd install`; `meshd uninstall` removes it.
+[Unit]
+Description=meshd mesh link monitor
+Wants=network-online.target
+After=network-online.target
+# Keep restarting however often it fails; RestartSec spaces the attempts.
+StartLimitIntervalSec=0
+
+[Service]
+Type=exec
+ExecStart={binary} run --config {config} --log-format json
+# meshd reloads its config on SIGHUP (`systemctl reload meshd`).
+ExecReload=/bin/kill -HUP $MAINPID
+Restart=always
+RestartSec={RESTART_SECONDS}
+LimitNOFILE={LIMIT_NOFILE}
+
+NoNewPrivileges=yes
+ProtectSystem=strict
+ProtectHome=yes
+PrivateTmp=yes
+ProtectKernelTunables=yes
+ProtectKernelModules=yes
+ProtectKernelLogs=yes
+ProtectControlGroups=yes
+ProtectClock=yes
+ProtectHostname=yes
+RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK
+RestrictNamespaces=yes
+RestrictRealtime=yes
+RestrictSUIDSGID=yes
+LockPersonality=yes
+SystemCallArchitectures=native
+
+[Install]
+WantedBy=multi-user.target
+",
+        binary = exec_word(binary),
+        config = exec_word(config),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `Key=value` lines of the unit, by section, in order.
+    fn directives(text: &str) -> Vec<(String, String, String)> {
+        let mut section = String::new();
+        let mut out = Vec::new();
+        for line in text.lines() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+                section = name.to_owned();
+                continue;
+            }
+            let (key, value) = line.split_once('=').expect("Key=value");
+            out.push((section.clone(), key.to_owned(), value.to_owned()));
+        }
+        out
+    }
+
+    fn value(text: &str, section: &str, key: &str) -> Vec<String> {
+        directives(text)
+            .into_iter()
+            .filter(|(s, k, _)| s == section && k == key)
+            .map(|(_, _, v)| v)
+            .collect()
+    }
+
+    #[test]
+    fn the_unit_has_the_expected_directives() {
+        let text = unit(
+            Path::new("/usr/local/bin/meshd"),
+            Path::new("/etc/meshd/meshd.toml"),
+        );
+        let one = |section: &str, key: &str| {
+            let values = value(&text, section, key);
+            assert_eq!(values.len(), 1, "{section}.{key}: {values:?}");
+            values[0].clone()
+        };
+        assert_eq!(
+            one("Service", "ExecStart"),
+            "/usr/local/bin/meshd run --config /etc/meshd/meshd.toml --log-format json"
+        );
+        assert_eq!(one("Service", "ExecReload"), "/bin/kill -HUP $MAINPID");
+        assert_eq!(one("Service", "Restart"), "always");
+        assert_eq!(one("Service", "RestartSec"), "5");
+        assert_eq!(one("Service", "Type"), "exec");
+        assert_eq!(one("Service", "LimitNOFILE"), "8192");
+        assert_eq!(one("Service", "NoNewPrivileges"), "yes");
+        assert_eq!(one("Service", "ProtectSystem"), "strict");
+        assert_eq!(one("Service", "ProtectHome"), "yes");
+        assert_eq!(one("Service", "PrivateTmp"), "yes");
+        assert!(value(&text, "Service", "ReadWritePaths").is_empty());
+        assert!(value(&text, "Service", "PrivateDevices").is_empty());
+        assert_eq!(
+            one("Service", "RestrictAddressFamilies"),
+            "AF_UNIX AF_INET AF_INET6 AF_NETLINK"
+        );
+        assert_eq!(one("Unit", "StartLimitIntervalSec"), "0");
+        assert_eq!(one("Install", "WantedBy"), "multi-user.target");
+    }
+
+    #[test]
+    fn odd_paths_are_quoted_for_exec_start() {
+        let text = unit(
+            Path::new("/opt/mesh d/meshd"),
+            Path::new("/etc/meshd/100%.toml"),
+        );
+        assert_eq!(
+            value(&text, "Service", "ExecStart"),
+            ["\"/opt/mesh d/meshd\" run --config \"/etc/meshd/100%%.toml\" --log-format json"]
+        );
+    }
+
+    #[test]
+    fn home_and_tmp_are_hidden_from_the_service() {
+        assert_eq!(
+            hidden_from_service(Path::new("/home/ops/meshd")),
+            Some("/home")
+        );
+        assert_eq!(hidden_from_service(Path::new("/tmp/x/meshd")), Some("/tmp"));
+        assert_eq!(hidden_from_service(Path::new("/usr/local/bin/meshd")), None);
+        assert_eq!(hidden_from_service(Path::new("/homestead/meshd")), None);
+    }
+
+    /// `systemd-analyze verify` on the unit, with a real executable at the
+    /// ExecStart path. Skipped (with a reason) where systemd-analyze is
+    /// missing, except in CI.
+    #[test]
+    fn the_unit_passes_systemd_analyze_verify() {
+        let Some(analyze) = ["/usr/bin/systemd-analyze", "/bin/systemd-analyze"]
+            .into_iter()
+            .map(Path::new)
+            .find(|p| p.exists())
+        else {
+            assert_ne!(
+                std::env::var("CI").as_deref(),
+                Ok("true"),
+                "systemd-analyze is missing in CI"
+            );
+            eprintln!("skipped: systemd-analyze is not installed");
+            return;
+        };
+        let dir = tempfile::tempdir().expect("tempdir");
+        let binary = dir.path().join("meshd");
+        std::fs::write(&binary, "#!/bin/sh\nexit 0\n").expect("write binary");
+        set_executable(&binary);
+        let config = dir.path().join("meshd.toml");
+        std::fs::write(&config, "").expect("write config");
+        let unit_file = dir.path().join(UNIT);
+        std::fs::write(&unit_file, unit(&binary, &config)).expect("write unit");
+        let out = verify(analyze, &unit_file);
+        assert!(
+            out.status.success() && out.stderr.is_empty(),
+            "systemd-analyze verify {}: {}\n{}",
+            unit_file.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    fn verify(analyze: &Path, unit_file: &Path) -> std::process::Output {
+        std::process::Command::new(analyze)
+            .arg("verify")
+            .arg(unit_file)
+            // No user manager in a container or CI: verify against the
+            // system manager's settings only.
+            .env("SYSTEMD_LOG_LEVEL", "warning")
+            .output()
+            .expect("systemd-analyze runs")
+    }
+
+    fn set_executable(path: &Path) {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        }
+        #[cfg(not(unix))]
+        let _ = path;
+    }
+}
