@@ -97,6 +97,8 @@ impl RunningNode {
         let identity = identity(config, hostname, SystemTime::now());
         let metrics = Arc::new(Metrics::new(&identity)?);
         let shutdown = CancellationToken::new();
+        // The config in force: every component follows it (live reload).
+        let (configs, _) = watch::channel(Arc::new(config.clone()));
         let book = aggregator::report_book(config);
         let probes = ProbeManager::new(
             &aggregator::expected_links(config, &identity.id),
@@ -105,7 +107,7 @@ impl RunningNode {
             shutdown.clone(),
         );
         let bridge_alarms = bridge::spawn(
-            config,
+            configs.subscribe(),
             identity.id.clone(),
             metrics.clone(),
             shutdown.clone(),
@@ -113,7 +115,7 @@ impl RunningNode {
         // Storm alarms explain CPU spikes.
         let cpu_watch = cpu::spawn(
             identity.id.clone(),
-            config.watch.cpu.clone(),
+            configs.subscribe(),
             vec![bridge_alarms.clone()],
             metrics.clone(),
             shutdown.clone(),
@@ -131,7 +133,7 @@ impl RunningNode {
             Aggregator::new(config, identity.clone(), feeds, metrics.clone());
         jobs::spawn(
             identity.id.clone(),
-            config.watch.jobs.clone(),
+            configs.subscribe(),
             cpu_watch.samples,
             state.status.clone(),
             job_alarms,
@@ -145,7 +147,6 @@ impl RunningNode {
             metrics.clone(),
             &shutdown,
         );
-        let (configs, _) = watch::channel(Arc::new(config.clone()));
         let mut tasks = JoinSet::new();
 
         tasks.spawn({

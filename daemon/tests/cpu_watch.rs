@@ -118,6 +118,19 @@ fn seen(sampled: &Option<Arc<Sampled>>, name: &str, pid: u32) -> Option<f64> {
     })
 }
 
+/// A config channel as the node has one, holding the defaults changed by
+/// `edit`; keep the sender alive for as long as the watcher runs.
+fn configs_with(
+    edit: impl FnOnce(&mut meshd::config::Config),
+) -> (
+    watch::Sender<Arc<meshd::config::Config>>,
+    watch::Receiver<Arc<meshd::config::Config>>,
+) {
+    let mut config = meshd::config::Config::embedded_default("cpu-test");
+    edit(&mut config);
+    watch::channel(Arc::new(config))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_universal_control_raises_a_cpu_spike_that_clears_when_it_stops() {
     let shutdown = CancellationToken::new();
@@ -135,9 +148,10 @@ async fn a_busy_universal_control_raises_a_cpu_spike_that_clears_when_it_stops()
     };
     let mut burner = Burner::start("UniversalControl");
     let pid = burner.pid();
+    let (_configs, configs) = configs_with(|c| c.watch.cpu = config.clone());
     let mut watcher = cpu::spawn(
         identity().id,
-        config.clone(),
+        configs,
         Vec::new(),
         metrics.clone(),
         shutdown.clone(),
@@ -249,9 +263,16 @@ async fn a_busy_job_rank_with_a_dead_peer_is_reported_hung() {
     let metrics = Arc::new(Metrics::new(&identity()).expect("metrics"));
     let mut burner = Burner::start("mlx-rank0");
     let pid = burner.pid();
+    let (_configs, configs) = configs_with(|c| {
+        c.watch.jobs = JobWatchConfig {
+            busy_cores: BUSY_CORES,
+            window: Duration::from_secs(2),
+            ..JobWatchConfig::default()
+        };
+    });
     let watcher = cpu::spawn(
         identity().id,
-        CpuWatchConfig::default(),
+        configs.clone(),
         Vec::new(),
         metrics.clone(),
         shutdown.clone(),
@@ -260,11 +281,7 @@ async fn a_busy_job_rank_with_a_dead_peer_is_reported_hung() {
     let (alarms_tx, mut alarms) = watch::channel(Vec::new());
     jobs::spawn(
         identity().id,
-        JobWatchConfig {
-            busy_cores: BUSY_CORES,
-            window: Duration::from_secs(2),
-            ..JobWatchConfig::default()
-        },
+        configs,
         watcher.samples,
         status,
         alarms_tx,

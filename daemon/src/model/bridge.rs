@@ -123,6 +123,12 @@ pub struct BridgeDetector {
 }
 
 impl BridgeDetector {
+    /// New storm thresholds after a config reload; rates and held alarms
+    /// carry on.
+    pub fn set_storm(&mut self, storm: StormSettings) {
+        self.storm = storm;
+    }
+
     pub fn new(node: NodeId, os: Os, storm: StormSettings) -> Self {
         Self {
             node,

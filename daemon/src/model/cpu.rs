@@ -98,6 +98,11 @@ pub struct Hold {
 }
 
 impl Hold {
+    /// A new window applies from the next update; what already holds stays.
+    pub fn set_window(&mut self, window: Duration) {
+        self.window = window;
+    }
+
     pub fn new(window: Duration) -> Self {
         Self {
             window,
@@ -169,6 +174,15 @@ impl SpikeDetector {
             hold: Hold::new(config.spike_window),
             alarm: None,
         }
+    }
+
+    /// Takes new settings after a config reload without forgetting a spike
+    /// that is already held, raising or clearing.
+    pub fn reconfigure(&mut self, config: &CpuWatchConfig) {
+        self.spike_ratio = config.spike_ratio;
+        self.top = config.top;
+        self.offenders.clone_from(&config.offenders);
+        self.hold.set_window(config.spike_window);
     }
 
     /// Feeds one sample; `local_alarms` are what the other watchers of this

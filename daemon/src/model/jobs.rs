@@ -93,6 +93,15 @@ impl HungJobDetector {
         }
     }
 
+    /// Takes new settings after a config reload; processes already tracked
+    /// keep what they have held so far.
+    pub fn reconfigure(&mut self, config: &JobWatchConfig) {
+        self.config = config.clone();
+        for tracked in self.tracked.values_mut() {
+            tracked.hold.set_window(config.window);
+        }
+    }
+
     /// Feeds one sample of the processes and the mesh status at that time;
     /// returns the active alarms and how many job processes are busy/idle.
     pub fn update(

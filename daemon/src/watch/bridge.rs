@@ -44,33 +44,55 @@ fn this_os() -> Os {
     }
 }
 
+fn storm_settings(config: &Config) -> StormSettings {
+    StormSettings {
+        packets_per_second: config.watch.bridge.storm_packets_per_second,
+        window: config.watch.bridge.storm_window,
+    }
+}
+
+fn sample_every(config: &Config) -> tokio::time::Interval {
+    let mut tick =
+        tokio::time::interval(config.watch.bridge.interval.max(Duration::from_millis(100)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick
+}
+
+/// Samples every `watch.bridge.interval`, following config reloads; on
+/// macOS also at once when the network configuration changes, so a
+/// re-enabled Thunderbolt Bridge is seen without waiting for the next tick.
 pub fn spawn(
-    config: &Config,
+    mut configs: watch::Receiver<Arc<Config>>,
     node: NodeId,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 ) -> watch::Receiver<Vec<Alarm>> {
     let (tx, rx) = watch::channel(Vec::new());
-    let settings = &config.watch.bridge;
     let os = this_os();
-    let mut detector = BridgeDetector::new(
-        node,
-        os,
-        StormSettings {
-            packets_per_second: settings.storm_packets_per_second,
-            window: settings.storm_window,
-        },
-    );
-    let mesh = mesh_ifaces(config);
-    let interval = settings.interval.max(Duration::from_millis(100));
+    let config = configs.borrow_and_update().clone();
+    let mut detector = BridgeDetector::new(node, os, storm_settings(&config));
+    let mut mesh = mesh_ifaces(&config);
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut tick = sample_every(&config);
+        let (network_changed, mut network_changes) = tokio::sync::mpsc::channel(1);
+        // Kept for the life of the task: dropping it stops the watching.
+        let _network_watch = (os == Os::MacOs).then(|| watch_network_config(network_changed));
         let mut failing = false;
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 _ = tick.tick() => {}
+                Some(()) = network_changes.recv() => {}
+                changed = configs.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    let config = configs.borrow_and_update().clone();
+                    detector.set_storm(storm_settings(&config));
+                    mesh = mesh_ifaces(&config);
+                    tick = sample_every(&config);
+                    continue;
+                }
             }
             let bridges = match sample(os, &mesh).await {
                 Ok(bridges) => {
@@ -104,6 +126,43 @@ pub fn spawn(
         }
     });
     rx
+}
+
+/// macOS keeps its network configuration (services, the Thunderbolt
+/// Bridge's enabled state) in this directory's preferences.plist.
+const NETWORK_PREFERENCES: &str = "/Library/Preferences/SystemConfiguration";
+
+fn watch_network_config(
+    changed: tokio::sync::mpsc::Sender<()>,
+) -> Option<notify::RecommendedWatcher> {
+    use notify::Watcher;
+    let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        if event.is_ok_and(|e| !e.kind.is_access()) {
+            // Full means a sample is already due: this one adds nothing.
+            let _ = changed.try_send(());
+        }
+    });
+    let mut watcher = match watcher {
+        Ok(watcher) => watcher,
+        Err(err) => {
+            tracing::warn!(
+                "cannot watch the network configuration, bridges are sampled on the interval only: {err}"
+            );
+            return None;
+        }
+    };
+    match watcher.watch(
+        Path::new(NETWORK_PREFERENCES),
+        notify::RecursiveMode::NonRecursive,
+    ) {
+        Ok(()) => Some(watcher),
+        Err(err) => {
+            tracing::warn!(
+                "cannot watch {NETWORK_PREFERENCES}, bridges are sampled on the interval only: {err}"
+            );
+            None
+        }
+    }
 }
 
 async fn sample(os: Os, mesh: &BTreeSet<String>) -> Result<Vec<BridgeObservation>, String> {

@@ -13,7 +13,7 @@ use sysinfo::{
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::CpuWatchConfig;
+use crate::config::{Config, CpuWatchConfig};
 use crate::metrics::Metrics;
 use crate::model::cpu::{CpuSample, ProcessSample, SpikeDetector, reduce_for_metrics};
 
@@ -140,11 +140,17 @@ pub struct CpuWatch {
     pub samples: watch::Receiver<Option<Arc<Sampled>>>,
 }
 
-/// Starts sampling every `config.interval`. `other_alarms` are the other
+fn sample_every(config: &CpuWatchConfig) -> tokio::time::Interval {
+    let mut tick = tokio::time::interval(config.interval.max(sysinfo::MINIMUM_CPU_UPDATE_INTERVAL));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick
+}
+
+/// Starts sampling every `watch.cpu.interval`, following config reloads. `other_alarms` are the other
 /// local watchers' active alarms (a broadcast storm explains a spike).
 pub fn spawn(
     node: NodeId,
-    config: CpuWatchConfig,
+    mut configs: watch::Receiver<Arc<Config>>,
     other_alarms: Vec<watch::Receiver<Vec<Alarm>>>,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
@@ -159,14 +165,22 @@ pub fn spawn(
                 return;
             }
         };
+        let mut config = configs.borrow_and_update().watch.cpu.clone();
         let mut detector = SpikeDetector::new(node, &config);
-        let mut tick =
-            tokio::time::interval(config.interval.max(sysinfo::MINIMUM_CPU_UPDATE_INTERVAL));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut tick = sample_every(&config);
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 _ = tick.tick() => {}
+                changed = configs.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    config = configs.borrow_and_update().watch.cpu.clone();
+                    detector.reconfigure(&config);
+                    tick = sample_every(&config);
+                    continue;
+                }
             }
             // A process table scan reads one file (Linux) or one sysctl
             // (macOS) per process: milliseconds, kept off the runtime.

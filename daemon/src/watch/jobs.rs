@@ -7,7 +7,7 @@ use meshd_proto::domain::{Alarm, MeshStatus, NodeId};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::JobWatchConfig;
+use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::model::jobs::HungJobDetector;
 use crate::watch::cpu::Sampled;
@@ -17,7 +17,7 @@ use crate::watch::cpu::Sampled;
 /// aggregator so the aggregator could take its receiver.
 pub fn spawn(
     node: NodeId,
-    config: JobWatchConfig,
+    mut configs: watch::Receiver<Arc<Config>>,
     mut samples: watch::Receiver<Option<Arc<Sampled>>>,
     status: watch::Receiver<Arc<MeshStatus>>,
     alarms: watch::Sender<Vec<Alarm>>,
@@ -25,11 +25,18 @@ pub fn spawn(
     shutdown: CancellationToken,
 ) {
     tokio::spawn(async move {
-        let mut detector = HungJobDetector::new(node, &config);
+        let mut detector = HungJobDetector::new(node, &configs.borrow_and_update().watch.jobs);
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 changed = samples.changed() => if changed.is_err() { return },
+                changed = configs.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    detector.reconfigure(&configs.borrow_and_update().watch.jobs);
+                    continue;
+                }
             }
             let Some(sampled) = samples.borrow_and_update().clone() else {
                 continue;
