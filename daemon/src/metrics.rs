@@ -59,7 +59,7 @@ const METRICS: &[(&str, Kind, Option<Unit>, &str)] = &[
         BUILD_INFO,
         Kind::Gauge,
         None,
-        "Always 1; the labels say which meshd build runs here.",
+        "Always 1; the labels say which node this is and which meshd build runs here.",
     ),
     (
         QUORUM_HAS_QUORUM,
@@ -288,6 +288,7 @@ impl Metrics {
             .gauge(
                 BUILD_INFO,
                 vec![
+                    Label::new("node", identity.id.to_string()),
                     Label::new("version", identity.version.clone()),
                     Label::new("os", std::env::consts::OS),
                     Label::new("arch", std::env::consts::ARCH),

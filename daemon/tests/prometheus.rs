@@ -1,0 +1,456 @@
+//! The shipped Prometheus rules and Grafana dashboards against real tools:
+//! `promtool` checks the rules, runs their unit tests and lints a live
+//! node's `/metrics`; a real `prometheus` scrapes a demo mesh, answers every
+//! query of every dashboard, and fires (then resolves) MeshLinkDown when a
+//! cable is cut.
+//!
+//! Needs Debian's `prometheus` package (`promtool` and `prometheus` on the
+//! PATH). Without it the tests are skipped with a message, except under
+//! `CI=true`, where they fail. Loopback only; deadlines are generous bounds,
+//! never speed measurements.
+
+mod common;
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::start_demo;
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const TARGETS_DEADLINE: Duration = Duration::from_secs(60);
+const QUERIES_DEADLINE: Duration = Duration::from_secs(60);
+const ALERT_DEADLINE: Duration = Duration::from_secs(30);
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the workspace holds the daemon crate")
+        .to_path_buf()
+}
+
+/// `name` on the PATH, or `None` (the caller skips) — a failure under
+/// `CI=true`, where the tools must be installed.
+fn tool(name: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(name))
+            .find(|path| path.is_file())
+    });
+    if found.is_none() {
+        let reason = format!("`{name}` is not installed (Debian: apt-get install prometheus)");
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{reason}, and CI=true"
+        );
+        eprintln!("skipped: {reason}");
+    }
+    found
+}
+
+/// Runs a command to completion; its combined output, and panics with it
+/// when the command fails.
+fn run(command: &mut Command, stdin: Option<&str>) -> String {
+    let described = format!("{command:?}");
+    let mut child = command
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|err| panic!("{described}: {err}"));
+    if let Some(text) = stdin {
+        let mut pipe = child.stdin.take().expect("stdin");
+        pipe.write_all(text.as_bytes()).expect("write stdin");
+    }
+    let output = child.wait_with_output().expect("wait");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "{described} failed:\n{text}");
+    text
+}
+
+#[test]
+fn shipped_rules_pass_promtool_check_and_their_unit_tests() {
+    let Some(promtool) = tool("promtool") else {
+        return;
+    };
+    let prometheus = repo().join("dashboards/prometheus");
+    let rules = prometheus.join("meshd.rules.yml");
+    let out = run(
+        Command::new(&promtool)
+            .arg("check")
+            .arg("rules")
+            .arg(&rules),
+        None,
+    );
+    assert!(out.contains("SUCCESS"), "{out}");
+
+    let mut tests: Vec<PathBuf> = std::fs::read_dir(prometheus.join("tests"))
+        .expect("dashboards/prometheus/tests")
+        .map(|entry| entry.expect("entry").path())
+        .filter(|path| path.extension().is_some_and(|e| e == "yml"))
+        .collect();
+    tests.sort();
+    assert!(!tests.is_empty(), "no rule tests");
+    let out = run(
+        Command::new(&promtool).args(["test", "rules"]).args(&tests),
+        None,
+    );
+    assert_eq!(
+        out.matches("SUCCESS").count(),
+        tests.len(),
+        "every rule test file passes:\n{out}"
+    );
+}
+
+/// The `prometheus` server, killed when the test ends however it ends.
+struct Server {
+    child: Child,
+    addr: SocketAddr,
+    log: PathBuf,
+}
+
+impl Server {
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port()
+}
+
+fn start_prometheus(binary: &Path, dir: &Path, targets: &[SocketAddr]) -> Server {
+    let rules = repo().join("dashboards/prometheus/meshd.rules.yml");
+    let targets: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
+    let config = format!(
+        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
+         rule_files:\n  - '{}'\n\
+         scrape_configs:\n  - job_name: meshd\n    static_configs:\n      - targets: [{}]\n",
+        rules.display(),
+        targets.join(", ")
+    );
+    let config_file = dir.join("prometheus.yml");
+    std::fs::write(&config_file, config).expect("write prometheus.yml");
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+    let log = dir.join("prometheus.log");
+    let log_file = std::fs::File::create(&log).expect("log file");
+    let child = Command::new(binary)
+        .arg(format!("--config.file={}", config_file.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address={addr}"))
+        .arg("--log.level=warn")
+        .stdin(Stdio::null())
+        .stdout(log_file.try_clone().expect("log file"))
+        .stderr(log_file)
+        .spawn()
+        .expect("prometheus starts");
+    Server { child, addr, log }
+}
+
+/// A plain HTTP/1.0 GET that reports failure instead of panicking (the
+/// server may not listen yet): status code and body.
+async fn try_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let exchange = async {
+        let mut stream = TcpStream::connect(addr).await.ok()?;
+        let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut raw = String::new();
+        stream.read_to_string(&mut raw).await.ok()?;
+        let (head, body) = raw.split_once("\r\n\r\n")?;
+        let code = head.split_whitespace().nth(1)?.parse().ok()?;
+        Some((code, body.to_owned()))
+    };
+    tokio::time::timeout(Duration::from_secs(10), exchange)
+        .await
+        .ok()
+        .flatten()
+}
+
+async fn api(server: &Server, path: &str) -> Option<Value> {
+    let (code, body) = try_get(server.addr, path).await?;
+    let value: Value = serde_json::from_str(&body).ok()?;
+    (code == 200 && value["status"] == "success").then_some(value)
+}
+
+/// Percent-encodes everything but the unreserved characters.
+fn encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                char::from(b).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// The result of an instant query, or `None` when it failed.
+async fn query(server: &Server, expr: &str) -> Option<Vec<Value>> {
+    let answer = api(server, &format!("/api/v1/query?query={}", encode(expr))).await?;
+    match &answer["data"]["result"] {
+        Value::Array(series) => Some(series.clone()),
+        scalar @ (Value::String(_) | Value::Number(_)) => Some(vec![scalar.clone()]),
+        _ => None,
+    }
+}
+
+/// Every `targets[].expr` in a Grafana dashboard, wherever the panel sits
+/// (rows nest panels).
+fn exprs(value: &Value, found: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            if let Some(Value::Array(targets)) = map.get("targets") {
+                for target in targets {
+                    if let Some(Value::String(expr)) = target.get("expr") {
+                        found.push(expr.clone());
+                    }
+                }
+            }
+            for child in map.values() {
+                exprs(child, found);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|item| exprs(item, found)),
+        _ => {}
+    }
+}
+
+/// Grafana's variables, as Grafana would fill them in for node a's end of
+/// the cable to b.
+fn substitute(expr: &str) -> String {
+    let filled = [
+        ("$__rate_interval", "5s"),
+        ("$__interval", "5s"),
+        ("$__range", "1m"),
+        ("${node}", "a"),
+        ("$node", "a"),
+        ("${peer}", "b"),
+        ("$peer", "b"),
+    ]
+    .iter()
+    .fold(expr.to_owned(), |text, (var, value)| {
+        text.replace(var, value)
+    });
+    assert!(!filled.contains('$'), "a variable left in {filled}");
+    filled
+}
+
+fn dashboard_queries() -> Vec<(String, String)> {
+    let dir = repo().join("dashboards/grafana");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("dashboards/grafana")
+        .map(|entry| entry.expect("entry").path())
+        .filter(|path| path.extension().is_some_and(|e| e == "json"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 3, "dashboards: {files:?}");
+    let mut queries = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).expect("dashboard");
+        let json: Value =
+            serde_json::from_str(&text).unwrap_or_else(|err| panic!("{}: {err}", file.display()));
+        let mut found = Vec::new();
+        exprs(&json, &mut found);
+        assert!(!found.is_empty(), "{} has no queries", file.display());
+        let name = file
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .into_owned();
+        queries.extend(found.into_iter().map(|e| (name.clone(), e)));
+    }
+    queries
+}
+
+async fn alert_states(server: &Server, name: &str, a: &str, b: &str) -> Vec<String> {
+    let Some(answer) = api(server, "/api/v1/alerts").await else {
+        return Vec::new();
+    };
+    answer["data"]["alerts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|alert| {
+            let labels = &alert["labels"];
+            labels["alertname"] == name && labels["a"] == a && labels["b"] == b
+        })
+        .filter_map(|alert| alert["state"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prometheus_scrapes_the_demo_answers_every_dashboard_query_and_fires_link_down() {
+    let (Some(promtool), Some(prometheus)) = (tool("promtool"), tool("prometheus")) else {
+        return;
+    };
+    let Some((mut demo, plan)) = start_demo(3).await else {
+        return;
+    };
+    let targets: Vec<SocketAddr> = plan.nodes.iter().map(|n| n.metrics()).collect();
+
+    // meshd's exposition passes promtool's lint, on every node.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for addr in &targets {
+        let (code, body) = common::http_get(*addr, "/metrics").await;
+        assert_eq!(code, 200);
+        let out = run(
+            Command::new(&promtool).args(["check", "metrics"]),
+            Some(&body),
+        );
+        assert!(
+            out.trim().is_empty(),
+            "promtool check metrics on {addr}:\n{out}"
+        );
+    }
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = start_prometheus(&prometheus, dir.path(), &targets);
+
+    // Every node scraped.
+    let start = Instant::now();
+    loop {
+        let up = api(&server, "/api/v1/targets").await.map(|answer| {
+            let active = answer["data"]["activeTargets"].as_array().cloned();
+            active.unwrap_or_default()
+        });
+        let healthy = up
+            .as_ref()
+            .map(|t| t.iter().filter(|t| t["health"] == "up").count());
+        if healthy == Some(targets.len()) {
+            break;
+        }
+        assert!(
+            start.elapsed() < TARGETS_DEADLINE,
+            "targets not all up: {up:?}\nprometheus log:\n{}",
+            server.log()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    // Every query of every dashboard returns data (rates need a few scrapes,
+    // so each is retried until the deadline).
+    let mut pending = dashboard_queries();
+    let total = pending.len();
+    let start = Instant::now();
+    loop {
+        let mut still = Vec::new();
+        for (file, expr) in pending {
+            let result = query(&server, &substitute(&expr)).await;
+            if result.is_none_or(|r| r.is_empty()) {
+                still.push((file, expr));
+            }
+        }
+        pending = still;
+        if pending.is_empty() {
+            eprintln!("{total} dashboard queries return data");
+            break;
+        }
+        assert!(
+            start.elapsed() < QUERIES_DEADLINE,
+            "dashboard queries without data:\n{}\nprometheus log:\n{}",
+            pending
+                .iter()
+                .map(|(file, expr)| format!("{file}: {}", substitute(expr)))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            server.log()
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+
+    // The mesh is settled: every quorate view has a-b up, and no alert fires
+    // for it.
+    let settled = r#"count(meshd_link_state{a="a", b="b", state="up"} == 1
+        and on (instance) meshd_quorum_has_quorum == 1)"#;
+    let start = Instant::now();
+    loop {
+        let count = query(&server, settled).await.and_then(|r| {
+            r.first()
+                .and_then(|s| s["value"][1].as_str())
+                .and_then(|v| v.parse::<usize>().ok())
+        });
+        if count == Some(targets.len()) {
+            break;
+        }
+        assert!(
+            start.elapsed() < QUERIES_DEADLINE,
+            "a-b not up in every quorate view: {count:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(
+        alert_states(&server, "MeshLinkDown", "a", "b")
+            .await
+            .is_empty()
+    );
+
+    let cut = demo.execute("cut a b").await.reply.unwrap_or_default();
+    assert!(cut.starts_with("ok"), "{cut}");
+    let start = Instant::now();
+    while !alert_states(&server, "MeshLinkDown", "a", "b")
+        .await
+        .iter()
+        .any(|s| s == "firing")
+    {
+        assert!(
+            start.elapsed() < ALERT_DEADLINE,
+            "MeshLinkDown a-b not firing after the cut: {:?}\nprometheus log:\n{}",
+            api(&server, "/api/v1/alerts").await,
+            server.log()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    eprintln!(
+        "MeshLinkDown a-b firing {:?} after the cut",
+        start.elapsed()
+    );
+    // One alert for the cable, not one per node.
+    assert_eq!(
+        alert_states(&server, "MeshLinkDown", "a", "b").await,
+        vec!["firing".to_owned()]
+    );
+
+    let healed = demo.execute("heal a b").await.reply.unwrap_or_default();
+    assert!(healed.starts_with("ok"), "{healed}");
+    let start = Instant::now();
+    while !alert_states(&server, "MeshLinkDown", "a", "b")
+        .await
+        .is_empty()
+    {
+        assert!(
+            start.elapsed() < ALERT_DEADLINE,
+            "MeshLinkDown a-b still active after the heal: {:?}",
+            api(&server, "/api/v1/alerts").await
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    eprintln!("MeshLinkDown a-b gone {:?} after the heal", start.elapsed());
+
+    drop(server);
+    demo.stop().await;
+}
