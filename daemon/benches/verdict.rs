@@ -157,6 +157,7 @@ fn inputs(n: usize, cut: bool, now: SystemTime) -> MeshInputs {
             .map(|to| ExpectedLink {
                 local: end(0, to),
                 remote: end(to, 0),
+                expected_speed_bps: None,
             })
             .collect(),
         reports,

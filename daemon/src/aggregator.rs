@@ -166,6 +166,9 @@ pub fn expected_links(config: &Config, local: &NodeId) -> Vec<ExpectedLink> {
                 address: Some(link.peer_address),
                 ..LinkEnd::node_only(link.peer.clone())
             },
+            expected_speed_bps: link
+                .expected_speed_gbps
+                .map(|gbps| u64::from(gbps) * 1_000_000_000),
         })
         .collect()
 }

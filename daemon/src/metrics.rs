@@ -11,7 +11,8 @@ use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use meshd_proto::domain::{
-    EventKind, LinkState, MeshStatus, NodeId, NodeIdentity, NodeState, RejectReason, Severity,
+    EventKind, LinkState, MeshStatus, NodeId, NodeIdentity, NodeState, RdmaPortState, RejectReason,
+    Severity,
 };
 use metrics::{Key, KeyName, Label, Metadata, Recorder, SharedString, Unit};
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusRecorder};
@@ -33,6 +34,10 @@ pub const LINK_PROBES_SENT_TOTAL: &str = "meshd_link_probes_sent_total";
 pub const LINK_PROBES_LOST_TOTAL: &str = "meshd_link_probes_lost_total";
 pub const LINK_LOSS_RATIO: &str = "meshd_link_loss_ratio";
 pub const LINK_SILENCE_SECONDS: &str = "meshd_link_silence_seconds";
+pub const LINK_SPEED_BITS_PER_SECOND: &str = "meshd_link_speed_bits_per_second";
+pub const LINK_EXPECTED_SPEED_BITS_PER_SECOND: &str = "meshd_link_expected_speed_bits_per_second";
+pub const LINK_RDMA_PORT_STATE: &str = "meshd_link_rdma_port_state";
+pub const LINK_ERRORS_TOTAL: &str = "meshd_link_errors_total";
 pub const LINKS_EXPECTED: &str = "meshd_links_expected";
 pub const LINKS_OBSERVED: &str = "meshd_links_observed";
 pub const PEER_REPORT_AGE_SECONDS: &str = "meshd_peer_report_age_seconds";
@@ -144,6 +149,30 @@ const METRICS: &[(&str, Kind, Option<Unit>, &str)] = &[
         Kind::Gauge,
         None,
         "Time since the last probe reply on this node's link to `peer`.",
+    ),
+    (
+        LINK_SPEED_BITS_PER_SECOND,
+        Kind::Gauge,
+        None,
+        "Negotiated speed of this node's cable to `peer` (Thunderbolt receptacle or NIC), where the platform reports it.",
+    ),
+    (
+        LINK_EXPECTED_SPEED_BITS_PER_SECOND,
+        Kind::Gauge,
+        None,
+        "The speed this node's cable to `peer` should negotiate (80 Gb/s for TB5 Mac-to-Mac), where known.",
+    ),
+    (
+        LINK_RDMA_PORT_STATE,
+        Kind::Gauge,
+        None,
+        "1 for the RDMA port state of this node's cable to `peer` (state=none|down|init|armed|active|active_defer; none: no RDMA device paired), 0 for the others.",
+    ),
+    (
+        LINK_ERRORS_TOTAL,
+        Kind::Counter,
+        None,
+        "Error counters of the interface or RDMA port of this node's cable to `peer`, by `counter` name (as the platform names them: symbol_error, link_downed, rx_errors, ...).",
     ),
     (
         LINKS_EXPECTED,
@@ -437,6 +466,28 @@ impl Metrics {
                 .absolute(o.probes_lost_total);
             self.gauge(LINK_SILENCE_SECONDS, vec![peer()])
                 .set(o.silence.as_secs_f64());
+            if let Some(bps) = o.negotiated_speed_bps {
+                #[allow(clippy::cast_precision_loss)]
+                self.gauge(LINK_SPEED_BITS_PER_SECOND, vec![peer()])
+                    .set(bps as f64);
+            }
+            if let Some(bps) = o.expected_speed_bps {
+                #[allow(clippy::cast_precision_loss)]
+                self.gauge(LINK_EXPECTED_SPEED_BITS_PER_SECOND, vec![peer()])
+                    .set(bps as f64);
+            }
+            for state in RdmaPortState::ALL {
+                let labels = vec![peer(), Label::new("state", state.as_str())];
+                self.gauge(LINK_RDMA_PORT_STATE, labels)
+                    .set(f64::from(u8::from(o.rdma_port_state == *state)));
+            }
+            // Totals since meshd started watching the port (the platform
+            // accumulates the hardware deltas), so every evaluation can set them.
+            for counter in &o.error_counters {
+                let labels = vec![peer(), Label::new("counter", counter.name.clone())];
+                self.counter(LINK_ERRORS_TOTAL, labels)
+                    .absolute(counter.value);
+            }
             for window in &o.loss {
                 let labels = vec![
                     peer(),
@@ -636,6 +687,73 @@ mod tests {
             text.contains(r#"meshd_process_cpu_cores{process="other"} 0.5"#),
             "{text}"
         );
+    }
+
+    #[test]
+    fn cable_speed_rdma_state_and_errors_are_exported_per_peer() {
+        use meshd_proto::domain::{
+            Counter, Incarnation, InterfaceState, LinkEnd, LinkObservation, RttHistogram,
+            RttSummary,
+        };
+
+        use crate::model::verdict::LocalObservation;
+
+        let id = |s: &str| NodeId::new(s).expect("id");
+        let identity = NodeIdentity {
+            id: id("a"),
+            incarnation: Incarnation(1),
+            version: "t".into(),
+            hostname: "a".into(),
+        };
+        let metrics = Metrics::new(&identity).expect("metrics");
+        let observation = LinkObservation {
+            local: LinkEnd::node_only(id("a")),
+            remote: LinkEnd::node_only(id("b")),
+            interface_state: InterfaceState::Up,
+            negotiated_speed_bps: Some(40_000_000_000),
+            expected_speed_bps: Some(80_000_000_000),
+            rdma_port_state: RdmaPortState::Active,
+            gid_matches_address: Some(true),
+            rtt: RttSummary::default(),
+            rtt_histogram: RttHistogram::default(),
+            loss: vec![],
+            mtu_loss: vec![],
+            probes_sent_total: 10,
+            probes_lost_total: 0,
+            last_reply_at: None,
+            error_counters: vec![Counter {
+                name: "symbol_error".into(),
+                value: 3,
+                saturated: false,
+            }],
+            silence: Duration::ZERO,
+            consecutive_lost: 0,
+        };
+        let inputs = MeshInputs {
+            local: identity.clone(),
+            configured: [id("a"), id("b")].into_iter().collect(),
+            local_load: meshd_proto::domain::NodeLoad::default(),
+            local_links: vec![LocalObservation {
+                observation,
+                at: SystemTime::UNIX_EPOCH,
+            }],
+            expected_links: vec![],
+            reports: BTreeMap::new(),
+            local_alarms: vec![],
+        };
+        metrics.record_inputs(&inputs, &BTreeMap::new(), SystemTime::UNIX_EPOCH);
+        metrics.record_inputs(&inputs, &BTreeMap::new(), SystemTime::UNIX_EPOCH);
+        let text = metrics.render();
+        for line in [
+            "meshd_link_speed_bits_per_second{peer=\"b\"} 40000000000",
+            "meshd_link_expected_speed_bits_per_second{peer=\"b\"} 80000000000",
+            "meshd_link_rdma_port_state{peer=\"b\",state=\"active\"} 1",
+            "meshd_link_rdma_port_state{peer=\"b\",state=\"down\"} 0",
+            // A total read twice is still the total.
+            "meshd_link_errors_total{peer=\"b\",counter=\"symbol_error\"} 3",
+        ] {
+            assert!(text.contains(line), "{line} missing in:\n{text}");
+        }
     }
 
     /// docs/METRICS.md is the written spec: every metric defined here must

@@ -276,6 +276,7 @@ impl Scenario {
                 .map(|o| ExpectedLink {
                     local: LinkEnd::node_only(node_id(e)),
                     remote: LinkEnd::node_only(node_id(o)),
+                    expected_speed_bps: None,
                 })
                 .collect(),
             reports,
@@ -790,6 +791,7 @@ fn any_inputs() -> impl Strategy<Value = MeshInputs> {
                     .map(|(l, r)| ExpectedLink {
                         local: LinkEnd::node_only(l),
                         remote: LinkEnd::node_only(r),
+                        expected_speed_bps: None,
                     })
                     .collect(),
                 reports: reports.into_iter().collect(),

@@ -57,6 +57,8 @@ pub struct LocalObservation {
 pub struct ExpectedLink {
     pub local: LinkEnd,
     pub remote: LinkEnd,
+    /// What the cable should negotiate, when the config says.
+    pub expected_speed_bps: Option<u64>,
 }
 
 /// Everything the engine looks at in one evaluation.
@@ -994,6 +996,7 @@ mod tests {
                 ..LinkEnd::node_only(id("a"))
             },
             remote: LinkEnd::node_only(id("b")),
+            expected_speed_bps: None,
         });
         let status = Engine::new(settings()).evaluate(&inputs, t(0));
         assert_eq!(status.links.len(), 1);

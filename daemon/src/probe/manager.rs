@@ -17,6 +17,7 @@ use crate::model::verdict::{ExpectedLink, LocalObservation};
 struct LinkSpec {
     local: meshd_proto::domain::LinkEnd,
     remote: meshd_proto::domain::LinkEnd,
+    expected_speed_bps: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -63,6 +64,7 @@ impl ProbeManager {
                 let spec = LinkSpec {
                     local: l.local.clone(),
                     remote: l.remote.clone(),
+                    expected_speed_bps: l.expected_speed_bps,
                 };
                 (spec, l)
             })
@@ -82,6 +84,7 @@ impl ProbeManager {
             let observations = supervise_link(
                 link.local.clone(),
                 link.remote.clone(),
+                link.expected_speed_bps,
                 self.settings,
                 self.metrics.clone(),
                 stop.clone(),

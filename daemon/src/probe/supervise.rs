@@ -21,6 +21,7 @@ const RETRY_AFTER: Duration = Duration::from_secs(5);
 pub fn supervise_link(
     local: LinkEnd,
     remote: LinkEnd,
+    expected_speed_bps: Option<u64>,
     settings: ProberSettings,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
@@ -52,7 +53,12 @@ pub fn supervise_link(
             return;
         };
         loop {
-            tx.send_replace(observations.borrow_and_update().clone());
+            let mut latest = observations.borrow_and_update().clone();
+            // The prober measures; what the cable should do comes from the config.
+            if let Some(local) = &mut latest {
+                local.observation.expected_speed_bps = expected_speed_bps;
+            }
+            tx.send_replace(latest);
             tokio::select! {
                 () = shutdown.cancelled() => break,
                 changed = observations.changed() => if changed.is_err() { break },
