@@ -26,6 +26,9 @@ use meshd_proto::domain::NodeId;
 
 pub use runner::{CommandOutput, RecordingRunner, Runner, SystemRunner};
 
+/// Where the README has operators copy the binary before `meshd install`;
+/// the service files checked in under `launchd/` run this one.
+pub const SYSTEM_BINARY: &str = "/usr/local/bin/meshd";
 /// How long any one command may run before it is killed.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 /// Tries of a command marked retryable (`launchctl bootstrap` right after a
@@ -70,6 +73,23 @@ impl Platform {
         match self {
             Platform::MacOs => launchd::plist_path(),
             Platform::Linux => systemd::unit_path(),
+        }
+    }
+
+    /// The text of the plist or the unit file that runs `binary` with
+    /// `config`. Pure: what install writes to [`Platform::service_file`],
+    /// and what `launchd/` in the repository holds for [`SYSTEM_BINARY`]
+    /// and [`Platform::default_config`].
+    pub fn service_file_contents(
+        self,
+        binary: &Path,
+        config: &Path,
+    ) -> Result<String, InstallError> {
+        match self {
+            Platform::MacOs => launchd::LaunchDaemon::new(binary, config)
+                .to_xml()
+                .map_err(InstallError::Plist),
+            Platform::Linux => Ok(systemd::unit(binary, config)),
         }
     }
 
@@ -219,12 +239,7 @@ impl Plan {
         };
         let service = Step::WriteFile {
             path: platform.service_file(),
-            contents: match platform {
-                Platform::MacOs => launchd::LaunchDaemon::new(&options.binary, &options.config)
-                    .to_xml()
-                    .map_err(InstallError::Plist)?,
-                Platform::Linux => systemd::unit(&options.binary, &options.config),
-            },
+            contents: platform.service_file_contents(&options.binary, &options.config)?,
         };
         let steps = match platform {
             Platform::MacOs => {
