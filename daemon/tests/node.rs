@@ -236,3 +236,40 @@ async fn a_taken_port_fails_the_start_naming_the_address() {
         "{message}"
     );
 }
+
+#[tokio::test]
+async fn watch_streams_every_event_live_while_the_channel_serves_other_calls() {
+    use meshd_proto::domain::{Event, EventKind};
+    let node = start(&loopback_config()).await;
+    let channel = channel(node.grpc_addr).await;
+    let mut client = MeshClient::new(channel.clone());
+    let mut events = client
+        .watch_events(wire::WatchEventsRequest {})
+        .await
+        .expect("watch")
+        .into_inner();
+    // The subscription is taken when the call is served; let it settle.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    for i in 0..3 {
+        node.state.announce(Event {
+            at: std::time::SystemTime::now(),
+            observer: node.identity.id.clone(),
+            kind: EventKind::ConfigReloaded,
+            subject: "config".into(),
+            summary: format!("event {i}"),
+            detail: None,
+        });
+        let got = tokio::time::timeout(std::time::Duration::from_secs(5), events.next())
+            .await
+            .unwrap_or_else(|_| panic!("event {i} did not arrive"))
+            .expect("stream open")
+            .expect("event");
+        assert_eq!(got.summary, format!("event {i}"));
+        // A unary call on the same channel between two events.
+        MeshClient::new(channel.clone())
+            .get_status(wire::GetStatusRequest {})
+            .await
+            .expect("status");
+    }
+    stop(node).await;
+}
