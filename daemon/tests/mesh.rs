@@ -238,7 +238,12 @@ async fn a_flapping_cable_is_flapping_not_a_stream_of_events() {
         })
         .await;
         command(&mut demo, "heal a b").await;
-        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        // Back up (or already called flapping): a loaded host may take longer
+        // than the 1 s recovery hold, and a fixed sleep would then miss swings.
+        wait_all(&demo, SETTLE, "a-b back", |s| {
+            matches!(link(s, "a", "b").0, LinkState::Up | LinkState::Flapping)
+        })
+        .await;
     }
     wait_all(&demo, SETTLE, "a-b flapping", |s| {
         link(s, "a", "b").0 == LinkState::Flapping
