@@ -107,12 +107,79 @@ impl ProbeManager {
             .filter_map(|r| r.observations.borrow().clone())
             .collect()
     }
+}
 
-    pub fn len(&self) -> usize {
-        self.links.len()
+#[cfg(test)]
+mod tests {
+    use std::net::{IpAddr, Ipv4Addr};
+    use std::time::Duration;
+
+    use meshd_proto::domain::{Incarnation, LinkEnd, NodeId, NodeIdentity};
+
+    use super::*;
+    use crate::config::ProbeConfig;
+
+    fn link(peer: &str, local: u8, remote: u8) -> ExpectedLink {
+        let end = |node: &str, host: u8| LinkEnd {
+            address: Some(IpAddr::V4(Ipv4Addr::new(127, 78, 0, host))),
+            ..LinkEnd::node_only(NodeId::new(node).expect("id"))
+        };
+        ExpectedLink {
+            local: end("a", local),
+            remote: end(peer, remote),
+            expected_speed_bps: None,
+        }
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.links.is_empty()
+    fn channels(manager: &ProbeManager) -> Vec<watch::Receiver<Option<LocalObservation>>> {
+        manager
+            .links
+            .values()
+            .map(|r| r.observations.clone())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_reload_keeps_unchanged_probers_and_restarts_only_what_changed() {
+        let identity = NodeIdentity {
+            id: NodeId::new("a").expect("id"),
+            incarnation: Incarnation(1),
+            version: "t".into(),
+            hostname: "a".into(),
+        };
+        let metrics = Arc::new(Metrics::new(&identity).expect("metrics"));
+        let shutdown = CancellationToken::new();
+        let settings = ProberSettings::from(&ProbeConfig::default());
+        let (ab, ac) = (link("b", 1, 2), link("c", 3, 4));
+        let mut manager = ProbeManager::new(
+            &[ab.clone(), ac.clone()],
+            settings,
+            metrics,
+            shutdown.clone(),
+        );
+        let before = channels(&manager);
+        assert_eq!(before.len(), 2);
+
+        // The same links: the very same probers go on.
+        manager.apply(&[ab.clone(), ac.clone()], settings);
+        let same = channels(&manager);
+        assert!(before.iter().zip(&same).all(|(x, y)| x.same_channel(y)));
+
+        // One link gone: its prober stops, the other one stays.
+        manager.apply(std::slice::from_ref(&ab), settings);
+        let kept = channels(&manager);
+        assert_eq!(kept.len(), 1);
+        assert!(kept[0].same_channel(&before[0]));
+
+        // New probe settings change what a probe is: every prober restarts.
+        let slower = ProberSettings {
+            interval: Duration::from_millis(200),
+            ..settings
+        };
+        manager.apply(std::slice::from_ref(&ab), slower);
+        let restarted = channels(&manager);
+        assert_eq!(restarted.len(), 1);
+        assert!(!restarted[0].same_channel(&before[0]));
+        shutdown.cancel();
     }
 }
