@@ -6,6 +6,8 @@ pub mod alerts;
 pub mod bridge;
 pub mod cpu;
 pub mod events;
+#[cfg(test)]
+pub(crate) mod fixtures;
 pub mod intake;
 pub mod jobs;
 pub mod link;

@@ -622,13 +622,9 @@ fn blame_for(state: LinkState) -> Blame {
 
 #[cfg(test)]
 mod tests {
-    use meshd_proto::domain::{
-        Incarnation, InterfaceState, LossWindow, PeerReport, RdmaPortState, RttHistogram,
-        RttSummary,
-    };
+    use meshd_proto::domain::{Incarnation, PeerReport};
 
     use super::*;
-    use crate::model::link::{MEDIUM_WINDOW, SHORT_WINDOW};
 
     fn id(s: &str) -> NodeId {
         NodeId::new(s).expect("valid id")
@@ -655,34 +651,8 @@ mod tests {
     /// `from` observing its cable to `to`, silent for `silence_ms`.
     fn obs(from: &str, to: &str, silence_ms: u64) -> LinkObservation {
         LinkObservation {
-            local: LinkEnd::node_only(id(from)),
-            remote: LinkEnd::node_only(id(to)),
-            interface_state: InterfaceState::Unknown,
-            negotiated_speed_bps: None,
-            expected_speed_bps: None,
-            rdma_port_state: RdmaPortState::None,
-            gid_matches_address: None,
-            rtt: RttSummary::default(),
-            rtt_histogram: RttHistogram::default(),
-            loss: vec![
-                LossWindow {
-                    window: SHORT_WINDOW,
-                    sent: 10,
-                    lost: 0,
-                },
-                LossWindow {
-                    window: MEDIUM_WINDOW,
-                    sent: 100,
-                    lost: 0,
-                },
-            ],
-            mtu_loss: vec![],
-            probes_sent_total: 100,
-            probes_lost_total: 0,
-            last_reply_at: Some(t(0)),
-            error_counters: vec![],
             silence: Duration::from_millis(silence_ms),
-            consecutive_lost: 0,
+            ..crate::model::fixtures::healthy_observation(from, to)
         }
     }
 
