@@ -428,6 +428,8 @@ mod tests {
                 since: t(40),
                 updated: t(90),
             }],
+            cables: vec![],
+            checks: vec![],
         }
     }
 

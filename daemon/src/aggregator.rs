@@ -350,5 +350,7 @@ fn placeholder(identity: &NodeIdentity) -> MeshStatus {
         nodes: Vec::new(),
         links: Vec::new(),
         alarms: Vec::new(),
+        cables: Vec::new(),
+        checks: Vec::new(),
     }
 }

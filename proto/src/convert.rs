@@ -14,6 +14,10 @@ use crate::domain::{
     NodeLoad, NodeState, NodeVerdict, PeerReport, Quorum, RdmaPortState, RejectReason,
     RttHistogram, RttSummary, Severity,
 };
+use crate::facts::{
+    BridgeFact, Cable, CableEnd, CheckResult, CheckStatus, Gid, Ipv4Cidr, NodeFacts, OsKind,
+    PeerFact, PortFact, RdmaPortFact,
+};
 use crate::wire;
 
 /// A wire message that does not make sense, with the path of the bad field.
@@ -152,6 +156,9 @@ enum_conversions!(RdmaPortState, RdmaPortState, rdma_port_state, rdma_port_state
     Armed => Armed,
     Active => Active,
     ActiveDefer => ActiveDefer,
+});
+enum_conversions!(CheckStatus, CheckStatus, check_status, check_status_wire, {
+    Pass => Pass, Warn => Warn, Fail => Fail, Skipped => Skipped,
 });
 enum_conversions!(RejectReason, RejectReason, reject_reason, reject_reason_wire, {
     UnknownNode => UnknownNode,
@@ -364,7 +371,7 @@ impl From<PeerReport> for wire::PeerReport {
                 cpu_busy_ratio: r.load.cpu_busy_ratio,
                 cpu_saturated: r.load.cpu_saturated,
             }),
-            facts: None,
+            facts: r.facts.map(Into::into),
         }
     }
 }
@@ -391,6 +398,11 @@ impl TryFrom<wire::PeerReport> for PeerReport {
                 cpu_busy_ratio: load.cpu_busy_ratio,
                 cpu_saturated: load.cpu_saturated,
             },
+            facts: r
+                .facts
+                .map(NodeFacts::try_from)
+                .transpose()
+                .map_err(|e| e.within("facts"))?,
         })
     }
 }
@@ -593,6 +605,8 @@ impl From<MeshStatus> for wire::MeshStatus {
             nodes: s.nodes.into_iter().map(Into::into).collect(),
             links: s.links.into_iter().map(Into::into).collect(),
             alarms: s.alarms.into_iter().map(Into::into).collect(),
+            cables: s.cables.into_iter().map(Into::into).collect(),
+            checks: s.checks.into_iter().map(Into::into).collect(),
         }
     }
 }
@@ -609,6 +623,8 @@ impl TryFrom<wire::MeshStatus> for MeshStatus {
             nodes: each("nodes", s.nodes, NodeVerdict::try_from)?,
             links: each("links", s.links, LinkVerdict::try_from)?,
             alarms: each("alarms", s.alarms, Alarm::try_from)?,
+            cables: each("cables", s.cables, Cable::try_from)?,
+            checks: each("checks", s.checks, CheckResult::try_from)?,
         })
     }
 }
@@ -658,6 +674,235 @@ impl TryFrom<wire::Event> for Event {
             subject: e.subject,
             summary: e.summary,
             detail,
+        })
+    }
+}
+
+impl From<NodeFacts> for wire::NodeFacts {
+    fn from(f: NodeFacts) -> Self {
+        Self {
+            os: f.os.as_str().to_owned(),
+            os_version: f.os_version,
+            model: f.model,
+            rdma_enabled: f.rdma_enabled,
+            ports: f.ports.into_iter().map(Into::into).collect(),
+            checks: f.checks.into_iter().map(Into::into).collect(),
+            blind_spots: f.blind_spots,
+            source: f.source,
+            bridges: f
+                .bridges
+                .into_iter()
+                .map(|b| wire::BridgeFact {
+                    name: b.name,
+                    active: b.active,
+                    members: b.members,
+                    service: b.service.unwrap_or_default(),
+                    service_enabled: b.service_enabled,
+                })
+                .collect(),
+        }
+    }
+}
+
+impl TryFrom<wire::NodeFacts> for NodeFacts {
+    type Error = WireError;
+    fn try_from(f: wire::NodeFacts) -> Result<Self> {
+        Ok(Self {
+            os: OsKind::from_name(&f.os),
+            os_version: f.os_version,
+            model: f.model,
+            rdma_enabled: f.rdma_enabled,
+            ports: each("ports", f.ports, PortFact::try_from)?,
+            checks: each("checks", f.checks, CheckResult::try_from)?,
+            blind_spots: f.blind_spots,
+            source: f.source,
+            bridges: f
+                .bridges
+                .into_iter()
+                .map(|b| BridgeFact {
+                    name: b.name,
+                    active: b.active,
+                    members: b.members,
+                    service: non_empty(b.service),
+                    service_enabled: b.service_enabled,
+                })
+                .collect(),
+        })
+    }
+}
+
+impl From<PortFact> for wire::PortFact {
+    fn from(p: PortFact) -> Self {
+        let peer = p.peer.unwrap_or_default();
+        Self {
+            name: p.name,
+            receptacle: p.receptacle,
+            iface: p.iface,
+            rdma_device: p.rdma_device,
+            negotiated_speed_bps: p.negotiated_speed_bps,
+            peer_domain_uuid: peer.domain_uuid,
+            peer_model: peer.model,
+            usable_for_rdma: p.usable_for_rdma,
+            domain_uuid: p.domain_uuid,
+            max_speed_bps: p.max_speed_bps,
+            peer_name: peer.name,
+            peer_rdma_service: peer.rdma_service,
+            other_device: p.other_device.unwrap_or_default(),
+            ipv4: p.ipv4.iter().map(ToString::to_string).collect(),
+            iface_up: p.iface_up,
+            rdma: p.rdma.map(|r| wire::RdmaPortFact {
+                port: r.port,
+                state: rdma_port_state_wire(r.state),
+                active_speed_bps: r.active_speed_bps,
+                gids: r
+                    .gids
+                    .into_iter()
+                    .map(|g| wire::Gid {
+                        index: g.index,
+                        address: g.address.to_string(),
+                    })
+                    .collect(),
+            }),
+        }
+    }
+}
+
+impl TryFrom<wire::PortFact> for PortFact {
+    type Error = WireError;
+    fn try_from(p: wire::PortFact) -> Result<Self> {
+        // A peer is known by its domain UUID; the other fields describe it.
+        let peer = (!p.peer_domain_uuid.is_empty()).then(|| PeerFact {
+            domain_uuid: p.peer_domain_uuid,
+            model: p.peer_model,
+            name: p.peer_name,
+            rdma_service: p.peer_rdma_service,
+        });
+        let ipv4 = p
+            .ipv4
+            .iter()
+            .enumerate()
+            .map(|(i, text)| {
+                text.parse::<Ipv4Cidr>()
+                    .map_err(|e| WireError::new(&format!("ipv4[{i}]"), e.to_string()))
+            })
+            .collect::<Result<_>>()?;
+        let rdma = p
+            .rdma
+            .map(|r| -> Result<RdmaPortFact> {
+                let gids = each("gids", r.gids, |g| {
+                    let address = g.address.parse().map_err(|_| {
+                        WireError::new("address", format!("{:?} is not an IPv6 address", g.address))
+                    })?;
+                    Ok(Gid {
+                        index: g.index,
+                        address,
+                    })
+                })?;
+                Ok(RdmaPortFact {
+                    port: r.port,
+                    state: rdma_port_state("state", r.state)?,
+                    active_speed_bps: r.active_speed_bps,
+                    gids,
+                })
+            })
+            .transpose()
+            .map_err(|e| e.within("rdma"))?;
+        Ok(Self {
+            name: p.name,
+            receptacle: p.receptacle,
+            domain_uuid: p.domain_uuid,
+            iface: p.iface,
+            rdma_device: p.rdma_device,
+            negotiated_speed_bps: p.negotiated_speed_bps,
+            max_speed_bps: p.max_speed_bps,
+            peer,
+            other_device: non_empty(p.other_device),
+            usable_for_rdma: p.usable_for_rdma,
+            ipv4,
+            iface_up: p.iface_up,
+            rdma,
+        })
+    }
+}
+
+impl From<CheckResult> for wire::CheckResult {
+    fn from(c: CheckResult) -> Self {
+        Self {
+            name: c.name,
+            status: check_status_wire(c.status),
+            evidence: c.evidence,
+            fix: c.fix,
+            node: c.node.map(|n| n.to_string()).unwrap_or_default(),
+        }
+    }
+}
+
+impl TryFrom<wire::CheckResult> for CheckResult {
+    type Error = WireError;
+    fn try_from(c: wire::CheckResult) -> Result<Self> {
+        if c.name.is_empty() {
+            return Err(WireError::new("name", "empty"));
+        }
+        Ok(Self {
+            name: c.name,
+            node: optional_node_id("node", c.node)?,
+            status: check_status("status", c.status)?,
+            evidence: c.evidence,
+            fix: c.fix,
+        })
+    }
+}
+
+impl From<CableEnd> for wire::CableEnd {
+    fn from(e: CableEnd) -> Self {
+        Self {
+            node: e.node.to_string(),
+            port: e.port,
+            iface: e.iface,
+            rdma_device: e.rdma_device,
+            address: e.address.map(|a| a.to_string()).unwrap_or_default(),
+        }
+    }
+}
+
+impl TryFrom<wire::CableEnd> for CableEnd {
+    type Error = WireError;
+    fn try_from(e: wire::CableEnd) -> Result<Self> {
+        let address = non_empty(e.address)
+            .map(|a| {
+                a.parse()
+                    .map_err(|_| WireError::new("address", format!("{a:?} is not an IPv4 address")))
+            })
+            .transpose()?;
+        Ok(Self {
+            node: node_id("node", e.node)?,
+            port: e.port,
+            iface: e.iface,
+            rdma_device: e.rdma_device,
+            address,
+        })
+    }
+}
+
+impl From<Cable> for wire::Cable {
+    fn from(c: Cable) -> Self {
+        Self {
+            a: Some(c.a.into()),
+            b: Some(c.b.into()),
+            speed_bps: c.speed_bps,
+            discovered: c.discovered,
+        }
+    }
+}
+
+impl TryFrom<wire::Cable> for Cable {
+    type Error = WireError;
+    fn try_from(c: wire::Cable) -> Result<Self> {
+        Ok(Self {
+            a: CableEnd::try_from(required("a", c.a)?).map_err(|e| e.within("a"))?,
+            b: CableEnd::try_from(required("b", c.b)?).map_err(|e| e.within("b"))?,
+            speed_bps: c.speed_bps,
+            discovered: c.discovered,
         })
     }
 }
@@ -739,7 +984,121 @@ mod tests {
                 since: at(60),
                 updated: at(90),
             }],
+            cables: vec![Cable {
+                a: CableEnd {
+                    node: id("a"),
+                    port: "Thunderbolt 2".into(),
+                    iface: "en2".into(),
+                    rdma_device: "rdma_en2".into(),
+                    address: Some("169.254.0.1".parse().expect("ip")),
+                },
+                b: CableEnd {
+                    node: id("c"),
+                    port: String::new(),
+                    iface: String::new(),
+                    rdma_device: String::new(),
+                    address: None,
+                },
+                speed_bps: 80_000_000_000,
+                discovered: true,
+            }],
+            checks: vec![CheckResult {
+                name: "full_mesh_cabled".into(),
+                node: None,
+                status: CheckStatus::Fail,
+                evidence: vec!["no cable between b and c".into()],
+                fix: "connect a Thunderbolt 5 cable between b and c".into(),
+            }],
         }
+    }
+
+    fn sample_facts() -> NodeFacts {
+        NodeFacts {
+            os: OsKind::Macos,
+            os_version: "26.2".into(),
+            model: "Mac16,9".into(),
+            rdma_enabled: Some(true),
+            ports: vec![
+                PortFact {
+                    name: "Thunderbolt 2".into(),
+                    receptacle: 2,
+                    domain_uuid: "28CA4C30-A263-4C55-B302-953416D0B209".into(),
+                    iface: "en2".into(),
+                    rdma_device: "rdma_en2".into(),
+                    negotiated_speed_bps: 80_000_000_000,
+                    max_speed_bps: 0,
+                    peer: Some(PeerFact {
+                        domain_uuid: "817DCFA4-B481-4100-80FC-91C7AA969F0B".into(),
+                        model: "Mac17,7".into(),
+                        name: "MacBook Pro".into(),
+                        rdma_service: true,
+                    }),
+                    other_device: None,
+                    usable_for_rdma: true,
+                    ipv4: vec!["169.254.0.1/30".parse().expect("cidr")],
+                    iface_up: Some(true),
+                    rdma: Some(RdmaPortFact {
+                        port: 1,
+                        state: RdmaPortState::Active,
+                        active_speed_bps: 80_000_000_000,
+                        gids: vec![Gid {
+                            index: 1,
+                            address: "::ffff:169.254.0.1".parse().expect("gid"),
+                        }],
+                    }),
+                },
+                PortFact {
+                    name: "Thunderbolt 4".into(),
+                    receptacle: 4,
+                    other_device: Some("Envoy Ultra".into()),
+                    ..PortFact::default()
+                },
+            ],
+            checks: vec![CheckResult {
+                name: "rdma_enabled".into(),
+                node: Some(id("a")),
+                status: CheckStatus::Pass,
+                evidence: vec!["rdma_ctl status: enabled".into()],
+                fix: String::new(),
+            }],
+            bridges: vec![BridgeFact {
+                name: "bridge0".into(),
+                active: false,
+                members: vec!["en1".into(), "en2".into()],
+                service: Some("Thunderbolt Bridge".into()),
+                service_enabled: Some(false),
+            }],
+            blind_spots: vec!["ibv_devinfo: timed out after 5s".into()],
+            source: "live".into(),
+        }
+    }
+
+    #[test]
+    fn facts_round_trip_and_bad_fields_are_named() {
+        let facts = sample_facts();
+        let wire: wire::NodeFacts = facts.clone().into();
+        assert_eq!(NodeFacts::try_from(wire.clone()), Ok(facts));
+
+        let mut bad = wire.clone();
+        bad.ports[0].ipv4[0] = "169.254.0.1/40".into();
+        assert_eq!(
+            NodeFacts::try_from(bad).expect_err("bad cidr").field,
+            "ports[0].ipv4[0]"
+        );
+        let mut bad = wire.clone();
+        bad.ports[0].rdma.as_mut().expect("rdma").gids[0].address = "x".into();
+        assert_eq!(
+            NodeFacts::try_from(bad).expect_err("bad gid").field,
+            "ports[0].rdma.gids[0].address"
+        );
+        let mut bad = wire;
+        bad.checks[0].status = 0;
+        assert_eq!(
+            NodeFacts::try_from(bad)
+                .expect_err("bad status")
+                .to_string(),
+            "checks[0].status: unspecified"
+        );
     }
 
     #[test]
@@ -849,6 +1208,7 @@ mod tests {
                 cpu_busy_ratio: 0.25,
                 cpu_saturated: false,
             },
+            facts: Some(sample_facts()),
         }
     }
 

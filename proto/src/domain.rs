@@ -6,6 +6,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::{Duration, SystemTime};
 
+use crate::facts::{Cable, CheckResult, NodeFacts};
+
 /// Longest node id accepted: fits a DNS label, and keeps metric labels short.
 pub const NODE_ID_MAX_LEN: usize = 63;
 
@@ -315,6 +317,10 @@ pub struct MeshStatus {
     pub nodes: Vec<NodeVerdict>,
     pub links: Vec<LinkVerdict>,
     pub alarms: Vec<Alarm>,
+    /// The cable map.
+    pub cables: Vec<Cable>,
+    /// The platform checks of every node heard, then the mesh-wide ones.
+    pub checks: Vec<CheckResult>,
 }
 
 impl MeshStatus {
@@ -513,6 +519,8 @@ pub struct PeerReport {
     pub alarms: Vec<Alarm>,
     pub hears: Vec<NodeId>,
     pub load: NodeLoad,
+    /// The sender's platform facts; sent in some reports, not all.
+    pub facts: Option<NodeFacts>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

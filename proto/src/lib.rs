@@ -8,6 +8,7 @@
 
 pub mod convert;
 pub mod domain;
+pub mod facts;
 
 /// Generated protobuf types and gRPC stubs of package `meshd.v1`.
 #[allow(

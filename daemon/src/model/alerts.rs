@@ -248,6 +248,8 @@ mod tests {
                 recent_changes: 1,
             }],
             alarms,
+            cables: vec![],
+            checks: vec![],
         }
     }
 

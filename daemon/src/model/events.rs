@@ -198,6 +198,8 @@ mod tests {
                 recent_changes: 0,
             }],
             alarms,
+            cables: vec![],
+            checks: vec![],
         }
     }
 

@@ -124,6 +124,7 @@ mod tests {
             alarms: vec![],
             hears: vec![],
             load: NodeLoad::default(),
+            facts: None,
         }
     }
 

@@ -291,6 +291,8 @@ mod tests {
             nodes,
             links,
             alarms: vec![],
+            cables: vec![],
+            checks: vec![],
         }
     }
 

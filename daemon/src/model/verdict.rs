@@ -303,6 +303,8 @@ impl Engine {
             nodes,
             links,
             alarms,
+            cables: Vec::new(),
+            checks: Vec::new(),
         }
     }
 
@@ -713,6 +715,7 @@ mod tests {
                             cpu_busy_ratio: 0.5,
                             cpu_saturated: self.saturated.contains(n),
                         },
+                        facts: None,
                     };
                     (
                         id(n),

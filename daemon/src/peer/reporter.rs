@@ -153,6 +153,7 @@ impl Reporter {
             alarms: body.alarms.clone(),
             hears: body.hears.clone(),
             load: body.load,
+            facts: None,
         }
     }
 }

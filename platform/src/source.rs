@@ -1,0 +1,435 @@
+//! Where the platform layer's raw text comes from: this host (commands under
+//! timeouts, files), a bundle directory replayed on any machine, or either
+//! of those recorded for a new bundle. Parsers never see the difference.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::command::{RunError, run_with_timeout};
+
+/// Every command the platform layer runs. All are read-only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum HostCommand {
+    /// `sw_vers`: ProductName / ProductVersion / BuildVersion.
+    SwVers,
+    /// `sysctl -n hw.model`: "Mac16,9".
+    HwModel,
+    /// `system_profiler SPThunderboltDataType -json`.
+    Thunderbolt,
+    /// `networksetup -listallhardwareports`: "Thunderbolt N" ↔ enX.
+    HardwarePorts,
+    /// `networksetup -listnetworkserviceorder`: service ↔ device.
+    ServiceOrder,
+    /// `networksetup -listallnetworkservices`: enabled or `*`disabled.
+    AllServices,
+    /// `ifconfig -a`: addresses, status, bridge members.
+    Ifconfig,
+    /// `rdma_ctl status`: "enabled" / "disabled".
+    RdmaCtl,
+    /// `ibv_devices`: the RDMA devices and their GUIDs.
+    IbvDevices,
+    /// `ibv_devinfo -v`: ports, state, width, speed, GID table.
+    IbvDevinfo,
+}
+
+impl HostCommand {
+    /// The commands of the macOS platform, in the order they are run.
+    pub const MACOS: &'static [HostCommand] = &[
+        HostCommand::SwVers,
+        HostCommand::HwModel,
+        HostCommand::Thunderbolt,
+        HostCommand::HardwarePorts,
+        HostCommand::ServiceOrder,
+        HostCommand::AllServices,
+        HostCommand::Ifconfig,
+        HostCommand::RdmaCtl,
+        HostCommand::IbvDevices,
+        HostCommand::IbvDevinfo,
+    ];
+
+    /// The commands of the Linux platform (sysfs does the rest); `ibv_*`
+    /// are the fallback where the verbs library cannot be loaded.
+    pub const LINUX: &'static [HostCommand] = &[HostCommand::IbvDevices, HostCommand::IbvDevinfo];
+
+    pub fn program(self) -> &'static str {
+        match self {
+            HostCommand::SwVers => "sw_vers",
+            HostCommand::HwModel => "sysctl",
+            HostCommand::Thunderbolt => "system_profiler",
+            HostCommand::HardwarePorts | HostCommand::ServiceOrder | HostCommand::AllServices => {
+                "networksetup"
+            }
+            HostCommand::Ifconfig => "ifconfig",
+            HostCommand::RdmaCtl => "rdma_ctl",
+            HostCommand::IbvDevices => "ibv_devices",
+            HostCommand::IbvDevinfo => "ibv_devinfo",
+        }
+    }
+
+    pub fn args(self) -> &'static [&'static str] {
+        match self {
+            HostCommand::SwVers | HostCommand::IbvDevices => &[],
+            HostCommand::HwModel => &["-n", "hw.model"],
+            HostCommand::Thunderbolt => &["SPThunderboltDataType", "-json"],
+            HostCommand::HardwarePorts => &["-listallhardwareports"],
+            HostCommand::ServiceOrder => &["-listnetworkserviceorder"],
+            HostCommand::AllServices => &["-listallnetworkservices"],
+            HostCommand::Ifconfig => &["-a"],
+            HostCommand::RdmaCtl => &["status"],
+            HostCommand::IbvDevinfo => &["-v"],
+        }
+    }
+
+    /// `system_profiler` takes about a second when healthy; `ibv_devinfo`
+    /// hangs when RDMA is wedged (DESIGN §2), so nothing waits for long.
+    pub fn timeout(self) -> Duration {
+        match self {
+            HostCommand::Thunderbolt => Duration::from_secs(10),
+            _ => Duration::from_secs(5),
+        }
+    }
+
+    /// The file that holds its output in a bundle directory.
+    pub fn file_name(self) -> &'static str {
+        match self {
+            HostCommand::SwVers => "sw_vers.txt",
+            HostCommand::HwModel => "sysctl_hw.model.txt",
+            HostCommand::Thunderbolt => "system_profiler_SPThunderboltDataType.json",
+            HostCommand::HardwarePorts => "networksetup_listallhardwareports.txt",
+            HostCommand::ServiceOrder => "networksetup_listnetworkserviceorder.txt",
+            HostCommand::AllServices => "networksetup_listallnetworkservices.txt",
+            HostCommand::Ifconfig => "ifconfig_a.txt",
+            HostCommand::RdmaCtl => "rdma_ctl_status.txt",
+            HostCommand::IbvDevices => "ibv_devices.txt",
+            HostCommand::IbvDevinfo => "ibv_devinfo_v.txt",
+        }
+    }
+
+    /// The command line, for messages and bundle manifests.
+    pub fn line(self) -> String {
+        std::iter::once(self.program())
+            .chain(self.args().iter().copied())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    fn error_file_name(self) -> String {
+        format!("{}.error", self.file_name())
+    }
+}
+
+impl fmt::Display for HostCommand {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.line())
+    }
+}
+
+/// Why a command's output is not available. The text is what `doctor`
+/// shows as a blind spot, so it names the command.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CaptureError {
+    /// Could not start, or did not finish in time.
+    #[error("{0}")]
+    Run(String),
+    /// Ran and exited non-zero.
+    #[error("{command} failed ({status}){}", stderr_suffix(.stderr))]
+    Failed {
+        command: String,
+        status: String,
+        stderr: String,
+    },
+    /// A replayed bundle has no output of this command.
+    #[error("{command}: not in the bundle (no {file})")]
+    NotCaptured { command: String, file: String },
+}
+
+fn stderr_suffix(stderr: &str) -> String {
+    let stderr = stderr.trim();
+    if stderr.is_empty() {
+        String::new()
+    } else {
+        format!(": {stderr}")
+    }
+}
+
+/// Raw platform text: command outputs and files under a root.
+pub trait Source: Send + Sync {
+    /// The standard output of `command`.
+    fn capture(&self, command: HostCommand) -> Result<String, CaptureError>;
+
+    /// A file's text by its absolute path on the host ("/sys/class/net/eth0/operstate").
+    fn read_file(&self, path: &str) -> std::io::Result<String>;
+
+    /// The entry names of a directory by its absolute path on the host,
+    /// sorted.
+    fn list_dir(&self, path: &str) -> std::io::Result<Vec<String>>;
+
+    /// "live", or "replay:<dir>".
+    fn describe(&self) -> String;
+}
+
+/// This host.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LiveSource;
+
+impl Source for LiveSource {
+    fn capture(&self, command: HostCommand) -> Result<String, CaptureError> {
+        let args: Vec<String> = command.args().iter().map(|a| (*a).to_owned()).collect();
+        match run_with_timeout(command.program(), &args, command.timeout()) {
+            Ok(out) if out.success => Ok(out.stdout),
+            Ok(out) => Err(CaptureError::Failed {
+                command: command.line(),
+                status: out.status,
+                stderr: out.stderr,
+            }),
+            Err(err @ (RunError::Spawn { .. } | RunError::TimedOut { .. })) => {
+                Err(CaptureError::Run(err.to_string()))
+            }
+        }
+    }
+
+    fn read_file(&self, path: &str) -> std::io::Result<String> {
+        std::fs::read_to_string(path)
+    }
+
+    fn list_dir(&self, path: &str) -> std::io::Result<Vec<String>> {
+        list(Path::new(path))
+    }
+
+    fn describe(&self) -> String {
+        "live".to_owned()
+    }
+}
+
+/// A bundle directory: command outputs under their [`HostCommand::file_name`]
+/// (or `<file>.error` holding why the command failed when recorded), and
+/// host files under their own path below the directory (`sys/class/net/…`).
+#[derive(Debug, Clone)]
+pub struct ReplaySource {
+    dir: PathBuf,
+}
+
+impl ReplaySource {
+    /// Fails when `dir` is not a readable directory.
+    pub fn open(dir: impl Into<PathBuf>) -> std::io::Result<Self> {
+        let dir = dir.into();
+        std::fs::read_dir(&dir)?;
+        Ok(Self { dir })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn host_path(&self, path: &str) -> PathBuf {
+        self.dir.join(path.trim_start_matches('/'))
+    }
+}
+
+impl Source for ReplaySource {
+    fn capture(&self, command: HostCommand) -> Result<String, CaptureError> {
+        let output = self.dir.join(command.file_name());
+        match std::fs::read(&output) {
+            Ok(bytes) => return Ok(String::from_utf8_lossy(&bytes).into_owned()),
+            Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
+                return Err(CaptureError::Run(format!(
+                    "cannot read {}: {err}",
+                    output.display()
+                )));
+            }
+            Err(_) => {}
+        }
+        match std::fs::read_to_string(self.dir.join(command.error_file_name())) {
+            Ok(recorded) => Err(CaptureError::Run(recorded.trim().to_owned())),
+            Err(_) => Err(CaptureError::NotCaptured {
+                command: command.line(),
+                file: command.file_name().to_owned(),
+            }),
+        }
+    }
+
+    fn read_file(&self, path: &str) -> std::io::Result<String> {
+        std::fs::read_to_string(self.host_path(path))
+    }
+
+    fn list_dir(&self, path: &str) -> std::io::Result<Vec<String>> {
+        list(&self.host_path(path))
+    }
+
+    fn describe(&self) -> String {
+        format!("replay:{}", self.dir.display())
+    }
+}
+
+fn list(dir: &Path) -> std::io::Result<Vec<String>> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)?
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// Something a [`Recorder`] saw, to be written into a bundle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recorded {
+    Command {
+        command: HostCommand,
+        output: Result<String, String>,
+    },
+    File {
+        path: String,
+        text: String,
+    },
+    Dir {
+        path: String,
+    },
+}
+
+/// Passes everything through to another source and keeps a copy of what
+/// was read, so a bundle holds exactly what the facts were built from.
+#[derive(Debug)]
+pub struct Recorder<S> {
+    inner: S,
+    seen: Mutex<Vec<Recorded>>,
+}
+
+impl<S: Source> Recorder<S> {
+    pub fn new(inner: S) -> Self {
+        Self {
+            inner,
+            seen: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// What was read, in order.
+    pub fn into_recorded(self) -> Vec<Recorded> {
+        self.seen.into_inner().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn keep(&self, item: Recorded) {
+        self.seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(item);
+    }
+}
+
+impl<S: Source> Source for Recorder<S> {
+    fn capture(&self, command: HostCommand) -> Result<String, CaptureError> {
+        let result = self.inner.capture(command);
+        self.keep(Recorded::Command {
+            command,
+            output: result.clone().map_err(|e| e.to_string()),
+        });
+        result
+    }
+
+    fn read_file(&self, path: &str) -> std::io::Result<String> {
+        let result = self.inner.read_file(path);
+        if let Ok(text) = &result {
+            self.keep(Recorded::File {
+                path: path.to_owned(),
+                text: text.clone(),
+            });
+        }
+        result
+    }
+
+    fn list_dir(&self, path: &str) -> std::io::Result<Vec<String>> {
+        let result = self.inner.list_dir(path);
+        if result.is_ok() {
+            self.keep(Recorded::Dir {
+                path: path.to_owned(),
+            });
+        }
+        result
+    }
+
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_command_has_its_own_bundle_file() {
+        let mut files: Vec<&str> = HostCommand::MACOS.iter().map(|c| c.file_name()).collect();
+        files.sort_unstable();
+        files.dedup();
+        assert_eq!(files.len(), HostCommand::MACOS.len());
+        assert!(
+            HostCommand::LINUX
+                .iter()
+                .all(|c| HostCommand::MACOS.contains(c))
+        );
+    }
+
+    #[test]
+    fn replay_reads_outputs_errors_and_files_and_names_what_is_missing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("rdma_ctl_status.txt"), "enabled\n").expect("write");
+        std::fs::write(
+            dir.path().join("ibv_devinfo_v.txt.error"),
+            "ibv_devinfo -v did not finish within 5s; killed\n",
+        )
+        .expect("write");
+        std::fs::create_dir_all(dir.path().join("sys/class/net/en2")).expect("mkdir");
+        std::fs::write(dir.path().join("sys/class/net/en2/operstate"), "up\n").expect("write");
+
+        let replay = ReplaySource::open(dir.path()).expect("open");
+        assert_eq!(
+            replay.capture(HostCommand::RdmaCtl).as_deref(),
+            Ok("enabled\n")
+        );
+        assert_eq!(
+            replay.capture(HostCommand::IbvDevinfo),
+            Err(CaptureError::Run(
+                "ibv_devinfo -v did not finish within 5s; killed".into()
+            ))
+        );
+        let missing = replay
+            .capture(HostCommand::Thunderbolt)
+            .expect_err("missing");
+        assert_eq!(
+            missing.to_string(),
+            "system_profiler SPThunderboltDataType -json: not in the bundle \
+             (no system_profiler_SPThunderboltDataType.json)"
+        );
+        assert_eq!(
+            replay
+                .read_file("/sys/class/net/en2/operstate")
+                .expect("file"),
+            "up\n"
+        );
+        assert_eq!(replay.list_dir("/sys/class/net").expect("dir"), vec!["en2"]);
+        assert!(ReplaySource::open(dir.path().join("nope")).is_err());
+    }
+
+    #[test]
+    fn a_recorder_keeps_what_passed_through() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("sw_vers.txt"), "ProductVersion: 26.2\n").expect("write");
+        let recorder = Recorder::new(ReplaySource::open(dir.path()).expect("open"));
+        let _ = recorder.capture(HostCommand::SwVers);
+        let _ = recorder.capture(HostCommand::RdmaCtl);
+        let _ = recorder.read_file("/etc/missing");
+        let seen = recorder.into_recorded();
+        assert_eq!(seen.len(), 2, "{seen:?}");
+        assert_eq!(
+            seen[0],
+            Recorded::Command {
+                command: HostCommand::SwVers,
+                output: Ok("ProductVersion: 26.2\n".into())
+            }
+        );
+        assert!(
+            matches!(&seen[1], Recorded::Command { output: Err(e), .. } if e.contains("not in the bundle"))
+        );
+    }
+}

@@ -1,0 +1,319 @@
+//! What a node knows about its own hardware and OS (its *facts*), the cable
+//! map built from every node's facts, and the platform checks run on them.
+//!
+//! These are the domain forms of `meshd/v1/facts.proto`; the platform layer
+//! fills them, reports carry them, and `meshctl doctor` prints them.
+
+use std::fmt;
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::str::FromStr;
+
+use crate::domain::{NodeId, RdmaPortState};
+
+/// Which platform layer gathered the facts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum OsKind {
+    Macos,
+    Linux,
+    #[default]
+    Other,
+}
+
+impl OsKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OsKind::Macos => "macos",
+            OsKind::Linux => "linux",
+            OsKind::Other => "other",
+        }
+    }
+
+    /// Unknown names read as `Other`: a newer peer may know more systems.
+    pub fn from_name(name: &str) -> Self {
+        match name {
+            "macos" => OsKind::Macos,
+            "linux" => OsKind::Linux,
+            _ => OsKind::Other,
+        }
+    }
+}
+
+impl fmt::Display for OsKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A node's facts about itself.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NodeFacts {
+    pub os: OsKind,
+    /// `sw_vers -productVersion` ("26.2"), or the kernel release on Linux.
+    pub os_version: String,
+    /// Hardware model identifier ("Mac16,9"); empty when unknown.
+    pub model: String,
+    /// `rdma_ctl status` on macOS; on Linux, whether any RDMA device exists.
+    /// `None` when it could not be found out.
+    pub rdma_enabled: Option<bool>,
+    pub ports: Vec<PortFact>,
+    /// Every bridge interface (Thunderbolt Bridge is `bridge0` on macOS).
+    pub bridges: Vec<BridgeFact>,
+    /// The checks this node ran on its own facts.
+    pub checks: Vec<CheckResult>,
+    /// What could not be seen here and why, so that a missing fact is never
+    /// read as a healthy one ("system_profiler: timed out after 5s").
+    pub blind_spots: Vec<String>,
+    /// "live", or "replay:<dir>" when read from a bundle.
+    pub source: String,
+}
+
+/// One Thunderbolt receptacle (macOS) or RDMA-capable NIC port (Linux).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PortFact {
+    /// "Thunderbolt 2" (the hardware port name), or the NIC name on Linux.
+    pub name: String,
+    /// Receptacle number on macOS; 0 elsewhere.
+    pub receptacle: u32,
+    /// This port's own Thunderbolt domain UUID; empty when unknown.
+    pub domain_uuid: String,
+    /// The paired IP interface ("en2"); empty when unknown.
+    pub iface: String,
+    /// The paired RDMA device ("rdma_en2"); empty when there is none.
+    pub rdma_device: String,
+    /// Negotiated link speed; 0 when nothing is linked.
+    pub negotiated_speed_bps: u64,
+    /// What the port can do ("Up to 120 Gb/s" when idle); 0 when unknown.
+    pub max_speed_bps: u64,
+    /// The Mac on the other end of the cable.
+    pub peer: Option<PeerFact>,
+    /// A dock, drive or hub on this port (not a mesh peer).
+    pub other_device: Option<String>,
+    /// Some ports are reported as not usable for RDMA (data, not code).
+    pub usable_for_rdma: bool,
+    /// IPv4 addresses of `iface`.
+    pub ipv4: Vec<Ipv4Cidr>,
+    /// Interface up (`status: active` / operstate up); `None` when unknown.
+    pub iface_up: Option<bool>,
+    /// The RDMA port of `rdma_device`, when there is one.
+    pub rdma: Option<RdmaPortFact>,
+}
+
+/// A bridge interface and whether it forwards.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct BridgeFact {
+    pub name: String,
+    /// macOS `status: active`, Linux operstate up.
+    pub active: bool,
+    pub members: Vec<String>,
+    /// The network service whose device it is (macOS), found by device.
+    pub service: Option<String>,
+    /// The service is enabled in the network preferences (macOS); `None`
+    /// when unknown.
+    pub service_enabled: Option<bool>,
+}
+
+/// The Mac at the other end of a Thunderbolt cable, as this port sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PeerFact {
+    /// The peer's own domain UUID on its end of the cable.
+    pub domain_uuid: String,
+    /// Model identifier ("Mac17,7") where the peer reports one.
+    pub model: String,
+    /// "MacBook Pro".
+    pub name: String,
+    /// The peer advertises the RDMA service (Thunderbolt protocol 64087),
+    /// which it does only with RDMA enabled.
+    pub rdma_service: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RdmaPortFact {
+    /// Port number on the device (1-based, as verbs counts).
+    pub port: u32,
+    pub state: RdmaPortState,
+    /// Active width × lane speed; 0 when unknown.
+    pub active_speed_bps: u64,
+    pub gids: Vec<Gid>,
+}
+
+impl RdmaPortFact {
+    pub fn gid(&self, index: u32) -> Option<Ipv6Addr> {
+        self.gids
+            .iter()
+            .find(|g| g.index == index)
+            .map(|g| g.address)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gid {
+    pub index: u32,
+    pub address: Ipv6Addr,
+}
+
+/// An IPv4 address with its prefix length ("169.254.12.1/30").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Ipv4Cidr {
+    pub address: Ipv4Addr,
+    pub prefix: u8,
+}
+
+impl Ipv4Cidr {
+    /// `None` when `prefix` is over 32.
+    pub fn new(address: Ipv4Addr, prefix: u8) -> Option<Self> {
+        (prefix <= 32).then_some(Self { address, prefix })
+    }
+
+    pub fn mask(self) -> u32 {
+        if self.prefix == 0 {
+            0
+        } else {
+            u32::MAX << (32 - u32::from(self.prefix))
+        }
+    }
+
+    pub fn network(self) -> Ipv4Addr {
+        Ipv4Addr::from(u32::from(self.address) & self.mask())
+    }
+
+    pub fn contains(self, address: Ipv4Addr) -> bool {
+        u32::from(address) & self.mask() == u32::from(self.network())
+    }
+
+    /// The two networks share at least one address.
+    pub fn overlaps(self, other: Ipv4Cidr) -> bool {
+        let mask = self.mask() & other.mask();
+        u32::from(self.address) & mask == u32::from(other.address) & mask
+    }
+}
+
+impl fmt::Display for Ipv4Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.address, self.prefix)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not an IPv4 address with a prefix (a.b.c.d/0-32)")]
+pub struct CidrError(pub String);
+
+impl FromStr for Ipv4Cidr {
+    type Err = CidrError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || CidrError(s.to_owned());
+        let (address, prefix) = s.split_once('/').ok_or_else(bad)?;
+        let address: Ipv4Addr = address.parse().map_err(|_| bad())?;
+        let prefix: u8 = prefix.parse().map_err(|_| bad())?;
+        Ipv4Cidr::new(address, prefix).ok_or_else(bad)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum CheckStatus {
+    Pass,
+    Warn,
+    Fail,
+    /// Could not be evaluated here (no RDMA library on this OS, no facts).
+    Skipped,
+}
+
+impl CheckStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckStatus::Pass => "pass",
+            CheckStatus::Warn => "warn",
+            CheckStatus::Fail => "fail",
+            CheckStatus::Skipped => "skipped",
+        }
+    }
+}
+
+impl fmt::Display for CheckStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One platform check: its name, outcome, the facts behind it and the
+/// command that fixes a failure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckResult {
+    /// e.g. "rdma_enabled", "full_mesh_cabled", "link_speed".
+    pub name: String,
+    /// The node it is about; `None` for a check of the whole mesh.
+    pub node: Option<NodeId>,
+    pub status: CheckStatus,
+    pub evidence: Vec<String>,
+    /// Empty when nothing needs fixing.
+    pub fix: String,
+}
+
+/// One cable of the mesh.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cable {
+    /// The end with the lower node id.
+    pub a: CableEnd,
+    pub b: CableEnd,
+    /// Negotiated speed (the lower of the two views); 0 when unknown.
+    pub speed_bps: u64,
+    /// Matched from Thunderbolt domain UUIDs (true) or taken from config.
+    pub discovered: bool,
+}
+
+impl Cable {
+    /// The end on `node`, if the cable has one there.
+    pub fn end_at(&self, node: &NodeId) -> Option<&CableEnd> {
+        [&self.a, &self.b].into_iter().find(|end| &end.node == node)
+    }
+
+    /// The end opposite `node`.
+    pub fn far_end(&self, node: &NodeId) -> Option<&CableEnd> {
+        if &self.a.node == node {
+            Some(&self.b)
+        } else if &self.b.node == node {
+            Some(&self.a)
+        } else {
+            None
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CableEnd {
+    pub node: NodeId,
+    /// "Thunderbolt 2"; empty when only the config knows the cable.
+    pub port: String,
+    pub iface: String,
+    pub rdma_device: String,
+    pub address: Option<Ipv4Addr>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cidr(s: &str) -> Ipv4Cidr {
+        s.parse().expect("valid cidr")
+    }
+
+    #[test]
+    fn cidr_parses_prints_and_rejects() {
+        assert_eq!(cidr("169.254.12.1/30").to_string(), "169.254.12.1/30");
+        for bad in ["169.254.12.1", "169.254.12.1/33", "x/30", "1.2.3.4/-1", ""] {
+            assert!(bad.parse::<Ipv4Cidr>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn cidr_network_contains_and_overlaps() {
+        let a = cidr("10.0.0.1/30");
+        assert_eq!(a.network(), Ipv4Addr::new(10, 0, 0, 0));
+        assert!(a.contains(Ipv4Addr::new(10, 0, 0, 2)));
+        assert!(!a.contains(Ipv4Addr::new(10, 0, 0, 5)));
+        assert!(!a.overlaps(cidr("10.0.0.5/30")));
+        assert!(a.overlaps(cidr("10.0.0.2/30")));
+        assert!(a.overlaps(cidr("10.0.0.9/24")));
+        assert!(cidr("169.254.1.1/16").overlaps(cidr("169.254.200.3/16")));
+        assert_eq!(cidr("0.0.0.0/0").mask(), 0);
+    }
+}
