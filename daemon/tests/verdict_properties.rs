@@ -232,6 +232,7 @@ impl Scenario {
                 alarms: vec![],
                 hears,
                 load: load(self.saturated[p]),
+                facts: None,
             },
             at: ago(received_ago),
         }
@@ -755,6 +756,7 @@ fn any_received() -> impl Strategy<Value = (NodeId, Received)> {
                 alarms: vec![],
                 hears,
                 load: load(saturated),
+                facts: None,
             };
             (key, Received { report, at })
         })
