@@ -129,6 +129,7 @@ fn inputs(n: usize, cut: bool, now: SystemTime) -> MeshInputs {
                     cpu_busy_ratio: 0.2,
                     cpu_saturated: false,
                 },
+                facts: None,
             };
             (
                 node_id(p),
