@@ -253,6 +253,8 @@ fn peer_down_status() -> MeshStatus {
         nodes: vec![node("a", NodeState::Up), node("b", NodeState::Down)],
         links: vec![],
         alarms: vec![],
+        cables: vec![],
+        checks: vec![],
     }
 }
 
