@@ -106,6 +106,12 @@ pub const DEFAULT_JOB_WINDOW: Duration = Duration::from_secs(10);
 /// alive well within its `resolve_timeout`.
 pub const DEFAULT_RESEND_INTERVAL: Duration = Duration::from_secs(30);
 
+/// Platform facts (ports, peers, speeds, RDMA, addresses) change when a
+/// cable or setting does; `system_profiler` alone takes about a second, so
+/// twice a minute keeps the daemon cheap and a 40 Gb/s renegotiation is
+/// still named within half a minute.
+pub const DEFAULT_FACTS_INTERVAL: Duration = Duration::from_secs(30);
+
 /// A loaded, validated configuration. Built only by [`Config::parse`],
 /// [`Config::load`] and [`Config::embedded_default`], so holding one means
 /// the node id is resolved and every rule holds.
@@ -120,6 +126,7 @@ pub struct Config {
     pub thresholds: Thresholds,
     pub alerting: AlertingConfig,
     pub watch: WatchConfig,
+    pub platform: PlatformConfig,
 }
 
 /// This node's identity, always resolved: from `[node] id` when given,
@@ -177,6 +184,45 @@ pub struct LinkConfig {
     /// Lets meshd flag a TB5 cable that negotiated 40 Gb/s instead of 80.
     #[serde(default)]
     pub expected_speed_gbps: Option<u32>,
+    /// The RDMA device on this end, for JACCL hostfiles. Default on macOS:
+    /// `rdma_<local_iface>`.
+    #[serde(default)]
+    pub rdma_device: Option<String>,
+}
+
+impl LinkConfig {
+    /// The configured device, else on macOS the one paired with the
+    /// interface (`en2` → `rdma_en2`, DESIGN §2).
+    pub fn rdma_device_on(&self, os: meshd_proto::facts::OsKind) -> Option<String> {
+        self.rdma_device.clone().or_else(|| match os {
+            meshd_proto::facts::OsKind::Macos => self
+                .local_iface
+                .as_ref()
+                .map(|iface| format!("rdma_{iface}")),
+            _ => None,
+        })
+    }
+}
+
+/// Where this node's platform facts come from and how often.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PlatformConfig {
+    /// How often ports, peers, speeds, RDMA state and addresses are read.
+    #[serde(with = "humantime_serde")]
+    pub facts_interval: Duration,
+    /// Read the facts from this bundle directory (`meshctl bundle`) instead
+    /// of this host: diagnosing another node's capture, and tests.
+    pub replay_dir: Option<std::path::PathBuf>,
+}
+
+impl Default for PlatformConfig {
+    fn default() -> Self {
+        Self {
+            facts_interval: DEFAULT_FACTS_INTERVAL,
+            replay_dir: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -385,6 +431,7 @@ struct ConfigFile {
     thresholds: Thresholds,
     alerting: AlertingConfig,
     watch: WatchConfig,
+    platform: PlatformConfig,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -410,6 +457,7 @@ impl ConfigFile {
             thresholds: self.thresholds,
             alerting: self.alerting,
             watch: self.watch,
+            platform: self.platform,
         }
     }
 }

@@ -2,6 +2,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use super::*;
+use meshd_proto::facts::OsKind;
 
 const HOST: &str = "studio-1.local";
 const EXAMPLE: &str = include_str!(concat!(
@@ -77,6 +78,48 @@ fn example_parses_validates_and_shows_the_defaults() {
         config.alerting.resend_interval,
         AlertingConfig::default().resend_interval
     );
+    assert_eq!(config.platform, PlatformConfig::default());
+    assert_eq!(config.links[0].rdma_device.as_deref(), Some("rdma_en2"));
+}
+
+#[test]
+fn rdma_devices_default_to_the_macos_pairing() {
+    let config = parse(&format!(
+        "{TWO_PEERS}\n[[links]]\npeer = \"studio-2\"\nlocal_iface = \"en6\"\n\
+         local_address = \"10.9.0.1\"\npeer_address = \"10.9.0.2\"\n"
+    ))
+    .unwrap();
+    let link = &config.links[0];
+    assert_eq!(
+        link.rdma_device_on(OsKind::Macos).as_deref(),
+        Some("rdma_en6")
+    );
+    assert_eq!(link.rdma_device_on(OsKind::Linux), None);
+}
+
+#[test]
+fn platform_rules() {
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "[platform]\nfacts_interval = \"1s\"",
+            "platform.facts_interval",
+            "too short; use 5s to 1h",
+        ),
+        (
+            "[platform]\nreplay_dir = \"/nonexistent/meshd-bundle\"",
+            "platform.replay_dir",
+            "is not a directory",
+        ),
+        (
+            "[[peers]]\nid = \"b\"\naddress = \"10.0.0.2:7420\"\n[[links]]\npeer = \"b\"\n\
+             local_address = \"10.9.0.1\"\npeer_address = \"10.9.0.2\"\nrdma_device = \"rdma en2\"",
+            "links[0].rdma_device",
+            "not an RDMA device name",
+        ),
+    ];
+    for (body, key, fragment) in cases {
+        assert_problem(&format!("{body}\n"), key, fragment);
+    }
 }
 
 #[test]

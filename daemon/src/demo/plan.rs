@@ -267,16 +267,25 @@ fn node_config(index: usize, ids: &[NodeId], base: u16) -> Config {
         })
         .collect();
     config.links = others()
-        .map(|j| LinkConfig {
+        .enumerate()
+        .map(|(port, j)| LinkConfig {
             peer: ids[j].clone(),
             // Loopback has no cable interface or negotiated speed to check.
             local_iface: None,
             local_address: IpAddr::V4(cable_address(index, j)),
             peer_address: IpAddr::V4(proxy_address(index, j)),
             expected_speed_gbps: None,
+            // The simulated RDMA device of this node's port on the cable,
+            // named as on a Mac, so `meshctl hostfile` has a device per cable.
+            rdma_device: Some(demo_rdma_device(port)),
         })
         .collect();
     config
+}
+
+/// A demo node's `port`-th cable (0-based) ends on `rdma_en{port + 1}`.
+pub fn demo_rdma_device(port: usize) -> String {
+    format!("rdma_en{}", port + 1)
 }
 
 #[cfg(test)]
