@@ -8,10 +8,13 @@ use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 
+use serde::{Deserialize, Serialize};
+
 use crate::domain::{NodeId, RdmaPortState};
 
 /// Which platform layer gathered the facts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum OsKind {
     Macos,
     Linux,
@@ -45,7 +48,7 @@ impl fmt::Display for OsKind {
 }
 
 /// A node's facts about itself.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct NodeFacts {
     pub os: OsKind,
     /// `sw_vers -productVersion` ("26.2"), or the kernel release on Linux.
@@ -68,7 +71,7 @@ pub struct NodeFacts {
 }
 
 /// One Thunderbolt receptacle (macOS) or RDMA-capable NIC port (Linux).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct PortFact {
     /// "Thunderbolt 2" (the hardware port name), or the NIC name on Linux.
     pub name: String,
@@ -99,7 +102,7 @@ pub struct PortFact {
 }
 
 /// A bridge interface and whether it forwards.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct BridgeFact {
     pub name: String,
     /// macOS `status: active`, Linux operstate up.
@@ -113,7 +116,7 @@ pub struct BridgeFact {
 }
 
 /// The Mac at the other end of a Thunderbolt cable, as this port sees it.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct PeerFact {
     /// The peer's own domain UUID on its end of the cable.
     pub domain_uuid: String,
@@ -126,10 +129,11 @@ pub struct PeerFact {
     pub rdma_service: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RdmaPortFact {
     /// Port number on the device (1-based, as verbs counts).
     pub port: u32,
+    #[serde(with = "rdma_port_state_name")]
     pub state: RdmaPortState,
     /// Active width × lane speed; 0 when unknown.
     pub active_speed_bps: u64,
@@ -145,14 +149,16 @@ impl RdmaPortFact {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Gid {
     pub index: u32,
     pub address: Ipv6Addr,
 }
 
-/// An IPv4 address with its prefix length ("169.254.12.1/30").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// An IPv4 address with its prefix length ("169.254.12.1/30"); serialized
+/// in that notation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
 pub struct Ipv4Cidr {
     pub address: Ipv4Addr,
     pub prefix: u8,
@@ -193,6 +199,36 @@ impl fmt::Display for Ipv4Cidr {
     }
 }
 
+impl From<Ipv4Cidr> for String {
+    fn from(cidr: Ipv4Cidr) -> String {
+        cidr.to_string()
+    }
+}
+
+impl TryFrom<String> for Ipv4Cidr {
+    type Error = CidrError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+/// RDMA port states by their names ("active"), as everywhere else.
+mod rdma_port_state_name {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use crate::domain::RdmaPortState;
+
+    pub fn serialize<S: Serializer>(state: &RdmaPortState, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(state.as_str())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<RdmaPortState, D::Error> {
+        let name = String::deserialize(d)?;
+        name.parse()
+            .map_err(|_| serde::de::Error::custom(format!("unknown RDMA port state {name:?}")))
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0:?} is not an IPv4 address with a prefix (a.b.c.d/0-32)")]
 pub struct CidrError(pub String);
@@ -208,7 +244,8 @@ impl FromStr for Ipv4Cidr {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum CheckStatus {
     Pass,
     Warn,
@@ -236,7 +273,7 @@ impl fmt::Display for CheckStatus {
 
 /// One platform check: its name, outcome, the facts behind it and the
 /// command that fixes a failure.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CheckResult {
     /// e.g. "rdma_enabled", "full_mesh_cabled", "link_speed".
     pub name: String,
@@ -249,7 +286,7 @@ pub struct CheckResult {
 }
 
 /// One cable of the mesh.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Cable {
     /// The end with the lower node id.
     pub a: CableEnd,
@@ -278,7 +315,7 @@ impl Cable {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CableEnd {
     pub node: NodeId,
     /// "Thunderbolt 2"; empty when only the config knows the cable.
@@ -302,6 +339,31 @@ mod tests {
         for bad in ["169.254.12.1", "169.254.12.1/33", "x/30", "1.2.3.4/-1", ""] {
             assert!(bad.parse::<Ipv4Cidr>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn facts_serialize_to_json_and_back() {
+        let facts = NodeFacts {
+            os: OsKind::Macos,
+            ports: vec![PortFact {
+                name: "Thunderbolt 2".into(),
+                ipv4: vec![cidr("169.254.0.1/30")],
+                rdma: Some(RdmaPortFact {
+                    port: 1,
+                    state: RdmaPortState::Active,
+                    active_speed_bps: 0,
+                    gids: vec![],
+                }),
+                ..PortFact::default()
+            }],
+            ..NodeFacts::default()
+        };
+        let json = serde_json::to_value(&facts).expect("serializes");
+        assert_eq!(json["os"], "macos");
+        assert_eq!(json["ports"][0]["ipv4"][0], "169.254.0.1/30");
+        assert_eq!(json["ports"][0]["rdma"]["state"], "active");
+        let back: NodeFacts = serde_json::from_value(json).expect("deserializes");
+        assert_eq!(back, facts);
     }
 
     #[test]
