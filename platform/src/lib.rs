@@ -13,6 +13,7 @@
 //! The daemon and meshctl both use this crate, so `meshctl doctor --from
 //! DIR` diagnoses a bundle on any machine without a daemon.
 
+pub mod bundle;
 pub mod command;
 pub mod ibv;
 pub mod linux;

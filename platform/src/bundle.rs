@@ -1,0 +1,358 @@
+//! Bundles: everything the platform layer read on a node (every command's
+//! raw output, or why it failed, and the host files it read) plus the facts
+//! built from them, in one directory that [`crate::source::ReplaySource`]
+//! replays on any machine, packed as one `.tar.gz` to send around.
+//!
+//! Layout of a bundle directory:
+//! - `manifest.json`: format version, node, OS, when, which meshd, and what
+//!   was captured ([`Manifest`]).
+//! - `facts.json`: the [`NodeFacts`] built at capture time.
+//! - one file per command ([`HostCommand::file_name`]), or `<file>.error`
+//!   holding why it failed.
+//! - host files under their own path (`sys/class/net/en2/operstate`).
+//! - anything else the caller adds (`status.json` from the daemon).
+
+use std::fs;
+use std::io;
+use std::path::{Component, Path, PathBuf};
+
+use meshd_proto::facts::{NodeFacts, OsKind};
+use serde::{Deserialize, Serialize};
+
+use crate::source::{HostCommand, Recorded};
+
+pub const MANIFEST_FILE: &str = "manifest.json";
+pub const FACTS_FILE: &str = "facts.json";
+/// Bumped when the layout changes incompatibly.
+pub const FORMAT_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    pub format: u32,
+    /// The node id meshd uses, or the host name where no config was found.
+    pub node: String,
+    pub os: OsKind,
+    /// Seconds since the Unix epoch.
+    pub created_unix: u64,
+    pub meshd_version: String,
+    pub commands: Vec<CapturedCommand>,
+    /// Host files, by their absolute path on the node.
+    pub files: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CapturedCommand {
+    pub command: String,
+    /// The file in the bundle: the output, or `<file>.error`.
+    pub file: String,
+    pub ok: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BundleError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error("{path}: not a meshd bundle: {problem}")]
+    Invalid { path: PathBuf, problem: String },
+}
+
+fn io_at(path: &Path) -> impl FnOnce(io::Error) -> BundleError + '_ {
+    move |source| BundleError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Writes a bundle into `dir` (created if missing): what `recorded` saw,
+/// the facts, the manifest, and `extra` files (name, text) as given.
+pub fn write_dir(
+    dir: &Path,
+    node: &str,
+    created_unix: u64,
+    recorded: &[Recorded],
+    facts: &NodeFacts,
+    extra: &[(&str, String)],
+) -> Result<Manifest, BundleError> {
+    fs::create_dir_all(dir).map_err(io_at(dir))?;
+    let mut manifest = Manifest {
+        format: FORMAT_VERSION,
+        node: node.to_owned(),
+        os: facts.os,
+        created_unix,
+        meshd_version: env!("CARGO_PKG_VERSION").to_owned(),
+        commands: Vec::new(),
+        files: Vec::new(),
+    };
+    for item in recorded {
+        match item {
+            Recorded::Command { command, output } => {
+                let (file, text, ok) = match output {
+                    Ok(text) => (command.file_name().to_owned(), text.clone(), true),
+                    Err(why) => (
+                        format!("{}.error", command.file_name()),
+                        format!("{why}\n"),
+                        false,
+                    ),
+                };
+                write(&dir.join(&file), &text)?;
+                manifest.commands.push(CapturedCommand {
+                    command: command.line(),
+                    file,
+                    ok,
+                });
+            }
+            Recorded::File { path, text } => {
+                let Some(relative) = inside(path) else {
+                    continue;
+                };
+                let target = dir.join(relative);
+                if let Some(parent) = target.parent() {
+                    fs::create_dir_all(parent).map_err(io_at(parent))?;
+                }
+                write(&target, text)?;
+                manifest.files.push(path.clone());
+            }
+            Recorded::Dir { path } => {
+                if let Some(relative) = inside(path) {
+                    let target = dir.join(relative);
+                    fs::create_dir_all(&target).map_err(io_at(&target))?;
+                }
+            }
+        }
+    }
+    let facts_json = serde_json::to_string_pretty(facts).map_err(|e| BundleError::Invalid {
+        path: dir.join(FACTS_FILE),
+        problem: e.to_string(),
+    })?;
+    write(&dir.join(FACTS_FILE), &facts_json)?;
+    for (name, text) in extra {
+        write(&dir.join(name), text)?;
+    }
+    let manifest_json =
+        serde_json::to_string_pretty(&manifest).map_err(|e| BundleError::Invalid {
+            path: dir.join(MANIFEST_FILE),
+            problem: e.to_string(),
+        })?;
+    write(&dir.join(MANIFEST_FILE), &manifest_json)?;
+    Ok(manifest)
+}
+
+fn write(path: &Path, text: &str) -> Result<(), BundleError> {
+    fs::write(path, text).map_err(io_at(path))
+}
+
+/// A host path as a relative path inside a bundle; `None` for anything that
+/// could step outside it (`..`).
+fn inside(path: &str) -> Option<PathBuf> {
+    let relative = Path::new(path.trim_start_matches('/'));
+    relative
+        .components()
+        .all(|c| matches!(c, Component::Normal(_)))
+        .then(|| relative.to_owned())
+}
+
+/// The manifest of a bundle directory, if it has a readable one.
+pub fn read_manifest(dir: &Path) -> Result<Manifest, BundleError> {
+    let path = dir.join(MANIFEST_FILE);
+    let text = fs::read_to_string(&path).map_err(io_at(&path))?;
+    let manifest: Manifest = serde_json::from_str(&text).map_err(|e| BundleError::Invalid {
+        path: path.clone(),
+        problem: e.to_string(),
+    })?;
+    if manifest.format != FORMAT_VERSION {
+        return Err(BundleError::Invalid {
+            path,
+            problem: format!(
+                "format {} (this meshd reads format {FORMAT_VERSION})",
+                manifest.format
+            ),
+        });
+    }
+    Ok(manifest)
+}
+
+/// The OS a bundle directory was captured on: from its manifest, else from
+/// what it holds (a directory of macOS command outputs, as in the test
+/// fixtures, has no manifest).
+pub fn os_of(dir: &Path) -> OsKind {
+    if let Ok(manifest) = read_manifest(dir) {
+        return manifest.os;
+    }
+    let has = |name: &str| dir.join(name).exists();
+    let macos_only = [
+        HostCommand::SwVers,
+        HostCommand::Thunderbolt,
+        HostCommand::HardwarePorts,
+        HostCommand::RdmaCtl,
+    ];
+    if macos_only
+        .iter()
+        .any(|c| has(c.file_name()) || has(&format!("{}.error", c.file_name())))
+    {
+        OsKind::Macos
+    } else if has("sys") || has("proc") {
+        OsKind::Linux
+    } else {
+        OsKind::Other
+    }
+}
+
+/// Packs a bundle directory into a `.tar.gz` whose entries sit under one
+/// top-level directory named `top`.
+pub fn pack(dir: &Path, top: &str, out: &Path) -> Result<(), BundleError> {
+    let file = fs::File::create(out).map_err(io_at(out))?;
+    let gzip = flate2::write::GzEncoder::new(file, flate2::Compression::default());
+    let mut archive = tar::Builder::new(gzip);
+    archive.follow_symlinks(false);
+    archive.append_dir_all(top, dir).map_err(io_at(dir))?;
+    let gzip = archive.into_inner().map_err(io_at(out))?;
+    gzip.finish().map_err(io_at(out))?;
+    Ok(())
+}
+
+/// Unpacks a `.tar.gz` made by [`pack`] into `into`, refusing entries that
+/// would land outside it, and returns the bundle directory inside.
+pub fn unpack(archive: &Path, into: &Path) -> Result<PathBuf, BundleError> {
+    let file = fs::File::open(archive).map_err(io_at(archive))?;
+    let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(file));
+    let entries = tar.entries().map_err(io_at(archive))?;
+    for entry in entries {
+        let mut entry = entry.map_err(io_at(archive))?;
+        // `unpack_in` refuses absolute paths and `..`; it returns false for
+        // an entry it skipped.
+        let unpacked = entry.unpack_in(into).map_err(io_at(archive))?;
+        if !unpacked {
+            return Err(BundleError::Invalid {
+                path: archive.to_owned(),
+                problem: "an entry points outside the bundle".to_owned(),
+            });
+        }
+    }
+    let mut dirs = fs::read_dir(into)
+        .map_err(io_at(into))?
+        .filter_map(Result::ok)
+        .filter(|e| e.path().is_dir());
+    match (dirs.next(), dirs.next()) {
+        (Some(only), None) if only.path().join(MANIFEST_FILE).is_file() => Ok(only.path()),
+        _ if into.join(MANIFEST_FILE).is_file() => Ok(into.to_owned()),
+        _ => Err(BundleError::Invalid {
+            path: archive.to_owned(),
+            problem: format!("no {MANIFEST_FILE} at its top"),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::{Recorder, ReplaySource, Source};
+
+    fn recorded_sample(dir: &Path) -> (Vec<Recorded>, NodeFacts) {
+        fs::write(dir.join("rdma_ctl_status.txt"), "enabled\n").expect("write");
+        fs::create_dir_all(dir.join("sys/class/net/en2")).expect("mkdir");
+        fs::write(dir.join("sys/class/net/en2/operstate"), "up\n").expect("write");
+        let recorder = Recorder::new(ReplaySource::open(dir).expect("open"));
+        let _ = recorder.capture(HostCommand::RdmaCtl);
+        let _ = recorder.capture(HostCommand::IbvDevinfo);
+        let _ = recorder.list_dir("/sys/class/net");
+        let _ = recorder.read_file("/sys/class/net/en2/operstate");
+        let facts = NodeFacts {
+            os: OsKind::Macos,
+            os_version: "26.2".into(),
+            ..NodeFacts::default()
+        };
+        (recorder.into_recorded(), facts)
+    }
+
+    #[test]
+    fn a_written_bundle_replays_what_was_recorded() {
+        let captured = tempfile::tempdir().expect("tempdir");
+        let (recorded, facts) = recorded_sample(captured.path());
+        let bundle = tempfile::tempdir().expect("tempdir");
+        let manifest = write_dir(
+            bundle.path(),
+            "studio-1",
+            1_700_000_000,
+            &recorded,
+            &facts,
+            &[("status.json", "{}".to_owned())],
+        )
+        .expect("written");
+        assert_eq!(manifest.commands.len(), 2);
+        assert!(manifest.commands[0].ok);
+        assert_eq!(manifest.commands[1].file, "ibv_devinfo_v.txt.error");
+        assert_eq!(manifest.files, vec!["/sys/class/net/en2/operstate"]);
+        assert_eq!(read_manifest(bundle.path()).expect("manifest"), manifest);
+        assert_eq!(os_of(bundle.path()), OsKind::Macos);
+
+        let replay = ReplaySource::open(bundle.path()).expect("open");
+        assert_eq!(
+            replay.capture(HostCommand::RdmaCtl).as_deref(),
+            Ok("enabled\n")
+        );
+        let missing = replay
+            .capture(HostCommand::IbvDevinfo)
+            .expect_err("recorded failure");
+        assert!(
+            missing.to_string().contains("not in the bundle"),
+            "{missing}"
+        );
+        assert_eq!(
+            replay
+                .read_file("/sys/class/net/en2/operstate")
+                .expect("file"),
+            "up\n"
+        );
+        let facts_back: NodeFacts = serde_json::from_str(
+            &fs::read_to_string(bundle.path().join(FACTS_FILE)).expect("facts"),
+        )
+        .expect("facts parse");
+        assert_eq!(facts_back, facts);
+    }
+
+    #[test]
+    fn packed_bundles_unpack_to_the_same_files() {
+        let captured = tempfile::tempdir().expect("tempdir");
+        let (recorded, facts) = recorded_sample(captured.path());
+        let bundle = tempfile::tempdir().expect("tempdir");
+        write_dir(bundle.path(), "b", 1, &recorded, &facts, &[]).expect("written");
+        let out = tempfile::tempdir().expect("tempdir");
+        let archive = out.path().join("b.tar.gz");
+        pack(bundle.path(), "meshd-bundle-b", &archive).expect("packed");
+        let into = tempfile::tempdir().expect("tempdir");
+        let dir = unpack(&archive, into.path()).expect("unpacked");
+        assert!(dir.ends_with("meshd-bundle-b"));
+        assert_eq!(
+            fs::read_to_string(dir.join("rdma_ctl_status.txt")).expect("file"),
+            "enabled\n"
+        );
+        assert_eq!(read_manifest(&dir).expect("manifest").node, "b");
+    }
+
+    #[test]
+    fn garbage_is_not_a_bundle() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let archive = dir.path().join("x.tar.gz");
+        fs::write(&archive, "not gzip").expect("write");
+        let into = tempfile::tempdir().expect("tempdir");
+        assert!(unpack(&archive, into.path()).is_err());
+        fs::write(dir.path().join(MANIFEST_FILE), "{\"format\": 99}").expect("write");
+        let err = read_manifest(dir.path()).expect_err("bad manifest");
+        assert!(err.to_string().contains("not a meshd bundle"), "{err}");
+        assert_eq!(
+            os_of(tempfile::tempdir().expect("tempdir").path()),
+            OsKind::Other
+        );
+    }
+
+    #[test]
+    fn host_paths_cannot_escape_the_bundle() {
+        assert_eq!(
+            inside("/sys/class/net/en2/operstate"),
+            Some(PathBuf::from("sys/class/net/en2/operstate"))
+        );
+        assert_eq!(inside("/sys/../../etc/passwd"), None);
+    }
+}
