@@ -6,8 +6,10 @@ use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
 use meshd_proto::domain::{Alarm, LinkState, LinkVerdict, MeshStatus, NodeId, NodeVerdict};
+use meshd_proto::facts::{Cable, CheckResult};
 use serde::Serialize;
 
+use crate::checklist::{self, Show};
 use crate::client::{self, Target, Unreachable};
 
 /// Prints the status; `Ok(healthy)` decides the exit code.
@@ -15,8 +17,7 @@ use crate::client::{self, Target, Unreachable};
 pub async fn run(target: &Target, json: bool) -> Result<bool, Unreachable> {
     let status = client::status(target).await?;
     if json {
-        let doc = StatusJson::from(&status);
-        let text = serde_json::to_string_pretty(&doc)
+        let text = to_json(&status)
             .map_err(|e| Unreachable(format!("cannot encode the status as JSON: {e}")))?;
         println!("{text}");
     } else {
@@ -39,6 +40,10 @@ struct StatusJson<'a> {
     nodes: Vec<NodeJson<'a>>,
     links: Vec<LinkJson<'a>>,
     alarms: Vec<AlarmJson<'a>>,
+    /// The cable map: node/port ↔ node/port, discovered or configured.
+    cables: &'a [Cable],
+    /// Platform checks of every node heard, then the mesh-wide ones.
+    checks: &'a [CheckResult],
 }
 
 #[derive(Debug, Serialize)]
@@ -109,8 +114,15 @@ impl<'a> From<&'a MeshStatus> for StatusJson<'a> {
             nodes: s.nodes.iter().map(NodeJson::from).collect(),
             links: s.links.iter().map(LinkJson::from).collect(),
             alarms: s.alarms.iter().map(AlarmJson::from).collect(),
+            cables: &s.cables,
+            checks: &s.checks,
         }
     }
+}
+
+/// The stable JSON document of a status, for `--json` and bundles.
+pub fn to_json(status: &MeshStatus) -> Result<String, serde_json::Error> {
+    serde_json::to_string_pretty(&StatusJson::from(status))
 }
 
 impl<'a> From<&'a NodeVerdict> for NodeJson<'a> {
@@ -340,6 +352,15 @@ pub fn render(status: &MeshStatus, now: SystemTime) -> String {
             }
         }
         table(&mut out, &rows);
+    }
+
+    if !status.checks.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nchecks: {} (`meshctl doctor --mesh` lists them all)",
+            checklist::summary(&status.checks)
+        );
+        checklist::render(&mut out, &status.checks, Show::Attention);
     }
     out
 }

@@ -5,13 +5,15 @@
 //! keeps the metrics current. The gRPC and HTTP handlers only read what it
 //! publishes.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
+use meshd_platform::mesh::models::ModelTable;
 use meshd_proto::domain::{
     Alarm, Event, EventKind, LinkEnd, LinkObservation, MeshStatus, NodeId, NodeIdentity, NodeLoad,
 };
+use meshd_proto::facts::NodeFacts;
 use tokio::sync::{Notify, broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -20,8 +22,10 @@ use crate::metrics::Metrics;
 use crate::model::events;
 use crate::model::intake::ReportBook;
 use crate::model::link::LinkRules;
+use crate::model::topology::{self, Declared, MeshTopology};
 use crate::model::verdict::{Engine, EngineSettings, ExpectedLink, MeshInputs};
 use crate::probe::{ProbeManager, ProberSettings};
+use crate::watch::facts::FactsFeed;
 
 /// How often verdicts are re-evaluated. A tenth of the 1 s detection target.
 pub const EVALUATION_INTERVAL: Duration = Duration::from_millis(100);
@@ -38,6 +42,11 @@ const SATURATED_SLOWDOWN: u32 = 2;
 /// refused: they describe a mesh that no longer exists.
 const MAX_REPORT_DELAY_FACTOR: u32 = 10;
 
+/// The cable map and checks are redone at once when any node's facts
+/// change, and this often besides (for cables declared in reloaded
+/// configs): they change with cables and settings, not with verdicts.
+const TOPOLOGY_INTERVAL: Duration = Duration::from_secs(1);
+
 /// The peer reports accepted so far, shared by the intake handler (which
 /// only checks and stores, never waits) and the aggregator.
 pub type SharedBook = Arc<Mutex<ReportBook>>;
@@ -50,6 +59,9 @@ pub struct ReportBody {
     pub alarms: Vec<Alarm>,
     pub hears: Vec<NodeId>,
     pub load: NodeLoad,
+    /// This node's latest platform facts; the reporter decides which
+    /// reports carry them.
+    pub facts: Option<Arc<NodeFacts>>,
 }
 
 /// Read side of the aggregator, cheap to clone into every handler.
@@ -86,6 +98,8 @@ pub struct Feeds {
     pub load: watch::Receiver<NodeLoad>,
     /// One per local watcher: the alarms it currently holds active.
     pub local_alarms: Vec<watch::Receiver<Vec<Alarm>>>,
+    /// This node's platform facts and its own checks.
+    pub facts: FactsFeed,
 }
 
 /// What the aggregator publishes for the reporter.
@@ -113,6 +127,11 @@ pub struct Aggregator {
     /// crossing `down_after` either way is pushed to the peers at once.
     silent_links: BTreeSet<NodeId>,
     down_after: Duration,
+    models: ModelTable,
+    topology: MeshTopology,
+    /// What `topology` was built from: this node's facts, the book's facts
+    /// version, and when.
+    topology_basis: Option<(Option<Arc<NodeFacts>>, u64, SystemTime)>,
 }
 
 pub fn engine_settings(config: &Config) -> EngineSettings {
@@ -159,7 +178,7 @@ pub fn expected_links(config: &Config, local: &NodeId) -> Vec<ExpectedLink> {
                 node: local.clone(),
                 iface: link.local_iface.clone(),
                 address: Some(link.local_address),
-                rdma_device: None,
+                rdma_device: link.rdma_device_on(meshd_platform::this_os()),
                 rdma_port: None,
             },
             remote: LinkEnd {
@@ -200,6 +219,9 @@ impl Aggregator {
             metrics,
             silent_links: BTreeSet::new(),
             down_after: config.thresholds.down_after,
+            models: ModelTable::builtin(),
+            topology: MeshTopology::default(),
+            topology_basis: None,
         };
         aggregator.evaluate(SystemTime::now(), true);
         let state = MeshState {
@@ -283,6 +305,7 @@ impl Aggregator {
         };
         let local_links = self.feeds.probes.observations();
         let load = *self.feeds.load.borrow();
+        let local_facts = self.feeds.facts.borrow().clone();
         let inputs = MeshInputs {
             local: self.identity.clone(),
             configured: self.configured.clone(),
@@ -297,8 +320,11 @@ impl Aggregator {
                 .flat_map(|feed| feed.borrow().clone())
                 .collect(),
         };
-        let status = self.engine.evaluate(&inputs, now);
+        let mut status = self.engine.evaluate(&inputs, now);
         self.metrics.observe_evaluation(started.elapsed());
+        self.refresh_topology(&inputs, local_facts.clone(), now);
+        status.cables.clone_from(&self.topology.cables);
+        status.checks.clone_from(&self.topology.checks);
 
         self.body.send_replace(Arc::new(ReportBody {
             links: inputs
@@ -309,6 +335,7 @@ impl Aggregator {
             alarms: inputs.local_alarms.clone(),
             hears: self.engine.hears(&inputs, now),
             load,
+            facts: local_facts,
         }));
 
         let events = if first {
@@ -337,6 +364,67 @@ impl Aggregator {
             // No subscriber is fine: nobody is watching right now.
             let _ = self.events.send(event);
         }
+    }
+}
+
+impl Aggregator {
+    /// Redoes the cable map and checks when a node's facts changed, or
+    /// [`TOPOLOGY_INTERVAL`] after the last time.
+    fn refresh_topology(
+        &mut self,
+        inputs: &MeshInputs,
+        local_facts: Option<Arc<NodeFacts>>,
+        now: SystemTime,
+    ) {
+        let (peer_facts, version) = {
+            let book = self
+                .feeds
+                .book
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let (facts, version) = book.facts();
+            let unchanged = self.topology_basis.as_ref().is_some_and(|(local, v, at)| {
+                *v == version
+                    && same_facts(local.as_ref(), local_facts.as_ref())
+                    && now.duration_since(*at).unwrap_or(Duration::ZERO) < TOPOLOGY_INTERVAL
+            });
+            if unchanged {
+                return;
+            }
+            (facts.clone(), version)
+        };
+        let mut facts: BTreeMap<NodeId, NodeFacts> = peer_facts
+            .into_iter()
+            .map(|(id, f)| (id, (*f).clone()))
+            .collect();
+        if let Some(own) = &local_facts {
+            facts.insert(self.identity.id.clone(), (**own).clone());
+        }
+        let declared = topology::declared_cables(
+            inputs
+                .expected_links
+                .iter()
+                .map(|l| Declared {
+                    local: &l.local,
+                    remote: &l.remote,
+                })
+                .chain(inputs.reports.values().flat_map(|r| {
+                    r.report.links.iter().map(|o| Declared {
+                        local: &o.local,
+                        remote: &o.remote,
+                    })
+                })),
+        );
+        self.topology = topology::mesh_topology(&self.configured, &facts, &declared, &self.models);
+        self.topology_basis = Some((local_facts, version, now));
+    }
+}
+
+fn same_facts(a: Option<&Arc<NodeFacts>>, b: Option<&Arc<NodeFacts>>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        _ => false,
     }
 }
 

@@ -14,6 +14,7 @@ use meshd_proto::domain::{
     EventKind, LinkState, MeshStatus, NodeId, NodeIdentity, NodeState, RdmaPortState, RejectReason,
     Severity,
 };
+use meshd_proto::facts::{CheckStatus, NodeFacts};
 use metrics::{Key, KeyName, Label, Metadata, Recorder, SharedString, Unit};
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusRecorder};
 
@@ -51,6 +52,10 @@ pub const BRIDGE_MESH_MEMBERS: &str = "meshd_bridge_mesh_members";
 pub const BRIDGE_BROADCAST_PACKETS_PER_SECOND: &str = "meshd_bridge_broadcast_packets_per_second";
 pub const PROCESS_CPU_CORES: &str = "meshd_process_cpu_cores";
 pub const JOB_PROCESSES: &str = "meshd_job_processes";
+pub const CHECK_STATUS: &str = "meshd_check_status";
+pub const CABLES: &str = "meshd_cables";
+pub const FACTS_READ_DURATION_SECONDS: &str = "meshd_facts_read_duration_seconds";
+pub const FACTS_BLIND_SPOTS: &str = "meshd_facts_blind_spots";
 
 /// Verdict evaluations take microseconds at 7 nodes and milliseconds at 256;
 /// buckets cover both with room for a slow machine.
@@ -252,6 +257,30 @@ const METRICS: &[(&str, Kind, Option<Unit>, &str)] = &[
         None,
         "Processes matching a job pattern on this node, by `state` (busy: burning at least `watch.jobs.busy_cores`; idle).",
     ),
+    (
+        CHECK_STATUS,
+        Kind::Gauge,
+        None,
+        "Platform check `check` about `node` (empty for checks of the whole mesh): 1 for its current `status` (pass, warn, fail, skipped), 0 for the others.",
+    ),
+    (
+        CABLES,
+        Kind::Gauge,
+        None,
+        "Cables in this node's cable map, by `source`: discovered (Thunderbolt domain UUIDs) or configured ([[links]]).",
+    ),
+    (
+        FACTS_READ_DURATION_SECONDS,
+        Kind::Gauge,
+        Some(Unit::Seconds),
+        "How long the last read of this node's platform facts took (commands such as system_profiler, and sysfs).",
+    ),
+    (
+        FACTS_BLIND_SPOTS,
+        Kind::Gauge,
+        None,
+        "Platform facts this node could not read on its last read (a command missing, failing or timing out); `meshctl doctor` names them.",
+    ),
 ];
 
 /// RTTs of a Thunderbolt link are tens of microseconds, of a busy or
@@ -279,6 +308,8 @@ pub struct Metrics {
     /// `process` labels set by the last CPU sample, so names that left it
     /// read 0 instead of their last value.
     process_series: Mutex<BTreeSet<String>>,
+    /// (node, check) series set so far, so checks that vanished read 0.
+    check_series: Mutex<BTreeSet<(String, String)>>,
 }
 
 /// (raising node, kind, severity)
@@ -312,6 +343,7 @@ impl Metrics {
             alarm_series: Mutex::default(),
             bridge_series: Mutex::default(),
             process_series: Mutex::default(),
+            check_series: Mutex::default(),
         };
         metrics
             .gauge(
@@ -390,6 +422,61 @@ impl Metrics {
             }
         }
         self.record_alarms(status);
+        self.record_checks(status);
+        for (source, discovered) in [("discovered", true), ("configured", false)] {
+            let n = status
+                .cables
+                .iter()
+                .filter(|c| c.discovered == discovered)
+                .count();
+            self.gauge(CABLES, vec![Label::new("source", source)])
+                .set(count(n));
+        }
+    }
+
+    fn record_checks(&self, status: &MeshStatus) {
+        let gauge = |node: &str, check: &str, state: CheckStatus| {
+            self.gauge(
+                CHECK_STATUS,
+                vec![
+                    Label::new("node", node.to_owned()),
+                    Label::new("check", check.to_owned()),
+                    Label::new("status", state.as_str()),
+                ],
+            )
+        };
+        let mut current: BTreeMap<(String, String), CheckStatus> = BTreeMap::new();
+        for check in &status.checks {
+            let node = check.node.as_ref().map(ToString::to_string).unwrap_or_default();
+            // Several results of one check about one node (one per port):
+            // the worst one stands for the series.
+            let worst = current.entry((node, check.name.clone())).or_insert(check.status);
+            *worst = worse(*worst, check.status);
+        }
+        let mut shown = self
+            .check_series
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (node, check) in shown.iter().filter(|s| !current.contains_key(*s)) {
+            for state in CHECK_STATUSES {
+                gauge(node, check, state).set(0.0);
+            }
+        }
+        for ((node, check), status) in &current {
+            for state in CHECK_STATUSES {
+                gauge(node, check, state).set(f64::from(u8::from(state == *status)));
+            }
+        }
+        shown.clear();
+        shown.extend(current.into_keys());
+    }
+
+    /// After each read of this node's platform facts.
+    pub fn record_facts(&self, facts: &NodeFacts, took: Duration) {
+        self.gauge(FACTS_READ_DURATION_SECONDS, vec![])
+            .set(took.as_secs_f64());
+        self.gauge(FACTS_BLIND_SPOTS, vec![])
+            .set(count(facts.blind_spots.len()));
     }
 
     fn record_alarms(&self, status: &MeshStatus) {
@@ -638,6 +725,24 @@ impl Metrics {
         self.recorder
             .register_gauge(&Key::from_parts(name, labels), &METADATA)
     }
+}
+
+const CHECK_STATUSES: [CheckStatus; 4] = [
+    CheckStatus::Pass,
+    CheckStatus::Warn,
+    CheckStatus::Fail,
+    CheckStatus::Skipped,
+];
+
+/// Fail over warn over skipped over pass.
+fn worse(a: CheckStatus, b: CheckStatus) -> CheckStatus {
+    let rank = |s: CheckStatus| match s {
+        CheckStatus::Pass => 0,
+        CheckStatus::Skipped => 1,
+        CheckStatus::Warn => 2,
+        CheckStatus::Fail => 3,
+    };
+    if rank(b) > rank(a) { b } else { a }
 }
 
 #[allow(clippy::cast_precision_loss)]

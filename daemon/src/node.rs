@@ -10,6 +10,7 @@ use std::time::SystemTime;
 use meshd_proto::domain::{Incarnation, NodeIdentity};
 use meshd_proto::wire::mesh_server::MeshServer;
 use meshd_proto::wire::peer_server::PeerServer;
+use meshd_proto::wire::topology_server::TopologyServer;
 use meshd_proto::{FILE_DESCRIPTOR_SET, service_names};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -24,9 +25,10 @@ use crate::metrics::Metrics;
 use crate::peer::intake::PeerService;
 use crate::peer::reporter::Reporter;
 use crate::peer::service::MeshService;
+use crate::peer::topology::TopologyService;
 use crate::probe::{ProbeManager, ProberSettings};
 use crate::watch::reload::{ConfigReload, Hangups};
-use crate::watch::{bridge, cpu, jobs, load};
+use crate::watch::{bridge, cpu, facts, jobs, load};
 
 /// Seconds between histogram upkeeps of the metrics recorder.
 const METRICS_UPKEEP: std::time::Duration = std::time::Duration::from_secs(5);
@@ -123,11 +125,23 @@ impl RunningNode {
         // The job watcher needs the mesh status, which exists only once the
         // aggregator does, and the aggregator needs the job alarms.
         let (job_alarms, job_alarms_rx) = tokio::sync::watch::channel(Vec::new());
+        let facts_watch = facts::spawn(
+            identity.id.clone(),
+            configs.subscribe(),
+            metrics.clone(),
+            shutdown.clone(),
+        );
         let feeds = Feeds {
             book: book.clone(),
             probes,
             load: load::spawn(config.thresholds.cpu_saturated, shutdown.clone()),
-            local_alarms: vec![bridge_alarms, cpu_watch.alarms.clone(), job_alarms_rx],
+            local_alarms: vec![
+                bridge_alarms,
+                cpu_watch.alarms.clone(),
+                job_alarms_rx,
+                facts_watch.alarms,
+            ],
+            facts: facts_watch.facts,
         };
         let (aggregator, state, outgoing) =
             Aggregator::new(config, identity.clone(), feeds, metrics.clone());
@@ -180,6 +194,7 @@ impl RunningNode {
         let services = Services {
             mesh: MeshService::new(state.clone(), shutdown.clone()),
             peer: PeerService::new(identity.clone(), book),
+            topology: TopologyService::new(state.clone(), configs.subscribe()),
         };
         tasks.spawn(serve_grpc(grpc_listener, services, shutdown.clone())?);
         tasks.spawn({
@@ -273,6 +288,7 @@ fn local_addr(
 struct Services {
     mesh: MeshService,
     peer: PeerService,
+    topology: TopologyService,
 }
 
 fn serve_grpc(
@@ -284,6 +300,7 @@ fn serve_grpc(
     let advertised = [
         service_names::MESH,
         service_names::PEER,
+        service_names::TOPOLOGY,
         "grpc.health.v1.Health",
         "grpc.reflection.v1.ServerReflection",
         "grpc.reflection.v1alpha.ServerReflection",
@@ -299,7 +316,11 @@ fn serve_grpc(
     let reflection_v1 = reflection().build_v1()?;
     let reflection_v1alpha = reflection().build_v1alpha()?;
     Ok(async move {
-        for name in [service_names::MESH, service_names::PEER] {
+        for name in [
+            service_names::MESH,
+            service_names::PEER,
+            service_names::TOPOLOGY,
+        ] {
             health
                 .set_service_status(name, tonic_health::ServingStatus::Serving)
                 .await;
@@ -310,6 +331,7 @@ fn serve_grpc(
             .add_service(reflection_v1alpha)
             .add_service(MeshServer::new(services.mesh))
             .add_service(PeerServer::new(services.peer))
+            .add_service(TopologyServer::new(services.topology))
             .serve_with_incoming_shutdown(
                 TcpListenerStream::new(listener),
                 shutdown.cancelled_owned(),

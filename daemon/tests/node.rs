@@ -173,15 +173,19 @@ async fn reflection_lists_and_describes_the_served_services() {
     else {
         panic!("expected a service list");
     };
-    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
-    assert!(names.contains(&"meshd.v1.Mesh".to_owned()), "{names:?}");
-    assert!(
-        names.contains(&"grpc.health.v1.Health".to_owned()),
-        "{names:?}"
-    );
-    assert!(
-        !names.contains(&"meshd.v1.Topology".to_owned()),
-        "only served services are advertised: {names:?}"
+    let mut names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    names.sort();
+    // Exactly the served services: every one of them, and nothing else.
+    assert_eq!(
+        names,
+        [
+            "grpc.health.v1.Health",
+            "grpc.reflection.v1.ServerReflection",
+            "grpc.reflection.v1alpha.ServerReflection",
+            "meshd.v1.Mesh",
+            "meshd.v1.Peer",
+            "meshd.v1.Topology",
+        ]
     );
 
     let MessageResponse::FileDescriptorResponse(files) = reflect(

@@ -4,9 +4,11 @@
 //! ago. Everything rejected is counted by reason.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use meshd_proto::domain::{Incarnation, NodeId, PeerReport, RejectReason};
+use meshd_proto::facts::NodeFacts;
 
 /// A report taken, with the time it arrived on this node's clock: freshness
 /// is always judged on the receiver's clock, so skew between nodes cannot
@@ -26,6 +28,13 @@ pub struct ReportBook {
     /// mesh that no longer exists.
     max_delay: Duration,
     latest: BTreeMap<NodeId, Received>,
+    /// Each member's latest platform facts. Reports carry them only now and
+    /// then, so they are kept apart from the reports (which the aggregator
+    /// copies ten times a second).
+    facts: BTreeMap<NodeId, Arc<NodeFacts>>,
+    /// Bumped whenever `facts` changes, so readers redo the cable map and
+    /// checks only then.
+    facts_version: u64,
     rejected: BTreeMap<RejectReason, u64>,
 }
 
@@ -36,6 +45,8 @@ impl ReportBook {
             members,
             max_delay,
             latest: BTreeMap::new(),
+            facts: BTreeMap::new(),
+            facts_version: 0,
             rejected: BTreeMap::new(),
         }
     }
@@ -43,16 +54,27 @@ impl ReportBook {
     /// Applies a new membership; reports of members that left are dropped.
     pub fn set_members(&mut self, members: BTreeSet<NodeId>, max_delay: Duration) {
         self.latest.retain(|id, _| members.contains(id));
+        let before = self.facts.len();
+        self.facts.retain(|id, _| members.contains(id));
+        if self.facts.len() != before {
+            self.facts_version += 1;
+        }
         self.members = members;
         self.max_delay = max_delay;
     }
 
-    pub fn accept(&mut self, report: PeerReport, now: SystemTime) -> Result<(), RejectReason> {
+    pub fn accept(&mut self, mut report: PeerReport, now: SystemTime) -> Result<(), RejectReason> {
         let verdict = self.check(&report, now);
         match verdict {
             Ok(()) => {
-                self.latest
-                    .insert(report.sender.id.clone(), Received { report, at: now });
+                let sender = report.sender.id.clone();
+                if let Some(facts) = report.facts.take()
+                    && self.facts.get(&sender).is_none_or(|known| **known != facts)
+                {
+                    self.facts.insert(sender.clone(), Arc::new(facts));
+                    self.facts_version += 1;
+                }
+                self.latest.insert(sender, Received { report, at: now });
             }
             Err(reason) => *self.rejected.entry(reason).or_default() += 1,
         }
@@ -93,6 +115,11 @@ impl ReportBook {
 
     pub fn rejected(&self) -> &BTreeMap<RejectReason, u64> {
         &self.rejected
+    }
+
+    /// The members' latest facts and their version.
+    pub fn facts(&self) -> (&BTreeMap<NodeId, Arc<NodeFacts>>, u64) {
+        (&self.facts, self.facts_version)
     }
 }
 
@@ -143,6 +170,33 @@ mod tests {
         assert_eq!(book.accept(report("b", 1, 2, 1_200), t(1_201)), Ok(()));
         assert_eq!(book.latest()[&id("b")].report.sequence, 2);
         assert_eq!(book.latest()[&id("b")].at, t(1_201));
+    }
+
+    #[test]
+    fn facts_outlive_the_reports_without_them_and_bump_the_version_on_change() {
+        let mut book = book();
+        let with_facts = |sequence, version: &str| PeerReport {
+            facts: Some(NodeFacts {
+                os_version: version.into(),
+                ..NodeFacts::default()
+            }),
+            ..report("b", 1, sequence, 1_000)
+        };
+        book.accept(with_facts(1, "26.2"), t(1_000)).expect("first");
+        assert_eq!(book.facts().1, 1);
+        assert!(book.latest()[&id("b")].report.facts.is_none(), "kept apart");
+        book.accept(report("b", 1, 2, 1_000), t(1_000)).expect("no facts");
+        book.accept(with_facts(3, "26.2"), t(1_000)).expect("same facts");
+        assert_eq!(book.facts().1, 1, "unchanged facts keep the version");
+        assert_eq!(book.facts().0[&id("b")].os_version, "26.2");
+        book.accept(with_facts(4, "26.3"), t(1_000)).expect("new facts");
+        assert_eq!(book.facts().1, 2);
+        // A rejected report's facts are not taken.
+        assert!(book.accept(with_facts(4, "27.0"), t(1_000)).is_err());
+        assert_eq!(book.facts().0[&id("b")].os_version, "26.3");
+        book.set_members([id("a"), id("c")].into_iter().collect(), Duration::from_secs(5));
+        assert!(book.facts().0.is_empty());
+        assert_eq!(book.facts().1, 3);
     }
 
     #[test]

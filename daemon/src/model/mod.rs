@@ -4,6 +4,7 @@
 
 pub mod alerts;
 pub mod bridge;
+pub mod check_alarms;
 pub mod cpu;
 pub mod events;
 #[cfg(test)]
@@ -13,4 +14,5 @@ pub mod jobs;
 pub mod link;
 pub mod linkstats;
 pub mod quorum;
+pub mod topology;
 pub mod verdict;

@@ -4,3 +4,4 @@
 pub mod intake;
 pub mod reporter;
 pub mod service;
+pub mod topology;

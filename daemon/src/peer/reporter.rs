@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use meshd_proto::convert::reject_reason_from_wire;
 use meshd_proto::domain::{NodeId, NodeIdentity, PeerReport};
+use meshd_proto::facts::NodeFacts;
 use meshd_proto::wire;
 use meshd_proto::wire::peer_client::PeerClient;
 use tokio::sync::watch;
@@ -23,6 +24,11 @@ use crate::metrics::Metrics;
 /// the report is stale anyway.
 const SEND_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// Facts (a few kilobytes) ride along when they change and this often
+/// besides, so a restarted peer has them again within seconds without every
+/// report carrying them.
+const FACTS_RESEND: Duration = Duration::from_secs(5);
+
 #[derive(Debug)]
 pub struct Reporter {
     identity: NodeIdentity,
@@ -34,6 +40,32 @@ pub struct Reporter {
     /// address did not change keeps its connection across reloads.
     peers: BTreeMap<(NodeId, String), PeerSender>,
     sequence: u64,
+    facts: FactsSchedule,
+}
+
+/// When the next report carries this node's facts.
+#[derive(Debug, Default)]
+struct FactsSchedule {
+    last: Option<(Arc<NodeFacts>, SystemTime)>,
+}
+
+impl FactsSchedule {
+    /// The facts to put in a report sent at `now`: new facts at once, the
+    /// same ones again after [`FACTS_RESEND`].
+    fn take(&mut self, current: Option<&Arc<NodeFacts>>, now: SystemTime) -> Option<NodeFacts> {
+        let current = current?;
+        let due = match &self.last {
+            None => true,
+            Some((sent, at)) => {
+                !Arc::ptr_eq(sent, current)
+                    || now.duration_since(*at).unwrap_or(Duration::ZERO) >= FACTS_RESEND
+            }
+        };
+        due.then(|| {
+            self.last = Some((current.clone(), now));
+            (**current).clone()
+        })
+    }
 }
 
 #[derive(Debug)]
@@ -68,6 +100,7 @@ impl Reporter {
             shutdown: shutdown.clone(),
             peers: BTreeMap::new(),
             sequence: 0,
+            facts: FactsSchedule::default(),
         };
         reporter.apply(config);
         reporter
@@ -153,7 +186,7 @@ impl Reporter {
             alarms: body.alarms.clone(),
             hears: body.hears.clone(),
             load: body.load,
-            facts: None,
+            facts: self.facts.take(body.facts.as_ref(), now),
         }
     }
 }
@@ -231,5 +264,37 @@ fn outcome_label(delivery: &Delivery) -> &'static str {
         Delivery::Accepted => "accepted",
         Delivery::Rejected(_) => "rejected",
         Delivery::Failed(_) | Delivery::Unknown => "failed",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ms: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_millis(ms)
+    }
+
+    #[test]
+    fn facts_go_out_when_new_and_again_every_few_seconds() {
+        let mut schedule = FactsSchedule::default();
+        assert_eq!(schedule.take(None, at(0)), None, "nothing read yet");
+        let first = Arc::new(NodeFacts {
+            os_version: "26.2".into(),
+            ..NodeFacts::default()
+        });
+        assert!(schedule.take(Some(&first), at(0)).is_some());
+        assert!(schedule.take(Some(&first), at(200)).is_none());
+        assert!(schedule.take(Some(&first), at(4_900)).is_none());
+        assert!(schedule.take(Some(&first), at(5_000)).is_some(), "resent");
+        let second = Arc::new(NodeFacts {
+            os_version: "26.3".into(),
+            ..NodeFacts::default()
+        });
+        assert_eq!(
+            schedule.take(Some(&second), at(5_100)).map(|f| f.os_version),
+            Some("26.3".to_owned()),
+            "a new read goes out at once"
+        );
     }
 }

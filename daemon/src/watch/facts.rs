@@ -3,35 +3,47 @@
 //! `platform.facts_interval` and right after a config change, with the
 //! node's own checks run on them.
 //!
+//! Failing checks that break jobs (RDMA off, a slow cable) are raised as
+//! alarms too ([`crate::model::check_alarms`]).
+//!
 //! Reading runs commands (`system_profiler` takes about a second) and sysfs,
 //! so it runs on the blocking pool; every command has its own timeout in
 //! the platform layer, and this task never waits for more than one read at
 //! a time.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use meshd_platform::mesh::checks::node_checks;
 use meshd_platform::mesh::models::ModelTable;
 use meshd_platform::source::{LiveSource, ReplaySource, Source};
-use meshd_proto::domain::NodeId;
+use meshd_proto::domain::{Alarm, NodeId};
 use meshd_proto::facts::{NodeFacts, OsKind};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, PlatformConfig};
 use crate::metrics::Metrics;
+use crate::model::check_alarms::alarms_from_checks;
 
 /// The latest facts; `None` until the first read finished.
 pub type FactsFeed = watch::Receiver<Option<Arc<NodeFacts>>>;
+
+#[derive(Debug, Clone)]
+pub struct FactsWatch {
+    pub facts: FactsFeed,
+    /// Alarms from this node's failing checks.
+    pub alarms: watch::Receiver<Vec<Alarm>>,
+}
 
 pub fn spawn(
     node: NodeId,
     mut configs: watch::Receiver<Arc<Config>>,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
-) -> FactsFeed {
+) -> FactsWatch {
     let (tx, rx) = watch::channel(None);
+    let (alarms_tx, alarms_rx) = watch::channel(Vec::new());
     tokio::spawn(async move {
         let models = Arc::new(ModelTable::builtin());
         let mut platform = configs.borrow_and_update().platform.clone();
@@ -43,10 +55,21 @@ pub fn spawn(
             };
             match read.await {
                 Ok(facts) => {
-                    metrics.record_facts(&facts, started.elapsed());
+                    let took = started.elapsed();
+                    if took > SLOW_READ {
+                        tracing::warn!(took = ?took, "reading platform facts was slow");
+                    }
+                    metrics.record_facts(&facts, took);
                     for spot in &facts.blind_spots {
                         tracing::debug!(blind_spot = %spot, "platform fact not available");
                     }
+                    let held = alarms_tx.borrow().clone();
+                    alarms_tx.send_replace(alarms_from_checks(
+                        &node,
+                        &facts.checks,
+                        &held,
+                        SystemTime::now(),
+                    ));
                     tx.send_replace(Some(Arc::new(facts)));
                 }
                 Err(err) => tracing::warn!("reading platform facts failed: {err}"),
@@ -63,7 +86,10 @@ pub fn spawn(
             }
         }
     });
-    rx
+    FactsWatch {
+        facts: rx,
+        alarms: alarms_rx,
+    }
 }
 
 /// One read of this node's facts, with its own checks. A replay directory
@@ -94,4 +120,4 @@ pub fn read_facts(node: &NodeId, platform: &PlatformConfig, models: &ModelTable)
 
 /// Reads slower than this are logged: the facts interval is tens of seconds,
 /// and a read that takes a large part of it points at a hanging command.
-pub const SLOW_READ: Duration = Duration::from_secs(10);
+const SLOW_READ: Duration = Duration::from_secs(10);

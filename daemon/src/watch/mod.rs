@@ -4,4 +4,5 @@ pub mod bridge;
 pub mod cpu;
 pub mod jobs;
 pub mod load;
+pub mod facts;
 pub mod reload;

@@ -1,0 +1,86 @@
+//! `meshctl bundle`: every platform command's raw output, the host files
+//! the platform layer read, this node's facts and checks, and the daemon's
+//! status when it answers, in one `.tar.gz` that `meshctl doctor --from`
+//! (or `meshd` with `platform.replay_dir`) reads on any machine.
+
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use meshd_platform::bundle;
+use meshd_platform::mesh::checks::node_checks;
+use meshd_platform::mesh::models::ModelTable;
+use meshd_platform::source::{LiveSource, Recorder};
+use meshd_proto::domain::NodeId;
+
+use crate::client::{self, Target, Unreachable};
+use crate::status;
+
+/// Writes the bundle to `out` (default: `meshd-bundle-<node>-<time>.tar.gz`
+/// here) and prints where it went.
+#[allow(clippy::print_stdout)]
+pub async fn run(target: &Target, node: NodeId, out: Option<PathBuf>) -> Result<(), Unreachable> {
+    let now = SystemTime::now();
+    let created = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let top = format!("meshd-bundle-{node}-{created}");
+    let out = out.unwrap_or_else(|| PathBuf::from(format!("{top}.tar.gz")));
+
+    let (facts, recorded) = {
+        let node = node.clone();
+        tokio::task::spawn_blocking(move || {
+            let recorder = Recorder::new(LiveSource);
+            let mut facts = meshd_platform::collect(&recorder, meshd_platform::this_os());
+            facts.checks = node_checks(&node, &facts, &ModelTable::builtin());
+            (facts, recorder.into_recorded())
+        })
+        .await
+        .map_err(|e| Unreachable(format!("reading this host's facts failed: {e}")))?
+    };
+    // The daemon's view is useful but optional: a bundle is most needed
+    // when the daemon is down.
+    let daemon = match client::status(target).await {
+        Ok(s) => status::to_json(&s)
+            .map(|json| ("status.json", json))
+            .unwrap_or_else(|e| ("status.error", format!("cannot encode the status: {e}\n"))),
+        Err(Unreachable(why)) => ("status.error", format!("{why}\n")),
+    };
+
+    let with_status = daemon.0 == "status.json";
+    let staging = std::env::temp_dir().join(format!("meshctl-bundle-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&staging);
+    let result = write_and_pack(&staging, &node, created, &recorded, &facts, daemon, &top, &out);
+    let _ = std::fs::remove_dir_all(&staging);
+    let manifest = result?;
+    let failed = manifest.commands.iter().filter(|c| !c.ok).count();
+    println!(
+        "wrote {} ({} commands, {} failed or missing; {} host files; {})",
+        out.display(),
+        manifest.commands.len(),
+        failed,
+        manifest.files.len(),
+        if with_status {
+            "with the daemon's status"
+        } else {
+            "without the daemon's status"
+        }
+    );
+    println!("read it anywhere with: meshctl doctor --from {}", out.display());
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn write_and_pack(
+    staging: &Path,
+    node: &NodeId,
+    created: u64,
+    recorded: &[meshd_platform::source::Recorded],
+    facts: &meshd_proto::facts::NodeFacts,
+    daemon: (&str, String),
+    top: &str,
+    out: &Path,
+) -> Result<bundle::Manifest, Unreachable> {
+    let failed = |e: bundle::BundleError| Unreachable(format!("cannot write the bundle: {e}"));
+    let manifest = bundle::write_dir(staging, node.as_str(), created, recorded, facts, &[daemon])
+        .map_err(failed)?;
+    bundle::pack(staging, top, out).map_err(failed)?;
+    Ok(manifest)
+}

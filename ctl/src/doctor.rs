@@ -1,0 +1,242 @@
+//! `meshctl doctor`: the platform checks as a checklist with evidence and
+//! fixes, for this node (read here, no daemon needed), for a bundle or a
+//! directory of bundles (`--from`, on any machine), or for the whole mesh
+//! as the daemon sees it (`--mesh`).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use meshd_platform::bundle::{self, BundleError};
+use meshd_platform::mesh::cables::cable_map;
+use meshd_platform::mesh::checks::{mesh_checks, node_checks};
+use meshd_platform::mesh::models::ModelTable;
+use meshd_platform::source::{LiveSource, ReplaySource, Source};
+use meshd_proto::domain::NodeId;
+use meshd_proto::facts::{Cable, CheckResult, NodeFacts};
+use serde::Serialize;
+
+use crate::checklist::{self, Show};
+use crate::client::{self, Target, Unreachable};
+
+/// Where the facts come from.
+#[derive(Debug, Clone)]
+pub enum Scope {
+    /// This host, read now.
+    Local { node: NodeId },
+    /// A bundle (directory or `.tar.gz`) or a directory of bundles.
+    Replay { path: PathBuf, node: Option<NodeId> },
+    /// The daemon's view of every node.
+    Mesh,
+}
+
+/// One node's facts and checks.
+#[derive(Debug, Serialize)]
+struct NodeReport {
+    node: NodeId,
+    facts: NodeFacts,
+}
+
+/// The JSON document of `meshctl doctor --json`.
+#[derive(Debug, Serialize)]
+struct DoctorJson<'a> {
+    passed: bool,
+    nodes: &'a [NodeReport],
+    cables: &'a [Cable],
+    checks: &'a [CheckResult],
+}
+
+/// Prints the checklist; `Ok(true)` when no check failed.
+#[allow(clippy::print_stdout)]
+pub async fn run(target: &Target, scope: Scope, json: bool) -> Result<bool, Unreachable> {
+    let models = ModelTable::builtin();
+    let (nodes, cables, checks) = match scope {
+        Scope::Mesh => {
+            let status = client::status(target).await?;
+            (Vec::new(), status.cables, status.checks)
+        }
+        Scope::Local { node } => {
+            let facts = tokio::task::spawn_blocking(move || {
+                meshd_platform::collect(&LiveSource, meshd_platform::this_os())
+            })
+            .await
+            .map_err(|e| Unreachable(format!("reading this host's facts failed: {e}")))?;
+            offline(vec![(node, facts)], &models)
+        }
+        Scope::Replay { path, node } => {
+            let bundles = open_bundles(&path, node)?;
+            offline(bundles, &models)
+        }
+    };
+    if json {
+        let doc = DoctorJson {
+            passed: !checklist::any_failed(&checks),
+            nodes: &nodes,
+            cables: &cables,
+            checks: &checks,
+        };
+        let text = serde_json::to_string_pretty(&doc)
+            .map_err(|e| Unreachable(format!("cannot encode the checks as JSON: {e}")))?;
+        println!("{text}");
+    } else {
+        print!("{}", render(&nodes, &cables, &checks));
+    }
+    Ok(!checklist::any_failed(&checks))
+}
+
+/// Checks over facts read without a daemon: each node's own checks, and the
+/// mesh-wide ones when there is more than one node.
+fn offline(
+    facts: Vec<(NodeId, NodeFacts)>,
+    models: &ModelTable,
+) -> (Vec<NodeReport>, Vec<Cable>, Vec<CheckResult>) {
+    let mut nodes: Vec<NodeReport> = facts
+        .into_iter()
+        .map(|(node, mut facts)| {
+            facts.checks = node_checks(&node, &facts, models);
+            NodeReport { node, facts }
+        })
+        .collect();
+    nodes.sort_by(|a, b| a.node.cmp(&b.node));
+    let mut checks: Vec<CheckResult> = nodes
+        .iter()
+        .flat_map(|n| n.facts.checks.iter().cloned())
+        .collect();
+    let mut cables = Vec::new();
+    if nodes.len() > 1 {
+        let by_node: BTreeMap<NodeId, NodeFacts> = nodes
+            .iter()
+            .map(|n| (n.node.clone(), n.facts.clone()))
+            .collect();
+        let members: Vec<NodeId> = by_node.keys().cloned().collect();
+        cables = cable_map(&by_node, &[]);
+        checks.extend(mesh_checks(&members, &by_node, &cables, models));
+    }
+    (nodes, cables, checks)
+}
+
+/// The bundles at `path`: one bundle (a directory or a `.tar.gz`), or a
+/// directory whose subdirectories are bundles (one per node).
+fn open_bundles(
+    path: &Path,
+    node: Option<NodeId>,
+) -> Result<Vec<(NodeId, NodeFacts)>, Unreachable> {
+    let unreadable = |e: BundleError| Unreachable(format!("cannot read the bundle: {e}"));
+    if path.is_file() {
+        let into = std::env::temp_dir().join(format!("meshctl-doctor-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&into);
+        std::fs::create_dir_all(&into).map_err(|e| {
+            Unreachable(format!("cannot unpack {}: {}: {e}", path.display(), into.display()))
+        })?;
+        let result = bundle::unpack(path, &into)
+            .map_err(unreadable)
+            .and_then(|dir| Ok(vec![read_bundle(&dir, node)?]));
+        let _ = std::fs::remove_dir_all(&into);
+        return result;
+    }
+    if !path.is_dir() {
+        return Err(Unreachable(format!(
+            "{} is neither a bundle directory nor a .tar.gz from `meshctl bundle`",
+            path.display()
+        )));
+    }
+    let subdirs: Vec<PathBuf> = std::fs::read_dir(path)
+        .map_err(|e| Unreachable(format!("cannot list {}: {e}", path.display())))?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.is_dir() && is_bundle(p))
+        .collect();
+    if is_bundle(path) || subdirs.is_empty() {
+        return Ok(vec![read_bundle(path, node)?]);
+    }
+    let mut bundles = subdirs
+        .iter()
+        .map(|dir| read_bundle(dir, None))
+        .collect::<Result<Vec<_>, _>>()?;
+    bundles.sort_by(|a, b| a.0.cmp(&b.0));
+    if let Some(twice) = bundles.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(Unreachable(format!(
+            "{}: two bundles of node {}",
+            path.display(),
+            twice[0].0
+        )));
+    }
+    Ok(bundles)
+}
+
+fn is_bundle(dir: &Path) -> bool {
+    bundle::os_of(dir) != meshd_proto::facts::OsKind::Other
+}
+
+/// One bundle's facts, re-read from its raw outputs (so a newer meshctl
+/// applies its newer parsers), under the node id of its manifest, `node`,
+/// or the directory's name.
+fn read_bundle(dir: &Path, node: Option<NodeId>) -> Result<(NodeId, NodeFacts), Unreachable> {
+    let source = ReplaySource::open(dir)
+        .map_err(|e| Unreachable(format!("cannot open {}: {e}", dir.display())))?;
+    let named = bundle::read_manifest(dir).ok().map(|m| m.node);
+    let fallback = || {
+        dir.file_name()
+            .map(|n| n.to_string_lossy().trim_start_matches("meshd-bundle-").to_owned())
+            .unwrap_or_default()
+    };
+    let node = match node {
+        Some(node) => node,
+        None => {
+            let name = named.unwrap_or_else(fallback);
+            NodeId::new(&name).unwrap_or_else(|_| NodeId::from_hostname(&name))
+        }
+    };
+    let os = bundle::os_of(dir);
+    Ok((node, meshd_platform::collect(&source as &dyn Source, os)))
+}
+
+fn render(nodes: &[NodeReport], cables: &[Cable], checks: &[CheckResult]) -> String {
+    let mut out = String::new();
+    for n in nodes {
+        let f = &n.facts;
+        let _ = writeln!(
+            out,
+            "{}: {} {}{}, facts from {}",
+            n.node,
+            f.os,
+            if f.os_version.is_empty() { "(version unknown)" } else { &f.os_version },
+            if f.model.is_empty() { String::new() } else { format!(", {}", f.model) },
+            f.source
+        );
+        if !f.blind_spots.is_empty() {
+            let _ = writeln!(out, "  not seen here:");
+            for spot in &f.blind_spots {
+                let _ = writeln!(out, "    - {spot}");
+            }
+        }
+    }
+    if !cables.is_empty() {
+        let _ = writeln!(out, "\ncables");
+        for cable in cables {
+            let end = |e: &meshd_proto::facts::CableEnd| {
+                let port = [e.port.as_str(), e.iface.as_str()]
+                    .into_iter()
+                    .filter(|s| !s.is_empty())
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                if port.is_empty() { e.node.to_string() } else { format!("{}/{port}", e.node) }
+            };
+            let speed = if cable.speed_bps == 0 {
+                String::new()
+            } else {
+                format!(" at {} Gb/s", cable.speed_bps / 1_000_000_000)
+            };
+            let _ = writeln!(
+                out,
+                "  {} <-> {}{speed} ({})",
+                end(&cable.a),
+                end(&cable.b),
+                if cable.discovered { "discovered" } else { "configured" }
+            );
+        }
+    }
+    let _ = writeln!(out, "\nchecks: {}", checklist::summary(checks));
+    checklist::render(&mut out, checks, Show::All);
+    out
+}

@@ -1,0 +1,147 @@
+//! Platform checks that page someone: a failing check of this node's own
+//! facts becomes an alarm, so it reaches `status`, the metrics and
+//! Alertmanager like every other fault. Only checks that break jobs are
+//! mapped; the rest stay checks (`meshctl doctor`, `meshd_check_status`).
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use meshd_proto::domain::{Alarm, NodeId, Severity};
+use meshd_proto::facts::{CheckResult, CheckStatus};
+
+/// check name → (alarm kind, severity). The kinds are the ones the shipped
+/// alert rules and the Alertmanager push know (`model::alerts`).
+const MAPPED: &[(&str, &str, Severity)] = &[
+    ("rdma_enabled", "rdma_disabled", Severity::Critical),
+    ("link_speed", "link_speed_low", Severity::Warning),
+];
+
+/// The alarms for `checks` (this node's own), keeping the `since` of alarms
+/// already held in `previous` so a condition that persists across reads
+/// keeps its start time.
+pub fn alarms_from_checks(
+    node: &NodeId,
+    checks: &[CheckResult],
+    previous: &[Alarm],
+    now: SystemTime,
+) -> Vec<Alarm> {
+    // One alarm per kind: the failing results of one check (one per port)
+    // are its evidence.
+    let mut failing: BTreeMap<&str, (Severity, Vec<&CheckResult>)> = BTreeMap::new();
+    for check in checks.iter().filter(|c| c.status == CheckStatus::Fail) {
+        if let Some((_, kind, severity)) = MAPPED.iter().find(|(name, ..)| *name == check.name) {
+            failing
+                .entry(kind)
+                .or_insert_with(|| (*severity, Vec::new()))
+                .1
+                .push(check);
+        }
+    }
+    failing
+        .into_iter()
+        .map(|(kind, (severity, results))| {
+            let since = previous
+                .iter()
+                .find(|a| a.kind == kind)
+                .map_or(now, |a| a.since);
+            let fixes: Vec<&str> = results
+                .iter()
+                .map(|c| c.fix.as_str())
+                .filter(|f| !f.is_empty())
+                .collect();
+            Alarm {
+                kind: kind.to_owned(),
+                severity,
+                node: node.clone(),
+                subject: node.to_string(),
+                summary: summary(kind, node),
+                evidence: results
+                    .iter()
+                    .flat_map(|c| c.evidence.iter().cloned())
+                    .collect(),
+                fix: (!fixes.is_empty()).then(|| dedup(fixes).join("; ")),
+                since,
+                updated: now,
+            }
+        })
+        .collect()
+}
+
+fn summary(kind: &str, node: &NodeId) -> String {
+    match kind {
+        "rdma_disabled" => format!("RDMA is not usable on {node}"),
+        _ => format!("a cable of {node} negotiated less than its full speed"),
+    }
+}
+
+fn dedup(mut items: Vec<&str>) -> Vec<&str> {
+    let mut seen = Vec::new();
+    items.retain(|i| {
+        let new = !seen.contains(i);
+        seen.push(*i);
+        new
+    });
+    items
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn id(s: &str) -> NodeId {
+        NodeId::new(s).expect("valid id")
+    }
+
+    fn t(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    fn check(name: &str, status: CheckStatus, evidence: &str, fix: &str) -> CheckResult {
+        CheckResult {
+            name: name.into(),
+            node: Some(id("a")),
+            status,
+            evidence: vec![evidence.into()],
+            fix: fix.into(),
+        }
+    }
+
+    #[test]
+    fn failing_mapped_checks_raise_one_alarm_per_kind_and_keep_their_start() {
+        let checks = vec![
+            check("rdma_enabled", CheckStatus::Fail, "rdma_ctl status: disabled", "rdma_ctl enable in Recovery"),
+            check("link_speed", CheckStatus::Fail, "Thunderbolt 2: 40 Gb/s", "reseat the cable"),
+            check("link_speed", CheckStatus::Fail, "Thunderbolt 3: 40 Gb/s", "reseat the cable"),
+            check("link_speed", CheckStatus::Pass, "Thunderbolt 1: 80 Gb/s", ""),
+            check("thunderbolt_bridge_inactive", CheckStatus::Fail, "bridge0 active", "off"),
+        ];
+        let first = alarms_from_checks(&id("a"), &checks, &[], t(10));
+        assert_eq!(first.len(), 2, "{first:#?}");
+        let speed = first.iter().find(|a| a.kind == "link_speed_low").expect("speed");
+        assert_eq!(speed.severity, Severity::Warning);
+        assert_eq!(speed.evidence, ["Thunderbolt 2: 40 Gb/s", "Thunderbolt 3: 40 Gb/s"]);
+        assert_eq!(speed.fix.as_deref(), Some("reseat the cable"));
+        let rdma = first.iter().find(|a| a.kind == "rdma_disabled").expect("rdma");
+        assert_eq!(rdma.severity, Severity::Critical);
+
+        let later = alarms_from_checks(&id("a"), &checks, &first, t(40));
+        assert!(later.iter().all(|a| a.since == t(10) && a.updated == t(40)));
+
+        let healed = alarms_from_checks(
+            &id("a"),
+            &[check("rdma_enabled", CheckStatus::Pass, "enabled", "")],
+            &later,
+            t(70),
+        );
+        assert!(healed.is_empty());
+        let skipped = alarms_from_checks(
+            &id("a"),
+            &[check("rdma_enabled", CheckStatus::Skipped, "no rdma_ctl here", "")],
+            &[],
+            t(70),
+        );
+        assert!(skipped.is_empty(), "only failures page");
+    }
+}
