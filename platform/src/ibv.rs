@@ -255,14 +255,14 @@ fn devinfo_fields(text: &str) -> Vec<(DevinfoKey, String)> {
                 None => (rest, None, ""),
             };
             let value = without_elisions(value);
-            if !value.is_empty() {
-                if let Some((_, last)) = fields.last_mut() {
-                    if leading && !last.is_empty() {
-                        last.push(' ');
-                    }
-                    if leading || last.is_empty() {
-                        last.push_str(&value);
-                    }
+            if let Some((_, last)) = fields.last_mut()
+                && !value.is_empty()
+            {
+                if leading && !last.is_empty() {
+                    last.push(' ');
+                }
+                if leading || last.is_empty() {
+                    last.push_str(&value);
                 }
             }
             leading = false;
@@ -294,13 +294,12 @@ fn next_key(text: &str) -> Option<(usize, DevinfoKey, usize)> {
         let word_len = word_rest
             .find(char::is_whitespace)
             .unwrap_or(word_rest.len());
-        if let Some(inner) = word_rest.strip_prefix("GID[") {
-            if let Some(close) = inner.find("]:") {
-                if let Ok(index) = inner[..close].trim().parse::<u32>() {
-                    let end = word_start + "GID[".len() + close + "]:".len();
-                    return Some((word_start, DevinfoKey::Gid(index), end));
-                }
-            }
+        if let Some(inner) = word_rest.strip_prefix("GID[")
+            && let Some(close) = inner.find("]:")
+            && let Ok(index) = inner[..close].trim().parse::<u32>()
+        {
+            let end = word_start + "GID[".len() + close + "]:".len();
+            return Some((word_start, DevinfoKey::Gid(index), end));
         }
         let word = &word_rest[..word_len];
         if let Some(name) = word.strip_suffix(':') {
