@@ -88,7 +88,7 @@ struct Parsed {
 
 /// The node's facts from the command outputs. What an output would have
 /// told stays unknown when the output is missing or unreadable, and
-/// `blind_spots` says why.
+/// `blind_spots` says why, in [`HostCommand::MACOS`] order.
 pub fn join(outputs: &MacosOutputs) -> NodeFacts {
     let mut blind_spots = Vec::new();
     let blind = &mut blind_spots;
@@ -112,6 +112,27 @@ pub fn join(outputs: &MacosOutputs) -> NodeFacts {
         }
         None => String::new(),
     };
+    let buses = outputs
+        .text(HostCommand::Thunderbolt, blind)
+        .and_then(|text| match parse_thunderbolt(text) {
+            Ok(buses) => Some(buses),
+            Err(error) => {
+                blind.push(format!("{}: {error}", HostCommand::Thunderbolt));
+                None
+            }
+        });
+    let hardware_ports = outputs
+        .text(HostCommand::HardwarePorts, blind)
+        .map(parse_hardware_ports);
+    let service_order = outputs
+        .text(HostCommand::ServiceOrder, blind)
+        .map(parse_service_order);
+    let all_services = outputs
+        .text(HostCommand::AllServices, blind)
+        .map(parse_all_services);
+    let interfaces = outputs
+        .text(HostCommand::Ifconfig, blind)
+        .map(parse_ifconfig);
     let rdma_enabled = match outputs
         .text(HostCommand::RdmaCtl, blind)
         .map(parse_rdma_ctl_status)
@@ -127,29 +148,12 @@ pub fn join(outputs: &MacosOutputs) -> NodeFacts {
         }
         None => None,
     };
-    let buses = outputs
-        .text(HostCommand::Thunderbolt, blind)
-        .and_then(|text| match parse_thunderbolt(text) {
-            Ok(buses) => Some(buses),
-            Err(error) => {
-                blind.push(format!("{}: {error}", HostCommand::Thunderbolt));
-                None
-            }
-        });
     let parsed = Parsed {
         buses,
-        hardware_ports: outputs
-            .text(HostCommand::HardwarePorts, blind)
-            .map(parse_hardware_ports),
-        service_order: outputs
-            .text(HostCommand::ServiceOrder, blind)
-            .map(parse_service_order),
-        all_services: outputs
-            .text(HostCommand::AllServices, blind)
-            .map(parse_all_services),
-        interfaces: outputs
-            .text(HostCommand::Ifconfig, blind)
-            .map(parse_ifconfig),
+        hardware_ports,
+        service_order,
+        all_services,
+        interfaces,
         listed_devices: outputs
             .text(HostCommand::IbvDevices, blind)
             .map(parse_ibv_devices),
