@@ -349,3 +349,192 @@ fn bridges(parsed: &Parsed) -> Vec<BridgeFact> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meshd_proto::domain::RdmaPortState;
+
+    fn outputs(texts: &[(HostCommand, &str)]) -> MacosOutputs {
+        texts
+            .iter()
+            .fold(MacosOutputs::default(), |outputs, (command, text)| {
+                outputs.with(*command, Ok((*text).to_owned()))
+            })
+    }
+
+    const HARDWARE_PORTS: &str = "Hardware Port: Thunderbolt 2\nDevice: en6\n\n\
+                                  Hardware Port: Thunderbolt 1\nDevice: en1\n";
+
+    #[test]
+    fn failures_and_unreadable_outputs_are_named_and_leave_facts_unknown() {
+        let facts = join(
+            &outputs(&[
+                (HostCommand::SwVers, "ProductName:\tmacOS\n"),
+                (HostCommand::HwModel, "\n"),
+                (HostCommand::Thunderbolt, "{\"SPThunderboltDataType\": "),
+                (HostCommand::RdmaCtl, "Operation not permitted\n"),
+            ])
+            .with(
+                HostCommand::IbvDevinfo,
+                Err(CaptureError::Run(
+                    "ibv_devinfo -v did not finish within 5s; killed".into(),
+                )),
+            )
+            .with(
+                HostCommand::Ifconfig,
+                Err(CaptureError::Failed {
+                    command: "ifconfig -a".into(),
+                    status: "exit status: 1".into(),
+                    stderr: "ifconfig: ioctl: bad file descriptor".into(),
+                }),
+            ),
+        );
+        assert_eq!(
+            (
+                facts.os_version.as_str(),
+                facts.model.as_str(),
+                facts.rdma_enabled
+            ),
+            ("", "", None)
+        );
+        assert!(facts.ports.is_empty() && facts.bridges.is_empty());
+        let blind: Vec<&str> = facts.blind_spots.iter().map(String::as_str).collect();
+        assert_eq!(blind.len(), 10, "{blind:#?}");
+        assert_eq!(blind[0], "sw_vers: no ProductVersion line");
+        assert_eq!(blind[1], "sysctl -n hw.model: printed no model");
+        assert!(
+            blind[2].starts_with("system_profiler SPThunderboltDataType -json: not JSON: "),
+            "{}",
+            blind[2]
+        );
+        assert_eq!(blind[3], "networksetup -listallhardwareports: not captured");
+        assert_eq!(
+            blind[6],
+            "ifconfig -a failed (exit status: 1): ifconfig: ioctl: bad file descriptor"
+        );
+        assert_eq!(
+            blind[7],
+            "rdma_ctl status: neither enabled nor disabled: \"Operation not permitted\""
+        );
+        assert_eq!(blind[9], "ibv_devinfo -v did not finish within 5s; killed");
+    }
+
+    #[test]
+    fn ports_join_receptacle_hardware_port_interface_and_rdma_device() {
+        let profiler = r#"{"SPThunderboltDataType": [
+            {"domain_uuid_key": "LOCAL-2",
+             "receptacle_1_tag": {"receptacle_id_key": "2", "current_speed_key": "80 Gb/s"},
+             "_items": [{"_name": "Hub", "_items": [{"_name": "Mac", "device_name_key": "Mac16,9",
+                         "domain_uuid_key": "PEER"}]}]},
+            {"receptacle_1_tag": {"receptacle_id_key": "7", "current_speed_key": "Up to 120 Gb/s"}}
+        ]}"#;
+        let ifconfig = "en6: flags=8863<UP,RUNNING> mtu 1500\n\
+                        \tinet 10.0.12.1 netmask 0xfffffffc broadcast 10.0.12.3\n\
+                        \tstatus: active\n";
+        let devinfo = "hca_id:\trdma_en6\n\t\tport:\t1\n\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n\
+                       \t\t\tactive_width:\t\t8X (4)\n\t\t\tactive_speed:\t\t10.0 Gbps (4)\n\
+                       \t\t\tGID[  1]:\t\t::ffff:10.0.12.1\n";
+        let facts = join(&outputs(&[
+            (HostCommand::Thunderbolt, profiler),
+            (HostCommand::HardwarePorts, HARDWARE_PORTS),
+            (HostCommand::Ifconfig, ifconfig),
+            (HostCommand::IbvDevices, "    rdma_en1\t0000000000000001\n"),
+            (HostCommand::IbvDevinfo, devinfo),
+        ]));
+        let rows: Vec<(&str, u32, &str, &str)> = facts
+            .ports
+            .iter()
+            .map(|p| {
+                (
+                    p.name.as_str(),
+                    p.receptacle,
+                    p.iface.as_str(),
+                    p.rdma_device.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ("Thunderbolt 1", 1, "en1", "rdma_en1"),
+                ("Thunderbolt 2", 2, "en6", "rdma_en6"),
+                ("Thunderbolt 7", 7, "", ""),
+            ]
+        );
+        let tb2 = &facts.ports[1];
+        assert_eq!(tb2.domain_uuid, "LOCAL-2");
+        assert_eq!(tb2.other_device.as_deref(), Some("Hub"));
+        let peer = tb2.peer.as_ref().expect("peer behind the hub");
+        assert_eq!(
+            (peer.domain_uuid.as_str(), peer.model.as_str()),
+            ("PEER", "Mac16,9")
+        );
+        assert_eq!(tb2.ipv4[0].to_string(), "10.0.12.1/30");
+        assert_eq!(tb2.iface_up, Some(true));
+        let rdma = tb2.rdma.as_ref().expect("rdma port");
+        assert_eq!(
+            (rdma.state, rdma.active_speed_bps),
+            (RdmaPortState::Active, 80_000_000_000)
+        );
+        assert_eq!(rdma.gid(1), Some("::ffff:10.0.12.1".parse().expect("v6")));
+        assert_eq!(
+            facts.ports[0].rdma, None,
+            "rdma_en1 is listed but not described"
+        );
+        assert_eq!(
+            facts.blind_spots.last().map(String::as_str),
+            Some("ifconfig -a: no en1 stanza, so its address and status are unknown")
+        );
+    }
+
+    #[test]
+    fn bridge_service_is_found_by_device_and_the_service_list_decides_enabled() {
+        let ifconfig = "bridge0: flags=8863<UP,RUNNING> mtu 1500\n\tmember: en2 flags=3<>\n\
+                        \tstatus: inactive\n";
+        let order = "(1) Mesh\n(Hardware Port: Thunderbolt Bridge, Device: bridge0)\n";
+        let with_list = |list: &str| {
+            join(&outputs(&[
+                (HostCommand::Ifconfig, ifconfig),
+                (HostCommand::ServiceOrder, order),
+                (HostCommand::AllServices, list),
+            ]))
+            .bridges
+        };
+        let disabled =
+            with_list("An asterisk (*) denotes that a network service is disabled.\n*Mesh\n");
+        assert_eq!(
+            disabled,
+            [BridgeFact {
+                name: "bridge0".into(),
+                active: false,
+                members: vec!["en2".into()],
+                service: Some("Mesh".into()),
+                service_enabled: Some(false),
+            }]
+        );
+        let unlisted = with_list("Wi-Fi\n");
+        assert_eq!(
+            unlisted[0].service_enabled,
+            Some(true),
+            "the order's own mark"
+        );
+    }
+
+    #[test]
+    fn mac_model_and_version_are_read() {
+        let facts = join(&outputs(&[
+            (HostCommand::SwVers, "ProductVersion:\t\t26.2\n"),
+            (HostCommand::HwModel, "Mac16,9\n"),
+            (HostCommand::RdmaCtl, "disabled\n"),
+        ]));
+        assert_eq!(
+            (
+                facts.os_version.as_str(),
+                facts.model.as_str(),
+                facts.rdma_enabled
+            ),
+            ("26.2", "Mac16,9", Some(false))
+        );
+    }
+}
