@@ -132,10 +132,10 @@ impl DevinfoReader {
                         });
                         self.select_port(next);
                     }
-                    self.port_has_state = true;
                     if let Some(port) = self.current_port() {
                         port.state = port_state(value);
                     }
+                    self.port_has_state = true;
                 }
                 "active_width" => {
                     if let Some(port) = self.current_port() {
@@ -507,6 +507,26 @@ mod tests {
         assert_eq!(devices[0].ports.len(), 1);
         assert_eq!(devices[0].ports[0].state, RdmaPortState::Down);
         assert_eq!(devices[0].ports[0].gids.len(), 1);
+    }
+
+    #[test]
+    fn grep_filtered_output_of_a_two_port_device_keeps_both_ports() {
+        let text = "hca_id:\tmlx4_0\n\
+                    \t\t\tstate:\t\t\tPORT_ACTIVE (4)\n\t\t\tactive_width:\t\t4X (2)\n\
+                    \t\t\tstate:\t\t\tPORT_DOWN (1)\n\t\t\tactive_width:\t\t1X (1)\n";
+        let devices = parse_ibv_devinfo(text);
+        let ports: Vec<(u32, RdmaPortState, Option<u32>)> = devices[0]
+            .ports
+            .iter()
+            .map(|p| (p.port, p.state, p.active_width_lanes))
+            .collect();
+        assert_eq!(
+            ports,
+            [
+                (1, RdmaPortState::Active, Some(4)),
+                (2, RdmaPortState::Down, Some(1)),
+            ]
+        );
     }
 
     #[test]

@@ -170,6 +170,18 @@ fn bus(buses: &[ThunderboltBus], receptacle: u32) -> &ThunderboltBus {
         .expect("receptacle present")
 }
 
+/// (name, device name, domain UUID, RDMA service) of the bus's peer Mac.
+fn peer(bus: &ThunderboltBus) -> Option<(&str, &str, &str, bool)> {
+    bus.peer().map(|p| {
+        (
+            p.name.as_str(),
+            p.device_name.as_str(),
+            p.domain_uuid.as_str(),
+            p.rdma_service,
+        )
+    })
+}
+
 fn labels(bus: &ThunderboltBus) -> Vec<&str> {
     bus.other_devices().iter().map(|d| d.label()).collect()
 }
@@ -195,23 +207,16 @@ fn studio_m3_ultra(text: &str) {
         to_macbook.domain_uuid,
         "28CA4C30-A263-4C55-B302-953416D0B209"
     );
-    let peer = to_macbook.peer().expect("MacBook peer");
-    assert_eq!(
-        (
-            peer.name.as_str(),
-            peer.device_name.as_str(),
-            peer.domain_uuid.as_str()
-        ),
-        (
-            "MacBook Pro",
-            "Mac17,7",
-            "817DCFA4-B481-4100-80FC-91C7AA969F0B"
-        )
+    let macbook = (
+        "MacBook Pro",
+        "Mac17,7",
+        "817DCFA4-B481-4100-80FC-91C7AA969F0B",
+        true,
     );
-    assert!(peer.rdma_service);
+    assert_eq!(peer(to_macbook), Some(macbook));
     assert!(labels(to_macbook).is_empty());
     let to_drive = bus(&buses, 4);
-    assert_eq!(to_drive.peer(), None, "a drive is not a peer");
+    assert_eq!(peer(to_drive), None, "a drive is not a peer");
     assert_eq!(labels(to_drive), ["Envoy Ultra"]);
     assert_eq!(to_drive.devices[0].vendor, "Other World Computing");
     for idle_port in [1, 3, 5, 6] {
@@ -230,12 +235,19 @@ fn m5_max_rdma_disabled(text: &str) {
         ]
     );
     let dock = bus(&buses, 3);
-    assert_eq!(dock.peer(), None);
+    assert_eq!(peer(dock), None);
     assert_eq!(labels(dock), ["SB-XTM5"]);
-    let peer = bus(&buses, 2).peer().expect("peer Mac");
-    assert_eq!(peer.device_name, "Mac17,6");
-    assert_eq!(peer.domain_uuid, "00000003-0000-4000-8000-000000000003");
-    assert!(peer.rdma_service, "the peer has RDMA on");
+    let other_mac = (
+        "MacBook Pro",
+        "Mac17,6",
+        "00000003-0000-4000-8000-000000000003",
+        true,
+    );
+    assert_eq!(
+        peer(bus(&buses, 2)),
+        Some(other_mac),
+        "the peer has RDMA on"
+    );
     assert_eq!(
         bus(&buses, 2).domain_uuid,
         "00000004-0000-4000-8000-000000000004"
@@ -253,10 +265,18 @@ fn m5_max_rdma_enabled(text: &str) {
         ]
     );
     assert_eq!(labels(bus(&buses, 3)), ["TBU405Pro"]);
-    let peer = bus(&buses, 2).peer().expect("peer Mac");
     // The reciprocal view: this peer is the RDMA-disabled Mac above.
-    assert_eq!(peer.domain_uuid, "00000004-0000-4000-8000-000000000004");
-    assert!(!peer.rdma_service, "the peer has RDMA off");
+    let other_mac = (
+        "MacBook Pro",
+        "Mac17,6",
+        "00000004-0000-4000-8000-000000000004",
+        false,
+    );
+    assert_eq!(
+        peer(bus(&buses, 2)),
+        Some(other_mac),
+        "the peer has RDMA off"
+    );
 }
 
 fn mac_mini_text_format(text: &str) {
@@ -275,20 +295,13 @@ fn mac_mini_text_format(text: &str) {
         to_studio.domain_uuid,
         "7F158861-C131-4D0D-83B6-CA50EF76C32B"
     );
-    let peer = to_studio.peer().expect("Mac Studio");
-    assert_eq!(
-        (
-            peer.name.as_str(),
-            peer.device_name.as_str(),
-            peer.domain_uuid.as_str()
-        ),
-        (
-            "Mac Studio",
-            "Mac16,9",
-            "88F10ACA-5CAA-4F5D-8361-03EED54ACB5A"
-        )
+    let studio = (
+        "Mac Studio",
+        "Mac16,9",
+        "88F10ACA-5CAA-4F5D-8361-03EED54ACB5A",
+        true,
     );
-    assert!(peer.rdma_service);
+    assert_eq!(peer(to_studio), Some(studio));
     assert!(labels(to_studio).is_empty());
     assert_eq!(buses[1].domain_uuid, "0A3248FD-13DA-4F5B-9167-7C469F35421C");
     assert!(buses[1].devices.is_empty());
@@ -309,10 +322,13 @@ fn peer_behind_hub(text: &str) {
         receptacles(&buses),
         [(Some(2), ThunderboltSpeed::Linked(80 * GBPS), None)]
     );
-    let peer = buses[0].peer().expect("peer behind the hub");
-    assert_eq!(peer.domain_uuid, "F74D8F9B-DCDF-40D4-A428-3A3674BCB3F4");
-    assert_eq!(peer.name, "MacBook Pro");
-    assert_eq!(peer.device_name, "");
+    let behind_hub = (
+        "MacBook Pro",
+        "",
+        "F74D8F9B-DCDF-40D4-A428-3A3674BCB3F4",
+        false,
+    );
+    assert_eq!(peer(&buses[0]), Some(behind_hub));
     assert_eq!(labels(&buses[0]), ["iVANKY Fusiondock Ultra"]);
 }
 

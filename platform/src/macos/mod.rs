@@ -58,6 +58,17 @@ impl MacosOutputs {
         self
     }
 
+    /// `command`'s output through `parse`; when there is none, the
+    /// reason goes into `blind_spots`.
+    fn parsed<T>(
+        &self,
+        command: HostCommand,
+        parse: fn(&str) -> T,
+        blind_spots: &mut Vec<String>,
+    ) -> Option<T> {
+        self.text(command, blind_spots).map(parse)
+    }
+
     /// The text of `command`; when there is none, the reason goes into
     /// `blind_spots`.
     fn text(&self, command: HostCommand, blind_spots: &mut Vec<String>) -> Option<&str> {
@@ -93,7 +104,7 @@ pub fn join(outputs: &MacosOutputs) -> NodeFacts {
     let mut blind_spots = Vec::new();
     let blind = &mut blind_spots;
 
-    let os_version = match outputs.text(HostCommand::SwVers, blind).map(parse_sw_vers) {
+    let os_version = match outputs.parsed(HostCommand::SwVers, parse_sw_vers, blind) {
         Some(versions) if versions.product_version.is_empty() => {
             blind.push(format!("{}: no ProductVersion line", HostCommand::SwVers));
             String::new()
@@ -101,10 +112,7 @@ pub fn join(outputs: &MacosOutputs) -> NodeFacts {
         Some(versions) => versions.product_version,
         None => String::new(),
     };
-    let model = match outputs
-        .text(HostCommand::HwModel, blind)
-        .map(parse_hw_model)
-    {
+    let model = match outputs.parsed(HostCommand::HwModel, parse_hw_model, blind) {
         Some(Some(model)) => model,
         Some(None) => {
             blind.push(format!("{}: printed no model", HostCommand::HwModel));
@@ -121,22 +129,11 @@ pub fn join(outputs: &MacosOutputs) -> NodeFacts {
                 None
             }
         });
-    let hardware_ports = outputs
-        .text(HostCommand::HardwarePorts, blind)
-        .map(parse_hardware_ports);
-    let service_order = outputs
-        .text(HostCommand::ServiceOrder, blind)
-        .map(parse_service_order);
-    let all_services = outputs
-        .text(HostCommand::AllServices, blind)
-        .map(parse_all_services);
-    let interfaces = outputs
-        .text(HostCommand::Ifconfig, blind)
-        .map(parse_ifconfig);
-    let rdma_enabled = match outputs
-        .text(HostCommand::RdmaCtl, blind)
-        .map(parse_rdma_ctl_status)
-    {
+    let hardware_ports = outputs.parsed(HostCommand::HardwarePorts, parse_hardware_ports, blind);
+    let service_order = outputs.parsed(HostCommand::ServiceOrder, parse_service_order, blind);
+    let all_services = outputs.parsed(HostCommand::AllServices, parse_all_services, blind);
+    let interfaces = outputs.parsed(HostCommand::Ifconfig, parse_ifconfig, blind);
+    let rdma_enabled = match outputs.parsed(HostCommand::RdmaCtl, parse_rdma_ctl_status, blind) {
         Some(RdmaCtlStatus::Enabled) => Some(true),
         Some(RdmaCtlStatus::Disabled) => Some(false),
         Some(RdmaCtlStatus::Unknown(text)) => {
@@ -154,12 +151,8 @@ pub fn join(outputs: &MacosOutputs) -> NodeFacts {
         service_order,
         all_services,
         interfaces,
-        listed_devices: outputs
-            .text(HostCommand::IbvDevices, blind)
-            .map(parse_ibv_devices),
-        described_devices: outputs
-            .text(HostCommand::IbvDevinfo, blind)
-            .map(parse_ibv_devinfo),
+        listed_devices: outputs.parsed(HostCommand::IbvDevices, parse_ibv_devices, blind),
+        described_devices: outputs.parsed(HostCommand::IbvDevinfo, parse_ibv_devinfo, blind),
     };
 
     NodeFacts {
@@ -442,25 +435,30 @@ mod tests {
             (HostCommand::IbvDevices, "    rdma_en1\t0000000000000001\n"),
             (HostCommand::IbvDevinfo, devinfo),
         ]));
-        let rows: Vec<(&str, u32, &str, &str)> = facts
-            .ports
-            .iter()
-            .map(|p| {
-                (
-                    p.name.as_str(),
-                    p.receptacle,
-                    p.iface.as_str(),
-                    p.rdma_device.as_str(),
-                )
-            })
-            .collect();
+        let paired = |number: u32, iface: &str| PortFact {
+            name: format!("Thunderbolt {number}"),
+            receptacle: number,
+            iface: iface.to_owned(),
+            rdma_device: format!("rdma_{iface}"),
+            usable_for_rdma: true,
+            ..PortFact::default()
+        };
+        assert_eq!(facts.ports.len(), 3);
         assert_eq!(
-            rows,
-            [
-                ("Thunderbolt 1", 1, "en1", "rdma_en1"),
-                ("Thunderbolt 2", 2, "en6", "rdma_en6"),
-                ("Thunderbolt 7", 7, "", ""),
-            ]
+            facts.ports[0],
+            paired(1, "en1"),
+            "listed by ibv_devices, not described"
+        );
+        assert_eq!(
+            facts.ports[2],
+            PortFact {
+                name: "Thunderbolt 7".into(),
+                receptacle: 7,
+                max_speed_bps: 120_000_000_000,
+                usable_for_rdma: true,
+                ..PortFact::default()
+            },
+            "no hardware port: no interface, no RDMA device"
         );
         let tb2 = &facts.ports[1];
         assert_eq!(tb2.domain_uuid, "LOCAL-2");
