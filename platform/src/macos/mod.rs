@@ -1,16 +1,538 @@
 //! macOS facts: Thunderbolt receptacles and peers (`system_profiler`),
 //! hardware ports (`networksetup`), interfaces and bridges (`ifconfig`),
 //! RDMA (`rdma_ctl`, `ibv_*`) and the OS version (`sw_vers`).
+//!
+//! [`collect`] only captures; [`join`] is the pure join of the parsed
+//! outputs: receptacle N ↔ hardware port "Thunderbolt N" ↔ `enX` ↔
+//! `rdma_enX`.
 
-use meshd_proto::facts::NodeFacts;
+pub mod ifconfig;
+pub mod networksetup;
+pub mod rdma_ctl;
+pub mod sw_vers;
+pub mod sysctl;
+pub mod system_profiler;
 
-use crate::source::Source;
+use std::collections::{BTreeMap, BTreeSet};
 
-/// PLACEHOLDER until the collector lands: reports everything as unseen.
+use meshd_proto::facts::{BridgeFact, Gid, NodeFacts, OsKind, PeerFact, PortFact, RdmaPortFact};
+
+use crate::ibv::{RdmaDevice, parse_ibv_devices, parse_ibv_devinfo};
+use crate::source::{CaptureError, HostCommand, Source};
+
+use self::ifconfig::{Interface, parse_ifconfig};
+use self::networksetup::{
+    HardwarePort, NetworkService, parse_all_services, parse_hardware_ports, parse_service_order,
+    service_for_device,
+};
+use self::rdma_ctl::{RdmaCtlStatus, parse_rdma_ctl_status};
+use self::sw_vers::parse_sw_vers;
+use self::sysctl::parse_hw_model;
+use self::system_profiler::{ThunderboltBus, parse_thunderbolt};
+
+/// This Mac's facts as read through `source`. Checks are not run here.
 pub fn collect(source: &dyn Source) -> NodeFacts {
-    let _ = source;
+    join(&MacosOutputs::capture(source))
+}
+
+/// The output of each macOS command, or why there is none.
+#[derive(Debug, Clone, Default)]
+pub struct MacosOutputs {
+    captures: BTreeMap<HostCommand, Result<String, CaptureError>>,
+}
+
+impl MacosOutputs {
+    /// Runs (or replays) every [`HostCommand::MACOS`] command.
+    pub fn capture(source: &dyn Source) -> MacosOutputs {
+        MacosOutputs {
+            captures: HostCommand::MACOS
+                .iter()
+                .map(|&command| (command, source.capture(command)))
+                .collect(),
+        }
+    }
+
+    /// The same with `command`'s output replaced.
+    pub fn with(mut self, command: HostCommand, output: Result<String, CaptureError>) -> Self {
+        self.captures.insert(command, output);
+        self
+    }
+
+    /// `command`'s output through `parse`; when there is none, the
+    /// reason goes into `blind_spots`.
+    fn parsed<T>(
+        &self,
+        command: HostCommand,
+        parse: fn(&str) -> T,
+        blind_spots: &mut Vec<String>,
+    ) -> Option<T> {
+        self.text(command, blind_spots).map(parse)
+    }
+
+    /// The text of `command`; when there is none, the reason goes into
+    /// `blind_spots`.
+    fn text(&self, command: HostCommand, blind_spots: &mut Vec<String>) -> Option<&str> {
+        match self.captures.get(&command) {
+            Some(Ok(text)) => Some(text),
+            Some(Err(error)) => {
+                blind_spots.push(error.to_string());
+                None
+            }
+            None => {
+                blind_spots.push(format!("{command}: not captured"));
+                None
+            }
+        }
+    }
+}
+
+/// Every command's output parsed; `None` where it could not be had.
+struct Parsed {
+    buses: Option<Vec<ThunderboltBus>>,
+    hardware_ports: Option<Vec<HardwarePort>>,
+    service_order: Option<Vec<NetworkService>>,
+    all_services: Option<Vec<NetworkService>>,
+    interfaces: Option<Vec<Interface>>,
+    listed_devices: Option<Vec<RdmaDevice>>,
+    described_devices: Option<Vec<RdmaDevice>>,
+}
+
+/// The node's facts from the command outputs. What an output would have
+/// told stays unknown when the output is missing or unreadable, and
+/// `blind_spots` says why, in [`HostCommand::MACOS`] order.
+pub fn join(outputs: &MacosOutputs) -> NodeFacts {
+    let mut blind_spots = Vec::new();
+    let blind = &mut blind_spots;
+
+    let os_version = match outputs.parsed(HostCommand::SwVers, parse_sw_vers, blind) {
+        Some(versions) if versions.product_version.is_empty() => {
+            blind.push(format!("{}: no ProductVersion line", HostCommand::SwVers));
+            String::new()
+        }
+        Some(versions) => versions.product_version,
+        None => String::new(),
+    };
+    let model = match outputs.parsed(HostCommand::HwModel, parse_hw_model, blind) {
+        Some(Some(model)) => model,
+        Some(None) => {
+            blind.push(format!("{}: printed no model", HostCommand::HwModel));
+            String::new()
+        }
+        None => String::new(),
+    };
+    let buses = outputs
+        .text(HostCommand::Thunderbolt, blind)
+        .and_then(|text| match parse_thunderbolt(text) {
+            Ok(buses) => Some(buses),
+            Err(error) => {
+                blind.push(format!("{}: {error}", HostCommand::Thunderbolt));
+                None
+            }
+        });
+    let hardware_ports = outputs.parsed(HostCommand::HardwarePorts, parse_hardware_ports, blind);
+    let service_order = outputs.parsed(HostCommand::ServiceOrder, parse_service_order, blind);
+    let all_services = outputs.parsed(HostCommand::AllServices, parse_all_services, blind);
+    let interfaces = outputs.parsed(HostCommand::Ifconfig, parse_ifconfig, blind);
+    let rdma_enabled = match outputs.parsed(HostCommand::RdmaCtl, parse_rdma_ctl_status, blind) {
+        Some(RdmaCtlStatus::Enabled) => Some(true),
+        Some(RdmaCtlStatus::Disabled) => Some(false),
+        Some(RdmaCtlStatus::Unknown(text)) => {
+            blind.push(format!(
+                "{}: neither enabled nor disabled: {text:?}",
+                HostCommand::RdmaCtl
+            ));
+            None
+        }
+        None => None,
+    };
+    let parsed = Parsed {
+        buses,
+        hardware_ports,
+        service_order,
+        all_services,
+        interfaces,
+        listed_devices: outputs.parsed(HostCommand::IbvDevices, parse_ibv_devices, blind),
+        described_devices: outputs.parsed(HostCommand::IbvDevinfo, parse_ibv_devinfo, blind),
+    };
+
     NodeFacts {
-        blind_spots: vec!["collector not written yet".to_owned()],
-        ..NodeFacts::default()
+        os: OsKind::Macos,
+        os_version,
+        model,
+        rdma_enabled,
+        ports: ports(&parsed, blind),
+        bridges: bridges(&parsed),
+        checks: Vec::new(),
+        blind_spots,
+        source: String::new(),
+    }
+}
+
+/// One port per Thunderbolt receptacle or "Thunderbolt N" hardware port,
+/// by number; then one per RDMA device that no such port claims (its
+/// hardware port unknown), so no RDMA device goes unreported.
+fn ports(parsed: &Parsed, blind_spots: &mut Vec<String>) -> Vec<PortFact> {
+    let mut receptacles: BTreeMap<u32, &ThunderboltBus> = BTreeMap::new();
+    for bus in parsed.buses.iter().flatten() {
+        match bus.receptacle {
+            Some(number) => {
+                receptacles.entry(number).or_insert(bus);
+            }
+            None => blind_spots.push(format!(
+                "{}: bus {:?} has no receptacle number; left out",
+                HostCommand::Thunderbolt,
+                bus.name
+            )),
+        }
+    }
+    let hardware_ports: BTreeMap<u32, &HardwarePort> = parsed
+        .hardware_ports
+        .iter()
+        .flatten()
+        .filter_map(|port| Some((port.thunderbolt_number()?, port)))
+        .collect();
+    let numbers: BTreeSet<u32> = receptacles
+        .keys()
+        .chain(hardware_ports.keys())
+        .copied()
+        .collect();
+
+    let rdma_devices = rdma_device_names(parsed);
+    let mut ports: Vec<PortFact> = numbers
+        .into_iter()
+        .map(|number| {
+            let hardware_port = hardware_ports.get(&number);
+            let mut port = PortFact {
+                name: hardware_port
+                    .map_or_else(|| format!("Thunderbolt {number}"), |port| port.name.clone()),
+                receptacle: number,
+                iface: hardware_port.map(|p| p.device.clone()).unwrap_or_default(),
+                usable_for_rdma: true,
+                ..PortFact::default()
+            };
+            if let Some(bus) = receptacles.get(&number) {
+                apply_thunderbolt(&mut port, bus);
+            }
+            let paired = format!("rdma_{}", port.iface);
+            if !port.iface.is_empty() && rdma_devices.contains(&paired) {
+                port.rdma_device = paired;
+            }
+            port
+        })
+        .collect();
+    for device in &rdma_devices {
+        if ports.iter().any(|p| &p.rdma_device == device) {
+            continue;
+        }
+        ports.push(PortFact {
+            iface: device.strip_prefix("rdma_").unwrap_or_default().to_owned(),
+            rdma_device: device.clone(),
+            usable_for_rdma: true,
+            ..PortFact::default()
+        });
+    }
+    for port in &mut ports {
+        apply_interface(port, parsed.interfaces.as_deref(), blind_spots);
+        port.rdma = rdma_port(parsed.described_devices.as_deref(), &port.rdma_device);
+    }
+    ports
+}
+
+/// Devices named by `ibv_devices` or `ibv_devinfo`, in that order.
+fn rdma_device_names(parsed: &Parsed) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    let listed = parsed.listed_devices.iter().flatten();
+    let described = parsed.described_devices.iter().flatten();
+    for device in listed.chain(described) {
+        if !names.contains(&device.name) {
+            names.push(device.name.clone());
+        }
+    }
+    names
+}
+
+fn apply_thunderbolt(port: &mut PortFact, bus: &ThunderboltBus) {
+    port.domain_uuid = bus.domain_uuid.clone();
+    port.negotiated_speed_bps = bus.speed.negotiated_bps();
+    port.max_speed_bps = bus.speed.max_bps();
+    port.peer = bus.peer().map(|peer| PeerFact {
+        domain_uuid: peer.domain_uuid.clone(),
+        model: peer.device_name.clone(),
+        name: peer.name.clone(),
+        rdma_service: peer.rdma_service,
+    });
+    let others: Vec<&str> = bus.other_devices().iter().map(|d| d.label()).collect();
+    port.other_device = (!others.is_empty()).then(|| others.join(", "));
+}
+
+fn apply_interface(
+    port: &mut PortFact,
+    interfaces: Option<&[Interface]>,
+    blind_spots: &mut Vec<String>,
+) {
+    let Some(interfaces) = interfaces else {
+        return;
+    };
+    if port.iface.is_empty() {
+        return;
+    }
+    match interfaces.iter().find(|i| i.name == port.iface) {
+        Some(interface) => {
+            port.ipv4 = interface.ipv4.clone();
+            port.iface_up = interface.active;
+        }
+        None => blind_spots.push(format!(
+            "{}: no {} stanza, so its address and status are unknown",
+            HostCommand::Ifconfig,
+            port.iface
+        )),
+    }
+}
+
+/// Port 1 of `device` as `ibv_devinfo` describes it; macOS RDMA devices
+/// have exactly one port.
+fn rdma_port(described: Option<&[RdmaDevice]>, device: &str) -> Option<RdmaPortFact> {
+    let port = described?
+        .iter()
+        .find(|d| d.name == device)?
+        .ports
+        .iter()
+        .find(|p| p.port == 1)?;
+    Some(RdmaPortFact {
+        port: port.port,
+        state: port.state,
+        active_speed_bps: port.active_speed_bps().unwrap_or(0),
+        gids: port
+            .gids
+            .iter()
+            .map(|&(index, address)| Gid { index, address })
+            .collect(),
+    })
+}
+
+/// Every bridge interface with the network service found by its device
+/// (users rename services); the service's enabled state from the
+/// all-services list, else from the order's `(*)` mark.
+fn bridges(parsed: &Parsed) -> Vec<BridgeFact> {
+    parsed
+        .interfaces
+        .iter()
+        .flatten()
+        .filter(|i| i.is_bridge())
+        .map(|bridge| {
+            let service = parsed
+                .service_order
+                .as_deref()
+                .and_then(|order| service_for_device(order, &bridge.name));
+            let service_enabled = service.map(|service| {
+                parsed
+                    .all_services
+                    .iter()
+                    .flatten()
+                    .find(|listed| listed.name == service.name)
+                    .map_or(service.enabled, |listed| listed.enabled)
+            });
+            BridgeFact {
+                name: bridge.name.clone(),
+                active: bridge.forwarding(),
+                members: bridge.members.clone(),
+                service: service.map(|s| s.name.clone()),
+                service_enabled,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meshd_proto::domain::RdmaPortState;
+
+    fn outputs(texts: &[(HostCommand, &str)]) -> MacosOutputs {
+        texts
+            .iter()
+            .fold(MacosOutputs::default(), |outputs, (command, text)| {
+                outputs.with(*command, Ok((*text).to_owned()))
+            })
+    }
+
+    const HARDWARE_PORTS: &str = "Hardware Port: Thunderbolt 2\nDevice: en6\n\n\
+                                  Hardware Port: Thunderbolt 1\nDevice: en1\n";
+
+    #[test]
+    fn failures_and_unreadable_outputs_are_named_and_leave_facts_unknown() {
+        let facts = join(
+            &outputs(&[
+                (HostCommand::SwVers, "ProductName:\tmacOS\n"),
+                (HostCommand::HwModel, "\n"),
+                (HostCommand::Thunderbolt, "{\"SPThunderboltDataType\": "),
+                (HostCommand::RdmaCtl, "Operation not permitted\n"),
+            ])
+            .with(
+                HostCommand::IbvDevinfo,
+                Err(CaptureError::Run(
+                    "ibv_devinfo -v did not finish within 5s; killed".into(),
+                )),
+            )
+            .with(
+                HostCommand::Ifconfig,
+                Err(CaptureError::Failed {
+                    command: "ifconfig -a".into(),
+                    status: "exit status: 1".into(),
+                    stderr: "ifconfig: ioctl: bad file descriptor".into(),
+                }),
+            ),
+        );
+        assert_eq!(
+            (
+                facts.os_version.as_str(),
+                facts.model.as_str(),
+                facts.rdma_enabled
+            ),
+            ("", "", None)
+        );
+        assert!(facts.ports.is_empty() && facts.bridges.is_empty());
+        let blind: Vec<&str> = facts.blind_spots.iter().map(String::as_str).collect();
+        assert_eq!(blind.len(), 10, "{blind:#?}");
+        assert_eq!(blind[0], "sw_vers: no ProductVersion line");
+        assert_eq!(blind[1], "sysctl -n hw.model: printed no model");
+        assert!(
+            blind[2].starts_with("system_profiler SPThunderboltDataType -json: not JSON: "),
+            "{}",
+            blind[2]
+        );
+        assert_eq!(blind[3], "networksetup -listallhardwareports: not captured");
+        assert_eq!(
+            blind[6],
+            "ifconfig -a failed (exit status: 1): ifconfig: ioctl: bad file descriptor"
+        );
+        assert_eq!(
+            blind[7],
+            "rdma_ctl status: neither enabled nor disabled: \"Operation not permitted\""
+        );
+        assert_eq!(blind[9], "ibv_devinfo -v did not finish within 5s; killed");
+    }
+
+    #[test]
+    fn ports_join_receptacle_hardware_port_interface_and_rdma_device() {
+        let profiler = r#"{"SPThunderboltDataType": [
+            {"domain_uuid_key": "LOCAL-2",
+             "receptacle_1_tag": {"receptacle_id_key": "2", "current_speed_key": "80 Gb/s"},
+             "_items": [{"_name": "Hub", "_items": [{"_name": "Mac", "device_name_key": "Mac16,9",
+                         "domain_uuid_key": "PEER"}]}]},
+            {"receptacle_1_tag": {"receptacle_id_key": "7", "current_speed_key": "Up to 120 Gb/s"}}
+        ]}"#;
+        let ifconfig = "en6: flags=8863<UP,RUNNING> mtu 1500\n\
+                        \tinet 10.0.12.1 netmask 0xfffffffc broadcast 10.0.12.3\n\
+                        \tstatus: active\n";
+        let devinfo = "hca_id:\trdma_en6\n\t\tport:\t1\n\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n\
+                       \t\t\tactive_width:\t\t8X (4)\n\t\t\tactive_speed:\t\t10.0 Gbps (4)\n\
+                       \t\t\tGID[  1]:\t\t::ffff:10.0.12.1\n";
+        let facts = join(&outputs(&[
+            (HostCommand::Thunderbolt, profiler),
+            (HostCommand::HardwarePorts, HARDWARE_PORTS),
+            (HostCommand::Ifconfig, ifconfig),
+            (HostCommand::IbvDevices, "    rdma_en1\t0000000000000001\n"),
+            (HostCommand::IbvDevinfo, devinfo),
+        ]));
+        let paired = |number: u32, iface: &str| PortFact {
+            name: format!("Thunderbolt {number}"),
+            receptacle: number,
+            iface: iface.to_owned(),
+            rdma_device: format!("rdma_{iface}"),
+            usable_for_rdma: true,
+            ..PortFact::default()
+        };
+        assert_eq!(facts.ports.len(), 3);
+        assert_eq!(
+            facts.ports[0],
+            paired(1, "en1"),
+            "listed by ibv_devices, not described"
+        );
+        assert_eq!(
+            facts.ports[2],
+            PortFact {
+                name: "Thunderbolt 7".into(),
+                receptacle: 7,
+                max_speed_bps: 120_000_000_000,
+                usable_for_rdma: true,
+                ..PortFact::default()
+            },
+            "no hardware port: no interface, no RDMA device"
+        );
+        let tb2 = &facts.ports[1];
+        assert_eq!(tb2.domain_uuid, "LOCAL-2");
+        assert_eq!(tb2.other_device.as_deref(), Some("Hub"));
+        let peer = tb2.peer.as_ref().expect("peer behind the hub");
+        assert_eq!(
+            (peer.domain_uuid.as_str(), peer.model.as_str()),
+            ("PEER", "Mac16,9")
+        );
+        assert_eq!(tb2.ipv4[0].to_string(), "10.0.12.1/30");
+        assert_eq!(tb2.iface_up, Some(true));
+        let rdma = tb2.rdma.as_ref().expect("rdma port");
+        assert_eq!(
+            (rdma.state, rdma.active_speed_bps),
+            (RdmaPortState::Active, 80_000_000_000)
+        );
+        assert_eq!(rdma.gid(1), Some("::ffff:10.0.12.1".parse().expect("v6")));
+        assert_eq!(
+            facts.ports[0].rdma, None,
+            "rdma_en1 is listed but not described"
+        );
+        assert_eq!(
+            facts.blind_spots.last().map(String::as_str),
+            Some("ifconfig -a: no en1 stanza, so its address and status are unknown")
+        );
+    }
+
+    #[test]
+    fn bridge_service_is_found_by_device_and_the_service_list_decides_enabled() {
+        let ifconfig = "bridge0: flags=8863<UP,RUNNING> mtu 1500\n\tmember: en2 flags=3<>\n\
+                        \tstatus: inactive\n";
+        let order = "(1) Mesh\n(Hardware Port: Thunderbolt Bridge, Device: bridge0)\n";
+        let with_list = |list: &str| {
+            join(&outputs(&[
+                (HostCommand::Ifconfig, ifconfig),
+                (HostCommand::ServiceOrder, order),
+                (HostCommand::AllServices, list),
+            ]))
+            .bridges
+        };
+        let disabled =
+            with_list("An asterisk (*) denotes that a network service is disabled.\n*Mesh\n");
+        assert_eq!(
+            disabled,
+            [BridgeFact {
+                name: "bridge0".into(),
+                active: false,
+                members: vec!["en2".into()],
+                service: Some("Mesh".into()),
+                service_enabled: Some(false),
+            }]
+        );
+        let unlisted = with_list("Wi-Fi\n");
+        assert_eq!(
+            unlisted[0].service_enabled,
+            Some(true),
+            "the order's own mark"
+        );
+    }
+
+    #[test]
+    fn mac_model_and_version_are_read() {
+        let facts = join(&outputs(&[
+            (HostCommand::SwVers, "ProductVersion:\t\t26.2\n"),
+            (HostCommand::HwModel, "Mac16,9\n"),
+            (HostCommand::RdmaCtl, "disabled\n"),
+        ]));
+        assert_eq!(
+            (
+                facts.os_version.as_str(),
+                facts.model.as_str(),
+                facts.rdma_enabled
+            ),
+            ("26.2", "Mac16,9", Some(false))
+        );
     }
 }

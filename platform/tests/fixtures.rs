@@ -1,0 +1,661 @@
+//! Every macOS command output in ../shared/fixtures/macos is parsed by its
+//! parser, and the facts it holds (SOURCES.md) are asserted.
+
+use std::net::Ipv6Addr;
+
+use meshd_platform::ibv::{RdmaDevice, parse_ibv_devices, parse_ibv_devinfo};
+use meshd_platform::macos::ifconfig::{Interface, parse_ifconfig};
+use meshd_platform::macos::networksetup::{
+    parse_all_services, parse_hardware_ports, parse_service_order, service_for_device,
+};
+use meshd_platform::macos::rdma_ctl::{RdmaCtlStatus, parse_rdma_ctl_status};
+use meshd_platform::macos::sw_vers::parse_sw_vers;
+use meshd_platform::macos::system_profiler::{
+    ThunderboltBus, ThunderboltSpeed, parse_thunderbolt, parse_thunderbolt_json,
+    parse_thunderbolt_text,
+};
+use meshd_proto::domain::RdmaPortState;
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/macos");
+
+/// Files in the fixture directory that are not the output of a command
+/// the platform layer runs.
+const NOT_PLATFORM_OUTPUTS: &[&str] = &[
+    "SOURCES.md",
+    "hostfile_jaccl_4node.json",
+    "hostfile_ring_4node.json",
+    "jaccl_error_lines_seen_in_reports.txt",
+    "mlx_distributed_config_auto_no_mesh_no_ring_stderr.txt",
+    "mlx_distributed_config_incomplete_mesh_stderr.txt",
+    "mlx_distributed_config_rdma_not_enabled_stderr.txt",
+    "mlx_ibv_devices_matrix_2node_from_exo_log.json",
+];
+
+type Check = fn(&str);
+
+const CASES: &[(&str, Check)] = &[
+    (
+        "system_profiler_SPThunderboltDataType_MacStudio-M3Ultra_one-TB5-peer_plus-USB4-drive.json",
+        studio_m3_ultra,
+    ),
+    (
+        "system_profiler_SPThunderboltDataType_MacBookPro-M5Max_macOS27_peer-plus-TB5-dock_RDMA-disabled_sanitized.json",
+        m5_max_rdma_disabled,
+    ),
+    (
+        "system_profiler_SPThunderboltDataType_MacBookPro-M5Max_macOS27_peer-plus-TB3-dock_RDMA-enabled_sanitized.json",
+        m5_max_rdma_enabled,
+    ),
+    (
+        "system_profiler_SPThunderboltDataType_MacMini-TB5_text-format_peer-MacStudio-M4Max_excerpt.txt",
+        mac_mini_text_format,
+    ),
+    (
+        "system_profiler_SPThunderboltDataType_MacBookPro_TB4-40G-port-idle_excerpt.json",
+        tb4_idle_port,
+    ),
+    (
+        "system_profiler_SPThunderboltDataType_peer-behind-TB-hub_excerpt.json",
+        peer_behind_hub,
+    ),
+    (
+        "networksetup_listallhardwareports_MacBookPro-M5Max_macOS27_sanitized.txt",
+        hardware_ports_m5_max,
+    ),
+    (
+        "networksetup_listallnetworkservices_bridge_enabled.txt",
+        all_services_bridge_enabled,
+    ),
+    (
+        "networksetup_listallnetworkservices_bridge_disabled.txt",
+        all_services_bridge_disabled,
+    ),
+    ("networksetup_listnetworkserviceorder.txt", service_order),
+    (
+        "ifconfig_a_IntelMac_bridge0-inactive_plus-bridge100-vmnet.txt",
+        ifconfig_a_intel_mac,
+    ),
+    (
+        "ifconfig_bridge0_active_TN3205_excerpt.txt",
+        bridge0_active_tn3205,
+    ),
+    (
+        "ifconfig_bridge0_inactive_4members_IntelMac.txt",
+        bridge0_inactive_intel_mac,
+    ),
+    (
+        "ifconfig_en1_TB-port_bridge-member_no-ip_AppleSilicon.txt",
+        en1_bridge_member_no_ip,
+    ),
+    (
+        "ifconfig_en2_with_ip_169.254_TN3205.txt",
+        en2_link_local_tn3205,
+    ),
+    (
+        "ibv_devices_MacMini-M4Pro_3ports_TN3205.txt",
+        ibv_devices_mac_mini,
+    ),
+    (
+        "ibv_devices_MacBookPro-M5Max_macOS27_sanitized.txt",
+        ibv_devices_m5_max,
+    ),
+    ("ibv_devices_rdma_disabled.txt", ibv_devices_header_only),
+    (
+        "ibv_devinfo_MacBookPro-M5Max_macOS27_all-PORT_DOWN_sanitized.txt",
+        devinfo_all_down,
+    ),
+    (
+        "ibv_devinfo_MacMini-M4Pro_all-PORT_ACTIVE_TN3205_excerpt.txt",
+        devinfo_all_active,
+    ),
+    (
+        "ibv_devinfo_v_grep_state-width-speed_TB4-Mac_macOS27.2.txt",
+        devinfo_grep_tb4,
+    ),
+    (
+        "ibv_devinfo_v_rdma_en2_GID-table_TN3205_excerpt.txt",
+        devinfo_gid_table,
+    ),
+    ("rdma_ctl_status_enabled.txt", rdma_ctl_enabled),
+    ("sw_vers_macOS26.5.txt", sw_vers_26_5),
+];
+
+#[test]
+fn every_command_output_fixture_has_its_facts_asserted() {
+    let mut unchecked = Vec::new();
+    for entry in std::fs::read_dir(FIXTURES).expect("fixture directory") {
+        let name = entry
+            .expect("entry")
+            .file_name()
+            .to_string_lossy()
+            .into_owned();
+        if NOT_PLATFORM_OUTPUTS.contains(&name.as_str()) {
+            continue;
+        }
+        match CASES.iter().find(|(file, _)| *file == name) {
+            Some((_, check)) => check(&read(&name)),
+            None => unchecked.push(name),
+        }
+    }
+    assert!(
+        unchecked.is_empty(),
+        "fixtures without asserted facts: {unchecked:?}"
+    );
+    for (file, _) in CASES {
+        assert!(
+            std::path::Path::new(FIXTURES).join(file).is_file(),
+            "{file} is listed but missing"
+        );
+    }
+}
+
+fn read(name: &str) -> String {
+    std::fs::read_to_string(format!("{FIXTURES}/{name}")).expect("fixture")
+}
+
+const GBPS: u64 = 1_000_000_000;
+
+/// (receptacle, speed, connected) of each bus, in output order.
+fn receptacles(buses: &[ThunderboltBus]) -> Vec<(Option<u32>, ThunderboltSpeed, Option<bool>)> {
+    buses
+        .iter()
+        .map(|b| (b.receptacle, b.speed, b.connected))
+        .collect()
+}
+
+fn bus(buses: &[ThunderboltBus], receptacle: u32) -> &ThunderboltBus {
+    buses
+        .iter()
+        .find(|b| b.receptacle == Some(receptacle))
+        .expect("receptacle present")
+}
+
+/// (name, device name, domain UUID, RDMA service) of the bus's peer Mac.
+fn peer(bus: &ThunderboltBus) -> Option<(&str, &str, &str, bool)> {
+    bus.peer().map(|p| {
+        (
+            p.name.as_str(),
+            p.device_name.as_str(),
+            p.domain_uuid.as_str(),
+            p.rdma_service,
+        )
+    })
+}
+
+fn labels(bus: &ThunderboltBus) -> Vec<&str> {
+    bus.other_devices().iter().map(|d| d.label()).collect()
+}
+
+fn studio_m3_ultra(text: &str) {
+    let buses = parse_thunderbolt_json(text).expect("json");
+    let idle = ThunderboltSpeed::UpTo(120 * GBPS);
+    let linked = ThunderboltSpeed::Linked(80 * GBPS);
+    assert_eq!(
+        receptacles(&buses),
+        [
+            (Some(6), idle, Some(false)),
+            (Some(5), idle, Some(false)),
+            (Some(4), linked, Some(true)),
+            (Some(3), idle, Some(false)),
+            (Some(2), linked, Some(true)),
+            (Some(1), idle, Some(false)),
+        ]
+    );
+    let to_macbook = bus(&buses, 2);
+    assert_eq!(to_macbook.name, "thunderboltusb4_bus_1");
+    assert_eq!(
+        to_macbook.domain_uuid,
+        "28CA4C30-A263-4C55-B302-953416D0B209"
+    );
+    let macbook = (
+        "MacBook Pro",
+        "Mac17,7",
+        "817DCFA4-B481-4100-80FC-91C7AA969F0B",
+        true,
+    );
+    assert_eq!(peer(to_macbook), Some(macbook));
+    assert!(labels(to_macbook).is_empty());
+    let to_drive = bus(&buses, 4);
+    assert_eq!(peer(to_drive), None, "a drive is not a peer");
+    assert_eq!(labels(to_drive), ["Envoy Ultra"]);
+    assert_eq!(to_drive.devices[0].vendor, "Other World Computing");
+    for idle_port in [1, 3, 5, 6] {
+        assert!(bus(&buses, idle_port).devices.is_empty());
+    }
+}
+
+fn m5_max_rdma_disabled(text: &str) {
+    let buses = parse_thunderbolt_json(text).expect("json");
+    assert_eq!(
+        receptacles(&buses),
+        [
+            (Some(3), ThunderboltSpeed::Linked(80 * GBPS), Some(true)),
+            (Some(2), ThunderboltSpeed::Linked(80 * GBPS), Some(true)),
+            (Some(1), ThunderboltSpeed::UpTo(120 * GBPS), Some(false)),
+        ]
+    );
+    let dock = bus(&buses, 3);
+    assert_eq!(peer(dock), None);
+    assert_eq!(labels(dock), ["SB-XTM5"]);
+    let other_mac = (
+        "MacBook Pro",
+        "Mac17,6",
+        "00000003-0000-4000-8000-000000000003",
+        true,
+    );
+    assert_eq!(
+        peer(bus(&buses, 2)),
+        Some(other_mac),
+        "the peer has RDMA on"
+    );
+    assert_eq!(
+        bus(&buses, 2).domain_uuid,
+        "00000004-0000-4000-8000-000000000004"
+    );
+}
+
+fn m5_max_rdma_enabled(text: &str) {
+    let buses = parse_thunderbolt_json(text).expect("json");
+    assert_eq!(
+        receptacles(&buses),
+        [
+            (Some(3), ThunderboltSpeed::Linked(40 * GBPS), Some(true)),
+            (Some(2), ThunderboltSpeed::Linked(80 * GBPS), Some(true)),
+            (Some(1), ThunderboltSpeed::UpTo(120 * GBPS), Some(false)),
+        ]
+    );
+    assert_eq!(labels(bus(&buses, 3)), ["TBU405Pro"]);
+    // The reciprocal view: this peer is the RDMA-disabled Mac above.
+    let other_mac = (
+        "MacBook Pro",
+        "Mac17,6",
+        "00000004-0000-4000-8000-000000000004",
+        false,
+    );
+    assert_eq!(
+        peer(bus(&buses, 2)),
+        Some(other_mac),
+        "the peer has RDMA off"
+    );
+}
+
+fn mac_mini_text_format(text: &str) {
+    let buses = parse_thunderbolt_text(text);
+    assert_eq!(parse_thunderbolt(text), Ok(buses.clone()));
+    assert_eq!(
+        receptacles(&buses),
+        [
+            (Some(3), ThunderboltSpeed::Linked(80 * GBPS), Some(true)),
+            (None, ThunderboltSpeed::Unknown, None),
+        ]
+    );
+    let to_studio = &buses[0];
+    assert_eq!(to_studio.name, "Thunderbolt/USB4 Bus 2");
+    assert_eq!(
+        to_studio.domain_uuid,
+        "7F158861-C131-4D0D-83B6-CA50EF76C32B"
+    );
+    let studio = (
+        "Mac Studio",
+        "Mac16,9",
+        "88F10ACA-5CAA-4F5D-8361-03EED54ACB5A",
+        true,
+    );
+    assert_eq!(peer(to_studio), Some(studio));
+    assert!(labels(to_studio).is_empty());
+    assert_eq!(buses[1].domain_uuid, "0A3248FD-13DA-4F5B-9167-7C469F35421C");
+    assert!(buses[1].devices.is_empty());
+}
+
+fn tb4_idle_port(text: &str) {
+    let buses = parse_thunderbolt(text).expect("json");
+    assert_eq!(
+        receptacles(&buses),
+        [(Some(3), ThunderboltSpeed::UpTo(40 * GBPS), Some(false))]
+    );
+    assert_eq!(buses[0].domain_uuid, "5693EDBE-82A0-4A7D-ADD4-E861D14CBE36");
+}
+
+fn peer_behind_hub(text: &str) {
+    let buses = parse_thunderbolt_json(text).expect("json");
+    assert_eq!(
+        receptacles(&buses),
+        [(Some(2), ThunderboltSpeed::Linked(80 * GBPS), None)]
+    );
+    let behind_hub = (
+        "MacBook Pro",
+        "",
+        "F74D8F9B-DCDF-40D4-A428-3A3674BCB3F4",
+        false,
+    );
+    assert_eq!(peer(&buses[0]), Some(behind_hub));
+    assert_eq!(labels(&buses[0]), ["iVANKY Fusiondock Ultra"]);
+}
+
+fn hardware_ports_m5_max(text: &str) {
+    let ports = parse_hardware_ports(text);
+    let pairs: Vec<(&str, &str, Option<u32>)> = ports
+        .iter()
+        .map(|p| (p.name.as_str(), p.device.as_str(), p.thunderbolt_number()))
+        .collect();
+    assert_eq!(
+        pairs,
+        [
+            ("Ethernet Adapter (en3)", "en3", None),
+            ("Thunderbolt Bridge", "bridge0", None),
+            ("Wi-Fi", "en0", None),
+            ("Thunderbolt 1", "en1", Some(1)),
+            ("Thunderbolt 2", "en6", Some(2)),
+            ("Thunderbolt 3", "en2", Some(3)),
+        ]
+    );
+    assert_eq!(ports[4].ethernet_address, "02:00:00:00:00:02");
+}
+
+fn enabled_names(text: &str) -> Vec<(String, bool)> {
+    parse_all_services(text)
+        .into_iter()
+        .map(|s| (s.name, s.enabled))
+        .collect()
+}
+
+fn all_services_bridge_enabled(text: &str) {
+    let services = enabled_names(text);
+    assert_eq!(services.len(), 7);
+    assert!(services.iter().all(|(_, enabled)| *enabled));
+    assert!(services.contains(&("Thunderbolt Bridge".into(), true)));
+    assert_eq!(services[0].0, "Thunderbolt Ethernet");
+}
+
+fn all_services_bridge_disabled(text: &str) {
+    assert_eq!(
+        enabled_names(text),
+        [
+            ("Ethernet 1".into(), true),
+            ("Ethernet 2".into(), true),
+            ("Wi-Fi".into(), false),
+            ("Bluetooth PAN".into(), false),
+            ("Thunderbolt Bridge".into(), false),
+        ]
+    );
+}
+
+fn service_order(text: &str) {
+    let services = parse_service_order(text);
+    assert_eq!(services.len(), 6);
+    assert!(services.iter().all(|s| s.enabled));
+    let bridge = service_for_device(&services, "bridge0").expect("bridge0");
+    assert_eq!(bridge.name, "Thunderbolt Bridge");
+    assert_eq!(bridge.hardware_port.as_deref(), Some("Thunderbolt Bridge"));
+    let lan2 = service_for_device(&services, "en11").expect("en11");
+    assert_eq!(lan2.name, "USB 10/100/1000 LAN 2");
+    assert_eq!(lan2.hardware_port.as_deref(), Some("USB 10/100/1000 LAN"));
+}
+
+fn interface<'a>(interfaces: &'a [Interface], name: &str) -> &'a Interface {
+    interfaces
+        .iter()
+        .find(|i| i.name == name)
+        .expect("interface present")
+}
+
+fn members(interface: &Interface) -> Vec<&str> {
+    interface.members.iter().map(String::as_str).collect()
+}
+
+fn ifconfig_a_intel_mac(text: &str) {
+    let interfaces = parse_ifconfig(text);
+    let names: Vec<&str> = interfaces.iter().map(|i| i.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "lo0",
+            "gif0",
+            "stf0",
+            "en0",
+            "en1",
+            "en3",
+            "en2",
+            "en4",
+            "bridge0",
+            "p2p0",
+            "awdl0",
+            "utun0",
+            "en10",
+            "bridge100",
+            "utun1",
+            "en5",
+            "en8"
+        ]
+    );
+    let lo0 = interface(&interfaces, "lo0");
+    assert_eq!(lo0.ipv4[0].to_string(), "127.0.0.1/8");
+    assert_eq!(
+        lo0.ipv6,
+        [
+            "::1".parse::<Ipv6Addr>().expect("v6"),
+            "fe80::1".parse().expect("v6")
+        ]
+    );
+    assert_eq!(lo0.mtu, Some(16384));
+    for tb in ["en1", "en2", "en3", "en4"] {
+        let port = interface(&interfaces, tb);
+        assert!(port.has_flag("PROMISC") && port.has_flag("UP"), "{tb}");
+        assert_eq!(port.active, Some(false), "{tb}");
+        assert!(port.ipv4.is_empty(), "{tb}");
+    }
+    let bridge0 = interface(&interfaces, "bridge0");
+    assert!(bridge0.is_bridge());
+    assert_eq!(members(bridge0), ["en1", "en2", "en3", "en4"]);
+    assert_eq!(bridge0.active, Some(false));
+    assert!(
+        !bridge0.forwarding(),
+        "status: inactive wins over UP,RUNNING"
+    );
+    let bridge100 = interface(&interfaces, "bridge100");
+    assert_eq!(members(bridge100), ["en10"]);
+    assert_eq!(bridge100.ipv4[0].to_string(), "192.168.64.1/24");
+    assert!(bridge100.forwarding());
+    let bridges: Vec<&str> = interfaces
+        .iter()
+        .filter(|i| i.is_bridge())
+        .map(|i| i.name.as_str())
+        .collect();
+    assert_eq!(bridges, ["bridge0", "bridge100"]);
+    assert_eq!(interface(&interfaces, "en8").active, Some(true));
+    assert_eq!(
+        interface(&interfaces, "gif0").flags,
+        ["POINTOPOINT", "MULTICAST"]
+    );
+    assert!(interface(&interfaces, "stf0").flags.is_empty());
+}
+
+fn bridge0_active_tn3205(text: &str) {
+    let interfaces = parse_ifconfig(text);
+    assert_eq!(interfaces.len(), 1);
+    assert_eq!(members(&interfaces[0]), ["en2", "en3", "en4"]);
+    assert_eq!(interfaces[0].active, Some(true));
+    assert!(interfaces[0].is_bridge() && interfaces[0].forwarding());
+}
+
+fn bridge0_inactive_intel_mac(text: &str) {
+    let interfaces = parse_ifconfig(text);
+    assert_eq!(interfaces.len(), 1);
+    assert_eq!(members(&interfaces[0]), ["en1", "en2", "en3", "en4"]);
+    assert!(interfaces[0].bridge_configuration);
+    assert!(!interfaces[0].forwarding());
+}
+
+fn en1_bridge_member_no_ip(text: &str) {
+    let interfaces = parse_ifconfig(text);
+    assert_eq!(interfaces.len(), 1);
+    let en1 = &interfaces[0];
+    assert_eq!(en1.name, "en1");
+    assert!(!en1.is_bridge(), "a member port alone is not a bridge");
+    assert!(en1.ipv4.is_empty() && en1.ipv6.is_empty());
+    assert_eq!(en1.active, Some(false));
+}
+
+fn en2_link_local_tn3205(text: &str) {
+    let interfaces = parse_ifconfig(text);
+    assert_eq!(interfaces.len(), 1);
+    let en2 = &interfaces[0];
+    assert_eq!(en2.ipv4.len(), 1);
+    assert_eq!(en2.ipv4[0].to_string(), "169.254.205.255/16");
+    assert_eq!(
+        en2.ipv6,
+        ["fe80::1021:1bac:fe1:b5e3".parse::<Ipv6Addr>().expect("v6")]
+    );
+    assert_eq!(en2.active, Some(true));
+}
+
+fn names_and_guids(devices: &[RdmaDevice]) -> Vec<(&str, &str)> {
+    devices
+        .iter()
+        .map(|d| (d.name.as_str(), d.node_guid.as_str()))
+        .collect()
+}
+
+fn ibv_devices_mac_mini(text: &str) {
+    assert_eq!(
+        names_and_guids(&parse_ibv_devices(text)),
+        [
+            ("rdma_en2", "e0c5797d9c8fac05"),
+            ("rdma_en3", "e1c5797d9c8fac05"),
+            ("rdma_en4", "e2c5797d9c8fac05"),
+        ]
+    );
+}
+
+fn ibv_devices_m5_max(text: &str) {
+    assert_eq!(
+        names_and_guids(&parse_ibv_devices(text)),
+        [
+            ("rdma_en1", "0000000000000001"),
+            ("rdma_en6", "0000000000000002"),
+            ("rdma_en2", "0000000000000003"),
+        ]
+    );
+}
+
+fn ibv_devices_header_only(text: &str) {
+    assert!(parse_ibv_devices(text).is_empty());
+}
+
+/// (device, port, state, width, lane speed) of every port.
+type PortRow<'a> = (&'a str, u32, RdmaPortState, Option<u32>, Option<u64>);
+
+fn port_rows(devices: &[RdmaDevice]) -> Vec<PortRow<'_>> {
+    devices
+        .iter()
+        .flat_map(|d| {
+            d.ports.iter().map(move |p| {
+                (
+                    d.name.as_str(),
+                    p.port,
+                    p.state,
+                    p.active_width_lanes,
+                    p.active_lane_speed_bps,
+                )
+            })
+        })
+        .collect()
+}
+
+fn devinfo_all_down(text: &str) {
+    let devices = parse_ibv_devinfo(text);
+    assert_eq!(
+        port_rows(&devices),
+        [
+            ("rdma_en1", 1, RdmaPortState::Down, None, None),
+            ("rdma_en6", 1, RdmaPortState::Down, None, None),
+            ("rdma_en2", 1, RdmaPortState::Down, None, None),
+        ]
+    );
+    assert_eq!(
+        names_and_guids(&devices),
+        [
+            ("rdma_en1", "0000000000000002"),
+            ("rdma_en6", "0000000000000003"),
+            ("rdma_en2", "0000000000000004"),
+        ]
+    );
+    for device in &devices {
+        assert_eq!(device.transport, "Thunderbolt (100)");
+        assert_eq!(device.ports[0].link_layer, "Thunderbolt");
+        assert!(device.ports[0].gids.is_empty());
+    }
+}
+
+fn devinfo_all_active(text: &str) {
+    let devices = parse_ibv_devinfo(text);
+    assert_eq!(
+        port_rows(&devices),
+        [
+            ("rdma_en2", 1, RdmaPortState::Active, None, None),
+            ("rdma_en3", 1, RdmaPortState::Active, None, None),
+            ("rdma_en4", 1, RdmaPortState::Active, None, None),
+        ]
+    );
+    assert!(devices.iter().all(|d| d.transport == "Thunderbolt (100)"));
+}
+
+fn devinfo_grep_tb4(text: &str) {
+    let devices = parse_ibv_devinfo(text);
+    let eight = Some(8);
+    let ten_gbps = Some(10 * GBPS);
+    assert_eq!(
+        port_rows(&devices),
+        [
+            ("rdma_en2", 1, RdmaPortState::Down, eight, ten_gbps),
+            ("rdma_en3", 1, RdmaPortState::Down, eight, ten_gbps),
+            ("rdma_en4", 1, RdmaPortState::Active, Some(4), ten_gbps),
+        ]
+    );
+    assert_eq!(devices[2].ports[0].active_speed_bps(), Some(40 * GBPS));
+    assert_eq!(devices[0].ports[0].active_speed_bps(), Some(80 * GBPS));
+}
+
+fn devinfo_gid_table(text: &str) {
+    let devices = parse_ibv_devinfo(text);
+    assert_eq!(
+        port_rows(&devices),
+        [(
+            "rdma_en2",
+            1,
+            RdmaPortState::Active,
+            Some(8),
+            Some(10 * GBPS)
+        )]
+    );
+    assert_eq!(devices[0].transport, "Thunderbolt (100)");
+    assert_eq!(
+        devices[0].node_guid, "90933a232588ac05",
+        "GUID reflowed onto the next line"
+    );
+    let v6 = |s: &str| s.parse::<Ipv6Addr>().expect("v6");
+    assert_eq!(
+        devices[0].ports[0].gids,
+        [
+            (0, v6("fe80::344d:4ff:feea:4e40")),
+            (1, v6("::ffff:169.254.205.255")),
+            (2, v6("fe80::1021:1bac:fe1:b5e3")),
+        ]
+    );
+}
+
+fn rdma_ctl_enabled(text: &str) {
+    assert_eq!(parse_rdma_ctl_status(text), RdmaCtlStatus::Enabled);
+}
+
+fn sw_vers_26_5(text: &str) {
+    let versions = parse_sw_vers(text);
+    assert_eq!(
+        (
+            versions.product_name.as_str(),
+            versions.product_version.as_str(),
+            versions.build_version.as_str()
+        ),
+        ("macOS", "26.5", "25F71")
+    );
+}

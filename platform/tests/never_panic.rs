@@ -1,0 +1,183 @@
+//! No parser panics on any input: arbitrary text, text made of the
+//! characters these formats are built from, every fixture mutated, and
+//! arbitrary JSON shaped like `system_profiler`'s. The join over all of
+//! them does not either.
+
+use std::sync::OnceLock;
+
+use meshd_platform::ibv::{parse_ibv_devices, parse_ibv_devinfo};
+use meshd_platform::macos::ifconfig::parse_ifconfig;
+use meshd_platform::macos::networksetup::{
+    parse_all_services, parse_hardware_ports, parse_service_order,
+};
+use meshd_platform::macos::rdma_ctl::parse_rdma_ctl_status;
+use meshd_platform::macos::sw_vers::parse_sw_vers;
+use meshd_platform::macos::sysctl::parse_hw_model;
+use meshd_platform::macos::system_profiler::{
+    ThunderboltSpeed, parse_thunderbolt, parse_thunderbolt_json, parse_thunderbolt_text,
+};
+use meshd_platform::macos::{MacosOutputs, join};
+use meshd_platform::source::HostCommand;
+use proptest::prelude::*;
+use serde_json::Value;
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/macos");
+
+fn every_parser(text: &str) {
+    let _ = parse_ibv_devices(text);
+    let _ = parse_ibv_devinfo(text);
+    let _ = parse_ifconfig(text);
+    let _ = parse_all_services(text);
+    let _ = parse_hardware_ports(text);
+    let _ = parse_service_order(text);
+    let _ = parse_rdma_ctl_status(text);
+    let _ = parse_sw_vers(text);
+    let _ = parse_hw_model(text);
+    let _ = ThunderboltSpeed::parse(text);
+    let _ = parse_thunderbolt(text);
+    let _ = parse_thunderbolt_json(text);
+    let _ = parse_thunderbolt_text(text);
+}
+
+fn fixtures() -> &'static [String] {
+    static TEXTS: OnceLock<Vec<String>> = OnceLock::new();
+    TEXTS.get_or_init(|| {
+        let mut texts: Vec<String> = std::fs::read_dir(FIXTURES)
+            .expect("fixture directory")
+            .map(|entry| std::fs::read_to_string(entry.expect("entry").path()).expect("text"))
+            .collect();
+        texts.sort();
+        texts
+    })
+}
+
+/// The characters the formats are made of, so that random text often
+/// forms keys, headings, stanzas and numbers.
+const FORMAT_CHARS: &str = "[ \t\n:()\\[\\]{}\",.*<>=%/0-9a-fA-FxXGbps_-]{0,400}";
+
+/// `edits` applied to `text`: at each position (taken modulo the length
+/// and moved back to a character boundary) cut up to `cut` bytes and insert
+/// a snippet.
+fn mutated(text: &str, edits: &[(usize, usize, String)]) -> String {
+    let mut text = text.to_owned();
+    for (at, cut, insert) in edits {
+        let mut start = at % (text.len() + 1);
+        while !text.is_char_boundary(start) {
+            start -= 1;
+        }
+        let mut end = (start + cut).min(text.len());
+        while !text.is_char_boundary(end) {
+            end += 1;
+        }
+        text.replace_range(start..end, insert);
+    }
+    text
+}
+
+fn edits() -> impl Strategy<Value = Vec<(usize, usize, String)>> {
+    prop::collection::vec(
+        (
+            any::<usize>(),
+            0usize..12,
+            prop_oneof![
+                Just(String::new()),
+                Just("\n".to_owned()),
+                Just("\t".to_owned()),
+                Just("...".to_owned()),
+                Just(":".to_owned()),
+                Just("GID[".to_owned()),
+                Just("]: ".to_owned()),
+                "[ \t\n:(){}\\[\\]\",.*0-9a-zA-Z_\u{e9}\u{2c7}-]{0,8}",
+            ],
+        ),
+        0..10,
+    )
+}
+
+/// JSON values built from `system_profiler`'s own keys and value shapes.
+fn profiler_json() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        any::<f64>().prop_map(Value::from),
+        Just(Value::from(64087)),
+        prop_oneof![
+            Just("80 Gb/s"),
+            Just("Up to 120 Gb/s"),
+            Just("Up to 40 Gb/s x1"),
+            Just("receptacle_connected"),
+            Just("3"),
+            Just("-1"),
+            Just("99999999999999999999"),
+            Just(""),
+        ]
+        .prop_map(Value::from),
+        ".{0,12}".prop_map(Value::from),
+    ];
+    let key = prop_oneof![
+        Just("_items"),
+        Just("_name"),
+        Just("receptacle_1_tag"),
+        Just("receptacle_id_key"),
+        Just("current_speed_key"),
+        Just("receptacle_status_key"),
+        Just("domain_uuid_key"),
+        Just("device_name_key"),
+        Just("services_title"),
+        Just("protocol_id_key"),
+        Just("SPThunderboltDataType"),
+    ]
+    .prop_map(str::to_owned);
+    leaf.prop_recursive(6, 64, 6, move |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+            prop::collection::btree_map(key.clone(), inner, 0..6)
+                .prop_map(|map| Value::Object(map.into_iter().collect())),
+        ]
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn arbitrary_text(text in any::<String>()) {
+        every_parser(&text);
+    }
+
+    #[test]
+    fn text_made_of_format_characters(text in FORMAT_CHARS) {
+        every_parser(&text);
+    }
+
+    #[test]
+    fn mutated_fixtures(index in any::<prop::sample::Index>(), edits in edits()) {
+        let texts = fixtures();
+        every_parser(&mutated(&texts[index.index(texts.len())], &edits));
+    }
+
+    #[test]
+    fn profiler_shaped_json(buses in prop::collection::vec(profiler_json(), 0..6)) {
+        let text = serde_json::json!({ "SPThunderboltDataType": buses }).to_string();
+        let _ = parse_thunderbolt_json(&text).expect("valid JSON with the list parses");
+    }
+
+    #[test]
+    fn the_join_over_arbitrary_outputs(
+        texts in prop::collection::vec(
+            (any::<prop::sample::Index>(), edits()),
+            HostCommand::MACOS.len(),
+        ),
+    ) {
+        let fixtures = fixtures();
+        let outputs = HostCommand::MACOS.iter().zip(&texts).fold(
+            MacosOutputs::default(),
+            |outputs, (&command, (index, edits))| {
+                let text = mutated(&fixtures[index.index(fixtures.len())], edits);
+                outputs.with(command, Ok(text))
+            },
+        );
+        let _ = join(&outputs);
+    }
+}
