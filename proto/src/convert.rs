@@ -771,7 +771,7 @@ impl TryFrom<wire::PortFact> for PortFact {
     type Error = WireError;
     fn try_from(p: wire::PortFact) -> Result<Self> {
         // A peer is known by its domain UUID; the other fields describe it.
-        let peer = (!p.peer_domain_uuid.is_empty()).then(|| PeerFact {
+        let peer = (!p.peer_domain_uuid.is_empty()).then_some(PeerFact {
             domain_uuid: p.peer_domain_uuid,
             model: p.peer_model,
             name: p.peer_name,

@@ -3,4 +3,3 @@
 //! and are tested against real outputs (`../shared/fixtures/macos/`).
 
 pub mod bridge_linux;
-pub mod bridge_macos;

@@ -17,7 +17,8 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::model::bridge::{BridgeDetector, BridgeObservation, Os, StormSettings};
-use crate::platform::{bridge_linux, bridge_macos};
+use crate::platform::bridge_linux;
+use meshd_platform::macos::{ifconfig, networksetup};
 
 /// `ifconfig` answers in milliseconds and `networksetup` in well under a
 /// second; anything slower is a wedged system, and the sample is skipped.
@@ -172,8 +173,7 @@ async fn sample(os: Os, mesh: &BTreeSet<String>) -> Result<Vec<BridgeObservation
         Os::Linux => bridge_linux::read_bridges(Path::new(SYS_CLASS_NET))
             .map_err(|e| format!("{SYS_CLASS_NET}: {e}")),
         Os::MacOs => {
-            let mut bridges =
-                bridge_macos::parse_ifconfig_bridges(&run("ifconfig", &["-a"]).await?);
+            let mut bridges = macos_bridges(&run("ifconfig", &["-a"]).await?);
             // The service name is only needed for a fix, so networksetup
             // runs only when a bridge holds a mesh port.
             if bridges
@@ -182,10 +182,10 @@ async fn sample(os: Os, mesh: &BTreeSet<String>) -> Result<Vec<BridgeObservation
             {
                 match run("networksetup", &["-listnetworkserviceorder"]).await {
                     Ok(text) => {
-                        let services = bridge_macos::parse_service_order(&text);
+                        let services = networksetup::parse_service_order(&text);
                         for bridge in &mut bridges {
                             bridge.service =
-                                bridge_macos::service_for_device(&services, &bridge.name)
+                                networksetup::service_for_device(&services, &bridge.name)
                                     .map(|s| s.name.clone());
                         }
                     }
@@ -196,6 +196,21 @@ async fn sample(os: Os, mesh: &BTreeSet<String>) -> Result<Vec<BridgeObservation
             Ok(bridges)
         }
     }
+}
+
+/// The bridges in `ifconfig -a` output. `ifconfig` shows members and
+/// `status:` but no packet counters, so these carry none.
+fn macos_bridges(text: &str) -> Vec<BridgeObservation> {
+    ifconfig::parse_ifconfig(text)
+        .into_iter()
+        .filter(ifconfig::Interface::is_bridge)
+        .map(|i| BridgeObservation {
+            active: i.forwarding(),
+            name: i.name,
+            members: i.members,
+            ..BridgeObservation::default()
+        })
+        .collect()
 }
 
 /// Runs a command under [`COMMAND_TIMEOUT`]; the child is killed when the
@@ -224,6 +239,28 @@ async fn run(program: &str, args: &[&str]) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn macos_bridges_are_the_bridge_stanzas_of_ifconfig() {
+        let text = include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../shared/fixtures/macos/ifconfig_a_IntelMac_bridge0-inactive_plus-bridge100-vmnet.txt"
+        ));
+        let seen: Vec<(String, bool, Vec<String>, Option<u64>)> = macos_bridges(text)
+            .into_iter()
+            .map(|b| (b.name, b.active, b.members, b.packets))
+            .collect();
+        let members = |list: &[&str]| list.iter().map(|m| (*m).to_owned()).collect::<Vec<_>>();
+        assert_eq!(
+            seen,
+            [
+                // `status: inactive` wins over UP,RUNNING.
+                ("bridge0".to_owned(), false, members(&["en1", "en2", "en3", "en4"]), None),
+                // No status line: UP,RUNNING decides.
+                ("bridge100".to_owned(), true, members(&["en10"]), None),
+            ]
+        );
+    }
 
     #[tokio::test]
     async fn commands_fail_and_succeed() {
