@@ -103,13 +103,8 @@ pub fn cable_map(facts: &BTreeMap<NodeId, NodeFacts>, configured: &[Cable]) -> V
     }
 
     cables.sort_by(|x, y| {
-        (&x.a.node, &x.b.node, &x.a.port, &x.b.port, &x.a.iface).cmp(&(
-            &y.a.node,
-            &y.b.node,
-            &y.a.port,
-            &y.b.port,
-            &y.a.iface,
-        ))
+        (&x.a.node, &x.b.node, &x.a.port, &x.b.port, &x.a.iface)
+            .cmp(&(&y.a.node, &y.b.node, &y.a.port, &y.b.port, &y.a.iface))
     });
     cables
 }

@@ -235,10 +235,9 @@ fn rdma_enabled(mut check: Check, facts: &NodeFacts) -> CheckResult {
             "{source}: enabled; RDMA devices: {}",
             devices.join(", ")
         )),
-        Some(true) if facts.ports.is_empty() || has_blind_spot_about(facts, "ibv") => check
-            .blind(format!(
-                "{source}: enabled, but the RDMA device list could not be read"
-            )),
+        Some(true) if facts.ports.is_empty() || has_blind_spot_about(facts, "ibv") => check.blind(
+            format!("{source}: enabled, but the RDMA device list could not be read"),
+        ),
         Some(true) => {
             let tb4_ports: Vec<String> = facts
                 .ports
@@ -312,11 +311,16 @@ fn rdma_port_active(mut check: Check, facts: &NodeFacts) -> CheckResult {
             ),
             None => (
                 String::new(),
-                format!("check the cable and the far port; `ibv_devinfo -d {device}` shows the state"),
+                format!(
+                    "check the cable and the far port; `ibv_devinfo -d {device}` shows the state"
+                ),
             ),
         };
         check.fail(
-            format!("{label}: {device} port {} is {state} while cabled{peer_note}", rdma.port),
+            format!(
+                "{label}: {device} port {} is {state} while cabled{peer_note}",
+                rdma.port
+            ),
             fix,
         );
     }
@@ -375,7 +379,11 @@ fn address_fix(facts: &NodeFacts, port: &PortFact, address: &str, prefix: u8) ->
             "sudo networksetup -setmanual \"{}\" {address} {}  # the service of {}; `meshctl plan` assigns one /30 per cable",
             port.name,
             netmask(prefix),
-            if port.iface.is_empty() { "this port" } else { &port.iface },
+            if port.iface.is_empty() {
+                "this port"
+            } else {
+                &port.iface
+            },
         ),
         OsKind::Linux | OsKind::Other => {
             format!("sudo ip addr replace {address}/{prefix} dev {}", port.iface)
@@ -787,7 +795,9 @@ impl Mesh<'_> {
             .and_then(|f| {
                 f.ports
                     .iter()
-                    .filter(|p| p.name == end.port || (!end.iface.is_empty() && p.iface == end.iface))
+                    .filter(|p| {
+                        p.name == end.port || (!end.iface.is_empty() && p.iface == end.iface)
+                    })
                     .flat_map(|p| &p.ipv4)
                     .find(|c| c.address == address)
                     .copied()
@@ -826,7 +836,10 @@ impl Mesh<'_> {
             } else {
                 check.pass(format!("{label}: {}/{}", a.network(), a.prefix));
             }
-            per_node.entry(&cable.a.node).or_default().push((label.clone(), a));
+            per_node
+                .entry(&cable.a.node)
+                .or_default()
+                .push((label.clone(), a));
             per_node.entry(&cable.b.node).or_default().push((label, b));
         }
         for (node, links) in &per_node {
@@ -949,10 +962,7 @@ impl Mesh<'_> {
                     .map(|p| p.name.as_str())
                     .collect();
                 check.warn(
-                    format!(
-                        "{counts}, so it must also use {}",
-                        unreliable.join(", ")
-                    ),
+                    format!("{counts}, so it must also use {}", unreliable.join(", ")),
                     "expect RDMA trouble on the unreliable ports; watch rdma_port_active there",
                 );
             } else {

@@ -30,7 +30,9 @@ pub struct ModelPort {
 pub enum PortRdma {
     Usable,
     /// Use only when no usable port is left; the reason says why.
-    Unreliable { reason: String },
+    Unreliable {
+        reason: String,
+    },
 }
 
 impl ModelPort {
