@@ -29,24 +29,24 @@ pub fn node_checks(node: &NodeId, facts: &NodeFacts, models: &ModelTable) -> Vec
     let mut results = vec![
         rdma_enabled(on_node("rdma_enabled"), facts),
         rdma_port_active(on_node("rdma_port_active"), facts),
+        link_addressed(on_node("link_addressed"), facts),
+        gid_matches_address(on_node("gid_matches_address"), facts),
     ];
     let thunderbolt_only: [(&str, ThunderboltCheck); 3] = [
         ("link_speed", link_speed),
         ("thunderbolt_bridge_inactive", thunderbolt_bridge_inactive),
         ("port_usable", port_usable),
     ];
-    results.push(link_addressed(on_node("link_addressed"), facts));
-    results.push(gid_matches_address(on_node("gid_matches_address"), facts));
     for (name, check) in thunderbolt_only {
-        let result = if facts.os == OsKind::Macos {
+        results.push(if facts.os == OsKind::Macos {
             check(on_node(name), facts, models)
         } else {
-            on_node(name).skipped(format!(
+            let reason = format!(
                 "{} node: no Thunderbolt ports; this check applies to macOS",
                 facts.os
-            ))
-        };
-        results.push(result);
+            );
+            on_node(name).skipped(reason, facts)
+        });
     }
     results
 }
@@ -122,10 +122,11 @@ impl Check {
         }
     }
 
-    fn skipped(mut self, reason: impl Into<String>) -> CheckResult {
+    /// The whole node check could not be evaluated.
+    fn skipped(mut self, reason: impl Into<String>, facts: &NodeFacts) -> CheckResult {
         self.findings = vec![(CheckStatus::Skipped, reason.into())];
         self.fixes.clear();
-        self.finish()
+        self.finish_on(facts)
     }
 
     fn finish(self) -> CheckResult {
@@ -268,8 +269,8 @@ fn rdma_enabled(mut check: Check, facts: &NodeFacts) -> CheckResult {
 fn rdma_port_active(mut check: Check, facts: &NodeFacts) -> CheckResult {
     match facts.rdma_enabled {
         Some(true) => {}
-        Some(false) => return check.skipped("RDMA is disabled here (see rdma_enabled)"),
-        None => return check.skipped("RDMA state unknown (see rdma_enabled)"),
+        Some(false) => return check.skipped("RDMA is disabled here (see rdma_enabled)", facts),
+        None => return check.skipped("RDMA state unknown (see rdma_enabled)", facts),
     }
     let ports = linked_ports(facts);
     if ports.is_empty() {
@@ -513,7 +514,7 @@ fn thunderbolt_bridge_inactive(mut check: Check, facts: &NodeFacts, _: &ModelTab
         .filter(|i| !i.is_empty())
         .collect();
     if thunderbolt.is_empty() {
-        return check.skipped("no Thunderbolt interface is known");
+        return check.skipped("no Thunderbolt interface is known", facts);
     }
     if facts.bridges.is_empty() && has_blind_spot_about(facts, "ifconfig") {
         check.blind("bridges unknown: ifconfig could not be read");
@@ -583,11 +584,11 @@ fn model_of<'m>(facts: &NodeFacts, models: &'m ModelTable) -> Result<&'m Model, 
 fn port_usable(mut check: Check, facts: &NodeFacts, models: &ModelTable) -> CheckResult {
     let model = match model_of(facts, models) {
         Ok(model) => model,
-        Err(reason) => return check.skipped(reason),
+        Err(reason) => return check.skipped(reason, facts),
     };
     let ports = linked_ports(facts);
     if ports.is_empty() {
-        return check.skipped(no_linked_port(facts));
+        return check.skipped(no_linked_port(facts), facts);
     }
     let taken: BTreeSet<&str> = facts
         .ports
