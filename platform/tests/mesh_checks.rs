@@ -128,11 +128,7 @@ fn healthy(n: usize) -> BTreeMap<NodeId, NodeFacts> {
         .collect()
 }
 
-fn port_mut<'f>(
-    facts: &'f mut BTreeMap<NodeId, NodeFacts>,
-    node: usize,
-    number: u32,
-) -> &'f mut PortFact {
+fn port_mut(facts: &mut BTreeMap<NodeId, NodeFacts>, node: usize, number: u32) -> &mut PortFact {
     &mut facts.get_mut(&name(node)).unwrap().ports[number as usize - 1]
 }
 

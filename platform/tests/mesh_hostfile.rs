@@ -66,6 +66,11 @@ fn ring(ranks: &[NodeId]) -> Vec<Cable> {
 
 const RANK0_IP: Option<Ipv4Addr> = Some(Ipv4Addr::new(192, 168, 1, 10));
 
+/// A hostfile with ssh destinations defaulted to the node ids.
+fn build(ranks: &[NodeId], cables: &[Cable], backend: Backend) -> Result<Hostfile, HostfileError> {
+    build_hostfile(ranks, cables, backend, &BTreeMap::new(), RANK0_IP)
+}
+
 #[test]
 fn mlx_documentation_hostfiles_are_valid() {
     assert_eq!(
@@ -82,14 +87,7 @@ fn mlx_documentation_hostfiles_are_valid() {
 fn jaccl_hostfiles_for_2_to_8_ranks_are_valid_and_place_every_device() {
     for n in 2..=8 {
         let ranks = ranks(n);
-        let hostfile = build_hostfile(
-            &ranks,
-            &full_mesh(&ranks),
-            Backend::Jaccl,
-            &BTreeMap::new(),
-            RANK0_IP,
-        )
-        .unwrap();
+        let hostfile = build(&ranks, &full_mesh(&ranks), Backend::Jaccl).unwrap();
         assert!(hostfile.warnings.is_empty(), "{:?}", hostfile.warnings);
         for (i, host) in hostfile.hosts.iter().enumerate() {
             assert_eq!(host.ssh, format!("m{}", i + 1));
@@ -116,14 +114,7 @@ fn ring_hostfiles_for_2_to_8_ranks_name_only_neighbours() {
     for n in 2..=8 {
         let ranks = ranks(n);
         // Extra cables exist, but a ring hostfile uses only the neighbours.
-        let hostfile = build_hostfile(
-            &ranks,
-            &full_mesh(&ranks),
-            Backend::JacclRing,
-            &BTreeMap::new(),
-            RANK0_IP,
-        )
-        .unwrap();
+        let hostfile = build(&ranks, &full_mesh(&ranks), Backend::JacclRing).unwrap();
         for (i, host) in hostfile.hosts.iter().enumerate() {
             let named: Vec<usize> = (0..n).filter(|&j| host.rdma[j].is_some()).collect();
             let mut neighbours = vec![(i + n - 1) % n, (i + 1) % n];
@@ -138,13 +129,7 @@ fn ring_hostfiles_for_2_to_8_ranks_name_only_neighbours() {
             Vec::<String>::new(),
             "{n} ranks"
         );
-        let only_ring = build_hostfile(
-            &ranks,
-            &ring(&ranks),
-            Backend::JacclRing,
-            &BTreeMap::new(),
-            RANK0_IP,
-        );
+        let only_ring = build(&ranks, &ring(&ranks), Backend::JacclRing);
         assert_eq!(only_ring.map(|h| h.hosts), Ok(hostfile.hosts));
         if n > 3 {
             let mut as_mesh = json.clone();
@@ -169,8 +154,7 @@ fn missing_pairs_are_named() {
         .b
         .rdma_device
         .clear();
-    let err =
-        build_hostfile(&ranks, &cables, Backend::Jaccl, &BTreeMap::new(), RANK0_IP).unwrap_err();
+    let err = build(&ranks, &cables, Backend::Jaccl).unwrap_err();
     assert_eq!(
         err,
         HostfileError::MissingLinks {
@@ -182,13 +166,7 @@ fn missing_pairs_are_named() {
         }
     );
     // The ring m1 m2 m3 m4 needs neither m2–m4 nor m1–m3.
-    let ring_ok = build_hostfile(
-        &ranks,
-        &cables,
-        Backend::JacclRing,
-        &BTreeMap::new(),
-        RANK0_IP,
-    );
+    let ring_ok = build(&ranks, &cables, Backend::JacclRing);
     assert!(ring_ok.is_ok(), "{ring_ok:?}");
 }
 
@@ -330,14 +308,7 @@ fn validation_names_what_mlx_launch_would_reject() {
 #[test]
 fn wire_round_trip_and_bad_wire_fields_are_named() {
     let ranks = ranks(3);
-    let hostfile = build_hostfile(
-        &ranks,
-        &full_mesh(&ranks),
-        Backend::JacclRing,
-        &BTreeMap::new(),
-        RANK0_IP,
-    )
-    .unwrap();
+    let hostfile = build(&ranks, &full_mesh(&ranks), Backend::JacclRing).unwrap();
     let w = wire::Hostfile::from(&hostfile);
     assert_eq!(w.backend, wire::HostfileBackend::JacclRing as i32);
     assert_eq!(Hostfile::try_from(w.clone()), Ok(hostfile));

@@ -267,27 +267,24 @@ fn node_steps_configure_each_port_with_its_30_and_verify() {
     );
     let node1 = &p.nodes[0];
     assert!(matches!(&node1.steps[0], SetupStep::Manual(s) if s.contains("rdma_ctl enable")));
-    let runs: Vec<&str> = node1
-        .steps
-        .iter()
-        .filter_map(|s| match s {
-            SetupStep::Run(cmd) => Some(cmd.as_str()),
-            _ => None,
-        })
-        .collect();
+    let commands = |verify: bool| -> Vec<&str> {
+        node1
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                SetupStep::Run(cmd) if !verify => Some(cmd.as_str()),
+                SetupStep::Verify(cmd) if verify => Some(cmd.as_str()),
+                _ => None,
+            })
+            .collect()
+    };
+    let runs = commands(false);
     assert!(runs.iter().any(|c| {
         c.starts_with("sudo networksetup -setnetworkserviceenabled \"Thunderbolt Bridge\" off")
     }));
     assert!(runs.contains(&"sudo networksetup -setmanual \"Thunderbolt 1\" 10.254.0.1 255.255.255.252  # cable to node2/Thunderbolt 1"));
     assert!(runs.contains(&"sudo networksetup -setmanual \"Thunderbolt 2\" 10.254.0.5 255.255.255.252  # cable to node3/Thunderbolt 1"));
-    let verifies: Vec<&str> = node1
-        .steps
-        .iter()
-        .filter_map(|s| match s {
-            SetupStep::Verify(cmd) => Some(cmd.as_str()),
-            _ => None,
-        })
-        .collect();
+    let verifies = commands(true);
     assert!(verifies.iter().any(|c| c.starts_with("ibv_devinfo")));
     assert!(verifies.contains(&"ping -c 3 10.254.0.2  # node2/Thunderbolt 1"));
     assert_eq!(verifies.last(), Some(&"meshctl doctor"));

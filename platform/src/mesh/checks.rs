@@ -13,10 +13,8 @@ use meshd_proto::facts::{
 
 use super::cables::{cable_label, end_label};
 use super::models::{Model, ModelTable};
-use super::{JACCL_MAX_RANKS, gbps};
+use super::{JACCL_MAX_RANKS, TB5_LINK_BPS, gbps};
 
-/// A Thunderbolt 5 Mac-to-Mac link negotiates 80 Gb/s.
-const TB5_LINK_BPS: u64 = 80_000_000_000;
 /// Thunderbolt 4 / USB4 ports top out at 40 Gb/s.
 const TB4_MAX_BPS: u64 = 40_000_000_000;
 
@@ -120,6 +118,15 @@ impl Check {
         if !fix.is_empty() && !self.fixes.contains(&fix) {
             self.fixes.push(fix);
         }
+    }
+
+    /// The ports to check (see [`linked_ports`]); none is a blind spot.
+    fn linked_ports<'f>(&mut self, facts: &'f NodeFacts) -> Vec<&'f PortFact> {
+        let ports = linked_ports(facts);
+        if ports.is_empty() {
+            self.blind(no_linked_port(facts));
+        }
+        ports
     }
 
     /// The whole node check could not be evaluated.
@@ -272,10 +279,7 @@ fn rdma_port_active(mut check: Check, facts: &NodeFacts) -> CheckResult {
         Some(false) => return check.skipped("RDMA is disabled here (see rdma_enabled)", facts),
         None => return check.skipped("RDMA state unknown (see rdma_enabled)", facts),
     }
-    let ports = linked_ports(facts);
-    if ports.is_empty() {
-        check.blind(no_linked_port(facts));
-    }
+    let ports = check.linked_ports(facts);
     for port in ports {
         let label = port_label(port);
         if port.rdma_device.is_empty() {
@@ -335,10 +339,7 @@ fn rdma_port_active(mut check: Check, facts: &NodeFacts) -> CheckResult {
 /// 4) only warns: no cable fixes it, and rdma_enabled names the real
 /// problem.
 fn link_speed(mut check: Check, facts: &NodeFacts, _: &ModelTable) -> CheckResult {
-    let ports = linked_ports(facts);
-    if ports.is_empty() {
-        check.blind(no_linked_port(facts));
-    }
+    let ports = check.linked_ports(facts);
     for port in ports {
         let peer = port.peer.as_ref().map(peer_label).unwrap_or_default();
         let speed = port.negotiated_speed_bps;
@@ -409,10 +410,7 @@ fn cidrs(port: &PortFact) -> String {
 }
 
 fn link_addressed(mut check: Check, facts: &NodeFacts) -> CheckResult {
-    let ports = linked_ports(facts);
-    if ports.is_empty() {
-        check.blind(no_linked_port(facts));
-    }
+    let ports = check.linked_ports(facts);
     for port in ports {
         let label = port_label(port);
         if port.iface.is_empty() {
@@ -435,10 +433,7 @@ fn link_addressed(mut check: Check, facts: &NodeFacts) -> CheckResult {
 /// IPv4-mapped GID is GID[1] on the captures, but its index varies (1 or
 /// 2, mlx PR #3389), so any index holding the interface's address passes.
 fn gid_matches_address(mut check: Check, facts: &NodeFacts) -> CheckResult {
-    let ports = linked_ports(facts);
-    if ports.is_empty() {
-        check.blind(no_linked_port(facts));
-    }
+    let ports = check.linked_ports(facts);
     for port in ports {
         let label = port_label(port);
         let Some(rdma) = &port.rdma else {
@@ -645,10 +640,10 @@ impl Mesh<'_> {
         })
     }
 
-    fn cabled(&self, a: &NodeId, b: &NodeId) -> bool {
+    fn cable_between(&self, a: &NodeId, b: &NodeId) -> Option<&Cable> {
         self.cables
             .iter()
-            .any(|c| c.end_at(a).is_some() && c.end_at(b).is_some())
+            .find(|c| c.end_at(a).is_some() && c.end_at(b).is_some())
     }
 
     /// Ports with nothing on them, the ones the model prefers first.
@@ -687,12 +682,8 @@ impl Mesh<'_> {
             .map(|m| (*m, self.free_ports(m)))
             .collect();
         for (a, b) in self.pairs() {
-            if self.cabled(a, b) {
-                let cable = self
-                    .cables
-                    .iter()
-                    .find(|c| c.end_at(a).is_some() && c.end_at(b).is_some());
-                check.pass(cable.map(cable_label).unwrap_or_default());
+            if let Some(cable) = self.cable_between(a, b) {
+                check.pass(cable_label(cable));
                 continue;
             }
             let unknown: Vec<&str> = [a, b]

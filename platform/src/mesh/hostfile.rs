@@ -19,9 +19,7 @@ use meshd_proto::wire;
 use serde_json::{Value, json};
 
 use super::cables::cable_label;
-use super::{Backend, JACCL_MAX_RANKS, gbps};
-
-const TB5_LINK_BPS: u64 = 80_000_000_000;
+use super::{Backend, JACCL_MAX_RANKS, TB5_LINK_BPS, gbps};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hostfile {

@@ -19,6 +19,9 @@ pub enum Backend {
     JacclRing,
 }
 
+/// A Thunderbolt 5 Mac-to-Mac link negotiates 80 Gb/s.
+pub(crate) const TB5_LINK_BPS: u64 = 80_000_000_000;
+
 /// JACCL's full mesh caps at 8 ranks (DESIGN §2).
 pub const JACCL_MAX_RANKS: usize = 8;
 
