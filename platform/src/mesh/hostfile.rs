@@ -1,0 +1,505 @@
+//! JACCL hostfiles for `mlx.launch --hostfile`, built from the cable map.
+//!
+//! The format is MLX's (`python/mlx/_distributed_utils/common.py`,
+//! `Hostfile.from_file`, and `launch.py::launch_jaccl`): a JSON list of
+//! hosts, or an object `{"backend", "envs", "hosts"}`; each host has `ssh`,
+//! `ips` and `rdma`, where `rdma[j]` is this host's device for the cable to
+//! rank j (a name, or a list of names for several cables) and `null` on
+//! the diagonal. `launch_jaccl` refuses a file whose `rdma` rows are not
+//! one cell per rank with a null diagonal, and needs an IP for rank 0 (the
+//! coordinator); the TCP `ring` backend needs an IP for every host.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, Ipv4Addr};
+
+use meshd_proto::convert::WireError;
+use meshd_proto::domain::NodeId;
+use meshd_proto::facts::Cable;
+use meshd_proto::wire;
+use serde_json::{Value, json};
+
+use super::cables::cable_label;
+use super::{Backend, JACCL_MAX_RANKS, TB5_LINK_BPS, gbps};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hostfile {
+    pub backend: Backend,
+    /// One host per rank, in rank order.
+    pub hosts: Vec<HostfileHost>,
+    /// What makes the topology less than healthy (a slow or undiscovered
+    /// cable), though the hostfile is usable.
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostfileHost {
+    pub node: NodeId,
+    pub ssh: String,
+    /// Rank 0's address every rank can reach; empty for the others.
+    pub ips: Vec<String>,
+    /// `rdma[j]`: this node's device on the cable to rank j; None on the
+    /// diagonal and for pairs the backend does not use.
+    pub rdma: Vec<Option<String>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HostfileError {
+    #[error("a hostfile needs at least one rank")]
+    NoRanks,
+    #[error("{0} is listed twice among the ranks")]
+    DuplicateRank(NodeId),
+    #[error("{ranks} ranks: a JACCL mesh has at most {JACCL_MAX_RANKS}")]
+    TooManyRanks { ranks: usize },
+    #[error("rank 0 ({0}) needs an IP address every rank can reach; pass its management address")]
+    NoRank0Ip(NodeId),
+    #[error("{backend} needs an RDMA device at both ends of {}; missing: {}",
+        match backend { Backend::Jaccl => "every pair of ranks", Backend::JacclRing => "each pair of ring neighbours" },
+        missing.join("; "))]
+    MissingLinks {
+        backend: Backend,
+        missing: Vec<String>,
+    },
+}
+
+/// Ranks j that rank i must be cabled to.
+fn required_peers(backend: Backend, n: usize, i: usize) -> BTreeSet<usize> {
+    match backend {
+        Backend::Jaccl => (0..n).filter(|&j| j != i).collect(),
+        Backend::JacclRing => [(i + n - 1) % n, (i + 1) % n]
+            .into_iter()
+            .filter(|&j| j != i)
+            .collect(),
+    }
+}
+
+/// The hostfile for `ranks` (rank order) over `cables`. `ssh` maps a node
+/// to its ssh destination (the node id where absent); `rank0_ip` is rank
+/// 0's management address. jaccl needs every pair cabled with a device at
+/// both ends, jaccl-ring only ring neighbours; cells the backend does not
+/// use stay null.
+pub fn build_hostfile(
+    ranks: &[NodeId],
+    cables: &[Cable],
+    backend: Backend,
+    ssh: &BTreeMap<NodeId, String>,
+    rank0_ip: Option<Ipv4Addr>,
+) -> Result<Hostfile, HostfileError> {
+    let n = ranks.len();
+    let first = ranks.first().ok_or(HostfileError::NoRanks)?;
+    let mut seen = BTreeSet::new();
+    if let Some(dup) = ranks.iter().find(|r| !seen.insert(*r)) {
+        return Err(HostfileError::DuplicateRank(dup.clone()));
+    }
+    if backend == Backend::Jaccl && n > JACCL_MAX_RANKS {
+        return Err(HostfileError::TooManyRanks { ranks: n });
+    }
+    let ip = rank0_ip.ok_or_else(|| HostfileError::NoRank0Ip(first.clone()))?;
+
+    let mut rdma = vec![vec![None; n]; n];
+    let mut missing = Vec::new();
+    let mut warnings = Vec::new();
+    for i in 0..n {
+        for j in required_peers(backend, n, i).into_iter().filter(|&j| j > i) {
+            let (x, y) = (&ranks[i], &ranks[j]);
+            let between: Vec<&Cable> = cables
+                .iter()
+                .filter(|c| c.end_at(x).is_some() && c.end_at(y).is_some())
+                .collect();
+            let device_at = |c: &Cable, node: &NodeId| {
+                c.end_at(node)
+                    .map(|e| e.rdma_device.clone())
+                    .filter(|d| !d.is_empty())
+            };
+            let usable = between
+                .iter()
+                .find_map(|c| Some((*c, device_at(c, x)?, device_at(c, y)?)));
+            let pair = format!("rank {i} ({x}) ↔ rank {j} ({y})");
+            match (usable, between.first()) {
+                (Some((cable, dx, dy)), _) => {
+                    if cable.speed_bps != 0 && cable.speed_bps < TB5_LINK_BPS {
+                        warnings.push(format!(
+                            "{} negotiated {}",
+                            cable_label(cable),
+                            gbps(cable.speed_bps)
+                        ));
+                    }
+                    if !cable.discovered {
+                        warnings.push(format!(
+                            "{} is known only from config, not seen by discovery",
+                            cable_label(cable)
+                        ));
+                    }
+                    rdma[i][j] = Some(dx);
+                    rdma[j][i] = Some(dy);
+                }
+                (None, Some(cable)) => missing.push(format!(
+                    "{pair}: cable {} has no RDMA device at {}",
+                    cable_label(cable),
+                    [x, y]
+                        .into_iter()
+                        .filter(|node| device_at(cable, node).is_none())
+                        .map(NodeId::as_str)
+                        .collect::<Vec<_>>()
+                        .join(" and ")
+                )),
+                (None, None) => missing.push(format!("{pair}: no cable")),
+            }
+        }
+    }
+    if !missing.is_empty() {
+        return Err(HostfileError::MissingLinks { backend, missing });
+    }
+    let hosts = ranks
+        .iter()
+        .zip(rdma)
+        .enumerate()
+        .map(|(rank, (node, rdma))| HostfileHost {
+            node: node.clone(),
+            ssh: ssh.get(node).cloned().unwrap_or_else(|| node.to_string()),
+            ips: if rank == 0 {
+                vec![ip.to_string()]
+            } else {
+                Vec::new()
+            },
+            rdma,
+        })
+        .collect();
+    Ok(Hostfile {
+        backend,
+        hosts,
+        warnings,
+    })
+}
+
+/// The hostfile as `mlx.launch --hostfile` reads it (the object form, so
+/// the backend travels with it).
+pub fn to_mlx_json(hostfile: &Hostfile) -> Value {
+    json!({
+        "backend": hostfile.backend.as_str(),
+        "envs": [],
+        "hosts": hostfile.hosts.iter().map(|h| json!({
+            "ssh": h.ssh,
+            "ips": h.ips,
+            "rdma": h.rdma,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// Which rules a hostfile is held to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    Mesh,
+    Ring,
+    /// A list-form JACCL file: the backend comes from the command line, so
+    /// either a full mesh or a ring is acceptable.
+    MeshOrRing,
+    /// MLX's TCP `ring` backend: no devices, an IP for every host.
+    TcpRing,
+}
+
+/// Everything `mlx.launch` would reject or misread in `value`; empty when
+/// it is a valid hostfile. Accepts both MLX documentation examples.
+pub fn validate_mlx_hostfile(value: &Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    let (backend, hosts) = match value {
+        Value::Array(hosts) => (None, hosts),
+        Value::Object(map) => {
+            let backend = match map.get("backend") {
+                None => None,
+                Some(Value::String(b)) if b.is_empty() => None,
+                Some(Value::String(b)) => Some(b.as_str()),
+                Some(other) => {
+                    problems.push(format!("backend: {other} is not a string"));
+                    None
+                }
+            };
+            match map.get("envs") {
+                None => {}
+                Some(Value::Array(envs)) if envs.iter().all(Value::is_string) => {}
+                Some(other) => problems.push(format!("envs: {other} is not a list of strings")),
+            }
+            match map.get("hosts") {
+                Some(Value::Array(hosts)) => (backend, hosts),
+                _ => {
+                    problems.push("hosts: missing or not a list".to_owned());
+                    return problems;
+                }
+            }
+        }
+        _ => {
+            problems
+                .push("a hostfile is a JSON list of hosts or an object with \"hosts\"".to_owned());
+            return problems;
+        }
+    };
+    if hosts.is_empty() {
+        problems.push("hosts: empty".to_owned());
+        return problems;
+    }
+    let rows: Vec<HostRow> = hosts
+        .iter()
+        .enumerate()
+        .map(|(i, host)| HostRow::read(i, host, &mut problems))
+        .collect();
+    let any_rdma = rows.iter().any(|r| r.rdma.is_some());
+    let layout = match backend {
+        Some("jaccl") => Layout::Mesh,
+        Some("jaccl-ring") => Layout::Ring,
+        Some("ring") => Layout::TcpRing,
+        None if any_rdma => Layout::MeshOrRing,
+        None => Layout::TcpRing,
+        Some(other) => {
+            problems.push(format!(
+                "backend: {other:?} is not one of \"jaccl\", \"jaccl-ring\", \"ring\""
+            ));
+            return problems;
+        }
+    };
+    if layout == Layout::TcpRing {
+        for (i, row) in rows.iter().enumerate() {
+            if row.ips == 0 {
+                problems.push(format!(
+                    "hosts[{i}].ips: the ring backend needs an IP for every host"
+                ));
+            }
+        }
+        return problems;
+    }
+    check_jaccl_rows(&rows, layout, &mut problems);
+    problems
+}
+
+/// One host as read: how many IPs it has, and its `rdma` row (`true` where
+/// a cell names a device).
+struct HostRow {
+    ips: usize,
+    rdma: Option<Vec<bool>>,
+}
+
+impl HostRow {
+    fn read(i: usize, host: &Value, problems: &mut Vec<String>) -> HostRow {
+        let Value::Object(host) = host else {
+            problems.push(format!("hosts[{i}]: {host} is not an object"));
+            return HostRow { ips: 0, rdma: None };
+        };
+        match host.get("ssh") {
+            Some(Value::String(s)) if !s.trim().is_empty() => {}
+            Some(other) => problems.push(format!("hosts[{i}].ssh: {other} is not a host name")),
+            None => problems.push(format!("hosts[{i}].ssh: missing")),
+        }
+        let ips = match host.get("ips") {
+            None => 0,
+            Some(Value::Array(ips)) => {
+                for (k, ip) in ips.iter().enumerate() {
+                    if ip.as_str().is_none_or(|s| s.parse::<IpAddr>().is_err()) {
+                        problems.push(format!("hosts[{i}].ips[{k}]: {ip} is not an IP address"));
+                    }
+                }
+                ips.len()
+            }
+            Some(other) => {
+                problems.push(format!("hosts[{i}].ips: {other} is not a list"));
+                0
+            }
+        };
+        let rdma = match host.get("rdma") {
+            None => None,
+            Some(Value::Array(cells)) => Some(
+                cells
+                    .iter()
+                    .enumerate()
+                    .map(|(j, cell)| match cell {
+                        Value::Null => false,
+                        Value::String(d) if !d.is_empty() => true,
+                        Value::Array(ds)
+                            if !ds.is_empty()
+                                && ds.iter().all(|d| d.as_str().is_some_and(|d| !d.is_empty())) =>
+                        {
+                            true
+                        }
+                        other => {
+                            problems.push(format!(
+                                "hosts[{i}].rdma[{j}]: {other} is not null, a device name or a list of names"
+                            ));
+                            false
+                        }
+                    })
+                    .collect(),
+            ),
+            Some(other) => {
+                problems.push(format!("hosts[{i}].rdma: {other} is not a list"));
+                None
+            }
+        };
+        HostRow { ips, rdma }
+    }
+}
+
+fn check_jaccl_rows(rows: &[HostRow], layout: Layout, problems: &mut Vec<String>) {
+    let n = rows.len();
+    if rows[0].ips == 0 {
+        problems.push("hosts[0].ips: rank 0 needs an IP every rank can reach".to_owned());
+    }
+    if layout == Layout::Mesh && n > JACCL_MAX_RANKS {
+        problems.push(format!(
+            "hosts: {n} ranks; a JACCL mesh has at most {JACCL_MAX_RANKS}"
+        ));
+    }
+    let mut matrix = Vec::with_capacity(n);
+    for (i, row) in rows.iter().enumerate() {
+        match &row.rdma {
+            Some(cells) if cells.len() == n => matrix.push(cells.clone()),
+            Some(cells) => problems.push(format!(
+                "hosts[{i}].rdma: {} cells; needs one per rank ({n})",
+                cells.len()
+            )),
+            None => problems.push(format!(
+                "hosts[{i}].rdma: missing; jaccl needs one cell per rank"
+            )),
+        }
+    }
+    if matrix.len() != n {
+        return;
+    }
+    for (i, row) in matrix.iter().enumerate() {
+        if row[i] {
+            problems.push(format!("hosts[{i}].rdma[{i}]: the diagonal must be null"));
+        }
+        for j in i + 1..n {
+            if row[j] != matrix[j][i] {
+                problems.push(format!(
+                    "hosts[{i}].rdma[{j}] and hosts[{j}].rdma[{i}]: a cable has a device at both ends, but only one is named"
+                ));
+            }
+        }
+    }
+    let matrix = &matrix;
+    let gaps = |backend: Backend| -> Vec<String> {
+        (0..n)
+            .flat_map(|i| {
+                required_peers(backend, n, i)
+                    .into_iter()
+                    .filter(move |&j| !matrix[i][j])
+                    .map(move |j| (i, j))
+            })
+            .map(|(i, j)| format!("hosts[{i}].rdma[{j}]: {backend} needs a device for rank {j}"))
+            .collect()
+    };
+    match layout {
+        Layout::Mesh => problems.extend(gaps(Backend::Jaccl)),
+        Layout::Ring => problems.extend(gaps(Backend::JacclRing)),
+        Layout::MeshOrRing => {
+            let mesh = gaps(Backend::Jaccl);
+            let ring = gaps(Backend::JacclRing);
+            if !mesh.is_empty() && !ring.is_empty() {
+                problems.push("rdma: neither a full mesh nor a ring".to_owned());
+                problems.extend(ring);
+            }
+        }
+        Layout::TcpRing => {}
+    }
+}
+
+impl From<&Hostfile> for wire::Hostfile {
+    fn from(hostfile: &Hostfile) -> Self {
+        wire::Hostfile {
+            backend: match hostfile.backend {
+                Backend::Jaccl => wire::HostfileBackend::Jaccl,
+                Backend::JacclRing => wire::HostfileBackend::JacclRing,
+            } as i32,
+            hosts: hostfile
+                .hosts
+                .iter()
+                .map(|h| wire::HostfileHost {
+                    node: h.node.to_string(),
+                    ssh: h.ssh.clone(),
+                    ips: h.ips.clone(),
+                    rdma: h
+                        .rdma
+                        .iter()
+                        .map(|device| wire::HostfileCell {
+                            device: device.clone(),
+                        })
+                        .collect(),
+                })
+                .collect(),
+            warnings: hostfile.warnings.clone(),
+        }
+    }
+}
+
+fn wire_error(field: String, problem: impl Into<String>) -> WireError {
+    WireError {
+        field,
+        problem: problem.into(),
+    }
+}
+
+impl TryFrom<wire::Hostfile> for Hostfile {
+    type Error = WireError;
+
+    /// Checks what a peer could get wrong: the backend, node ids, ssh
+    /// destinations, one cell per rank, a null diagonal, no empty names.
+    fn try_from(w: wire::Hostfile) -> Result<Self, WireError> {
+        let backend = match wire::HostfileBackend::try_from(w.backend) {
+            Ok(wire::HostfileBackend::Jaccl) => Backend::Jaccl,
+            Ok(wire::HostfileBackend::JacclRing) => Backend::JacclRing,
+            Ok(wire::HostfileBackend::Unspecified) => {
+                return Err(wire_error("backend".to_owned(), "unspecified"));
+            }
+            Err(_) => {
+                return Err(wire_error(
+                    "backend".to_owned(),
+                    format!("unknown value {}", w.backend),
+                ));
+            }
+        };
+        let n = w.hosts.len();
+        let hosts = w
+            .hosts
+            .into_iter()
+            .enumerate()
+            .map(|(i, h)| {
+                let field = |name: &str| format!("hosts[{i}].{name}");
+                let node =
+                    NodeId::new(h.node).map_err(|e| wire_error(field("node"), e.to_string()))?;
+                if h.ssh.trim().is_empty() {
+                    return Err(wire_error(field("ssh"), "empty"));
+                }
+                if h.rdma.len() != n {
+                    return Err(wire_error(
+                        field("rdma"),
+                        format!("{} cells; needs one per host ({n})", h.rdma.len()),
+                    ));
+                }
+                let rdma = h
+                    .rdma
+                    .into_iter()
+                    .enumerate()
+                    .map(|(j, cell)| match cell.device {
+                        Some(d) if d.is_empty() => Err(wire_error(
+                            field(&format!("rdma[{j}].device")),
+                            "empty device name; leave it unset for no device",
+                        )),
+                        Some(_) if i == j => Err(wire_error(
+                            field(&format!("rdma[{j}].device")),
+                            "the diagonal has no device",
+                        )),
+                        device => Ok(device),
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(HostfileHost {
+                    node,
+                    ssh: h.ssh,
+                    ips: h.ips,
+                    rdma,
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Hostfile {
+            backend,
+            hosts,
+            warnings: w.warnings,
+        })
+    }
+}

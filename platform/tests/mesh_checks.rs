@@ -1,0 +1,787 @@
+//! The cable map and the checks on constructed meshes: a healthy mesh
+//! passes everything; each injected fault fails exactly its check with
+//! evidence naming the facts; missing facts are never a pass.
+
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use meshd_platform::mesh::cables::cable_map;
+use meshd_platform::mesh::checks::{mesh_checks, node_checks};
+use meshd_platform::mesh::models::ModelTable;
+use meshd_proto::domain::{NodeId, RdmaPortState};
+use meshd_proto::facts::{
+    BridgeFact, Cable, CableEnd, CheckResult, CheckStatus, Gid, Ipv4Cidr, NodeFacts, OsKind,
+    PeerFact, PortFact, RdmaPortFact,
+};
+
+const G80: u64 = 80_000_000_000;
+const G40: u64 = 40_000_000_000;
+/// Mac Studio M3 Ultra: Thunderbolt 2–6 usable, Thunderbolt 1 unreliable.
+const ULTRA: &str = "Mac15,14";
+
+fn id(s: &str) -> NodeId {
+    NodeId::new(s).unwrap()
+}
+
+fn name(i: usize) -> NodeId {
+    id(&format!("n{}", i + 1))
+}
+
+fn uuid(node: usize, port: u32) -> String {
+    format!("{node:08X}-0000-4000-8000-{port:012X}")
+}
+
+/// Port number (Thunderbolt N) that node `i` uses for peer `j` in the
+/// healthy mesh: Thunderbolt 2, 3, … in peer order.
+fn port_for(i: usize, j: usize) -> u32 {
+    (if j < i { j } else { j - 1 }) as u32 + 2
+}
+
+fn cable_index(n: usize, i: usize, j: usize) -> u32 {
+    let (x, y) = if i < j { (i, j) } else { (j, i) };
+    let before: usize = (0..x).map(|k| n - 1 - k).sum();
+    (before + (y - x - 1)) as u32
+}
+
+fn address(n: usize, i: usize, j: usize) -> Ipv4Addr {
+    let host = if i < j { 1 } else { 2 };
+    Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 254, 0, 0)) + 4 * cable_index(n, i, j) + host)
+}
+
+fn mapped(a: Ipv4Addr) -> Ipv6Addr {
+    a.to_ipv6_mapped()
+}
+
+fn idle_port(node: usize, number: u32) -> PortFact {
+    PortFact {
+        name: format!("Thunderbolt {number}"),
+        receptacle: number,
+        domain_uuid: uuid(node, number),
+        iface: format!("en{}", number + 1),
+        rdma_device: format!("rdma_en{}", number + 1),
+        max_speed_bps: 120_000_000_000,
+        usable_for_rdma: true,
+        iface_up: Some(false),
+        rdma: Some(RdmaPortFact {
+            port: 1,
+            state: RdmaPortState::Down,
+            active_speed_bps: 0,
+            gids: vec![],
+        }),
+        ..PortFact::default()
+    }
+}
+
+/// A healthy full mesh of `n` M3 Ultra Studios on macOS 26.2.
+fn healthy(n: usize) -> BTreeMap<NodeId, NodeFacts> {
+    (0..n)
+        .map(|i| {
+            let mut ports: Vec<PortFact> = (1..=6).map(|p| idle_port(i, p)).collect();
+            for j in (0..n).filter(|&j| j != i) {
+                let number = port_for(i, j);
+                let port = &mut ports[number as usize - 1];
+                let ip = address(n, i, j);
+                port.negotiated_speed_bps = G80;
+                port.max_speed_bps = 0;
+                port.iface_up = Some(true);
+                port.ipv4 = vec![Ipv4Cidr::new(ip, 30).unwrap()];
+                port.peer = Some(PeerFact {
+                    domain_uuid: uuid(j, port_for(j, i)),
+                    model: ULTRA.to_owned(),
+                    name: "Mac Studio".to_owned(),
+                    rdma_service: true,
+                });
+                port.rdma = Some(RdmaPortFact {
+                    port: 1,
+                    state: RdmaPortState::Active,
+                    active_speed_bps: G80,
+                    gids: vec![
+                        Gid {
+                            index: 0,
+                            address: "fe80::1".parse().unwrap(),
+                        },
+                        Gid {
+                            index: 1,
+                            address: mapped(ip),
+                        },
+                    ],
+                });
+            }
+            let facts = NodeFacts {
+                os: OsKind::Macos,
+                os_version: "26.2".to_owned(),
+                model: ULTRA.to_owned(),
+                rdma_enabled: Some(true),
+                bridges: vec![BridgeFact {
+                    name: "bridge0".to_owned(),
+                    active: false,
+                    members: ports.iter().map(|p| p.iface.clone()).collect(),
+                    service: Some("Thunderbolt Bridge".to_owned()),
+                    service_enabled: Some(false),
+                }],
+                ports,
+                source: "test".to_owned(),
+                ..NodeFacts::default()
+            };
+            (name(i), facts)
+        })
+        .collect()
+}
+
+fn port_mut(facts: &mut BTreeMap<NodeId, NodeFacts>, node: usize, number: u32) -> &mut PortFact {
+    &mut facts.get_mut(&name(node)).unwrap().ports[number as usize - 1]
+}
+
+fn members(n: usize) -> Vec<NodeId> {
+    (0..n).map(name).collect()
+}
+
+fn check<'r>(results: &'r [CheckResult], check: &str) -> &'r CheckResult {
+    results
+        .iter()
+        .find(|r| r.name == check)
+        .unwrap_or_else(|| panic!("no {check}"))
+}
+
+fn all_checks(facts: &BTreeMap<NodeId, NodeFacts>, members: &[NodeId]) -> Vec<CheckResult> {
+    let models = ModelTable::builtin();
+    let cables = cable_map(facts, &[]);
+    let mut results: Vec<CheckResult> = facts
+        .iter()
+        .flat_map(|(node, f)| node_checks(node, f, &models))
+        .collect();
+    results.extend(mesh_checks(members, facts, &cables, &models));
+    results
+}
+
+/// The (name, node) of every check that did not pass.
+fn not_passing(results: &[CheckResult]) -> Vec<(String, Option<String>, CheckStatus)> {
+    results
+        .iter()
+        .filter(|r| r.status != CheckStatus::Pass)
+        .map(|r| {
+            (
+                r.name.clone(),
+                r.node.as_ref().map(ToString::to_string),
+                r.status,
+            )
+        })
+        .collect()
+}
+
+fn on(node: usize) -> Option<String> {
+    Some(name(node).to_string())
+}
+
+#[test]
+fn healthy_four_node_mesh_passes_every_check() {
+    let facts = healthy(4);
+    let cables = cable_map(&facts, &[]);
+    assert_eq!(cables.len(), 6);
+    for cable in &cables {
+        assert!(cable.discovered);
+        assert_eq!(cable.speed_bps, G80);
+        assert!(cable.a.node < cable.b.node);
+    }
+    assert_eq!(
+        cables[0],
+        Cable {
+            a: CableEnd {
+                node: name(0),
+                port: "Thunderbolt 2".into(),
+                iface: "en3".into(),
+                rdma_device: "rdma_en3".into(),
+                address: Some(Ipv4Addr::new(10, 254, 0, 1)),
+            },
+            b: CableEnd {
+                node: name(1),
+                port: "Thunderbolt 2".into(),
+                iface: "en3".into(),
+                rdma_device: "rdma_en3".into(),
+                address: Some(Ipv4Addr::new(10, 254, 0, 2)),
+            },
+            speed_bps: G80,
+            discovered: true,
+        }
+    );
+    let results = all_checks(&facts, &members(4));
+    assert_eq!(results.len(), 4 * 7 + 6);
+    assert_eq!(not_passing(&results), []);
+    for r in &results {
+        assert!(r.fix.is_empty(), "{r:?}");
+        assert!(!r.evidence.is_empty(), "{r:?}");
+        assert!(
+            r.name.chars().all(|c| c.is_ascii_lowercase() || c == '_'),
+            "{}",
+            r.name
+        );
+    }
+    assert_eq!(
+        check(&results, "full_mesh_cabled").evidence[0],
+        "n1/Thunderbolt 2 ↔ n2/Thunderbolt 2"
+    );
+}
+
+#[test]
+fn missing_cable_names_free_ports_on_both_nodes() {
+    let mut facts = healthy(4);
+    port_mut(&mut facts, 0, port_for(0, 2)).peer = None;
+    port_mut(&mut facts, 2, port_for(2, 0)).peer = None;
+    let results = all_checks(&facts, &members(4));
+    assert_eq!(
+        not_passing(&results),
+        [("full_mesh_cabled".to_owned(), None, CheckStatus::Fail)]
+    );
+    let full = check(&results, "full_mesh_cabled");
+    assert!(
+        full.evidence
+            .contains(&"n1/Thunderbolt 3 ↔ n3/Thunderbolt 2: no cable".to_owned()),
+        "{full:?}"
+    );
+    assert_eq!(
+        full.fix,
+        "connect a Thunderbolt 5 cable n1/Thunderbolt 3 ↔ n3/Thunderbolt 2 (`meshctl plan` prints a full cabling table)"
+    );
+}
+
+#[test]
+fn a_40_gbps_link_fails_link_speed_on_both_ends() {
+    let mut facts = healthy(4);
+    port_mut(&mut facts, 0, 2).negotiated_speed_bps = G40;
+    port_mut(&mut facts, 1, 2).negotiated_speed_bps = G40;
+    assert_eq!(cable_map(&facts, &[])[0].speed_bps, G40);
+    let results = all_checks(&facts, &members(4));
+    assert_eq!(
+        not_passing(&results),
+        [
+            ("link_speed".to_owned(), on(0), CheckStatus::Fail),
+            ("link_speed".to_owned(), on(1), CheckStatus::Fail),
+        ]
+    );
+    let speed = results
+        .iter()
+        .find(|r| r.name == "link_speed" && r.node == Some(name(0)))
+        .unwrap();
+    assert!(speed.evidence.contains(
+        &"Thunderbolt 2 (en3) ↔ Mac Studio (Mac15,14) negotiated 40 Gb/s; a Thunderbolt 5 Mac-to-Mac link runs at 80 Gb/s".to_owned()
+    ), "{speed:?}");
+    assert!(speed.fix.contains("Thunderbolt 5 cable"), "{}", speed.fix);
+}
+
+#[test]
+fn a_thunderbolt_4_port_at_40_gbps_only_warns() {
+    let mut facts = healthy(2);
+    for node in 0..2 {
+        let port = port_mut(&mut facts, node, 2);
+        port.negotiated_speed_bps = G40;
+        port.max_speed_bps = G40;
+    }
+    let results = node_checks(&name(0), &facts[&name(0)], &ModelTable::builtin());
+    assert_eq!(check(&results, "link_speed").status, CheckStatus::Warn);
+}
+
+#[test]
+fn subnet_collision_names_the_colliding_cables() {
+    let mut facts = healthy(4);
+    let wide = |a: [u8; 4]| vec![Ipv4Cidr::new(Ipv4Addr::from(a), 24).unwrap()];
+    port_mut(&mut facts, 0, port_for(0, 2)).ipv4 = wide([10, 254, 0, 5]);
+    port_mut(&mut facts, 2, port_for(2, 0)).ipv4 = wide([10, 254, 0, 6]);
+    let results = all_checks(&facts, &members(4));
+    let isolated = check(&results, "link_subnets_isolated");
+    assert_eq!(isolated.status, CheckStatus::Fail);
+    assert!(isolated.evidence.contains(
+        &"n1/Thunderbolt 3 ↔ n3/Thunderbolt 2: 10.254.0.5/24 / 10.254.0.6/24 is wider than /30 and can take in other cables' addresses".to_owned()
+    ), "{isolated:?}");
+    assert!(isolated.evidence.contains(
+        &"n1: n1/Thunderbolt 2 ↔ n2/Thunderbolt 2 (10.254.0.1/30) and n1/Thunderbolt 3 ↔ n3/Thunderbolt 2 (10.254.0.5/24) overlap: one peer is routed through the other cable's interface".to_owned()
+    ), "{isolated:?}");
+    assert!(isolated.fix.contains("255.255.255.252"));
+    assert_eq!(
+        not_passing(&results),
+        [("link_subnets_isolated".to_owned(), None, CheckStatus::Fail)]
+    );
+}
+
+#[test]
+fn ends_in_different_subnets_fail() {
+    let mut facts = healthy(2);
+    port_mut(&mut facts, 1, 2).ipv4 = vec!["10.254.0.6/30".parse().unwrap()];
+    let results = mesh_checks(
+        &members(2),
+        &facts,
+        &cable_map(&facts, &[]),
+        &ModelTable::builtin(),
+    );
+    let isolated = check(&results, "link_subnets_isolated");
+    assert_eq!(isolated.status, CheckStatus::Fail);
+    assert_eq!(
+        isolated.evidence,
+        [
+            "n1/Thunderbolt 2 ↔ n2/Thunderbolt 2: 10.254.0.1/30 and 10.254.0.6/30 are not in one subnet"
+        ]
+    );
+}
+
+#[test]
+fn link_local_on_several_ports_warns() {
+    let mut facts = healthy(3);
+    let local = |a: [u8; 4]| vec![Ipv4Cidr::new(Ipv4Addr::from(a), 16).unwrap()];
+    for (node, port, a) in [
+        (0, 2, [169, 254, 1, 1]),
+        (1, 2, [169, 254, 1, 2]),
+        (0, 3, [169, 254, 2, 1]),
+        (2, 2, [169, 254, 2, 2]),
+    ] {
+        port_mut(&mut facts, node, port).ipv4 = local(a);
+    }
+    let results = mesh_checks(
+        &members(3),
+        &facts,
+        &cable_map(&facts, &[]),
+        &ModelTable::builtin(),
+    );
+    let isolated = check(&results, "link_subnets_isolated");
+    assert_eq!(isolated.status, CheckStatus::Warn, "{isolated:?}");
+    assert!(isolated.evidence.iter().any(|e| e.starts_with("n1: n1/Thunderbolt 2 ↔ n2/Thunderbolt 2 and n1/Thunderbolt 3 ↔ n3/Thunderbolt 2 are both link-local")), "{isolated:?}");
+}
+
+#[test]
+fn gid_mismatch_fails_with_both_addresses() {
+    let mut facts = healthy(4);
+    let port = port_mut(&mut facts, 1, 2);
+    port.rdma.as_mut().unwrap().gids[1].address = mapped(Ipv4Addr::new(169, 254, 5, 5));
+    let results = all_checks(&facts, &members(4));
+    assert_eq!(
+        not_passing(&results),
+        [("gid_matches_address".to_owned(), on(1), CheckStatus::Fail)]
+    );
+    let gid = results
+        .iter()
+        .find(|r| r.name == "gid_matches_address" && r.node == Some(name(1)))
+        .unwrap();
+    assert!(
+        gid.evidence.contains(
+            &"rdma_en3 GID[1] ::ffff:169.254.5.5 ≠ en3 address 10.254.0.2 (::ffff:10.254.0.2)"
+                .to_owned()
+        ),
+        "{gid:?}"
+    );
+    assert!(
+        gid.fix.starts_with(
+            "sudo networksetup -setmanual \"Thunderbolt 2\" 10.254.0.2 255.255.255.252"
+        ),
+        "{}",
+        gid.fix
+    );
+}
+
+#[test]
+fn active_bridge_fails_and_the_fix_uses_the_service_found_by_device() {
+    let mut facts = healthy(4);
+    let bridge = &mut facts.get_mut(&name(3)).unwrap().bridges[0];
+    bridge.active = true;
+    bridge.service = Some("My Mesh Bridge".to_owned());
+    bridge.service_enabled = Some(true);
+    let results = all_checks(&facts, &members(4));
+    assert_eq!(
+        not_passing(&results),
+        [(
+            "thunderbolt_bridge_inactive".to_owned(),
+            on(3),
+            CheckStatus::Fail
+        )]
+    );
+    let bridge = results
+        .iter()
+        .find(|r| r.name == "thunderbolt_bridge_inactive" && r.node == Some(name(3)))
+        .unwrap();
+    assert_eq!(
+        bridge.evidence,
+        [
+            "bridge0 (Thunderbolt members en2, en3, en4, en5, en6, en7; service \"My Mesh Bridge\" enabled) is active: broadcast frames loop through the mesh"
+        ]
+    );
+    assert_eq!(
+        bridge.fix,
+        "sudo networksetup -setnetworkserviceenabled \"My Mesh Bridge\" off\nsudo ifconfig bridge0 down"
+    );
+}
+
+#[test]
+fn inactive_bridge_with_its_service_enabled_fails_and_other_bridges_are_ignored() {
+    let mut f = healthy(2).remove(&name(0)).unwrap();
+    f.bridges[0].service_enabled = Some(true);
+    f.bridges.push(BridgeFact {
+        name: "bridge100".into(),
+        active: true,
+        members: vec!["en10".into()],
+        ..BridgeFact::default()
+    });
+    let result = node_checks(&name(0), &f, &ModelTable::builtin());
+    assert_eq!(
+        check(&result, "thunderbolt_bridge_inactive").status,
+        CheckStatus::Fail
+    );
+    f.bridges.remove(0);
+    let result = node_checks(&name(0), &f, &ModelTable::builtin());
+    let bridge = check(&result, "thunderbolt_bridge_inactive");
+    assert_eq!(
+        (bridge.status, bridge.evidence.as_slice()),
+        (
+            CheckStatus::Pass,
+            ["no bridge has a Thunderbolt member (other bridges: bridge100)".to_owned()].as_slice()
+        )
+    );
+}
+
+#[test]
+fn thunderbolt_4_node_with_rdma_enabled_but_no_device_fails() {
+    let mut f = healthy(2).remove(&name(0)).unwrap();
+    for port in &mut f.ports {
+        port.rdma_device.clear();
+        port.rdma = None;
+        port.max_speed_bps = G40;
+    }
+    f.model = "Mac16,10".into();
+    let results = node_checks(&name(0), &f, &ModelTable::builtin());
+    let rdma = check(&results, "rdma_enabled");
+    assert_eq!(rdma.status, CheckStatus::Fail);
+    assert!(rdma.evidence[0].starts_with(
+        "rdma_ctl status: enabled, but no RDMA device exists (ibv_devices lists none); Thunderbolt 4 ports: Thunderbolt 1 (up to 40 Gb/s)"
+    ), "{rdma:?}");
+    assert!(rdma.fix.contains("Thunderbolt 5"));
+    let active = check(&results, "rdma_port_active");
+    assert_eq!(active.status, CheckStatus::Fail);
+    assert_eq!(
+        active.evidence,
+        ["Thunderbolt 2 (en3) is cabled but has no RDMA device"]
+    );
+    assert_eq!(check(&results, "port_usable").status, CheckStatus::Skipped);
+}
+
+#[test]
+fn rdma_disabled_fails_and_port_down_names_the_peer_without_rdma() {
+    let mut facts = healthy(2);
+    facts.get_mut(&name(1)).unwrap().rdma_enabled = Some(false);
+    let port = port_mut(&mut facts, 0, 2);
+    port.rdma.as_mut().unwrap().state = RdmaPortState::Down;
+    port.peer.as_mut().unwrap().rdma_service = false;
+    let results = all_checks(&facts, &members(2));
+    assert_eq!(
+        not_passing(&results),
+        [
+            ("rdma_port_active".to_owned(), on(0), CheckStatus::Fail),
+            ("rdma_enabled".to_owned(), on(1), CheckStatus::Fail),
+            ("rdma_port_active".to_owned(), on(1), CheckStatus::Skipped),
+        ]
+    );
+    let down = check(&results, "rdma_port_active");
+    assert!(down.evidence[0].starts_with("Thunderbolt 2 (en3): rdma_en3 port 1 is DOWN while cabled; the peer Mac Studio (Mac15,14) does not advertise the RDMA service"), "{down:?}");
+    assert!(down.fix.contains("rdma_ctl enable"), "{}", down.fix);
+}
+
+#[test]
+fn mixed_macos_versions_are_listed() {
+    let mut facts = healthy(4);
+    facts.get_mut(&name(2)).unwrap().os_version = "26.3".into();
+    let results = all_checks(&facts, &members(4));
+    assert_eq!(
+        not_passing(&results),
+        [("same_os_version".to_owned(), None, CheckStatus::Fail)]
+    );
+    assert_eq!(
+        check(&results, "same_os_version").evidence,
+        ["different versions: macos 26.2: n1, n2, n4; macos 26.3: n3"]
+    );
+}
+
+#[test]
+fn too_many_nodes_for_the_ports_fails_port_budget_and_mesh_size() {
+    let mut facts = healthy(4);
+    for f in facts.values_mut() {
+        f.model = "Mac16,11".into();
+    }
+    let results = mesh_checks(
+        &members(5),
+        &facts,
+        &cable_map(&facts, &[]),
+        &ModelTable::builtin(),
+    );
+    let budget = check(&results, "port_budget");
+    assert_eq!(budget.status, CheckStatus::Fail);
+    assert_eq!(
+        budget.evidence[0],
+        "n1 (m4-pro-mini, Mac16,11): 3 Thunderbolt 5 ports, 3 usable for RDMA; a full mesh of 5 nodes needs 4"
+    );
+    assert_eq!(budget.evidence[4], "n5: facts unknown");
+    assert!(budget.fix.contains("at most 4 nodes"), "{}", budget.fix);
+
+    let results = mesh_checks(&members(9), &facts, &[], &ModelTable::builtin());
+    let size = check(&results, "mesh_size");
+    assert_eq!(
+        (size.status, size.evidence[0].as_str()),
+        (
+            CheckStatus::Fail,
+            "9 members; a JACCL mesh has at most 8 ranks"
+        )
+    );
+}
+
+#[test]
+fn budget_that_needs_the_unreliable_port_warns_and_port_usable_warns_on_it() {
+    let mut facts = healthy(2);
+    for f in facts.values_mut() {
+        f.model = "Mac16,9".into();
+    }
+    let results = mesh_checks(
+        &members(5),
+        &facts,
+        &cable_map(&facts, &[]),
+        &ModelTable::builtin(),
+    );
+    assert_eq!(check(&results, "port_budget").status, CheckStatus::Warn);
+
+    let mut facts = healthy(2);
+    let (from, to) = (port_mut(&mut facts, 0, 2).clone(), 1u32);
+    let tb1 = port_mut(&mut facts, 0, to);
+    *tb1 = PortFact {
+        name: "Thunderbolt 1".into(),
+        receptacle: 1,
+        domain_uuid: tb1.domain_uuid.clone(),
+        iface: "en2".into(),
+        rdma_device: "rdma_en2".into(),
+        ..from
+    };
+    *port_mut(&mut facts, 0, 2) = idle_port(0, 2);
+    port_mut(&mut facts, 1, 2)
+        .peer
+        .as_mut()
+        .unwrap()
+        .domain_uuid = uuid(0, 1);
+    let results = all_checks(&facts, &members(2));
+    assert_eq!(
+        not_passing(&results),
+        [("port_usable".to_owned(), on(0), CheckStatus::Warn)]
+    );
+    let usable = check(&results, "port_usable");
+    assert!(usable.evidence[0].starts_with("Thunderbolt 1 (en2) is cabled, but on Mac Studio (M3 Ultra, 2025) it is reported unreliable for RDMA: "), "{usable:?}");
+    assert_eq!(
+        usable.fix,
+        "move that cable to a free usable port: Thunderbolt 2, Thunderbolt 3, Thunderbolt 4, Thunderbolt 5, Thunderbolt 6"
+    );
+}
+
+#[test]
+fn a_peer_outside_the_mesh_is_not_a_cable_but_is_reported() {
+    let mut facts = healthy(2);
+    port_mut(&mut facts, 0, 5).peer = Some(PeerFact {
+        domain_uuid: "STRANGER".into(),
+        model: "Mac17,6".into(),
+        name: "MacBook Pro".into(),
+        rdma_service: true,
+    });
+    assert_eq!(cable_map(&facts, &[]).len(), 1);
+    let results = mesh_checks(
+        &members(2),
+        &facts,
+        &cable_map(&facts, &[]),
+        &ModelTable::builtin(),
+    );
+    let peers = check(&results, "cable_peers_known");
+    assert_eq!(peers.status, CheckStatus::Warn);
+    assert_eq!(
+        peers.evidence,
+        [
+            "n1/Thunderbolt 5 (en6) is cabled to a Mac that is not a member: MacBook Pro (Mac17,6) (domain STRANGER)"
+        ]
+    );
+}
+
+fn config_end(node: &str, port: &str, iface: &str, address: [u8; 4]) -> CableEnd {
+    CableEnd {
+        node: id(node),
+        port: port.into(),
+        iface: iface.into(),
+        rdma_device: String::new(),
+        address: Some(Ipv4Addr::from(address)),
+    }
+}
+
+#[test]
+fn a_cable_seen_from_one_end_counts_when_config_names_it() {
+    let mut facts = healthy(3);
+    facts.remove(&name(2));
+    let configured = [Cable {
+        a: config_end("n3", "", "en4", [10, 254, 0, 10]),
+        b: config_end("n1", "", "en4", [10, 254, 0, 9]),
+        speed_bps: 0,
+        discovered: false,
+    }];
+    let cables = cable_map(&facts, &configured);
+    assert_eq!(cables.len(), 2);
+    let one_sided = &cables[1];
+    assert!(one_sided.discovered);
+    assert_eq!(
+        (
+            one_sided.a.node.as_str(),
+            one_sided.a.port.as_str(),
+            one_sided.a.rdma_device.as_str()
+        ),
+        ("n1", "Thunderbolt 3", "rdma_en4")
+    );
+    assert_eq!(one_sided.b, configured[0].a);
+    assert_eq!(one_sided.speed_bps, G80);
+
+    let results = mesh_checks(&members(3), &facts, &cables, &ModelTable::builtin());
+    assert_eq!(
+        check(&results, "full_mesh_cabled").status,
+        CheckStatus::Skipped
+    );
+    assert!(
+        check(&results, "full_mesh_cabled")
+            .evidence
+            .contains(&"n2 ↔ n3: no cable known, and the facts of n3 are unknown".to_owned())
+    );
+    assert_eq!(
+        check(&results, "same_os_version").status,
+        CheckStatus::Skipped
+    );
+    // Without the config, n1's port leads to an unknown Mac: maybe n3.
+    let alone = mesh_checks(
+        &members(3),
+        &facts,
+        &cable_map(&facts, &[]),
+        &ModelTable::builtin(),
+    );
+    let peers = check(&alone, "cable_peers_known");
+    assert!(
+        peers
+            .evidence
+            .iter()
+            .any(|e| e.ends_with("or a member whose facts are unknown (n3)")),
+        "{peers:?}"
+    );
+}
+
+fn linux_node(iface: &str, device: &str, address: &str) -> NodeFacts {
+    NodeFacts {
+        os: OsKind::Linux,
+        os_version: "6.12.0".into(),
+        rdma_enabled: Some(true),
+        ports: vec![PortFact {
+            name: iface.into(),
+            iface: iface.into(),
+            rdma_device: device.into(),
+            negotiated_speed_bps: 100_000_000_000,
+            ipv4: vec![address.parse().unwrap()],
+            rdma: Some(RdmaPortFact {
+                port: 1,
+                state: RdmaPortState::Active,
+                active_speed_bps: 100_000_000_000,
+                gids: vec![Gid {
+                    index: 3,
+                    address: mapped(address.parse::<Ipv4Cidr>().unwrap().address),
+                }],
+            }),
+            ..PortFact::default()
+        }],
+        ..NodeFacts::default()
+    }
+}
+
+#[test]
+fn linux_nodes_take_cables_from_config_and_skip_thunderbolt_checks() {
+    let facts = BTreeMap::from([
+        (id("l1"), linux_node("eth1", "mlx5_0", "10.9.0.1/30")),
+        (id("l2"), linux_node("eth2", "mlx5_1", "10.9.0.2/30")),
+    ]);
+    let configured = [Cable {
+        a: config_end("l2", "", "eth2", [10, 9, 0, 2]),
+        b: config_end("l1", "", "eth1", [10, 9, 0, 1]),
+        speed_bps: 0,
+        discovered: false,
+    }];
+    let cables = cable_map(&facts, &configured);
+    assert_eq!(cables.len(), 1);
+    assert!(!cables[0].discovered);
+    assert_eq!(
+        (
+            cables[0].a.node.as_str(),
+            cables[0].a.rdma_device.as_str(),
+            cables[0].b.rdma_device.as_str()
+        ),
+        ("l1", "mlx5_0", "mlx5_1")
+    );
+    assert_eq!(cables[0].speed_bps, 100_000_000_000);
+
+    let models = ModelTable::builtin();
+    let results = node_checks(&id("l1"), &facts[&id("l1")], &models);
+    for name in [
+        "rdma_enabled",
+        "rdma_port_active",
+        "link_addressed",
+        "gid_matches_address",
+    ] {
+        assert_eq!(check(&results, name).status, CheckStatus::Pass, "{name}");
+    }
+    for name in ["link_speed", "thunderbolt_bridge_inactive", "port_usable"] {
+        let r = check(&results, name);
+        assert_eq!(
+            (r.status, r.evidence[0].as_str()),
+            (
+                CheckStatus::Skipped,
+                "linux node: no Thunderbolt ports; this check applies to macOS"
+            )
+        );
+    }
+    let mesh = mesh_checks(&[id("l1"), id("l2")], &facts, &cables, &models);
+    assert_eq!(check(&mesh, "full_mesh_cabled").status, CheckStatus::Pass);
+    assert_eq!(
+        check(&mesh, "link_subnets_isolated").status,
+        CheckStatus::Pass
+    );
+    assert_eq!(check(&mesh, "port_budget").status, CheckStatus::Skipped);
+}
+
+#[test]
+fn missing_facts_are_never_a_pass() {
+    let models = ModelTable::builtin();
+    let blind = NodeFacts {
+        os: OsKind::Macos,
+        blind_spots: vec!["system_profiler: timed out after 5s".into()],
+        ..NodeFacts::default()
+    };
+    for result in node_checks(&id("x"), &blind, &models) {
+        assert_eq!(result.status, CheckStatus::Skipped, "{result:?}");
+        assert!(
+            result
+                .evidence
+                .contains(&"blind spot: system_profiler: timed out after 5s".to_owned()),
+            "{result:?}"
+        );
+    }
+    let facts = BTreeMap::from([(id("x"), blind)]);
+    let mesh = mesh_checks(&[id("x"), id("y")], &facts, &[], &models);
+    for name in [
+        "full_mesh_cabled",
+        "same_os_version",
+        "port_budget",
+        "link_subnets_isolated",
+    ] {
+        assert_eq!(check(&mesh, name).status, CheckStatus::Skipped, "{name}");
+    }
+}
+
+#[test]
+fn an_unknown_model_skips_port_usable_naming_the_known_ones() {
+    let mut f = healthy(2).remove(&name(0)).unwrap();
+    f.model = "Mac99,1".into();
+    let results = node_checks(&name(0), &f, &ModelTable::builtin());
+    let usable = check(&results, "port_usable");
+    assert_eq!(usable.status, CheckStatus::Skipped);
+    assert!(
+        usable.evidence[0]
+            .starts_with("model Mac99,1 is not in the model table (known: m3-ultra-studio, "),
+        "{usable:?}"
+    );
+}

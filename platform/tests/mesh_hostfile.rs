@@ -1,0 +1,386 @@
+//! JACCL hostfiles: built from cable maps for 2–8 ranks and both
+//! backends, validated by the rules mlx.launch applies, accepted in MLX's
+//! own examples, and converted to and from the wire.
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+
+use meshd_platform::mesh::Backend;
+use meshd_platform::mesh::hostfile::{
+    Hostfile, HostfileError, build_hostfile, to_mlx_json, validate_mlx_hostfile,
+};
+use meshd_proto::domain::NodeId;
+use meshd_proto::facts::{Cable, CableEnd};
+use meshd_proto::wire;
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/macos");
+
+fn fixture(name: &str) -> Value {
+    let text = std::fs::read_to_string(format!("{FIXTURES}/{name}")).expect(name);
+    serde_json::from_str(&text).expect(name)
+}
+
+fn id(s: &str) -> NodeId {
+    NodeId::new(s).unwrap()
+}
+
+fn ranks(n: usize) -> Vec<NodeId> {
+    (1..=n).map(|i| id(&format!("m{i}"))).collect()
+}
+
+/// A cable between ranks i and j whose device on each side is named after
+/// the peer's rank, so a misplaced cell is visible.
+fn cable(ranks: &[NodeId], i: usize, j: usize) -> Cable {
+    let end = |at: usize, to: usize| CableEnd {
+        node: ranks[at].clone(),
+        port: format!("Thunderbolt {}", to + 1),
+        iface: format!("en{}", to + 10),
+        rdma_device: format!("rdma_en{}", to + 10),
+        address: None,
+    };
+    Cable {
+        a: end(i, j),
+        b: end(j, i),
+        speed_bps: 80_000_000_000,
+        discovered: true,
+    }
+}
+
+fn full_mesh(ranks: &[NodeId]) -> Vec<Cable> {
+    let n = ranks.len();
+    (0..n)
+        .flat_map(|i| (i + 1..n).map(move |j| (i, j)))
+        .map(|(i, j)| cable(ranks, i, j))
+        .collect()
+}
+
+fn ring(ranks: &[NodeId]) -> Vec<Cable> {
+    let n = ranks.len();
+    if n == 2 {
+        return vec![cable(ranks, 0, 1)];
+    }
+    (0..n).map(|i| cable(ranks, i, (i + 1) % n)).collect()
+}
+
+const RANK0_IP: Option<Ipv4Addr> = Some(Ipv4Addr::new(192, 168, 1, 10));
+
+/// A hostfile with ssh destinations defaulted to the node ids.
+fn build(ranks: &[NodeId], cables: &[Cable], backend: Backend) -> Result<Hostfile, HostfileError> {
+    build_hostfile(ranks, cables, backend, &BTreeMap::new(), RANK0_IP)
+}
+
+#[test]
+fn mlx_documentation_hostfiles_are_valid() {
+    assert_eq!(
+        validate_mlx_hostfile(&fixture("hostfile_jaccl_4node.json")),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        validate_mlx_hostfile(&fixture("hostfile_ring_4node.json")),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn jaccl_hostfiles_for_2_to_8_ranks_are_valid_and_place_every_device() {
+    for n in 2..=8 {
+        let ranks = ranks(n);
+        let hostfile = build(&ranks, &full_mesh(&ranks), Backend::Jaccl).unwrap();
+        assert!(hostfile.warnings.is_empty(), "{:?}", hostfile.warnings);
+        for (i, host) in hostfile.hosts.iter().enumerate() {
+            assert_eq!(host.ssh, format!("m{}", i + 1));
+            assert_eq!(host.ips.is_empty(), i != 0);
+            for (j, cell) in host.rdma.iter().enumerate() {
+                let expected = (i != j).then(|| format!("rdma_en{}", j + 10));
+                assert_eq!(cell, &expected, "{n} ranks, [{i}][{j}]");
+            }
+        }
+        let json = to_mlx_json(&hostfile);
+        assert_eq!(json["backend"], "jaccl");
+        assert_eq!(
+            validate_mlx_hostfile(&json),
+            Vec::<String>::new(),
+            "{n} ranks"
+        );
+        // The list form (backend from the command line) is valid too.
+        assert_eq!(validate_mlx_hostfile(&json["hosts"]), Vec::<String>::new());
+    }
+}
+
+#[test]
+fn ring_hostfiles_for_2_to_8_ranks_name_only_neighbours() {
+    for n in 2..=8 {
+        let ranks = ranks(n);
+        // Extra cables exist, but a ring hostfile uses only the neighbours.
+        let hostfile = build(&ranks, &full_mesh(&ranks), Backend::JacclRing).unwrap();
+        for (i, host) in hostfile.hosts.iter().enumerate() {
+            let named: Vec<usize> = (0..n).filter(|&j| host.rdma[j].is_some()).collect();
+            let mut neighbours = vec![(i + n - 1) % n, (i + 1) % n];
+            neighbours.sort();
+            neighbours.dedup();
+            assert_eq!(named, neighbours, "{n} ranks, rank {i}");
+        }
+        let json = to_mlx_json(&hostfile);
+        assert_eq!(json["backend"], "jaccl-ring");
+        assert_eq!(
+            validate_mlx_hostfile(&json),
+            Vec::<String>::new(),
+            "{n} ranks"
+        );
+        let only_ring = build(&ranks, &ring(&ranks), Backend::JacclRing);
+        assert_eq!(only_ring.map(|h| h.hosts), Ok(hostfile.hosts));
+        if n > 3 {
+            let mut as_mesh = json.clone();
+            as_mesh["backend"] = json!("jaccl");
+            assert!(
+                !validate_mlx_hostfile(&as_mesh).is_empty(),
+                "a ring is no full mesh"
+            );
+        }
+    }
+}
+
+#[test]
+fn missing_pairs_are_named() {
+    let ranks = ranks(4);
+    let mut cables = full_mesh(&ranks);
+    cables.retain(|c| !(c.a.node == ranks[1] && c.b.node == ranks[3]));
+    cables
+        .iter_mut()
+        .find(|c| c.a.node == ranks[0] && c.b.node == ranks[2])
+        .unwrap()
+        .b
+        .rdma_device
+        .clear();
+    let err = build(&ranks, &cables, Backend::Jaccl).unwrap_err();
+    assert_eq!(
+        err,
+        HostfileError::MissingLinks {
+            backend: Backend::Jaccl,
+            missing: vec![
+                "rank 0 (m1) ↔ rank 2 (m3): cable m1/Thunderbolt 3 ↔ m3/Thunderbolt 1 has no RDMA device at m3".to_owned(),
+                "rank 1 (m2) ↔ rank 3 (m4): no cable".to_owned(),
+            ],
+        }
+    );
+    // The ring m1 m2 m3 m4 needs neither m2–m4 nor m1–m3.
+    let ring_ok = build(&ranks, &cables, Backend::JacclRing);
+    assert!(ring_ok.is_ok(), "{ring_ok:?}");
+}
+
+#[test]
+fn input_errors_are_named() {
+    let ranks = ranks(3);
+    let cables = full_mesh(&ranks);
+    let none = BTreeMap::new();
+    assert_eq!(
+        build_hostfile(&[], &cables, Backend::Jaccl, &none, RANK0_IP),
+        Err(HostfileError::NoRanks)
+    );
+    let twice = [ranks[0].clone(), ranks[1].clone(), ranks[0].clone()];
+    assert_eq!(
+        build_hostfile(&twice, &cables, Backend::Jaccl, &none, RANK0_IP),
+        Err(HostfileError::DuplicateRank(ranks[0].clone()))
+    );
+    let err = build_hostfile(&ranks, &cables, Backend::Jaccl, &none, None).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "rank 0 (m1) needs an IP address every rank can reach; pass its management address"
+    );
+    let nine = self::ranks(9);
+    assert_eq!(
+        build_hostfile(&nine, &full_mesh(&nine), Backend::Jaccl, &none, RANK0_IP),
+        Err(HostfileError::TooManyRanks { ranks: 9 })
+    );
+}
+
+#[test]
+fn ssh_names_and_warnings_come_through() {
+    let ranks = ranks(2);
+    let mut cables = full_mesh(&ranks);
+    cables[0].speed_bps = 40_000_000_000;
+    cables[0].discovered = false;
+    let ssh = BTreeMap::from([(ranks[1].clone(), "admin@studio-2.local".to_owned())]);
+    let hostfile = build_hostfile(&ranks, &cables, Backend::Jaccl, &ssh, RANK0_IP).unwrap();
+    assert_eq!(hostfile.hosts[1].ssh, "admin@studio-2.local");
+    assert_eq!(hostfile.hosts[0].ips, ["192.168.1.10"]);
+    assert_eq!(
+        hostfile.warnings,
+        [
+            "m1/Thunderbolt 2 ↔ m2/Thunderbolt 1 negotiated 40 Gb/s",
+            "m1/Thunderbolt 2 ↔ m2/Thunderbolt 1 is known only from config, not seen by discovery",
+        ]
+    );
+}
+
+#[test]
+fn validation_names_what_mlx_launch_would_reject() {
+    let good = fixture("hostfile_jaccl_4node.json");
+    let cases: Vec<(Value, &str)> = vec![
+        (
+            {
+                let mut v = good.clone();
+                v[0]["ips"] = json!([]);
+                v
+            },
+            "hosts[0].ips: rank 0 needs an IP",
+        ),
+        (
+            {
+                let mut v = good.clone();
+                v[1]["rdma"][1] = json!("rdma_en9");
+                v
+            },
+            "hosts[1].rdma[1]: the diagonal must be null",
+        ),
+        (
+            {
+                let mut v = good.clone();
+                v[2]["rdma"] = json!([null, null]);
+                v
+            },
+            "hosts[2].rdma: 2 cells; needs one per rank (4)",
+        ),
+        (
+            {
+                let mut v = good.clone();
+                v[3]["rdma"][0] = json!(7);
+                v
+            },
+            "hosts[3].rdma[0]: 7 is not null",
+        ),
+        (
+            {
+                let mut v = good.clone();
+                v[3]["ssh"] = json!("");
+                v
+            },
+            "hosts[3].ssh:",
+        ),
+        (
+            {
+                let mut v = good.clone();
+                v[0]["ips"] = json!(["not-an-ip"]);
+                v
+            },
+            "hosts[0].ips[0]: \"not-an-ip\" is not an IP address",
+        ),
+        (
+            {
+                let mut v = good.clone();
+                v[0]["rdma"][2] = Value::Null;
+                v
+            },
+            "hosts[0].rdma[2] and hosts[2].rdma[0]",
+        ),
+        (json!({"backend": "jaccl", "hosts": good.clone()}), ""),
+        (
+            json!({"backend": "nccl", "hosts": good.clone()}),
+            "backend: \"nccl\" is not one of",
+        ),
+        (json!({"hosts": 3}), "hosts: missing or not a list"),
+        (json!("m1"), "a hostfile is a JSON list"),
+        (json!([]), "hosts: empty"),
+        (
+            {
+                let mut v = fixture("hostfile_ring_4node.json");
+                v[2]["ips"] = json!([]);
+                v
+            },
+            "hosts[2].ips: the ring backend needs an IP for every host",
+        ),
+    ];
+    for (value, expected) in cases {
+        let problems = validate_mlx_hostfile(&value);
+        if expected.is_empty() {
+            assert_eq!(problems, Vec::<String>::new(), "{value}");
+        } else {
+            assert!(
+                problems.iter().any(|p| p.starts_with(expected)),
+                "{expected:?} not in {problems:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn wire_round_trip_and_bad_wire_fields_are_named() {
+    let ranks = ranks(3);
+    let hostfile = build(&ranks, &full_mesh(&ranks), Backend::JacclRing).unwrap();
+    let w = wire::Hostfile::from(&hostfile);
+    assert_eq!(w.backend, wire::HostfileBackend::JacclRing as i32);
+    assert_eq!(Hostfile::try_from(w.clone()), Ok(hostfile));
+
+    let broken = |edit: fn(&mut wire::Hostfile)| {
+        let mut bad = w.clone();
+        edit(&mut bad);
+        Hostfile::try_from(bad).unwrap_err().to_string()
+    };
+    assert_eq!(broken(|h| h.backend = 0), "backend: unspecified");
+    assert_eq!(broken(|h| h.backend = 9), "backend: unknown value 9");
+    assert!(broken(|h| h.hosts[1].node = "a b".into()).starts_with("hosts[1].node: "));
+    assert_eq!(broken(|h| h.hosts[2].ssh.clear()), "hosts[2].ssh: empty");
+    assert_eq!(
+        broken(|h| {
+            h.hosts[0].rdma.pop();
+        }),
+        "hosts[0].rdma: 2 cells; needs one per host (3)"
+    );
+    assert_eq!(
+        broken(|h| h.hosts[1].rdma[1].device = Some("rdma_en1".into())),
+        "hosts[1].rdma[1].device: the diagonal has no device"
+    );
+    assert_eq!(
+        broken(|h| h.hosts[1].rdma[0].device = Some(String::new())),
+        "hosts[1].rdma[0].device: empty device name; leave it unset for no device"
+    );
+}
+
+fn any_json() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        ".{0,8}".prop_map(Value::from),
+        Just(json!("rdma_en2")),
+        Just(json!("10.0.0.1")),
+    ];
+    leaf.prop_recursive(4, 48, 6, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::from),
+            prop::collection::btree_map(
+                prop_oneof![
+                    Just("ssh".to_owned()),
+                    Just("ips".to_owned()),
+                    Just("rdma".to_owned()),
+                    Just("hosts".to_owned()),
+                    Just("backend".to_owned()),
+                    Just("envs".to_owned()),
+                    ".{0,4}"
+                ],
+                inner,
+                0..5
+            )
+            .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+proptest! {
+    #[test]
+    fn validation_never_panics_on_any_json(value in any_json()) {
+        let _ = validate_mlx_hostfile(&value);
+    }
+
+    #[test]
+    fn validation_never_panics_on_mutated_fixtures(
+        which in 0..2usize, host in 0..4usize, key in prop_oneof![Just("ssh"), Just("ips"), Just("rdma")], replacement in any_json()
+    ) {
+        let name = ["hostfile_jaccl_4node.json", "hostfile_ring_4node.json"][which];
+        let mut value = fixture(name);
+        value[host][key] = replacement;
+        let _ = validate_mlx_hostfile(&value);
+    }
+}
