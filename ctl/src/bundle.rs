@@ -47,7 +47,9 @@ pub async fn run(target: &Target, node: NodeId, out: Option<PathBuf>) -> Result<
     let with_status = daemon.0 == "status.json";
     let staging = std::env::temp_dir().join(format!("meshctl-bundle-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&staging);
-    let result = write_and_pack(&staging, &node, created, &recorded, &facts, daemon, &top, &out);
+    let result = write_and_pack(
+        &staging, &node, created, &recorded, &facts, daemon, &top, &out,
+    );
     let _ = std::fs::remove_dir_all(&staging);
     let manifest = result?;
     let failed = manifest.commands.iter().filter(|c| !c.ok).count();
@@ -63,7 +65,10 @@ pub async fn run(target: &Target, node: NodeId, out: Option<PathBuf>) -> Result<
             "without the daemon's status"
         }
     );
-    println!("read it anywhere with: meshctl doctor --from {}", out.display());
+    println!(
+        "read it anywhere with: meshctl doctor --from {}",
+        out.display()
+    );
     Ok(())
 }
 

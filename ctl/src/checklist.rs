@@ -52,8 +52,7 @@ pub fn any_failed(checks: &[CheckResult]) -> bool {
 pub fn render(out: &mut String, checks: &[CheckResult], show: Show) {
     let mut groups: BTreeMap<(bool, String), Vec<&CheckResult>> = BTreeMap::new();
     for check in checks {
-        if show == Show::Attention
-            && !matches!(check.status, CheckStatus::Fail | CheckStatus::Warn)
+        if show == Show::Attention && !matches!(check.status, CheckStatus::Fail | CheckStatus::Warn)
         {
             continue;
         }
@@ -91,7 +90,12 @@ mod tests {
 
     use super::*;
 
-    fn check(node: Option<&str>, name: &str, status: CheckStatus, evidence: &[&str]) -> CheckResult {
+    fn check(
+        node: Option<&str>,
+        name: &str,
+        status: CheckStatus,
+        evidence: &[&str],
+    ) -> CheckResult {
         CheckResult {
             name: name.into(),
             node: node.map(|n| NodeId::new(n).expect("id")),
@@ -108,9 +112,24 @@ mod tests {
     #[test]
     fn groups_by_node_with_mesh_last_and_fixes_under_failures() {
         let checks = vec![
-            check(None, "full_mesh_cabled", CheckStatus::Pass, &["6 of 6 cables"]),
-            check(Some("b"), "rdma_enabled", CheckStatus::Fail, &["rdma_ctl status: disabled", "ibv_devices: none"]),
-            check(Some("a"), "rdma_enabled", CheckStatus::Pass, &["rdma_ctl status: enabled"]),
+            check(
+                None,
+                "full_mesh_cabled",
+                CheckStatus::Pass,
+                &["6 of 6 cables"],
+            ),
+            check(
+                Some("b"),
+                "rdma_enabled",
+                CheckStatus::Fail,
+                &["rdma_ctl status: disabled", "ibv_devices: none"],
+            ),
+            check(
+                Some("a"),
+                "rdma_enabled",
+                CheckStatus::Pass,
+                &["rdma_ctl status: enabled"],
+            ),
         ];
         let mut out = String::new();
         render(&mut out, &checks, Show::All);
@@ -118,9 +137,15 @@ mod tests {
         let b = out.find("  b\n").expect("b group");
         let mesh = out.find("  mesh\n").expect("mesh group");
         assert!(a < b && b < mesh, "{out}");
-        assert!(out.contains("FAIL  rdma_enabled      rdma_ctl status: disabled"), "{out}");
+        assert!(
+            out.contains("FAIL  rdma_enabled      rdma_ctl status: disabled"),
+            "{out}"
+        );
         assert!(out.contains("ibv_devices: none\n"), "{out}");
-        assert!(out.contains("fix: rdma_ctl enable (in macOS Recovery)"), "{out}");
+        assert!(
+            out.contains("fix: rdma_ctl enable (in macOS Recovery)"),
+            "{out}"
+        );
         assert_eq!(out.matches("fix:").count(), 1, "no fix under passes: {out}");
 
         let mut attention = String::new();

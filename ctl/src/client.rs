@@ -7,6 +7,7 @@ use std::time::Duration;
 use meshd_proto::domain::MeshStatus;
 use meshd_proto::wire;
 use meshd_proto::wire::mesh_client::MeshClient;
+use meshd_proto::wire::topology_client::TopologyClient;
 use tonic::transport::{Channel, Endpoint};
 
 pub const DEFAULT_ADDR: &str = "127.0.0.1:7420";
@@ -57,29 +58,59 @@ impl fmt::Display for Target {
 
 /// `per_call`: a deadline for each call, or none for streams that are
 /// meant to run until the user stops them.
-async fn connect(
-    target: &Target,
-    per_call: Option<Duration>,
-) -> Result<MeshClient<Channel>, Unreachable> {
+async fn connect(target: &Target, per_call: Option<Duration>) -> Result<Channel, Unreachable> {
     let mut endpoint = Endpoint::from_shared(target.uri.clone())
         .map_err(|e| Unreachable(format!("bad address {target}: {e}")))?
         .connect_timeout(DEADLINE);
     if let Some(deadline) = per_call {
         endpoint = endpoint.timeout(deadline);
     }
-    let channel = endpoint.connect().await.map_err(|e| {
+    endpoint.connect().await.map_err(|e| {
         Unreachable(format!(
             "cannot reach meshd at {target}: {}",
             root_cause(&e)
         ))
-    })?;
-    Ok(MeshClient::new(channel))
+    })
+}
+
+/// Runs one call under [`DEADLINE`], connecting included.
+async fn bounded<T>(
+    target: &Target,
+    call: impl Future<Output = Result<T, Unreachable>>,
+) -> Result<T, Unreachable> {
+    tokio::time::timeout(DEADLINE, call).await.map_err(|_| {
+        Unreachable(format!(
+            "meshd at {target} did not answer within {DEADLINE:?}"
+        ))
+    })?
+}
+
+/// Asks for a JACCL hostfile; a refusal (no cable map yet, a missing
+/// cable) comes back with the daemon's reason.
+pub async fn hostfile(
+    target: &Target,
+    request: wire::GetHostfileRequest,
+) -> Result<wire::Hostfile, Unreachable> {
+    bounded(target, async {
+        let mut client = TopologyClient::new(connect(target, Some(DEADLINE)).await?);
+        client
+            .get_hostfile(request)
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(|s| {
+                Unreachable(format!(
+                    "meshd at {target} cannot build a hostfile: {}",
+                    s.message()
+                ))
+            })
+    })
+    .await
 }
 
 /// Fetches and checks the status; everything within [`DEADLINE`].
 pub async fn status(target: &Target) -> Result<MeshStatus, Unreachable> {
-    let call = async {
-        let mut client = connect(target, Some(DEADLINE)).await?;
+    bounded(target, async {
+        let mut client = MeshClient::new(connect(target, Some(DEADLINE)).await?);
         let reply = client
             .get_status(wire::GetStatusRequest {})
             .await
@@ -91,19 +122,15 @@ pub async fn status(target: &Target) -> Result<MeshStatus, Unreachable> {
             })?;
         MeshStatus::try_from(reply.into_inner())
             .map_err(|e| Unreachable(format!("meshd at {target} sent a malformed status: {e}")))
-    };
-    tokio::time::timeout(DEADLINE, call).await.map_err(|_| {
-        Unreachable(format!(
-            "meshd at {target} did not answer within {DEADLINE:?}"
-        ))
-    })?
+    })
+    .await
 }
 
 /// Opens the event stream; connecting is bounded by [`DEADLINE`], the
 /// stream itself runs until meshd or the user ends it.
 pub async fn events(target: &Target) -> Result<tonic::Streaming<wire::Event>, Unreachable> {
-    let call = async {
-        let mut client = connect(target, None).await?;
+    bounded(target, async {
+        let mut client = MeshClient::new(connect(target, None).await?);
         client
             .watch_events(wire::WatchEventsRequest {})
             .await
@@ -114,12 +141,8 @@ pub async fn events(target: &Target) -> Result<tonic::Streaming<wire::Event>, Un
                     s.message()
                 ))
             })
-    };
-    tokio::time::timeout(DEADLINE, call).await.map_err(|_| {
-        Unreachable(format!(
-            "meshd at {target} did not answer within {DEADLINE:?}"
-        ))
-    })?
+    })
+    .await
 }
 
 /// tonic wraps the OS error ("connection refused") a few layers down.

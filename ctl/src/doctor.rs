@@ -126,7 +126,11 @@ fn open_bundles(
         let into = std::env::temp_dir().join(format!("meshctl-doctor-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&into);
         std::fs::create_dir_all(&into).map_err(|e| {
-            Unreachable(format!("cannot unpack {}: {}: {e}", path.display(), into.display()))
+            Unreachable(format!(
+                "cannot unpack {}: {}: {e}",
+                path.display(),
+                into.display()
+            ))
         })?;
         let result = bundle::unpack(path, &into)
             .map_err(unreadable)
@@ -177,7 +181,11 @@ fn read_bundle(dir: &Path, node: Option<NodeId>) -> Result<(NodeId, NodeFacts), 
     let named = bundle::read_manifest(dir).ok().map(|m| m.node);
     let fallback = || {
         dir.file_name()
-            .map(|n| n.to_string_lossy().trim_start_matches("meshd-bundle-").to_owned())
+            .map(|n| {
+                n.to_string_lossy()
+                    .trim_start_matches("meshd-bundle-")
+                    .to_owned()
+            })
             .unwrap_or_default()
     };
     let node = match node {
@@ -200,8 +208,16 @@ fn render(nodes: &[NodeReport], cables: &[Cable], checks: &[CheckResult]) -> Str
             "{}: {} {}{}, facts from {}",
             n.node,
             f.os,
-            if f.os_version.is_empty() { "(version unknown)" } else { &f.os_version },
-            if f.model.is_empty() { String::new() } else { format!(", {}", f.model) },
+            if f.os_version.is_empty() {
+                "(version unknown)"
+            } else {
+                &f.os_version
+            },
+            if f.model.is_empty() {
+                String::new()
+            } else {
+                format!(", {}", f.model)
+            },
             f.source
         );
         if !f.blind_spots.is_empty() {
@@ -220,7 +236,11 @@ fn render(nodes: &[NodeReport], cables: &[Cable], checks: &[CheckResult]) -> Str
                     .filter(|s| !s.is_empty())
                     .collect::<Vec<_>>()
                     .join(" ");
-                if port.is_empty() { e.node.to_string() } else { format!("{}/{port}", e.node) }
+                if port.is_empty() {
+                    e.node.to_string()
+                } else {
+                    format!("{}/{port}", e.node)
+                }
             };
             let speed = if cable.speed_bps == 0 {
                 String::new()
@@ -232,7 +252,11 @@ fn render(nodes: &[NodeReport], cables: &[Cable], checks: &[CheckResult]) -> Str
                 "  {} <-> {}{speed} ({})",
                 end(&cable.a),
                 end(&cable.b),
-                if cable.discovered { "discovered" } else { "configured" }
+                if cable.discovered {
+                    "discovered"
+                } else {
+                    "configured"
+                }
             );
         }
     }

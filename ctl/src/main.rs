@@ -99,7 +99,11 @@ enum Command {
         nodes: usize,
         /// Model id (see `--list-models`): once for all nodes, or once per
         /// node in order for a mixed cluster.
-        #[arg(long = "model", value_name = "MODEL", required_unless_present = "list_models")]
+        #[arg(
+            long = "model",
+            value_name = "MODEL",
+            required_unless_present = "list_models"
+        )]
         models: Vec<String>,
         #[arg(long, value_enum, default_value_t = BackendArg::Jaccl)]
         backend: BackendArg,
@@ -129,6 +133,15 @@ enum Command {
 enum BackendArg {
     Jaccl,
     JacclRing,
+}
+
+impl From<BackendArg> for meshd_platform::mesh::Backend {
+    fn from(backend: BackendArg) -> Self {
+        match backend {
+            BackendArg::Jaccl => Self::Jaccl,
+            BackendArg::JacclRing => Self::JacclRing,
+        }
+    }
 }
 
 /// The node id for this host: as given, else from the host name.
@@ -218,9 +231,9 @@ fn main() -> ExitCode {
             } else {
                 plan::run(nodes, &models, backend, json)
             }),
-            Command::Bundle { out, node } => {
-                bundle::run(&target, local_node(node)?, out).await.map(|()| true)
-            }
+            Command::Bundle { out, node } => bundle::run(&target, local_node(node)?, out)
+                .await
+                .map(|()| true),
         }
     });
     match outcome {

@@ -447,10 +447,16 @@ impl Metrics {
         };
         let mut current: BTreeMap<(String, String), CheckStatus> = BTreeMap::new();
         for check in &status.checks {
-            let node = check.node.as_ref().map(ToString::to_string).unwrap_or_default();
+            let node = check
+                .node
+                .as_ref()
+                .map(ToString::to_string)
+                .unwrap_or_default();
             // Several results of one check about one node (one per port):
             // the worst one stands for the series.
-            let worst = current.entry((node, check.name.clone())).or_insert(check.status);
+            let worst = current
+                .entry((node, check.name.clone()))
+                .or_insert(check.status);
             *worst = worse(*worst, check.status);
         }
         let mut shown = self

@@ -785,3 +785,53 @@ fn an_unknown_model_skips_port_usable_naming_the_known_ones() {
         "{usable:?}"
     );
 }
+
+#[test]
+fn a_linux_host_without_rdma_hardware_warns_instead_of_failing() {
+    let facts = NodeFacts {
+        os: OsKind::Linux,
+        rdma_enabled: Some(false),
+        ..NodeFacts::default()
+    };
+    let results = node_checks(&id("lab"), &facts, &ModelTable::builtin());
+    let rdma = check(&results, "rdma_enabled");
+    assert_eq!(rdma.status, CheckStatus::Warn, "{rdma:?}");
+    assert!(
+        rdma.evidence[0].contains("no RDMA device on this host"),
+        "{rdma:?}"
+    );
+}
+
+#[test]
+fn an_empty_ibv_devices_list_fails_even_when_rdma_ctl_was_not_read() {
+    let mut f = healthy(2).remove(&name(0)).unwrap();
+    f.rdma_enabled = None;
+    f.blind_spots = vec!["rdma_ctl status: not in the bundle (no rdma_ctl_status.txt)".into()];
+    for port in &mut f.ports {
+        port.rdma_device.clear();
+        port.rdma = None;
+    }
+    let rdma = check(
+        &node_checks(&name(0), &f, &ModelTable::builtin()),
+        "rdma_enabled",
+    )
+    .clone();
+    assert_eq!(rdma.status, CheckStatus::Fail, "{rdma:?}");
+    assert_eq!(
+        rdma.evidence[0],
+        "ibv_devices lists no RDMA device (rdma_ctl status could not be read)"
+    );
+
+    f.blind_spots
+        .push("ibv_devices: not in the bundle (no ibv_devices.txt)".into());
+    let rdma = check(
+        &node_checks(&name(0), &f, &ModelTable::builtin()),
+        "rdma_enabled",
+    )
+    .clone();
+    assert_eq!(
+        rdma.status,
+        CheckStatus::Skipped,
+        "an unread list proves nothing: {rdma:?}"
+    );
+}

@@ -111,19 +111,53 @@ mod tests {
     #[test]
     fn failing_mapped_checks_raise_one_alarm_per_kind_and_keep_their_start() {
         let checks = vec![
-            check("rdma_enabled", CheckStatus::Fail, "rdma_ctl status: disabled", "rdma_ctl enable in Recovery"),
-            check("link_speed", CheckStatus::Fail, "Thunderbolt 2: 40 Gb/s", "reseat the cable"),
-            check("link_speed", CheckStatus::Fail, "Thunderbolt 3: 40 Gb/s", "reseat the cable"),
-            check("link_speed", CheckStatus::Pass, "Thunderbolt 1: 80 Gb/s", ""),
-            check("thunderbolt_bridge_inactive", CheckStatus::Fail, "bridge0 active", "off"),
+            check(
+                "rdma_enabled",
+                CheckStatus::Fail,
+                "rdma_ctl status: disabled",
+                "rdma_ctl enable in Recovery",
+            ),
+            check(
+                "link_speed",
+                CheckStatus::Fail,
+                "Thunderbolt 2: 40 Gb/s",
+                "reseat the cable",
+            ),
+            check(
+                "link_speed",
+                CheckStatus::Fail,
+                "Thunderbolt 3: 40 Gb/s",
+                "reseat the cable",
+            ),
+            check(
+                "link_speed",
+                CheckStatus::Pass,
+                "Thunderbolt 1: 80 Gb/s",
+                "",
+            ),
+            check(
+                "thunderbolt_bridge_inactive",
+                CheckStatus::Fail,
+                "bridge0 active",
+                "off",
+            ),
         ];
         let first = alarms_from_checks(&id("a"), &checks, &[], t(10));
         assert_eq!(first.len(), 2, "{first:#?}");
-        let speed = first.iter().find(|a| a.kind == "link_speed_low").expect("speed");
+        let speed = first
+            .iter()
+            .find(|a| a.kind == "link_speed_low")
+            .expect("speed");
         assert_eq!(speed.severity, Severity::Warning);
-        assert_eq!(speed.evidence, ["Thunderbolt 2: 40 Gb/s", "Thunderbolt 3: 40 Gb/s"]);
+        assert_eq!(
+            speed.evidence,
+            ["Thunderbolt 2: 40 Gb/s", "Thunderbolt 3: 40 Gb/s"]
+        );
         assert_eq!(speed.fix.as_deref(), Some("reseat the cable"));
-        let rdma = first.iter().find(|a| a.kind == "rdma_disabled").expect("rdma");
+        let rdma = first
+            .iter()
+            .find(|a| a.kind == "rdma_disabled")
+            .expect("rdma");
         assert_eq!(rdma.severity, Severity::Critical);
 
         let later = alarms_from_checks(&id("a"), &checks, &first, t(40));
@@ -138,7 +172,12 @@ mod tests {
         assert!(healed.is_empty());
         let skipped = alarms_from_checks(
             &id("a"),
-            &[check("rdma_enabled", CheckStatus::Skipped, "no rdma_ctl here", "")],
+            &[check(
+                "rdma_enabled",
+                CheckStatus::Skipped,
+                "no rdma_ctl here",
+                "",
+            )],
             &[],
             t(70),
         );

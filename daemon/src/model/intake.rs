@@ -185,16 +185,22 @@ mod tests {
         book.accept(with_facts(1, "26.2"), t(1_000)).expect("first");
         assert_eq!(book.facts().1, 1);
         assert!(book.latest()[&id("b")].report.facts.is_none(), "kept apart");
-        book.accept(report("b", 1, 2, 1_000), t(1_000)).expect("no facts");
-        book.accept(with_facts(3, "26.2"), t(1_000)).expect("same facts");
+        book.accept(report("b", 1, 2, 1_000), t(1_000))
+            .expect("no facts");
+        book.accept(with_facts(3, "26.2"), t(1_000))
+            .expect("same facts");
         assert_eq!(book.facts().1, 1, "unchanged facts keep the version");
         assert_eq!(book.facts().0[&id("b")].os_version, "26.2");
-        book.accept(with_facts(4, "26.3"), t(1_000)).expect("new facts");
+        book.accept(with_facts(4, "26.3"), t(1_000))
+            .expect("new facts");
         assert_eq!(book.facts().1, 2);
         // A rejected report's facts are not taken.
         assert!(book.accept(with_facts(4, "27.0"), t(1_000)).is_err());
         assert_eq!(book.facts().0[&id("b")].os_version, "26.3");
-        book.set_members([id("a"), id("c")].into_iter().collect(), Duration::from_secs(5));
+        book.set_members(
+            [id("a"), id("c")].into_iter().collect(),
+            Duration::from_secs(5),
+        );
         assert!(book.facts().0.is_empty());
         assert_eq!(book.facts().1, 3);
     }

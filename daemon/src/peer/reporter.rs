@@ -292,7 +292,9 @@ mod tests {
             ..NodeFacts::default()
         });
         assert_eq!(
-            schedule.take(Some(&second), at(5_100)).map(|f| f.os_version),
+            schedule
+                .take(Some(&second), at(5_100))
+                .map(|f| f.os_version),
             Some("26.3".to_owned()),
             "a new read goes out at once"
         );

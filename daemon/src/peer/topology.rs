@@ -3,8 +3,9 @@
 //! never runs a command or waits on a probe.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
+use std::time::Duration;
 
 use meshd_platform::mesh::Backend;
 use meshd_platform::mesh::hostfile::build_hostfile;
@@ -16,7 +17,7 @@ use tonic::{Request, Response, Status};
 
 use crate::aggregator::MeshState;
 use crate::config::Config;
-use crate::config::address::Host;
+use crate::config::Host;
 
 #[derive(Debug, Clone)]
 pub struct TopologyService {
@@ -60,15 +61,21 @@ impl Topology for TopologyService {
             .map(|(node, host)| Ok((node_id("ssh", node)?, host)))
             .collect::<Result<BTreeMap<NodeId, String>, Status>>()?;
         let rank0_ip = if request.rank0_ip.is_empty() {
-            ranks
-                .first()
-                .and_then(|rank0| management_ip(&config, rank0))
+            match ranks.first() {
+                Some(rank0) => management_ip(&config, rank0).await,
+                None => None,
+            }
         } else {
-            Some(request.rank0_ip)
+            Some(request.rank0_ip.parse::<Ipv4Addr>().map_err(|_| {
+                Status::invalid_argument(format!(
+                    "rank0_ip: {:?} is not an IPv4 address",
+                    request.rank0_ip
+                ))
+            })?)
         };
         let hostfile = build_hostfile(&ranks, &status.cables, backend, &ssh, rank0_ip)
             .map_err(|e| Status::failed_precondition(e.to_string()))?;
-        Ok(Response::new(hostfile.into()))
+        Ok(Response::new((&hostfile).into()))
     }
 }
 
@@ -80,18 +87,31 @@ fn node_ids(field: &str, ids: Vec<String>) -> Result<Vec<NodeId>, Status> {
     ids.into_iter().map(|id| node_id(field, id)).collect()
 }
 
+/// A peer's DNS name must resolve within this, or the caller is asked for
+/// `rank0_ip`.
+const RESOLVE_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// Where `node` is reached on the management network, as this node's config
-/// says: a peer's configured address, or this node's own gRPC listen
-/// address unless it listens on every interface.
-fn management_ip(config: &Config, node: &NodeId) -> Option<String> {
+/// says: a peer's configured address (a name resolved to IPv4), or this
+/// node's own gRPC listen address unless it listens on every interface.
+async fn management_ip(config: &Config, node: &NodeId) -> Option<Ipv4Addr> {
+    let v4 = |ip: IpAddr| match ip {
+        IpAddr::V4(ip) if !ip.is_unspecified() => Some(ip),
+        _ => None,
+    };
     if *node == config.node.id {
-        let ip = config.listen.grpc.ip();
-        return (!ip.is_unspecified()).then(|| ip.to_string());
+        return v4(config.listen.grpc.ip());
     }
     let peer = config.peers.iter().find(|p| &p.id == node)?;
     match peer.endpoint().ok()?.host {
-        Host::Ip(IpAddr::V4(ip)) => Some(ip.to_string()),
-        Host::Ip(IpAddr::V6(ip)) => Some(ip.to_string()),
-        Host::Name(name) => Some(name),
+        Host::Ip(ip) => v4(ip),
+        Host::Name(name) => {
+            let lookup = tokio::net::lookup_host((name.as_str(), 0));
+            let addrs = tokio::time::timeout(RESOLVE_TIMEOUT, lookup)
+                .await
+                .ok()?
+                .ok()?;
+            addrs.map(|a| a.ip()).find_map(v4)
+        }
     }
 }

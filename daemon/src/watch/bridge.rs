@@ -255,7 +255,12 @@ mod tests {
             seen,
             [
                 // `status: inactive` wins over UP,RUNNING.
-                ("bridge0".to_owned(), false, members(&["en1", "en2", "en3", "en4"]), None),
+                (
+                    "bridge0".to_owned(),
+                    false,
+                    members(&["en1", "en2", "en3", "en4"]),
+                    None
+                ),
                 // No status line: UP,RUNNING decides.
                 ("bridge100".to_owned(), true, members(&["en10"]), None),
             ]

@@ -2,7 +2,7 @@
 
 pub mod bridge;
 pub mod cpu;
+pub mod facts;
 pub mod jobs;
 pub mod load;
-pub mod facts;
 pub mod reload;

@@ -236,16 +236,42 @@ fn rdma_enabled(mut check: Check, facts: &NodeFacts) -> CheckResult {
         .map(|p| p.rdma_device.as_str())
         .filter(|d| !d.is_empty())
         .collect();
+    // `ibv_devices` answering with its header only is proof that no device
+    // exists, whatever `rdma_ctl` says (or whether it was read at all).
+    let device_list_read = if mac {
+        !has_blind_spot_about(facts, "ibv_devices")
+    } else {
+        facts.rdma_enabled.is_some()
+    };
     match facts.rdma_enabled {
-        None => check.blind(format!("{source}: RDMA state could not be read")),
-        Some(false) => check.fail(format!("{source}: RDMA is disabled"), disabled_fix),
-        Some(true) if !devices.is_empty() => check.pass(format!(
-            "{source}: enabled; RDMA devices: {}",
-            devices.join(", ")
-        )),
-        Some(true) if facts.ports.is_empty() || has_blind_spot_about(facts, "ibv") => check.blind(
-            format!("{source}: enabled, but the RDMA device list could not be read"),
+        // A Linux host without RDMA hardware (a test lab, an IP-only node)
+        // is monitored over IP; it is worth knowing, not worth a page.
+        Some(false) if !mac => check.warn(
+            format!("{source}: no RDMA device on this host; meshd watches its IP links only, and RDMA jobs cannot run here"),
+            disabled_fix,
         ),
+        Some(false) => check.fail(format!("{source}: RDMA is disabled"), disabled_fix),
+        _ if !devices.is_empty() => {
+            let state = if facts.rdma_enabled.is_some() {
+                "enabled"
+            } else {
+                "not read"
+            };
+            check.pass(format!(
+                "{source}: {state}; RDMA devices: {}",
+                devices.join(", ")
+            ));
+        }
+        // Ports known but no device among them: the device list was read
+        // and is empty.
+        None if mac && device_list_read && !facts.ports.is_empty() => check.fail(
+            "ibv_devices lists no RDMA device (rdma_ctl status could not be read)",
+            ENABLE_RDMA_FIX,
+        ),
+        None => check.blind(format!("{source}: RDMA state could not be read")),
+        Some(true) if !device_list_read => check.blind(format!(
+            "{source}: enabled, but the RDMA device list could not be read"
+        )),
         Some(true) => {
             let tb4_ports: Vec<String> = facts
                 .ports

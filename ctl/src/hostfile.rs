@@ -1,0 +1,75 @@
+//! `meshctl hostfile`: an MLX hostfile (`mlx.launch --hostfile`) built by the
+//! daemon from the live cable map, checked against MLX's rules before it is
+//! printed.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use meshd_platform::mesh::hostfile::{Hostfile, to_mlx_json, validate_mlx_hostfile};
+use meshd_proto::wire;
+
+use crate::BackendArg;
+use crate::client::{self, Target, Unreachable};
+
+#[derive(Debug)]
+pub struct Request {
+    pub backend: BackendArg,
+    /// NAME=HOST pairs.
+    pub ssh: Vec<String>,
+    pub ranks: Vec<String>,
+    pub rank0_ip: Option<String>,
+}
+
+/// Prints (or writes to `out`) the hostfile.
+#[allow(clippy::print_stdout, clippy::print_stderr)]
+pub async fn run(
+    target: &Target,
+    request: Request,
+    out: Option<PathBuf>,
+) -> Result<(), Unreachable> {
+    let ssh = request
+        .ssh
+        .iter()
+        .map(|pair| match pair.split_once('=') {
+            Some((name, host)) if !name.is_empty() && !host.is_empty() => {
+                Ok((name.to_owned(), host.to_owned()))
+            }
+            _ => Err(Unreachable(format!(
+                "--ssh {pair:?}: use NAME=HOST, like studio-1=admin@10.0.0.1"
+            ))),
+        })
+        .collect::<Result<HashMap<_, _>, _>>()?;
+    let wire_request = wire::GetHostfileRequest {
+        backend: match request.backend {
+            BackendArg::Jaccl => wire::HostfileBackend::Jaccl,
+            BackendArg::JacclRing => wire::HostfileBackend::JacclRing,
+        } as i32,
+        ssh,
+        ranks: request.ranks,
+        rank0_ip: request.rank0_ip.unwrap_or_default(),
+    };
+    let reply = client::hostfile(target, wire_request).await?;
+    let hostfile = Hostfile::try_from(reply)
+        .map_err(|e| Unreachable(format!("meshd at {target} sent a malformed hostfile: {e}")))?;
+    let json = to_mlx_json(&hostfile);
+    let problems = validate_mlx_hostfile(&json);
+    if !problems.is_empty() {
+        return Err(Unreachable(format!(
+            "meshd at {target} built a hostfile mlx.launch would reject: {}",
+            problems.join("; ")
+        )));
+    }
+    for warning in &hostfile.warnings {
+        eprintln!("meshctl hostfile: warning: {warning}");
+    }
+    let text = format!("{json:#}\n");
+    match out {
+        Some(path) => {
+            std::fs::write(&path, text)
+                .map_err(|e| Unreachable(format!("cannot write {}: {e}", path.display())))?;
+            eprintln!("wrote {}", path.display());
+        }
+        None => print!("{text}"),
+    }
+    Ok(())
+}

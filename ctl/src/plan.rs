@@ -1,0 +1,181 @@
+//! `meshctl plan`: how to cable and address a new cluster, from the model
+//! data alone (no daemon, no Mac needed).
+
+use std::fmt::Write as _;
+
+use meshd_platform::mesh::models::{Model, ModelTable, PortRdma};
+use meshd_platform::mesh::plan::{CablingPlan, SetupStep, plan};
+use serde_json::{Value, json};
+
+use crate::BackendArg;
+
+/// Prints the plan (or the refusal); true when there is a plan.
+#[allow(clippy::print_stdout, clippy::print_stderr)]
+pub fn run(nodes: usize, model_ids: &[String], backend: BackendArg, json: bool) -> bool {
+    let table = ModelTable::builtin();
+    let models = match models_for(&table, nodes, model_ids) {
+        Ok(models) => models,
+        Err(why) => {
+            eprintln!("meshctl plan: {why}");
+            return false;
+        }
+    };
+    match plan(&models, backend.into()) {
+        Ok(plan) => {
+            if json {
+                println!("{:#}", to_json(&plan));
+            } else {
+                print!("{}", render(&plan));
+            }
+            true
+        }
+        Err(refusal) => {
+            if json {
+                println!("{:#}", json!({ "refused": refusal.to_string() }));
+            } else {
+                eprintln!("meshctl plan: cannot plan this cluster: {refusal}");
+            }
+            false
+        }
+    }
+}
+
+/// One model for every node, or one per node.
+fn models_for<'a>(
+    table: &'a ModelTable,
+    nodes: usize,
+    ids: &[String],
+) -> Result<Vec<&'a Model>, String> {
+    let models = ids
+        .iter()
+        .map(|id| table.by_id(id).map_err(|e| e.to_string()))
+        .collect::<Result<Vec<_>, _>>()?;
+    match models.len() {
+        1 => Ok(vec![models[0]; nodes]),
+        n if n == nodes => Ok(models),
+        n => Err(format!(
+            "{n} --model values for {nodes} nodes; give one model for all nodes, or one per node"
+        )),
+    }
+}
+
+/// `meshctl plan --list-models`.
+#[allow(clippy::print_stdout)]
+pub fn list_models() {
+    let mut out = String::new();
+    for model in ModelTable::builtin().models() {
+        let _ = writeln!(
+            out,
+            "{}  {} ({}), {} Thunderbolt 5 ports, {} usable for RDMA",
+            model.id,
+            model.name,
+            model.identifiers.join(", "),
+            model.ports.len(),
+            model.usable_port_count()
+        );
+        for port in &model.ports {
+            if let PortRdma::Unreliable { reason } = &port.rdma {
+                let _ = writeln!(out, "    {} is unreliable for RDMA: {reason}", port.name);
+            }
+        }
+    }
+    print!("{out}");
+}
+
+fn render(plan: &CablingPlan) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{} plan for {} nodes: {} cables, one /30 each from {}",
+        plan.backend,
+        plan.nodes.len(),
+        plan.cables.len(),
+        plan.address_range
+    );
+    for warning in &plan.warnings {
+        let _ = writeln!(out, "warning: {warning}");
+    }
+    let _ = writeln!(out, "\nnodes");
+    for node in &plan.nodes {
+        let _ = writeln!(
+            out,
+            "  {}  {} ({})",
+            node.name, node.model_name, node.model_id
+        );
+    }
+    let _ = writeln!(out, "\ncabling");
+    let rows: Vec<[String; 4]> = plan
+        .cables
+        .iter()
+        .map(|c| {
+            [
+                format!("{}/{}", c.a.node, c.a.port),
+                format!("{}/{}", c.b.node, c.b.port),
+                c.subnet.to_string(),
+                format!("{} <-> {}", c.a.address, c.b.address),
+            ]
+        })
+        .collect();
+    let header = [
+        "END A".to_owned(),
+        "END B".to_owned(),
+        "SUBNET".to_owned(),
+        "ADDRESSES".to_owned(),
+    ];
+    let widths: Vec<usize> = (0..4)
+        .map(|i| {
+            rows.iter()
+                .map(|r| r[i].len())
+                .chain([header[i].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    for row in std::iter::once(&header).chain(rows.iter()) {
+        let line: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:w$}"))
+            .collect();
+        let _ = writeln!(out, "  {}", line.join("  ").trim_end());
+    }
+    for node in &plan.nodes {
+        let _ = writeln!(out, "\non {} ({}):", node.name, node.model_name);
+        for step in &node.steps {
+            let line = match step {
+                SetupStep::Manual(text) => format!("  by hand: {text}"),
+                SetupStep::Run(command) => format!("  run:     {command}"),
+                SetupStep::Verify(command) => format!("  check:   {command}"),
+            };
+            let _ = writeln!(out, "{line}");
+        }
+        let _ = writeln!(out, "  meshd config ([[links]] in /etc/meshd/meshd.toml):");
+        for line in node.links_config.lines() {
+            let _ = writeln!(out, "    {line}");
+        }
+    }
+    out
+}
+
+fn to_json(plan: &CablingPlan) -> Value {
+    json!({
+        "backend": plan.backend.as_str(),
+        "address_range": plan.address_range.to_string(),
+        "warnings": plan.warnings,
+        "nodes": plan.nodes.iter().map(|n| json!({
+            "name": n.name,
+            "model": n.model_id,
+            "steps": n.steps.iter().map(|s| match s {
+                SetupStep::Manual(text) => json!({ "manual": text }),
+                SetupStep::Run(command) => json!({ "run": command }),
+                SetupStep::Verify(command) => json!({ "verify": command }),
+            }).collect::<Vec<_>>(),
+            "links_config": n.links_config,
+        })).collect::<Vec<_>>(),
+        "cables": plan.cables.iter().map(|c| json!({
+            "a": { "node": c.a.node, "port": c.a.port, "address": c.a.address.to_string() },
+            "b": { "node": c.b.node, "port": c.b.port, "address": c.b.address.to_string() },
+            "subnet": c.subnet.to_string(),
+        })).collect::<Vec<_>>(),
+    })
+}
