@@ -14,6 +14,7 @@
 //! DIR` diagnoses a bundle on any machine without a daemon.
 
 pub mod command;
+pub mod counters;
 pub mod ibv;
 pub mod linux;
 pub mod macos;
