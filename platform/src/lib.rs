@@ -20,6 +20,7 @@ pub mod linux;
 pub mod macos;
 pub mod mesh;
 pub mod source;
+pub mod verbs;
 
 use meshd_proto::facts::{NodeFacts, OsKind};
 
