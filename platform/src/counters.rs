@@ -270,6 +270,17 @@ mod tests {
         tracker.totals().into_iter().find(|c| c.name == name)
     }
 
+    fn assert_total(tracker: &CounterTracker, name: &str, value: u64, saturated: bool) {
+        assert_eq!(
+            total(tracker, name),
+            Some(Counter {
+                name: name.to_owned(),
+                value,
+                saturated
+            })
+        );
+    }
+
     #[test]
     fn widths_follow_the_kernel_table() {
         let width = |name| counter_limit(CounterGroup::PortCounters, name).max();
@@ -310,14 +321,7 @@ mod tests {
         assert_eq!(second["symbol_error"], CounterChange::Increased(3));
         assert_eq!(second["rx_errors"], CounterChange::Increased(0));
         tracker.observe(&[port("symbol_error", 110), net("rx_errors", 9)]);
-        assert_eq!(
-            total(&tracker, "symbol_error"),
-            Some(Counter {
-                name: "symbol_error".into(),
-                value: 10,
-                saturated: false
-            })
-        );
+        assert_total(&tracker, "symbol_error", 10, false);
         assert_eq!(total(&tracker, "rx_errors").map(|c| c.value), Some(2));
     }
 
@@ -335,39 +339,18 @@ mod tests {
             stuck["link_downed"],
             CounterChange::Saturated { at_least: 0 }
         );
-        assert_eq!(
-            total(&tracker, "link_downed"),
-            Some(Counter {
-                name: "link_downed".into(),
-                value: 5,
-                saturated: true
-            })
-        );
+        assert_total(&tracker, "link_downed", 5, true);
         // Cleared by the operator: counting again, no longer saturated.
         let cleared = tracker.observe(&[port("link_downed", 2)]);
         assert_eq!(cleared["link_downed"], CounterChange::Reset(2));
-        assert_eq!(
-            total(&tracker, "link_downed"),
-            Some(Counter {
-                name: "link_downed".into(),
-                value: 7,
-                saturated: false
-            })
-        );
+        assert_total(&tracker, "link_downed", 7, false);
     }
 
     #[test]
     fn a_counter_already_saturated_when_first_seen_says_so() {
         let mut tracker = CounterTracker::new();
         tracker.observe(&[port("local_link_integrity_errors", 15)]);
-        assert_eq!(
-            total(&tracker, "local_link_integrity_errors"),
-            Some(Counter {
-                name: "local_link_integrity_errors".into(),
-                value: 0,
-                saturated: true
-            })
-        );
+        assert_total(&tracker, "local_link_integrity_errors", 0, true);
     }
 
     #[test]
@@ -382,14 +365,7 @@ mod tests {
         );
         let past = tracker.observe(&[port("port_xmit_data", max32 + 90)]);
         assert_eq!(past["port_xmit_data"], CounterChange::Increased(90));
-        assert_eq!(
-            total(&tracker, "port_xmit_data"),
-            Some(Counter {
-                name: "port_xmit_data".into(),
-                value: 100,
-                saturated: false
-            })
-        );
+        assert_total(&tracker, "port_xmit_data", 100, false);
     }
 
     #[test]

@@ -64,6 +64,14 @@ fn cidr(text: &str) -> Ipv4Cidr {
     text.parse().expect("cidr")
 }
 
+fn assert_blind_spot(facts: &NodeFacts, start: &str) {
+    assert!(
+        facts.blind_spots.iter().any(|s| s.starts_with(start)),
+        "no blind spot starting {start:?} in {:#?}",
+        facts.blind_spots
+    );
+}
+
 const ZERO_GID: &str = "0000:0000:0000:0000:0000:0000:0000:0000\n";
 
 /// A dual-port ConnectX-5 in RoCE mode as mlx5 lays it out: one ib device
@@ -438,13 +446,9 @@ fn rdma_presence_from_the_infiniband_class() {
     none.dir("/sys/class/net");
     let facts = none.collect();
     assert_eq!(facts.rdma_enabled, Some(false));
-    assert!(
-        facts
-            .blind_spots
-            .iter()
-            .any(|s| s.starts_with("no /sys/class/infiniband: this kernel has no RDMA core")),
-        "{:?}",
-        facts.blind_spots
+    assert_blind_spot(
+        &facts,
+        "no /sys/class/infiniband: this kernel has no RDMA core",
     );
 
     let empty = Bundle::new();
@@ -461,14 +465,7 @@ fn rdma_presence_from_the_infiniband_class() {
     unlistable.file("/sys/class/infiniband", "");
     let facts = unlistable.collect();
     assert_eq!(facts.rdma_enabled, None);
-    assert!(
-        facts
-            .blind_spots
-            .iter()
-            .any(|s| s.starts_with("cannot list /sys/class/infiniband (")),
-        "{:?}",
-        facts.blind_spots
-    );
+    assert_blind_spot(&facts, "cannot list /sys/class/infiniband (");
 }
 
 /// Bridges as the Linux bridge driver lays them out: `bridge/` marks one,
@@ -560,10 +557,9 @@ fn this_machine_is_read_honestly() {
     } else {
         assert_eq!(facts.rdma_enabled, Some(false));
         assert!(facts.ports.is_empty());
-        assert!(
-            facts.blind_spots.iter().any(|s| s.contains("no RDMA core")),
-            "{:?}",
-            facts.blind_spots
+        assert_blind_spot(
+            &facts,
+            "no /sys/class/infiniband: this kernel has no RDMA core",
         );
     }
     let bridges = std::fs::read_dir("/sys/class/net")
