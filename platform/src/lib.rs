@@ -15,11 +15,13 @@
 
 pub mod bundle;
 pub mod command;
+pub mod counters;
 pub mod ibv;
 pub mod linux;
 pub mod macos;
 pub mod mesh;
 pub mod source;
+pub mod verbs;
 
 use meshd_proto::facts::{NodeFacts, OsKind};
 

@@ -32,6 +32,9 @@ pub enum HostCommand {
     IbvDevices,
     /// `ibv_devinfo -v`: ports, state, width, speed, GID table.
     IbvDevinfo,
+    /// `ip -j -4 addr show`: IPv4 addresses per interface (Linux; sysfs has
+    /// none).
+    IpAddr,
 }
 
 impl HostCommand {
@@ -51,7 +54,11 @@ impl HostCommand {
 
     /// The commands of the Linux platform (sysfs does the rest); `ibv_*`
     /// are the fallback where the verbs library cannot be loaded.
-    pub const LINUX: &'static [HostCommand] = &[HostCommand::IbvDevices, HostCommand::IbvDevinfo];
+    pub const LINUX: &'static [HostCommand] = &[
+        HostCommand::IpAddr,
+        HostCommand::IbvDevices,
+        HostCommand::IbvDevinfo,
+    ];
 
     pub fn program(self) -> &'static str {
         match self {
@@ -65,6 +72,7 @@ impl HostCommand {
             HostCommand::RdmaCtl => "rdma_ctl",
             HostCommand::IbvDevices => "ibv_devices",
             HostCommand::IbvDevinfo => "ibv_devinfo",
+            HostCommand::IpAddr => "ip",
         }
     }
 
@@ -79,6 +87,7 @@ impl HostCommand {
             HostCommand::Ifconfig => &["-a"],
             HostCommand::RdmaCtl => &["status"],
             HostCommand::IbvDevinfo => &["-v"],
+            HostCommand::IpAddr => &["-j", "-4", "addr", "show"],
         }
     }
 
@@ -104,6 +113,7 @@ impl HostCommand {
             HostCommand::RdmaCtl => "rdma_ctl_status.txt",
             HostCommand::IbvDevices => "ibv_devices.txt",
             HostCommand::IbvDevinfo => "ibv_devinfo_v.txt",
+            HostCommand::IpAddr => "ip_j_4_addr_show.json",
         }
     }
 
@@ -359,15 +369,17 @@ mod tests {
 
     #[test]
     fn every_command_has_its_own_bundle_file() {
-        let mut files: Vec<&str> = HostCommand::MACOS.iter().map(|c| c.file_name()).collect();
+        let mut commands: Vec<HostCommand> = HostCommand::MACOS
+            .iter()
+            .chain(HostCommand::LINUX)
+            .copied()
+            .collect();
+        commands.sort_unstable();
+        commands.dedup();
+        let mut files: Vec<&str> = commands.iter().map(|c| c.file_name()).collect();
         files.sort_unstable();
         files.dedup();
-        assert_eq!(files.len(), HostCommand::MACOS.len());
-        assert!(
-            HostCommand::LINUX
-                .iter()
-                .all(|c| HostCommand::MACOS.contains(c))
-        );
+        assert_eq!(files.len(), commands.len());
     }
 
     #[test]
