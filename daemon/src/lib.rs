@@ -6,7 +6,9 @@
 //! `aggregator` owns the state and runs the model; `peer` is the thin gRPC
 //! layer; `http` serves metrics and health; `node` wires one running meshd;
 //! `demo` runs a whole mesh in one process with injected faults; `install`
-//! makes meshd a launchd or systemd service.
+//! makes meshd a launchd or systemd service. OS facts (commands, sysfs,
+//! verbs) and the pure checks, plans and hostfiles built on them live in the
+//! `meshd-platform` crate, which meshctl shares.
 
 pub mod aggregator;
 pub mod alert;
@@ -19,6 +21,5 @@ pub mod metrics;
 pub mod model;
 pub mod node;
 pub mod peer;
-pub mod platform;
 pub mod probe;
 pub mod watch;

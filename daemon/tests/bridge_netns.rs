@@ -16,7 +16,8 @@
 //! namespace of whoever mounted sysfs, and `ip netns exec` mounts a fresh
 //! one for the command it runs. So each sample runs one `ip netns exec NS
 //! sh -c` that prints the few files the reader uses, the test lays them out
-//! in a temporary tree, and the real `read_bridges` and detector run on it.
+//! in a temporary tree, and the real bridge reader (replaying that tree) and
+//! detector run on it.
 //!
 //! Traffic: UDP broadcasts to 255.255.255.255 sent from p1 enter the bridge
 //! through m1. No tool for that is on every machine (no ping here), and the
@@ -32,7 +33,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 use meshd::model::bridge::{BRIDGE_LOOP, BROADCAST_STORM, BridgeDetector, Os, StormSettings};
-use meshd::platform::bridge_linux::read_bridges;
+use meshd::watch::bridge::linux_bridges;
+use meshd_platform::source::ReplaySource;
 use meshd_proto::domain::{Alarm, NodeId};
 
 const BLAST_ENV: &str = "MESHD_TEST_BLAST_FROM";
@@ -163,9 +165,11 @@ struct Sampler<'a> {
 
 impl Sampler<'_> {
     fn sample(&mut self) -> Vec<Alarm> {
-        let root = self.dir.path().join("net");
+        // Laid out where a replayed `/sys/class/net` is read from.
+        let root = self.dir.path().join("sys/class/net");
         snapshot(self.ns, &root);
-        let bridges = read_bridges(&root).expect("read snapshot");
+        let source = ReplaySource::open(self.dir.path()).expect("snapshot dir");
+        let bridges = linux_bridges(&source).expect("read snapshot");
         self.detector
             .observe(&bridges, &self.mesh, Instant::now(), SystemTime::now())
     }

@@ -180,19 +180,20 @@ pub fn os_of(dir: &Path) -> OsKind {
     if let Ok(manifest) = read_manifest(dir) {
         return manifest.os;
     }
-    let has = |name: &str| dir.join(name).exists();
-    let macos_only = [
-        HostCommand::SwVers,
-        HostCommand::Thunderbolt,
-        HostCommand::HardwarePorts,
-        HostCommand::RdmaCtl,
-    ];
-    if macos_only
+    let has = |command: &HostCommand| {
+        dir.join(command.file_name()).exists()
+            || dir.join(format!("{}.error", command.file_name())).exists()
+    };
+    // The rdma-core tools run on both systems; everything else the macOS
+    // layer runs is macOS's alone, and Linux bundles hold sysfs and procfs.
+    let shared = [HostCommand::IbvDevices, HostCommand::IbvDevinfo];
+    if HostCommand::MACOS
         .iter()
-        .any(|c| has(c.file_name()) || has(&format!("{}.error", c.file_name())))
+        .filter(|c| !shared.contains(c))
+        .any(has)
     {
         OsKind::Macos
-    } else if has("sys") || has("proc") {
+    } else if dir.join("sys").exists() || dir.join("proc").exists() {
         OsKind::Linux
     } else {
         OsKind::Other

@@ -17,8 +17,9 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::model::bridge::{BridgeDetector, BridgeObservation, Os, StormSettings};
-use crate::platform::bridge_linux;
+use meshd_platform::linux::net::read_bridges;
 use meshd_platform::macos::{ifconfig, networksetup};
+use meshd_platform::source::{LiveSource, Source};
 
 /// `ifconfig` answers in milliseconds and `networksetup` in well under a
 /// second; anything slower is a wedged system, and the sample is skipped.
@@ -170,8 +171,7 @@ async fn sample(os: Os, mesh: &BTreeSet<String>) -> Result<Vec<BridgeObservation
     match os {
         // sysfs files live in memory: reading a handful is microseconds, so
         // it runs inline like the load sampler.
-        Os::Linux => bridge_linux::read_bridges(Path::new(SYS_CLASS_NET))
-            .map_err(|e| format!("{SYS_CLASS_NET}: {e}")),
+        Os::Linux => linux_bridges(&LiveSource),
         Os::MacOs => {
             let mut bridges = macos_bridges(&run("ifconfig", &["-a"]).await?);
             // The service name is only needed for a fix, so networksetup
@@ -196,6 +196,29 @@ async fn sample(os: Os, mesh: &BTreeSet<String>) -> Result<Vec<BridgeObservation
             Ok(bridges)
         }
     }
+}
+
+/// The bridges under `/sys/class/net` as `source` shows it, with the
+/// counters the storm detector uses (see the platform crate's `linux::net`
+/// for which counters and why). Pieces that vanished while being read are
+/// logged and left out; only an unlistable `/sys/class/net` fails.
+pub fn linux_bridges(source: &dyn Source) -> Result<Vec<BridgeObservation>, String> {
+    let read = read_bridges(source).map_err(|e| format!("{SYS_CLASS_NET}: {e}"))?;
+    for problem in &read.problems {
+        tracing::debug!("bridge sample: {problem}");
+    }
+    Ok(read
+        .bridges
+        .into_iter()
+        .map(|r| BridgeObservation {
+            name: r.bridge.name,
+            active: r.bridge.active,
+            members: r.bridge.members,
+            packets: r.packets,
+            member_packets: r.member_packets,
+            service: None,
+        })
+        .collect())
 }
 
 /// The bridges in `ifconfig -a` output. `ifconfig` shows members and
