@@ -74,7 +74,13 @@ pub fn render(out: &mut String, checks: &[CheckResult], show: Show) {
                 check.name
             );
             let indent = " ".repeat(4 + 4 + 2 + width + 2);
-            for more in check.evidence.iter().skip(1) {
+            // The blind spots are listed once per node above the checks.
+            for more in check
+                .evidence
+                .iter()
+                .skip(1)
+                .filter(|e| !e.starts_with("blind spot: "))
+            {
                 let _ = writeln!(out, "{indent}{more}");
             }
             if check.status != CheckStatus::Pass && !check.fix.is_empty() {

@@ -835,3 +835,22 @@ fn an_empty_ibv_devices_list_fails_even_when_rdma_ctl_was_not_read() {
         "an unread list proves nothing: {rdma:?}"
     );
 }
+
+#[test]
+fn bridge0_is_judged_by_device_when_the_thunderbolt_ports_are_unknown() {
+    let facts = NodeFacts {
+        os: OsKind::Macos,
+        bridges: vec![meshd_proto::facts::BridgeFact {
+            name: "bridge0".into(),
+            active: false,
+            members: vec!["en1".into(), "en2".into()],
+            service: Some("Thunderbolt Bridge".into()),
+            service_enabled: Some(true),
+        }],
+        ..NodeFacts::default()
+    };
+    let results = node_checks(&id("x"), &facts, &ModelTable::builtin());
+    let bridge = check(&results, "thunderbolt_bridge_inactive");
+    assert_eq!(bridge.status, CheckStatus::Fail, "{bridge:?}");
+    assert!(bridge.evidence[0].contains("its service is enabled"), "{bridge:?}");
+}

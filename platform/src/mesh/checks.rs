@@ -527,6 +527,9 @@ fn bridge_fix(bridge: &BridgeFact) -> String {
 
 /// The bridge over the Thunderbolt ports is found by its members, never
 /// by the user-editable service name.
+/// The device of macOS's Thunderbolt Bridge service (DESIGN §2).
+const THUNDERBOLT_BRIDGE_DEVICE: &str = "bridge0";
+
 fn thunderbolt_bridge_inactive(mut check: Check, facts: &NodeFacts, _: &ModelTable) -> CheckResult {
     let thunderbolt: BTreeSet<&str> = facts
         .ports
@@ -534,7 +537,10 @@ fn thunderbolt_bridge_inactive(mut check: Check, facts: &NodeFacts, _: &ModelTab
         .map(|p| p.iface.as_str())
         .filter(|i| !i.is_empty())
         .collect();
-    if thunderbolt.is_empty() {
+    // Without the hardware ports the Thunderbolt interfaces are unknown;
+    // `bridge0` is still the Thunderbolt Bridge's device on every Mac.
+    let by_device = thunderbolt.is_empty() && facts.os == OsKind::Macos;
+    if thunderbolt.is_empty() && !(by_device && facts.bridges.iter().any(|b| b.name == THUNDERBOLT_BRIDGE_DEVICE)) {
         return check.skipped("no Thunderbolt interface is known", facts);
     }
     if facts.bridges.is_empty() && has_blind_spot_about(facts, "ifconfig") {
@@ -547,7 +553,7 @@ fn thunderbolt_bridge_inactive(mut check: Check, facts: &NodeFacts, _: &ModelTab
             .members
             .iter()
             .map(String::as_str)
-            .filter(|m| thunderbolt.contains(m))
+            .filter(|m| thunderbolt.contains(m) || (by_device && bridge.name == THUNDERBOLT_BRIDGE_DEVICE))
             .collect();
         if members.is_empty() {
             other_bridges.push(bridge.name.as_str());
