@@ -852,5 +852,8 @@ fn bridge0_is_judged_by_device_when_the_thunderbolt_ports_are_unknown() {
     let results = node_checks(&id("x"), &facts, &ModelTable::builtin());
     let bridge = check(&results, "thunderbolt_bridge_inactive");
     assert_eq!(bridge.status, CheckStatus::Fail, "{bridge:?}");
-    assert!(bridge.evidence[0].contains("its service is enabled"), "{bridge:?}");
+    assert!(
+        bridge.evidence[0].contains("its service is enabled"),
+        "{bridge:?}"
+    );
 }

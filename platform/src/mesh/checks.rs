@@ -540,7 +540,13 @@ fn thunderbolt_bridge_inactive(mut check: Check, facts: &NodeFacts, _: &ModelTab
     // Without the hardware ports the Thunderbolt interfaces are unknown;
     // `bridge0` is still the Thunderbolt Bridge's device on every Mac.
     let by_device = thunderbolt.is_empty() && facts.os == OsKind::Macos;
-    if thunderbolt.is_empty() && !(by_device && facts.bridges.iter().any(|b| b.name == THUNDERBOLT_BRIDGE_DEVICE)) {
+    if thunderbolt.is_empty()
+        && !(by_device
+            && facts
+                .bridges
+                .iter()
+                .any(|b| b.name == THUNDERBOLT_BRIDGE_DEVICE))
+    {
         return check.skipped("no Thunderbolt interface is known", facts);
     }
     if facts.bridges.is_empty() && has_blind_spot_about(facts, "ifconfig") {
@@ -553,7 +559,9 @@ fn thunderbolt_bridge_inactive(mut check: Check, facts: &NodeFacts, _: &ModelTab
             .members
             .iter()
             .map(String::as_str)
-            .filter(|m| thunderbolt.contains(m) || (by_device && bridge.name == THUNDERBOLT_BRIDGE_DEVICE))
+            .filter(|m| {
+                thunderbolt.contains(m) || (by_device && bridge.name == THUNDERBOLT_BRIDGE_DEVICE)
+            })
             .collect();
         if members.is_empty() {
             other_bridges.push(bridge.name.as_str());

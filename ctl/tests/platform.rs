@@ -1,0 +1,334 @@
+//! `meshctl doctor`, `plan` and `bundle` run as the binary, on the scenario
+//! bundles of real macOS outputs (platform/tests/scenarios), on this host,
+//! and on the model data.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn meshctl(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_meshctl"))
+        .args(args)
+        .env_remove("MESHCTL_ADDR")
+        .output()
+        .expect("meshctl runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}{}", text(&out.stdout), text(&out.stderr)))
+}
+
+fn scenario(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../platform/tests/scenarios")
+        .join(name)
+}
+
+/// check name → status, for the checks about one node.
+fn statuses(doc: &Value) -> BTreeMap<String, String> {
+    doc["checks"]
+        .as_array()
+        .expect("checks")
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().expect("name").to_owned(),
+                c["status"].as_str().expect("status").to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn doctor_gives_each_scenario_its_pass_fail_set() {
+    // What each captured Mac shows (see the scenarios' README): the checks
+    // its outputs decide, and `skipped` where a command was not captured.
+    let cases: &[(&str, &[(&str, &str)], i32)] = &[
+        (
+            "mac-mini-m4-pro-tn3205-bridge-active",
+            &[
+                ("rdma_enabled", "pass"),
+                ("thunderbolt_bridge_inactive", "fail"),
+            ],
+            1,
+        ),
+        (
+            "macbook-m5-max-rdma-disabled",
+            &[
+                ("rdma_enabled", "fail"),
+                ("link_addressed", "fail"),
+                ("link_speed", "pass"),
+            ],
+            1,
+        ),
+        (
+            "macbook-m5-max-rdma-enabled-ports-down",
+            &[
+                ("rdma_enabled", "pass"),
+                ("rdma_port_active", "fail"),
+                ("link_addressed", "fail"),
+                ("link_speed", "pass"),
+            ],
+            1,
+        ),
+        (
+            "tb4-mac-rdma-enabled-no-devices",
+            &[("rdma_enabled", "fail")],
+            1,
+        ),
+        (
+            "tb4-mac-patched-one-port-active-40g",
+            &[("rdma_enabled", "pass")],
+            0,
+        ),
+        (
+            "studio-m3-ultra-tb5-peer-usb4-drive",
+            &[("link_speed", "pass")],
+            0,
+        ),
+        (
+            "mac-mini-pasted-text-profiler",
+            &[("link_speed", "pass")],
+            0,
+        ),
+        (
+            "intel-mac-bridge0-inactive-vm-bridge100",
+            &[("thunderbolt_bridge_inactive", "fail")],
+            1,
+        ),
+    ];
+    for (name, decided, exit) in cases {
+        let dir = scenario(name);
+        let out = meshctl(&["doctor", "--from", dir.to_str().expect("utf-8"), "--json"]);
+        assert_eq!(
+            out.status.code(),
+            Some(*exit),
+            "{name}: {}",
+            text(&out.stderr)
+        );
+        let doc = json(&out);
+        let mut expected: BTreeMap<String, String> = statuses(&doc)
+            .into_keys()
+            .map(|check| (check, "skipped".to_owned()))
+            .collect();
+        assert_eq!(expected.len(), 7, "{name}: every node check runs: {doc:#}");
+        for (check, status) in *decided {
+            expected.insert((*check).to_owned(), (*status).to_owned());
+        }
+        assert_eq!(statuses(&doc), expected, "{name}");
+        assert_eq!(doc["nodes"][0]["facts"]["os"], "macos", "{name}");
+        assert_eq!(doc["passed"], *exit == 0, "{name}");
+    }
+}
+
+#[test]
+fn doctor_text_shows_evidence_fixes_and_what_was_not_seen() {
+    let dir = scenario("mac-mini-m4-pro-tn3205-bridge-active");
+    let out = meshctl(&["doctor", "--from", dir.to_str().expect("utf-8")]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("not seen here:"), "{stdout}");
+    assert!(
+        stdout.contains(
+            "FAIL  thunderbolt_bridge_inactive  bridge0 (Thunderbolt members en2, en3, en4"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("fix: sudo networksetup -setnetworkserviceenabled"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn doctor_on_a_directory_of_bundles_builds_the_cable_map_and_checks_the_mesh() {
+    let mesh = tempfile::tempdir().expect("tempdir");
+    // The two MacBook Pros of one capture are cabled to each other; the
+    // Studio is cabled to a third Mac that is not in this mesh.
+    for (node, name) in [
+        ("mbp1", "macbook-m5-max-rdma-disabled"),
+        ("mbp2", "macbook-m5-max-rdma-enabled-ports-down"),
+        ("studio", "studio-m3-ultra-tb5-peer-usb4-drive"),
+    ] {
+        let to = mesh.path().join(node);
+        std::fs::create_dir(&to).expect("mkdir");
+        for entry in std::fs::read_dir(scenario(name)).expect("scenario") {
+            let from = entry.expect("entry").path();
+            std::fs::copy(&from, to.join(from.file_name().expect("name"))).expect("copy");
+        }
+    }
+    let out = meshctl(&[
+        "doctor",
+        "--from",
+        mesh.path().to_str().expect("utf-8"),
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let doc = json(&out);
+    let cables = doc["cables"].as_array().expect("cables");
+    assert_eq!(cables.len(), 1, "{doc:#}");
+    assert_eq!(cables[0]["a"]["node"], "mbp1");
+    assert_eq!(cables[0]["a"]["port"], "Thunderbolt 2");
+    assert_eq!(cables[0]["b"]["node"], "mbp2");
+    assert_eq!(cables[0]["speed_bps"], 80_000_000_000_u64);
+    assert_eq!(cables[0]["discovered"], true);
+    let mesh_checks: BTreeMap<&str, (&str, &Value)> = doc["checks"]
+        .as_array()
+        .expect("checks")
+        .iter()
+        .filter(|c| c["node"].is_null())
+        .map(|c| {
+            (
+                c["name"].as_str().expect("name"),
+                (c["status"].as_str().expect("status"), &c["evidence"]),
+            )
+        })
+        .collect();
+    let (status, evidence) = mesh_checks["full_mesh_cabled"];
+    assert_eq!(status, "fail");
+    let evidence = evidence.to_string();
+    assert!(
+        evidence.contains("mbp1/Thunderbolt 1 ↔ studio/Thunderbolt 1: no cable"),
+        "{evidence}"
+    );
+    assert_eq!(mesh_checks["cable_peers_known"].0, "warn");
+    assert_eq!(mesh_checks["mesh_size"].0, "pass");
+}
+
+#[test]
+fn doctor_on_this_linux_host_says_what_it_cannot_see() {
+    if !cfg!(target_os = "linux") {
+        eprintln!("skipped: this test reads a Linux host");
+        return;
+    }
+    let out = meshctl(&["doctor", "--node", "this-host", "--json"]);
+    let doc = json(&out);
+    assert_eq!(doc["nodes"][0]["node"], "this-host");
+    assert_eq!(doc["nodes"][0]["facts"]["os"], "linux");
+    assert_eq!(doc["nodes"][0]["facts"]["source"], "live");
+    let checks = statuses(&doc);
+    assert_eq!(checks["link_speed"], "skipped", "no Thunderbolt on Linux");
+    assert!(checks.contains_key("rdma_enabled"), "{doc:#}");
+    for check in doc["checks"].as_array().expect("checks") {
+        assert!(
+            !check["evidence"].as_array().expect("evidence").is_empty(),
+            "every result says why: {check}"
+        );
+    }
+    let passed = !checks.values().any(|s| s == "fail");
+    assert_eq!(out.status.code(), Some(if passed { 0 } else { 1 }));
+}
+
+#[test]
+fn a_bundle_of_this_host_replays_anywhere() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let archive = dir.path().join("b.tar.gz");
+    let archive_arg = archive.to_str().expect("utf-8");
+    // No daemon there: the bundle is still written, without its status.
+    let out = meshctl(&[
+        "--addr",
+        "127.0.0.1:1",
+        "bundle",
+        "--node",
+        "lab-1",
+        "--out",
+        archive_arg,
+    ]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("without the daemon's status"), "{stdout}");
+    assert!(archive.is_file());
+
+    let out = meshctl(&["doctor", "--from", archive_arg, "--json"]);
+    let doc = json(&out);
+    assert_eq!(doc["nodes"][0]["node"], "lab-1", "{doc:#}");
+    let source = doc["nodes"][0]["facts"]["source"].as_str().expect("source");
+    assert!(source.starts_with("replay:"), "{source}");
+    assert_eq!(
+        doc["nodes"][0]["facts"]["os"],
+        serde_json::json!(std::env::consts::OS)
+    );
+
+    let out = meshctl(&["doctor", "--from", "/nonexistent/bundle.tar.gz"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("neither a bundle directory nor a .tar.gz"));
+}
+
+#[test]
+fn plan_covers_the_required_clusters_and_refuses_with_the_reason() {
+    let out = meshctl(&["plan", "--nodes", "5", "--model", "m4-max-studio", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let doc = json(&out);
+    let cables = doc["cables"].as_array().expect("cables");
+    assert_eq!(cables.len(), 10);
+    // All four ports of every Studio are used...
+    let mut ports: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for cable in cables {
+        for end in ["a", "b"] {
+            ports
+                .entry(cable[end]["node"].as_str().expect("node").to_owned())
+                .or_default()
+                .push(cable[end]["port"].as_str().expect("port").to_owned());
+        }
+    }
+    for (node, used) in &ports {
+        let mut used = used.clone();
+        used.sort();
+        assert_eq!(
+            used,
+            [
+                "Thunderbolt 1",
+                "Thunderbolt 2",
+                "Thunderbolt 3",
+                "Thunderbolt 4"
+            ],
+            "{node}"
+        );
+    }
+    // ...with a warning for the port reported unreliable for RDMA.
+    let warnings = doc["warnings"].to_string();
+    assert!(warnings.contains("unreliable for RDMA"), "{warnings}");
+
+    let out = meshctl(&["plan", "--nodes", "6", "--model", "m4-max-studio"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("cannot plan this cluster"), "{stderr}");
+    assert!(stderr.contains("jaccl-ring"), "suggests the ring: {stderr}");
+
+    let out = meshctl(&[
+        "plan",
+        "--nodes",
+        "7",
+        "--model",
+        "m3-ultra-studio",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(json(&out)["cables"].as_array().expect("cables").len(), 21);
+
+    let out = meshctl(&[
+        "plan",
+        "--nodes",
+        "3",
+        "--model",
+        "m4-pro-mini",
+        "--model",
+        "m3-ultra-studio",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("one model for all nodes, or one per node"));
+
+    let out = meshctl(&["plan", "--nodes", "3", "--model", "no-such-mac"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("m3-ultra-studio"),
+        "lists known ids"
+    );
+}
