@@ -46,11 +46,15 @@ fn statuses(doc: &Value) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// A scenario, the checks its outputs decide (the others are skipped), and
+/// doctor's exit code.
+type Scenario = (&'static str, &'static [(&'static str, &'static str)], i32);
+
 #[test]
 fn doctor_gives_each_scenario_its_pass_fail_set() {
     // What each captured Mac shows (see the scenarios' README): the checks
     // its outputs decide, and `skipped` where a command was not captured.
-    let cases: &[(&str, &[(&str, &str)], i32)] = &[
+    let cases: &[Scenario] = &[
         (
             "mac-mini-m4-pro-tn3205-bridge-active",
             &[
