@@ -7,7 +7,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use meshd_proto::facts::OsKind;
+
 use crate::command::{RunError, run_with_timeout};
+use crate::ibv::RdmaDevice;
+use crate::verbs;
 
 /// Every command the platform layer runs. All are read-only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -178,6 +182,14 @@ pub trait Source: Send + Sync {
 
     /// "live", or "replay:<dir>".
     fn describe(&self) -> String;
+
+    /// The RDMA devices as the read-only verbs library of `os` lists them;
+    /// `None` where this source has no library to ask (a replay, a host
+    /// without the library), and the `ibv_*` outputs are used instead.
+    fn rdma_devices(&self, os: OsKind) -> Option<Result<Vec<RdmaDevice>, String>> {
+        let _ = os;
+        None
+    }
 }
 
 /// This host.
@@ -210,6 +222,25 @@ impl Source for LiveSource {
 
     fn describe(&self) -> String {
         "live".to_owned()
+    }
+
+    fn rdma_devices(&self, os: OsKind) -> Option<Result<Vec<RdmaDevice>, String>> {
+        let library = verbs::library_for(os)?;
+        match verbs::read_devices(library, verbs::DEFAULT_TIMEOUT) {
+            Ok(reading) if reading.problems.is_empty() => Some(Ok(reading.devices)),
+            // A device that could not be queried: the command-line tools
+            // may still describe it.
+            Ok(reading) => Some(Err(reading
+                .problems
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; "))),
+            // No library here (macOS before 26.2, Linux without rdma-core):
+            // the ibv_* tools are the only way, and not a finding.
+            Err(verbs::VerbsError::Load { .. }) => None,
+            Err(err) => Some(Err(err.to_string())),
+        }
     }
 }
 
@@ -299,7 +330,9 @@ pub enum Recorded {
 }
 
 /// Passes everything through to another source and keeps a copy of what
-/// was read, so a bundle holds exactly what the facts were built from.
+/// was read, so a bundle holds exactly what the facts were built from. It
+/// asks no verbs library: a bundle holds the `ibv_*` outputs instead, so
+/// its replay sees what the capture saw.
 #[derive(Debug)]
 pub struct Recorder<S> {
     inner: S,

@@ -6,7 +6,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use meshd_platform::source::{CaptureError, HostCommand, ReplaySource};
+use meshd_platform::ibv::{RdmaDevice, RdmaPort};
+use meshd_platform::macos;
+use meshd_platform::source::{CaptureError, HostCommand, ReplaySource, Source};
 use meshd_proto::domain::RdmaPortState;
 use meshd_proto::facts::{BridgeFact, NodeFacts, OsKind, PortFact};
 
@@ -437,4 +439,98 @@ fn every_bundle_file_is_exactly_the_fixtures_the_readme_names() {
             );
         }
     }
+}
+
+/// A live source whose verbs library answers: the scenario's commands, and
+/// the devices as verbs would list them.
+struct WithVerbs {
+    commands: ReplaySource,
+    devices: Result<Vec<RdmaDevice>, String>,
+}
+
+impl Source for WithVerbs {
+    fn capture(&self, command: HostCommand) -> Result<String, CaptureError> {
+        assert!(
+            !matches!(command, HostCommand::IbvDevices | HostCommand::IbvDevinfo)
+                || self.devices.is_err(),
+            "{command} runs although verbs answered"
+        );
+        self.commands.capture(command)
+    }
+    fn read_file(&self, path: &str) -> std::io::Result<String> {
+        self.commands.read_file(path)
+    }
+    fn list_dir(&self, path: &str) -> std::io::Result<Vec<String>> {
+        self.commands.list_dir(path)
+    }
+    fn describe(&self) -> String {
+        "live".to_owned()
+    }
+    fn rdma_devices(&self, _: OsKind) -> Option<Result<Vec<RdmaDevice>, String>> {
+        Some(self.devices.clone())
+    }
+}
+
+#[test]
+fn verbs_devices_replace_the_ibv_tools_and_their_failure_falls_back() {
+    let dir = Path::new(SCENARIOS).join("macbook-m5-max-rdma-enabled-ports-down");
+    let active = RdmaDevice {
+        name: "rdma_en6".into(),
+        node_guid: "0000000000000002".into(),
+        transport: String::new(),
+        ports: vec![RdmaPort {
+            port: 1,
+            state: RdmaPortState::Active,
+            active_width_lanes: Some(4),
+            active_lane_speed_bps: Some(20_000_000_000),
+            link_layer: "Thunderbolt".into(),
+            gids: vec![(1, "::ffff:10.254.0.1".parse().expect("gid"))],
+        }],
+    };
+    let source = WithVerbs {
+        commands: ReplaySource::open(&dir).expect("scenario"),
+        devices: Ok(vec![active]),
+    };
+    let facts = macos::collect(&source);
+    assert!(
+        !facts.blind_spots.iter().any(|s| s.contains("ibv")),
+        "{:?}",
+        facts.blind_spots
+    );
+    let port = facts
+        .ports
+        .iter()
+        .find(|p| p.rdma_device == "rdma_en6")
+        .expect("the verbs device pairs with en6");
+    let rdma = port.rdma.as_ref().expect("rdma port");
+    assert_eq!(
+        rdma.state,
+        RdmaPortState::Active,
+        "from verbs, not ibv_devinfo"
+    );
+    assert_eq!(rdma.active_speed_bps, 80_000_000_000);
+    assert_eq!(rdma.gid(1), Some("::ffff:10.254.0.1".parse().expect("gid")));
+
+    let source = WithVerbs {
+        commands: ReplaySource::open(&dir).expect("scenario"),
+        devices: Err("rdma_en6: ibv_query_port failed: EIO".into()),
+    };
+    let facts = macos::collect(&source);
+    assert!(
+        facts.blind_spots.contains(
+            &"verbs: rdma_en6: ibv_query_port failed: EIO; used ibv_devinfo instead".to_owned()
+        ),
+        "{:?}",
+        facts.blind_spots
+    );
+    let port = facts
+        .ports
+        .iter()
+        .find(|p| p.rdma_device == "rdma_en6")
+        .expect("en6");
+    assert_eq!(
+        port.rdma.as_ref().expect("rdma").state,
+        RdmaPortState::Down,
+        "from ibv_devinfo"
+    );
 }

@@ -31,14 +31,29 @@ use self::sysctl::parse_hw_model;
 use self::system_profiler::{ThunderboltBus, parse_thunderbolt};
 
 /// This Mac's facts as read through `source`. Checks are not run here.
+/// The RDMA devices come from the verbs library where `source` has it
+/// (live, macOS 26.2+), else from `ibv_devices` / `ibv_devinfo -v`.
 pub fn collect(source: &dyn Source) -> NodeFacts {
-    join(&MacosOutputs::capture(source))
+    match source.rdma_devices(OsKind::Macos) {
+        Some(Ok(devices)) => join(&MacosOutputs::capture_with_verbs(source, devices)),
+        Some(Err(why)) => {
+            let mut facts = join(&MacosOutputs::capture(source));
+            facts
+                .blind_spots
+                .push(format!("verbs: {why}; used ibv_devinfo instead"));
+            facts
+        }
+        None => join(&MacosOutputs::capture(source)),
+    }
 }
 
 /// The output of each macOS command, or why there is none.
 #[derive(Debug, Clone, Default)]
 pub struct MacosOutputs {
     captures: BTreeMap<HostCommand, Result<String, CaptureError>>,
+    /// The devices as the verbs library listed them; when present, the
+    /// `ibv_*` tools were not run.
+    verbs: Option<Vec<RdmaDevice>>,
 }
 
 impl MacosOutputs {
@@ -49,6 +64,20 @@ impl MacosOutputs {
                 .iter()
                 .map(|&command| (command, source.capture(command)))
                 .collect(),
+            verbs: None,
+        }
+    }
+
+    /// Runs every command but the `ibv_*` tools, whose facts `devices`
+    /// (from the verbs library) already hold.
+    pub fn capture_with_verbs(source: &dyn Source, devices: Vec<RdmaDevice>) -> MacosOutputs {
+        MacosOutputs {
+            captures: HostCommand::MACOS
+                .iter()
+                .filter(|c| !matches!(c, HostCommand::IbvDevices | HostCommand::IbvDevinfo))
+                .map(|&command| (command, source.capture(command)))
+                .collect(),
+            verbs: Some(devices),
         }
     }
 
@@ -151,8 +180,14 @@ pub fn join(outputs: &MacosOutputs) -> NodeFacts {
         service_order,
         all_services,
         interfaces,
-        listed_devices: outputs.parsed(HostCommand::IbvDevices, parse_ibv_devices, blind),
-        described_devices: outputs.parsed(HostCommand::IbvDevinfo, parse_ibv_devinfo, blind),
+        listed_devices: match &outputs.verbs {
+            Some(devices) => Some(devices.clone()),
+            None => outputs.parsed(HostCommand::IbvDevices, parse_ibv_devices, blind),
+        },
+        described_devices: match &outputs.verbs {
+            Some(devices) => Some(devices.clone()),
+            None => outputs.parsed(HostCommand::IbvDevinfo, parse_ibv_devinfo, blind),
+        },
     };
 
     NodeFacts {
