@@ -22,10 +22,11 @@ use crate::metrics::Metrics;
 use crate::model::events;
 use crate::model::intake::ReportBook;
 use crate::model::link::LinkRules;
+use crate::model::link_facts::add_port_facts;
 use crate::model::topology::{self, Declared, MeshTopology};
 use crate::model::verdict::{Engine, EngineSettings, ExpectedLink, MeshInputs};
 use crate::probe::{ProbeManager, ProberSettings};
-use crate::watch::facts::FactsFeed;
+use crate::watch::facts::{FactsFeed, PortCounters};
 
 /// How often verdicts are re-evaluated. A tenth of the 1 s detection target.
 pub const EVALUATION_INTERVAL: Duration = Duration::from_millis(100);
@@ -100,6 +101,8 @@ pub struct Feeds {
     pub local_alarms: Vec<watch::Receiver<Vec<Alarm>>>,
     /// This node's platform facts and its own checks.
     pub facts: FactsFeed,
+    /// This node's ports' error counters.
+    pub port_counters: watch::Receiver<PortCounters>,
 }
 
 /// What the aggregator publishes for the reporter.
@@ -303,9 +306,15 @@ impl Aggregator {
                 .unwrap_or_else(PoisonError::into_inner);
             (book.latest().clone(), book.rejected().clone())
         };
-        let local_links = self.feeds.probes.observations();
+        let mut local_links = self.feeds.probes.observations();
         let load = *self.feeds.load.borrow();
         let local_facts = self.feeds.facts.borrow().clone();
+        if let Some(facts) = &local_facts {
+            let counters = self.feeds.port_counters.borrow().clone();
+            for link in &mut local_links {
+                add_port_facts(&mut link.observation, facts, &counters);
+            }
+        }
         let inputs = MeshInputs {
             local: self.identity.clone(),
             configured: self.configured.clone(),

@@ -142,6 +142,7 @@ impl RunningNode {
                 facts_watch.alarms,
             ],
             facts: facts_watch.facts,
+            port_counters: facts_watch.counters,
         };
         let (aggregator, state, outgoing) =
             Aggregator::new(config, identity.clone(), feeds, metrics.clone());

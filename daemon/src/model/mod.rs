@@ -12,6 +12,7 @@ pub(crate) mod fixtures;
 pub mod intake;
 pub mod jobs;
 pub mod link;
+pub mod link_facts;
 pub mod linkstats;
 pub mod quorum;
 pub mod topology;

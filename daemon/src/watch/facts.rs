@@ -11,13 +11,16 @@
 //! the platform layer, and this task never waits for more than one read at
 //! a time.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use meshd_platform::counters::{CounterSample, CounterTracker};
+use meshd_platform::linux::counters::read_port_counters;
 use meshd_platform::mesh::checks::node_checks;
 use meshd_platform::mesh::models::ModelTable;
 use meshd_platform::source::{LiveSource, ReplaySource, Source};
-use meshd_proto::domain::{Alarm, NodeId};
+use meshd_proto::domain::{Alarm, Counter, NodeId};
 use meshd_proto::facts::{NodeFacts, OsKind};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -29,11 +32,24 @@ use crate::model::check_alarms::alarms_from_checks;
 /// The latest facts; `None` until the first read finished.
 pub type FactsFeed = watch::Receiver<Option<Arc<NodeFacts>>>;
 
+/// Each port's error counters (running totals, saturation flagged), by
+/// port name.
+pub type PortCounters = Arc<BTreeMap<String, Vec<Counter>>>;
+
 #[derive(Debug, Clone)]
 pub struct FactsWatch {
     pub facts: FactsFeed,
     /// Alarms from this node's failing checks.
     pub alarms: watch::Receiver<Vec<Alarm>>,
+    pub counters: watch::Receiver<PortCounters>,
+}
+
+/// One read: the facts, and the raw counter samples of each RDMA port
+/// (Linux sysfs; macOS exposes none).
+#[derive(Debug)]
+pub struct Reading {
+    pub facts: NodeFacts,
+    pub counter_samples: BTreeMap<String, Vec<CounterSample>>,
 }
 
 pub fn spawn(
@@ -44,8 +60,10 @@ pub fn spawn(
 ) -> FactsWatch {
     let (tx, rx) = watch::channel(None);
     let (alarms_tx, alarms_rx) = watch::channel(Vec::new());
+    let (counters_tx, counters_rx) = watch::channel(PortCounters::default());
     tokio::spawn(async move {
         let models = Arc::new(ModelTable::builtin());
+        let mut trackers: BTreeMap<String, CounterTracker> = BTreeMap::new();
         let mut platform = configs.borrow_and_update().platform.clone();
         loop {
             let started = Instant::now();
@@ -54,7 +72,20 @@ pub fn spawn(
                 tokio::task::spawn_blocking(move || read_facts(&node, &platform, &models))
             };
             match read.await {
-                Ok(facts) => {
+                Ok(Reading {
+                    facts,
+                    counter_samples,
+                }) => {
+                    trackers.retain(|port, _| counter_samples.contains_key(port));
+                    let counters = counter_samples
+                        .iter()
+                        .map(|(port, samples)| {
+                            let tracker = trackers.entry(port.clone()).or_default();
+                            tracker.observe(samples);
+                            (port.clone(), error_counters(tracker.totals()))
+                        })
+                        .collect();
+                    counters_tx.send_replace(Arc::new(counters));
                     let took = started.elapsed();
                     if took > SLOW_READ {
                         tracing::warn!(took = ?took, "reading platform facts was slow");
@@ -89,33 +120,81 @@ pub fn spawn(
     FactsWatch {
         facts: rx,
         alarms: alarms_rx,
+        counters: counters_rx,
     }
+}
+
+/// The counters that count faults (the rest count traffic), so the link's
+/// error series stay few and meaningful.
+fn error_counters(totals: Vec<Counter>) -> Vec<Counter> {
+    const FAULT_WORDS: &[&str] = &[
+        "error",
+        "discard",
+        "drop",
+        "downed",
+        "recovery",
+        "integrity",
+        "overrun",
+        "symbol",
+    ];
+    totals
+        .into_iter()
+        .filter(|c| FAULT_WORDS.iter().any(|w| c.name.contains(w)))
+        .collect()
 }
 
 /// One read of this node's facts, with its own checks. A replay directory
 /// that vanished since the config was validated becomes a blind spot, not
 /// a crash.
-pub fn read_facts(node: &NodeId, platform: &PlatformConfig, models: &ModelTable) -> NodeFacts {
-    let mut facts = match &platform.replay_dir {
-        None => meshd_platform::collect(&LiveSource, meshd_platform::this_os()),
+pub fn read_facts(node: &NodeId, platform: &PlatformConfig, models: &ModelTable) -> Reading {
+    let mut reading = match &platform.replay_dir {
+        None => read_from(&LiveSource, meshd_platform::this_os()),
         Some(dir) => match ReplaySource::open(dir) {
             Ok(source) => {
                 let os = meshd_platform::bundle::os_of(source.dir());
-                meshd_platform::collect(&source as &dyn Source, os)
+                read_from(&source, os)
             }
-            Err(err) => NodeFacts {
-                os: OsKind::Other,
-                source: format!("replay:{}", dir.display()),
-                blind_spots: vec![format!(
-                    "cannot read the replay directory {}: {err}",
-                    dir.display()
-                )],
-                ..NodeFacts::default()
+            Err(err) => Reading {
+                facts: NodeFacts {
+                    os: OsKind::Other,
+                    source: format!("replay:{}", dir.display()),
+                    blind_spots: vec![format!(
+                        "cannot read the replay directory {}: {err}",
+                        dir.display()
+                    )],
+                    ..NodeFacts::default()
+                },
+                counter_samples: BTreeMap::new(),
             },
         },
     };
-    facts.checks = node_checks(node, &facts, models);
-    facts
+    reading.facts.checks = node_checks(node, &reading.facts, models);
+    reading
+}
+
+fn read_from(source: &dyn Source, os: OsKind) -> Reading {
+    let facts = meshd_platform::collect(source, os);
+    let counter_samples = if os == OsKind::Linux {
+        facts
+            .ports
+            .iter()
+            .filter_map(|p| {
+                let rdma = p.rdma.as_ref()?;
+                let iface = (!p.iface.is_empty()).then_some(p.iface.as_str());
+                let reading = read_port_counters(source, &p.rdma_device, rdma.port, iface);
+                for problem in &reading.problems {
+                    tracing::debug!(port = %p.name, "counter not read: {problem}");
+                }
+                Some((p.name.clone(), reading.samples))
+            })
+            .collect()
+    } else {
+        BTreeMap::new()
+    };
+    Reading {
+        facts,
+        counter_samples,
+    }
 }
 
 /// Reads slower than this are logged: the facts interval is tens of seconds,
