@@ -44,12 +44,13 @@ pub enum RunError {
     },
 }
 
-fn stderr_suffix(stderr: &str) -> String {
+/// ": <stderr>" for messages, or nothing when it is empty.
+pub fn stderr_suffix(stderr: &str) -> String {
     let stderr = stderr.trim();
     if stderr.is_empty() {
         String::new()
     } else {
-        format!(" (stderr: {stderr})")
+        format!(": {stderr}")
     }
 }
 

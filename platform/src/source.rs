@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use meshd_proto::facts::OsKind;
 
-use crate::command::{RunError, run_with_timeout};
+use crate::command::{RunError, run_with_timeout, stderr_suffix};
 use crate::ibv::RdmaDevice;
 use crate::verbs;
 
@@ -157,15 +157,6 @@ pub enum CaptureError {
     /// A replayed bundle has no output of this command.
     #[error("{command}: not in the bundle (no {file})")]
     NotCaptured { command: String, file: String },
-}
-
-fn stderr_suffix(stderr: &str) -> String {
-    let stderr = stderr.trim();
-    if stderr.is_empty() {
-        String::new()
-    } else {
-        format!(": {stderr}")
-    }
 }
 
 /// Raw platform text: command outputs and files under a root.

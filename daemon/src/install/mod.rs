@@ -17,6 +17,7 @@ pub mod systemd;
 
 mod runner;
 
+use meshd_platform::command::stderr_suffix;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -660,15 +661,6 @@ pub enum InstallError {
     },
     #[error("cannot generate the launchd plist: {0}")]
     Plist(plist::Error),
-}
-
-fn stderr_suffix(stderr: &str) -> String {
-    let stderr = stderr.trim();
-    if stderr.is_empty() {
-        String::new()
-    } else {
-        format!(": {stderr}")
-    }
 }
 
 #[cfg(test)]
