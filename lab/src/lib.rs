@@ -5,6 +5,7 @@
 //! iproute2; the loss fault needs nftables, the storm seed iputils `ping`.
 
 pub mod command;
+pub mod events;
 pub mod fault;
 pub mod lab;
 pub mod observe;
