@@ -1,0 +1,548 @@
+//! The lab's benchmarks (issue #7, DESIGN §7), each printing a table for
+//! BENCHMARKS.md. Figures only: nothing here is asserted by a test.
+//!
+//! Run as root from a release build, so meshd and meshctl are found beside
+//! this binary:
+//!
+//! ```sh
+//! cargo build --release -p meshd -p meshctl -p meshd-lab
+//! sudo target/release/lab-bench detection
+//! ```
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+use meshd_lab::command::{self, QUICK};
+use meshd_lab::events::{Event, Events};
+use meshd_lab::plan::METRICS_PORT;
+use meshd_lab::{Binaries, Lab, Options, Plan, Status};
+
+const SETTLE: Duration = Duration::from_secs(60);
+const VERDICT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Parser)]
+#[command(name = "lab-bench", about = "Benchmarks on the Linux mesh lab (root)")]
+struct Cli {
+    #[command(subcommand)]
+    bench: Bench,
+}
+
+#[derive(Debug, Subcommand)]
+enum Bench {
+    /// Cable pulled → link-down verdict on every node, and → the alert
+    /// received by Alertmanager (4 nodes, cables in turn).
+    Detection {
+        #[arg(long, default_value_t = 24)]
+        trials: usize,
+    },
+    /// Link or node verdicts not caused by an injected fault while CPU
+    /// hogs, daemon restarts and storms outside the mesh come and go.
+    Chaos {
+        #[arg(long, default_value_t = 300)]
+        seconds: u64,
+    },
+    /// CPU (% of one core) and resident memory of every daemon.
+    Cost {
+        #[arg(long, default_value_t = 7)]
+        nodes: usize,
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        #[arg(long, default_value_t = 10)]
+        warmup: u64,
+    },
+    /// meshd's RTT p50 on one cable against iputils ping on the same cable,
+    /// side by side.
+    Accuracy {
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+    },
+    /// Helper run inside a namespace: print the body of GET /metrics at ADDR.
+    #[command(hide = true)]
+    FetchMetrics { addr: String },
+}
+
+fn lab(name: &str, nodes: usize, options: &Options) -> anyhow::Result<Lab> {
+    if let Some(reason) = meshd_lab::missing_prerequisite() {
+        bail!("the lab cannot run here: {reason}");
+    }
+    let lab = Lab::up(
+        Plan::new(name, nodes)?,
+        Binaries::beside_current_exe()?,
+        options,
+    )?;
+    lab.wait_all("the whole mesh up", SETTLE, Status::all_up)?;
+    Ok(lab)
+}
+
+fn millis(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// Nearest-rank percentile of sorted values.
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = (p / 100.0 * sorted.len() as f64).ceil().max(1.0) as usize;
+    sorted[rank.min(sorted.len()) - 1]
+}
+
+#[allow(clippy::print_stdout)]
+fn print_latencies(rows: &[(&str, Vec<f64>)]) {
+    println!("| verdict on | trials | p50 | p90 | p99 | max |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for (what, values) in rows {
+        let mut v = values.clone();
+        v.sort_by(f64::total_cmp);
+        println!(
+            "| {what} | {} | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms |",
+            v.len(),
+            percentile(&v, 50.0),
+            percentile(&v, 90.0),
+            percentile(&v, 99.0),
+            v.last().copied().unwrap_or(f64::NAN)
+        );
+    }
+}
+
+fn since(t0: SystemTime, at: SystemTime) -> f64 {
+    millis(at.duration_since(t0).unwrap_or_default())
+}
+
+/// The moment Alertmanager took MeshLinkDown for x-y (its `updatedAt`,
+/// set on receipt; the first push, since resends are 30 s apart).
+fn alertmanager_receipt(lab: &Lab, x: &str, y: &str) -> anyhow::Result<SystemTime> {
+    let (a, b) = (format!("a={x}"), format!("b={y}"));
+    let started = Instant::now();
+    while started.elapsed() < VERDICT {
+        let alerts = lab.alertmanager_alerts(&["alertname=MeshLinkDown", &a, &b])?;
+        if let Some(at) = alerts.first().and_then(|al| al["updatedAt"].as_str()) {
+            return Ok(humantime::parse_rfc3339(at)?);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    bail!("no MeshLinkDown for {x}-{y} in Alertmanager within {VERDICT:?}")
+}
+
+#[allow(clippy::print_stdout)]
+fn detection(trials: usize) -> anyhow::Result<()> {
+    // 24 pulls of 6 cables in a few minutes would rightly be called
+    // flapping; the benchmark times the down verdict, so flap detection is
+    // turned off as in the demo's detection benchmark.
+    let options = Options {
+        alertmanager: true,
+        extra_config: "[thresholds]\nflap_changes = 100\n".to_owned(),
+        log_level: "warn".to_owned(),
+    };
+    let mut lab = lab("bench", 4, &options)?;
+    lab.start_alertmanager()?;
+    let mut events = Events::new();
+    for id in lab.ids() {
+        events.watch(&lab, id)?;
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let cables: Vec<(&str, &str)> = lab
+        .plan
+        .cables
+        .iter()
+        .map(|c| (c.a.node, c.b.node))
+        .collect();
+    let (mut first, mut every, mut alert) = (Vec::new(), Vec::new(), Vec::new());
+    for trial in 0..trials {
+        let (x, y) = cables[trial % cables.len()];
+        events.drain();
+        let t0 = SystemTime::now();
+        lab.pull_cable(x, y)?;
+        let mut seen: BTreeMap<String, f64> = BTreeMap::new();
+        let deadline = Instant::now() + VERDICT;
+        while seen.len() < lab.plan.nodes.len() && Instant::now() < deadline {
+            if let Some(e) = events.next(Duration::from_millis(100))
+                && e.kind == "link_down"
+                && e.is_about_link(x, y)
+                && e.at >= t0
+            {
+                seen.entry(e.observer.clone()).or_insert(since(t0, e.at));
+            }
+        }
+        if seen.len() < lab.plan.nodes.len() {
+            bail!("trial {trial}: {x}-{y} down only on {seen:?}");
+        }
+        let received = alertmanager_receipt(&lab, x, y)?;
+        first.push(seen.values().copied().fold(f64::INFINITY, f64::min));
+        every.push(seen.values().copied().fold(0.0, f64::max));
+        alert.push(since(t0, received));
+        println!(
+            "trial {trial:2} {x}-{y}: first {:.0} ms, every {:.0} ms, alertmanager {:.0} ms",
+            first[trial], every[trial], alert[trial]
+        );
+        lab.plug_cable(x, y)?;
+        lab.wait_all("all up again", SETTLE, Status::all_up)?;
+        let started = Instant::now();
+        while !lab
+            .alertmanager_alerts(&["alertname=MeshLinkDown"])?
+            .is_empty()
+        {
+            if started.elapsed() > SETTLE {
+                bail!("MeshLinkDown not resolved in Alertmanager");
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    print_latencies(&[
+        ("first node", first),
+        ("every node", every),
+        ("Alertmanager (received)", alert),
+    ]);
+    lab.teardown()?;
+    Ok(())
+}
+
+/// An injected fault and when it was in force (restarts: until the node
+/// was back in every view, plus a grace period for its first judgements).
+#[derive(Debug)]
+struct Injected {
+    what: String,
+    node: &'static str,
+    from: SystemTime,
+    to: SystemTime,
+}
+
+#[allow(clippy::print_stdout)]
+fn chaos(seconds: u64) -> anyhow::Result<()> {
+    const ROUND: Duration = Duration::from_secs(25);
+    const HOLD: Duration = Duration::from_secs(12);
+    const RESTART_GRACE: Duration = Duration::from_secs(5);
+    let options = Options {
+        log_level: "warn".to_owned(),
+        ..Options::default()
+    };
+    let mut lab = lab("chaos", 4, &options)?;
+    let mut events = Events::new();
+    for id in lab.ids() {
+        events.watch(&lab, id)?;
+    }
+    let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
+    let ids = lab.ids();
+    let mut injected = Vec::new();
+    let started = Instant::now();
+    let mut round = 0;
+    while started.elapsed() + ROUND <= Duration::from_secs(seconds) {
+        let node = ids[round % ids.len()];
+        let from = SystemTime::now();
+        let what = match round % 3 {
+            0 => {
+                lab.start_hogs(node, cores)?;
+                std::thread::sleep(HOLD);
+                lab.stop_hogs();
+                format!("{cores} UniversalControl hogs")
+            }
+            1 => {
+                lab.stop(node)?;
+                std::thread::sleep(Duration::from_secs(2));
+                lab.start(node, "warn")?;
+                lab.wait_all("back after the restart", SETTLE, |s| {
+                    s.nodes.iter().all(|n| n.state == "up")
+                })?;
+                std::thread::sleep(RESTART_GRACE);
+                events.watch(&lab, node)?;
+                "daemon restart".to_owned()
+            }
+            _ => {
+                lab.storm_outside_mesh(node)?;
+                std::thread::sleep(HOLD);
+                lab.calm_storm_outside_mesh(node)?;
+                "storm outside the mesh".to_owned()
+            }
+        };
+        injected.push(Injected {
+            what,
+            node,
+            from,
+            to: SystemTime::now(),
+        });
+        let rest = ROUND.saturating_sub(from.elapsed().unwrap_or_default());
+        std::thread::sleep(rest);
+        round += 1;
+    }
+    let wall = started.elapsed();
+    let all: Vec<Event> = events.drain();
+    // A restart takes its node down on purpose: what any node says about
+    // it, and what it says itself while it starts, is caused by the fault.
+    let caused = |e: &Event| {
+        injected.iter().any(|i| {
+            i.what == "daemon restart"
+                && (e.involves(i.node) || e.observer == i.node)
+                && (i.from..=i.to).contains(&e.at)
+        })
+    };
+    let verdicts: Vec<&Event> = all.iter().filter(|e| e.is_link_or_node_verdict()).collect();
+    let false_verdicts: Vec<&&Event> = verdicts.iter().filter(|e| !caused(e)).collect();
+    println!("| injected | count |\n|---|---:|");
+    let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
+    for i in &injected {
+        *kinds.entry(i.what.as_str()).or_default() += 1;
+    }
+    for (what, n) in kinds {
+        println!("| {what} | {n} |");
+    }
+    println!(
+        "\nrun: {:.0} s, events seen: {}, link/node verdicts: {} (caused by a restart: {}), false: {}",
+        wall.as_secs_f64(),
+        all.len(),
+        verdicts.len(),
+        verdicts.len() - false_verdicts.len(),
+        false_verdicts.len()
+    );
+    for e in &false_verdicts {
+        let during = injected
+            .iter()
+            .find(|i| e.at >= i.from && e.at <= i.to)
+            .map_or("between faults".to_owned(), |i| {
+                format!("{} on {}", i.what, i.node)
+            });
+        println!(
+            "  false: {} seen by {}: {} ({during})",
+            e.kind, e.observer, e.summary
+        );
+    }
+    lab.teardown()?;
+    Ok(())
+}
+
+/// The 1-minute load average.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".to_owned())
+}
+
+/// utime + stime of a process, in clock ticks.
+fn cpu_ticks(pid: u32) -> anyhow::Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let rest = stat.rsplit_once(") ").context("stat")?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // rest starts at field 3: utime is field 14, stime 15.
+    Ok(fields[11].parse::<u64>()? + fields[12].parse::<u64>()?)
+}
+
+/// A `/proc/PID/status` value in kB, as MB (10⁶ bytes).
+fn status_mb(pid: u32, key: &str) -> anyhow::Result<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.split_whitespace().next())
+        .context(key.to_owned())?
+        .parse()?;
+    Ok(kb * 1024.0 / 1e6)
+}
+
+#[allow(clippy::print_stdout)]
+fn cost(nodes: usize, seconds: u64, warmup: u64) -> anyhow::Result<()> {
+    let options = Options {
+        log_level: "warn".to_owned(),
+        ..Options::default()
+    };
+    let mut lab = lab("cost", nodes, &options)?;
+    let hz: f64 = command::run("getconf", &["CLK_TCK"], QUICK)?
+        .trim()
+        .parse()?;
+    std::thread::sleep(Duration::from_secs(warmup));
+    let mut pids = Vec::new();
+    for id in lab.ids() {
+        pids.push((id, lab.daemon_pid(id)?));
+    }
+    let load_before = load_average();
+    let t0 = Instant::now();
+    let before: Vec<u64> = pids
+        .iter()
+        .map(|&(_, p)| cpu_ticks(p))
+        .collect::<Result<_, _>>()?;
+    std::thread::sleep(Duration::from_secs(seconds));
+    let wall = t0.elapsed().as_secs_f64();
+    println!("| node | CPU, % of one core | ticks | VmRSS | VmHWM |\n|---|---:|---:|---:|---:|");
+    let (mut cpus, mut rsss) = (Vec::new(), Vec::new());
+    for ((id, pid), start) in pids.iter().zip(before) {
+        let ticks = cpu_ticks(*pid)? - start;
+        let cpu = ticks as f64 / hz / wall * 100.0;
+        let rss = status_mb(*pid, "VmRSS:")?;
+        let hwm = status_mb(*pid, "VmHWM:")?;
+        println!("| {id} | {cpu:.3} % | {ticks} | {rss:.1} MB | {hwm:.1} MB |");
+        cpus.push(cpu);
+        rsss.push(rss);
+    }
+    let mean = cpus.iter().sum::<f64>() / cpus.len() as f64;
+    println!(
+        "\n{nodes} nodes, {wall:.1} s window after {warmup} s warm-up: CPU mean {mean:.3} %, max {:.3} %; RSS max {:.1} MB; load average before {} after {}",
+        cpus.iter().copied().fold(0.0, f64::max),
+        rsss.iter().copied().fold(0.0, f64::max),
+        load_before,
+        load_average(),
+    );
+    lab.teardown()?;
+    Ok(())
+}
+
+/// `meshd_link_rtt_seconds_bucket{peer}` as (upper bound, cumulative count).
+fn rtt_buckets(metrics: &str, peer: &str) -> Vec<(f64, f64)> {
+    let prefix = "meshd_link_rtt_seconds_bucket{";
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(prefix) && l.contains(&format!("peer=\"{peer}\"")))
+        .filter_map(|l| {
+            let le = l.split("le=\"").nth(1)?.split('"').next()?;
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
+            let count = l.rsplit(' ').next()?.parse().ok()?;
+            Some((le, count))
+        })
+        .collect()
+}
+
+/// The median of the observations between two snapshots of a cumulative
+/// histogram, interpolated linearly inside its bucket as Prometheus's
+/// `histogram_quantile` does; with the bucket's bounds.
+fn histogram_median(before: &[(f64, f64)], after: &[(f64, f64)]) -> Option<(f64, f64, f64, f64)> {
+    let deltas: Vec<(f64, f64)> = after
+        .iter()
+        .map(|&(le, n)| {
+            let was = before.iter().find(|b| b.0 == le).map_or(0.0, |b| b.1);
+            (le, n - was)
+        })
+        .collect();
+    let total = deltas.last()?.1;
+    let half = total / 2.0;
+    let mut lower = (0.0, 0.0);
+    for &(le, count) in &deltas {
+        if count >= half && le.is_finite() {
+            let share = (half - lower.1) / (count - lower.1).max(1.0);
+            return Some((lower.0 + (le - lower.0) * share, lower.0, le, total));
+        }
+        lower = (le, count);
+    }
+    None
+}
+
+fn fetch_metrics(lab: &Lab, id: &str) -> anyhow::Result<String> {
+    let me = std::env::current_exe()?;
+    let addr = format!("127.0.0.1:{METRICS_PORT}");
+    Ok(lab.exec(id, &me.to_string_lossy(), &["fetch-metrics", &addr])?)
+}
+
+#[allow(clippy::print_stdout)]
+fn accuracy(seconds: u64) -> anyhow::Result<()> {
+    let options = Options {
+        log_level: "warn".to_owned(),
+        ..Options::default()
+    };
+    let mut lab = lab("acc", 2, &options)?;
+    let cable = lab.plan.cable("a", "b")?.clone();
+    std::thread::sleep(Duration::from_secs(5));
+    let before = rtt_buckets(&fetch_metrics(&lab, "a")?, "b");
+    // Same cable, same ten packets a second as meshd's small probes.
+    let count = (seconds * 10).to_string();
+    let ns = lab.namespace("a")?.to_owned();
+    let pinged = command::run(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            &ns,
+            "ping",
+            "-n",
+            "-i",
+            "0.1",
+            "-c",
+            &count,
+            "-s",
+            "64",
+            &cable.b.address.to_string(),
+        ],
+        Duration::from_secs(seconds + 30),
+    )?;
+    let after = rtt_buckets(&fetch_metrics(&lab, "a")?, "b");
+    let mut ping_us: Vec<f64> = pinged
+        .lines()
+        .filter_map(|l| {
+            l.split("time=")
+                .nth(1)?
+                .split(' ')
+                .next()?
+                .parse::<f64>()
+                .ok()
+        })
+        .map(|ms| ms * 1000.0)
+        .collect();
+    ping_us.sort_by(f64::total_cmp);
+    let (median, low, high, probes) =
+        histogram_median(&before, &after).context("no meshd RTTs in the window")?;
+    let meshd_us = median * 1e6;
+    let ping_p50 = percentile(&ping_us, 50.0);
+    println!("| pinger | samples | RTT p50 |\n|---|---:|---:|");
+    println!(
+        "| meshd (histogram, bucket {:.0}–{:.0} µs) | {probes:.0} | {meshd_us:.1} µs |",
+        low * 1e6,
+        high * 1e6
+    );
+    println!("| iputils ping | {} | {ping_p50:.1} µs |", ping_us.len());
+    println!(
+        "\ndifference: {:.1} µs ({}s side by side on cable a-b)",
+        meshd_us - ping_p50,
+        seconds
+    );
+    lab.teardown()?;
+    Ok(())
+}
+
+#[allow(clippy::print_stdout)]
+fn fetch(addr: &str) -> anyhow::Result<()> {
+    let mut stream = TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(QUICK))?;
+    stream.set_write_timeout(Some(QUICK))?;
+    stream.write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())?;
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw)?;
+    let body = raw.split_once("\r\n\r\n").context("HTTP response")?.1;
+    print!("{body}");
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().bench {
+        Bench::Detection { trials } => detection(trials),
+        Bench::Chaos { seconds } => chaos(seconds),
+        Bench::Cost {
+            nodes,
+            seconds,
+            warmup,
+        } => cost(nodes, seconds, warmup),
+        Bench::Accuracy { seconds } => accuracy(seconds),
+        Bench::FetchMetrics { addr } => fetch(&addr),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_median_is_interpolated_inside_its_bucket() {
+        let before = [(0.000_025, 0.0), (0.000_05, 0.0), (f64::INFINITY, 0.0)];
+        let after = [(0.000_025, 20.0), (0.000_05, 100.0), (f64::INFINITY, 100.0)];
+        let (median, low, high, total) = histogram_median(&before, &after).unwrap();
+        assert_eq!((low, high, total), (0.000_025, 0.000_05, 100.0));
+        // 50 is 30 of the 80 observations into the 25–50 µs bucket.
+        assert!((median - 0.000_034_375).abs() < 1e-12, "{median}");
+        assert_eq!(percentile(&[1.0, 2.0, 3.0, 4.0], 50.0), 2.0);
+        assert_eq!(percentile(&[1.0, 2.0, 3.0, 4.0], 99.0), 4.0);
+    }
+}

@@ -1,0 +1,311 @@
+//! Faults, injected the way they happen: a cable pulled (`ip link … down`),
+//! a slow cable (`tc tbf`), a lossy one (nftables), a bridge over mesh
+//! ports (a real loop and storm), a storm on a port outside the mesh, a
+//! CPU hog named like macOS's Universal Control, and a split management
+//! network. Each has its undo; `down` removes whatever is left.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use crate::command::{CommandError, QUICK, run};
+use crate::lab::{Lab, LabError};
+use crate::plan::{MGMT_BRIDGE, mesh_iface};
+
+/// The bridge a bridge-loop fault puts over a node's mesh ports.
+pub const LOOP_BRIDGE: &str = "meshbr";
+/// The nftables table of the loss fault.
+const LOSS_TABLE: &str = "meshlab";
+/// A storm outside the mesh: two bridges joined by two veth pairs.
+const CHAOS_BRIDGES: [&str; 2] = ["chaosbr0", "chaosbr1"];
+const CHAOS_PAIRS: [(&str, &str); 2] = [("chaos0a", "chaos0b"), ("chaos1a", "chaos1b")];
+/// The hog's process name: the offender meshd knows from macOS.
+pub const HOG_NAME: &str = "UniversalControl";
+
+impl Lab {
+    fn ip_in(&self, id: &str, args: &[&str]) -> Result<(), LabError> {
+        let mut full = vec!["-n", self.namespace(id)?];
+        full.extend_from_slice(args);
+        run("ip", &full, QUICK)?;
+        Ok(())
+    }
+
+    /// Pulls the cable `node`–`peer` out of `node`'s port (the far end
+    /// keeps its carrier state, as with a real unplugged cable at one end).
+    pub fn pull_cable(&self, node: &str, peer: &str) -> Result<(), LabError> {
+        self.plan.cable(node, peer)?;
+        self.ip_in(node, &["link", "set", &mesh_iface(peer), "down"])
+    }
+
+    pub fn plug_cable(&self, node: &str, peer: &str) -> Result<(), LabError> {
+        self.plan.cable(node, peer)?;
+        self.ip_in(node, &["link", "set", &mesh_iface(peer), "up"])
+    }
+
+    /// Cuts what `node` sends on the cable to `peer` to `kbit` kbit/s (a
+    /// token bucket; what waits longer than 200 ms is dropped).
+    pub fn throttle(&self, node: &str, peer: &str, kbit: u32) -> Result<(), LabError> {
+        self.plan.cable(node, peer)?;
+        let ns = self.namespace(node)?;
+        let rate = format!("{kbit}kbit");
+        let iface = mesh_iface(peer);
+        run(
+            "tc",
+            &[
+                "-n", ns, "qdisc", "replace", "dev", &iface, "root", "tbf", "rate", &rate, "burst",
+                "1600", "latency", "200ms",
+            ],
+            QUICK,
+        )?;
+        Ok(())
+    }
+
+    pub fn unthrottle(&self, node: &str, peer: &str) -> Result<(), LabError> {
+        self.plan.cable(node, peer)?;
+        let ns = self.namespace(node)?;
+        let iface = mesh_iface(peer);
+        run(
+            "tc",
+            &["-n", ns, "qdisc", "del", "dev", &iface, "root"],
+            QUICK,
+        )?;
+        Ok(())
+    }
+
+    /// Drops `percent` of the packets `node` sends and receives on the
+    /// cable to `peer`, at random (nftables `numgen random`).
+    pub fn lose(&self, node: &str, peer: &str, percent: u8) -> Result<(), LabError> {
+        self.plan.cable(node, peer)?;
+        let iface = mesh_iface(peer);
+        let percent = percent.min(100);
+        let ruleset = format!(
+            "table inet {LOSS_TABLE} {{\n\
+             chain in {{ type filter hook input priority 0; iifname \"{iface}\" numgen random mod 100 < {percent} drop; }}\n\
+             chain out {{ type filter hook output priority 0; oifname \"{iface}\" numgen random mod 100 < {percent} drop; }}\n\
+             }}\n"
+        );
+        let file = self.state_dir().join(format!("loss-{node}.nft"));
+        std::fs::write(&file, ruleset).map_err(|source| LabError::File {
+            path: file.clone(),
+            source,
+        })?;
+        self.clear_loss(node)?;
+        self.exec(node, "nft", &["-f", &file.to_string_lossy()])?;
+        Ok(())
+    }
+
+    /// Removes the loss rules of `node` (every cable), if any.
+    pub fn clear_loss(&self, node: &str) -> Result<(), LabError> {
+        let tables = self.exec(node, "nft", &["list", "tables"])?;
+        if tables
+            .lines()
+            .any(|l| l.trim() == format!("table inet {LOSS_TABLE}"))
+        {
+            self.exec(node, "nft", &["delete", "table", "inet", LOSS_TABLE])?;
+        }
+        Ok(())
+    }
+
+    /// Bridges, in each of `nodes`, its mesh ports to the others: with
+    /// three or more nodes the cables between them form a loop with no
+    /// spanning tree, and any broadcast circles it forever. Undo with
+    /// `unbridge` soon: this is a real storm.
+    pub fn bridge_loop(&self, nodes: &[&str]) -> Result<(), LabError> {
+        for &node in nodes {
+            self.ip_in(node, &["link", "add", LOOP_BRIDGE, "type", "bridge"])?;
+            for &peer in nodes.iter().filter(|&&p| p != node) {
+                self.plan.cable(node, peer)?;
+                self.ip_in(
+                    node,
+                    &["link", "set", &mesh_iface(peer), "master", LOOP_BRIDGE],
+                )?;
+            }
+            self.ip_in(node, &["link", "set", LOOP_BRIDGE, "up"])?;
+        }
+        // A bridge that just came up sends its own IPv6 router and listener
+        // solicitations, but do not rely on it: one broadcast is enough.
+        if let Some(&first) = nodes.first() {
+            self.seed_broadcast(first, LOOP_BRIDGE)?;
+        }
+        Ok(())
+    }
+
+    /// Deletes the loop bridges (their ports go back to plain cables, with
+    /// their addresses).
+    pub fn unbridge(&self, nodes: &[&str]) -> Result<(), LabError> {
+        for &node in nodes {
+            let links = self.exec(node, "ip", &["-o", "link", "show", "type", "bridge"])?;
+            if links.contains(&format!(": {LOOP_BRIDGE}:")) {
+                self.ip_in(node, &["link", "del", LOOP_BRIDGE])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A loop of two bridges and two veth pairs inside `node`, on no mesh
+    /// port: a storm the bridge watcher may report, and that must not be
+    /// taken for a broken link or node.
+    pub fn storm_outside_mesh(&self, node: &str) -> Result<(), LabError> {
+        for bridge in CHAOS_BRIDGES {
+            self.ip_in(node, &["link", "add", bridge, "type", "bridge"])?;
+        }
+        for (x, y) in CHAOS_PAIRS {
+            self.ip_in(node, &["link", "add", x, "type", "veth", "peer", "name", y])?;
+            self.ip_in(node, &["link", "set", x, "master", CHAOS_BRIDGES[0], "up"])?;
+            self.ip_in(node, &["link", "set", y, "master", CHAOS_BRIDGES[1], "up"])?;
+        }
+        for bridge in CHAOS_BRIDGES {
+            self.ip_in(node, &["link", "set", bridge, "up"])?;
+        }
+        self.seed_broadcast(node, CHAOS_BRIDGES[0])
+    }
+
+    pub fn calm_storm_outside_mesh(&self, node: &str) -> Result<(), LabError> {
+        let links = self.exec(node, "ip", &["-o", "link", "show"])?;
+        for name in CHAOS_BRIDGES
+            .iter()
+            .chain(CHAOS_PAIRS.iter().map(|(x, _)| x))
+        {
+            if links.contains(&format!(": {name}:")) || links.contains(&format!(": {name}@")) {
+                self.ip_in(node, &["link", "del", name])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One broadcast ping out of `iface` (iputils `ping -b`): the first
+    /// frame of a storm when the bridges form a loop.
+    fn seed_broadcast(&self, node: &str, iface: &str) -> Result<(), LabError> {
+        // An address on the bridge lets ping send from it; 10.79.0.0/24 is
+        // used nowhere else in the lab.
+        self.ip_in(node, &["addr", "add", "10.79.0.1/24", "dev", iface])?;
+        let ns = self.namespace(node)?;
+        // Replies never come (nobody has an address there): -c 1 -w 1
+        // sends one broadcast and gives up after a second.
+        let sent = run(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                ns,
+                "ping",
+                "-b",
+                "-c",
+                "1",
+                "-w",
+                "1",
+                "-I",
+                iface,
+                "10.79.0.255",
+            ],
+            QUICK,
+        );
+        match sent {
+            Ok(_) | Err(CommandError::Failed { .. }) => Ok(()),
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    /// Starts `count` busy processes named `UniversalControl` in `node`'s
+    /// namespace (copies of `yes` writing to /dev/null); they run until
+    /// `stop_hogs` or teardown.
+    pub fn start_hogs(&mut self, node: &str, count: usize) -> Result<(), LabError> {
+        let hog = self.hog_binary()?;
+        let ns = self.namespace(node)?.to_owned();
+        for _ in 0..count {
+            let child = Command::new("ip")
+                .args(["netns", "exec", &ns])
+                .arg(&hog)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .map_err(|source| CommandError::Spawn {
+                    command: format!("ip netns exec {ns} {HOG_NAME}"),
+                    source,
+                })?;
+            self.hogs.push(child);
+        }
+        Ok(())
+    }
+
+    /// Ends every hog this process started.
+    pub fn stop_hogs(&mut self) {
+        for mut child in self.hogs.drain(..) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn hog_binary(&self) -> Result<PathBuf, LabError> {
+        let path = self.state_dir().join(HOG_NAME);
+        if !path.exists() {
+            let yes = ["/usr/bin/yes", "/bin/yes"]
+                .into_iter()
+                .find(|p| std::path::Path::new(p).exists())
+                .unwrap_or("/usr/bin/yes");
+            std::fs::copy(yes, &path).map_err(|source| LabError::File {
+                path: path.clone(),
+                source,
+            })?;
+        }
+        Ok(path)
+    }
+
+    /// Splits the management network: each group after the first moves to
+    /// a bridge of its own, so it hears only itself. Nodes not named stay
+    /// with the first group (and with Prometheus and Alertmanager).
+    pub fn partition(&self, groups: &[Vec<&str>]) -> Result<(), LabError> {
+        let mgmt = self.plan.mgmt_namespace();
+        for (k, group) in groups.iter().enumerate().skip(1) {
+            let bridge = format!("{MGMT_BRIDGE}-p{k}");
+            run(
+                "ip",
+                &["-n", &mgmt, "link", "add", &bridge, "type", "bridge"],
+                QUICK,
+            )?;
+            run("ip", &["-n", &mgmt, "link", "set", &bridge, "up"], QUICK)?;
+            for &id in group {
+                let port = &self.plan.node(id)?.mgmt_port;
+                run(
+                    "ip",
+                    &["-n", &mgmt, "link", "set", port, "master", &bridge],
+                    QUICK,
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Joins the management network again.
+    pub fn heal_partition(&self) -> Result<(), LabError> {
+        let mgmt = self.plan.mgmt_namespace();
+        for node in &self.plan.nodes {
+            run(
+                "ip",
+                &[
+                    "-n",
+                    &mgmt,
+                    "link",
+                    "set",
+                    &node.mgmt_port,
+                    "master",
+                    MGMT_BRIDGE,
+                ],
+                QUICK,
+            )?;
+        }
+        let bridges = run(
+            "ip",
+            &["-n", &mgmt, "-o", "link", "show", "type", "bridge"],
+            QUICK,
+        )?;
+        let prefix = format!("{MGMT_BRIDGE}-p");
+        for line in bridges.lines() {
+            let name = line.split(": ").nth(1).unwrap_or_default();
+            if name.starts_with(&prefix) {
+                run("ip", &["-n", &mgmt, "link", "del", name], QUICK)?;
+            }
+        }
+        Ok(())
+    }
+}

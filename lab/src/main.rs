@@ -1,0 +1,268 @@
+//! `lab`: bring a mesh of network namespaces up and down, and break it.
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+use meshd_lab::{Binaries, Lab, Options, Plan, lab};
+
+/// The longest a timed fault (a storm, a hog) may be held from here.
+const MAX_HOLD_SECS: u64 = 600;
+/// How long `lab up` waits for every node to see the whole mesh up.
+const SETTLE: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "lab",
+    about = "A full mesh of network namespaces running meshd (root)"
+)]
+struct Cli {
+    /// The lab's name: namespaces are meshlab-NAME-a, …, meshlab-NAME-mgmt.
+    #[arg(long, short, global = true, default_value = "lab")]
+    name: String,
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Create N nodes (2 to 8) and start meshd in each; waits until every
+    /// node sees the whole mesh up.
+    Up {
+        nodes: usize,
+        /// Also run Prometheus (the shipped rules) and Alertmanager in the
+        /// management namespace; meshd pushes its alerts there.
+        #[arg(long)]
+        observe: bool,
+        /// meshd's log level (logs in /run/meshlab/NAME/NODE.log).
+        #[arg(long, default_value = "info")]
+        log_level: String,
+    },
+    /// Remove the lab (processes, namespaces, veths, state); idempotent.
+    Down {
+        /// Every lab on this host, whatever its name.
+        #[arg(long)]
+        all: bool,
+    },
+    /// `meshctl status` inside NODE's namespace.
+    Status {
+        node: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Inject or remove a fault.
+    #[command(subcommand)]
+    Fault(Fault),
+}
+
+#[derive(Debug, Subcommand)]
+enum Fault {
+    /// Pull the cable A-B out of A's port.
+    Pull {
+        node: String,
+        peer: String,
+    },
+    /// Plug it back in.
+    Plug {
+        node: String,
+        peer: String,
+    },
+    /// Cut what A sends to B to KBIT kbit/s (tc tbf).
+    Throttle {
+        node: String,
+        peer: String,
+        kbit: u32,
+    },
+    Unthrottle {
+        node: String,
+        peer: String,
+    },
+    /// Drop PERCENT of A's packets to and from B (nftables).
+    Loss {
+        node: String,
+        peer: String,
+        percent: u8,
+    },
+    /// Remove A's loss rules.
+    Unloss {
+        node: String,
+    },
+    /// Bridge the mesh ports between NODES (comma-separated, 3 or more for
+    /// a loop) for SECS seconds: a real broadcast storm.
+    BridgeLoop {
+        nodes: String,
+        #[arg(long = "for", default_value_t = 10)]
+        secs: u64,
+    },
+    /// A storm on a loop of bridges outside the mesh in NODE, for SECS.
+    Storm {
+        node: String,
+        #[arg(long = "for", default_value_t = 10)]
+        secs: u64,
+    },
+    /// COUNT busy processes named UniversalControl in NODE, for SECS.
+    Hog {
+        node: String,
+        #[arg(long, default_value_t = 1)]
+        count: usize,
+        #[arg(long = "for", default_value_t = 30)]
+        secs: u64,
+    },
+    /// Freeze NODE's meshd (SIGSTOP).
+    Freeze {
+        node: String,
+    },
+    /// Thaw it (SIGCONT).
+    Thaw {
+        node: String,
+    },
+    /// Kill NODE's meshd (SIGKILL).
+    Kill {
+        node: String,
+    },
+    /// Start NODE's meshd again.
+    Restart {
+        node: String,
+        #[arg(long, default_value = "info")]
+        log_level: String,
+    },
+    /// Split the management network into GROUPS (each comma-separated).
+    Partition {
+        #[arg(required = true, num_args = 2..)]
+        groups: Vec<String>,
+    },
+    /// Join the management network again.
+    HealPartition,
+}
+
+fn nodes(list: &str) -> Vec<&str> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+fn hold(secs: u64) -> anyhow::Result<()> {
+    if secs > MAX_HOLD_SECS {
+        bail!("--for is at most {MAX_HOLD_SECS} s");
+    }
+    std::thread::sleep(Duration::from_secs(secs));
+    Ok(())
+}
+
+#[allow(clippy::print_stdout)]
+fn fault(lab: &mut Lab, fault: Fault) -> anyhow::Result<()> {
+    match fault {
+        Fault::Pull { node, peer } => lab.pull_cable(&node, &peer)?,
+        Fault::Plug { node, peer } => lab.plug_cable(&node, &peer)?,
+        Fault::Throttle { node, peer, kbit } => lab.throttle(&node, &peer, kbit)?,
+        Fault::Unthrottle { node, peer } => lab.unthrottle(&node, &peer)?,
+        Fault::Loss {
+            node,
+            peer,
+            percent,
+        } => lab.lose(&node, &peer, percent)?,
+        Fault::Unloss { node } => lab.clear_loss(&node)?,
+        Fault::BridgeLoop { nodes: list, secs } => {
+            let members = nodes(&list);
+            lab.bridge_loop(&members)?;
+            println!("bridged {list}; removing the bridges in {secs} s");
+            let held = hold(secs);
+            lab.unbridge(&members)?;
+            held?;
+        }
+        Fault::Storm { node, secs } => {
+            lab.storm_outside_mesh(&node)?;
+            println!("storm outside the mesh in {node}; ending it in {secs} s");
+            let held = hold(secs);
+            lab.calm_storm_outside_mesh(&node)?;
+            held?;
+        }
+        Fault::Hog { node, count, secs } => {
+            lab.start_hogs(&node, count)?;
+            println!("{count} × UniversalControl in {node} for {secs} s");
+            let held = hold(secs);
+            lab.stop_hogs();
+            held?;
+        }
+        Fault::Freeze { node } => lab.signal_daemon(&node, "STOP")?,
+        Fault::Thaw { node } => lab.signal_daemon(&node, "CONT")?,
+        Fault::Kill { node } => lab.signal_daemon(&node, "KILL")?,
+        Fault::Restart { node, log_level } => lab.start(&node, &log_level)?,
+        Fault::Partition { groups } => {
+            let groups: Vec<Vec<&str>> = groups.iter().map(|g| nodes(g)).collect();
+            lab.partition(&groups)?;
+        }
+        Fault::HealPartition => lab.heal_partition()?,
+    }
+    println!("ok");
+    Ok(())
+}
+
+#[allow(clippy::print_stdout)]
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    if let Some(reason) = meshd_lab::missing_prerequisite() {
+        bail!("the lab cannot run here: {reason}");
+    }
+    match cli.command {
+        Cmd::Up {
+            nodes,
+            observe,
+            log_level,
+        } => {
+            let plan = Plan::new(&cli.name, nodes)?;
+            let binaries = Binaries::beside_current_exe()?;
+            let options = Options {
+                alertmanager: observe,
+                log_level,
+                ..Options::default()
+            };
+            let mut lab = Lab::up(plan, binaries, &options).context("lab up")?;
+            if observe {
+                let rules = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../dashboards/prometheus/meshd.rules.yml");
+                lab.start_prometheus(&rules)?;
+                lab.start_alertmanager()?;
+            }
+            let what = format!("{nodes} nodes and every link up");
+            lab.wait_all(&what, SETTLE, meshd_lab::Status::all_up)?;
+            let first = &lab.plan.nodes[0];
+            println!(
+                "lab {} is up: {what}.\n  state and logs: {}\n  ask a node:     ip netns exec {} meshctl status\n  remove it:      lab --name {} down",
+                cli.name,
+                lab.state_dir().display(),
+                first.namespace,
+                cli.name
+            );
+            lab.keep_running();
+        }
+        Cmd::Down { all } => {
+            if all {
+                lab::down_all()?;
+            } else {
+                lab::down(&cli.name)?;
+            }
+            println!("ok");
+        }
+        Cmd::Status { node, json } => {
+            let lab = Lab::attach(&cli.name, Binaries::beside_current_exe()?)?;
+            let meshctl = lab.binaries.meshctl.to_string_lossy().into_owned();
+            let mut args = vec!["status"];
+            if json {
+                args.push("--json");
+            }
+            let ns = lab.namespace(&node)?.to_owned();
+            let mut full = vec!["netns", "exec", ns.as_str(), meshctl.as_str()];
+            full.extend(args);
+            let out = meshd_lab::command::run_any("ip", &full, Duration::from_secs(10))?;
+            print!("{}{}", out.stdout, out.stderr);
+            std::process::exit(out.status.code().unwrap_or(2));
+        }
+        Cmd::Fault(f) => {
+            let mut lab = Lab::attach(&cli.name, Binaries::beside_current_exe()?)?;
+            fault(&mut lab, f)?;
+        }
+    }
+    Ok(())
+}

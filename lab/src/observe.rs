@@ -1,0 +1,142 @@
+//! A real Prometheus and a real Alertmanager in the management namespace,
+//! where they reach every node's management address, queried with their
+//! own command-line clients (`promtool query`, `amtool`) run there too.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::command::{self, CommandError};
+use crate::lab::{Lab, LabError};
+use crate::plan::{ALERTMANAGER_PORT, MGMT_HOST, PROMETHEUS_PORT, alertmanager_url};
+
+const CLIENT_LIMIT: Duration = Duration::from_secs(15);
+
+fn prometheus_url() -> String {
+    format!("http://{MGMT_HOST}:{PROMETHEUS_PORT}")
+}
+
+impl Lab {
+    fn spawn_service(
+        &mut self,
+        name: &str,
+        program: &str,
+        args: &[String],
+    ) -> Result<(), LabError> {
+        let log = self.state_dir().join(format!("{name}.log"));
+        let out = std::fs::File::create(&log).map_err(|source| LabError::File {
+            path: log.clone(),
+            source,
+        })?;
+        let err = out.try_clone().map_err(|source| LabError::File {
+            path: log.clone(),
+            source,
+        })?;
+        let mgmt = self.plan.mgmt_namespace();
+        let child = Command::new("ip")
+            .args(["netns", "exec", &mgmt, program])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .map_err(|source| CommandError::Spawn {
+                command: format!("ip netns exec {mgmt} {program}"),
+                source,
+            })?;
+        self.services.push(child);
+        Ok(())
+    }
+
+    /// Starts Prometheus scraping every node's `/metrics` each second as job
+    /// `meshd`, evaluating `rules` (the shipped rule file).
+    pub fn start_prometheus(&mut self, rules: &Path) -> Result<(), LabError> {
+        let targets: Vec<String> = self
+            .plan
+            .nodes
+            .iter()
+            .map(|n| format!("'{}'", n.metrics()))
+            .collect();
+        let config = format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
+             rule_files:\n  - '{}'\n\
+             scrape_configs:\n  - job_name: meshd\n    static_configs:\n      - targets: [{}]\n",
+            rules.display(),
+            targets.join(", ")
+        );
+        let file = self.state_dir().join("prometheus.yml");
+        std::fs::write(&file, config).map_err(|source| LabError::File {
+            path: file.clone(),
+            source,
+        })?;
+        let data = self.state_dir().join("prometheus-data");
+        self.spawn_service(
+            "prometheus",
+            "prometheus",
+            &[
+                format!("--config.file={}", file.display()),
+                format!("--storage.tsdb.path={}", data.display()),
+                format!("--web.listen-address={MGMT_HOST}:{PROMETHEUS_PORT}"),
+                "--log.level=warn".to_owned(),
+            ],
+        )
+    }
+
+    /// Starts an Alertmanager (no receivers, no cluster) where the nodes
+    /// push when the lab was brought up with `Options::alertmanager`.
+    pub fn start_alertmanager(&mut self) -> Result<(), LabError> {
+        let file = self.state_dir().join("alertmanager.yml");
+        std::fs::write(
+            &file,
+            "route:\n  receiver: blackhole\nreceivers:\n  - name: blackhole\n",
+        )
+        .map_err(|source| LabError::File {
+            path: file.clone(),
+            source,
+        })?;
+        let data = self.state_dir().join("alertmanager-data");
+        self.spawn_service(
+            "alertmanager",
+            "prometheus-alertmanager",
+            &[
+                format!("--config.file={}", file.display()),
+                format!("--storage.path={}", data.display()),
+                format!("--web.listen-address={MGMT_HOST}:{ALERTMANAGER_PORT}"),
+                // No cluster: a lone Alertmanager must not gossip anywhere.
+                "--cluster.listen-address=".to_owned(),
+            ],
+        )
+    }
+
+    fn client(&self, program: &str, args: &[&str]) -> Result<Value, LabError> {
+        let mgmt = self.plan.mgmt_namespace();
+        let mut full = vec!["netns", "exec", &mgmt, program];
+        full.extend_from_slice(args);
+        let text = command::run("ip", &full, CLIENT_LIMIT)?;
+        serde_json::from_str(&text).map_err(|source| LabError::BadStatus {
+            node: "mgmt".to_owned(),
+            source,
+        })
+    }
+
+    /// The series of an instant PromQL query (`promtool query instant`).
+    pub fn prometheus_query(&self, expr: &str) -> Result<Vec<Value>, LabError> {
+        let answer = self.client(
+            "promtool",
+            &["query", "instant", "-o", "json", &prometheus_url(), expr],
+        )?;
+        Ok(answer.as_array().cloned().unwrap_or_default())
+    }
+
+    /// The active alerts Alertmanager holds matching `matchers`
+    /// (`amtool alert query`, e.g. `alertname=MeshLinkDown`).
+    pub fn alertmanager_alerts(&self, matchers: &[&str]) -> Result<Vec<Value>, LabError> {
+        let url = format!("--alertmanager.url={}", alertmanager_url());
+        let mut args = vec!["alert", "query", "-o", "json", url.as_str()];
+        args.extend_from_slice(matchers);
+        let answer = self.client("amtool", &args)?;
+        Ok(answer.as_array().cloned().unwrap_or_default())
+    }
+}
