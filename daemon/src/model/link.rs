@@ -10,6 +10,9 @@ use meshd_proto::domain::{LinkObservation, LinkState, RdmaPortState};
 /// The windows the prober reports, by length.
 pub const SHORT_WINDOW: Duration = Duration::from_secs(1);
 pub const MEDIUM_WINDOW: Duration = Duration::from_secs(10);
+/// A ratio over few probes is noise: one late MTU-sized probe is 10 % of a
+/// 10 s window. Degraded needs at least this many lost, whatever the ratio.
+pub const MIN_LOST_FOR_DEGRADED: u64 = 3;
 
 /// Fewer RTT samples than this say nothing about a p99.
 const MIN_RTT_SAMPLES: u64 = 20;
@@ -170,9 +173,13 @@ pub fn assess(ends: &[EndView<'_>], rules: &LinkRules) -> Assessment {
 fn degradation(end: &EndView<'_>, rules: &LinkRules, evidence: &mut Vec<String>) {
     let o = end.observation;
     let node = end.node;
+    // A saturated end times its own probes out late: its loss is no
+    // evidence (Lifeguard), as for down.
+    let loss_counts = !end.saturated;
     for (what, windows) in [("probes", &o.loss), ("MTU-sized probes", &o.mtu_loss)] {
         if let Some(w) = windows.iter().find(|w| w.window == MEDIUM_WINDOW)
-            && w.sent > 0
+            && loss_counts
+            && w.lost >= MIN_LOST_FOR_DEGRADED
             && w.ratio() >= rules.loss_degraded
         {
             evidence.push(format!(
@@ -482,7 +489,7 @@ mod tests {
                 mtu_loss: vec![LossWindow {
                     window: MEDIUM_WINDOW,
                     sent: 10,
-                    lost: 1,
+                    lost: 3,
                 }],
                 ..healthy()
             },
@@ -508,6 +515,34 @@ mod tests {
             assert_eq!(verdict.state, LinkState::Degraded, "{a:?}");
             assert_eq!(verdict.evidence.len(), 1, "{verdict:?}");
         }
+    }
+
+    #[test]
+    fn a_few_lost_probes_are_noise_and_a_saturated_end_loss_is_no_evidence() {
+        let b = healthy();
+        let one_late_mtu_probe = LinkObservation {
+            mtu_loss: vec![LossWindow {
+                window: MEDIUM_WINDOW,
+                sent: 10,
+                lost: 1,
+            }],
+            ..healthy()
+        };
+        let verdict = assess(&[view("a", &one_late_mtu_probe), view("b", &b)], &rules());
+        assert_eq!(verdict.state, LinkState::Up, "{verdict:?}");
+
+        let lossy = LinkObservation {
+            loss: vec![LossWindow {
+                window: MEDIUM_WINDOW,
+                sent: 100,
+                lost: 20,
+            }],
+            ..healthy()
+        };
+        let mut busy = view("a", &lossy);
+        busy.saturated = true;
+        let verdict = assess(&[busy, view("b", &b)], &rules());
+        assert_eq!(verdict.state, LinkState::Up, "{verdict:?}");
     }
 
     #[test]

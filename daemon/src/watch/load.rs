@@ -1,11 +1,20 @@
-//! This node's CPU load, for Lifeguard: a node whose CPU is saturated runs
-//! its probes and timers late, so its own timeouts must weigh less.
+//! This node's load, for Lifeguard: a node that runs its probes and timers
+//! late must weigh its own timeouts less.
+//!
+//! Saturated means both: the CPU is busier than `thresholds.cpu_saturated`,
+//! *and* meshd's own timers fire late. A busy CPU alone is not enough: on a
+//! machine whose cores are all taken by a job meshd still wakes on time
+//! (its few wake-ups are short), and then its silences and losses are as
+//! true as on an idle node and must not wait twice as long.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use meshd_proto::domain::NodeLoad;
 use sysinfo::{CpuRefreshKind, RefreshKind, System};
 use tokio::sync::watch;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// sysinfo needs at least its minimum interval between two samples for a
@@ -13,11 +22,25 @@ use tokio_util::sync::CancellationToken;
 /// negligible.
 const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Samples the busy share of all cores every second; `saturated_above` is
-/// `thresholds.cpu_saturated`. A sample reads one kernel table (microseconds),
-/// so it runs inline on the runtime.
+/// How often the lateness of meshd's own timers is measured.
+const LATENESS_PROBE: Duration = Duration::from_millis(50);
+
+/// Timers this late mean meshd's judgements are late too: a tenth of the
+/// shortest `down_after` in use (600 ms by default) would be 60 ms; this
+/// stays well below it so a struggling runtime is caught early.
+pub const LATE: Duration = Duration::from_millis(20);
+
+/// Samples the busy share of all cores every second, and the worst
+/// lateness of a timer in that second; `saturated_above` is
+/// `thresholds.cpu_saturated`. A sample reads one kernel table
+/// (microseconds), so it runs inline on the runtime.
 pub fn spawn(saturated_above: f64, shutdown: CancellationToken) -> watch::Receiver<NodeLoad> {
     let (tx, rx) = watch::channel(NodeLoad::default());
+    let worst_lateness_us = Arc::new(AtomicU64::new(0));
+    tokio::spawn(measure_lateness(
+        worst_lateness_us.clone(),
+        shutdown.clone(),
+    ));
     tokio::spawn(async move {
         let refresh = RefreshKind::nothing().with_cpu(CpuRefreshKind::nothing().with_usage());
         let mut system = match System::new_with_specifics(refresh) {
@@ -37,17 +60,34 @@ pub fn spawn(saturated_above: f64, shutdown: CancellationToken) -> watch::Receiv
                 _ = tick.tick() => {}
             }
             system.refresh_cpu_usage();
-            tx.send_replace(load(system.global_cpu_usage(), saturated_above));
+            let lateness = Duration::from_micros(worst_lateness_us.swap(0, Ordering::Relaxed));
+            tx.send_replace(load(system.global_cpu_usage(), lateness, saturated_above));
         }
     });
     rx
 }
 
-fn load(usage_percent: f32, saturated_above: f64) -> NodeLoad {
+/// Sleeps [`LATENESS_PROBE`] at a time and keeps the worst lateness seen
+/// since the sampler last took it.
+async fn measure_lateness(worst_us: Arc<AtomicU64>, shutdown: CancellationToken) {
+    loop {
+        let due = Instant::now() + LATENESS_PROBE;
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep_until(due) => {}
+        }
+        let late = Instant::now().saturating_duration_since(due);
+        let late_us = u64::try_from(late.as_micros()).unwrap_or(u64::MAX);
+        worst_us.fetch_max(late_us, Ordering::Relaxed);
+    }
+}
+
+fn load(usage_percent: f32, lateness: Duration, saturated_above: f64) -> NodeLoad {
     let busy = (f64::from(usage_percent) / 100.0).clamp(0.0, 1.0);
+    let busy = if busy.is_nan() { 0.0 } else { busy };
     NodeLoad {
-        cpu_busy_ratio: if busy.is_nan() { 0.0 } else { busy },
-        cpu_saturated: busy > saturated_above,
+        cpu_busy_ratio: busy,
+        cpu_saturated: busy > saturated_above && lateness >= LATE,
     }
 }
 
@@ -55,17 +95,44 @@ fn load(usage_percent: f32, saturated_above: f64) -> NodeLoad {
 mod tests {
     use super::*;
 
+    const ON_TIME: Duration = Duration::from_millis(1);
+    const LATE_BY: Duration = Duration::from_millis(80);
+
     #[test]
-    fn usage_becomes_a_ratio_and_a_saturation_flag() {
+    fn saturated_needs_a_busy_cpu_and_late_timers() {
         assert_eq!(
-            load(45.0, 0.9),
+            load(45.0, ON_TIME, 0.9),
             NodeLoad {
                 cpu_busy_ratio: 0.45,
                 cpu_saturated: false
             }
         );
-        assert!(load(95.0, 0.9).cpu_saturated);
-        assert_eq!(load(250.0, 0.9).cpu_busy_ratio, 1.0);
-        assert_eq!(load(f32::NAN, 0.9), NodeLoad::default());
+        assert!(load(95.0, LATE_BY, 0.9).cpu_saturated);
+        assert!(
+            !load(95.0, ON_TIME, 0.9).cpu_saturated,
+            "a busy CPU that still wakes meshd on time"
+        );
+        assert!(
+            !load(50.0, LATE_BY, 0.9).cpu_saturated,
+            "late for another reason than load"
+        );
+        assert_eq!(load(250.0, ON_TIME, 0.9).cpu_busy_ratio, 1.0);
+        assert_eq!(load(f32::NAN, LATE_BY, 0.9), NodeLoad::default());
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_runtime_held_up_shows_as_lateness() {
+        let worst = Arc::new(AtomicU64::new(0));
+        let shutdown = CancellationToken::new();
+        tokio::spawn(measure_lateness(worst.clone(), shutdown.clone()));
+        tokio::task::yield_now().await;
+        // Hold the only runtime thread well past the probe's deadline: the
+        // probe can only wake that much later or more.
+        std::thread::sleep(LATENESS_PROBE + Duration::from_millis(150));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        tokio::task::yield_now().await;
+        let late = Duration::from_micros(worst.load(Ordering::Relaxed));
+        assert!(late >= Duration::from_millis(150), "{late:?}");
+        shutdown.cancel();
     }
 }
