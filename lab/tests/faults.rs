@@ -169,8 +169,14 @@ fn a_universal_control_hog_is_a_cpu_spike_not_a_broken_link_or_node() {
         started.elapsed()
     );
     assert!(views.iter().all(no_broken_cable_or_node));
-    lab.wait_all("the spike clears", RECOVERY, |s| {
-        s.all_up() && !s.alarms.iter().any(|a| a.kind == "cpu_spike")
+    // Other work on this host (a build, other tests) may keep the CPU busy:
+    // what must clear is the spike the hog caused, the one naming it.
+    lab.wait_all("the hog's spike clears", RECOVERY, |s| {
+        s.all_up()
+            && !s
+                .alarms
+                .iter()
+                .any(|a| a.kind == "cpu_spike" && a.summary.contains(&format!("{HOG_NAME} ")))
     })
     .unwrap_or_else(|err| panic!("{err}"));
 }
