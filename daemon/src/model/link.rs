@@ -148,8 +148,12 @@ pub fn assess(ends: &[EndView<'_>], rules: &LinkRules) -> Assessment {
         // it is not a cut cable.
         evidence.push("only one end is silent".to_owned());
     }
+    // Lifeguard for degradation: a late node answers late and times out
+    // late, so the loss and RTT of its links, measured from either end,
+    // describe its CPU, not the cable.
+    let timing_counts = ends.iter().all(|e| !e.saturated);
     for end in ends {
-        degradation(end, rules, &mut evidence);
+        degradation(end, rules, timing_counts, &mut evidence);
     }
     if !evidence.is_empty() {
         return Assessment {
@@ -170,15 +174,17 @@ pub fn assess(ends: &[EndView<'_>], rules: &LinkRules) -> Assessment {
     }
 }
 
-fn degradation(end: &EndView<'_>, rules: &LinkRules, evidence: &mut Vec<String>) {
+fn degradation(
+    end: &EndView<'_>,
+    rules: &LinkRules,
+    timing_counts: bool,
+    evidence: &mut Vec<String>,
+) {
     let o = end.observation;
     let node = end.node;
-    // A saturated end times its own probes out late: its loss is no
-    // evidence (Lifeguard), as for down.
-    let loss_counts = !end.saturated;
     for (what, windows) in [("probes", &o.loss), ("MTU-sized probes", &o.mtu_loss)] {
         if let Some(w) = windows.iter().find(|w| w.window == MEDIUM_WINDOW)
-            && loss_counts
+            && timing_counts
             && w.lost >= MIN_LOST_FOR_DEGRADED
             && w.ratio() >= rules.loss_degraded
         {
@@ -191,9 +197,7 @@ fn degradation(end: &EndView<'_>, rules: &LinkRules, evidence: &mut Vec<String>)
         }
     }
     let rtt = &o.rtt;
-    // A saturated node wakes late for its own replies: its RTTs measure its
-    // CPU, not the link (Lifeguard again).
-    if !end.saturated && rtt.samples >= MIN_RTT_SAMPLES && !rtt.baseline_p99.is_zero() {
+    if timing_counts && rtt.samples >= MIN_RTT_SAMPLES && !rtt.baseline_p99.is_zero() {
         let by_factor = rtt.baseline_p99.mul_f64(rules.rtt_p99_factor);
         let by_floor = rtt.baseline_p99.saturating_add(rules.rtt_min_increase);
         if rtt.p99 > by_factor.max(by_floor) {
@@ -557,6 +561,21 @@ mod tests {
         let mut busy = view("a", &a);
         busy.saturated = true;
         assert_eq!(assess(&[busy], &rules()).state, LinkState::Up);
+
+        // Measured by a node on time, towards a late node: the late node's
+        // replies are what is slow, not the cable.
+        let b = healthy();
+        let mut late_far_end = view("b", &b);
+        late_far_end.saturated = true;
+        assert_eq!(
+            assess(&[view("a", &a), late_far_end], &rules()).state,
+            LinkState::Up
+        );
+        assert_eq!(
+            assess(&[view("a", &a), view("b", &b)], &rules()).state,
+            LinkState::Degraded,
+            "with both ends on time the RTT counts"
+        );
     }
 
     #[test]

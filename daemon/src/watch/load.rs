@@ -1,11 +1,14 @@
 //! This node's load, for Lifeguard: a node that runs its probes and timers
 //! late must weigh its own timeouts less.
 //!
-//! Saturated means both: the CPU is busier than `thresholds.cpu_saturated`,
-//! *and* meshd's own timers fire late. A busy CPU alone is not enough: on a
-//! machine whose cores are all taken by a job meshd still wakes on time
-//! (its few wake-ups are short), and then its silences and losses are as
-//! true as on an idle node and must not wait twice as long.
+//! Saturated is measured where it matters: meshd's own timers fire late.
+//! 20 ms late or more is saturated whatever the CPU figure says (a softirq
+//! flood or a noisy neighbour delays meshd without showing as a busy CPU);
+//! with the CPU busier than `thresholds.cpu_saturated`, 5 ms late is
+//! enough. A busy CPU alone is not: on a machine whose cores are all taken
+//! by a job meshd still wakes on time (its few wake-ups are short), and then
+//! its silences and losses are as true as on an idle node and must not wait
+//! twice as long.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,6 +32,10 @@ const LATENESS_PROBE: Duration = Duration::from_millis(50);
 /// shortest `down_after` in use (600 ms by default) would be 60 ms; this
 /// stays well below it so a struggling runtime is caught early.
 pub const LATE: Duration = Duration::from_millis(20);
+
+/// On a busy CPU, this much lateness already counts: the delays are
+/// starting, and they grow with the load.
+pub const LATE_WHEN_BUSY: Duration = Duration::from_millis(5);
 
 /// Samples the busy share of all cores every second, and the worst
 /// lateness of a timer in that second; `saturated_above` is
@@ -87,7 +94,7 @@ fn load(usage_percent: f32, lateness: Duration, saturated_above: f64) -> NodeLoa
     let busy = if busy.is_nan() { 0.0 } else { busy };
     NodeLoad {
         cpu_busy_ratio: busy,
-        cpu_saturated: busy > saturated_above && lateness >= LATE,
+        cpu_saturated: lateness >= LATE || (busy > saturated_above && lateness >= LATE_WHEN_BUSY),
     }
 }
 
@@ -99,7 +106,7 @@ mod tests {
     const LATE_BY: Duration = Duration::from_millis(80);
 
     #[test]
-    fn saturated_needs_a_busy_cpu_and_late_timers() {
+    fn saturated_means_late_timers_not_a_busy_cpu_alone() {
         assert_eq!(
             load(45.0, ON_TIME, 0.9),
             NodeLoad {
@@ -113,11 +120,13 @@ mod tests {
             "a busy CPU that still wakes meshd on time"
         );
         assert!(
-            !load(50.0, LATE_BY, 0.9).cpu_saturated,
-            "late for another reason than load"
+            load(50.0, LATE_BY, 0.9).cpu_saturated,
+            "late without a busy CPU (a softirq flood) is saturated too"
         );
+        assert!(load(95.0, Duration::from_millis(8), 0.9).cpu_saturated);
+        assert!(!load(50.0, Duration::from_millis(8), 0.9).cpu_saturated);
         assert_eq!(load(250.0, ON_TIME, 0.9).cpu_busy_ratio, 1.0);
-        assert_eq!(load(f32::NAN, LATE_BY, 0.9), NodeLoad::default());
+        assert_eq!(load(f32::NAN, ON_TIME, 0.9), NodeLoad::default());
     }
 
     #[tokio::test(flavor = "current_thread")]
