@@ -106,6 +106,10 @@ enum Fate {
     /// and must not linger as "loss" in the windows after the link is back,
     /// or every restart of a peer would read as a degraded link.
     Outage,
+    /// Answered, but sent before the first reply after an outage arrived:
+    /// it waited for the path to come back (neighbour discovery, queues),
+    /// so it counts as answered and its RTT is not the link's.
+    Resumed,
 }
 
 /// Whether `t` lies strictly inside an outage window.
@@ -156,6 +160,9 @@ pub struct LinkStats {
     consecutive_lost: u32,
     /// Send time of the newest answered probe.
     last_answered_sent_at: Option<Instant>,
+    /// When the first reply after the last outage arrived; probes sent
+    /// before it are [`Fate::Resumed`].
+    resumed_at: Option<Instant>,
     /// The last outage that ended: probes sent strictly between these
     /// (from the start of time when the first bound is `None`) that are
     /// lost belong to it.
@@ -178,6 +185,7 @@ impl LinkStats {
             last_reply_at: None,
             consecutive_lost: 0,
             last_answered_sent_at: None,
+            resumed_at: None,
             outage: None,
             ignored: IgnoredReplies::default(),
             window: None,
@@ -246,9 +254,24 @@ impl LinkStats {
         }
         let rtt = elapsed.saturating_sub(host_delay);
         let host_delay = host_delay.min(elapsed);
-        self.note_answered(probe.sent_at);
+        if self.note_answered(probe.sent_at) {
+            self.resumed_at = Some(at);
+        }
         self.last_reply_at = Some(at);
         self.consecutive_lost = 0;
+        // The first reply after an outage and the probes sent before it
+        // waited for the path to come back.
+        let resumed =
+            self.resumed_at.is_some_and(|r| probe.sent_at < r) || self.resumed_at == Some(at);
+        if resumed {
+            self.push_record(Record {
+                at,
+                sent_at: probe.sent_at,
+                class,
+                fate: Fate::Resumed,
+            });
+            return None;
+        }
         if class == ProbeClass::Small {
             if let Some(count) = self.histogram.get_mut(bucket_index(rtt)) {
                 *count += 1;
@@ -369,13 +392,15 @@ impl LinkStats {
     /// it was sent `outage_gap` earlier or more (or there was none), the link
     /// was out in between: the losses of that gap, known now or found later
     /// (probes sent into it time out after this reply), leave the windows.
-    fn note_answered(&mut self, sent_at: Instant) {
+    /// Returns whether this reply ends an outage of a link that had
+    /// answered before (not its very first reply).
+    fn note_answered(&mut self, sent_at: Instant) -> bool {
         let previous = self.last_answered_sent_at;
         let outage = previous
             .is_none_or(|prev| sent_at.saturating_duration_since(prev) >= self.config.outage_gap);
         self.last_answered_sent_at = Some(previous.map_or(sent_at, |prev| prev.max(sent_at)));
         if !outage {
-            return;
+            return false;
         }
         let window = (previous, sent_at);
         self.outage = Some(window);
@@ -384,6 +409,7 @@ impl LinkStats {
                 r.fate = Fate::Outage;
             }
         }
+        previous.is_some()
     }
 
     fn record_lost(&mut self, class: ProbeClass, sent_at: Instant, at: Instant) {
@@ -787,9 +813,11 @@ mod tests {
             s.expire(at);
             s.on_sent(seq, ProbeClass::Small, at);
             if !lost(seq) {
-                assert!(
+                // 27 ends the outage: answered, but not an RTT sample.
+                assert_eq!(
                     s.on_reply(seq, ProbeClass::Small, Duration::ZERO, at + us(30))
-                        .is_some()
+                        .is_some(),
+                    seq != 27
                 );
             }
         }
@@ -798,6 +826,47 @@ mod tests {
         assert_eq!(window(&o, 10).lost, 2, "only the lone losses remain: {o:?}");
         assert_eq!(window(&o, 10).sent, 31 - 7);
         assert_eq!(o.probes_lost_total, 9, "totals stay honest");
+    }
+
+    #[test]
+    fn replies_that_waited_for_the_path_to_come_back_are_not_rtt_samples() {
+        let t0 = Instant::now();
+        let mut s = stats();
+        for seq in 0..10u64 {
+            answered(&mut s, seq, t0, ms(seq * 100), us(40));
+        }
+        // The cable is out from 1 s to 2 s; the probes sent at 2.0 s and
+        // 2.1 s wait 400 ms for neighbour discovery once it is back.
+        for seq in 10..20u64 {
+            s.on_sent(seq, ProbeClass::Small, t0 + ms(seq * 100));
+        }
+        s.expire(t0 + ms(2_000));
+        for seq in 20..22u64 {
+            s.on_sent(seq, ProbeClass::Small, t0 + ms(seq * 100));
+        }
+        for seq in 20..22u64 {
+            let back = t0 + ms(2_400 + (seq - 20));
+            assert_eq!(
+                s.on_reply(seq, ProbeClass::Small, Duration::ZERO, back),
+                None
+            );
+        }
+        // Sent while they queued behind neighbour discovery: answered late.
+        for seq in 22..24u64 {
+            s.on_sent(seq, ProbeClass::Small, t0 + ms(seq * 100));
+            let back = t0 + ms(2_402 + (seq - 22));
+            assert_eq!(
+                s.on_reply(seq, ProbeClass::Small, Duration::ZERO, back),
+                None
+            );
+        }
+        for seq in 25..30u64 {
+            answered(&mut s, seq, t0, ms(seq * 100), us(40));
+        }
+        let o = observe(&mut s, t0 + ms(3_000));
+        assert_eq!(o.rtt.max, us(40), "no 400 ms sample: {:?}", o.rtt);
+        assert_eq!(window(&o, 10).lost, 0, "the outage is not loss: {o:?}");
+        assert_eq!(o.silence, ms(100) - us(40));
     }
 
     #[test]
