@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
@@ -116,7 +117,7 @@ fn inputs(n: usize, cut: bool, now: SystemTime) -> MeshInputs {
             .collect()
     };
     let age = Duration::from_millis(50);
-    let reports: BTreeMap<NodeId, Received> = (1..n)
+    let reports: BTreeMap<NodeId, Arc<Received>> = (1..n)
         .map(|p| {
             let report = PeerReport {
                 sender: identity(p),
@@ -133,10 +134,10 @@ fn inputs(n: usize, cut: bool, now: SystemTime) -> MeshInputs {
             };
             (
                 node_id(p),
-                Received {
+                Arc::new(Received {
                     report,
                     at: now - age,
-                },
+                }),
             )
         })
         .collect();

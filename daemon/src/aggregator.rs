@@ -366,9 +366,10 @@ impl Aggregator {
             self.urgent.notify_one();
             self.silent_links = silent_links;
         }
-        self.metrics.record_status(&status);
-        self.metrics.record_inputs(&inputs, &rejected, now);
-        self.status.send_replace(Arc::new(status));
+        let status = Arc::new(status);
+        self.metrics
+            .record_evaluation(status.clone(), Arc::new(inputs), rejected, now);
+        self.status.send_replace(status);
         for event in events {
             // No subscriber is fine: nobody is watching right now.
             let _ = self.events.send(event);

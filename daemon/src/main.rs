@@ -240,7 +240,7 @@ fn run(config_path: Option<PathBuf>, hostname: &str) -> anyhow::Result<()> {
             Config::embedded_default(hostname)
         }
     };
-    runtime()?.block_on(async {
+    node_runtime()?.block_on(async {
         // Watch for signals before anything starts, so a stop request that
         // arrives during start-up is a graceful stop, not a kill.
         let mut signals = StopSignals::install()?;
@@ -264,6 +264,18 @@ fn run(config_path: Option<PathBuf>, hostname: &str) -> anyhow::Result<()> {
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+/// One node's daemon: a single thread. Its work is hundreds of tiny tasks a
+/// second (each probe, reply, report and timer a wake-up of microseconds);
+/// with two workers most of them woke or handed over to the other thread,
+/// and those switches cost more than the work. Blocking reads (facts, the
+/// process table) still go to the blocking pool.
+fn node_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")

@@ -7,7 +7,7 @@
 //! without mixing their series.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use meshd_proto::domain::{
@@ -310,6 +310,20 @@ pub struct Metrics {
     process_series: Mutex<BTreeSet<String>>,
     /// (node, check) series set so far, so checks that vanished read 0.
     check_series: Mutex<BTreeSet<(String, String)>>,
+    /// The newest evaluation not yet written into the series. Evaluations
+    /// run ten times a second and scrapes come every few seconds, so the
+    /// verdict and input series are written when rendered, from the newest
+    /// evaluation, rather than on every evaluation.
+    pending: Mutex<Option<Evaluation>>,
+}
+
+/// What one evaluation read and concluded, kept for the next render.
+#[derive(Debug)]
+struct Evaluation {
+    status: Arc<MeshStatus>,
+    inputs: Arc<MeshInputs>,
+    rejected: BTreeMap<RejectReason, u64>,
+    at: SystemTime,
 }
 
 /// (raising node, kind, severity)
@@ -344,6 +358,7 @@ impl Metrics {
             bridge_series: Mutex::default(),
             process_series: Mutex::default(),
             check_series: Mutex::default(),
+            pending: Mutex::default(),
         };
         metrics
             .gauge(
@@ -359,9 +374,37 @@ impl Metrics {
         Ok(metrics)
     }
 
-    /// The Prometheus text exposition of every series.
+    /// The Prometheus text exposition of every series, with the verdict and
+    /// input series as of the newest evaluation.
     pub fn render(&self) -> String {
+        let pending = self
+            .pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(e) = pending {
+            self.record_status(&e.status);
+            self.record_inputs(&e.inputs, &e.rejected, e.at);
+        }
         self.recorder.handle().render()
+    }
+
+    /// Keeps one evaluation's status and inputs for the next render (see
+    /// [`Metrics::render`]); replaces any evaluation not rendered yet. Costs
+    /// a lock and a few pointer copies, so it can run on every evaluation.
+    pub fn record_evaluation(
+        &self,
+        status: Arc<MeshStatus>,
+        inputs: Arc<MeshInputs>,
+        rejected: BTreeMap<RejectReason, u64>,
+        at: SystemTime,
+    ) {
+        *self.pending.lock().unwrap_or_else(PoisonError::into_inner) = Some(Evaluation {
+            status,
+            inputs,
+            rejected,
+            at,
+        });
     }
 
     /// Drains histogram samples into their buckets; call it every few
@@ -462,7 +505,7 @@ impl Metrics {
         let mut shown = self
             .check_series
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+            .unwrap_or_else(PoisonError::into_inner);
         for (node, check) in shown.iter().filter(|s| !current.contains_key(*s)) {
             for state in CHECK_STATUSES {
                 gauge(node, check, state).set(0.0);
@@ -495,7 +538,7 @@ impl Metrics {
         let mut shown = self
             .alarm_series
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+            .unwrap_or_else(PoisonError::into_inner);
         // A series whose alarms all cleared must read 0, not its last count.
         for series in shown.iter().filter(|s| !active.contains_key(*s)) {
             self.alarm_gauge(series).set(0.0);
@@ -654,7 +697,7 @@ impl Metrics {
         let mut shown = self
             .bridge_series
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+            .unwrap_or_else(PoisonError::into_inner);
         let (seen_bridges, seen_ifaces) = &mut *shown;
         let mut bridges_now = BTreeSet::new();
         for (bridge, active, mesh_members) in bridges {
@@ -698,7 +741,7 @@ impl Metrics {
         let mut shown = self
             .process_series
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+            .unwrap_or_else(PoisonError::into_inner);
         let gauge = |name: &str| {
             self.gauge(
                 PROCESS_CPU_CORES,

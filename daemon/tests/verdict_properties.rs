@@ -22,6 +22,7 @@
 //! changes) cannot be reached: every difference from the truth is a finding.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use meshd::model::intake::Received;
@@ -249,7 +250,10 @@ impl Scenario {
                     .filter(|q| *q != p && self.reachable(*q))
                     .map(node_id)
                     .collect();
-                reports.insert(node_id(p), self.report(p, self.report_age[p], hears));
+                reports.insert(
+                    node_id(p),
+                    Arc::new(self.report(p, self.report_age[p], hears)),
+                );
             } else if self.kept_last_report[p] {
                 // The last report before it died or was cut off: it heard
                 // everyone alive then. Stale, so it carries no vote.
@@ -258,7 +262,7 @@ impl Scenario {
                     .filter(|q| *q != p && (self.live(*q) || self.gone_ago[*q] > gone))
                     .map(node_id)
                     .collect();
-                reports.insert(node_id(p), self.report(p, gone, hears));
+                reports.insert(node_id(p), Arc::new(self.report(p, gone, hears)));
             }
         }
         MeshInputs {
@@ -315,6 +319,7 @@ fn shifted(inputs: &MeshInputs, by: Duration) -> MeshInputs {
         shift_obs(&mut l.observation);
     }
     for r in inputs.reports.values_mut() {
+        let r = Arc::make_mut(r);
         r.at -= by;
         r.report.sent_at -= by;
         r.report.links.iter_mut().for_each(shift_obs);
@@ -796,7 +801,10 @@ fn any_inputs() -> impl Strategy<Value = MeshInputs> {
                         expected_speed_bps: None,
                     })
                     .collect(),
-                reports: reports.into_iter().collect(),
+                reports: reports
+                    .into_iter()
+                    .map(|(id, r)| (id, Arc::new(r)))
+                    .collect(),
                 local_alarms: vec![],
             },
         )

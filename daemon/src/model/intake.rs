@@ -27,7 +27,9 @@ pub struct ReportBook {
     /// against ours) are refused: a report held up that long describes a
     /// mesh that no longer exists.
     max_delay: Duration,
-    latest: BTreeMap<NodeId, Received>,
+    /// Shared with the aggregator's inputs, so taking a snapshot ten times
+    /// a second copies pointers, not reports.
+    latest: BTreeMap<NodeId, Arc<Received>>,
     /// Each member's latest platform facts. Reports carry them only now and
     /// then, so they are kept apart from the reports (which the aggregator
     /// copies ten times a second).
@@ -74,7 +76,8 @@ impl ReportBook {
                     self.facts.insert(sender.clone(), Arc::new(facts));
                     self.facts_version += 1;
                 }
-                self.latest.insert(sender, Received { report, at: now });
+                self.latest
+                    .insert(sender, Arc::new(Received { report, at: now }));
             }
             Err(reason) => *self.rejected.entry(reason).or_default() += 1,
         }
@@ -109,7 +112,7 @@ impl ReportBook {
         Ok(())
     }
 
-    pub fn latest(&self) -> &BTreeMap<NodeId, Received> {
+    pub fn latest(&self) -> &BTreeMap<NodeId, Arc<Received>> {
         &self.latest
     }
 

@@ -170,6 +170,11 @@ pub struct LinkStats {
     ignored: IgnoredReplies,
     window: Option<BaselineWindow>,
     summaries: VecDeque<WindowSummary>,
+    /// Reused by every [`LinkStats::observation`] (the prober asks for one
+    /// per probe sent and per reply): growing fresh vectors sample by sample
+    /// was most of its cost.
+    scratch_rtts: Vec<Duration>,
+    scratch_host_delays: Vec<Duration>,
 }
 
 impl LinkStats {
@@ -190,6 +195,8 @@ impl LinkStats {
             ignored: IgnoredReplies::default(),
             window: None,
             summaries: VecDeque::new(),
+            scratch_rtts: Vec::new(),
+            scratch_host_delays: Vec::new(),
         }
     }
 
@@ -324,8 +331,10 @@ impl LinkStats {
         self.prune(now);
         self.roll_baseline_window(now);
 
-        let mut rtts = Vec::new();
-        let mut host_delays = Vec::new();
+        let mut rtts = std::mem::take(&mut self.scratch_rtts);
+        let mut host_delays = std::mem::take(&mut self.scratch_host_delays);
+        rtts.clear();
+        host_delays.clear();
         let rtt_since = now.checked_sub(RTT_WINDOW);
         for r in self.records.iter().rev() {
             if rtt_since.is_some_and(|since| r.at < since) {
@@ -349,6 +358,9 @@ impl LinkStats {
             baseline_p99,
             samples: rtts.len() as u64,
         };
+
+        self.scratch_rtts = rtts;
+        self.scratch_host_delays = host_delays;
 
         let silence = match (self.last_reply_at, self.first_sent_at) {
             (Some(at), _) | (None, Some(at)) => now.saturating_duration_since(at),

@@ -4,6 +4,7 @@
 //! engine over (nearly) the same reports, so they agree without a leader.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use meshd_proto::domain::{
@@ -71,7 +72,7 @@ pub struct MeshInputs {
     pub local_links: Vec<LocalObservation>,
     pub expected_links: Vec<ExpectedLink>,
     /// The latest accepted report of each peer.
-    pub reports: BTreeMap<NodeId, Received>,
+    pub reports: BTreeMap<NodeId, Arc<Received>>,
     pub local_alarms: Vec<Alarm>,
 }
 
@@ -719,10 +720,10 @@ mod tests {
                     };
                     (
                         id(n),
-                        Received {
+                        Arc::new(Received {
                             report,
                             at: now - age,
-                        },
+                        }),
                     )
                 })
                 .collect();
@@ -946,7 +947,7 @@ mod tests {
     fn ends_speak_only_for_themselves() {
         let mesh = Mesh::new(&["a", "b", "c"]);
         let mut inputs = mesh.inputs(t(0));
-        let liar = inputs.reports.get_mut(&id("b")).expect("b");
+        let liar = Arc::make_mut(inputs.reports.get_mut(&id("b")).expect("b"));
         // b claims to be c's end of c–a, and reports a link to a stranger.
         liar.report.links.push(obs("c", "a", 9_000));
         liar.report.links.push(obs("b", "zz", 9_000));
@@ -962,7 +963,7 @@ mod tests {
         inputs
             .reports
             .values_mut()
-            .for_each(|r| r.report.links.clear());
+            .for_each(|r| Arc::make_mut(r).report.links.clear());
         inputs.expected_links.push(ExpectedLink {
             local: LinkEnd {
                 iface: Some("en2".into()),
@@ -992,10 +993,7 @@ mod tests {
             since: t(0),
             updated: t(0),
         };
-        inputs
-            .reports
-            .get_mut(&id("b"))
-            .expect("b")
+        Arc::make_mut(inputs.reports.get_mut(&id("b")).expect("b"))
             .report
             .alarms
             .push(alarm.clone());

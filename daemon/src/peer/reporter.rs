@@ -11,10 +11,17 @@ use meshd_proto::convert::reject_reason_from_wire;
 use meshd_proto::domain::{NodeId, NodeIdentity, PeerReport};
 use meshd_proto::facts::NodeFacts;
 use meshd_proto::wire;
-use meshd_proto::wire::peer_client::PeerClient;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+use tonic::client::Grpc;
+use tonic::codec::{Codec, EncodeBuf, Encoder};
+use tonic::codegen::Bytes;
+use tonic::codegen::http::uri::PathAndQuery;
 use tonic::transport::{Channel, Endpoint};
+use tonic::{Request, Status};
+use tonic_prost::ProstDecoder;
+use tonic_prost::prost::Message;
+use tonic_prost::prost::bytes::BufMut;
 
 use crate::aggregator::{Outgoing, ReportBody};
 use crate::config::Config;
@@ -68,9 +75,13 @@ impl FactsSchedule {
     }
 }
 
+/// `meshd.v1.Peer/Report`, as the generated client calls it.
+const REPORT_PATH: &str = "/meshd.v1.Peer/Report";
+
 #[derive(Debug)]
 struct PeerSender {
-    reports: watch::Sender<Option<Arc<PeerReport>>>,
+    /// The newest report, encoded once for all peers.
+    reports: watch::Sender<Option<Bytes>>,
     stop: CancellationToken,
 }
 
@@ -169,9 +180,11 @@ impl Reporter {
                 continue;
             }
             let body = self.outgoing.body.borrow().clone();
-            let report = Arc::new(self.next_report(&body, SystemTime::now()));
+            let report = self.next_report(&body, SystemTime::now());
+            // Encoded once: every peer gets the same bytes.
+            let encoded = Bytes::from(wire::PeerReport::from(report).encode_to_vec());
             for peer in self.peers.values() {
-                peer.reports.send_replace(Some(report.clone()));
+                peer.reports.send_replace(Some(encoded.clone()));
             }
         }
     }
@@ -194,12 +207,12 @@ impl Reporter {
 async fn send_to_peer(
     peer: NodeId,
     address: String,
-    mut reports: watch::Receiver<Option<Arc<PeerReport>>>,
+    mut reports: watch::Receiver<Option<Bytes>>,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 ) {
     let client = match Endpoint::from_shared(format!("http://{address}")) {
-        Ok(endpoint) => PeerClient::new(
+        Ok(endpoint) => Grpc::new(
             endpoint
                 .connect_timeout(SEND_TIMEOUT)
                 .timeout(SEND_TIMEOUT)
@@ -221,7 +234,7 @@ async fn send_to_peer(
         };
         let outcome = tokio::select! {
             () = shutdown.cancelled() => return,
-            outcome = deliver(client.clone(), &report) => outcome,
+            outcome = deliver(client.clone(), report) => outcome,
         };
         metrics.count_report_sent(&peer, outcome_label(&outcome));
         // Log changes of kind only: transport errors vary in wording from
@@ -242,9 +255,15 @@ async fn send_to_peer(
     }
 }
 
-async fn deliver(mut client: PeerClient<Channel>, report: &PeerReport) -> Delivery {
-    let request = wire::PeerReport::from(report.clone());
-    match client.report(request).await {
+async fn deliver(mut client: Grpc<Channel>, report: Bytes) -> Delivery {
+    if let Err(err) = client.ready().await {
+        return Delivery::Failed(format!("service was not ready: {err}"));
+    }
+    let path = PathAndQuery::from_static(REPORT_PATH);
+    match client
+        .unary(Request::new(report), path, EncodedReportCodec)
+        .await
+    {
         Ok(ack) => {
             let ack = ack.into_inner();
             if ack.accepted {
@@ -256,6 +275,39 @@ async fn deliver(mut client: PeerClient<Channel>, report: &PeerReport) -> Delive
             }
         }
         Err(status) => Delivery::Failed(status.message().to_owned()),
+    }
+}
+
+/// Sends a `PeerReport` already encoded (see [`Reporter::run`]) and decodes
+/// the `ReportAck` as the generated client would.
+#[derive(Debug, Clone, Copy, Default)]
+struct EncodedReportCodec;
+
+#[derive(Debug, Clone, Copy, Default)]
+struct EncodedReportEncoder;
+
+impl Encoder for EncodedReportEncoder {
+    type Item = Bytes;
+    type Error = Status;
+
+    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        dst.put(item);
+        Ok(())
+    }
+}
+
+impl Codec for EncodedReportCodec {
+    type Encode = Bytes;
+    type Decode = wire::ReportAck;
+    type Encoder = EncodedReportEncoder;
+    type Decoder = ProstDecoder<wire::ReportAck>;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        EncodedReportEncoder
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        ProstDecoder::default()
     }
 }
 
