@@ -172,7 +172,16 @@ async fn the_demo_serves_a_valid_jaccl_hostfile_and_refuses_bad_requests() {
         return;
     };
     let addr = plan.nodes[1].grpc();
-    until(addr, "every cable declared", |s| s.cables.len() == 6).await;
+    // Each end's device comes from its own node's config, through that
+    // node's reports: wait until every node has been heard declaring.
+    until(addr, "every cable declared by both ends", |s| {
+        s.cables.len() == 6
+            && s
+                .cables
+                .iter()
+                .all(|c| !c.a.rdma_device.is_empty() && !c.b.rdma_device.is_empty())
+    })
+    .await;
     let mut topology = TopologyClient::new(channel(addr).await);
     for backend in [
         wire::HostfileBackend::Jaccl,
