@@ -31,7 +31,8 @@ pub const ALARMS_ACTIVE: &str = "meshd_alarms_active";
 pub const EVENTS_TOTAL: &str = "meshd_events_total";
 pub const EVALUATION_DURATION_SECONDS: &str = "meshd_evaluation_duration_seconds";
 pub const LINK_RTT_SECONDS: &str = "meshd_link_rtt_seconds";
-pub const LINK_RTT_QUANTILE_SECONDS: &str = "meshd_link_rtt_quantile_seconds";
+pub const LINK_RTT_P50_SECONDS: &str = "meshd_link_rtt_p50_seconds";
+pub const LINK_RTT_P99_SECONDS: &str = "meshd_link_rtt_p99_seconds";
 pub const LINK_PROBES_SENT_TOTAL: &str = "meshd_link_probes_sent_total";
 pub const LINK_PROBES_LOST_TOTAL: &str = "meshd_link_probes_lost_total";
 pub const LINK_LOSS_RATIO: &str = "meshd_link_loss_ratio";
@@ -133,10 +134,16 @@ const METRICS: &[(&str, Kind, Option<Unit>, &str)] = &[
         "Round-trip time of the small probes on this node's link to `peer`, wire time only (the responder's own delay is taken out).",
     ),
     (
-        LINK_RTT_QUANTILE_SECONDS,
+        LINK_RTT_P50_SECONDS,
         Kind::Gauge,
         Some(Unit::Seconds),
-        "Exact RTT quantile (quantile=0.5|0.99) of the small probes answered in the last 10 s on this node's link to `peer`; NaN when there were none.",
+        "Exact median RTT of the small probes answered in the last 10 s on this node's link to `peer`; NaN when there were none.",
+    ),
+    (
+        LINK_RTT_P99_SECONDS,
+        Kind::Gauge,
+        Some(Unit::Seconds),
+        "Exact 99th-percentile RTT of the small probes answered in the last 10 s on this node's link to `peer`; NaN when there were none.",
     ),
     (
         LINK_PROBES_SENT_TOTAL,
@@ -568,14 +575,18 @@ impl Metrics {
                 .set(o.silence.as_secs_f64());
             // Exact, unlike a quantile estimated from the histogram's buckets,
             // whose 100–250 µs bucket cannot place a veth link's RTT.
-            for (quantile, rtt) in [("0.5", o.rtt.p50), ("0.99", o.rtt.p99)] {
-                let labels = vec![peer(), Label::new("quantile", quantile)];
+            // Two gauges, not one with a `quantile` label: Prometheus keeps
+            // that label for summaries.
+            for (name, rtt) in [
+                (LINK_RTT_P50_SECONDS, o.rtt.p50),
+                (LINK_RTT_P99_SECONDS, o.rtt.p99),
+            ] {
                 let seconds = if o.rtt.samples == 0 {
                     f64::NAN
                 } else {
                     rtt.as_secs_f64()
                 };
-                self.gauge(LINK_RTT_QUANTILE_SECONDS, labels).set(seconds);
+                self.gauge(name, vec![peer()]).set(seconds);
             }
             if let Some(bps) = o.negotiated_speed_bps {
                 #[allow(clippy::cast_precision_loss)]
@@ -880,8 +891,8 @@ mod tests {
         let text = metrics.render();
         for line in [
             "meshd_link_speed_bits_per_second{peer=\"b\"} 40000000000",
-            "meshd_link_rtt_quantile_seconds{peer=\"b\",quantile=\"0.5\"} 0.00025",
-            "meshd_link_rtt_quantile_seconds{peer=\"b\",quantile=\"0.99\"} 0.002",
+            "meshd_link_rtt_p50_seconds{peer=\"b\"} 0.00025",
+            "meshd_link_rtt_p99_seconds{peer=\"b\"} 0.002",
             "meshd_link_expected_speed_bits_per_second{peer=\"b\"} 80000000000",
             "meshd_link_rdma_port_state{peer=\"b\",state=\"active\"} 1",
             "meshd_link_rdma_port_state{peer=\"b\",state=\"down\"} 0",

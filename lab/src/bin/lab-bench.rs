@@ -391,15 +391,13 @@ fn cost(nodes: usize, seconds: u64, warmup: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The RTT quantile gauge `meshd_link_rtt_quantile_seconds{peer, quantile}`
-/// in seconds: exact over meshd's last 10 s of probes; None when absent or NaN.
-fn rtt_quantile(metrics: &str, peer: &str, quantile: &str) -> Option<f64> {
-    let peer = format!("peer=\"{peer}\"");
-    let quantile = format!("quantile=\"{quantile}\"");
+/// The gauge `meshd_link_rtt_p50_seconds{peer}` in seconds: exact over
+/// meshd's last 10 s of probes; None when absent or NaN.
+fn rtt_p50(metrics: &str, peer: &str) -> Option<f64> {
+    let series = format!("meshd_link_rtt_p50_seconds{{peer=\"{peer}\"}} ");
     metrics
         .lines()
-        .filter(|l| l.starts_with("meshd_link_rtt_quantile_seconds{"))
-        .find(|l| l.contains(&peer) && l.contains(&quantile))?
+        .find(|l| l.starts_with(&series))?
         .rsplit(' ')
         .next()?
         .parse::<f64>()
@@ -438,7 +436,7 @@ fn accuracy(seconds: u64) -> anyhow::Result<()> {
         for _ in 0..seconds / WINDOW.as_secs() {
             std::thread::sleep(WINDOW);
             let metrics = fetch_metrics(&lab, "a")?;
-            if let Some(p50) = rtt_quantile(&metrics, "b", "0.5") {
+            if let Some(p50) = rtt_p50(&metrics, "b") {
                 readings.push(p50 * 1e6);
             }
         }
@@ -462,7 +460,7 @@ fn accuracy(seconds: u64) -> anyhow::Result<()> {
     ping_us.sort_by(f64::total_cmp);
     meshd_us.sort_by(f64::total_cmp);
     if meshd_us.is_empty() {
-        bail!("no meshd RTT quantile in the window");
+        bail!("no meshd RTT p50 in the window");
     }
     let meshd_p50 = percentile(&meshd_us, 50.0);
     let ping_p50 = percentile(&ping_us, 50.0);
@@ -516,17 +514,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_quantile_gauge_is_read_per_peer_and_quantile() {
-        let metrics = "# TYPE meshd_link_rtt_quantile_seconds gauge
-meshd_link_rtt_quantile_seconds{peer=\"b\",quantile=\"0.5\"} 0.0000545
-meshd_link_rtt_quantile_seconds{peer=\"b\",quantile=\"0.99\"} 0.00009
-meshd_link_rtt_quantile_seconds{peer=\"c\",quantile=\"0.5\"} NaN
-meshd_link_rtt_seconds_bucket{peer=\"b\",le=\"0.0001\"} 3
+    fn the_p50_gauge_is_read_per_peer() {
+        let metrics = "# TYPE meshd_link_rtt_p50_seconds gauge
+meshd_link_rtt_p50_seconds{peer=\"b\"} 0.0000545
+meshd_link_rtt_p50_seconds{peer=\"bb\"} 0.1
+meshd_link_rtt_p99_seconds{peer=\"b\"} 0.00009
+meshd_link_rtt_p50_seconds{peer=\"c\"} NaN
 ";
-        assert_eq!(rtt_quantile(metrics, "b", "0.5"), Some(0.000_054_5));
-        assert_eq!(rtt_quantile(metrics, "b", "0.99"), Some(0.000_09));
-        assert_eq!(rtt_quantile(metrics, "c", "0.5"), None);
-        assert_eq!(rtt_quantile(metrics, "d", "0.5"), None);
+        assert_eq!(rtt_p50(metrics, "b"), Some(0.000_054_5));
+        assert_eq!(rtt_p50(metrics, "bb"), Some(0.1));
+        assert_eq!(rtt_p50(metrics, "c"), None);
+        assert_eq!(rtt_p50(metrics, "d"), None);
         assert_eq!(percentile(&[1.0, 2.0, 3.0, 4.0], 50.0), 2.0);
         assert_eq!(percentile(&[1.0, 2.0, 3.0, 4.0], 99.0), 4.0);
     }
