@@ -31,6 +31,8 @@ pub const ALARMS_ACTIVE: &str = "meshd_alarms_active";
 pub const EVENTS_TOTAL: &str = "meshd_events_total";
 pub const EVALUATION_DURATION_SECONDS: &str = "meshd_evaluation_duration_seconds";
 pub const LINK_RTT_SECONDS: &str = "meshd_link_rtt_seconds";
+pub const LINK_RTT_P50_SECONDS: &str = "meshd_link_rtt_p50_seconds";
+pub const LINK_RTT_P99_SECONDS: &str = "meshd_link_rtt_p99_seconds";
 pub const LINK_PROBES_SENT_TOTAL: &str = "meshd_link_probes_sent_total";
 pub const LINK_PROBES_LOST_TOTAL: &str = "meshd_link_probes_lost_total";
 pub const LINK_LOSS_RATIO: &str = "meshd_link_loss_ratio";
@@ -130,6 +132,18 @@ const METRICS: &[(&str, Kind, Option<Unit>, &str)] = &[
         Kind::Histogram,
         Some(Unit::Seconds),
         "Round-trip time of the small probes on this node's link to `peer`, wire time only (the responder's own delay is taken out).",
+    ),
+    (
+        LINK_RTT_P50_SECONDS,
+        Kind::Gauge,
+        Some(Unit::Seconds),
+        "Exact median RTT of the small probes answered in the last 10 s on this node's link to `peer`; NaN when there were none.",
+    ),
+    (
+        LINK_RTT_P99_SECONDS,
+        Kind::Gauge,
+        Some(Unit::Seconds),
+        "Exact 99th-percentile RTT of the small probes answered in the last 10 s on this node's link to `peer`; NaN when there were none.",
     ),
     (
         LINK_PROBES_SENT_TOTAL,
@@ -602,6 +616,21 @@ impl Metrics {
                 .absolute(o.probes_lost_total);
             self.gauge(LINK_SILENCE_SECONDS, vec![peer()])
                 .set(o.silence.as_secs_f64());
+            // Exact, unlike a quantile estimated from the histogram's buckets,
+            // whose 100–250 µs bucket cannot place a veth link's RTT.
+            // Two gauges, not one with a `quantile` label: Prometheus keeps
+            // that label for summaries.
+            for (name, rtt) in [
+                (LINK_RTT_P50_SECONDS, o.rtt.p50),
+                (LINK_RTT_P99_SECONDS, o.rtt.p99),
+            ] {
+                let seconds = if o.rtt.samples == 0 {
+                    f64::NAN
+                } else {
+                    rtt.as_secs_f64()
+                };
+                self.gauge(name, vec![peer()]).set(seconds);
+            }
             if let Some(bps) = o.negotiated_speed_bps {
                 #[allow(clippy::cast_precision_loss)]
                 self.gauge(LINK_SPEED_BITS_PER_SECOND, vec![peer()])
@@ -868,7 +897,12 @@ mod tests {
             expected_speed_bps: Some(80_000_000_000),
             rdma_port_state: RdmaPortState::Active,
             gid_matches_address: Some(true),
-            rtt: RttSummary::default(),
+            rtt: RttSummary {
+                p50: Duration::from_micros(250),
+                p99: Duration::from_millis(2),
+                samples: 9,
+                ..RttSummary::default()
+            },
             rtt_histogram: RttHistogram::default(),
             loss: vec![],
             mtu_loss: vec![],
@@ -900,6 +934,8 @@ mod tests {
         let text = metrics.render();
         for line in [
             "meshd_link_speed_bits_per_second{peer=\"b\"} 40000000000",
+            "meshd_link_rtt_p50_seconds{peer=\"b\"} 0.00025",
+            "meshd_link_rtt_p99_seconds{peer=\"b\"} 0.002",
             "meshd_link_expected_speed_bits_per_second{peer=\"b\"} 80000000000",
             "meshd_link_rdma_port_state{peer=\"b\",state=\"active\"} 1",
             "meshd_link_rdma_port_state{peer=\"b\",state=\"down\"} 0",

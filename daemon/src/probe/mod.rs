@@ -6,6 +6,7 @@ mod manager;
 pub mod packet;
 pub mod prober;
 pub mod responder;
+mod stamp;
 mod supervise;
 
 #[cfg(test)]

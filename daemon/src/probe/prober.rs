@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::ProbeError;
 use super::packet::{self, HEADER_LEN, Header, Kind, MAX_DATAGRAM_LEN};
+use super::stamp;
 use crate::config::ProbeConfig;
 use crate::model::linkstats::{LinkStats, LinkStatsConfig, OUTAGE_RUN, ProbeClass};
 use crate::model::verdict::LocalObservation;
@@ -127,7 +128,7 @@ struct ProbeState {
 #[derive(Debug)]
 enum Event {
     Tick(ProbeClass),
-    Received(io::Result<usize>, Instant),
+    Received(io::Result<stamp::Received>),
 }
 
 impl Prober {
@@ -163,6 +164,9 @@ impl Prober {
             addr: bind_addr,
             source,
         })?;
+        if let Err(error) = stamp::enable(&socket) {
+            tracing::debug!(%local_addr, %error, "no kernel receive timestamps; RTTs include this node's wake-up latency");
+        }
         let mut stats = LinkStats::new(LinkStatsConfig {
             timeout: settings.timeout,
             outage_gap: settings.interval.saturating_mul(OUTAGE_RUN),
@@ -240,14 +244,14 @@ impl Prober {
                 () = cancel.cancelled() => break,
                 _ = small.tick() => Event::Tick(ProbeClass::Small),
                 _ = mtu.tick() => Event::Tick(ProbeClass::Mtu),
-                received = socket.recv(&mut recv_buf) => Event::Received(received, Instant::now()),
+                received = stamp::recv_from(&socket, &mut recv_buf) => Event::Received(received),
             };
             let changed = match event {
                 Event::Tick(class) => {
                     state.send_probe(&socket, class, &mut send_buf);
                     true
                 }
-                Event::Received(received, at) => state.on_received(received, &recv_buf, at),
+                Event::Received(received) => state.on_received(received, &recv_buf),
             };
             if changed {
                 state.publish();
@@ -309,9 +313,9 @@ impl ProbeState {
     }
 
     /// Returns whether the statistics changed.
-    fn on_received(&mut self, received: io::Result<usize>, buf: &[u8], at: Instant) -> bool {
-        let len = match received {
-            Ok(len) => len,
+    fn on_received(&mut self, received: io::Result<stamp::Received>, buf: &[u8]) -> bool {
+        let (len, at) = match received {
+            Ok(r) => (r.len, r.at),
             Err(error) => {
                 // Typically ECONNREFUSED: the peer host is up but nothing
                 // answers on the probe port. The probe itself times out.

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::ProbeError;
 use super::packet::{self, Header, Kind, MAX_DATAGRAM_LEN};
+use super::stamp;
 
 /// Replies per second, sustained. A peer probes one link at most every 10 ms
 /// (small) plus every 100 ms (MTU), 110/s; 1000/s leaves room for a restarted
@@ -121,6 +122,8 @@ impl DropLog {
 pub struct Responder {
     socket: UdpSocket,
     local: SocketAddr,
+    /// Taken before the bind, so no datagram's kernel stamp is before it.
+    epoch: Instant,
     counters: Arc<ResponderCounters>,
 }
 
@@ -129,15 +132,20 @@ impl Responder {
     /// address (not 0.0.0.0) keeps probes of one cable from being answered
     /// by another.
     pub async fn bind(addr: SocketAddr) -> Result<Self, ProbeError> {
+        let epoch = Instant::now();
         let socket = UdpSocket::bind(addr)
             .await
             .map_err(|source| ProbeError::Bind { addr, source })?;
         let local = socket
             .local_addr()
             .map_err(|source| ProbeError::Bind { addr, source })?;
+        if let Err(error) = stamp::enable(&socket) {
+            tracing::debug!(%local, %error, "no kernel receive timestamps; replies count this node's wake-up latency as wire time");
+        }
         Ok(Self {
             socket,
             local,
+            epoch,
             counters: Arc::default(),
         })
     }
@@ -156,10 +164,11 @@ impl Responder {
         let Self {
             socket,
             local,
+            epoch,
             counters,
         } = self;
-        // Only differences of these times are used, so any epoch will do.
-        let epoch = Instant::now();
+        // Only differences of these times are used, so any epoch before the
+        // first datagram will do.
         let ns_since_epoch =
             |t: Instant| u64::try_from(t.duration_since(epoch).as_nanos()).unwrap_or(u64::MAX);
         let mut bucket = TokenBucket::new(REPLY_RATE_PER_SEC, REPLY_BURST, epoch);
@@ -175,14 +184,23 @@ impl Responder {
             let received = tokio::select! {
                 biased;
                 () = cancel.cancelled() => break,
-                r = socket.recv_from(&mut buf) => r,
+                r = stamp::recv_from(&socket, &mut buf) => r,
             };
-            // Stamped first thing, so our own processing counts as host delay
-            // (taken out of the RTT) and not as wire time.
-            let recv_at = Instant::now();
-            let (len, from) = match received {
-                Ok(r) => r,
+            // The kernel's stamp, so our wake-up and processing count as host
+            // delay (taken out of the RTT) and not as wire time.
+            let (len, from, recv_at) = match received {
+                Ok(stamp::Received {
+                    len,
+                    from: Some(from),
+                    at,
+                }) => (len, from, at),
+                Ok(stamp::Received { from: None, .. }) => {
+                    // Nowhere to reply to; not seen on UDP, counted in case.
+                    bump(&counters.invalid);
+                    continue;
+                }
                 Err(error) => {
+                    let recv_at = Instant::now();
                     let total = bump(&counters.recv_errors);
                     if recv_log.due(recv_at) {
                         tracing::warn!(%local, %error, total, "probe responder receive error");

@@ -23,6 +23,8 @@ use meshd_lab::{Binaries, Lab, Options, Plan, Status};
 
 const SETTLE: Duration = Duration::from_secs(60);
 const VERDICT: Duration = Duration::from_secs(10);
+/// meshd's RTT quantile window (RTT_WINDOW in daemon/src/model/linkstats.rs).
+const WINDOW: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Parser)]
 #[command(name = "lab-bench", about = "Benchmarks on the Linux mesh lab (root)")]
@@ -389,47 +391,18 @@ fn cost(nodes: usize, seconds: u64, warmup: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `meshd_link_rtt_seconds_bucket{peer}` as (upper bound, cumulative count).
-fn rtt_buckets(metrics: &str, peer: &str) -> Vec<(f64, f64)> {
-    let prefix = "meshd_link_rtt_seconds_bucket{";
+/// The gauge `meshd_link_rtt_p50_seconds{peer}` in seconds: exact over
+/// meshd's last 10 s of probes; None when absent or NaN.
+fn rtt_p50(metrics: &str, peer: &str) -> Option<f64> {
+    let series = format!("meshd_link_rtt_p50_seconds{{peer=\"{peer}\"}} ");
     metrics
         .lines()
-        .filter(|l| l.starts_with(prefix) && l.contains(&format!("peer=\"{peer}\"")))
-        .filter_map(|l| {
-            let le = l.split("le=\"").nth(1)?.split('"').next()?;
-            let le = if le == "+Inf" {
-                f64::INFINITY
-            } else {
-                le.parse().ok()?
-            };
-            let count = l.rsplit(' ').next()?.parse().ok()?;
-            Some((le, count))
-        })
-        .collect()
-}
-
-/// The median of the observations between two snapshots of a cumulative
-/// histogram, interpolated linearly inside its bucket as Prometheus's
-/// `histogram_quantile` does; with the bucket's bounds.
-fn histogram_median(before: &[(f64, f64)], after: &[(f64, f64)]) -> Option<(f64, f64, f64, f64)> {
-    let deltas: Vec<(f64, f64)> = after
-        .iter()
-        .map(|&(le, n)| {
-            let was = before.iter().find(|b| b.0 == le).map_or(0.0, |b| b.1);
-            (le, n - was)
-        })
-        .collect();
-    let total = deltas.last()?.1;
-    let half = total / 2.0;
-    let mut lower = (0.0, 0.0);
-    for &(le, count) in &deltas {
-        if count >= half && le.is_finite() {
-            let share = (half - lower.1) / (count - lower.1).max(1.0);
-            return Some((lower.0 + (le - lower.0) * share, lower.0, le, total));
-        }
-        lower = (le, count);
-    }
-    None
+        .find(|l| l.starts_with(&series))?
+        .rsplit(' ')
+        .next()?
+        .parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite())
 }
 
 fn fetch_metrics(lab: &Lab, id: &str) -> anyhow::Result<String> {
@@ -447,29 +420,31 @@ fn accuracy(seconds: u64) -> anyhow::Result<()> {
     let mut lab = lab("acc", 2, &options)?;
     let cable = lab.plan.cable("a", "b")?.clone();
     std::thread::sleep(Duration::from_secs(5));
-    let before = rtt_buckets(&fetch_metrics(&lab, "a")?, "b");
     // Same cable, same ten packets a second as meshd's small probes.
     let count = (seconds * 10).to_string();
     let ns = lab.namespace("a")?.to_owned();
-    let pinged = command::run(
-        "ip",
-        &[
-            "netns",
-            "exec",
-            &ns,
-            "ping",
-            "-n",
-            "-i",
-            "0.1",
-            "-c",
-            &count,
-            "-s",
-            "64",
-            &cable.b.address.to_string(),
-        ],
-        Duration::from_secs(seconds + 30),
-    )?;
-    let after = rtt_buckets(&fetch_metrics(&lab, "a")?, "b");
+    let peer = cable.b.address.to_string();
+    let ping_args = [
+        "netns", "exec", &ns, "ping", "-n", "-i", "0.1", "-c", &count, "-s", "64", &peer,
+    ];
+    // meshd's gauge covers its last WINDOW of probes: read it once per
+    // window while ping runs, so the readings cover the run without overlap.
+    let (pinged, mut meshd_us) = std::thread::scope(|scope| {
+        let ping =
+            scope.spawn(|| command::run("ip", &ping_args, Duration::from_secs(seconds + 30)));
+        let mut readings = Vec::new();
+        for _ in 0..seconds / WINDOW.as_secs() {
+            std::thread::sleep(WINDOW);
+            let metrics = fetch_metrics(&lab, "a")?;
+            if let Some(p50) = rtt_p50(&metrics, "b") {
+                readings.push(p50 * 1e6);
+            }
+        }
+        let pinged = ping
+            .join()
+            .map_err(|_| anyhow::anyhow!("ping thread panicked"))??;
+        anyhow::Ok((pinged, readings))
+    })?;
     let mut ping_us: Vec<f64> = pinged
         .lines()
         .filter_map(|l| {
@@ -483,20 +458,24 @@ fn accuracy(seconds: u64) -> anyhow::Result<()> {
         .map(|ms| ms * 1000.0)
         .collect();
     ping_us.sort_by(f64::total_cmp);
-    let (median, low, high, probes) =
-        histogram_median(&before, &after).context("no meshd RTTs in the window")?;
-    let meshd_us = median * 1e6;
+    meshd_us.sort_by(f64::total_cmp);
+    if meshd_us.is_empty() {
+        bail!("no meshd RTT p50 in the window");
+    }
+    let meshd_p50 = percentile(&meshd_us, 50.0);
     let ping_p50 = percentile(&ping_us, 50.0);
     println!("| pinger | samples | RTT p50 |\n|---|---:|---:|");
     println!(
-        "| meshd (histogram, bucket {:.0}–{:.0} µs) | {probes:.0} | {meshd_us:.1} µs |",
-        low * 1e6,
-        high * 1e6
+        "| meshd (median of its exact p50s, {:.1}–{:.1} µs) | {} windows of {} s | {meshd_p50:.1} µs |",
+        meshd_us[0],
+        meshd_us[meshd_us.len() - 1],
+        meshd_us.len(),
+        WINDOW.as_secs(),
     );
     println!("| iputils ping | {} | {ping_p50:.1} µs |", ping_us.len());
     println!(
         "\ndifference: {:.1} µs ({}s side by side on cable a-b)",
-        meshd_us - ping_p50,
+        meshd_p50 - ping_p50,
         seconds
     );
     lab.teardown()?;
@@ -535,13 +514,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_median_is_interpolated_inside_its_bucket() {
-        let before = [(0.000_025, 0.0), (0.000_05, 0.0), (f64::INFINITY, 0.0)];
-        let after = [(0.000_025, 20.0), (0.000_05, 100.0), (f64::INFINITY, 100.0)];
-        let (median, low, high, total) = histogram_median(&before, &after).unwrap();
-        assert_eq!((low, high, total), (0.000_025, 0.000_05, 100.0));
-        // 50 is 30 of the 80 observations into the 25–50 µs bucket.
-        assert!((median - 0.000_034_375).abs() < 1e-12, "{median}");
+    fn the_p50_gauge_is_read_per_peer() {
+        let metrics = "# TYPE meshd_link_rtt_p50_seconds gauge
+meshd_link_rtt_p50_seconds{peer=\"b\"} 0.0000545
+meshd_link_rtt_p50_seconds{peer=\"bb\"} 0.1
+meshd_link_rtt_p99_seconds{peer=\"b\"} 0.00009
+meshd_link_rtt_p50_seconds{peer=\"c\"} NaN
+";
+        assert_eq!(rtt_p50(metrics, "b"), Some(0.000_054_5));
+        assert_eq!(rtt_p50(metrics, "bb"), Some(0.1));
+        assert_eq!(rtt_p50(metrics, "c"), None);
+        assert_eq!(rtt_p50(metrics, "d"), None);
         assert_eq!(percentile(&[1.0, 2.0, 3.0, 4.0], 50.0), 2.0);
         assert_eq!(percentile(&[1.0, 2.0, 3.0, 4.0], 99.0), 4.0);
     }
