@@ -176,8 +176,7 @@ async fn the_demo_serves_a_valid_jaccl_hostfile_and_refuses_bad_requests() {
     // node's reports: wait until every node has been heard declaring.
     until(addr, "every cable declared by both ends", |s| {
         s.cables.len() == 6
-            && s
-                .cables
+            && s.cables
                 .iter()
                 .all(|c| !c.a.rdma_device.is_empty() && !c.b.rdma_device.is_empty())
     })

@@ -235,6 +235,7 @@ impl Prober {
             "prober started"
         );
 
+        let mut reply_published_since_tick = false;
         loop {
             // Ticks before the socket: each is ready at most once per period,
             // so they cannot starve replies, while a flood of datagrams can
@@ -246,14 +247,22 @@ impl Prober {
                 _ = mtu.tick() => Event::Tick(ProbeClass::Mtu),
                 received = stamp::recv_from(&socket, &mut recv_buf) => Event::Received(received),
             };
-            let changed = match event {
+            // A reply publishes at once (it is the freshest news); a tick
+            // publishes only when nothing did since the last one, which
+            // keeps a silent link's silence current without building every
+            // observation twice per probe on a healthy one.
+            let publish = match event {
                 Event::Tick(class) => {
                     state.send_probe(&socket, class, &mut send_buf);
-                    true
+                    !std::mem::replace(&mut reply_published_since_tick, false)
                 }
-                Event::Received(received) => state.on_received(received, &recv_buf),
+                Event::Received(received) => {
+                    let changed = state.on_received(received, &recv_buf);
+                    reply_published_since_tick |= changed;
+                    changed
+                }
             };
-            if changed {
+            if publish {
                 state.publish();
             }
         }
