@@ -330,7 +330,7 @@ impl Lab {
             let meshd = self.binaries.meshd.to_string_lossy();
             let checked =
                 command::run_any(&meshd, &["check-config", &path.to_string_lossy()], QUICK)?;
-            if !checked.status.success() {
+            if !checked.success {
                 return Err(LabError::BadConfig {
                     node: id.to_owned(),
                     problems: format!("{}{}", checked.stdout, checked.stderr),
@@ -431,7 +431,7 @@ impl Lab {
             MESHCTL_LIMIT,
         )?;
         // 0 healthy, 1 unhealthy: both carry the document; 2 is unreachable.
-        if !matches!(out.status.code(), Some(0 | 1)) {
+        if !matches!(out.code, Some(0 | 1)) {
             return Err(LabError::Unreachable {
                 node: id.to_owned(),
                 message: out.stderr.trim().to_owned(),

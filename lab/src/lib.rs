@@ -28,7 +28,7 @@ pub fn missing_prerequisite() -> Option<String> {
         return Some("not root (network namespaces need it)".into());
     }
     match command::run_any("ip", &["-V"], command::QUICK) {
-        Ok(out) if out.status.success() => None,
+        Ok(out) if out.success => None,
         _ => Some("`ip` (iproute2) is missing".into()),
     }
 }

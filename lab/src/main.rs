@@ -257,7 +257,7 @@ fn main() -> anyhow::Result<()> {
             full.extend(args);
             let out = meshd_lab::command::run_any("ip", &full, Duration::from_secs(10))?;
             print!("{}{}", out.stdout, out.stderr);
-            std::process::exit(out.status.code().unwrap_or(2));
+            std::process::exit(out.code.unwrap_or(2));
         }
         Cmd::Fault(f) => {
             let mut lab = Lab::attach(&cli.name, Binaries::beside_current_exe()?)?;

@@ -13,6 +13,8 @@ pub struct CommandOutput {
     pub success: bool,
     /// "exit status: 5" and the like, for messages.
     pub status: String,
+    /// The exit code; `None` when a signal ended the command.
+    pub code: Option<i32>,
     pub stdout: String,
     pub stderr: String,
 }
@@ -22,6 +24,7 @@ impl CommandOutput {
         CommandOutput {
             success: true,
             status: "exit status: 0".to_owned(),
+            code: Some(0),
             stdout: stdout.to_owned(),
             stderr: String::new(),
         }
@@ -103,6 +106,7 @@ pub fn run_with_timeout(
     Ok(CommandOutput {
         success: status.success(),
         status: status.to_string(),
+        code: status.code(),
         stdout: collect(&stdout),
         stderr: collect(&stderr),
     })
@@ -159,6 +163,7 @@ mod tests {
         assert_eq!(out.stdout, "out\n");
         assert_eq!(out.stderr, "err\n");
         assert!(out.status.contains('3'), "{}", out.status);
+        assert_eq!(out.code, Some(3));
     }
 
     #[test]
