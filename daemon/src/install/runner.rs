@@ -57,6 +57,7 @@ impl Runner for RecordingRunner {
             Some(stderr) => CommandOutput {
                 success: false,
                 status: "exit status: 1".to_owned(),
+                code: Some(1),
                 stdout: String::new(),
                 stderr: stderr.clone(),
             },
