@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use meshd_proto::domain::{Alarm, NodeId};
-use tokio::process::Command;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -19,11 +18,7 @@ use crate::metrics::Metrics;
 use crate::model::bridge::{BridgeDetector, BridgeObservation, Os, StormSettings};
 use meshd_platform::linux::net::read_bridges;
 use meshd_platform::macos::{ifconfig, networksetup};
-use meshd_platform::source::{LiveSource, Source};
-
-/// `ifconfig` answers in milliseconds and `networksetup` in well under a
-/// second; anything slower is a wedged system, and the sample is skipped.
-const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
+use meshd_platform::source::{HostCommand, LiveSource, Source};
 
 const SYS_CLASS_NET: &str = "/sys/class/net";
 
@@ -173,14 +168,14 @@ async fn sample(os: Os, mesh: &BTreeSet<String>) -> Result<Vec<BridgeObservation
         // it runs inline like the load sampler.
         Os::Linux => linux_bridges(&LiveSource),
         Os::MacOs => {
-            let mut bridges = macos_bridges(&run("ifconfig", &["-a"]).await?);
+            let mut bridges = macos_bridges(&capture(HostCommand::Ifconfig).await?);
             // The service name is only needed for a fix, so networksetup
             // runs only when a bridge holds a mesh port.
             if bridges
                 .iter()
                 .any(|b| b.members.iter().any(|m| mesh.contains(m)))
             {
-                match run("networksetup", &["-listnetworkserviceorder"]).await {
+                match capture(HostCommand::ServiceOrder).await {
                     Ok(text) => {
                         let services = networksetup::parse_service_order(&text);
                         for bridge in &mut bridges {
@@ -236,27 +231,13 @@ fn macos_bridges(text: &str) -> Vec<BridgeObservation> {
         .collect()
 }
 
-/// Runs a command under [`COMMAND_TIMEOUT`]; the child is killed when the
-/// timeout drops it.
-async fn run(program: &str, args: &[&str]) -> Result<String, String> {
-    let output = Command::new(program)
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    match tokio::time::timeout(COMMAND_TIMEOUT, output).await {
-        Err(_) => Err(format!(
-            "{program} did not answer within {}",
-            humantime::format_duration(COMMAND_TIMEOUT)
-        )),
-        Ok(Err(err)) => Err(format!("cannot run {program}: {err}")),
-        Ok(Ok(out)) if !out.status.success() => Err(format!(
-            "{program} failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        )),
-        Ok(Ok(out)) => Ok(String::from_utf8_lossy(&out.stdout).into_owned()),
-    }
+/// One of the platform layer's commands, under its timeout, on the
+/// blocking pool.
+async fn capture(command: HostCommand) -> Result<String, String> {
+    tokio::task::spawn_blocking(move || LiveSource.capture(command))
+        .await
+        .map_err(|e| format!("{command}: {e}"))?
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -287,17 +268,6 @@ mod tests {
                 // No status line: UP,RUNNING decides.
                 ("bridge100".to_owned(), true, members(&["en10"]), None),
             ]
-        );
-    }
-
-    #[tokio::test]
-    async fn commands_fail_and_succeed() {
-        assert_eq!(run("sh", &["-c", "echo hi"]).await.as_deref(), Ok("hi\n"));
-        assert!(run("sh", &["-c", "exit 3"]).await.is_err());
-        assert!(
-            run("/nonexistent/meshd-no-such-program", &[])
-                .await
-                .is_err()
         );
     }
 
