@@ -603,13 +603,13 @@ mod tests {
     fn a_hanging_call_times_out_and_blocks_further_calls_until_it_returns() {
         let library = "meshd-test-hanging-library";
         let (release, released) = mpsc::channel::<()>();
-        let started = Instant::now();
+        // The call never returns until released: getting an error at all
+        // means the deadline, not the call, ended the wait.
         let err = run_with_deadline(library, Duration::from_millis(50), move || {
             let _ = released.recv();
             Ok(())
         })
         .expect_err("times out");
-        assert!(started.elapsed() < Duration::from_secs(5));
         assert_eq!(
             err,
             VerbsError::TimedOut {
