@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use meshd_proto::domain::{Alarm, NodeId};
+use meshd_proto::facts::OsKind;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -32,12 +33,12 @@ pub fn mesh_ifaces(config: &Config) -> BTreeSet<String> {
         .collect()
 }
 
-/// The one place the platform is chosen.
+/// The detector's view of the platform the platform layer chose: macOS
+/// commands there, sysfs everywhere else.
 fn this_os() -> Os {
-    if cfg!(target_os = "macos") {
-        Os::MacOs
-    } else {
-        Os::Linux
+    match meshd_platform::this_os() {
+        OsKind::Macos => Os::MacOs,
+        OsKind::Linux | OsKind::Other => Os::Linux,
     }
 }
 
