@@ -11,22 +11,21 @@ use std::time::{Duration, Instant, SystemTime};
 
 use meshd_platform::mesh::models::ModelTable;
 use meshd_proto::domain::{
-    Alarm, Event, EventKind, LinkEnd, LinkObservation, MeshStatus, NodeId, NodeIdentity, NodeLoad,
+    Alarm, Event, EventKind, LinkObservation, MeshStatus, NodeId, NodeIdentity, NodeLoad,
 };
 use meshd_proto::facts::NodeFacts;
 use tokio::sync::{Notify, broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Config;
+use crate::config::{Config, settings};
 use crate::metrics::Metrics;
-use crate::model::events;
-use crate::model::intake::ReportBook;
-use crate::model::link::LinkRules;
-use crate::model::link_facts::add_port_facts;
-use crate::model::topology::{self, Declared, MeshTopology};
-use crate::model::verdict::{Engine, EngineSettings, ExpectedLink, MeshInputs};
-use crate::probe::{ProbeManager, ProberSettings};
+use crate::probe::ProbeManager;
 use crate::watch::facts::{FactsFeed, PortCounters};
+use meshd_model::events;
+use meshd_model::intake::ReportBook;
+use meshd_model::link_facts::add_port_facts;
+use meshd_model::topology::{self, Declared, MeshTopology};
+use meshd_model::verdict::{Engine, ExpectedLink, MeshInputs};
 
 /// How often verdicts are re-evaluated. A tenth of the 1 s detection target.
 pub const EVALUATION_INTERVAL: Duration = Duration::from_millis(100);
@@ -34,14 +33,6 @@ pub const EVALUATION_INTERVAL: Duration = Duration::from_millis(100);
 /// Events kept for slow `WatchEvents` clients before they are told they
 /// fell behind.
 const EVENT_BUFFER: usize = 1024;
-
-/// Lifeguard: a node with saturated CPU needs this many times the silence
-/// before its view of a link counts.
-const SATURATED_SLOWDOWN: u32 = 2;
-
-/// Reports sent further in the past than this many `stale_after`s are
-/// refused: they describe a mesh that no longer exists.
-const MAX_REPORT_DELAY_FACTOR: u32 = 10;
 
 /// The cable map and checks are redone at once when any node's facts
 /// change, and this often besides (for cables declared in reloaded
@@ -137,62 +128,13 @@ pub struct Aggregator {
     topology_basis: Option<(Option<Arc<NodeFacts>>, u64, SystemTime)>,
 }
 
-pub fn engine_settings(config: &Config) -> EngineSettings {
-    let t = &config.thresholds;
-    EngineSettings::new(
-        config.report.interval,
-        config.report.stale_after,
-        LinkRules {
-            down_after: t.down_after,
-            loss_degraded: t.loss_degraded,
-            loss_down: t.loss_down,
-            rtt_p99_factor: t.rtt_p99_factor,
-            rtt_min_increase: t.rtt_min_increase,
-            flap_window: t.flap_window,
-            flap_changes: t.flap_changes,
-            saturated_slowdown: SATURATED_SLOWDOWN,
-        },
-    )
-}
-
 /// A report book for this config's membership.
 pub fn report_book(config: &Config) -> SharedBook {
     Arc::new(Mutex::new(ReportBook::new(
         config.node.id.clone(),
         config.members().into_iter().collect(),
-        max_report_delay(config),
+        settings::max_report_delay(config),
     )))
-}
-
-fn max_report_delay(config: &Config) -> Duration {
-    config
-        .report
-        .stale_after
-        .saturating_mul(MAX_REPORT_DELAY_FACTOR)
-}
-
-/// The cables this node is configured to have.
-pub fn expected_links(config: &Config, local: &NodeId) -> Vec<ExpectedLink> {
-    config
-        .links
-        .iter()
-        .map(|link| ExpectedLink {
-            local: LinkEnd {
-                node: local.clone(),
-                iface: link.local_iface.clone(),
-                address: Some(link.local_address),
-                rdma_device: link.rdma_device_on(meshd_platform::this_os()),
-                rdma_port: None,
-            },
-            remote: LinkEnd {
-                address: Some(link.peer_address),
-                ..LinkEnd::node_only(link.peer.clone())
-            },
-            expected_speed_bps: link
-                .expected_speed_gbps
-                .map(|gbps| u64::from(gbps) * 1_000_000_000),
-        })
-        .collect()
 }
 
 impl Aggregator {
@@ -204,14 +146,14 @@ impl Aggregator {
         feeds: Feeds,
         metrics: Arc<Metrics>,
     ) -> (Self, MeshState, Outgoing) {
-        let engine = Engine::new(engine_settings(config));
+        let engine = Engine::new(settings::engine(config));
         let (status, status_rx) = watch::channel(Arc::new(placeholder(&identity)));
         let (events, _) = broadcast::channel(EVENT_BUFFER);
         let (body, body_rx) = watch::channel(Arc::new(ReportBody::default()));
         let urgent = Arc::new(Notify::new());
         let mut aggregator = Self {
             engine,
-            expected_links: expected_links(config, &identity.id),
+            expected_links: settings::expected_links(config, &identity.id),
             configured: config.members().into_iter().collect(),
             identity,
             feeds,
@@ -267,18 +209,18 @@ impl Aggregator {
     /// and probe settings. Links that did not change keep their probers and
     /// their verdict history.
     fn reconfigure(&mut self, config: &Config, now: SystemTime) {
-        self.engine.set_settings(engine_settings(config));
+        self.engine.set_settings(settings::engine(config));
         self.configured = config.members().into_iter().collect();
-        self.expected_links = expected_links(config, &self.identity.id);
+        self.expected_links = settings::expected_links(config, &self.identity.id);
         self.down_after = config.thresholds.down_after;
         self.feeds
             .probes
-            .apply(&self.expected_links, ProberSettings::from(&config.probe));
+            .apply(&self.expected_links, settings::prober(&config.probe));
         self.feeds
             .book
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .set_members(self.configured.clone(), max_report_delay(config));
+            .set_members(self.configured.clone(), settings::max_report_delay(config));
         let event = Event {
             at: now,
             observer: self.identity.id.clone(),

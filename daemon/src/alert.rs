@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
-use crate::model::alerts::{AlertState, Post, alerts};
+use meshd_model::alerts::{AlertState, Post, alerts};
 
 /// One post (connect, send, answer) may take this long.
 const POST_TIMEOUT: Duration = Duration::from_secs(5);

@@ -18,7 +18,6 @@ pub mod http;
 pub mod install;
 pub mod logging;
 pub mod metrics;
-pub mod model;
 pub mod node;
 pub mod peer;
 pub mod probe;

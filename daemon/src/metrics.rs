@@ -18,7 +18,7 @@ use meshd_proto::facts::{CheckStatus, NodeFacts};
 use metrics::{Key, KeyName, Label, Metadata, Recorder, SharedString, Unit};
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusRecorder};
 
-use crate::model::verdict::MeshInputs;
+use meshd_model::verdict::MeshInputs;
 
 pub const BUILD_INFO: &str = "meshd_build_info";
 pub const QUORUM_HAS_QUORUM: &str = "meshd_quorum_has_quorum";
@@ -879,7 +879,7 @@ mod tests {
             RttSummary,
         };
 
-        use crate::model::verdict::LocalObservation;
+        use meshd_model::verdict::LocalObservation;
 
         let id = |s: &str| NodeId::new(s).expect("id");
         let identity = NodeIdentity {

@@ -20,13 +20,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::aggregator::{self, Aggregator, Feeds, MeshState};
 use crate::alert::AlertPusher;
-use crate::config::Config;
+use crate::config::{Config, settings};
 use crate::metrics::Metrics;
 use crate::peer::intake::PeerService;
 use crate::peer::reporter::Reporter;
 use crate::peer::service::MeshService;
 use crate::peer::topology::TopologyService;
-use crate::probe::{ProbeManager, ProberSettings};
+use crate::probe::ProbeManager;
 use crate::watch::reload::{ConfigReload, Hangups};
 use crate::watch::{bridge, cpu, facts, jobs, load};
 
@@ -103,8 +103,8 @@ impl RunningNode {
         let (configs, _) = watch::channel(Arc::new(config.clone()));
         let book = aggregator::report_book(config);
         let probes = ProbeManager::new(
-            &aggregator::expected_links(config, &identity.id),
-            ProberSettings::from(&config.probe),
+            &settings::expected_links(config, &identity.id),
+            settings::prober(&config.probe),
             metrics.clone(),
             shutdown.clone(),
         );

@@ -32,8 +32,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
-use meshd::model::bridge::{BRIDGE_LOOP, BROADCAST_STORM, BridgeDetector, Os, StormSettings};
 use meshd::watch::bridge::linux_bridges;
+use meshd_model::bridge::{BRIDGE_LOOP, BROADCAST_STORM, BridgeDetector, Os, StormSettings};
 use meshd_platform::source::ReplaySource;
 use meshd_proto::domain::{Alarm, NodeId};
 

@@ -10,10 +10,10 @@ use std::time::{Duration, SystemTime};
 
 use meshd::config::{CpuWatchConfig, JobWatchConfig};
 use meshd::metrics::Metrics;
-use meshd::model::cpu::SPIKE_KIND;
-use meshd::model::jobs::HUNG_KIND;
 use meshd::watch::cpu::Sampled;
 use meshd::watch::{cpu, jobs};
+use meshd_model::cpu::SPIKE_KIND;
+use meshd_model::jobs::HUNG_KIND;
 use meshd_proto::domain::{
     Alarm, Incarnation, MeshStatus, NodeId, NodeIdentity, NodeState, NodeVerdict, Quorum,
 };

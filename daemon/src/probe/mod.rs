@@ -23,7 +23,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
-use crate::model::verdict::LocalObservation;
+use meshd_model::verdict::LocalObservation;
 
 pub use manager::ProbeManager;
 pub use packet::{Header, Kind, PacketError};
@@ -31,7 +31,7 @@ pub use prober::{Prober, ProberSettings};
 pub use responder::{Responder, ResponderCounters, ResponderStats};
 pub use supervise::supervise_link;
 
-pub use crate::model::linkstats::ProbeClass;
+pub use meshd_model::linkstats::ProbeClass;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {

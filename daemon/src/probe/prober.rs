@@ -14,9 +14,8 @@ use tokio_util::sync::CancellationToken;
 use super::ProbeError;
 use super::packet::{self, HEADER_LEN, Header, Kind, MAX_DATAGRAM_LEN};
 use super::stamp;
-use crate::config::ProbeConfig;
-use crate::model::linkstats::{LinkStats, LinkStatsConfig, OUTAGE_RUN, ProbeClass};
-use crate::model::verdict::LocalObservation;
+use meshd_model::linkstats::{LinkStats, LinkStatsConfig, OUTAGE_RUN, ProbeClass};
+use meshd_model::verdict::LocalObservation;
 
 /// Shortest probe period whatever the settings say: at most one probe per
 /// tick, so this bounds the probe rate of a link (and makes a storm
@@ -45,19 +44,6 @@ pub struct ProberSettings {
     pub timeout: Duration,
     /// UDP port of the responders (the same on every node).
     pub port: u16,
-}
-
-impl From<&ProbeConfig> for ProberSettings {
-    fn from(c: &ProbeConfig) -> Self {
-        Self {
-            interval: c.interval,
-            payload_bytes: c.payload_bytes,
-            mtu_interval: c.mtu_interval,
-            mtu_payload_bytes: c.mtu_payload_bytes,
-            timeout: c.timeout,
-            port: c.port,
-        }
-    }
 }
 
 impl ProberSettings {

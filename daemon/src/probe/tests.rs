@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use meshd_proto::domain::{LinkEnd, LinkObservation, NodeId};
 
-use crate::model::verdict::LocalObservation;
+use meshd_model::verdict::LocalObservation;
 use tokio::net::UdpSocket;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -289,7 +289,7 @@ async fn bind_errors_name_the_address() {
 #[tokio::test]
 async fn probe_set_rejects_unusable_links() {
     let cancel = CancellationToken::new();
-    let settings = ProberSettings::from(&crate::config::ProbeConfig::default());
+    let settings = crate::config::settings::prober(&crate::config::ProbeConfig::default());
     let no_address = LinkEnd::node_only(NodeId::new("b").expect("valid"));
     let err = ProbeSet::start([(end("a", ip(6, 1)), no_address)], settings, None, &cancel)
         .await

@@ -646,16 +646,17 @@ mod tests {
         SystemTime::UNIX_EPOCH + Duration::from_millis(1_000_000 + ms)
     }
 
-    /// The defaults of the config, the one place defaults live.
+    /// The settings of a config that sets nothing (a daemon test pins them to
+    /// the config's defaults).
     fn settings() -> EngineSettings {
-        crate::aggregator::engine_settings(&crate::config::Config::embedded_default("test"))
+        crate::fixtures::default_engine_settings()
     }
 
     /// `from` observing its cable to `to`, silent for `silence_ms`.
     fn obs(from: &str, to: &str, silence_ms: u64) -> LinkObservation {
         LinkObservation {
             silence: Duration::from_millis(silence_ms),
-            ..crate::model::fixtures::healthy_observation(from, to)
+            ..crate::fixtures::healthy_observation(from, to)
         }
     }
 

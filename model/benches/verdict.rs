@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use meshd::model::intake::Received;
-use meshd::model::link::{MEDIUM_WINDOW, SHORT_WINDOW};
-use meshd::model::verdict::{Engine, EngineSettings, ExpectedLink, LocalObservation, MeshInputs};
+use meshd_model::intake::Received;
+use meshd_model::link::{MEDIUM_WINDOW, SHORT_WINDOW};
+use meshd_model::verdict::{Engine, EngineSettings, ExpectedLink, LocalObservation, MeshInputs};
 use meshd_proto::domain::{
     Incarnation, InterfaceState, LinkEnd, LinkObservation, LossWindow, NodeId, NodeIdentity,
     NodeLoad, PeerReport, RdmaPortState, RttHistogram, RttSummary,
@@ -26,7 +26,7 @@ const HISTOGRAM_BUCKETS: u64 = 18;
 
 /// The defaults of the config, as a running meshd has them.
 fn settings() -> EngineSettings {
-    meshd::aggregator::engine_settings(&meshd::config::Config::embedded_default("bench"))
+    meshd_model::fixtures::default_engine_settings()
 }
 
 fn node_id(i: usize) -> NodeId {

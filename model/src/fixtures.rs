@@ -1,4 +1,6 @@
-//! Observations shared by the model's unit tests.
+//! Settings and observations shared by the model's tests (and, through the
+//! `fixtures` feature, by the daemon's tests, which check that the config's
+//! defaults map to exactly these settings).
 
 use std::time::{Duration, SystemTime};
 
@@ -7,11 +9,31 @@ use meshd_proto::domain::{
     RttSummary,
 };
 
-use super::link::{MEDIUM_WINDOW, SHORT_WINDOW};
+use crate::link::{LinkRules, MEDIUM_WINDOW, SATURATED_SLOWDOWN, SHORT_WINDOW};
+use crate::verdict::EngineSettings;
+
+/// The engine settings of a config that sets nothing (`meshd.example.toml`
+/// documents the same values).
+pub fn default_engine_settings() -> EngineSettings {
+    EngineSettings::new(
+        Duration::from_millis(200),
+        Duration::from_secs(1),
+        LinkRules {
+            down_after: Duration::from_millis(600),
+            loss_degraded: 0.02,
+            loss_down: 0.5,
+            rtt_p99_factor: 3.0,
+            rtt_min_increase: Duration::from_millis(1),
+            flap_window: Duration::from_secs(60),
+            flap_changes: 4,
+            saturated_slowdown: SATURATED_SLOWDOWN,
+        },
+    )
+}
 
 /// `from`'s view of a healthy cable to `to`: replies flowing, no loss, RTTs
 /// well inside the baseline.
-pub(crate) fn healthy_observation(from: &str, to: &str) -> LinkObservation {
+pub fn healthy_observation(from: &str, to: &str) -> LinkObservation {
     let end = |n: &str| LinkEnd::node_only(NodeId::new(n).expect("id"));
     LinkObservation {
         local: end(from),

@@ -10,8 +10,6 @@ use std::time::{Duration, SystemTime};
 
 use meshd_proto::domain::{Alarm, NodeId, Severity};
 
-use crate::config::CpuWatchConfig;
-
 pub const SPIKE_KIND: &str = "cpu_spike";
 
 /// The bridge watcher's alarm; a storm loads the CPU of every bridged Mac.
@@ -151,6 +149,20 @@ impl Hold {
     }
 }
 
+/// What makes a spike and what its alarm names; the daemon's config
+/// (`[watch.cpu]`) supplies the values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpikeRules {
+    /// Busy share of all cores (0-1) that counts as a spike...
+    pub spike_ratio: f64,
+    /// ...when it holds this long.
+    pub spike_window: Duration,
+    /// How many of the busiest processes an alarm names.
+    pub top: usize,
+    /// Process names known to add CPU and network noise on a Mac cluster.
+    pub offenders: Vec<String>,
+}
+
 /// Raises `cpu_spike` on this node.
 #[derive(Debug, Clone)]
 pub struct SpikeDetector {
@@ -165,7 +177,7 @@ pub struct SpikeDetector {
 }
 
 impl SpikeDetector {
-    pub fn new(node: NodeId, config: &CpuWatchConfig) -> Self {
+    pub fn new(node: NodeId, config: &SpikeRules) -> Self {
         Self {
             node,
             spike_ratio: config.spike_ratio,
@@ -178,7 +190,7 @@ impl SpikeDetector {
 
     /// Takes new settings after a config reload without forgetting a spike
     /// that is already held, raising or clearing.
-    pub fn reconfigure(&mut self, config: &CpuWatchConfig) {
+    pub fn reconfigure(&mut self, config: &SpikeRules) {
         self.spike_ratio = config.spike_ratio;
         self.top = config.top;
         self.offenders.clone_from(&config.offenders);
@@ -370,9 +382,8 @@ mod tests {
         NodeId::new("studio-1").unwrap()
     }
 
-    fn config() -> CpuWatchConfig {
-        CpuWatchConfig {
-            interval: Duration::from_secs(1),
+    fn config() -> SpikeRules {
+        SpikeRules {
             spike_ratio: 0.9,
             spike_window: Duration::from_secs(10),
             top: 2,
