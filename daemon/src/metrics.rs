@@ -546,7 +546,11 @@ impl Metrics {
         let mut active: BTreeMap<AlarmSeries, usize> = BTreeMap::new();
         for alarm in &status.alarms {
             *active
-                .entry((alarm.node.to_string(), alarm.kind.clone(), alarm.severity))
+                .entry((
+                    alarm.node.to_string(),
+                    alarm.kind.to_string(),
+                    alarm.severity,
+                ))
                 .or_default() += 1;
         }
         let mut shown = self

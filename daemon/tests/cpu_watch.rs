@@ -12,10 +12,8 @@ use meshd::config::{CpuWatchConfig, JobWatchConfig};
 use meshd::metrics::Metrics;
 use meshd::watch::cpu::Sampled;
 use meshd::watch::{cpu, jobs};
-use meshd_model::cpu::SPIKE_KIND;
-use meshd_model::jobs::HUNG_KIND;
 use meshd_proto::domain::{
-    Alarm, Incarnation, MeshStatus, NodeId, NodeIdentity, NodeState, NodeVerdict, Quorum,
+    Alarm, AlarmKind, Incarnation, MeshStatus, NodeId, NodeIdentity, NodeState, NodeVerdict, Quorum,
 };
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -166,7 +164,7 @@ async fn a_busy_universal_control_raises_a_cpu_spike_that_clears_when_it_stops()
 
     let alarms = until(&mut watcher.alarms, "cpu_spike", |a: &Vec<Alarm>| {
         a.iter()
-            .any(|a| a.kind == SPIKE_KIND && a.summary.contains("UniversalControl"))
+            .any(|a| a.kind == AlarmKind::CpuSpike && a.summary.contains("UniversalControl"))
     })
     .await;
     let alarm = &alarms[0];
@@ -293,7 +291,7 @@ async fn a_busy_job_rank_with_a_dead_peer_is_reported_hung() {
 
     let raised = until(&mut alarms, "job_hung", |a: &Vec<Alarm>| !a.is_empty()).await;
     let alarm = &raised[0];
-    assert_eq!(alarm.kind, HUNG_KIND);
+    assert_eq!(alarm.kind, AlarmKind::JobHung);
     assert_eq!(alarm.subject, "mlx-rank0");
     assert!(
         alarm.summary.contains("likely spinning on a dead peer: b"),
@@ -384,7 +382,7 @@ async fn a_cpu_spike_reaches_status_metrics_and_the_event_stream() {
     let alarm = status
         .alarms
         .iter()
-        .find(|a| a.kind == SPIKE_KIND)
+        .find(|a| a.kind == AlarmKind::CpuSpike)
         .expect("cpu_spike in the status");
     assert_eq!(alarm.node.as_str(), "alarm-test");
     assert!(
@@ -433,7 +431,7 @@ async fn a_cpu_spike_reaches_status_metrics_and_the_event_stream() {
                 .current()
                 .alarms
                 .iter()
-                .any(|a| a.kind == SPIKE_KIND);
+                .any(|a| a.kind == AlarmKind::CpuSpike);
             assert!(busy, "no alarm_cleared event, yet the alarm is gone");
             eprintln!("note: the host stayed busy without the burner; clearing not observed");
         }

@@ -8,12 +8,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use meshd_proto::domain::{Alarm, NodeId, Severity};
-
-pub const SPIKE_KIND: &str = "cpu_spike";
-
-/// The bridge watcher's alarm; a storm loads the CPU of every bridged Mac.
-pub const STORM_KIND: &str = "broadcast_storm";
+use meshd_proto::domain::{Alarm, AlarmKind, NodeId, Severity};
 
 /// The metrics series that sums every process not named on its own.
 pub const OTHER: &str = "other";
@@ -231,7 +226,7 @@ impl SpikeDetector {
         let top = busiest(&sample.processes, self.top);
         let storm = local_alarms
             .iter()
-            .find(|a| a.kind == STORM_KIND && a.node == self.node);
+            .find(|a| a.kind == AlarmKind::BroadcastStorm && a.node == self.node);
         let named: Vec<String> = top
             .iter()
             .map(|p| {
@@ -280,8 +275,10 @@ impl SpikeDetector {
         }));
         if let Some(storm) = storm {
             evidence.push(format!(
-                "{STORM_KIND} active on {}: {}",
-                storm.node, storm.summary
+                "{} active on {}: {}",
+                AlarmKind::BroadcastStorm,
+                storm.node,
+                storm.summary
             ));
         }
 
@@ -305,7 +302,7 @@ impl SpikeDetector {
         }
 
         Alarm {
-            kind: SPIKE_KIND.to_owned(),
+            kind: AlarmKind::CpuSpike,
             severity: Severity::Warning,
             node: self.node.clone(),
             subject: "cpu".to_owned(),
@@ -414,7 +411,7 @@ mod tests {
 
     fn storm() -> Alarm {
         Alarm {
-            kind: STORM_KIND.to_owned(),
+            kind: AlarmKind::BroadcastStorm,
             severity: Severity::Critical,
             node: node(),
             subject: "bridge0".to_owned(),
@@ -464,7 +461,7 @@ mod tests {
         assert!(d.update(&sample(0.95), &[], t(30)).is_none());
         assert!(d.update(&sample(0.90), &[], t(39)).is_none());
         let alarm = d.update(&sample(0.97), &[], t(40)).unwrap().clone();
-        assert_eq!(alarm.kind, SPIKE_KIND);
+        assert_eq!(alarm.kind, AlarmKind::CpuSpike);
         assert_eq!(alarm.severity, Severity::Warning);
         assert_eq!(alarm.node, node());
         assert_eq!(alarm.since, t(30));
@@ -520,7 +517,12 @@ mod tests {
         d.update(&sample(0.95), &[storm()], t(0));
         let alarm = d.update(&sample(0.95), &[storm()], t(10)).unwrap();
         assert!(alarm.summary.contains("likely cause"), "{alarm:?}");
-        assert!(alarm.evidence.iter().any(|e| e.starts_with(STORM_KIND)));
+        assert!(
+            alarm
+                .evidence
+                .iter()
+                .any(|e| e.starts_with(AlarmKind::BroadcastStorm.as_str()))
+        );
         let fix = alarm.fix.as_deref().unwrap();
         assert!(fix.starts_with("turn off Thunderbolt Bridge"), "{fix}");
 

@@ -6,11 +6,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use meshd_proto::domain::{Alarm, LinkState, MeshStatus, NodeId, NodeState, Severity};
+use meshd_proto::domain::{Alarm, AlarmKind, LinkState, MeshStatus, NodeId, NodeState, Severity};
 
 use crate::cpu::{Hold, ProcessSample};
-
-pub const HUNG_KIND: &str = "job_hung";
 
 /// What in the mesh a job on this node may be waiting on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -198,7 +196,7 @@ impl HungJobDetector {
             evidence.extend(f.all.iter().map(|a| format!("mesh: {a}")));
         }
         Alarm {
-            kind: HUNG_KIND.to_owned(),
+            kind: AlarmKind::JobHung,
             severity: Severity::Warning,
             node: self.node.clone(),
             subject: name.to_owned(),
@@ -369,7 +367,7 @@ mod tests {
         let (alarms, _) = d.update(&procs, Some(&down), t(10));
         assert_eq!(alarms.len(), 1, "{alarms:?}");
         let alarm = &alarms[0];
-        assert_eq!(alarm.kind, HUNG_KIND);
+        assert_eq!(alarm.kind, AlarmKind::JobHung);
         assert_eq!(alarm.subject, "mlx-rank0");
         assert_eq!(alarm.node, id("a"));
         assert_eq!(alarm.since, t(0));

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use meshd_proto::domain::{
-    Alarm, Blame, LinkEnd, LinkObservation, LinkState, LinkVerdict, MeshStatus, NodeId,
+    Alarm, AlarmKind, Blame, LinkEnd, LinkObservation, LinkState, LinkVerdict, MeshStatus, NodeId,
     NodeIdentity, NodeLoad, NodeState, NodeVerdict, Quorum, Severity,
 };
 
@@ -125,8 +125,6 @@ pub struct Engine {
     links: BTreeMap<LinkKey, KnownLink>,
     no_quorum_since: Option<SystemTime>,
 }
-
-const NO_QUORUM_ALARM: &str = "no_quorum";
 
 fn age(now: SystemTime, then: SystemTime) -> Duration {
     // A time in the future (clock skew) counts as just now.
@@ -489,7 +487,7 @@ impl Engine {
             .map(NodeId::as_str)
             .collect();
         Some(Alarm {
-            kind: NO_QUORUM_ALARM.to_owned(),
+            kind: AlarmKind::NoQuorum,
             severity: Severity::Warning,
             node: inputs.local.id.clone(),
             subject: "quorum".to_owned(),
@@ -928,7 +926,7 @@ mod tests {
         assert!(!status.quorum.has_quorum);
         assert!(status.links.iter().all(|l| l.state == LinkState::Unknown));
         assert_eq!(status.alarms.len(), 1);
-        assert_eq!(status.alarms[0].kind, NO_QUORUM_ALARM);
+        assert_eq!(status.alarms[0].kind, AlarmKind::NoQuorum);
         assert_eq!(
             status.alarms[0].evidence,
             vec!["not heard: c, d".to_owned()]
@@ -984,7 +982,7 @@ mod tests {
         let mesh = Mesh::new(&["a", "b", "c"]);
         let mut inputs = mesh.inputs(t(0));
         let alarm = Alarm {
-            kind: "bridge_loop".into(),
+            kind: AlarmKind::BridgeLoop,
             severity: Severity::Critical,
             node: id("b"),
             subject: "bridge0".into(),
@@ -1005,7 +1003,7 @@ mod tests {
                 .evaluate(&inputs, t(2_000))
                 .alarms
                 .iter()
-                .all(|a| a.kind != "bridge_loop")
+                .all(|a| a.kind != AlarmKind::BridgeLoop)
         );
     }
 
