@@ -1,9 +1,9 @@
 //! The background task that owns the mesh state: it runs the verdict engine
 //! on a fixed cadence over this node's own link observations and the
-//! freshest peer reports, publishes the status (a `watch` channel, so
-//! readers never wait on it), the events and the next outgoing report, and
-//! keeps the metrics current. The gRPC and HTTP handlers only read what it
-//! publishes.
+//! freshest peer reports, and publishes what it concluded (`watch`
+//! channels, so readers never wait on it): the status, the events, the next
+//! outgoing report, and for the exporter what the evaluation rested on. The
+//! gRPC and HTTP handlers and the metrics only read what it publishes.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -12,16 +12,17 @@ use std::time::{Duration, Instant, SystemTime};
 use meshd_platform::mesh::models::ModelTable;
 use meshd_proto::domain::{
     Alarm, Event, EventKind, LinkObservation, MeshStatus, NodeId, NodeIdentity, NodeLoad,
+    RejectReason,
 };
 use meshd_proto::facts::NodeFacts;
 use tokio::sync::{Notify, broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, settings};
-use crate::metrics::Metrics;
 use crate::probe::ProbeManager;
 use crate::watch::facts::{FactsFeed, PortCounters};
 use meshd_model::events;
+use meshd_model::histogram::DurationHistogram;
 use meshd_model::intake::ReportBook;
 use meshd_model::link_facts::add_port_facts;
 use meshd_model::topology::{self, Declared, MeshTopology};
@@ -56,10 +57,64 @@ pub struct ReportBody {
     pub facts: Option<Arc<NodeFacts>>,
 }
 
+/// Evaluations take microseconds at 7 nodes and milliseconds at 256;
+/// buckets cover both with room for a slow machine.
+pub const EVALUATION_BOUNDS: [Duration; 13] = [
+    Duration::from_micros(10),
+    Duration::from_micros(25),
+    Duration::from_micros(50),
+    Duration::from_micros(100),
+    Duration::from_micros(250),
+    Duration::from_micros(500),
+    Duration::from_millis(1),
+    Duration::from_micros(2_500),
+    Duration::from_millis(5),
+    Duration::from_millis(10),
+    Duration::from_millis(25),
+    Duration::from_millis(50),
+    Duration::from_millis(100),
+];
+
+/// What one evaluation concluded and what it rested on, for the exporter,
+/// which reads this and never the engine's inputs.
+#[derive(Debug, Clone)]
+pub struct Published {
+    pub status: Arc<MeshStatus>,
+    /// This node's own link observations, alarms and load, as reported.
+    pub report: Arc<ReportBody>,
+    /// Each peer's latest accepted report, and how old it was.
+    pub report_ages: Vec<(NodeId, Duration)>,
+    /// Refused peer reports since start, by reason.
+    pub rejected: BTreeMap<RejectReason, u64>,
+    /// Links at least one end probes, from this node's probes and fresh reports.
+    pub links_observed: usize,
+    /// Events produced since start, by kind.
+    pub events: BTreeMap<EventKind, u64>,
+    /// How long the evaluations took, since start.
+    pub evaluation_times: DurationHistogram,
+}
+
+impl Published {
+    /// Stands in only until the first evaluation, which `Aggregator::new`
+    /// runs before anyone can read it.
+    pub fn placeholder(identity: &NodeIdentity) -> Self {
+        Self {
+            status: Arc::new(placeholder(identity)),
+            report: Arc::new(ReportBody::default()),
+            report_ages: Vec::new(),
+            rejected: BTreeMap::new(),
+            links_observed: 0,
+            events: BTreeMap::new(),
+            evaluation_times: DurationHistogram::new(&EVALUATION_BOUNDS),
+        }
+    }
+}
+
 /// Read side of the aggregator, cheap to clone into every handler.
 #[derive(Debug, Clone)]
 pub struct MeshState {
     pub status: watch::Receiver<Arc<MeshStatus>>,
+    pub published: watch::Receiver<Arc<Published>>,
     events: broadcast::Sender<Event>,
 }
 
@@ -115,8 +170,10 @@ pub struct Aggregator {
     status: watch::Sender<Arc<MeshStatus>>,
     events: broadcast::Sender<Event>,
     body: watch::Sender<Arc<ReportBody>>,
+    published: watch::Sender<Arc<Published>>,
     urgent: Arc<Notify>,
-    metrics: Arc<Metrics>,
+    event_counts: BTreeMap<EventKind, u64>,
+    evaluation_times: DurationHistogram,
     /// Peers whose cable this node currently hears nothing on, so that
     /// crossing `down_after` either way is pushed to the peers at once.
     silent_links: BTreeSet<NodeId>,
@@ -144,12 +201,12 @@ impl Aggregator {
         config: &Config,
         identity: NodeIdentity,
         feeds: Feeds,
-        metrics: Arc<Metrics>,
     ) -> (Self, MeshState, Outgoing) {
         let engine = Engine::new(settings::engine(config));
         let (status, status_rx) = watch::channel(Arc::new(placeholder(&identity)));
         let (events, _) = broadcast::channel(EVENT_BUFFER);
         let (body, body_rx) = watch::channel(Arc::new(ReportBody::default()));
+        let (published, published_rx) = watch::channel(Arc::new(Published::placeholder(&identity)));
         let urgent = Arc::new(Notify::new());
         let mut aggregator = Self {
             engine,
@@ -160,8 +217,10 @@ impl Aggregator {
             status,
             events,
             body,
+            published,
             urgent: urgent.clone(),
-            metrics,
+            event_counts: BTreeMap::new(),
+            evaluation_times: DurationHistogram::new(&EVALUATION_BOUNDS),
             silent_links: BTreeSet::new(),
             down_after: config.thresholds.down_after,
             models: ModelTable::builtin(),
@@ -171,6 +230,7 @@ impl Aggregator {
         aggregator.evaluate(SystemTime::now(), true);
         let state = MeshState {
             status: status_rx,
+            published: published_rx,
             events: aggregator.events.clone(),
         };
         let outgoing = Outgoing {
@@ -233,7 +293,7 @@ impl Aggregator {
             ),
             detail: None,
         };
-        self.metrics.count_event(event.kind);
+        *self.event_counts.entry(event.kind).or_default() += 1;
         tracing::info!(kind = %event.kind, "{}", event.summary);
         let _ = self.events.send(event);
     }
@@ -272,12 +332,12 @@ impl Aggregator {
                 .collect(),
         };
         let mut status = self.engine.evaluate(&inputs, now);
-        self.metrics.observe_evaluation(started.elapsed());
+        self.evaluation_times.observe(started.elapsed());
         self.refresh_topology(&inputs, local_facts.clone(), now);
         status.cables.clone_from(&self.topology.cables);
         status.checks.clone_from(&self.topology.checks);
 
-        self.body.send_replace(Arc::new(ReportBody {
+        let report = Arc::new(ReportBody {
             links: inputs
                 .local_links
                 .iter()
@@ -287,7 +347,8 @@ impl Aggregator {
             hears: self.engine.hears(&inputs, now),
             load,
             facts: local_facts,
-        }));
+        });
+        self.body.send_replace(report.clone());
 
         let events = if first {
             Vec::new()
@@ -296,7 +357,7 @@ impl Aggregator {
         };
         for event in &events {
             tracing::info!(kind = %event.kind, subject = %event.subject, "{}", event.summary);
-            self.metrics.count_event(event.kind);
+            *self.event_counts.entry(event.kind).or_default() += 1;
         }
         let silent_links: BTreeSet<NodeId> = inputs
             .local_links
@@ -309,8 +370,19 @@ impl Aggregator {
             self.silent_links = silent_links;
         }
         let status = Arc::new(status);
-        self.metrics
-            .record_evaluation(status.clone(), Arc::new(inputs), rejected, now);
+        self.published.send_replace(Arc::new(Published {
+            status: status.clone(),
+            report,
+            report_ages: inputs
+                .reports
+                .iter()
+                .map(|(peer, r)| (peer.clone(), now.duration_since(r.at).unwrap_or_default()))
+                .collect(),
+            rejected,
+            links_observed: inputs.links_observed(),
+            events: self.event_counts.clone(),
+            evaluation_times: self.evaluation_times.clone(),
+        }));
         self.status.send_replace(status);
         for event in events {
             // No subscriber is fine: nobody is watching right now.

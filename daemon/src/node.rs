@@ -30,9 +30,6 @@ use crate::probe::ProbeManager;
 use crate::watch::reload::{ConfigReload, Hangups};
 use crate::watch::{bridge, cpu, facts, jobs, load};
 
-/// Seconds between histogram upkeeps of the metrics recorder.
-const METRICS_UPKEEP: std::time::Duration = std::time::Duration::from_secs(5);
-
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error("cannot listen for {what} on {addr}: {source}")]
@@ -41,8 +38,6 @@ pub enum StartError {
         addr: SocketAddr,
         source: std::io::Error,
     },
-    #[error("cannot set up metrics: {0}")]
-    Metrics(#[from] metrics_exporter_prometheus::BuildError),
     #[error("cannot set up gRPC reflection: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
 }
@@ -97,7 +92,7 @@ impl RunningNode {
         let metrics_addr = local_addr("metrics", config.listen.metrics, &http_listener)?;
 
         let identity = identity(config, hostname, SystemTime::now());
-        let metrics = Arc::new(Metrics::new(&identity)?);
+        let metrics = Arc::new(Metrics::new(&identity));
         let shutdown = CancellationToken::new();
         // The config in force: every component follows it (live reload).
         let (configs, _) = watch::channel(Arc::new(config.clone()));
@@ -144,8 +139,7 @@ impl RunningNode {
             facts: facts_watch.facts,
             port_counters: facts_watch.counters,
         };
-        let (aggregator, state, outgoing) =
-            Aggregator::new(config, identity.clone(), feeds, metrics.clone());
+        let (aggregator, state, outgoing) = Aggregator::new(config, identity.clone(), feeds);
         jobs::spawn(
             identity.id.clone(),
             configs.subscribe(),
@@ -191,7 +185,6 @@ impl RunningNode {
                 Ok(())
             }
         });
-        tasks.spawn(upkeep(metrics.clone(), shutdown.clone()));
         let services = Services {
             mesh: MeshService::new(state.clone(), shutdown.clone()),
             peer: PeerService::new(identity.clone(), book),
@@ -340,14 +333,4 @@ fn serve_grpc(
             .await?;
         Ok(())
     })
-}
-
-async fn upkeep(metrics: Arc<Metrics>, shutdown: CancellationToken) -> Result<(), ServeError> {
-    let mut tick = tokio::time::interval(METRICS_UPKEEP);
-    loop {
-        tokio::select! {
-            () = shutdown.cancelled() => return Ok(()),
-            _ = tick.tick() => metrics.run_upkeep(),
-        }
-    }
 }

@@ -133,7 +133,7 @@ fn configs_with(
 async fn a_busy_universal_control_raises_a_cpu_spike_that_clears_when_it_stops() {
     let shutdown = CancellationToken::new();
     let _stop = shutdown.clone().drop_guard();
-    let metrics = Arc::new(Metrics::new(&identity()).expect("metrics"));
+    let metrics = Arc::new(Metrics::new(&identity()));
     // One busy core must be a spike whatever the machine: 70% of one core's
     // share of the whole.
     let config = CpuWatchConfig {
@@ -189,7 +189,7 @@ async fn a_busy_universal_control_raises_a_cpu_spike_that_clears_when_it_stops()
         "{:?}",
         alarm.fix
     );
-    let text = metrics.render();
+    let text = metrics.render(&meshd::aggregator::Published::placeholder(&identity()));
     assert!(
         text.contains(r#"meshd_process_cpu_cores{process="UniversalControl"}"#),
         "{text}"
@@ -260,7 +260,7 @@ fn peer_down_status() -> MeshStatus {
 async fn a_busy_job_rank_with_a_dead_peer_is_reported_hung() {
     let shutdown = CancellationToken::new();
     let _stop = shutdown.clone().drop_guard();
-    let metrics = Arc::new(Metrics::new(&identity()).expect("metrics"));
+    let metrics = Arc::new(Metrics::new(&identity()));
     let mut burner = Burner::start("mlx-rank0");
     let pid = burner.pid();
     let (_configs, configs) = configs_with(|c| {
@@ -306,7 +306,7 @@ async fn a_busy_job_rank_with_a_dead_peer_is_reported_hung() {
         "{:?}",
         alarm.evidence
     );
-    let text = metrics.render();
+    let text = metrics.render(&meshd::aggregator::Published::placeholder(&identity()));
     assert!(
         text.contains(r#"meshd_job_processes{state="busy"}"#),
         "{text}"

@@ -90,6 +90,7 @@ fn observation(from: usize, to: usize, cut: bool, at: SystemTime) -> LinkObserva
                 .map(|k| Duration::from_micros(5 << k))
                 .collect(),
             counts: (0..HISTOGRAM_BUCKETS).map(|k| 4_000 >> k.min(12)).collect(),
+            sum: Duration::from_millis(400),
         },
         loss: vec![
             window(SHORT_WINDOW, 10),

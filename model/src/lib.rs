@@ -9,6 +9,7 @@ pub mod cpu;
 pub mod events;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
+pub mod histogram;
 pub mod intake;
 pub mod jobs;
 pub mod link;

@@ -8,8 +8,10 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant, SystemTime};
 
 use meshd_proto::domain::{
-    InterfaceState, LinkEnd, LinkObservation, LossWindow, RdmaPortState, RttHistogram, RttSummary,
+    InterfaceState, LinkEnd, LinkObservation, LossWindow, RdmaPortState, RttSummary,
 };
+
+use crate::histogram::DurationHistogram;
 
 /// Loss windows reported, shortest first (DESIGN.md §4, observation.proto).
 pub const LOSS_WINDOWS: [Duration; 3] = [
@@ -43,21 +45,28 @@ const MAX_WINDOW_SAMPLES: usize = 4096;
 
 const MAX_BASELINE_WINDOWS: usize = (BASELINE_HISTORY.as_secs() / RTT_WINDOW.as_secs()) as usize;
 
-/// Histogram bucket upper bounds, in microseconds: a Thunderbolt/veth RTT is
-/// tens of µs, a sick or loaded link reaches ms, anything above 1 s is a
-/// timeout in practice.
-const HISTOGRAM_BOUNDS_US: [u64; 17] = [
-    5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000,
-    500_000, 1_000_000,
+/// RTT histogram bucket upper bounds: a Thunderbolt/veth RTT is tens of
+/// µs, a sick or loaded link reaches ms, anything above 1 s is a timeout in
+/// practice.
+pub const RTT_BOUNDS: [Duration; 17] = [
+    Duration::from_micros(5),
+    Duration::from_micros(10),
+    Duration::from_micros(25),
+    Duration::from_micros(50),
+    Duration::from_micros(100),
+    Duration::from_micros(250),
+    Duration::from_micros(500),
+    Duration::from_millis(1),
+    Duration::from_micros(2_500),
+    Duration::from_millis(5),
+    Duration::from_millis(10),
+    Duration::from_millis(25),
+    Duration::from_millis(50),
+    Duration::from_millis(100),
+    Duration::from_millis(250),
+    Duration::from_millis(500),
+    Duration::from_secs(1),
 ];
-
-/// The histogram's bucket bounds (`counts` has one more entry than this).
-pub fn histogram_bounds() -> Vec<Duration> {
-    HISTOGRAM_BOUNDS_US
-        .iter()
-        .map(|us| Duration::from_micros(*us))
-        .collect()
-}
 
 /// Which kind of probe: small ones measure RTT and loss; MTU-sized ones catch
 /// size-dependent loss (a bad cable or MTU mismatch drops big frames only).
@@ -152,7 +161,7 @@ pub struct LinkStats {
     config: LinkStatsConfig,
     outstanding: BTreeMap<u64, Outstanding>,
     records: VecDeque<Record>,
-    histogram: Vec<u64>,
+    histogram: DurationHistogram,
     sent_total: u64,
     lost_total: u64,
     first_sent_at: Option<Instant>,
@@ -183,7 +192,7 @@ impl LinkStats {
             config,
             outstanding: BTreeMap::new(),
             records: VecDeque::new(),
-            histogram: vec![0; HISTOGRAM_BOUNDS_US.len() + 1],
+            histogram: DurationHistogram::new(&RTT_BOUNDS),
             sent_total: 0,
             lost_total: 0,
             first_sent_at: None,
@@ -280,9 +289,7 @@ impl LinkStats {
             return None;
         }
         if class == ProbeClass::Small {
-            if let Some(count) = self.histogram.get_mut(bucket_index(rtt)) {
-                *count += 1;
-            }
+            self.histogram.observe(rtt);
             self.add_baseline_sample(rtt, at);
         }
         self.push_record(Record {
@@ -379,10 +386,7 @@ impl LinkStats {
             rdma_port_state: RdmaPortState::None,
             gid_matches_address: None,
             rtt,
-            rtt_histogram: RttHistogram {
-                bounds: histogram_bounds(),
-                counts: self.histogram.clone(),
-            },
+            rtt_histogram: self.histogram.to_rtt_histogram(),
             loss: self.loss_windows(ProbeClass::Small, now),
             mtu_loss: self.loss_windows(ProbeClass::Mtu, now),
             probes_sent_total: self.sent_total,
@@ -562,13 +566,6 @@ fn quantile(sorted: &[Duration], q: f64) -> Duration {
 
 /// Bucket `i` holds (`bounds[i-1]`, `bounds[i]`]; the last one everything
 /// above the last bound.
-fn bucket_index(rtt: Duration) -> usize {
-    HISTOGRAM_BOUNDS_US
-        .iter()
-        .position(|&us| rtt <= Duration::from_micros(us))
-        .unwrap_or(HISTOGRAM_BOUNDS_US.len())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -76,6 +76,25 @@ pub struct MeshInputs {
     pub local_alarms: Vec<Alarm>,
 }
 
+impl MeshInputs {
+    /// Links that at least one end currently probes, by this node's own
+    /// observations and the peers' latest reports.
+    pub fn links_observed(&self) -> usize {
+        let observed: BTreeSet<(&NodeId, &NodeId)> = self
+            .local_links
+            .iter()
+            .map(|l| &l.observation)
+            .chain(self.reports.values().flat_map(|r| r.report.links.iter()))
+            .filter(|o| o.probes_sent_total > 0)
+            .map(|o| {
+                let (x, y) = (&o.local.node, &o.remote.node);
+                if x <= y { (x, y) } else { (y, x) }
+            })
+            .collect();
+        observed.len()
+    }
+}
+
 /// A member's position in the sorted configured set. Links and node states
 /// are looked up by these small numbers rather than by comparing names:
 /// at 256 nodes an evaluation touches 65 000 observations.

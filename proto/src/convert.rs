@@ -226,6 +226,7 @@ impl From<RttHistogram> for wire::RttHistogram {
         Self {
             bounds_ns: h.bounds.into_iter().map(nanos).collect(),
             counts: h.counts,
+            sum_ns: nanos(h.sum),
         }
     }
 }
@@ -252,6 +253,7 @@ impl TryFrom<wire::RttHistogram> for RttHistogram {
         Ok(Self {
             bounds: h.bounds_ns.into_iter().map(Duration::from_nanos).collect(),
             counts: h.counts,
+            sum: Duration::from_nanos(h.sum_ns),
         })
     }
 }
@@ -1173,6 +1175,7 @@ mod tests {
                 rtt_histogram: RttHistogram {
                     bounds: vec![Duration::from_micros(25), Duration::from_micros(50)],
                     counts: vec![10, 500, 90],
+                    sum: Duration::from_micros(27_000),
                 },
                 loss: vec![LossWindow {
                     window: Duration::from_secs(1),

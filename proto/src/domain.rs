@@ -200,7 +200,7 @@ pub enum Blame {
 }
 named_enum!(Blame { None => "none", Link => "link", Node => "node" });
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum EventKind {
     LinkDown,
     LinkDegraded,
@@ -471,6 +471,8 @@ pub struct RttSummary {
 pub struct RttHistogram {
     pub bounds: Vec<Duration>,
     pub counts: Vec<u64>,
+    /// The sum of every counted RTT.
+    pub sum: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

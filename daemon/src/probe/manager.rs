@@ -147,7 +147,7 @@ mod tests {
             version: "t".into(),
             hostname: "a".into(),
         };
-        let metrics = Arc::new(Metrics::new(&identity).expect("metrics"));
+        let metrics = Arc::new(Metrics::new(&identity));
         let shutdown = CancellationToken::new();
         let settings = crate::config::settings::prober(&ProbeConfig::default());
         let (ab, ac) = (link("b", 1, 2), link("c", 3, 4));

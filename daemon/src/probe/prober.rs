@@ -101,8 +101,6 @@ struct ProbeState {
     settings: ProberSettings,
     stats: LinkStats,
     tx: watch::Sender<Option<LocalObservation>>,
-    /// Every counted small-probe RTT goes here too, for the exported histogram.
-    rtt_metric: Option<metrics::Histogram>,
     next_seq: u64,
     send_state: SendState,
     recv_failing: bool,
@@ -126,7 +124,6 @@ impl Prober {
         local: LinkEnd,
         remote: LinkEnd,
         settings: ProberSettings,
-        rtt_metric: Option<metrics::Histogram>,
     ) -> Result<Self, ProbeError> {
         let settings = settings.clamped();
         let (local_ip, peer_ip) = link_addresses(&local, &remote)?;
@@ -173,7 +170,6 @@ impl Prober {
                 settings,
                 stats,
                 tx,
-                rtt_metric,
                 next_seq: initial_seq(),
                 send_state: SendState::Ok,
                 recv_failing: false,
@@ -328,13 +324,9 @@ impl ProbeState {
                     self.recv_failing = false;
                     tracing::info!(link = %self.link_name(), peer = %self.peer_addr, "probe replies are arriving again");
                 }
-                let rtt = self.stats.on_reply(h.seq, h.class, h.host_delay(), at);
-                if let (Some(rtt), ProbeClass::Small, Some(metric)) =
-                    (rtt, h.class, &self.rtt_metric)
-                {
-                    metric.record(rtt.as_secs_f64());
-                }
-                rtt.is_some()
+                self.stats
+                    .on_reply(h.seq, h.class, h.host_delay(), at)
+                    .is_some()
             }
             _ => {
                 self.invalid_replies += 1;

@@ -33,7 +33,7 @@ pub fn supervise_link(
             let started = ProbeSet::start(
                 [(local.clone(), remote.clone())],
                 settings,
-                Some(&metrics),
+                Some(metrics.clone()),
                 &shutdown,
             )
             .await;

@@ -104,7 +104,7 @@ pub fn spawn(
                 }
             };
             let alarms = detector.observe(&bridges, &mesh, Instant::now(), SystemTime::now());
-            metrics.record_bridges(
+            metrics.watchers.record_bridges(
                 bridges.iter().map(|b| {
                     let mesh_members = b.members.iter().filter(|m| mesh.contains(*m)).count();
                     (b.name.as_str(), b.active, mesh_members)

@@ -201,7 +201,7 @@ pub fn spawn(
             };
             let Some(sample) = sample else { continue };
             let at = SystemTime::now();
-            metrics.record_process_cpu(&reduce_for_metrics(
+            metrics.watchers.record_process_cpu(&reduce_for_metrics(
                 &sample.processes,
                 config.top,
                 &config.offenders,

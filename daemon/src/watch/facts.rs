@@ -90,7 +90,7 @@ pub fn spawn(
                     if took > SLOW_READ {
                         tracing::warn!(took = ?took, "reading platform facts was slow");
                     }
-                    metrics.record_facts(&facts, took);
+                    metrics.watchers.record_facts(took, facts.blind_spots.len());
                     for spot in &facts.blind_spots {
                         tracing::debug!(blind_spot = %spot, "platform fact not available");
                     }

@@ -47,7 +47,9 @@ pub fn spawn(
             let mesh = status.borrow().clone();
             let (active, counts) =
                 detector.update(&sampled.sample.processes, Some(&mesh), sampled.at);
-            metrics.record_job_processes(counts.busy, counts.idle);
+            metrics
+                .watchers
+                .record_job_processes(counts.busy, counts.idle);
             alarms.send_if_modified(|current| {
                 let changed = *current != active;
                 if changed {
