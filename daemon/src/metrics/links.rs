@@ -28,7 +28,8 @@ pub fn write(out: &mut Exposition, links: &[LinkObservation]) {
     // whose 100-250 µs bucket cannot place a veth link's RTT. Two gauges,
     // not one with a `quantile` label: Prometheus keeps that label for
     // summaries.
-    let quantiles: [(&MetricSpec, fn(&RttSummary) -> Duration); 2] = [
+    type Quantile = fn(&RttSummary) -> Duration;
+    let quantiles: [(&MetricSpec, Quantile); 2] = [
         (&c::LINK_RTT_P50_SECONDS, |rtt| rtt.p50),
         (&c::LINK_RTT_P99_SECONDS, |rtt| rtt.p99),
     ];
