@@ -13,6 +13,7 @@
 mod address;
 mod error;
 mod locate;
+pub mod reload;
 pub mod settings;
 mod validate;
 
