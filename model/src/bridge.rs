@@ -389,7 +389,7 @@ mod tests {
     impl Clock {
         fn new() -> Self {
             Self {
-                start: Instant::now(),
+                start: crate::fixtures::epoch(),
             }
         }
         fn at(&self, secs: u64) -> (Instant, SystemTime) {

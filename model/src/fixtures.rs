@@ -2,7 +2,7 @@
 //! `fixtures` feature, by the daemon's tests, which check that the config's
 //! defaults map to exactly these settings).
 
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use meshd_proto::domain::{
     InterfaceState, LinkEnd, LinkObservation, LossWindow, NodeId, RdmaPortState, RttHistogram,
@@ -11,6 +11,16 @@ use meshd_proto::domain::{
 
 use crate::link::{LinkRules, MEDIUM_WINDOW, SATURATED_SLOWDOWN, SHORT_WINDOW};
 use crate::verdict::EngineSettings;
+
+/// Tests make up their times as offsets from one real instant: the only
+/// clock read in the model's code, and it is test code.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "an `Instant` can only be had from the clock"
+)]
+pub fn epoch() -> Instant {
+    Instant::now()
+}
 
 /// The engine settings of a config that sets nothing (`meshd.example.toml`
 /// documents the same values).

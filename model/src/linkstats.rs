@@ -618,7 +618,7 @@ mod tests {
 
     #[test]
     fn fresh_stats_are_empty() {
-        let t0 = Instant::now();
+        let t0 = crate::fixtures::epoch();
         let mut s = stats();
         let o = observe(&mut s, t0);
         assert_eq!(o.silence, Duration::ZERO);
@@ -642,7 +642,7 @@ mod tests {
 
     #[test]
     fn quantiles_over_last_ten_seconds() {
-        let t0 = Instant::now();
+        let t0 = crate::fixtures::epoch();
         let mut s = stats();
         // 100 probes, RTT 1..=100 µs, all within the 10-s window.
         for i in 0..100u64 {
@@ -664,7 +664,7 @@ mod tests {
 
     #[test]
     fn rtt_excludes_host_delay() {
-        let t0 = Instant::now();
+        let t0 = crate::fixtures::epoch();
         let mut s = stats();
         s.on_sent(1, ProbeClass::Small, t0);
         assert!(
@@ -688,7 +688,7 @@ mod tests {
 
     #[test]
     fn in_flight_probes_count_in_no_window_and_timeouts_become_lost() {
-        let t0 = Instant::now();
+        let t0 = crate::fixtures::epoch();
         let mut s = stats();
         s.on_sent(1, ProbeClass::Small, t0);
         let o = observe(&mut s, t0 + ms(100));
@@ -716,7 +716,7 @@ mod tests {
 
     #[test]
     fn loss_windows_slide() {
-        let t0 = Instant::now();
+        let t0 = crate::fixtures::epoch();
         let mut s = stats();
         // Second 0..10: all answered. Second 10..12: all lost.
         let mut seq = 0;
@@ -753,7 +753,7 @@ mod tests {
 
     #[test]
     fn mtu_probes_count_in_mtu_loss_only() {
-        let t0 = Instant::now();
+        let t0 = crate::fixtures::epoch();
         let mut s = stats();
         s.on_sent(1, ProbeClass::Mtu, t0);
         assert!(
@@ -773,7 +773,7 @@ mod tests {
 
     #[test]
     fn losses_before_the_first_reply_are_not_loss() {
-        let t0 = Instant::now();
+        let t0 = crate::fixtures::epoch();
         let mut s = stats();
         for seq in 0..2u64 {
             s.on_sent(seq, ProbeClass::Small, t0 + ms(seq * 100));
@@ -792,7 +792,7 @@ mod tests {
 
     #[test]
     fn probes_sent_into_an_outage_and_found_lost_after_it_are_not_loss() {
-        let t0 = Instant::now();
+        let t0 = crate::fixtures::epoch();
         let mut s = stats();
         // Sent before the peer answered anything, found lost only after the
         // first reply (they time out later).
@@ -812,7 +812,7 @@ mod tests {
 
     #[test]
     fn an_outage_leaves_the_loss_windows_once_the_link_is_back_but_loss_stays() {
-        let t0 = Instant::now();
+        let t0 = crate::fixtures::epoch();
         let mut s = stats();
         // A probe every 100 ms; 5 and 12 lost alone (loss), 20 to 26 lost
         // in a row (an outage: 27 is answered 800 ms after 19).
@@ -839,7 +839,7 @@ mod tests {
 
     #[test]
     fn replies_that_waited_for_the_path_to_come_back_are_not_rtt_samples() {
-        let t0 = Instant::now();
+        let t0 = crate::fixtures::epoch();
         let mut s = stats();
         for seq in 0..10u64 {
             answered(&mut s, seq, t0, ms(seq * 100), us(40));
@@ -880,7 +880,7 @@ mod tests {
 
     #[test]
     fn consecutive_lost_resets_on_reply() {
-        let t0 = Instant::now();
+        let t0 = crate::fixtures::epoch();
         let mut s = stats();
         for seq in 0..5u64 {
             s.on_sent(seq, ProbeClass::Small, t0 + ms(seq * 100));
@@ -894,7 +894,7 @@ mod tests {
 
     #[test]
     fn send_failures_count_as_sent_and_lost() {
-        let t0 = Instant::now();
+        let t0 = crate::fixtures::epoch();
         let mut s = stats();
         s.on_send_failed(ProbeClass::Small, t0);
         s.on_send_failed(ProbeClass::Mtu, t0);
@@ -907,7 +907,7 @@ mod tests {
 
     #[test]
     fn silence_runs_from_last_reply_or_first_send() {
-        let t0 = Instant::now();
+        let t0 = crate::fixtures::epoch();
         let mut s = stats();
         assert_eq!(observe(&mut s, t0 + ms(300)).silence, Duration::ZERO);
         s.on_sent(1, ProbeClass::Small, t0 + ms(1_000));
@@ -929,7 +929,7 @@ mod tests {
 
     #[test]
     fn duplicate_unknown_late_and_mismatched_replies_are_ignored() {
-        let t0 = Instant::now();
+        let t0 = crate::fixtures::epoch();
         let mut s = stats();
         assert!(
             s.on_reply(99, ProbeClass::Small, Duration::ZERO, t0)
@@ -988,7 +988,7 @@ mod tests {
 
     #[test]
     fn repeated_send_keeps_first_timestamp() {
-        let t0 = Instant::now();
+        let t0 = crate::fixtures::epoch();
         let mut s = stats();
         s.on_sent(1, ProbeClass::Small, t0);
         s.on_sent(1, ProbeClass::Small, t0 + ms(400));
@@ -999,7 +999,7 @@ mod tests {
 
     #[test]
     fn histogram_buckets_at_the_bounds() {
-        let t0 = Instant::now();
+        let t0 = crate::fixtures::epoch();
         let mut s = stats();
         let rtts = [
             us(5),                           // exactly on the first bound: bucket 0
@@ -1036,7 +1036,7 @@ mod tests {
 
     #[test]
     fn baseline_needs_three_windows_and_uses_medians() {
-        let t0 = Instant::now();
+        let t0 = crate::fixtures::epoch();
         let mut s = stats();
         let mut seq = 0;
         let mut fill = |s: &mut LinkStats, from_s: u64, rtt: Duration| {
@@ -1074,7 +1074,7 @@ mod tests {
 
     #[test]
     fn memory_stays_bounded() {
-        let t0 = Instant::now();
+        let t0 = crate::fixtures::epoch();
         let mut s = LinkStats::new(LinkStatsConfig {
             timeout: Duration::from_secs(3_600),
             outage_gap: OUTAGE_GAP,
