@@ -1,5 +1,5 @@
 //! One evaluation of the verdict engine on a warmed-up engine, for full
-//! meshes of 7, 64 and 256 nodes (DESIGN §7: < 50 µs / < 5 ms / < 50 ms).
+//! meshes of 7, 64 and 256 nodes (ARCHITECTURE.md, Targets: < 50 µs / < 5 ms / < 50 ms).
 //!
 //! Realistic inputs: every peer heard, every link observed from both ends
 //! with an RTT summary, an 18-bucket RTT histogram and three loss windows,

@@ -1,4 +1,4 @@
-//! Bridge loops and broadcast storms (DESIGN §1-2): a bridge that has a
+//! Bridge loops and broadcast storms (ARCHITECTURE.md, Field facts): a bridge that has a
 //! mesh port as a member forwards broadcast frames between cables, and once
 //! two nodes do it the full mesh has a cycle and frames circulate forever.
 //!

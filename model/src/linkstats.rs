@@ -13,7 +13,7 @@ use meshd_proto::domain::{
 
 use crate::histogram::DurationHistogram;
 
-/// Loss windows reported, shortest first (DESIGN.md §4, observation.proto).
+/// Loss windows reported, shortest first (observation.proto).
 pub const LOSS_WINDOWS: [Duration; 3] = [
     Duration::from_secs(1),
     Duration::from_secs(10),

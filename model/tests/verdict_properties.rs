@@ -1,4 +1,4 @@
-//! Property tests for the verdict engine (DESIGN §6): random faults injected
+//! Property tests for the verdict engine (ARCHITECTURE.md, "How we know it works"): random faults injected
 //! into simulated full meshes of 2 to 16 nodes, and the engine's verdicts,
 //! seen from a random live node, compared with the injected truth.
 //!

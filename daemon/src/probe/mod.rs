@@ -1,6 +1,6 @@
 //! Link probing over UDP: a responder on every local link address and a
 //! prober per link, each publishing that link's observation on a watch
-//! channel (DESIGN.md §4).
+//! channel.
 
 mod manager;
 pub mod packet;
