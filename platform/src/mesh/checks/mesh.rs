@@ -45,13 +45,15 @@ impl Mesh<'_> {
         self.views.get(node).map_or(&[][..], Vec::as_slice)
     }
 
-    /// Why which of `node`'s ports are cabled is not fully known, for a Mac;
-    /// `None` when it is (or the node's cables come from config).
+    /// Why which of `node`'s ports are cabled is not fully known; `None`
+    /// when it is, or for a Linux node, whose cables come from config.
     fn cabling_unknown(&self, node: &NodeId) -> Option<String> {
         let facts = self.facts.get(node)?;
-        (facts.os == OsKind::Macos)
-            .then(|| unknown_cabling(facts))
-            .flatten()
+        match facts.os {
+            OsKind::Macos => unknown_cabling(facts),
+            OsKind::Linux => None,
+            OsKind::Other => Some("its OS and ports are unknown".to_owned()),
+        }
     }
 
     /// Ports known to have nothing on them, the ones the model prefers

@@ -329,10 +329,13 @@ fn linked_ports(facts: &NodeFacts) -> Vec<&PortFact> {
 
 /// On macOS, what keeps the list of cabled ports from being complete:
 /// ports the Thunderbolt report does not describe, or no report at all.
+/// With every port known, a port that only an RDMA device names is one of
+/// them seen again (its receptacle unknown), and adds no doubt.
 fn unknown_cabling(facts: &NodeFacts) -> Option<String> {
     let unknown: Vec<String> = facts
         .ports
         .iter()
+        .filter(|p| !(facts.ports_complete && p.receptacle == 0 && p.name.is_empty()))
         .filter(|p| p.cabled_to_mac().is_none())
         .map(port_label)
         .collect();

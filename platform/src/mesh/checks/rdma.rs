@@ -190,7 +190,12 @@ pub(super) fn rdma_port_active(mut check: Check, node: &NodeView) -> CheckResult
     for port in ports {
         let label = port_label(port);
         if port.rdma_device.is_empty() {
-            if facts.rdma_devices_read {
+            if port.iface.is_empty() {
+                // Devices pair with ports by interface (`rdma_<iface>`).
+                check.blind(format!(
+                    "{label}: its interface, so its RDMA device, is unknown (no hardware-port list)"
+                ));
+            } else if facts.rdma_devices_read {
                 check.fail(
                     format!("{label} is cabled but has no RDMA device"),
                     "check `ibv_devices` lists rdma_<iface> for every cabled Thunderbolt 5 port",
