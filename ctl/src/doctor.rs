@@ -192,13 +192,18 @@ fn render(nodes: &[NodeReport], cables: &[Cable], checks: &[CheckResult]) -> Str
         let f = &n.facts;
         let _ = writeln!(
             out,
-            "{}: {} {}{}, facts from {}",
+            "{}: {} {}{}{}, facts from {}",
             n.node,
             f.os,
             if f.os_version.is_empty() {
                 "(version unknown)"
             } else {
                 &f.os_version
+            },
+            if f.os_build.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", f.os_build)
             },
             if f.model.is_empty() {
                 String::new()

@@ -489,7 +489,10 @@ mod tests {
             ..bridge(true, &["en1"])
         };
         let (now, wall) = clock.at(0);
-        assert!(d.observe(&[unknown.clone()], &mesh(), now, wall).is_empty());
+        assert!(
+            d.observe(std::slice::from_ref(&unknown), &mesh(), now, wall)
+                .is_empty()
+        );
         let (now, wall) = clock.at(1);
         let raised = d.observe(&[bridge(true, &["en1"])], &mesh(), now, wall);
         assert_eq!(kinds(&raised), [BRIDGE_LOOP]);

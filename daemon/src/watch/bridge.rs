@@ -130,7 +130,9 @@ pub fn spawn(
 /// Bridge's enabled state) in this directory's preferences.plist.
 const NETWORK_PREFERENCES: &str = "/Library/Preferences/SystemConfiguration";
 
-fn watch_network_config(
+/// Sends on `changed` whenever macOS's network configuration changes (the
+/// facts watch re-reads on it too); `None`, logged, where it cannot watch.
+pub(crate) fn watch_network_config(
     changed: tokio::sync::mpsc::Sender<()>,
 ) -> Option<notify::RecommendedWatcher> {
     use notify::Watcher;
@@ -283,7 +285,9 @@ mod tests {
             env!("CARGO_MANIFEST_DIR"),
             "/../../shared/fixtures/macos/ifconfig_a_IntelMac_bridge0-inactive_plus-bridge100-vmnet.txt"
         ));
-        let seen: Vec<(String, Option<bool>, Vec<String>, Option<u64>)> = macos_bridges(text)
+        /// (name, forwarding, members, packets)
+        type Seen = (String, Option<bool>, Vec<String>, Option<u64>);
+        let seen: Vec<Seen> = macos_bridges(text)
             .into_iter()
             .map(|b| (b.name, b.active, b.members, b.packets))
             .collect();

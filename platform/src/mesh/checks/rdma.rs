@@ -331,7 +331,7 @@ fn bridged_note(facts: &NodeFacts, port: &PortFact) -> String {
         .bridges
         .iter()
         .flatten()
-        .find(|b| b.up == Some(true) && b.members.iter().any(|m| *m == port.iface))
+        .find(|b| b.up == Some(true) && b.members.contains(&port.iface))
         .map(|b| {
             format!(
                 "; {} is a member of {}, and bridged ports lose their GIDs beyond GID[0] \
