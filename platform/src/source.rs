@@ -46,29 +46,8 @@ pub enum HostCommand {
 }
 
 impl HostCommand {
-    /// The commands of the macOS platform, in the order they are run.
-    pub const MACOS: &'static [HostCommand] = &[
-        HostCommand::SwVers,
-        HostCommand::HwModel,
-        HostCommand::Thunderbolt,
-        HostCommand::HardwarePorts,
-        HostCommand::ServiceOrder,
-        HostCommand::AllServices,
-        HostCommand::Ifconfig,
-        HostCommand::RdmaCtl,
-        HostCommand::IbvDevices,
-        HostCommand::IbvDevinfo,
-    ];
-
-    /// The commands of the Linux platform (sysfs does the rest); `ibv_*`
-    /// are the fallback where the verbs library cannot be loaded.
-    pub const LINUX: &'static [HostCommand] = &[
-        HostCommand::IpAddr,
-        HostCommand::IbvDevices,
-        HostCommand::IbvDevinfo,
-    ];
-
-    /// Every command, those of the watchers too.
+    /// Every command: the macOS collector's in the order they are run,
+    /// then Linux's `ip`, then the bridge watcher's.
     pub const ALL: &'static [HostCommand] = &[
         HostCommand::SwVers,
         HostCommand::HwModel,
@@ -82,6 +61,18 @@ impl HostCommand {
         HostCommand::IbvDevinfo,
         HostCommand::IpAddr,
         HostCommand::InterfaceCounters,
+    ];
+
+    /// The commands of the macOS platform, in the order they are run: the
+    /// first ten of [`HostCommand::ALL`].
+    pub const MACOS: &'static [HostCommand] = Self::ALL.split_at(10).0;
+
+    /// The commands of the Linux platform (sysfs does the rest); `ibv_*`
+    /// are the fallback where the verbs library cannot be loaded.
+    pub const LINUX: &'static [HostCommand] = &[
+        HostCommand::IpAddr,
+        HostCommand::IbvDevices,
+        HostCommand::IbvDevinfo,
     ];
 
     /// Run on macOS only: a bundle holding the output of any of these was
@@ -432,6 +423,11 @@ mod tests {
         for listed in HostCommand::MACOS.iter().chain(HostCommand::LINUX) {
             assert!(HostCommand::ALL.contains(listed), "{listed}");
         }
+        assert_eq!(
+            HostCommand::MACOS.last(),
+            Some(&HostCommand::IbvDevinfo),
+            "MACOS is the macOS collector's commands"
+        );
         let mut files: Vec<&str> = commands.iter().map(|c| c.file_name()).collect();
         files.sort_unstable();
         files.dedup();

@@ -1010,3 +1010,73 @@ fn bridge0_is_judged_by_device_when_the_thunderbolt_ports_are_unknown() {
     );
     assert_eq!(result(&bridge0(None, None)).status, CheckStatus::Skipped);
 }
+
+#[test]
+fn the_far_ends_view_fills_unknowns_and_a_contradiction_warns() {
+    use meshd_platform::mesh::checks::diagnose;
+    let models = ModelTable::builtin();
+    // n2's own capture has neither its model nor rdma_ctl; n1 sees it as
+    // a Mac Studio that offers the RDMA service.
+    let mut facts = healthy(2);
+    let n2 = facts.get_mut(&name(1)).unwrap();
+    n2.model.clear();
+    n2.rdma_enabled = None;
+    let diagnosis = diagnose(&facts, &models);
+    let n2_checks = &diagnosis.node_checks[&name(1)];
+    let usable = check(n2_checks, "port_usable");
+    assert_eq!(usable.status, CheckStatus::Pass, "{usable:?}");
+    assert!(
+        usable.evidence[0]
+            .ends_with("usable for RDMA on m3-ultra-studio (as n1/Thunderbolt 2 sees it)"),
+        "{usable:?}"
+    );
+    let rdma = check(n2_checks, "rdma_enabled");
+    assert_eq!(rdma.status, CheckStatus::Pass, "{rdma:?}");
+    assert!(
+        rdma.evidence[0].starts_with("n1/Thunderbolt 2 sees this Mac offer the RDMA service"),
+        "{rdma:?}"
+    );
+    // Alone, n2's checks cannot know either.
+    let alone = node_checks(&name(1), &facts[&name(1)], &models);
+    assert_eq!(check(&alone, "port_usable").status, CheckStatus::Skipped);
+    let views = check(&diagnosis.mesh_checks, "peer_views_agree");
+    assert_eq!(views.status, CheckStatus::Skipped, "{views:?}");
+
+    // Both ends captured, and they disagree: one capture is stale.
+    let mut facts = healthy(2);
+    port_mut(&mut facts, 0, 2).peer.as_mut().unwrap().model = "Mac16,9".into();
+    let diagnosis = diagnose(&facts, &models);
+    let views = check(&diagnosis.mesh_checks, "peer_views_agree");
+    assert_eq!(views.status, CheckStatus::Warn, "{views:?}");
+    assert!(
+        views.evidence.contains(
+            &"n1/Thunderbolt 2 sees n2's model as Mac16,9, but its own hw.model says Mac15,14"
+                .to_owned()
+        ),
+        "{views:?}"
+    );
+    // A view never overrides what the node captured itself.
+    let usable = check(&diagnosis.node_checks[&name(1)], "port_usable");
+    assert!(
+        usable.evidence[0].ends_with("usable for RDMA on m3-ultra-studio"),
+        "{usable:?}"
+    );
+}
+
+#[test]
+fn a_peer_seen_offering_no_rdma_service_has_rdma_off() {
+    let mut facts = healthy(2);
+    facts.get_mut(&name(1)).unwrap().rdma_enabled = None;
+    port_mut(&mut facts, 0, 2)
+        .peer
+        .as_mut()
+        .unwrap()
+        .rdma_service = Some(false);
+    let diagnosis = meshd_platform::mesh::checks::diagnose(&facts, &ModelTable::builtin());
+    let rdma = check(&diagnosis.node_checks[&name(1)], "rdma_enabled");
+    assert_eq!(rdma.status, CheckStatus::Fail, "{rdma:?}");
+    assert_eq!(
+        rdma.evidence[0],
+        "n1/Thunderbolt 2 sees this Mac not offer the RDMA service (rdma_ctl status not read): RDMA is disabled"
+    );
+}
