@@ -8,10 +8,9 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use meshd_platform::bundle::{self, BundleError};
-use meshd_platform::mesh::cables::cable_map;
-use meshd_platform::mesh::checks::{mesh_checks, node_checks};
+use meshd_platform::mesh::checks::diagnose;
 use meshd_platform::mesh::models::ModelTable;
-use meshd_platform::source::{LiveSource, ReplaySource, Source};
+use meshd_platform::source::LiveSource;
 use meshd_proto::domain::NodeId;
 use meshd_proto::facts::{Cable, CheckResult, NodeFacts};
 use serde::Serialize;
@@ -84,35 +83,24 @@ pub async fn run(target: &Target, scope: Scope, json: bool) -> Result<bool, Unre
     Ok(!checklist::any_failed(&checks))
 }
 
-/// Checks over facts read without a daemon: each node's own checks, and the
-/// mesh-wide ones when there is more than one node.
+/// Checks over facts read without a daemon: each node's own checks (with
+/// what the far ends of its cables see of it), and the mesh-wide ones when
+/// there is more than one node.
 fn offline(
     facts: Vec<(NodeId, NodeFacts)>,
     models: &ModelTable,
 ) -> (Vec<NodeReport>, Vec<Cable>, Vec<CheckResult>) {
-    let mut nodes: Vec<NodeReport> = facts
+    let by_node: BTreeMap<NodeId, NodeFacts> = facts.into_iter().collect();
+    let mut diagnosis = diagnose(&by_node, models);
+    let checks: Vec<CheckResult> = diagnosis.all_checks().cloned().collect();
+    let nodes = by_node
         .into_iter()
         .map(|(node, mut facts)| {
-            facts.checks = node_checks(&node, &facts, models);
+            facts.checks = diagnosis.node_checks.remove(&node).unwrap_or_default();
             NodeReport { node, facts }
         })
         .collect();
-    nodes.sort_by(|a, b| a.node.cmp(&b.node));
-    let mut checks: Vec<CheckResult> = nodes
-        .iter()
-        .flat_map(|n| n.facts.checks.iter().cloned())
-        .collect();
-    let mut cables = Vec::new();
-    if nodes.len() > 1 {
-        let by_node: BTreeMap<NodeId, NodeFacts> = nodes
-            .iter()
-            .map(|n| (n.node.clone(), n.facts.clone()))
-            .collect();
-        let members: Vec<NodeId> = by_node.keys().cloned().collect();
-        cables = cable_map(&by_node, &[]);
-        checks.extend(mesh_checks(&members, &by_node, &cables, models));
-    }
-    (nodes, cables, checks)
+    (nodes, diagnosis.cables, checks)
 }
 
 /// The bundles at `path`: one bundle (a directory or a `.tar.gz`), or a
@@ -176,8 +164,6 @@ fn is_bundle(dir: &Path) -> bool {
 /// applies its newer parsers), under the node id of its manifest, `node`,
 /// or the directory's name.
 fn read_bundle(dir: &Path, node: Option<NodeId>) -> Result<(NodeId, NodeFacts), Unreachable> {
-    let source = ReplaySource::open(dir)
-        .map_err(|e| Unreachable(format!("cannot open {}: {e}", dir.display())))?;
     let named = bundle::read_manifest(dir).ok().map(|m| m.node);
     let fallback = || {
         dir.file_name()
@@ -195,8 +181,9 @@ fn read_bundle(dir: &Path, node: Option<NodeId>) -> Result<(NodeId, NodeFacts), 
             NodeId::new(&name).unwrap_or_else(|_| NodeId::from_hostname(&name))
         }
     };
-    let os = bundle::os_of(dir);
-    Ok((node, meshd_platform::collect(&source as &dyn Source, os)))
+    let facts = bundle::replay_facts(dir)
+        .map_err(|e| Unreachable(format!("cannot open {}: {e}", dir.display())))?;
+    Ok((node, facts))
 }
 
 fn render(nodes: &[NodeReport], cables: &[Cable], checks: &[CheckResult]) -> String {
@@ -205,13 +192,18 @@ fn render(nodes: &[NodeReport], cables: &[Cable], checks: &[CheckResult]) -> Str
         let f = &n.facts;
         let _ = writeln!(
             out,
-            "{}: {} {}{}, facts from {}",
+            "{}: {} {}{}{}, facts from {}",
             n.node,
             f.os,
             if f.os_version.is_empty() {
                 "(version unknown)"
             } else {
                 &f.os_version
+            },
+            if f.os_build.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", f.os_build)
             },
             if f.model.is_empty() {
                 String::new()

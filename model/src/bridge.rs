@@ -21,8 +21,10 @@ pub enum Os {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct BridgeObservation {
     pub name: String,
-    /// Forwarding frames: macOS `status: active`, Linux operstate up.
-    pub active: bool,
+    /// Forwarding frames: UP and RUNNING and its status not `inactive`
+    /// ([`meshd_proto::facts::BridgeFact::forwarding`]); `None` when this
+    /// sample could not tell, which keeps a loop alarm as it was.
+    pub active: Option<bool>,
     pub members: Vec<String>,
     /// Cumulative broadcast+multicast packets the bridge received, where the
     /// OS counts them (see the platform module for what each OS counts).
@@ -191,7 +193,12 @@ impl BridgeDetector {
                 .collect();
             let evidence = self.evidence(bridge, &mesh_members);
 
-            if bridge.active && !mesh_members.is_empty() {
+            let looping = match bridge.active {
+                Some(active) => active,
+                // An unreadable state is no evidence either way.
+                None => previous.is_some_and(|p| p.loop_since.is_some()),
+            };
+            if looping && !mesh_members.is_empty() {
                 let started = previous.and_then(|p| p.loop_since).unwrap_or(wall);
                 entry.loop_since = Some(started);
                 alarms.push(Alarm {
@@ -256,7 +263,11 @@ impl BridgeDetector {
             format!(
                 "{} is {}",
                 bridge.name,
-                if bridge.active { "active" } else { "inactive" }
+                match bridge.active {
+                    Some(true) => "forwarding (up, running)",
+                    Some(false) => "not forwarding",
+                    None => "in an unknown state this sample",
+                }
             ),
             format!(
                 "members: {}",
@@ -407,7 +418,7 @@ mod tests {
     fn bridge(active: bool, members: &[&str]) -> BridgeObservation {
         BridgeObservation {
             name: "bridge0".into(),
-            active,
+            active: Some(active),
             members: members.iter().map(|m| (*m).to_owned()).collect(),
             packets: None,
             member_packets: BTreeMap::new(),
@@ -467,6 +478,33 @@ mod tests {
         let (now, wall) = clock.at(5);
         let back = d.observe(&[bridge(true, &["en1"])], &mesh(), now, wall);
         assert_eq!(back[0].since, wall);
+    }
+
+    #[test]
+    fn an_unknown_state_neither_raises_nor_clears_a_loop() {
+        let clock = Clock::new();
+        let mut d = detector(Os::MacOs);
+        let unknown = BridgeObservation {
+            active: None,
+            ..bridge(true, &["en1"])
+        };
+        let (now, wall) = clock.at(0);
+        assert!(
+            d.observe(std::slice::from_ref(&unknown), &mesh(), now, wall)
+                .is_empty()
+        );
+        let (now, wall) = clock.at(1);
+        let raised = d.observe(&[bridge(true, &["en1"])], &mesh(), now, wall);
+        assert_eq!(kinds(&raised), [AlarmKind::BridgeLoop]);
+        let (now, later) = clock.at(2);
+        let held = d.observe(&[unknown], &mesh(), now, later);
+        assert_eq!(kinds(&held), [AlarmKind::BridgeLoop]);
+        assert_eq!(held[0].since, wall);
+        assert!(
+            held[0]
+                .evidence
+                .contains(&"bridge0 is in an unknown state this sample".to_owned())
+        );
     }
 
     #[test]

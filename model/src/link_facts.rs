@@ -24,7 +24,7 @@ fn port_of<'a>(observation: &LinkObservation, facts: &'a NodeFacts) -> Option<&'
         Some(IpAddr::V4(address)) => facts
             .ports
             .iter()
-            .find(|p| p.ipv4.iter().any(|cidr| cidr.address == address)),
+            .find(|p| p.addresses().iter().any(|cidr| cidr.address == address)),
         _ => None,
     };
     let by_device = || {
@@ -90,7 +90,7 @@ mod tests {
             iface: iface.into(),
             rdma_device: format!("rdma_{iface}"),
             negotiated_speed_bps: 80_000_000_000,
-            ipv4: vec![format!("{address}/30").parse().expect("cidr")],
+            ipv4: Some(vec![format!("{address}/30").parse().expect("cidr")]),
             iface_up: Some(true),
             rdma: Some(RdmaPortFact {
                 port: 1,
@@ -100,6 +100,9 @@ mod tests {
                     index: 1,
                     address: address.parse::<Ipv4Addr>().expect("ip").to_ipv6_mapped(),
                 }],
+                link_layer: "Thunderbolt".into(),
+                active_mtu: None,
+                max_mtu: None,
             }),
             ..PortFact::default()
         }

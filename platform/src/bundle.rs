@@ -19,7 +19,8 @@ use std::path::{Component, Path, PathBuf};
 use meshd_proto::facts::{NodeFacts, OsKind};
 use serde::{Deserialize, Serialize};
 
-use crate::source::{HostCommand, Recorded};
+use crate::ibv::{parse_ibv_devices, parse_ibv_devinfo};
+use crate::source::{HostCommand, Recorded, ReplaySource};
 
 pub const MANIFEST_FILE: &str = "manifest.json";
 pub const FACTS_FILE: &str = "facts.json";
@@ -175,7 +176,9 @@ pub fn read_manifest(dir: &Path) -> Result<Manifest, BundleError> {
 
 /// The OS a bundle directory was captured on: from its manifest, else from
 /// what it holds (a directory of macOS command outputs, as in the test
-/// fixtures, has no manifest).
+/// fixtures, has no manifest): any output of a command only macOS runs, or
+/// RDMA devices named the macOS way (`rdma_en2`: `rdma_` and the BSD
+/// interface name); sysfs or procfs files for Linux; else `Other`.
 pub fn os_of(dir: &Path) -> OsKind {
     if let Ok(manifest) = read_manifest(dir) {
         return manifest.os;
@@ -184,13 +187,7 @@ pub fn os_of(dir: &Path) -> OsKind {
         dir.join(command.file_name()).exists()
             || dir.join(format!("{}.error", command.file_name())).exists()
     };
-    // The rdma-core tools run on both systems; everything else the macOS
-    // layer runs is macOS's alone, and Linux bundles hold sysfs and procfs.
-    let shared = [HostCommand::IbvDevices, HostCommand::IbvDevinfo];
-    if HostCommand::MACOS
-        .iter()
-        .filter(|c| !shared.contains(c))
-        .any(has)
+    if HostCommand::ALL.iter().filter(|c| c.macos_only()).any(has) || names_macos_rdma_devices(dir)
     {
         OsKind::Macos
     } else if dir.join("sys").exists() || dir.join("proc").exists() {
@@ -198,6 +195,49 @@ pub fn os_of(dir: &Path) -> OsKind {
     } else {
         OsKind::Other
     }
+}
+
+/// `ibv_devices` or `ibv_devinfo` in `dir` lists a device `rdma_en<N>`,
+/// which only macOS names so (Linux devices are `mlx5_0`, `rxe0`, …).
+fn names_macos_rdma_devices(dir: &Path) -> bool {
+    let macos_name = |name: &str| {
+        name.strip_prefix("rdma_en")
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    };
+    [
+        (
+            HostCommand::IbvDevices,
+            parse_ibv_devices as fn(&str) -> Vec<_>,
+        ),
+        (HostCommand::IbvDevinfo, parse_ibv_devinfo),
+    ]
+    .into_iter()
+    .filter_map(|(command, parse)| Some(parse(&read_capped(&dir.join(command.file_name()))?)))
+    .flatten()
+    .any(|device| macos_name(&device.name))
+}
+
+/// A bundle file's text, at most [`MAX_SNIFFED_BYTES`] of it; `None` when
+/// it cannot be read.
+fn read_capped(path: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    fs::File::open(path)
+        .ok()?
+        .take(MAX_SNIFFED_BYTES)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    Some(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// Device lists are a few hundred bytes; a bundle is untrusted.
+const MAX_SNIFFED_BYTES: u64 = 1 << 20;
+
+/// A bundle directory's facts, re-read from its raw outputs (so a newer
+/// reader applies its newer parsers) for the OS [`os_of`] finds.
+pub fn replay_facts(dir: &Path) -> io::Result<NodeFacts> {
+    let source = ReplaySource::open(dir)?;
+    Ok(crate::collect(&source, os_of(dir)))
 }
 
 /// Packs a bundle directory into a `.tar.gz` whose entries sit under one
@@ -248,7 +288,7 @@ pub fn unpack(archive: &Path, into: &Path) -> Result<PathBuf, BundleError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::{Recorder, ReplaySource, Source};
+    use crate::source::{Recorder, Source};
 
     fn recorded_sample(dir: &Path) -> (Vec<Recorded>, NodeFacts) {
         fs::write(dir.join("rdma_ctl_status.txt"), "enabled\n").expect("write");
@@ -346,6 +386,41 @@ mod tests {
             os_of(tempfile::tempdir().expect("tempdir").path()),
             OsKind::Other
         );
+    }
+
+    #[test]
+    fn a_bundle_without_a_manifest_is_told_by_what_it_holds() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path();
+        assert_eq!(os_of(path), OsKind::Other);
+        // Only the rdma-core list: macOS by its device names.
+        fs::write(
+            path.join("ibv_devices.txt"),
+            "    device          \t   node GUID\n    rdma_en2        \t8096a9d9edbaac05\n",
+        )
+        .expect("write");
+        assert_eq!(os_of(path), OsKind::Macos);
+        fs::write(
+            path.join("ibv_devices.txt"),
+            "    device          \t   node GUID\n    mlx5_0          \t0c42a10300aabbcc\n",
+        )
+        .expect("write");
+        assert_eq!(
+            os_of(path),
+            OsKind::Other,
+            "Linux devices prove nothing alone"
+        );
+        fs::create_dir_all(path.join("sys/class/net")).expect("mkdir");
+        assert_eq!(os_of(path), OsKind::Linux);
+        for command in HostCommand::ALL.iter().filter(|c| c.macos_only()) {
+            let only = tempfile::tempdir().expect("tempdir");
+            fs::write(
+                only.path().join(format!("{}.error", command.file_name())),
+                "x",
+            )
+            .expect("write");
+            assert_eq!(os_of(only.path()), OsKind::Macos, "{command}");
+        }
     }
 
     #[test]

@@ -30,6 +30,10 @@ pub struct RdmaPort {
     pub active_lane_speed_bps: Option<u64>,
     /// "Thunderbolt", "InfiniBand", "Ethernet"; empty when not reported.
     pub link_layer: String,
+    /// `active_mtu: 4096 (5)` → 4096 bytes; `None` when not reported.
+    pub active_mtu: Option<u32>,
+    /// `max_mtu`, likewise.
+    pub max_mtu: Option<u32>,
     /// Index → address, in table order; only `-v` output and the verbs
     /// library have them.
     pub gids: Vec<(u32, Ipv6Addr)>,
@@ -159,6 +163,19 @@ impl DevinfoReader {
                         port.link_layer = first.to_owned();
                     }
                 }
+                "active_mtu" | "max_mtu" => {
+                    let bytes = first
+                        .parse::<u32>()
+                        .ok()
+                        .filter(|b| (256..=65536).contains(b));
+                    if let Some(port) = self.current_port() {
+                        if name == "active_mtu" {
+                            port.active_mtu = bytes;
+                        } else {
+                            port.max_mtu = bytes;
+                        }
+                    }
+                }
                 _ => {}
             },
             DevinfoKey::Gid(index) => {
@@ -232,6 +249,8 @@ impl RdmaPort {
             active_width_lanes: None,
             active_lane_speed_bps: None,
             link_layer: String::new(),
+            active_mtu: None,
+            max_mtu: None,
             gids: Vec::new(),
         }
     }

@@ -41,11 +41,14 @@ pub fn collect(source: &dyn Source, os: OsKind) -> NodeFacts {
     let mut facts = match os {
         OsKind::Macos => macos::collect(source),
         OsKind::Linux => linux::collect(source),
+        // A bundle whose files name no OS lands here too, so the message
+        // must not name the OS of the machine reading it.
         OsKind::Other => NodeFacts {
-            blind_spots: vec![format!(
-                "no platform layer for {}: no ports, RDMA or bridge facts",
-                std::env::consts::OS
-            )],
+            blind_spots: vec![
+                "OS not recognised (neither macOS nor Linux, or a bundle whose files name \
+                 neither): no ports, RDMA or bridge facts"
+                    .to_owned(),
+            ],
             ..NodeFacts::default()
         },
     };

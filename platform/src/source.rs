@@ -39,11 +39,16 @@ pub enum HostCommand {
     /// `ip -j -4 addr show`: IPv4 addresses per interface (Linux; sysfs has
     /// none).
     IpAddr,
+    /// `netstat -i -b -n`: every interface's packet counters (macOS), which
+    /// the bridge storm watcher samples; numeric, so no name lookup can
+    /// stall it.
+    InterfaceCounters,
 }
 
 impl HostCommand {
-    /// The commands of the macOS platform, in the order they are run.
-    pub const MACOS: &'static [HostCommand] = &[
+    /// Every command: the macOS collector's in the order they are run,
+    /// then Linux's `ip`, then the bridge watcher's.
+    pub const ALL: &'static [HostCommand] = &[
         HostCommand::SwVers,
         HostCommand::HwModel,
         HostCommand::Thunderbolt,
@@ -54,7 +59,13 @@ impl HostCommand {
         HostCommand::RdmaCtl,
         HostCommand::IbvDevices,
         HostCommand::IbvDevinfo,
+        HostCommand::IpAddr,
+        HostCommand::InterfaceCounters,
     ];
+
+    /// The commands of the macOS platform, in the order they are run: the
+    /// first ten of [`HostCommand::ALL`].
+    pub const MACOS: &'static [HostCommand] = Self::ALL.split_at(10).0;
 
     /// The commands of the Linux platform (sysfs does the rest); `ibv_*`
     /// are the fallback where the verbs library cannot be loaded.
@@ -63,6 +74,15 @@ impl HostCommand {
         HostCommand::IbvDevices,
         HostCommand::IbvDevinfo,
     ];
+
+    /// Run on macOS only: a bundle holding the output of any of these was
+    /// captured on a Mac. (The rdma-core tools run on both systems.)
+    pub fn macos_only(self) -> bool {
+        !matches!(
+            self,
+            HostCommand::IbvDevices | HostCommand::IbvDevinfo | HostCommand::IpAddr
+        )
+    }
 
     pub fn program(self) -> &'static str {
         match self {
@@ -77,6 +97,7 @@ impl HostCommand {
             HostCommand::IbvDevices => "ibv_devices",
             HostCommand::IbvDevinfo => "ibv_devinfo",
             HostCommand::IpAddr => "ip",
+            HostCommand::InterfaceCounters => "netstat",
         }
     }
 
@@ -92,6 +113,7 @@ impl HostCommand {
             HostCommand::RdmaCtl => &["status"],
             HostCommand::IbvDevinfo => &["-v"],
             HostCommand::IpAddr => &["-j", "-4", "addr", "show"],
+            HostCommand::InterfaceCounters => &["-i", "-b", "-n"],
         }
     }
 
@@ -118,6 +140,7 @@ impl HostCommand {
             HostCommand::IbvDevices => "ibv_devices.txt",
             HostCommand::IbvDevinfo => "ibv_devinfo_v.txt",
             HostCommand::IpAddr => "ip_j_4_addr_show.json",
+            HostCommand::InterfaceCounters => "netstat_ibn.txt",
         }
     }
 
@@ -393,17 +416,27 @@ mod tests {
 
     #[test]
     fn every_command_has_its_own_bundle_file() {
-        let mut commands: Vec<HostCommand> = HostCommand::MACOS
-            .iter()
-            .chain(HostCommand::LINUX)
-            .copied()
-            .collect();
+        let mut commands: Vec<HostCommand> = HostCommand::ALL.to_vec();
         commands.sort_unstable();
         commands.dedup();
+        assert_eq!(commands.len(), HostCommand::ALL.len());
+        for listed in HostCommand::MACOS.iter().chain(HostCommand::LINUX) {
+            assert!(HostCommand::ALL.contains(listed), "{listed}");
+        }
+        assert_eq!(
+            HostCommand::MACOS.last(),
+            Some(&HostCommand::IbvDevinfo),
+            "MACOS is the macOS collector's commands"
+        );
         let mut files: Vec<&str> = commands.iter().map(|c| c.file_name()).collect();
         files.sort_unstable();
         files.dedup();
         assert_eq!(files.len(), commands.len());
+        assert!(
+            commands
+                .iter()
+                .all(|c| c.timeout() <= Duration::from_secs(10))
+        );
     }
 
     #[test]

@@ -189,8 +189,9 @@ struct IbvDeviceAttr {
 #[repr(C)]
 struct IbvPortAttr {
     state: u32,
-    /// `max_mtu`, `active_mtu`.
-    _mtus: [u32; 2],
+    /// `enum ibv_mtu` codes.
+    max_mtu: u32,
+    active_mtu: u32,
     gid_tbl_len: c_int,
     /// `port_cap_flags`, `max_msg_sz`, `bad_pkey_cntr`, `qkey_viol_cntr`.
     _flags_and_counters: [u32; 4],
@@ -481,8 +482,18 @@ fn read_port(opened: &OpenedDevice<'_>, port: u8, device: &str) -> Result<RdmaPo
         active_width_lanes: width_lanes(attr.active_width),
         active_lane_speed_bps: lane_speed_bps(attr.active_speed),
         link_layer: link_layer_name(attr.link_layer),
+        active_mtu: mtu_bytes(attr.active_mtu),
+        max_mtu: mtu_bytes(attr.max_mtu),
         gids,
     })
+}
+
+/// `enum ibv_mtu` → bytes.
+fn mtu_bytes(code: u32) -> Option<u32> {
+    match code {
+        1..=5 => Some(128 << code),
+        _ => None,
+    }
 }
 
 /// `enum ibv_port_state`; a value the header does not define reads as no
@@ -690,6 +701,10 @@ mod tests {
         assert_eq!(lane_speed_bps(32), Some(25_000_000_000));
         assert_eq!(lane_speed_bps(0), None);
         assert_eq!(link_layer_name(2), "Ethernet");
+        assert_eq!(mtu_bytes(1), Some(256));
+        assert_eq!(mtu_bytes(5), Some(4096));
+        assert_eq!(mtu_bytes(0), None);
+        assert_eq!(mtu_bytes(6), None);
         assert_eq!(link_layer_name(0), "");
         assert_eq!(link_layer_name(9), "unknown (9)");
         assert_eq!(transport_name(100), "Thunderbolt (100)");

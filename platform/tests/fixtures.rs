@@ -1,22 +1,29 @@
-//! Every macOS command output in ../shared/fixtures/macos is parsed by its
-//! parser, and the facts it holds (SOURCES.md) are asserted.
+//! Every macOS command output in ../shared/fixtures/macos and in this
+//! crate's tests/fixtures/macos is parsed by its parser, and the facts it
+//! holds (each directory's SOURCES.md) are asserted.
 
 use std::net::Ipv6Addr;
 
 use meshd_platform::ibv::{RdmaDevice, parse_ibv_devices, parse_ibv_devinfo};
 use meshd_platform::macos::ifconfig::{Interface, parse_ifconfig};
+use meshd_platform::macos::netstat::parse_netstat_interfaces;
 use meshd_platform::macos::networksetup::{
     parse_all_services, parse_hardware_ports, parse_service_order, service_for_device,
 };
 use meshd_platform::macos::rdma_ctl::{RdmaCtlStatus, parse_rdma_ctl_status};
 use meshd_platform::macos::sw_vers::parse_sw_vers;
 use meshd_platform::macos::system_profiler::{
-    ThunderboltBus, ThunderboltSpeed, parse_thunderbolt, parse_thunderbolt_json,
+    ThunderboltBus, ThunderboltPort, ThunderboltSpeed, parse_thunderbolt, parse_thunderbolt_json,
     parse_thunderbolt_text,
 };
 use meshd_proto::domain::RdmaPortState;
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/macos");
+/// The team's shared captures, and the ones this crate adds (netstat, the
+/// MLX docs' M3 Ultra device list).
+const FIXTURE_DIRS: [&str; 2] = [
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/macos"),
+    concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/macos"),
+];
 
 /// Files in the fixture directory that are not the output of a command
 /// the platform layer runs.
@@ -118,12 +125,24 @@ const CASES: &[(&str, Check)] = &[
     ),
     ("rdma_ctl_status_enabled.txt", rdma_ctl_enabled),
     ("sw_vers_macOS26.5.txt", sw_vers_26_5),
+    (
+        "ibv_devices_MacStudio-M3Ultra_6ports_MLX-docs.txt",
+        ibv_devices_m3_ultra,
+    ),
+    (
+        "netstat_ib_AppleSilicon_bridge0-en2-en4.txt",
+        netstat_apple_silicon,
+    ),
+    ("netstat_bi_IntelMac_en0-en1-fw0.txt", netstat_intel_mac),
 ];
 
 #[test]
 fn every_command_output_fixture_has_its_facts_asserted() {
     let mut unchecked = Vec::new();
-    for entry in std::fs::read_dir(FIXTURES).expect("fixture directory") {
+    let entries = FIXTURE_DIRS
+        .iter()
+        .flat_map(|dir| std::fs::read_dir(dir).expect("fixture directory"));
+    for entry in entries {
         let name = entry
             .expect("entry")
             .file_name()
@@ -143,36 +162,46 @@ fn every_command_output_fixture_has_its_facts_asserted() {
     );
     for (file, _) in CASES {
         assert!(
-            std::path::Path::new(FIXTURES).join(file).is_file(),
+            FIXTURE_DIRS
+                .iter()
+                .any(|dir| std::path::Path::new(dir).join(file).is_file()),
             "{file} is listed but missing"
         );
     }
 }
 
 fn read(name: &str) -> String {
-    std::fs::read_to_string(format!("{FIXTURES}/{name}")).expect("fixture")
+    FIXTURE_DIRS
+        .iter()
+        .find_map(|dir| std::fs::read_to_string(format!("{dir}/{name}")).ok())
+        .expect("fixture")
 }
 
 const GBPS: u64 = 1_000_000_000;
 
-/// (receptacle, speed, connected) of each bus, in output order.
+/// (receptacle, speed, connected) of each receptacle, in output order.
 fn receptacles(buses: &[ThunderboltBus]) -> Vec<(Option<u32>, ThunderboltSpeed, Option<bool>)> {
     buses
         .iter()
-        .map(|b| (b.receptacle, b.speed, b.connected))
+        .flat_map(|b| &b.ports)
+        .map(|p| (p.receptacle, p.speed, p.connected))
         .collect()
 }
 
-fn bus(buses: &[ThunderboltBus], receptacle: u32) -> &ThunderboltBus {
+/// The bus holding `receptacle`, and that receptacle.
+fn bus(buses: &[ThunderboltBus], receptacle: u32) -> (&ThunderboltBus, &ThunderboltPort) {
     buses
         .iter()
-        .find(|b| b.receptacle == Some(receptacle))
+        .find_map(|b| {
+            let port = b.ports.iter().find(|p| p.receptacle == Some(receptacle))?;
+            Some((b, port))
+        })
         .expect("receptacle present")
 }
 
-/// (name, device name, domain UUID, RDMA service) of the bus's peer Mac.
-fn peer(bus: &ThunderboltBus) -> Option<(&str, &str, &str, bool)> {
-    bus.peer().map(|p| {
+/// (name, device name, domain UUID, RDMA service) of the port's peer Mac.
+fn peer(port: &ThunderboltPort) -> Option<(&str, &str, &str, Option<bool>)> {
+    port.peer().map(|p| {
         (
             p.name.as_str(),
             p.device_name.as_str(),
@@ -182,8 +211,12 @@ fn peer(bus: &ThunderboltBus) -> Option<(&str, &str, &str, bool)> {
     })
 }
 
-fn labels(bus: &ThunderboltBus) -> Vec<&str> {
-    bus.other_devices().iter().map(|d| d.label()).collect()
+fn labels(port: &ThunderboltPort) -> Vec<&str> {
+    port.other_devices().iter().map(|d| d.label()).collect()
+}
+
+fn devices(port: &ThunderboltPort) -> &[meshd_platform::macos::system_profiler::ThunderboltDevice] {
+    port.devices.as_deref().unwrap_or_default()
 }
 
 fn studio_m3_ultra(text: &str) {
@@ -201,27 +234,31 @@ fn studio_m3_ultra(text: &str) {
             (Some(1), idle, Some(false)),
         ]
     );
-    let to_macbook = bus(&buses, 2);
-    assert_eq!(to_macbook.name, "thunderboltusb4_bus_1");
+    let (macbook_bus, to_macbook) = bus(&buses, 2);
+    assert_eq!(macbook_bus.name, "thunderboltusb4_bus_1");
     assert_eq!(
-        to_macbook.domain_uuid,
+        macbook_bus.domain_uuid,
         "28CA4C30-A263-4C55-B302-953416D0B209"
     );
     let macbook = (
         "MacBook Pro",
         "Mac17,7",
         "817DCFA4-B481-4100-80FC-91C7AA969F0B",
-        true,
+        Some(true),
     );
     assert_eq!(peer(to_macbook), Some(macbook));
     assert!(labels(to_macbook).is_empty());
-    let to_drive = bus(&buses, 4);
+    let (_, to_drive) = bus(&buses, 4);
     assert_eq!(peer(to_drive), None, "a drive is not a peer");
     assert_eq!(labels(to_drive), ["Envoy Ultra"]);
-    assert_eq!(to_drive.devices[0].vendor, "Other World Computing");
+    assert_eq!(devices(to_drive)[0].vendor, "Other World Computing");
+    assert_eq!(to_drive.linked(), Some(true));
     for idle_port in [1, 3, 5, 6] {
-        assert!(bus(&buses, idle_port).devices.is_empty());
+        let (_, idle) = bus(&buses, idle_port);
+        assert!(devices(idle).is_empty());
+        assert_eq!(idle.linked(), Some(false));
     }
+    assert!(buses.iter().all(|b| b.unplaced_devices.is_empty()));
 }
 
 fn m5_max_rdma_disabled(text: &str) {
@@ -234,24 +271,18 @@ fn m5_max_rdma_disabled(text: &str) {
             (Some(1), ThunderboltSpeed::UpTo(120 * GBPS), Some(false)),
         ]
     );
-    let dock = bus(&buses, 3);
+    let (_, dock) = bus(&buses, 3);
     assert_eq!(peer(dock), None);
     assert_eq!(labels(dock), ["SB-XTM5"]);
     let other_mac = (
         "MacBook Pro",
         "Mac17,6",
         "00000003-0000-4000-8000-000000000003",
-        true,
+        Some(true),
     );
-    assert_eq!(
-        peer(bus(&buses, 2)),
-        Some(other_mac),
-        "the peer has RDMA on"
-    );
-    assert_eq!(
-        bus(&buses, 2).domain_uuid,
-        "00000004-0000-4000-8000-000000000004"
-    );
+    let (own_bus, to_peer) = bus(&buses, 2);
+    assert_eq!(peer(to_peer), Some(other_mac), "the peer has RDMA on");
+    assert_eq!(own_bus.domain_uuid, "00000004-0000-4000-8000-000000000004");
 }
 
 fn m5_max_rdma_enabled(text: &str) {
@@ -264,16 +295,17 @@ fn m5_max_rdma_enabled(text: &str) {
             (Some(1), ThunderboltSpeed::UpTo(120 * GBPS), Some(false)),
         ]
     );
-    assert_eq!(labels(bus(&buses, 3)), ["TBU405Pro"]);
-    // The reciprocal view: this peer is the RDMA-disabled Mac above.
+    assert_eq!(labels(bus(&buses, 3).1), ["TBU405Pro"]);
+    // The reciprocal view: this peer is the RDMA-disabled Mac above. Its
+    // services are listed (only `service_ip`), so "no RDMA" is known.
     let other_mac = (
         "MacBook Pro",
         "Mac17,6",
         "00000004-0000-4000-8000-000000000004",
-        false,
+        Some(false),
     );
     assert_eq!(
-        peer(bus(&buses, 2)),
+        peer(bus(&buses, 2).1),
         Some(other_mac),
         "the peer has RDMA off"
     );
@@ -284,27 +316,24 @@ fn mac_mini_text_format(text: &str) {
     assert_eq!(parse_thunderbolt(text), Ok(buses.clone()));
     assert_eq!(
         receptacles(&buses),
-        [
-            (Some(3), ThunderboltSpeed::Linked(80 * GBPS), Some(true)),
-            (None, ThunderboltSpeed::Unknown, None),
-        ]
+        [(Some(3), ThunderboltSpeed::Linked(80 * GBPS), Some(true))]
     );
-    let to_studio = &buses[0];
-    assert_eq!(to_studio.name, "Thunderbolt/USB4 Bus 2");
+    let (studio_bus, to_studio) = bus(&buses, 3);
+    assert_eq!(studio_bus.name, "Thunderbolt/USB4 Bus 2");
     assert_eq!(
-        to_studio.domain_uuid,
+        studio_bus.domain_uuid,
         "7F158861-C131-4D0D-83B6-CA50EF76C32B"
     );
     let studio = (
         "Mac Studio",
         "Mac16,9",
         "88F10ACA-5CAA-4F5D-8361-03EED54ACB5A",
-        true,
+        Some(true),
     );
     assert_eq!(peer(to_studio), Some(studio));
     assert!(labels(to_studio).is_empty());
     assert_eq!(buses[1].domain_uuid, "0A3248FD-13DA-4F5B-9167-7C469F35421C");
-    assert!(buses[1].devices.is_empty());
+    assert!(buses[1].ports.is_empty(), "cut before its port");
 }
 
 fn tb4_idle_port(text: &str) {
@@ -314,6 +343,8 @@ fn tb4_idle_port(text: &str) {
         [(Some(3), ThunderboltSpeed::UpTo(40 * GBPS), Some(false))]
     );
     assert_eq!(buses[0].domain_uuid, "5693EDBE-82A0-4A7D-ADD4-E861D14CBE36");
+    let idle = &buses[0].ports[0];
+    assert_eq!((idle.linked(), idle.max_bps()), (Some(false), 40 * GBPS));
 }
 
 fn peer_behind_hub(text: &str) {
@@ -322,14 +353,17 @@ fn peer_behind_hub(text: &str) {
         receptacles(&buses),
         [(Some(2), ThunderboltSpeed::Linked(80 * GBPS), None)]
     );
+    // exo kept only the keys its parser reads: no services are listed, so
+    // whether the Mac offers RDMA is unknown, not "no".
     let behind_hub = (
         "MacBook Pro",
         "",
         "F74D8F9B-DCDF-40D4-A428-3A3674BCB3F4",
-        false,
+        None,
     );
-    assert_eq!(peer(&buses[0]), Some(behind_hub));
-    assert_eq!(labels(&buses[0]), ["iVANKY Fusiondock Ultra"]);
+    let port = &buses[0].ports[0];
+    assert_eq!(peer(port), Some(behind_hub));
+    assert_eq!(labels(port), ["iVANKY Fusiondock Ultra"]);
 }
 
 fn hardware_ports_m5_max(text: &str) {
@@ -440,7 +474,11 @@ fn ifconfig_a_intel_mac(text: &str) {
     assert_eq!(lo0.mtu, Some(16384));
     for tb in ["en1", "en2", "en3", "en4"] {
         let port = interface(&interfaces, tb);
-        assert!(port.has_flag("PROMISC") && port.has_flag("UP"), "{tb}");
+        assert_eq!(
+            (port.has_flag("PROMISC"), port.has_flag("UP")),
+            (Some(true), Some(true)),
+            "{tb}"
+        );
         assert_eq!(port.active, Some(false), "{tb}");
         assert!(port.ipv4.is_empty(), "{tb}");
     }
@@ -448,14 +486,16 @@ fn ifconfig_a_intel_mac(text: &str) {
     assert!(bridge0.is_bridge());
     assert_eq!(members(bridge0), ["en1", "en2", "en3", "en4"]);
     assert_eq!(bridge0.active, Some(false));
-    assert!(
-        !bridge0.forwarding(),
-        "status: inactive wins over UP,RUNNING"
+    assert_eq!(bridge0.up_and_running(), Some(true));
+    assert_eq!(
+        bridge0.bridge_fact().forwarding(),
+        Some(false),
+        "up, but no member has link"
     );
     let bridge100 = interface(&interfaces, "bridge100");
     assert_eq!(members(bridge100), ["en10"]);
     assert_eq!(bridge100.ipv4[0].to_string(), "192.168.64.1/24");
-    assert!(bridge100.forwarding());
+    assert_eq!(bridge100.bridge_fact().forwarding(), Some(true));
     let bridges: Vec<&str> = interfaces
         .iter()
         .filter(|i| i.is_bridge())
@@ -464,10 +504,15 @@ fn ifconfig_a_intel_mac(text: &str) {
     assert_eq!(bridges, ["bridge0", "bridge100"]);
     assert_eq!(interface(&interfaces, "en8").active, Some(true));
     assert_eq!(
-        interface(&interfaces, "gif0").flags,
-        ["POINTOPOINT", "MULTICAST"]
+        interface(&interfaces, "gif0").flags.as_deref(),
+        Some(&["POINTOPOINT".to_owned(), "MULTICAST".to_owned()][..])
     );
-    assert!(interface(&interfaces, "stf0").flags.is_empty());
+    assert_eq!(
+        interface(&interfaces, "stf0").flags.as_deref(),
+        Some(&[][..]),
+        "flags=0<>: known, none set"
+    );
+    assert_eq!(interface(&interfaces, "stf0").up_and_running(), Some(false));
 }
 
 fn bridge0_active_tn3205(text: &str) {
@@ -475,7 +520,8 @@ fn bridge0_active_tn3205(text: &str) {
     assert_eq!(interfaces.len(), 1);
     assert_eq!(members(&interfaces[0]), ["en2", "en3", "en4"]);
     assert_eq!(interfaces[0].active, Some(true));
-    assert!(interfaces[0].is_bridge() && interfaces[0].forwarding());
+    assert!(interfaces[0].is_bridge());
+    assert_eq!(interfaces[0].bridge_fact().forwarding(), Some(true));
 }
 
 fn bridge0_inactive_intel_mac(text: &str) {
@@ -483,7 +529,7 @@ fn bridge0_inactive_intel_mac(text: &str) {
     assert_eq!(interfaces.len(), 1);
     assert_eq!(members(&interfaces[0]), ["en1", "en2", "en3", "en4"]);
     assert!(interfaces[0].bridge_configuration);
-    assert!(!interfaces[0].forwarding());
+    assert_eq!(interfaces[0].bridge_fact().forwarding(), Some(false));
 }
 
 fn en1_bridge_member_no_ip(text: &str) {
@@ -582,8 +628,10 @@ fn devinfo_all_down(text: &str) {
     );
     for device in &devices {
         assert_eq!(device.transport, "Thunderbolt (100)");
-        assert_eq!(device.ports[0].link_layer, "Thunderbolt");
-        assert!(device.ports[0].gids.is_empty());
+        let port = &device.ports[0];
+        assert_eq!(port.link_layer, "Thunderbolt");
+        assert_eq!((port.max_mtu, port.active_mtu), (Some(4096), Some(4096)));
+        assert!(port.gids.is_empty());
     }
 }
 
@@ -658,4 +706,66 @@ fn sw_vers_26_5(text: &str) {
         ),
         ("macOS", "26.5", "25F71")
     );
+}
+
+fn ibv_devices_m3_ultra(text: &str) {
+    assert_eq!(
+        names_and_guids(&parse_ibv_devices(text)),
+        [
+            ("rdma_en2", "8096a9d9edbaac05"),
+            ("rdma_en3", "8196a9d9edbaac05"),
+            ("rdma_en5", "8396a9d9edbaac05"),
+            ("rdma_en4", "8296a9d9edbaac05"),
+            ("rdma_en6", "8496a9d9edbaac05"),
+            ("rdma_en7", "8596a9d9edbaac05"),
+        ]
+    );
+}
+
+/// (name, down, input packets, input bytes) of every interface.
+fn netstat_rows(text: &str) -> Vec<(String, bool, u64, Option<u64>)> {
+    let parsed = parse_netstat_interfaces(text).expect("header");
+    assert!(parsed.problems.is_empty(), "{:?}", parsed.problems);
+    parsed
+        .interfaces
+        .into_iter()
+        .map(|i| (i.name, i.down, i.input_packets, i.input_bytes))
+        .collect()
+}
+
+fn netstat_apple_silicon(text: &str) {
+    let rows = netstat_rows(text);
+    let names: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "lo0", "gif0", "stf0", "anpi1", "anpi0", "anpi3", "en0", "en5", "en6", "en7", "en2",
+            "en3", "en4", "bridge0", "en8", "utun0", "utun1", "ap1", "en1", "awdl0", "utun2",
+            "utun3", "llw0", "utun4", "utun5"
+        ],
+        "one row per interface, address rows skipped"
+    );
+    let row = |name: &str| rows.iter().find(|r| r.0 == name).cloned().expect("row");
+    assert_eq!(row("gif0"), ("gif0".into(), true, 0, Some(0)), "`*`: down");
+    assert_eq!(row("bridge0"), ("bridge0".into(), false, 0, Some(0)));
+    assert_eq!(
+        row("en1"),
+        ("en1".into(), false, 53_389_897, Some(51_846_588_555))
+    );
+    // No link-layer address: the values are still read from the right.
+    assert_eq!(row("utun4"), ("utun4".into(), false, 56, Some(11_648)));
+}
+
+fn netstat_intel_mac(text: &str) {
+    let rows = netstat_rows(text);
+    let names: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
+    assert_eq!(names, ["lo0", "gif0", "stf0", "en0", "en1", "fw0", "p2p0"]);
+    let parsed = parse_netstat_interfaces(text).expect("header");
+    let en0 = parsed.get("en0").expect("en0");
+    assert_eq!(
+        (en0.input_packets, en0.output_packets, en0.output_bytes),
+        (7_968_840, 30_171_941, Some(43_120_998_925))
+    );
+    // FireWire's 8-byte address is one column like a MAC.
+    assert_eq!(parsed.get("fw0").map(|i| i.output_bytes), Some(Some(692)));
 }

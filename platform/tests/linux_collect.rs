@@ -173,7 +173,7 @@ fn mlx5_roce_ports_with_their_interfaces_gids_speeds_and_addresses() {
                 rdma_device: "mlx5_0".into(),
                 negotiated_speed_bps: 100_000_000_000,
                 usable_for_rdma: true,
-                ipv4: vec![cidr("192.168.10.1/30")],
+                ipv4: Some(vec![cidr("192.168.10.1/30")]),
                 iface_up: Some(true),
                 rdma: Some(RdmaPortFact {
                     port: 1,
@@ -185,6 +185,9 @@ fn mlx5_roce_ports_with_their_interfaces_gids_speeds_and_addresses() {
                         gid(2, "::ffff:192.168.10.1"),
                         gid(3, "::ffff:192.168.10.1"),
                     ],
+                    link_layer: String::new(),
+                    active_mtu: None,
+                    max_mtu: None,
                 }),
                 ..PortFact::default()
             },
@@ -195,7 +198,7 @@ fn mlx5_roce_ports_with_their_interfaces_gids_speeds_and_addresses() {
                 // Not linked: the driver's rate is no negotiated speed.
                 negotiated_speed_bps: 0,
                 usable_for_rdma: true,
-                ipv4: vec![],
+                ipv4: Some(vec![]),
                 iface_up: Some(false),
                 rdma: Some(RdmaPortFact {
                     port: 1,
@@ -205,12 +208,16 @@ fn mlx5_roce_ports_with_their_interfaces_gids_speeds_and_addresses() {
                         gid(0, "fe80::e42:a1ff:fe65:4d2e"),
                         gid(1, "fe80::e42:a1ff:fe65:4d2e"),
                     ],
+                    link_layer: String::new(),
+                    active_mtu: None,
+                    max_mtu: None,
                 }),
                 ..PortFact::default()
             },
         ]
     );
-    assert_eq!(facts.bridges, vec![]);
+    assert_eq!(facts.bridges, Some(vec![]));
+    assert!(facts.rdma_devices_read && facts.ports_complete);
 }
 
 #[test]
@@ -332,7 +339,7 @@ fn infiniband_ports_pair_with_their_ipoib_interface() {
     assert_eq!(port.name, "mlx5_2/1");
     assert_eq!(port.iface, "ib0");
     assert_eq!(port.iface_up, Some(true));
-    assert_eq!(port.ipv4, [cidr("10.20.0.7/24")]);
+    assert_eq!(port.ipv4, Some(vec![cidr("10.20.0.7/24")]));
     assert_eq!(port.negotiated_speed_bps, 200_000_000_000);
     assert_eq!(
         port.rdma.as_ref().map(|r| r.gids.clone()),
@@ -420,6 +427,9 @@ fn what_cannot_be_read_is_a_blind_spot_and_never_a_guess() {
             state: RdmaPortState::None,
             active_speed_bps: 0,
             gids: vec![gid(0, "fe80::e42:a1ff:fe65:4d2e")],
+            link_layer: String::new(),
+            active_mtu: None,
+            max_mtu: None,
         })
     );
     let spots = facts.blind_spots.join("\n");
@@ -479,6 +489,7 @@ fn bridges_with_members_state_and_storm_counters() {
         .dir("/sys/class/net/br0/brif/eth1")
         .dir("/sys/class/net/br0/brif/eth2")
         .file("/sys/class/net/br0/operstate", "up\n")
+        .file("/sys/class/net/br0/flags", "0x1003\n")
         .file("/sys/class/net/br0/statistics/rx_packets", "1234\n")
         .file("/sys/class/net/eth1/statistics/multicast", "77\n")
         .file("/sys/class/net/eth1/statistics/rx_packets", "999999\n")
@@ -486,6 +497,7 @@ fn bridges_with_members_state_and_storm_counters() {
         .dir("/sys/class/net/docker0/bridge")
         .dir("/sys/class/net/docker0/brif")
         .file("/sys/class/net/docker0/operstate", "down\n")
+        .file("/sys/class/net/docker0/flags", "0x1003\n")
         .dir("/sys/class/net/weird/bridge")
         .file("/sys/class/net/weird/brif", "")
         .file("/sys/class/net/eth3/operstate", "up\n");
@@ -510,30 +522,42 @@ fn bridges_with_members_state_and_storm_counters() {
     let facts = bundle.collect();
     assert_eq!(
         facts.bridges,
-        vec![
+        Some(vec![
             BridgeFact {
                 name: "br0".into(),
-                active: true,
+                up: Some(true),
+                member_link: Some(true),
                 members: vec!["eth1".into(), "eth2".into()],
                 service: None,
                 service_enabled: None,
             },
+            // Up, but no member forwards: no carrier.
             BridgeFact {
                 name: "docker0".into(),
-                active: false,
+                up: Some(true),
+                member_link: Some(false),
                 members: vec![],
                 service: None,
                 service_enabled: None,
             },
+            // Neither flags nor operstate: unknown, not "down".
             BridgeFact {
                 name: "weird".into(),
-                active: false,
+                up: None,
+                member_link: None,
                 members: vec![],
                 service: None,
                 service_enabled: None,
             },
-        ]
+        ])
     );
+    let forwarding: Vec<Option<bool>> = facts
+        .bridges
+        .iter()
+        .flatten()
+        .map(BridgeFact::forwarding)
+        .collect();
+    assert_eq!(forwarding, [Some(true), Some(false), None]);
     assert!(
         facts
             .blind_spots
@@ -567,6 +591,11 @@ fn this_machine_is_read_honestly() {
         .filter_map(Result::ok)
         .filter(|e| e.path().join("bridge").is_dir())
         .count();
-    assert_eq!(facts.bridges.len(), bridges, "{:?}", facts.bridges);
+    assert_eq!(
+        facts.bridges.as_ref().map(Vec::len),
+        Some(bridges),
+        "{:?}",
+        facts.bridges
+    );
     println!("facts of this machine: {facts:#?}");
 }

@@ -61,14 +61,23 @@ fn idle_port(node: usize, number: u32) -> PortFact {
         rdma_device: format!("rdma_en{}", number + 1),
         max_speed_bps: 120_000_000_000,
         usable_for_rdma: true,
+        linked: Some(false),
+        ipv4: Some(vec![]),
         iface_up: Some(false),
-        rdma: Some(RdmaPortFact {
-            port: 1,
-            state: RdmaPortState::Down,
-            active_speed_bps: 0,
-            gids: vec![],
-        }),
+        rdma: Some(rdma_port(RdmaPortState::Down, 0, vec![])),
         ..PortFact::default()
+    }
+}
+
+fn rdma_port(state: RdmaPortState, active_speed_bps: u64, gids: Vec<Gid>) -> RdmaPortFact {
+    RdmaPortFact {
+        port: 1,
+        state,
+        active_speed_bps,
+        gids,
+        link_layer: "Thunderbolt".into(),
+        active_mtu: Some(4096),
+        max_mtu: Some(4096),
     }
 }
 
@@ -83,19 +92,19 @@ fn healthy(n: usize) -> BTreeMap<NodeId, NodeFacts> {
                 let ip = address(n, i, j);
                 port.negotiated_speed_bps = G80;
                 port.max_speed_bps = 0;
+                port.linked = Some(true);
                 port.iface_up = Some(true);
-                port.ipv4 = vec![Ipv4Cidr::new(ip, 30).unwrap()];
+                port.ipv4 = Some(vec![Ipv4Cidr::new(ip, 30).unwrap()]);
                 port.peer = Some(PeerFact {
                     domain_uuid: uuid(j, port_for(j, i)),
                     model: ULTRA.to_owned(),
                     name: "Mac Studio".to_owned(),
-                    rdma_service: true,
+                    rdma_service: Some(true),
                 });
-                port.rdma = Some(RdmaPortFact {
-                    port: 1,
-                    state: RdmaPortState::Active,
-                    active_speed_bps: G80,
-                    gids: vec![
+                port.rdma = Some(rdma_port(
+                    RdmaPortState::Active,
+                    G80,
+                    vec![
                         Gid {
                             index: 0,
                             address: "fe80::1".parse().unwrap(),
@@ -105,20 +114,24 @@ fn healthy(n: usize) -> BTreeMap<NodeId, NodeFacts> {
                             address: mapped(ip),
                         },
                     ],
-                });
+                ));
             }
             let facts = NodeFacts {
                 os: OsKind::Macos,
                 os_version: "26.2".to_owned(),
+                os_build: "25C56".to_owned(),
                 model: ULTRA.to_owned(),
                 rdma_enabled: Some(true),
-                bridges: vec![BridgeFact {
+                rdma_devices_read: true,
+                bridges: Some(vec![BridgeFact {
                     name: "bridge0".to_owned(),
-                    active: false,
+                    up: Some(false),
+                    member_link: Some(false),
                     members: ports.iter().map(|p| p.iface.clone()).collect(),
                     service: Some("Thunderbolt Bridge".to_owned()),
                     service_enabled: Some(false),
-                }],
+                }]),
+                ports_complete: true,
                 ports,
                 source: "test".to_owned(),
                 ..NodeFacts::default()
@@ -205,7 +218,7 @@ fn healthy_four_node_mesh_passes_every_check() {
         }
     );
     let results = all_checks(&facts, &members(4));
-    assert_eq!(results.len(), 4 * 7 + 6);
+    assert_eq!(results.len(), 4 * 7 + 7);
     assert_eq!(not_passing(&results), []);
     for r in &results {
         assert!(r.fix.is_empty(), "{r:?}");
@@ -225,8 +238,11 @@ fn healthy_four_node_mesh_passes_every_check() {
 #[test]
 fn missing_cable_names_free_ports_on_both_nodes() {
     let mut facts = healthy(4);
-    port_mut(&mut facts, 0, port_for(0, 2)).peer = None;
-    port_mut(&mut facts, 2, port_for(2, 0)).peer = None;
+    for (node, port) in [(0, port_for(0, 2)), (2, port_for(2, 0))] {
+        let port = port_mut(&mut facts, node, port);
+        port.peer = None;
+        port.linked = Some(false);
+    }
     let results = all_checks(&facts, &members(4));
     assert_eq!(
         not_passing(&results),
@@ -283,7 +299,7 @@ fn a_thunderbolt_4_port_at_40_gbps_only_warns() {
 #[test]
 fn subnet_collision_names_the_colliding_cables() {
     let mut facts = healthy(4);
-    let wide = |a: [u8; 4]| vec![Ipv4Cidr::new(Ipv4Addr::from(a), 24).unwrap()];
+    let wide = |a: [u8; 4]| Some(vec![Ipv4Cidr::new(Ipv4Addr::from(a), 24).unwrap()]);
     port_mut(&mut facts, 0, port_for(0, 2)).ipv4 = wide([10, 254, 0, 5]);
     port_mut(&mut facts, 2, port_for(2, 0)).ipv4 = wide([10, 254, 0, 6]);
     let results = all_checks(&facts, &members(4));
@@ -305,7 +321,7 @@ fn subnet_collision_names_the_colliding_cables() {
 #[test]
 fn ends_in_different_subnets_fail() {
     let mut facts = healthy(2);
-    port_mut(&mut facts, 1, 2).ipv4 = vec!["10.254.0.6/30".parse().unwrap()];
+    port_mut(&mut facts, 1, 2).ipv4 = Some(vec!["10.254.0.6/30".parse().unwrap()]);
     let results = mesh_checks(
         &members(2),
         &facts,
@@ -325,7 +341,7 @@ fn ends_in_different_subnets_fail() {
 #[test]
 fn link_local_on_several_ports_warns() {
     let mut facts = healthy(3);
-    let local = |a: [u8; 4]| vec![Ipv4Cidr::new(Ipv4Addr::from(a), 16).unwrap()];
+    let local = |a: [u8; 4]| Some(vec![Ipv4Cidr::new(Ipv4Addr::from(a), 16).unwrap()]);
     for (node, port, a) in [
         (0, 2, [169, 254, 1, 1]),
         (1, 2, [169, 254, 1, 2]),
@@ -375,11 +391,24 @@ fn gid_mismatch_fails_with_both_addresses() {
     );
 }
 
+fn bridges_mut(facts: &mut NodeFacts) -> &mut Vec<BridgeFact> {
+    facts.bridges.as_mut().unwrap()
+}
+
+fn bridge_check(f: &NodeFacts) -> CheckResult {
+    check(
+        &node_checks(&name(0), f, &ModelTable::builtin()),
+        "thunderbolt_bridge_inactive",
+    )
+    .clone()
+}
+
 #[test]
 fn active_bridge_fails_and_the_fix_uses_the_service_found_by_device() {
     let mut facts = healthy(4);
-    let bridge = &mut facts.get_mut(&name(3)).unwrap().bridges[0];
-    bridge.active = true;
+    let bridge = &mut bridges_mut(facts.get_mut(&name(3)).unwrap())[0];
+    bridge.up = Some(true);
+    bridge.member_link = Some(true);
     bridge.service = Some("My Mesh Bridge".to_owned());
     bridge.service_enabled = Some(true);
     let results = all_checks(&facts, &members(4));
@@ -398,7 +427,7 @@ fn active_bridge_fails_and_the_fix_uses_the_service_found_by_device() {
     assert_eq!(
         bridge.evidence,
         [
-            "bridge0 (Thunderbolt members en2, en3, en4, en5, en6, en7; service \"My Mesh Bridge\" enabled) is active: broadcast frames loop through the mesh"
+            "bridge0 (Thunderbolt members en2, en3, en4, en5, en6, en7; service \"My Mesh Bridge\" enabled) is up and a member has link: broadcast frames loop through the mesh"
         ]
     );
     assert_eq!(
@@ -408,29 +437,96 @@ fn active_bridge_fails_and_the_fix_uses_the_service_found_by_device() {
 }
 
 #[test]
-fn inactive_bridge_with_its_service_enabled_fails_and_other_bridges_are_ignored() {
+fn a_bridge_taken_down_passes_although_its_status_says_active_and_its_service_is_on() {
     let mut f = healthy(2).remove(&name(0)).unwrap();
-    f.bridges[0].service_enabled = Some(true);
-    f.bridges.push(BridgeFact {
+    let bridge = &mut bridges_mut(&mut f)[0];
+    // `sudo ifconfig bridge0 down` on a cabled Mac: XNU keeps `status:
+    // active` (a member has link), the flags lose UP and RUNNING.
+    bridge.up = Some(false);
+    bridge.member_link = Some(true);
+    bridge.service_enabled = Some(true);
+    let result = bridge_check(&f);
+    assert_eq!(result.status, CheckStatus::Pass, "{result:?}");
+    assert!(
+        result.evidence[0].contains("is down (no UP/RUNNING): it forwards nothing")
+            && result.evidence[0].contains("its status says active")
+            && result.evidence[0].contains("its service is enabled"),
+        "{result:?}"
+    );
+}
+
+#[test]
+fn an_up_bridge_fails_on_cabled_members_whatever_its_service_says() {
+    let mut f = healthy(2).remove(&name(0)).unwrap();
+    let bridge = &mut bridges_mut(&mut f)[0];
+    // The service was made inactive, but bridge0 stayed up with its
+    // members; no member has link at the moment of the capture.
+    bridge.up = Some(true);
+    bridge.member_link = Some(false);
+    bridge.service_enabled = Some(false);
+    let result = bridge_check(&f);
+    assert_eq!(result.status, CheckStatus::Fail, "{result:?}");
+    assert!(
+        result.evidence[0]
+            .contains("is up (no member has link now) with Thunderbolt 2 (en3) cabled to a Mac"),
+        "{result:?}"
+    );
+    assert!(
+        result.fix.starts_with("sudo ifconfig bridge0 down"),
+        "{result:?}"
+    );
+
+    // Only idle ports as members: no loop now, one as soon as they are cabled.
+    bridges_mut(&mut f)[0].members = vec!["en5".into(), "en6".into()];
+    let result = bridge_check(&f);
+    assert_eq!(result.status, CheckStatus::Warn, "{result:?}");
+
+    // Idle members whose cabling is unknown: neither.
+    for port in &mut f.ports {
+        if port.iface == "en5" {
+            port.linked = None;
+        }
+    }
+    let result = bridge_check(&f);
+    assert_eq!(result.status, CheckStatus::Skipped, "{result:?}");
+    assert!(
+        result.evidence[0].contains("whether en5 is cabled to a Mac is unknown"),
+        "{result:?}"
+    );
+}
+
+#[test]
+fn other_bridges_are_ignored_and_unknown_bridges_are_no_pass() {
+    let mut f = healthy(2).remove(&name(0)).unwrap();
+    bridges_mut(&mut f).push(BridgeFact {
         name: "bridge100".into(),
-        active: true,
+        up: Some(true),
+        member_link: Some(true),
         members: vec!["en10".into()],
         ..BridgeFact::default()
     });
-    let result = node_checks(&name(0), &f, &ModelTable::builtin());
-    assert_eq!(
-        check(&result, "thunderbolt_bridge_inactive").status,
-        CheckStatus::Fail
-    );
-    f.bridges.remove(0);
-    let result = node_checks(&name(0), &f, &ModelTable::builtin());
-    let bridge = check(&result, "thunderbolt_bridge_inactive");
+    bridges_mut(&mut f).remove(0);
+    let bridge = bridge_check(&f);
     assert_eq!(
         (bridge.status, bridge.evidence.as_slice()),
         (
             CheckStatus::Pass,
             ["no bridge has a Thunderbolt member (other bridges: bridge100)".to_owned()].as_slice()
         )
+    );
+    // Without the hardware ports the Thunderbolt interfaces are unknown, so
+    // bridge100's member might be one.
+    f.ports_complete = false;
+    for port in &mut f.ports {
+        port.iface.clear();
+    }
+    assert_eq!(bridge_check(&f).status, CheckStatus::Skipped);
+    f.bridges = None;
+    let bridge = bridge_check(&f);
+    assert_eq!(bridge.status, CheckStatus::Skipped);
+    assert_eq!(
+        bridge.evidence[0],
+        "the bridges are unknown (ifconfig could not be read)"
     );
 }
 
@@ -441,13 +537,16 @@ fn thunderbolt_4_node_with_rdma_enabled_but_no_device_fails() {
         port.rdma_device.clear();
         port.rdma = None;
         port.max_speed_bps = G40;
+        if port.negotiated_speed_bps != 0 {
+            port.negotiated_speed_bps = G40;
+        }
     }
     f.model = "Mac16,10".into();
     let results = node_checks(&name(0), &f, &ModelTable::builtin());
     let rdma = check(&results, "rdma_enabled");
     assert_eq!(rdma.status, CheckStatus::Fail);
     assert!(rdma.evidence[0].starts_with(
-        "rdma_ctl status: enabled, but no RDMA device exists (ibv_devices lists none); Thunderbolt 4 ports: Thunderbolt 1 (up to 40 Gb/s)"
+        "rdma_ctl status: enabled, but no RDMA device exists (ibv_devices lists none); Thunderbolt 4 ports: Thunderbolt 1 (en2, up to 40 Gb/s)"
     ), "{rdma:?}");
     assert!(rdma.fix.contains("Thunderbolt 5"));
     let active = check(&results, "rdma_port_active");
@@ -465,7 +564,7 @@ fn rdma_disabled_fails_and_port_down_names_the_peer_without_rdma() {
     facts.get_mut(&name(1)).unwrap().rdma_enabled = Some(false);
     let port = port_mut(&mut facts, 0, 2);
     port.rdma.as_mut().unwrap().state = RdmaPortState::Down;
-    port.peer.as_mut().unwrap().rdma_service = false;
+    port.peer.as_mut().unwrap().rdma_service = Some(false);
     let results = all_checks(&facts, &members(2));
     assert_eq!(
         not_passing(&results),
@@ -483,7 +582,9 @@ fn rdma_disabled_fails_and_port_down_names_the_peer_without_rdma() {
 #[test]
 fn mixed_macos_versions_are_listed() {
     let mut facts = healthy(4);
-    facts.get_mut(&name(2)).unwrap().os_version = "26.3".into();
+    let n3 = facts.get_mut(&name(2)).unwrap();
+    n3.os_version = "26.3".into();
+    n3.os_build = "25D125".into();
     let results = all_checks(&facts, &members(4));
     assert_eq!(
         not_passing(&results),
@@ -491,7 +592,39 @@ fn mixed_macos_versions_are_listed() {
     );
     assert_eq!(
         check(&results, "same_os_version").evidence,
-        ["different versions: macos 26.2: n1, n2, n4; macos 26.3: n3"]
+        ["different versions: macos 26.2 (25C56): n1, n2, n4; macos 26.3 (25D125): n3"]
+    );
+}
+
+#[test]
+fn a_beta_and_a_release_of_one_version_are_told_apart_by_their_build() {
+    let mut facts = healthy(3);
+    facts.get_mut(&name(1)).unwrap().os_build = "25C5031i".into();
+    let results = mesh_checks(
+        &members(3),
+        &facts,
+        &cable_map(&facts, &[]),
+        &ModelTable::builtin(),
+    );
+    let versions = check(&results, "same_os_version");
+    assert_eq!(versions.status, CheckStatus::Fail, "{versions:?}");
+    assert_eq!(
+        versions.evidence,
+        [
+            "the same version in different builds (a beta and a release, or two betas): macos 26.2 (25C5031i): n2; macos 26.2 (25C56): n1, n3"
+        ]
+    );
+    // A build that is unknown cannot be compared: no pass.
+    facts.get_mut(&name(1)).unwrap().os_build.clear();
+    let results = mesh_checks(
+        &members(3),
+        &facts,
+        &cable_map(&facts, &[]),
+        &ModelTable::builtin(),
+    );
+    assert_eq!(
+        check(&results, "same_os_version").status,
+        CheckStatus::Skipped
     );
 }
 
@@ -578,7 +711,7 @@ fn a_peer_outside_the_mesh_is_not_a_cable_but_is_reported() {
         domain_uuid: "STRANGER".into(),
         model: "Mac17,6".into(),
         name: "MacBook Pro".into(),
-        rdma_service: true,
+        rdma_service: Some(true),
     });
     assert_eq!(cable_map(&facts, &[]).len(), 1);
     let results = mesh_checks(
@@ -654,11 +787,15 @@ fn a_cable_seen_from_one_end_counts_when_config_names_it() {
         &ModelTable::builtin(),
     );
     let peers = check(&alone, "cable_peers_known");
+    assert_eq!(
+        peers.status,
+        CheckStatus::Skipped,
+        "no 'not a member' warning"
+    );
     assert!(
-        peers
-            .evidence
-            .iter()
-            .any(|e| e.ends_with("or a member whose facts are unknown (n3)")),
+        peers.evidence.iter().any(|e| e.ends_with(
+            "which matches no known port; it may be n3 (not all of whose ports are known)"
+        )),
         "{peers:?}"
     );
 }
@@ -668,21 +805,22 @@ fn linux_node(iface: &str, device: &str, address: &str) -> NodeFacts {
         os: OsKind::Linux,
         os_version: "6.12.0".into(),
         rdma_enabled: Some(true),
+        rdma_devices_read: true,
+        ports_complete: true,
         ports: vec![PortFact {
             name: iface.into(),
             iface: iface.into(),
             rdma_device: device.into(),
             negotiated_speed_bps: 100_000_000_000,
-            ipv4: vec![address.parse().unwrap()],
-            rdma: Some(RdmaPortFact {
-                port: 1,
-                state: RdmaPortState::Active,
-                active_speed_bps: 100_000_000_000,
-                gids: vec![Gid {
+            ipv4: Some(vec![address.parse().unwrap()]),
+            rdma: Some(rdma_port(
+                RdmaPortState::Active,
+                100_000_000_000,
+                vec![Gid {
                     index: 3,
                     address: mapped(address.parse::<Ipv4Cidr>().unwrap().address),
                 }],
-            }),
+            )),
             ..PortFact::default()
         }],
         ..NodeFacts::default()
@@ -822,8 +960,7 @@ fn an_empty_ibv_devices_list_fails_even_when_rdma_ctl_was_not_read() {
         "ibv_devices lists no RDMA device (rdma_ctl status could not be read)"
     );
 
-    f.blind_spots
-        .push("ibv_devices: not in the bundle (no ibv_devices.txt)".into());
+    f.rdma_devices_read = false;
     let rdma = check(
         &node_checks(&name(0), &f, &ModelTable::builtin()),
         "rdma_enabled",
@@ -838,22 +975,108 @@ fn an_empty_ibv_devices_list_fails_even_when_rdma_ctl_was_not_read() {
 
 #[test]
 fn bridge0_is_judged_by_device_when_the_thunderbolt_ports_are_unknown() {
-    let facts = NodeFacts {
+    let bridge0 = |up, member_link| NodeFacts {
         os: OsKind::Macos,
-        bridges: vec![meshd_proto::facts::BridgeFact {
+        bridges: Some(vec![BridgeFact {
             name: "bridge0".into(),
-            active: false,
+            up,
+            member_link,
             members: vec!["en1".into(), "en2".into()],
             service: Some("Thunderbolt Bridge".into()),
             service_enabled: Some(true),
-        }],
+        }]),
         ..NodeFacts::default()
     };
-    let results = node_checks(&id("x"), &facts, &ModelTable::builtin());
-    let bridge = check(&results, "thunderbolt_bridge_inactive");
-    assert_eq!(bridge.status, CheckStatus::Fail, "{bridge:?}");
+    let result = |facts: &NodeFacts| {
+        check(
+            &node_checks(&id("x"), facts, &ModelTable::builtin()),
+            "thunderbolt_bridge_inactive",
+        )
+        .clone()
+    };
+    let forwarding = result(&bridge0(Some(true), Some(true)));
+    assert_eq!(forwarding.status, CheckStatus::Fail, "{forwarding:?}");
     assert!(
-        bridge.evidence[0].contains("its service is enabled"),
-        "{bridge:?}"
+        forwarding.evidence[0].starts_with("bridge0 (Thunderbolt members en1, en2;"),
+        "{forwarding:?}"
+    );
+    // Up, no member with link, and no Thunderbolt report: whether its
+    // members are cabled is unknown; the enabled service proves nothing.
+    let idle = result(&bridge0(Some(true), Some(false)));
+    assert_eq!(idle.status, CheckStatus::Skipped, "{idle:?}");
+    assert_eq!(
+        result(&bridge0(Some(false), Some(true))).status,
+        CheckStatus::Pass
+    );
+    assert_eq!(result(&bridge0(None, None)).status, CheckStatus::Skipped);
+}
+
+#[test]
+fn the_far_ends_view_fills_unknowns_and_a_contradiction_warns() {
+    use meshd_platform::mesh::checks::diagnose;
+    let models = ModelTable::builtin();
+    // n2's own capture has neither its model nor rdma_ctl; n1 sees it as
+    // a Mac Studio that offers the RDMA service.
+    let mut facts = healthy(2);
+    let n2 = facts.get_mut(&name(1)).unwrap();
+    n2.model.clear();
+    n2.rdma_enabled = None;
+    let diagnosis = diagnose(&facts, &models);
+    let n2_checks = &diagnosis.node_checks[&name(1)];
+    let usable = check(n2_checks, "port_usable");
+    assert_eq!(usable.status, CheckStatus::Pass, "{usable:?}");
+    assert!(
+        usable.evidence[0]
+            .ends_with("usable for RDMA on m3-ultra-studio (as n1/Thunderbolt 2 sees it)"),
+        "{usable:?}"
+    );
+    let rdma = check(n2_checks, "rdma_enabled");
+    assert_eq!(rdma.status, CheckStatus::Pass, "{rdma:?}");
+    assert!(
+        rdma.evidence[0].starts_with("n1/Thunderbolt 2 sees this Mac offer the RDMA service"),
+        "{rdma:?}"
+    );
+    // Alone, n2's checks cannot know either.
+    let alone = node_checks(&name(1), &facts[&name(1)], &models);
+    assert_eq!(check(&alone, "port_usable").status, CheckStatus::Skipped);
+    let views = check(&diagnosis.mesh_checks, "peer_views_agree");
+    assert_eq!(views.status, CheckStatus::Skipped, "{views:?}");
+
+    // Both ends captured, and they disagree: one capture is stale.
+    let mut facts = healthy(2);
+    port_mut(&mut facts, 0, 2).peer.as_mut().unwrap().model = "Mac16,9".into();
+    let diagnosis = diagnose(&facts, &models);
+    let views = check(&diagnosis.mesh_checks, "peer_views_agree");
+    assert_eq!(views.status, CheckStatus::Warn, "{views:?}");
+    assert!(
+        views.evidence.contains(
+            &"n1/Thunderbolt 2 sees n2's model as Mac16,9, but its own hw.model says Mac15,14"
+                .to_owned()
+        ),
+        "{views:?}"
+    );
+    // A view never overrides what the node captured itself.
+    let usable = check(&diagnosis.node_checks[&name(1)], "port_usable");
+    assert!(
+        usable.evidence[0].ends_with("usable for RDMA on m3-ultra-studio"),
+        "{usable:?}"
+    );
+}
+
+#[test]
+fn a_peer_seen_offering_no_rdma_service_has_rdma_off() {
+    let mut facts = healthy(2);
+    facts.get_mut(&name(1)).unwrap().rdma_enabled = None;
+    port_mut(&mut facts, 0, 2)
+        .peer
+        .as_mut()
+        .unwrap()
+        .rdma_service = Some(false);
+    let diagnosis = meshd_platform::mesh::checks::diagnose(&facts, &ModelTable::builtin());
+    let rdma = check(&diagnosis.node_checks[&name(1)], "rdma_enabled");
+    assert_eq!(rdma.status, CheckStatus::Fail, "{rdma:?}");
+    assert_eq!(
+        rdma.evidence[0],
+        "n1/Thunderbolt 2 sees this Mac not offer the RDMA service (rdma_ctl status not read): RDMA is disabled"
     );
 }

@@ -7,6 +7,7 @@ use std::sync::OnceLock;
 
 use meshd_platform::ibv::{parse_ibv_devices, parse_ibv_devinfo};
 use meshd_platform::macos::ifconfig::parse_ifconfig;
+use meshd_platform::macos::netstat::parse_netstat_interfaces;
 use meshd_platform::macos::networksetup::{
     parse_all_services, parse_hardware_ports, parse_service_order,
 };
@@ -21,7 +22,10 @@ use meshd_platform::source::HostCommand;
 use proptest::prelude::*;
 use serde_json::Value;
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/macos");
+const FIXTURE_DIRS: [&str; 2] = [
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/macos"),
+    concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/macos"),
+];
 
 fn every_parser(text: &str) {
     let _ = parse_ibv_devices(text);
@@ -37,13 +41,15 @@ fn every_parser(text: &str) {
     let _ = parse_thunderbolt(text);
     let _ = parse_thunderbolt_json(text);
     let _ = parse_thunderbolt_text(text);
+    let _ = parse_netstat_interfaces(text);
 }
 
 fn fixtures() -> &'static [String] {
     static TEXTS: OnceLock<Vec<String>> = OnceLock::new();
     TEXTS.get_or_init(|| {
-        let mut texts: Vec<String> = std::fs::read_dir(FIXTURES)
-            .expect("fixture directory")
+        let mut texts: Vec<String> = FIXTURE_DIRS
+            .iter()
+            .flat_map(|dir| std::fs::read_dir(dir).expect("fixture directory"))
             .map(|entry| std::fs::read_to_string(entry.expect("entry").path()).expect("text"))
             .collect();
         texts.sort();

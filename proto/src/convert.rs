@@ -675,26 +675,33 @@ impl TryFrom<wire::Event> for Event {
 
 impl From<NodeFacts> for wire::NodeFacts {
     fn from(f: NodeFacts) -> Self {
+        let bridges_read = f.bridges.is_some();
         Self {
             os: f.os.as_str().to_owned(),
             os_version: f.os_version,
+            os_build: f.os_build,
             model: f.model,
             rdma_enabled: f.rdma_enabled,
+            rdma_devices_read: f.rdma_devices_read,
             ports: f.ports.into_iter().map(Into::into).collect(),
+            ports_complete: f.ports_complete,
             checks: f.checks.into_iter().map(Into::into).collect(),
             blind_spots: f.blind_spots,
             source: f.source,
             bridges: f
                 .bridges
+                .unwrap_or_default()
                 .into_iter()
                 .map(|b| wire::BridgeFact {
                     name: b.name,
-                    active: b.active,
+                    active: b.member_link,
                     members: b.members,
                     service: b.service.unwrap_or_default(),
                     service_enabled: b.service_enabled,
+                    up: b.up,
                 })
                 .collect(),
+            bridges_read,
         }
     }
 }
@@ -702,38 +709,49 @@ impl From<NodeFacts> for wire::NodeFacts {
 impl TryFrom<wire::NodeFacts> for NodeFacts {
     type Error = WireError;
     fn try_from(f: wire::NodeFacts) -> Result<Self> {
+        // A peer older than `bridges_read` sends its bridges without the
+        // flag: a listed bridge is still knowledge, an empty list is not.
+        let bridges_read = f.bridges_read || !f.bridges.is_empty();
+        let bridges: Vec<BridgeFact> = f
+            .bridges
+            .into_iter()
+            .map(|b| BridgeFact {
+                name: b.name,
+                up: b.up,
+                member_link: b.active,
+                members: b.members,
+                service: non_empty(b.service),
+                service_enabled: b.service_enabled,
+            })
+            .collect();
         Ok(Self {
             os: OsKind::from_name(&f.os),
             os_version: f.os_version,
+            os_build: f.os_build,
             model: f.model,
             rdma_enabled: f.rdma_enabled,
+            rdma_devices_read: f.rdma_devices_read,
             ports: each("ports", f.ports, PortFact::try_from)?,
+            ports_complete: f.ports_complete,
+            bridges: bridges_read.then_some(bridges),
             checks: each("checks", f.checks, CheckResult::try_from)?,
             blind_spots: f.blind_spots,
             source: f.source,
-            bridges: f
-                .bridges
-                .into_iter()
-                .map(|b| BridgeFact {
-                    name: b.name,
-                    active: b.active,
-                    members: b.members,
-                    service: non_empty(b.service),
-                    service_enabled: b.service_enabled,
-                })
-                .collect(),
         })
     }
 }
 
 impl From<PortFact> for wire::PortFact {
     fn from(p: PortFact) -> Self {
+        let ipv4_read = p.ipv4.is_some();
         let peer = p.peer.unwrap_or_default();
         Self {
             name: p.name,
             receptacle: p.receptacle,
             iface: p.iface,
             rdma_device: p.rdma_device,
+            rdma_node_guid: p.rdma_node_guid,
+            linked: p.linked,
             negotiated_speed_bps: p.negotiated_speed_bps,
             peer_domain_uuid: peer.domain_uuid,
             peer_model: peer.model,
@@ -743,7 +761,13 @@ impl From<PortFact> for wire::PortFact {
             peer_name: peer.name,
             peer_rdma_service: peer.rdma_service,
             other_device: p.other_device.unwrap_or_default(),
-            ipv4: p.ipv4.iter().map(ToString::to_string).collect(),
+            ipv4: p
+                .ipv4
+                .unwrap_or_default()
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
+            ipv4_read,
             iface_up: p.iface_up,
             rdma: p.rdma.map(|r| wire::RdmaPortFact {
                 port: r.port,
@@ -757,6 +781,9 @@ impl From<PortFact> for wire::PortFact {
                         address: g.address.to_string(),
                     })
                     .collect(),
+                link_layer: r.link_layer,
+                active_mtu: r.active_mtu,
+                max_mtu: r.max_mtu,
             }),
         }
     }
@@ -765,14 +792,17 @@ impl From<PortFact> for wire::PortFact {
 impl TryFrom<wire::PortFact> for PortFact {
     type Error = WireError;
     fn try_from(p: wire::PortFact) -> Result<Self> {
-        // A peer is known by its domain UUID; the other fields describe it.
-        let peer = (!p.peer_domain_uuid.is_empty()).then_some(PeerFact {
+        // A peer is known by its domain UUID, or, for a Mac whose report
+        // has none, by its model or name; the other fields describe it.
+        let has_peer =
+            !p.peer_domain_uuid.is_empty() || !p.peer_model.is_empty() || !p.peer_name.is_empty();
+        let peer = has_peer.then_some(PeerFact {
             domain_uuid: p.peer_domain_uuid,
             model: p.peer_model,
             name: p.peer_name,
             rdma_service: p.peer_rdma_service,
         });
-        let ipv4 = p
+        let ipv4: Vec<Ipv4Cidr> = p
             .ipv4
             .iter()
             .enumerate()
@@ -781,6 +811,9 @@ impl TryFrom<wire::PortFact> for PortFact {
                     .map_err(|e| WireError::new(&format!("ipv4[{i}]"), e.to_string()))
             })
             .collect::<Result<_>>()?;
+        // Older peers send addresses without `ipv4_read`: a listed address
+        // is knowledge, an empty list is not.
+        let ipv4_read = p.ipv4_read || !ipv4.is_empty();
         let rdma = p
             .rdma
             .map(|r| -> Result<RdmaPortFact> {
@@ -798,6 +831,9 @@ impl TryFrom<wire::PortFact> for PortFact {
                     state: rdma_port_state("state", r.state)?,
                     active_speed_bps: r.active_speed_bps,
                     gids,
+                    link_layer: r.link_layer,
+                    active_mtu: r.active_mtu,
+                    max_mtu: r.max_mtu,
                 })
             })
             .transpose()
@@ -808,12 +844,14 @@ impl TryFrom<wire::PortFact> for PortFact {
             domain_uuid: p.domain_uuid,
             iface: p.iface,
             rdma_device: p.rdma_device,
+            rdma_node_guid: p.rdma_node_guid,
+            linked: p.linked,
             negotiated_speed_bps: p.negotiated_speed_bps,
             max_speed_bps: p.max_speed_bps,
             peer,
             other_device: non_empty(p.other_device),
             usable_for_rdma: p.usable_for_rdma,
-            ipv4,
+            ipv4: ipv4_read.then_some(ipv4),
             iface_up: p.iface_up,
             rdma,
         })
@@ -1011,8 +1049,11 @@ mod tests {
         NodeFacts {
             os: OsKind::Macos,
             os_version: "26.2".into(),
+            os_build: "25C56".into(),
             model: "Mac16,9".into(),
             rdma_enabled: Some(true),
+            rdma_devices_read: true,
+            ports_complete: true,
             ports: vec![
                 PortFact {
                     name: "Thunderbolt 2".into(),
@@ -1020,17 +1061,19 @@ mod tests {
                     domain_uuid: "28CA4C30-A263-4C55-B302-953416D0B209".into(),
                     iface: "en2".into(),
                     rdma_device: "rdma_en2".into(),
+                    rdma_node_guid: "8096a9d9edbaac05".into(),
+                    linked: Some(true),
                     negotiated_speed_bps: 80_000_000_000,
                     max_speed_bps: 0,
                     peer: Some(PeerFact {
                         domain_uuid: "817DCFA4-B481-4100-80FC-91C7AA969F0B".into(),
                         model: "Mac17,7".into(),
                         name: "MacBook Pro".into(),
-                        rdma_service: true,
+                        rdma_service: Some(true),
                     }),
                     other_device: None,
                     usable_for_rdma: true,
-                    ipv4: vec!["169.254.0.1/30".parse().expect("cidr")],
+                    ipv4: Some(vec!["169.254.0.1/30".parse().expect("cidr")]),
                     iface_up: Some(true),
                     rdma: Some(RdmaPortFact {
                         port: 1,
@@ -1040,12 +1083,27 @@ mod tests {
                             index: 1,
                             address: "::ffff:169.254.0.1".parse().expect("gid"),
                         }],
+                        link_layer: "Thunderbolt".into(),
+                        active_mtu: Some(4096),
+                        max_mtu: Some(4096),
                     }),
                 },
                 PortFact {
                     name: "Thunderbolt 4".into(),
                     receptacle: 4,
+                    linked: Some(true),
                     other_device: Some("Envoy Ultra".into()),
+                    ipv4: Some(vec![]),
+                    ..PortFact::default()
+                },
+                PortFact {
+                    name: "Thunderbolt 5".into(),
+                    receptacle: 5,
+                    peer: Some(PeerFact {
+                        model: "Mac16,9".into(),
+                        rdma_service: None,
+                        ..PeerFact::default()
+                    }),
                     ..PortFact::default()
                 },
             ],
@@ -1056,13 +1114,14 @@ mod tests {
                 evidence: vec!["rdma_ctl status: enabled".into()],
                 fix: String::new(),
             }],
-            bridges: vec![BridgeFact {
+            bridges: Some(vec![BridgeFact {
                 name: "bridge0".into(),
-                active: false,
+                up: Some(false),
+                member_link: Some(true),
                 members: vec!["en1".into(), "en2".into()],
                 service: Some("Thunderbolt Bridge".into()),
                 service_enabled: Some(false),
-            }],
+            }]),
             blind_spots: vec!["ibv_devinfo: timed out after 5s".into()],
             source: "live".into(),
         }
@@ -1094,6 +1153,44 @@ mod tests {
                 .to_string(),
             "checks[0].status: unspecified"
         );
+    }
+
+    #[test]
+    fn unknown_facts_stay_unknown_on_the_wire() {
+        let blind = NodeFacts {
+            os: OsKind::Macos,
+            ports: vec![PortFact {
+                name: "Thunderbolt 1".into(),
+                ..PortFact::default()
+            }],
+            ..NodeFacts::default()
+        };
+        let wire: wire::NodeFacts = blind.clone().into();
+        assert!(!wire.bridges_read && !wire.ports[0].ipv4_read);
+        assert_eq!(wire.ports[0].linked, None);
+        assert_eq!(NodeFacts::try_from(wire), Ok(blind));
+    }
+
+    #[test]
+    fn facts_from_older_peers_keep_what_they_list_and_leave_the_rest_unknown() {
+        // An older peer sends addresses and bridges but none of the flags.
+        let mut old: wire::NodeFacts = sample_facts().into();
+        old.bridges_read = false;
+        old.ports_complete = false;
+        for port in &mut old.ports {
+            port.ipv4_read = false;
+            port.peer_rdma_service = port.peer_rdma_service.filter(|offered| *offered);
+        }
+        let facts = NodeFacts::try_from(old).expect("valid");
+        assert_eq!(facts.bridges.as_ref().map(Vec::len), Some(1));
+        assert_eq!(facts.ports[0].addresses().len(), 1);
+        assert_eq!(facts.ports[1].ipv4, None, "an empty list is no proof");
+        assert!(!facts.ports_complete);
+
+        let mut none: wire::NodeFacts = sample_facts().into();
+        none.bridges.clear();
+        none.bridges_read = false;
+        assert_eq!(NodeFacts::try_from(none).expect("valid").bridges, None);
     }
 
     #[test]

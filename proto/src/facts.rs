@@ -47,20 +47,38 @@ impl fmt::Display for OsKind {
     }
 }
 
-/// A node's facts about itself.
+/// A node's facts about itself. A fact that could not be seen is unknown
+/// (`None`, an empty string where noted, or a `*_read`/`*_complete` flag
+/// unset), never a default that reads as healthy; `blind_spots` says why.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct NodeFacts {
     pub os: OsKind,
-    /// `sw_vers -productVersion` ("26.2"), or the kernel release on Linux.
+    /// `sw_vers -productVersion` ("26.2"), or the kernel release on Linux;
+    /// empty when unknown.
     pub os_version: String,
+    /// `sw_vers -buildVersion` ("25F71"), which tells a beta from a release
+    /// of the same version; empty when unknown (and on Linux).
+    #[serde(default)]
+    pub os_build: String,
     /// Hardware model identifier ("Mac16,9"); empty when unknown.
     pub model: String,
     /// `rdma_ctl status` on macOS; on Linux, whether any RDMA device exists.
     /// `None` when it could not be found out.
     pub rdma_enabled: Option<bool>,
+    /// The RDMA device list was read (verbs, `ibv_devices`, `ibv_devinfo`,
+    /// sysfs), so a port without `rdma_device` has none; when false, an
+    /// empty `rdma_device` is unknown.
+    #[serde(default)]
+    pub rdma_devices_read: bool,
     pub ports: Vec<PortFact>,
-    /// Every bridge interface (Thunderbolt Bridge is `bridge0` on macOS).
-    pub bridges: Vec<BridgeFact>,
+    /// `ports` lists every Thunderbolt port (macOS: the Thunderbolt report
+    /// or the hardware ports were read) or every RDMA port (Linux); when
+    /// false, only the ports some other output happened to name are known.
+    #[serde(default)]
+    pub ports_complete: bool,
+    /// Every bridge interface (Thunderbolt Bridge is `bridge0` on macOS);
+    /// `None` when the bridges could not be listed.
+    pub bridges: Option<Vec<BridgeFact>>,
     /// The checks this node ran on its own facts.
     pub checks: Vec<CheckResult>,
     /// What could not be seen here and why, so that a missing fact is never
@@ -73,17 +91,27 @@ pub struct NodeFacts {
 /// One Thunderbolt receptacle (macOS) or RDMA-capable NIC port (Linux).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct PortFact {
-    /// "Thunderbolt 2" (the hardware port name), or the NIC name on Linux.
+    /// "Thunderbolt 2" (the hardware port name), or the NIC name on Linux;
+    /// empty when only an RDMA device names the port.
     pub name: String,
-    /// Receptacle number on macOS; 0 elsewhere.
+    /// Receptacle number on macOS; 0 elsewhere and when unknown.
     pub receptacle: u32,
     /// This port's own Thunderbolt domain UUID; empty when unknown.
     pub domain_uuid: String,
     /// The paired IP interface ("en2"); empty when unknown.
     pub iface: String,
-    /// The paired RDMA device ("rdma_en2"); empty when there is none.
+    /// The paired RDMA device ("rdma_en2"); empty when there is none, or
+    /// when the node's `rdma_devices_read` is false, unknown.
     pub rdma_device: String,
-    /// Negotiated link speed; 0 when nothing is linked.
+    /// Node GUID of `rdma_device` ("e0c5797d9c8fac05"); empty when unknown.
+    #[serde(default)]
+    pub rdma_node_guid: String,
+    /// Something is linked on the port (a Mac, a dock, a drive), from the
+    /// Thunderbolt report; `None` when this port's Thunderbolt facts are
+    /// unknown (then `peer` and `other_device` being empty says nothing).
+    #[serde(default)]
+    pub linked: Option<bool>,
+    /// Negotiated link speed; 0 when nothing is linked or it is unknown.
     pub negotiated_speed_bps: u64,
     /// What the port can do ("Up to 120 Gb/s" when idle); 0 when unknown.
     pub max_speed_bps: u64,
@@ -93,26 +121,66 @@ pub struct PortFact {
     pub other_device: Option<String>,
     /// Some ports are reported as not usable for RDMA (data, not code).
     pub usable_for_rdma: bool,
-    /// IPv4 addresses of `iface`.
-    pub ipv4: Vec<Ipv4Cidr>,
+    /// IPv4 addresses of `iface`; `None` when they could not be read.
+    pub ipv4: Option<Vec<Ipv4Cidr>>,
     /// Interface up (`status: active` / operstate up); `None` when unknown.
     pub iface_up: Option<bool>,
     /// The RDMA port of `rdma_device`, when there is one.
     pub rdma: Option<RdmaPortFact>,
 }
 
-/// A bridge interface and whether it forwards.
+impl PortFact {
+    /// The port's IPv4 addresses, none when unknown.
+    pub fn addresses(&self) -> &[Ipv4Cidr] {
+        self.ipv4.as_deref().unwrap_or_default()
+    }
+
+    /// Cabled to a Mac: `Some(true)` with a peer, `Some(false)` when the
+    /// Thunderbolt report shows nothing or only other devices on it, `None`
+    /// when unknown (also when something is linked that the report does
+    /// not describe).
+    pub fn cabled_to_mac(&self) -> Option<bool> {
+        match (&self.peer, self.linked, &self.other_device) {
+            (Some(_), _, _) => Some(true),
+            (None, Some(false), _) | (None, Some(true), Some(_)) => Some(false),
+            (None, Some(true), None) | (None, None, _) => None,
+        }
+    }
+}
+
+/// A bridge interface: its state and members, as the OS shows them. Whether
+/// it forwards follows from the state ([`BridgeFact::forwarding`]); the
+/// network service is context, never proof.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct BridgeFact {
     pub name: String,
-    /// macOS `status: active`, Linux operstate up.
-    pub active: bool,
+    /// The flags say UP and RUNNING (macOS `ifconfig`; Linux IFF_UP); a
+    /// bridge forwards nothing otherwise. `None` when unknown.
+    pub up: Option<bool>,
+    /// A member has link: macOS `status: active`, Linux operstate up.
+    /// `None` when no status was shown.
+    pub member_link: Option<bool>,
     pub members: Vec<String>,
     /// The network service whose device it is (macOS), found by device.
     pub service: Option<String>,
     /// The service is enabled in the network preferences (macOS); `None`
     /// when unknown.
     pub service_enabled: Option<bool>,
+}
+
+impl BridgeFact {
+    /// Frames pass between its members: it is UP and RUNNING and its status
+    /// does not say that no member has link (XNU's bridge reports `status:
+    /// active` whenever a member has link, even while the bridge itself is
+    /// down, so the status alone proves nothing). `None` when the flags
+    /// are unknown.
+    pub fn forwarding(&self) -> Option<bool> {
+        match (self.up, self.member_link) {
+            (Some(false), _) | (_, Some(false)) => Some(false),
+            (Some(true), _) => Some(true),
+            (None, _) => None,
+        }
+    }
 }
 
 /// The Mac at the other end of a Thunderbolt cable, as this port sees it.
@@ -125,8 +193,9 @@ pub struct PeerFact {
     /// "MacBook Pro".
     pub name: String,
     /// The peer advertises the RDMA service (Thunderbolt protocol 64087),
-    /// which it does only with RDMA enabled.
-    pub rdma_service: bool,
+    /// which it does only with RDMA enabled; `None` when its services were
+    /// not listed.
+    pub rdma_service: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -138,6 +207,14 @@ pub struct RdmaPortFact {
     /// Active width × lane speed; 0 when unknown.
     pub active_speed_bps: u64,
     pub gids: Vec<Gid>,
+    /// "Thunderbolt", "Ethernet", "InfiniBand"; empty when unknown.
+    #[serde(default)]
+    pub link_layer: String,
+    /// In bytes; `None` when unknown.
+    #[serde(default)]
+    pub active_mtu: Option<u32>,
+    #[serde(default)]
+    pub max_mtu: Option<u32>,
 }
 
 impl RdmaPortFact {
@@ -347,12 +424,15 @@ mod tests {
             os: OsKind::Macos,
             ports: vec![PortFact {
                 name: "Thunderbolt 2".into(),
-                ipv4: vec![cidr("169.254.0.1/30")],
+                ipv4: Some(vec![cidr("169.254.0.1/30")]),
                 rdma: Some(RdmaPortFact {
                     port: 1,
                     state: RdmaPortState::Active,
                     active_speed_bps: 0,
                     gids: vec![],
+                    link_layer: "Thunderbolt".into(),
+                    active_mtu: Some(4096),
+                    max_mtu: None,
                 }),
                 ..PortFact::default()
             }],
@@ -364,6 +444,51 @@ mod tests {
         assert_eq!(json["ports"][0]["rdma"]["state"], "active");
         let back: NodeFacts = serde_json::from_value(json).expect("deserializes");
         assert_eq!(back, facts);
+    }
+
+    #[test]
+    fn a_bridge_forwards_only_when_up_and_its_status_allows() {
+        let bridge = |up, member_link| BridgeFact {
+            up,
+            member_link,
+            ..BridgeFact::default()
+        };
+        // XNU says `status: active` for a down bridge whose member has link.
+        assert_eq!(bridge(Some(false), Some(true)).forwarding(), Some(false));
+        assert_eq!(bridge(Some(true), Some(true)).forwarding(), Some(true));
+        assert_eq!(bridge(Some(true), Some(false)).forwarding(), Some(false));
+        assert_eq!(bridge(Some(true), None).forwarding(), Some(true));
+        assert_eq!(bridge(None, Some(false)).forwarding(), Some(false));
+        assert_eq!(bridge(None, Some(true)).forwarding(), None);
+        assert_eq!(bridge(None, None).forwarding(), None);
+    }
+
+    #[test]
+    fn a_port_is_cabled_to_a_mac_only_when_the_thunderbolt_report_says() {
+        let unknown = PortFact::default();
+        assert_eq!(unknown.cabled_to_mac(), None);
+        let idle = PortFact {
+            linked: Some(false),
+            ..PortFact::default()
+        };
+        assert_eq!(idle.cabled_to_mac(), Some(false));
+        let dock = PortFact {
+            linked: Some(true),
+            other_device: Some("Dock".into()),
+            ..PortFact::default()
+        };
+        assert_eq!(dock.cabled_to_mac(), Some(false));
+        let mac = PortFact {
+            peer: Some(PeerFact::default()),
+            ..PortFact::default()
+        };
+        assert_eq!(mac.cabled_to_mac(), Some(true));
+        assert!(mac.addresses().is_empty());
+        let undescribed = PortFact {
+            linked: Some(true),
+            ..PortFact::default()
+        };
+        assert_eq!(undescribed.cabled_to_mac(), None);
     }
 
     #[test]

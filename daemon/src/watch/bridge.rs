@@ -1,8 +1,8 @@
 //! Bridge loops and broadcast storms on this node: every
 //! `watch.bridge.interval` it lists the bridges (Linux: sysfs; macOS:
-//! `ifconfig -a`, plus `networksetup -listnetworkserviceorder` for the
-//! service name a fix needs), runs the detector and publishes the alarms
-//! it holds active.
+//! `ifconfig -a`, `netstat -i -b -n` for their packet counters, plus
+//! `networksetup -listnetworkserviceorder` for the service name a fix
+//! needs), runs the detector and publishes the alarms it holds active.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -18,7 +18,7 @@ use crate::config::{Config, settings};
 use crate::metrics::Metrics;
 use meshd_model::bridge::{BridgeDetector, BridgeObservation, Os};
 use meshd_platform::linux::net::read_bridges;
-use meshd_platform::macos::{ifconfig, networksetup};
+use meshd_platform::macos::{ifconfig, netstat, networksetup};
 use meshd_platform::source::{HostCommand, LiveSource, Source};
 
 const SYS_CLASS_NET: &str = "/sys/class/net";
@@ -107,7 +107,7 @@ pub fn spawn(
             metrics.watchers.record_bridges(
                 bridges.iter().map(|b| {
                     let mesh_members = b.members.iter().filter(|m| mesh.contains(*m)).count();
-                    (b.name.as_str(), b.active, mesh_members)
+                    (b.name.as_str(), b.active == Some(true), mesh_members)
                 }),
                 detector.rates(),
             );
@@ -123,7 +123,9 @@ pub fn spawn(
 /// Bridge's enabled state) in this directory's preferences.plist.
 const NETWORK_PREFERENCES: &str = "/Library/Preferences/SystemConfiguration";
 
-fn watch_network_config(
+/// Sends on `changed` whenever macOS's network configuration changes (the
+/// facts watch re-reads on it too); `None`, logged, where it cannot watch.
+pub(crate) fn watch_network_config(
     changed: tokio::sync::mpsc::Sender<()>,
 ) -> Option<notify::RecommendedWatcher> {
     use notify::Watcher;
@@ -163,6 +165,13 @@ async fn sample(os: Os, mesh: &BTreeSet<String>) -> Result<Vec<BridgeObservation
         Os::Linux => linux_bridges(&LiveSource),
         Os::MacOs => {
             let mut bridges = macos_bridges(&capture(HostCommand::Ifconfig).await?);
+            if !bridges.is_empty() {
+                match capture(HostCommand::InterfaceCounters).await {
+                    Ok(text) => add_macos_counters(&mut bridges, &text),
+                    // No rate this sample: a storm neither starts nor ends.
+                    Err(err) => tracing::debug!("no bridge packet counters: {err}"),
+                }
+            }
             // The service name is only needed for a fix, so networksetup
             // runs only when a bridge holds a mesh port.
             if bridges
@@ -200,8 +209,8 @@ pub fn linux_bridges(source: &dyn Source) -> Result<Vec<BridgeObservation>, Stri
         .bridges
         .into_iter()
         .map(|r| BridgeObservation {
+            active: r.bridge.forwarding(),
             name: r.bridge.name,
-            active: r.bridge.active,
             members: r.bridge.members,
             packets: r.packets,
             member_packets: r.member_packets,
@@ -210,19 +219,44 @@ pub fn linux_bridges(source: &dyn Source) -> Result<Vec<BridgeObservation>, Stri
         .collect())
 }
 
-/// The bridges in `ifconfig -a` output. `ifconfig` shows members and
-/// `status:` but no packet counters, so these carry none.
+/// The bridges in `ifconfig -a` output, forwarding by their flags and
+/// status. `ifconfig` shows no packet counters; [`add_macos_counters`]
+/// adds them.
 fn macos_bridges(text: &str) -> Vec<BridgeObservation> {
     ifconfig::parse_ifconfig(text)
         .into_iter()
         .filter(ifconfig::Interface::is_bridge)
         .map(|i| BridgeObservation {
-            active: i.forwarding(),
+            active: i.bridge_fact().forwarding(),
             name: i.name,
             members: i.members,
             ..BridgeObservation::default()
         })
         .collect()
+}
+
+/// Each bridge's input packets from `netstat -i -b -n`: XNU counts every
+/// broadcast and multicast frame a member receives on the bridge
+/// interface as well, on every pass round a loop (see the platform
+/// crate's `macos::netstat`). Members get none: their own input counts
+/// the job's unicast traffic too.
+fn add_macos_counters(bridges: &mut [BridgeObservation], netstat_output: &str) {
+    match netstat::parse_netstat_interfaces(netstat_output) {
+        Ok(counters) => {
+            for problem in &counters.problems {
+                tracing::debug!("bridge counters: {problem}");
+            }
+            for bridge in bridges {
+                bridge.packets = counters.get(&bridge.name).map(|c| c.input_packets);
+            }
+        }
+        Err(err) => {
+            tracing::debug!("bridge counters: {}: {err}", HostCommand::InterfaceCounters);
+            for bridge in bridges {
+                bridge.packets = None;
+            }
+        }
+    }
 }
 
 /// One of the platform layer's commands, under its timeout, on the
@@ -244,7 +278,9 @@ mod tests {
             env!("CARGO_MANIFEST_DIR"),
             "/../../shared/fixtures/macos/ifconfig_a_IntelMac_bridge0-inactive_plus-bridge100-vmnet.txt"
         ));
-        let seen: Vec<(String, bool, Vec<String>, Option<u64>)> = macos_bridges(text)
+        /// (name, forwarding, members, packets)
+        type Seen = (String, Option<bool>, Vec<String>, Option<u64>);
+        let seen: Vec<Seen> = macos_bridges(text)
             .into_iter()
             .map(|b| (b.name, b.active, b.members, b.packets))
             .collect();
@@ -252,17 +288,58 @@ mod tests {
         assert_eq!(
             seen,
             [
-                // `status: inactive` wins over UP,RUNNING.
+                // UP,RUNNING, but `status: inactive`: no member has link.
                 (
                     "bridge0".to_owned(),
-                    false,
+                    Some(false),
                     members(&["en1", "en2", "en3", "en4"]),
                     None
                 ),
-                // No status line: UP,RUNNING decides.
-                ("bridge100".to_owned(), true, members(&["en10"]), None),
+                ("bridge100".to_owned(), Some(true), members(&["en10"]), None),
             ]
         );
+    }
+
+    #[test]
+    fn a_bridge_taken_down_does_not_forward_although_its_status_says_active() {
+        // TN3205's active bridge0, as `sudo ifconfig bridge0 down` leaves
+        // it: the flags lose UP and RUNNING, XNU's status line stays.
+        let text = include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../shared/fixtures/macos/ifconfig_bridge0_active_TN3205_excerpt.txt"
+        ));
+        let up = macos_bridges(text);
+        assert_eq!(up[0].active, Some(true));
+        let down = text.replacen(
+            "flags=8863<UP,BROADCAST,SMART,RUNNING,SIMPLEX,MULTICAST>",
+            "flags=8822<BROADCAST,SMART,SIMPLEX,MULTICAST>",
+            1,
+        );
+        assert_eq!(macos_bridges(&down)[0].active, Some(false));
+    }
+
+    #[test]
+    fn macos_bridges_get_their_input_packets_from_netstat() {
+        let netstat = include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../platform/tests/fixtures/macos/netstat_ib_AppleSilicon_bridge0-en2-en4.txt"
+        ));
+        let mut bridges = vec![
+            BridgeObservation {
+                name: "bridge0".into(),
+                ..BridgeObservation::default()
+            },
+            BridgeObservation {
+                name: "bridge100".into(),
+                ..BridgeObservation::default()
+            },
+        ];
+        add_macos_counters(&mut bridges, netstat);
+        assert_eq!(bridges[0].packets, Some(0));
+        assert_eq!(bridges[1].packets, None, "not in the output: no rate");
+        assert!(bridges[0].member_packets.is_empty());
+        add_macos_counters(&mut bridges, "netstat: sysctl: Operation not permitted\n");
+        assert_eq!(bridges[0].packets, None);
     }
 
     #[tokio::test]

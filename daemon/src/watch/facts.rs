@@ -6,6 +6,8 @@
 //! Failing checks that break jobs (RDMA off, a slow cable) are raised as
 //! alarms too ([`meshd_model::check_alarms`]).
 //!
+//! On macOS it also reads again when the network configuration changes.
+//!
 //! Reading runs commands (`system_profiler` takes about a second) and sysfs,
 //! so it runs on the blocking pool; every command has its own timeout in
 //! the platform layer, and this task never waits for more than one read at
@@ -65,6 +67,11 @@ pub fn spawn(
         let models = Arc::new(ModelTable::builtin());
         let mut trackers: BTreeMap<String, CounterTracker> = BTreeMap::new();
         let mut platform = configs.borrow_and_update().platform.clone();
+        // On macOS a network change (a service switched, a bridge brought
+        // back) is read at once, not a facts interval later.
+        let (network_changed, mut network_changes) = tokio::sync::mpsc::channel(1);
+        let _network_watch = (meshd_platform::this_os() == OsKind::Macos)
+            .then(|| crate::watch::bridge::watch_network_config(network_changed));
         loop {
             let started = Instant::now();
             let read = {
@@ -108,6 +115,7 @@ pub fn spawn(
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 () = tokio::time::sleep(platform.facts_interval) => {}
+                Some(()) = network_changes.recv() => {}
                 changed = configs.changed() => {
                     if changed.is_err() {
                         return;

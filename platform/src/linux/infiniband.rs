@@ -21,6 +21,8 @@ pub struct RdmaPorts {
     /// One per RDMA port, in device then port order. `iface_up` and `ipv4`
     /// are left for the caller, which knows the interfaces.
     pub ports: Vec<PortFact>,
+    /// Every device's ports could be listed.
+    pub complete: bool,
     pub blind_spots: Vec<String>,
 }
 
@@ -36,6 +38,7 @@ pub fn read_rdma_ports(source: &dyn Source) -> RdmaPorts {
         Ok(devices) => devices,
         Err(err) if err.kind() == ErrorKind::NotFound => {
             found.rdma_enabled = Some(false);
+            found.complete = true;
             found.blind_spots.push(format!(
                 "no {SYS_CLASS_INFINIBAND}: this kernel has no RDMA core loaded (ib_core), \
                  so there are no RDMA devices or ports to see"
@@ -50,6 +53,7 @@ pub fn read_rdma_ports(source: &dyn Source) -> RdmaPorts {
         }
     };
     found.rdma_enabled = Some(!devices.is_empty());
+    found.complete = true;
     for device in devices {
         let ports_dir = format!("{SYS_CLASS_INFINIBAND}/{device}/ports");
         match source.list_dir(&ports_dir) {
@@ -64,9 +68,12 @@ pub fn read_rdma_ports(source: &dyn Source) -> RdmaPorts {
                     found.ports.push(reader.read());
                 }
             }
-            Err(err) => found.blind_spots.push(format!(
-                "{device}: cannot list {ports_dir} ({err}): ports unknown"
-            )),
+            Err(err) => {
+                found.complete = false;
+                found.blind_spots.push(format!(
+                    "{device}: cannot list {ports_dir} ({err}): ports unknown"
+                ));
+            }
         }
     }
     found
@@ -117,6 +124,9 @@ impl PortReader<'_> {
                 state: state.unwrap_or(RdmaPortState::None),
                 active_speed_bps: rate_bps.unwrap_or(0),
                 gids,
+                link_layer: String::new(),
+                active_mtu: None,
+                max_mtu: None,
             }),
             ..PortFact::default()
         }

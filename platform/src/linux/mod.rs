@@ -40,6 +40,8 @@ pub fn collect(source: &dyn Source) -> NodeFacts {
     let addresses = interface_addresses(source, &mut facts.blind_spots);
     let rdma = infiniband::read_rdma_ports(source);
     facts.rdma_enabled = rdma.rdma_enabled;
+    facts.rdma_devices_read = rdma.rdma_enabled.is_some();
+    facts.ports_complete = rdma.complete;
     facts.blind_spots.extend(rdma.blind_spots);
     facts.ports = rdma.ports;
     for port in &mut facts.ports {
@@ -54,17 +56,19 @@ pub fn collect(source: &dyn Source) -> NodeFacts {
             ));
         }
         if let Some(addresses) = &addresses {
-            port.ipv4 = addresses
-                .by_interface
-                .get(&port.iface)
-                .cloned()
-                .unwrap_or_default();
+            port.ipv4 = Some(
+                addresses
+                    .by_interface
+                    .get(&port.iface)
+                    .cloned()
+                    .unwrap_or_default(),
+            );
         }
     }
 
     match net::read_bridges(source) {
         Ok(bridges) => {
-            facts.bridges = bridges.bridges.into_iter().map(|b| b.bridge).collect();
+            facts.bridges = Some(bridges.bridges.into_iter().map(|b| b.bridge).collect());
             facts.blind_spots.extend(bridges.problems);
         }
         Err(err) => facts.blind_spots.push(format!(

@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 
 use meshd_proto::facts::BridgeFact;
 
-use super::values::{bridge_forwards, interface_up};
+use super::values::{bridge_member_link, bridge_up, interface_up};
 use crate::counters::parse_counter_value;
 use crate::source::Source;
 
@@ -82,13 +82,16 @@ pub fn read_bridges(source: &dyn Source) -> std::io::Result<Bridges> {
         let operstate = source.read_file(&format!("{dir}/operstate"));
         if let Err(err) = &operstate {
             found.problems.push(format!(
-                "{name}: cannot read {dir}/operstate ({err}); taken as not forwarding"
+                "{name}: cannot read {dir}/operstate ({err}); whether a member has link is unknown"
             ));
         }
+        let operstate = operstate.ok();
+        let flags = source.read_file(&format!("{dir}/flags")).ok();
         found.bridges.push(BridgeReading {
             bridge: BridgeFact {
                 name: name.clone(),
-                active: bridge_forwards(operstate.ok().as_deref()),
+                up: bridge_up(flags.as_deref(), operstate.as_deref()),
+                member_link: bridge_member_link(operstate.as_deref()),
                 members,
                 service: None,
                 service_enabled: None,

@@ -109,10 +109,30 @@ pub fn interface_up(operstate: Option<&str>, carrier: Option<&str>) -> Option<bo
     }
 }
 
-/// Whether a bridge forwards frames, from its `operstate`: "up", or
-/// "unknown", which drivers without carrier reporting say while up.
-pub fn bridge_forwards(operstate: Option<&str>) -> bool {
-    matches!(operstate.map(str::trim), Some("up" | "unknown"))
+/// Whether a bridge is administratively up: IFF_UP (0x1) in its `flags`
+/// file ("0x1003"); when that is unreadable, an operstate of "up" proves
+/// it too. `None` when neither tells.
+pub fn bridge_up(flags: Option<&str>, operstate: Option<&str>) -> Option<bool> {
+    const IFF_UP: u32 = 0x1;
+    let parsed = flags
+        .map(str::trim)
+        .and_then(|f| f.strip_prefix("0x"))
+        .and_then(|hex| u32::from_str_radix(hex, 16).ok());
+    match parsed {
+        Some(flags) => Some(flags & IFF_UP != 0),
+        None => (operstate.map(str::trim) == Some("up")).then_some(true),
+    }
+}
+
+/// Whether a bridge has a member with link, from its `operstate` (the
+/// bridge has carrier while a member port forwards); `None` for
+/// "unknown" and anything unreadable.
+pub fn bridge_member_link(operstate: Option<&str>) -> Option<bool> {
+    match operstate.map(str::trim) {
+        Some("up") => Some(true),
+        Some("down" | "lowerlayerdown" | "dormant" | "notpresent") => Some(false),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -198,10 +218,19 @@ mod tests {
         assert_eq!(interface_up(Some("unknown\n"), Some("0\n")), Some(false));
         assert_eq!(interface_up(Some("unknown\n"), None), None);
         assert_eq!(interface_up(None, None), None);
-        assert!(bridge_forwards(Some("up\n")));
-        assert!(bridge_forwards(Some("unknown")));
-        assert!(!bridge_forwards(Some("down")));
-        assert!(!bridge_forwards(None));
+        assert_eq!(bridge_up(Some("0x1003\n"), None), Some(true));
+        assert_eq!(bridge_up(Some("0x1002"), Some("up")), Some(false));
+        assert_eq!(bridge_up(None, Some("up")), Some(true));
+        assert_eq!(
+            bridge_up(None, Some("down")),
+            None,
+            "down says nothing of IFF_UP"
+        );
+        assert_eq!(bridge_up(Some("garbage"), None), None);
+        assert_eq!(bridge_member_link(Some("up\n")), Some(true));
+        assert_eq!(bridge_member_link(Some("down")), Some(false));
+        assert_eq!(bridge_member_link(Some("unknown")), None);
+        assert_eq!(bridge_member_link(None), None);
         assert_eq!(parse_word(" mlx5_0\n"), Some("mlx5_0"));
         assert_eq!(parse_word("\n"), None);
     }
@@ -215,7 +244,8 @@ mod tests {
             let _ = parse_gid(&text);
             let _ = parse_word(&text);
             let _ = interface_up(Some(&text), Some(&text));
-            let _ = bridge_forwards(Some(&text));
+            let _ = bridge_up(Some(&text), Some(&text));
+            let _ = bridge_member_link(Some(&text));
         }
 
         #[test]

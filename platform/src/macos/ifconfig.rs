@@ -7,15 +7,17 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use meshd_proto::facts::Ipv4Cidr;
+use meshd_proto::facts::{BridgeFact, Ipv4Cidr};
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Interface {
     pub name: String,
-    /// `flags=8863<UP,BROADCAST,…>`: the names between the brackets.
-    pub flags: Vec<String>,
+    /// `flags=8863<UP,BROADCAST,…>`: the names between the brackets;
+    /// `None` when the header line has no readable flags.
+    pub flags: Option<Vec<String>>,
     pub mtu: Option<u32>,
-    /// `status: active` → `Some(true)`; `None` without a status line.
+    /// `status: active` → `Some(true)`, `status: inactive` →
+    /// `Some(false)`; `None` without a status line or with another word.
     pub active: Option<bool>,
     pub ipv4: Vec<Ipv4Cidr>,
     /// Without the `%iface` scope.
@@ -27,8 +29,28 @@ pub struct Interface {
 }
 
 impl Interface {
-    pub fn has_flag(&self, flag: &str) -> bool {
-        self.flags.iter().any(|f| f == flag)
+    /// `None` when the flags are unknown.
+    pub fn has_flag(&self, flag: &str) -> Option<bool> {
+        Some(self.flags.as_ref()?.iter().any(|f| f == flag))
+    }
+
+    /// UP and RUNNING both set: `ifconfig bridge0 down` clears them, and
+    /// XNU's bridge forwards nothing without RUNNING. `None` when the flags
+    /// are unknown.
+    pub fn up_and_running(&self) -> Option<bool> {
+        Some(self.has_flag("UP")? && self.has_flag("RUNNING")?)
+    }
+
+    /// This interface as a bridge, its service not yet known.
+    pub fn bridge_fact(&self) -> BridgeFact {
+        BridgeFact {
+            name: self.name.clone(),
+            up: self.up_and_running(),
+            member_link: self.active,
+            members: self.members.clone(),
+            service: None,
+            service_enabled: None,
+        }
     }
 
     /// `bridgeN`, or anything with members or a bridge configuration (not
@@ -36,14 +58,6 @@ impl Interface {
     /// Sharing).
     pub fn is_bridge(&self) -> bool {
         self.name.starts_with("bridge") || !self.members.is_empty() || self.bridge_configuration
-    }
-
-    /// Whether a bridge forwards: its `status:` line, which can say
-    /// `inactive` while the flags still read UP,RUNNING; without one, the
-    /// flags.
-    pub fn forwarding(&self) -> bool {
-        self.active
-            .unwrap_or_else(|| self.has_flag("UP") && self.has_flag("RUNNING"))
     }
 }
 
@@ -66,7 +80,13 @@ pub fn parse_ifconfig(text: &str) -> Vec<Interface> {
                     current.members.push(member.to_owned());
                 }
             }
-            Some("status:") => current.active = words.next().map(|s| s == "active"),
+            Some("status:") => {
+                current.active = match words.next() {
+                    Some("active") => Some(true),
+                    Some("inactive") => Some(false),
+                    _ => None,
+                }
+            }
             Some("Configuration:") => current.bridge_configuration = true,
             Some("inet") => current.ipv4.extend(ipv4_line(words)),
             Some("inet6") => current.ipv6.extend(
@@ -92,7 +112,12 @@ fn stanza_header(line: &str) -> Option<Interface> {
         .strip_prefix("flags=")
         .and_then(|f| f.split_once('<'))
         .and_then(|(_, f)| f.split_once('>'))
-        .map_or("", |(f, _)| f);
+        .map(|(f, _)| {
+            f.split(',')
+                .filter(|f| !f.is_empty())
+                .map(str::to_owned)
+                .collect()
+        });
     let mut words = rest.split_whitespace();
     let mtu = words
         .by_ref()
@@ -101,11 +126,7 @@ fn stanza_header(line: &str) -> Option<Interface> {
         .and_then(|m| m.parse().ok());
     Some(Interface {
         name: name.to_owned(),
-        flags: flags
-            .split(',')
-            .filter(|f| !f.is_empty())
-            .map(str::to_owned)
-            .collect(),
+        flags,
         mtu,
         ..Interface::default()
     })
@@ -175,6 +196,28 @@ mod tests {
         assert!(en3.ipv6.is_empty());
         assert_eq!(en3.active, None);
         assert!(!en3.is_bridge());
-        assert!(en3.forwarding(), "no status line: UP,RUNNING decides");
+        assert_eq!(en3.up_and_running(), Some(true));
+    }
+
+    #[test]
+    fn a_bridge_keeps_flags_status_and_their_absence_apart() {
+        let interfaces = parse_ifconfig(
+            "bridge0: flags=8822<BROADCAST,SMART,SIMPLEX,MULTICAST> mtu 1500\n\
+             \tmember: en2 flags=3<LEARNING,DISCOVER>\n\tstatus: active\n\
+             bridge1: mtu 1500\n\tmember: en3 flags=3<LEARNING,DISCOVER>\n\tstatus: odd\n\
+             bridge2: flags=8863<UP,BROADCAST,SMART,RUNNING,SIMPLEX,MULTICAST> mtu 1500\n\
+             \tmember: en4 flags=3<LEARNING,DISCOVER>\n",
+        );
+        let facts: Vec<BridgeFact> = interfaces.iter().map(Interface::bridge_fact).collect();
+        // Taken down with `ifconfig bridge0 down`: XNU still says active.
+        assert_eq!(
+            (facts[0].up, facts[0].member_link),
+            (Some(false), Some(true))
+        );
+        assert_eq!(facts[0].forwarding(), Some(false));
+        assert_eq!((facts[1].up, facts[1].member_link), (None, None));
+        assert_eq!(facts[1].forwarding(), None, "no flags: unknown");
+        assert_eq!((facts[2].up, facts[2].member_link), (Some(true), None));
+        assert_eq!(facts[2].members, ["en4"]);
     }
 }

@@ -7,6 +7,7 @@
 //! `rdma_enX`.
 
 pub mod ifconfig;
+pub mod netstat;
 pub mod networksetup;
 pub mod rdma_ctl;
 pub mod sw_vers;
@@ -28,7 +29,9 @@ use self::networksetup::{
 use self::rdma_ctl::{RdmaCtlStatus, parse_rdma_ctl_status};
 use self::sw_vers::parse_sw_vers;
 use self::sysctl::parse_hw_model;
-use self::system_profiler::{ThunderboltBus, parse_thunderbolt};
+use self::system_profiler::{
+    ThunderboltBus, ThunderboltPort, is_mac_model_identifier, parse_thunderbolt,
+};
 
 /// This Mac's facts as read through `source`. Checks are not run here.
 /// The RDMA devices come from the verbs library where `source` has it
@@ -133,13 +136,19 @@ pub fn join(outputs: &MacosOutputs) -> NodeFacts {
     let mut blind_spots = Vec::new();
     let blind = &mut blind_spots;
 
-    let os_version = match outputs.parsed(HostCommand::SwVers, parse_sw_vers, blind) {
-        Some(versions) if versions.product_version.is_empty() => {
-            blind.push(format!("{}: no ProductVersion line", HostCommand::SwVers));
-            String::new()
+    let (os_version, os_build) = match outputs.parsed(HostCommand::SwVers, parse_sw_vers, blind) {
+        Some(versions) => {
+            for (value, line) in [
+                (&versions.product_version, "ProductVersion"),
+                (&versions.build_version, "BuildVersion"),
+            ] {
+                if value.is_empty() {
+                    blind.push(format!("{}: no {line} line", HostCommand::SwVers));
+                }
+            }
+            (versions.product_version, versions.build_version)
         }
-        Some(versions) => versions.product_version,
-        None => String::new(),
+        None => (String::new(), String::new()),
     };
     let model = match outputs.parsed(HostCommand::HwModel, parse_hw_model, blind) {
         Some(Some(model)) => model,
@@ -190,12 +199,16 @@ pub fn join(outputs: &MacosOutputs) -> NodeFacts {
         },
     };
 
+    let (ports, ports_complete) = ports(&parsed, blind);
     NodeFacts {
         os: OsKind::Macos,
         os_version,
+        os_build,
         model,
         rdma_enabled,
-        ports: ports(&parsed, blind),
+        rdma_devices_read: parsed.listed_devices.is_some() || parsed.described_devices.is_some(),
+        ports,
+        ports_complete,
         bridges: bridges(&parsed),
         checks: Vec::new(),
         blind_spots,
@@ -205,19 +218,44 @@ pub fn join(outputs: &MacosOutputs) -> NodeFacts {
 
 /// One port per Thunderbolt receptacle or "Thunderbolt N" hardware port,
 /// by number; then one per RDMA device that no such port claims (its
-/// hardware port unknown), so no RDMA device goes unreported.
-fn ports(parsed: &Parsed, blind_spots: &mut Vec<String>) -> Vec<PortFact> {
-    let mut receptacles: BTreeMap<u32, &ThunderboltBus> = BTreeMap::new();
+/// hardware port unknown), so no RDMA device goes unreported. Complete
+/// when the hardware ports, or a Thunderbolt report that placed every
+/// receptacle, were read.
+fn ports(parsed: &Parsed, blind_spots: &mut Vec<String>) -> (Vec<PortFact>, bool) {
+    let mut receptacles: BTreeMap<u32, (&ThunderboltBus, &ThunderboltPort)> = BTreeMap::new();
+    let mut every_receptacle_placed = true;
     for bus in parsed.buses.iter().flatten() {
-        match bus.receptacle {
-            Some(number) => {
-                receptacles.entry(number).or_insert(bus);
-            }
-            None => blind_spots.push(format!(
-                "{}: bus {:?} has no receptacle number; left out",
+        if bus.ports.is_empty() {
+            every_receptacle_placed = false;
+            blind_spots.push(format!(
+                "{}: bus {:?} has no receptacle; left out",
                 HostCommand::Thunderbolt,
                 bus.name
-            )),
+            ));
+        }
+        if !bus.unplaced_devices.is_empty() {
+            blind_spots.push(format!(
+                "{}: bus {:?} lists {} device(s) without saying which of its receptacles \
+                 they are on, so what is cabled to each is unknown",
+                HostCommand::Thunderbolt,
+                bus.name,
+                bus.unplaced_devices.len()
+            ));
+        }
+        for port in &bus.ports {
+            match port.receptacle {
+                Some(number) => {
+                    receptacles.entry(number).or_insert((bus, port));
+                }
+                None => {
+                    every_receptacle_placed = false;
+                    blind_spots.push(format!(
+                        "{}: bus {:?} has a receptacle without a number; left out",
+                        HostCommand::Thunderbolt,
+                        bus.name
+                    ));
+                }
+            }
         }
     }
     let hardware_ports: BTreeMap<u32, &HardwarePort> = parsed
@@ -231,8 +269,10 @@ fn ports(parsed: &Parsed, blind_spots: &mut Vec<String>) -> Vec<PortFact> {
         .chain(hardware_ports.keys())
         .copied()
         .collect();
+    let complete =
+        parsed.hardware_ports.is_some() || (parsed.buses.is_some() && every_receptacle_placed);
 
-    let rdma_devices = rdma_device_names(parsed);
+    let rdma_devices = rdma_devices(parsed);
     let mut ports: Vec<PortFact> = numbers
         .into_iter()
         .map(|number| {
@@ -245,23 +285,32 @@ fn ports(parsed: &Parsed, blind_spots: &mut Vec<String>) -> Vec<PortFact> {
                 usable_for_rdma: true,
                 ..PortFact::default()
             };
-            if let Some(bus) = receptacles.get(&number) {
-                apply_thunderbolt(&mut port, bus);
+            if let Some((bus, receptacle)) = receptacles.get(&number) {
+                apply_thunderbolt(&mut port, bus, receptacle, blind_spots);
             }
             let paired = format!("rdma_{}", port.iface);
-            if !port.iface.is_empty() && rdma_devices.contains(&paired) {
-                port.rdma_device = paired;
+            if let Some(device) = rdma_devices
+                .iter()
+                .find(|d| !port.iface.is_empty() && d.name == paired)
+            {
+                port.rdma_device = device.name.clone();
+                port.rdma_node_guid = device.node_guid.clone();
             }
             port
         })
         .collect();
     for device in &rdma_devices {
-        if ports.iter().any(|p| &p.rdma_device == device) {
+        if ports.iter().any(|p| p.rdma_device == device.name) {
             continue;
         }
         ports.push(PortFact {
-            iface: device.strip_prefix("rdma_").unwrap_or_default().to_owned(),
-            rdma_device: device.clone(),
+            iface: device
+                .name
+                .strip_prefix("rdma_")
+                .unwrap_or_default()
+                .to_owned(),
+            rdma_device: device.name.clone(),
+            rdma_node_guid: device.node_guid.clone(),
             usable_for_rdma: true,
             ..PortFact::default()
         });
@@ -270,33 +319,64 @@ fn ports(parsed: &Parsed, blind_spots: &mut Vec<String>) -> Vec<PortFact> {
         apply_interface(port, parsed.interfaces.as_deref(), blind_spots);
         port.rdma = rdma_port(parsed.described_devices.as_deref(), &port.rdma_device);
     }
-    ports
+    (ports, complete)
 }
 
-/// Devices named by `ibv_devices` or `ibv_devinfo`, in that order.
-fn rdma_device_names(parsed: &Parsed) -> Vec<String> {
-    let mut names: Vec<String> = Vec::new();
+/// Devices named by `ibv_devices` or `ibv_devinfo`, in that order, each
+/// with the node GUID either gives.
+fn rdma_devices(parsed: &Parsed) -> Vec<RdmaDevice> {
+    let mut devices: Vec<RdmaDevice> = Vec::new();
     let listed = parsed.listed_devices.iter().flatten();
     let described = parsed.described_devices.iter().flatten();
     for device in listed.chain(described) {
-        if !names.contains(&device.name) {
-            names.push(device.name.clone());
+        match devices.iter_mut().find(|d| d.name == device.name) {
+            Some(known) if known.node_guid.is_empty() => {
+                known.node_guid.clone_from(&device.node_guid)
+            }
+            Some(_) => {}
+            None => devices.push(RdmaDevice {
+                name: device.name.clone(),
+                node_guid: device.node_guid.clone(),
+                ..RdmaDevice::default()
+            }),
         }
     }
-    names
+    devices
 }
 
-fn apply_thunderbolt(port: &mut PortFact, bus: &ThunderboltBus) {
+fn apply_thunderbolt(
+    port: &mut PortFact,
+    bus: &ThunderboltBus,
+    receptacle: &ThunderboltPort,
+    blind_spots: &mut Vec<String>,
+) {
     port.domain_uuid = bus.domain_uuid.clone();
-    port.negotiated_speed_bps = bus.speed.negotiated_bps();
-    port.max_speed_bps = bus.speed.max_bps();
-    port.peer = bus.peer().map(|peer| PeerFact {
+    port.linked = receptacle.linked();
+    port.negotiated_speed_bps = receptacle.negotiated_bps();
+    port.max_speed_bps = receptacle.max_bps();
+    if receptacle.speed_is_ambiguous() {
+        blind_spots.push(format!(
+            "{}: {} is linked but reports only an \"Up to\" speed, so its negotiated speed \
+             is unknown",
+            HostCommand::Thunderbolt,
+            port.name
+        ));
+    }
+    port.peer = receptacle.peer().map(|peer| PeerFact {
         domain_uuid: peer.domain_uuid.clone(),
-        model: peer.device_name.clone(),
+        model: if is_mac_model_identifier(&peer.device_name) {
+            peer.device_name.clone()
+        } else {
+            String::new()
+        },
         name: peer.name.clone(),
         rdma_service: peer.rdma_service,
     });
-    let others: Vec<&str> = bus.other_devices().iter().map(|d| d.label()).collect();
+    let others: Vec<&str> = receptacle
+        .other_devices()
+        .iter()
+        .map(|d| d.label())
+        .collect();
     port.other_device = (!others.is_empty()).then(|| others.join(", "));
 }
 
@@ -313,7 +393,7 @@ fn apply_interface(
     }
     match interfaces.iter().find(|i| i.name == port.iface) {
         Some(interface) => {
-            port.ipv4 = interface.ipv4.clone();
+            port.ipv4 = Some(interface.ipv4.clone());
             port.iface_up = interface.active;
         }
         None => blind_spots.push(format!(
@@ -342,40 +422,43 @@ fn rdma_port(described: Option<&[RdmaDevice]>, device: &str) -> Option<RdmaPortF
             .iter()
             .map(|&(index, address)| Gid { index, address })
             .collect(),
+        link_layer: port.link_layer.clone(),
+        active_mtu: port.active_mtu,
+        max_mtu: port.max_mtu,
     })
 }
 
 /// Every bridge interface with the network service found by its device
 /// (users rename services); the service's enabled state from the
-/// all-services list, else from the order's `(*)` mark.
-fn bridges(parsed: &Parsed) -> Vec<BridgeFact> {
-    parsed
-        .interfaces
-        .iter()
-        .flatten()
-        .filter(|i| i.is_bridge())
-        .map(|bridge| {
-            let service = parsed
-                .service_order
-                .as_deref()
-                .and_then(|order| service_for_device(order, &bridge.name));
-            let service_enabled = service.map(|service| {
-                parsed
-                    .all_services
-                    .iter()
-                    .flatten()
-                    .find(|listed| listed.name == service.name)
-                    .map_or(service.enabled, |listed| listed.enabled)
-            });
-            BridgeFact {
-                name: bridge.name.clone(),
-                active: bridge.forwarding(),
-                members: bridge.members.clone(),
-                service: service.map(|s| s.name.clone()),
-                service_enabled,
-            }
-        })
-        .collect()
+/// all-services list, else from the order's `(*)` mark. `None` when the
+/// interfaces could not be listed.
+fn bridges(parsed: &Parsed) -> Option<Vec<BridgeFact>> {
+    let interfaces = parsed.interfaces.as_ref()?;
+    Some(
+        interfaces
+            .iter()
+            .filter(|i| i.is_bridge())
+            .map(|bridge| {
+                let service = parsed
+                    .service_order
+                    .as_deref()
+                    .and_then(|order| service_for_device(order, &bridge.name));
+                let service_enabled = service.map(|service| {
+                    parsed
+                        .all_services
+                        .iter()
+                        .flatten()
+                        .find(|listed| listed.name == service.name)
+                        .map_or(service.enabled, |listed| listed.enabled)
+                });
+                BridgeFact {
+                    service: service.map(|s| s.name.clone()),
+                    service_enabled,
+                    ..bridge.bridge_fact()
+                }
+            })
+            .collect(),
+    )
 }
 
 #[cfg(test)]
@@ -426,26 +509,32 @@ mod tests {
             ),
             ("", "", None)
         );
-        assert!(facts.ports.is_empty() && facts.bridges.is_empty());
-        let blind: Vec<&str> = facts.blind_spots.iter().map(String::as_str).collect();
-        assert_eq!(blind.len(), 10, "{blind:#?}");
-        assert_eq!(blind[0], "sw_vers: no ProductVersion line");
-        assert_eq!(blind[1], "sysctl -n hw.model: printed no model");
-        assert!(
-            blind[2].starts_with("system_profiler SPThunderboltDataType -json: not JSON: "),
-            "{}",
-            blind[2]
-        );
-        assert_eq!(blind[3], "networksetup -listallhardwareports: not captured");
+        assert!(facts.ports.is_empty() && !facts.ports_complete);
         assert_eq!(
-            blind[6],
+            facts.bridges, None,
+            "ifconfig failed: bridges unknown, not none"
+        );
+        assert!(!facts.rdma_devices_read);
+        let blind: Vec<&str> = facts.blind_spots.iter().map(String::as_str).collect();
+        assert_eq!(blind.len(), 11, "{blind:#?}");
+        assert_eq!(blind[0], "sw_vers: no ProductVersion line");
+        assert_eq!(blind[1], "sw_vers: no BuildVersion line");
+        assert_eq!(blind[2], "sysctl -n hw.model: printed no model");
+        assert!(
+            blind[3].starts_with("system_profiler SPThunderboltDataType -json: not JSON: "),
+            "{}",
+            blind[3]
+        );
+        assert_eq!(blind[4], "networksetup -listallhardwareports: not captured");
+        assert_eq!(
+            blind[7],
             "ifconfig -a failed (exit status: 1): ifconfig: ioctl: bad file descriptor"
         );
         assert_eq!(
-            blind[7],
+            blind[8],
             "rdma_ctl status: neither enabled nor disabled: \"Operation not permitted\""
         );
-        assert_eq!(blind[9], "ibv_devinfo -v did not finish within 5s; killed");
+        assert_eq!(blind[10], "ibv_devinfo -v did not finish within 5s; killed");
     }
 
     #[test]
@@ -475,9 +564,11 @@ mod tests {
             receptacle: number,
             iface: iface.to_owned(),
             rdma_device: format!("rdma_{iface}"),
+            rdma_node_guid: "0000000000000001".into(),
             usable_for_rdma: true,
             ..PortFact::default()
         };
+        assert!(facts.ports_complete && facts.rdma_devices_read);
         assert_eq!(facts.ports.len(), 3);
         assert_eq!(
             facts.ports[0],
@@ -489,6 +580,7 @@ mod tests {
             PortFact {
                 name: "Thunderbolt 7".into(),
                 receptacle: 7,
+                linked: Some(false),
                 max_speed_bps: 120_000_000_000,
                 usable_for_rdma: true,
                 ..PortFact::default()
@@ -503,7 +595,8 @@ mod tests {
             (peer.domain_uuid.as_str(), peer.model.as_str()),
             ("PEER", "Mac16,9")
         );
-        assert_eq!(tb2.ipv4[0].to_string(), "10.0.12.1/30");
+        assert_eq!(tb2.linked, Some(true));
+        assert_eq!(tb2.addresses()[0].to_string(), "10.0.12.1/30");
         assert_eq!(tb2.iface_up, Some(true));
         let rdma = tb2.rdma.as_ref().expect("rdma port");
         assert_eq!(
@@ -538,26 +631,33 @@ mod tests {
             with_list("An asterisk (*) denotes that a network service is disabled.\n*Mesh\n");
         assert_eq!(
             disabled,
-            [BridgeFact {
+            Some(vec![BridgeFact {
                 name: "bridge0".into(),
-                active: false,
+                up: Some(true),
+                member_link: Some(false),
                 members: vec!["en2".into()],
                 service: Some("Mesh".into()),
                 service_enabled: Some(false),
-            }]
+            }])
         );
-        let unlisted = with_list("Wi-Fi\n");
+        let unlisted = with_list("Wi-Fi\n").expect("bridges");
         assert_eq!(
             unlisted[0].service_enabled,
             Some(true),
             "the order's own mark"
         );
+        let without_services = join(&outputs(&[(HostCommand::Ifconfig, ifconfig)]));
+        let bridge = &without_services.bridges.expect("bridges")[0];
+        assert_eq!((&bridge.service, bridge.service_enabled), (&None, None));
     }
 
     #[test]
     fn mac_model_and_version_are_read() {
         let facts = join(&outputs(&[
-            (HostCommand::SwVers, "ProductVersion:\t\t26.2\n"),
+            (
+                HostCommand::SwVers,
+                "ProductName:\t\tmacOS\nProductVersion:\t\t26.2\nBuildVersion:\t\t25C5031i\n",
+            ),
             (HostCommand::HwModel, "Mac16,9\n"),
             (HostCommand::RdmaCtl, "disabled\n"),
         ]));
@@ -568,6 +668,38 @@ mod tests {
                 facts.rdma_enabled
             ),
             ("26.2", "Mac16,9", Some(false))
+        );
+        assert_eq!(facts.os_build, "25C5031i");
+        assert!(facts.blind_spots.iter().all(|s| !s.contains("sw_vers")));
+    }
+
+    #[test]
+    fn a_connected_port_with_only_an_up_to_speed_is_linked_at_an_unknown_speed() {
+        let profiler = r#"{"SPThunderboltDataType": [
+            {"receptacle_1_tag": {"receptacle_id_key": "1", "current_speed_key": "Up to 20 Gb/s",
+                                  "receptacle_status_key": "receptacle_connected"},
+             "_items": [{"_name": "MacBook Pro", "device_name_key": "MacBookPro16,1"}]}
+        ]}"#;
+        let facts = join(&outputs(&[(HostCommand::Thunderbolt, profiler)]));
+        let port = &facts.ports[0];
+        assert_eq!(port.linked, Some(true));
+        assert_eq!((port.negotiated_speed_bps, port.max_speed_bps), (0, 0));
+        let peer = port.peer.as_ref().expect("a Mac without a domain UUID");
+        assert_eq!(
+            (
+                peer.domain_uuid.as_str(),
+                peer.model.as_str(),
+                peer.rdma_service
+            ),
+            ("", "MacBookPro16,1", None)
+        );
+        assert!(
+            facts
+                .blind_spots
+                .iter()
+                .any(|s| s.contains("Thunderbolt 1 is linked but reports only an \"Up to\" speed")),
+            "{:?}",
+            facts.blind_spots
         );
     }
 }

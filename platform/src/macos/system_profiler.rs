@@ -10,23 +10,107 @@ use crate::ibv::bits_per_second;
 /// advertises it only while RDMA is enabled on that peer.
 pub const RDMA_SERVICE_PROTOCOL_ID: u64 = 64087;
 
-/// One host Thunderbolt bus: a local receptacle and the tree of devices
-/// behind it.
+/// One host Thunderbolt bus (a host router): its receptacles and the tree
+/// of devices behind them. Apple-silicon Macs have one receptacle per bus;
+/// older Macs have two.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ThunderboltBus {
     /// "thunderboltusb4_bus_1", or "Thunderbolt/USB4 Bus 2" in the text
     /// form; empty when not given.
     pub name: String,
-    /// The physical port number (`receptacle_id_key`), which is the N of
-    /// hardware port "Thunderbolt N".
-    pub receptacle: Option<u32>,
     /// This host's own domain UUID on this bus.
     pub domain_uuid: String,
+    /// Every receptacle of the bus, in report order.
+    pub ports: Vec<ThunderboltPort>,
+    /// Devices the report lists for the bus as a whole: on a bus with more
+    /// than one receptacle the JSON form does not say which one they are
+    /// on. Empty when they were placed on their receptacle.
+    pub unplaced_devices: Vec<ThunderboltDevice>,
+}
+
+/// One receptacle of a bus.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ThunderboltPort {
+    /// The physical port number (`receptacle_id_key`, `Receptacle:`), which
+    /// is the N of hardware port "Thunderbolt N".
+    pub receptacle: Option<u32>,
     pub speed: ThunderboltSpeed,
-    /// `receptacle_connected` / `receptacle_no_devices_connected`; `None`
-    /// when not reported.
+    /// `receptacle_connected` / `Device connected` and their opposites;
+    /// `None` when not reported.
     pub connected: Option<bool>,
-    pub devices: Vec<ThunderboltDevice>,
+    /// The devices behind it; `None` when the report lists the bus's devices
+    /// without saying which receptacle they are on.
+    pub devices: Option<Vec<ThunderboltDevice>>,
+}
+
+impl ThunderboltPort {
+    /// Something is linked: a device behind it, a bare negotiated rate or
+    /// a connected status; nothing: no device and an idle status or "Up
+    /// to" capability; `None` when the report says neither.
+    pub fn linked(&self) -> Option<bool> {
+        let has_devices = self.devices.as_ref().is_some_and(|d| !d.is_empty());
+        if has_devices
+            || matches!(self.speed, ThunderboltSpeed::Linked(_))
+            || self.connected == Some(true)
+        {
+            Some(true)
+        } else if self.connected == Some(false) {
+            Some(false)
+        } else if self.devices.is_none() {
+            // The bus's devices could be on this receptacle.
+            None
+        } else if matches!(self.speed, ThunderboltSpeed::UpTo(_)) {
+            Some(false)
+        } else {
+            None
+        }
+    }
+
+    /// The negotiated rate of a live link; 0 when idle or unknown. Older
+    /// macOS prints "Up to 20 Gb/s" for a connected port: that is no
+    /// negotiated rate, so it stays unknown.
+    pub fn negotiated_bps(&self) -> u64 {
+        self.speed.negotiated_bps()
+    }
+
+    /// What an idle port can do; 0 when it is linked (its "Up to" then
+    /// describes the link, not the port) or unknown.
+    pub fn max_bps(&self) -> u64 {
+        if self.linked() == Some(false) {
+            self.speed.max_bps()
+        } else {
+            0
+        }
+    }
+
+    /// Linked, but the report gives only an "Up to" rate.
+    pub fn speed_is_ambiguous(&self) -> bool {
+        self.linked() == Some(true) && matches!(self.speed, ThunderboltSpeed::UpTo(_))
+    }
+
+    /// Every device behind the receptacle, depth first.
+    pub fn all_devices(&self) -> Vec<&ThunderboltDevice> {
+        let mut found = Vec::new();
+        let mut stack: Vec<&ThunderboltDevice> = self.devices.iter().flatten().rev().collect();
+        while let Some(device) = stack.pop() {
+            found.push(device);
+            stack.extend(device.devices.iter().rev());
+        }
+        found
+    }
+
+    /// The first Mac behind the receptacle, also behind a hub.
+    pub fn peer(&self) -> Option<&ThunderboltDevice> {
+        self.all_devices().into_iter().find(|d| d.is_mac())
+    }
+
+    /// The docks, drives and hubs, not Macs.
+    pub fn other_devices(&self) -> Vec<&ThunderboltDevice> {
+        self.all_devices()
+            .into_iter()
+            .filter(|d| !d.is_mac())
+            .collect()
+    }
 }
 
 /// What `current_speed_key` / `Speed:` says.
@@ -89,15 +173,19 @@ pub struct ThunderboltDevice {
     pub vendor: String,
     /// Only a Mac (an XDomain host) has one; docks and drives do not.
     pub domain_uuid: String,
-    /// Advertises the RDMA service ([`RDMA_SERVICE_PROTOCOL_ID`]).
-    pub rdma_service: bool,
+    /// Advertises the RDMA service ([`RDMA_SERVICE_PROTOCOL_ID`]); `None`
+    /// when the report lists no services for it.
+    pub rdma_service: Option<bool>,
     /// Devices connected behind this one (a peer behind a hub).
     pub devices: Vec<ThunderboltDevice>,
 }
 
 impl ThunderboltDevice {
+    /// A Mac (an XDomain host): it has a domain UUID, or its device name is
+    /// a Mac model identifier ("Mac16,9") even where the report leaves the
+    /// UUID out. Docks and drives have neither.
     pub fn is_mac(&self) -> bool {
-        !self.domain_uuid.is_empty()
+        !self.domain_uuid.is_empty() || is_mac_model_identifier(&self.device_name)
     }
 
     /// How to name it to an operator: its marketing name, else its
@@ -111,30 +199,28 @@ impl ThunderboltDevice {
     }
 }
 
-impl ThunderboltBus {
-    /// Every device behind the receptacle, depth first.
-    pub fn all_devices(&self) -> Vec<&ThunderboltDevice> {
-        let mut found = Vec::new();
-        let mut stack: Vec<&ThunderboltDevice> = self.devices.iter().rev().collect();
-        while let Some(device) = stack.pop() {
-            found.push(device);
-            stack.extend(device.devices.iter().rev());
-        }
-        found
-    }
-
-    /// The first Mac behind the receptacle, also behind a hub.
-    pub fn peer(&self) -> Option<&ThunderboltDevice> {
-        self.all_devices().into_iter().find(|d| d.is_mac())
-    }
-
-    /// The docks, drives and hubs, not Macs.
-    pub fn other_devices(&self) -> Vec<&ThunderboltDevice> {
-        self.all_devices()
-            .into_iter()
-            .filter(|d| !d.is_mac())
-            .collect()
-    }
+/// "Mac16,9", "MacBookPro18,1", "Macmini9,1", "iMac21,1": a family name
+/// from Apple's list and `major,minor`.
+pub fn is_mac_model_identifier(text: &str) -> bool {
+    const FAMILIES: &[&str] = &[
+        "Mac",
+        "MacBookPro",
+        "MacBookAir",
+        "MacBook",
+        "Macmini",
+        "MacPro",
+        "iMac",
+        "iMacPro",
+    ];
+    let Some(digits_at) = text.find(|c: char| c.is_ascii_digit()) else {
+        return false;
+    };
+    let (family, version) = text.split_at(digits_at);
+    let Some((major, minor)) = version.split_once(',') else {
+        return false;
+    };
+    let number = |s: &str| !s.is_empty() && s.len() <= 4 && s.bytes().all(|b| b.is_ascii_digit());
+    FAMILIES.contains(&family) && number(major) && number(minor)
 }
 
 /// Why a Thunderbolt report could not be read at all.
@@ -174,21 +260,39 @@ pub fn parse_thunderbolt_json(text: &str) -> Result<Vec<ThunderboltBus>, Thunder
 }
 
 fn json_bus(bus: &Map<String, Value>) -> ThunderboltBus {
-    let receptacle = bus.get("receptacle_1_tag").and_then(Value::as_object);
-    let receptacle_field = |key: &str| receptacle.and_then(|r| r.get(key));
+    // `receptacle_1_tag`, `receptacle_2_tag`, …: one per receptacle of
+    // the bus, in their number's order.
+    let mut tags: Vec<(u32, &Map<String, Value>)> = bus
+        .iter()
+        .filter_map(|(key, value)| {
+            let number = key.strip_prefix("receptacle_")?.strip_suffix("_tag")?;
+            Some((number.parse().ok()?, value.as_object()?))
+        })
+        .collect();
+    tags.sort_by_key(|(number, _)| *number);
+    let devices = json_devices(bus);
+    let placed = tags.len() == 1;
+    let ports = tags
+        .into_iter()
+        .map(|(_, tag)| ThunderboltPort {
+            receptacle: tag.get("receptacle_id_key").and_then(json_number),
+            speed: ThunderboltSpeed::parse(&json_text(tag.get("current_speed_key"))),
+            connected: tag
+                .get("receptacle_status_key")
+                .and_then(Value::as_str)
+                .and_then(|status| match status {
+                    "receptacle_connected" => Some(true),
+                    "receptacle_no_devices_connected" => Some(false),
+                    _ => None,
+                }),
+            devices: placed.then(|| devices.clone()),
+        })
+        .collect();
     ThunderboltBus {
         name: json_text(bus.get("_name")),
-        receptacle: receptacle_field("receptacle_id_key").and_then(json_number),
         domain_uuid: json_text(bus.get("domain_uuid_key")),
-        speed: ThunderboltSpeed::parse(&json_text(receptacle_field("current_speed_key"))),
-        connected: receptacle_field("receptacle_status_key")
-            .and_then(Value::as_str)
-            .and_then(|status| match status {
-                "receptacle_connected" => Some(true),
-                "receptacle_no_devices_connected" => Some(false),
-                _ => None,
-            }),
-        devices: json_devices(bus),
+        ports,
+        unplaced_devices: if placed { Vec::new() } else { devices },
     }
 }
 
@@ -205,11 +309,12 @@ fn json_devices(parent: &Map<String, Value>) -> Vec<ThunderboltDevice> {
             vendor: json_text(item.get("vendor_name_key")),
             domain_uuid: json_text(item.get("domain_uuid_key")),
             // Match the protocol id, not `service_key_key`: the JSON
-            // renders that key as non-ASCII bytes, not "rdma".
+            // renders that key as non-ASCII bytes, not "rdma". Without a
+            // service list the answer is unknown, not "no".
             rdma_service: item
                 .get("services_title")
                 .and_then(Value::as_array)
-                .is_some_and(|services| {
+                .map(|services| {
                     services.iter().any(|service| {
                         service.get("protocol_id_key").and_then(json_number)
                             == Some(RDMA_SERVICE_PROTOCOL_ID)
@@ -252,28 +357,53 @@ pub fn parse_thunderbolt_text(text: &str) -> Vec<ThunderboltBus> {
 }
 
 fn text_bus(outline: &Outline, bus: usize, name: &str) -> ThunderboltBus {
-    let port = outline
+    let port_headings: Vec<usize> = outline
         .children(bus)
-        .find(|&child| is_port_heading(&outline.nodes[child].key));
-    let port_field = |key: &str| port.and_then(|p| outline.field(p, key)).unwrap_or("");
+        .filter(|&child| is_port_heading(&outline.nodes[child].key))
+        .collect();
+    // Devices are normally indented under their port; any listed under the
+    // bus itself belong to its only port, or to no port in particular.
+    let loose = text_devices(outline, bus, 0, false);
+    let placed_loose = port_headings.len() == 1;
+    let ports = port_headings
+        .iter()
+        .map(|&port| {
+            let field = |key: &str| outline.field(port, key).unwrap_or("");
+            let mut devices = text_devices(outline, port, 0, true);
+            if placed_loose {
+                devices.extend(loose.iter().cloned());
+            }
+            ThunderboltPort {
+                receptacle: field("Receptacle").parse().ok(),
+                speed: ThunderboltSpeed::parse(field("Speed")),
+                connected: match field("Status") {
+                    "Device connected" => Some(true),
+                    "No device connected" => Some(false),
+                    _ => None,
+                },
+                devices: Some(devices),
+            }
+        })
+        .collect();
     ThunderboltBus {
         name: name.to_owned(),
-        receptacle: port_field("Receptacle").parse().ok(),
         domain_uuid: outline.field(bus, "Domain UUID").unwrap_or("").to_owned(),
-        speed: ThunderboltSpeed::parse(port_field("Speed")),
-        connected: match port_field("Status") {
-            "Device connected" => Some(true),
-            "No device connected" => Some(false),
-            _ => None,
-        },
-        devices: text_devices(outline, bus, 0),
+        ports,
+        unplaced_devices: if placed_loose { Vec::new() } else { loose },
     }
 }
 
-/// Devices are the headings under a bus or device that are neither a
-/// port nor its services. Apple indents a connected device deeper than the
-/// bus's `Port:` heading, so devices are also looked for under ports.
-fn text_devices(outline: &Outline, parent: usize, depth: usize) -> Vec<ThunderboltDevice> {
+/// Devices are the headings under a bus, port or device that are neither
+/// a port nor its services. Apple indents a connected device deeper than
+/// the bus's `Port:` heading; a dock's own ports (`Port (Upstream):`,
+/// `Port:`) hold the devices behind it. `into_ports`: look inside port
+/// headings (below a device or port), not only at direct children.
+fn text_devices(
+    outline: &Outline,
+    parent: usize,
+    depth: usize,
+    into_ports: bool,
+) -> Vec<ThunderboltDevice> {
     // Real chains are a few devices long; the bound keeps hostile input
     // from exhausting the stack.
     const MAX_DEPTH: usize = 16;
@@ -287,25 +417,30 @@ fn text_devices(outline: &Outline, parent: usize, depth: usize) -> Vec<Thunderbo
             continue;
         }
         if is_port_heading(&node.key) {
-            devices.extend(text_devices(outline, child, depth + 1));
+            if into_ports {
+                devices.extend(text_devices(outline, child, depth + 1, true));
+            }
             continue;
         }
+        let services: Vec<usize> = outline
+            .children(child)
+            .filter(|&c| outline.nodes[c].key == "Services")
+            .collect();
         devices.push(ThunderboltDevice {
             name: node.key.clone(),
             device_name: outline.field(child, "Device Name").unwrap_or("").to_owned(),
             vendor: outline.field(child, "Vendor Name").unwrap_or("").to_owned(),
             domain_uuid: outline.field(child, "Domain UUID").unwrap_or("").to_owned(),
-            rdma_service: outline
-                .children(child)
-                .filter(|&c| outline.nodes[c].key == "Services")
-                .any(|services| {
+            rdma_service: (!services.is_empty()).then(|| {
+                services.iter().any(|&services| {
                     outline.descendants(services).any(|d| {
                         let node = &outline.nodes[d];
                         node.key == "Protocol ID"
                             && node.value.parse() == Ok(RDMA_SERVICE_PROTOCOL_ID)
                     })
-                }),
-            devices: text_devices(outline, child, depth + 1),
+                })
+            }),
+            devices: text_devices(outline, child, depth + 1, true),
         });
     }
     devices
@@ -334,6 +469,16 @@ struct OutlineNode {
     children: Vec<usize>,
 }
 
+/// `Key: Value`, `Key:\tValue`, `Key:   Value`: split at the first colon
+/// followed by whitespace, so a value may hold colons ("Link Status: 0x2",
+/// a time "12:30") and any blank may follow the key's colon.
+fn split_field(content: &str) -> Option<(&str, &str)> {
+    content
+        .char_indices()
+        .find(|&(i, c)| c == ':' && content[i + 1..].starts_with(char::is_whitespace))
+        .map(|(i, _)| (&content[..i], &content[i + 1..]))
+}
+
 impl Outline {
     fn parse(text: &str) -> Outline {
         let mut outline = Outline::default();
@@ -353,7 +498,7 @@ impl Outline {
             }
             let (heading, key, value) = match content.strip_suffix(':') {
                 Some(key) => (true, key.trim(), ""),
-                None => match content.split_once(": ") {
+                None => match split_field(content) {
                     Some((key, value)) => (false, key.trim(), value.trim()),
                     None => (false, content, ""),
                 },
@@ -436,11 +581,13 @@ mod tests {
         ]}"#;
         let buses = parse_thunderbolt_json(odd).expect("json");
         assert_eq!(buses.len(), 2);
-        assert_eq!(buses[0].receptacle, Some(2));
-        assert_eq!(buses[0].speed, ThunderboltSpeed::Unknown);
-        assert_eq!(buses[0].connected, None);
-        let peer = buses[0].peer().expect("peer");
-        assert!(peer.rdma_service);
+        let port = &buses[0].ports[0];
+        assert_eq!(port.receptacle, Some(2));
+        assert_eq!(port.speed, ThunderboltSpeed::Unknown);
+        assert_eq!(port.connected, None);
+        assert_eq!(port.linked(), Some(true), "a device is behind it");
+        let peer = port.peer().expect("peer");
+        assert_eq!(peer.rdma_service, Some(true));
         assert_eq!(buses[1], ThunderboltBus::default());
 
         assert!(matches!(
@@ -458,6 +605,108 @@ mod tests {
     }
 
     #[test]
+    fn a_mac_is_a_mac_without_a_domain_uuid_and_unlisted_services_are_unknown() {
+        let json = r#"{"SPThunderboltDataType": [
+            {"receptacle_1_tag": {"receptacle_id_key": "1", "current_speed_key": "80 Gb/s"},
+             "_items": [{"_name": "Mac Studio", "device_name_key": "Mac16,9",
+                         "vendor_name_key": "Apple Inc."}]},
+            {"receptacle_1_tag": {"receptacle_id_key": "2", "current_speed_key": "40 Gb/s"},
+             "_items": [{"_name": "Pro Display XDR", "device_name_key": "Pro Display XDR",
+                         "vendor_name_key": "Apple Inc."}]}
+        ]}"#;
+        let buses = parse_thunderbolt_json(json).expect("json");
+        let mac = buses[0].ports[0].peer().expect("a Mac, not a dock");
+        assert_eq!((mac.domain_uuid.as_str(), mac.rdma_service), ("", None));
+        assert!(buses[0].ports[0].other_devices().is_empty());
+        assert_eq!(buses[1].ports[0].peer(), None, "Apple's display is no Mac");
+        for (id, mac) in [
+            ("Mac17,7", true),
+            ("MacBookPro18,1", true),
+            ("Macmini9,1", true),
+            ("iMac21,1", true),
+            ("Mac16", false),
+            ("SB-XTM5", false),
+            ("Mac16,9x", false),
+            ("Dock1,2", false),
+            ("", false),
+        ] {
+            assert_eq!(is_mac_model_identifier(id), mac, "{id}");
+        }
+    }
+
+    #[test]
+    fn every_receptacle_of_a_multi_port_bus_is_read() {
+        let json = r#"{"SPThunderboltDataType": [
+            {"domain_uuid_key": "HOST",
+             "receptacle_1_tag": {"receptacle_id_key": "1", "current_speed_key": "Up to 40 Gb/s",
+                                  "receptacle_status_key": "receptacle_no_devices_connected"},
+             "receptacle_2_tag": {"receptacle_id_key": "2", "current_speed_key": "Up to 20 Gb/s",
+                                  "receptacle_status_key": "receptacle_connected"},
+             "_items": [{"_name": "Mac mini", "domain_uuid_key": "PEER"}]}
+        ]}"#;
+        let bus = &parse_thunderbolt_json(json).expect("json")[0];
+        let numbers: Vec<Option<u32>> = bus.ports.iter().map(|p| p.receptacle).collect();
+        assert_eq!(numbers, [Some(1), Some(2)]);
+        assert_eq!(bus.ports[0].linked(), Some(false));
+        assert_eq!(bus.ports[0].max_bps(), 40_000_000_000);
+        // Older macOS: "Up to" on a connected port is not an idle port.
+        let connected = &bus.ports[1];
+        assert_eq!(connected.linked(), Some(true));
+        assert!(connected.speed_is_ambiguous());
+        assert_eq!((connected.negotiated_bps(), connected.max_bps()), (0, 0));
+        assert_eq!(
+            connected.devices, None,
+            "which port the Mac is on is unknown"
+        );
+        assert_eq!(bus.unplaced_devices.len(), 1);
+    }
+
+    #[test]
+    fn text_fields_split_at_any_blank_after_the_colon() {
+        let text = "Thunderbolt/USB4 Bus 0:\n  Domain UUID:\tAAAA\n  Port:\n      Status:\tDevice connected\n\
+                    \x20     Speed:\t80 Gb/s\n      Receptacle:\t1\n      Link Status: 0x2\n\
+                    \x20   Mac:\n        Device Name:    Mac15,14\n        Domain UUID:\tBBBB\n\
+                    \x20       Firmware Version: 1.2:3\n";
+        let buses = parse_thunderbolt_text(text);
+        let bus = &buses[0];
+        assert_eq!(bus.domain_uuid, "AAAA");
+        let port = &bus.ports[0];
+        assert_eq!(
+            (port.receptacle, port.connected, port.speed),
+            (
+                Some(1),
+                Some(true),
+                ThunderboltSpeed::Linked(80_000_000_000)
+            )
+        );
+        let peer = port.peer().expect("peer");
+        assert_eq!(
+            (peer.device_name.as_str(), peer.domain_uuid.as_str()),
+            ("Mac15,14", "BBBB")
+        );
+        assert_eq!(peer.rdma_service, None, "no Services heading");
+        assert_eq!(
+            split_field("Firmware Version: 1.2:3"),
+            Some(("Firmware Version", " 1.2:3"))
+        );
+        assert_eq!(split_field("UID:0x05"), None);
+    }
+
+    #[test]
+    fn text_bus_with_two_ports_keeps_both() {
+        let text = "Thunderbolt Bus 0:\n  Domain UUID: HOST\n  Port:\n    Status: No device connected\n\
+                    \x20   Speed: Up to 40 Gb/s\n    Receptacle: 1\n  Port:\n    Status: Device connected\n\
+                    \x20   Speed: Up to 20 Gb/s\n    Receptacle: 2\n    MacBook Pro:\n      Device Name: MacBookPro16,1\n";
+        let bus = &parse_thunderbolt_text(text)[0];
+        assert_eq!(bus.ports.len(), 2);
+        assert_eq!(bus.ports[0].linked(), Some(false));
+        let second = &bus.ports[1];
+        assert_eq!((second.receptacle, second.linked()), (Some(2), Some(true)));
+        assert!(second.peer().is_some(), "the Mac is under its own port");
+        assert!(bus.ports[0].peer().is_none());
+    }
+
+    #[test]
     fn text_dock_with_a_mac_behind_it() {
         let text = "Thunderbolt/USB4:\n\n    Thunderbolt/USB4 Bus 0:\n\n\
                     \x20     Domain UUID: AAAA\n      Port:\n\
@@ -471,29 +720,30 @@ mod tests {
         let buses = parse_thunderbolt_text(text);
         assert_eq!(buses.len(), 1);
         let bus = &buses[0];
+        let port = &bus.ports[0];
         assert_eq!(
-            (bus.receptacle, bus.domain_uuid.as_str(), bus.connected),
+            (port.receptacle, bus.domain_uuid.as_str(), port.connected),
             (Some(1), "AAAA", Some(true))
         );
-        assert_eq!(bus.speed, ThunderboltSpeed::Linked(40_000_000_000));
-        let others: Vec<&str> = bus.other_devices().iter().map(|d| d.label()).collect();
+        assert_eq!(port.speed, ThunderboltSpeed::Linked(40_000_000_000));
+        let others: Vec<&str> = port.other_devices().iter().map(|d| d.label()).collect();
         assert_eq!(others, ["Dock"]);
-        let peer = bus.peer().expect("peer behind the dock");
+        let peer = port.peer().expect("peer behind the dock");
         assert_eq!(
             (peer.device_name.as_str(), peer.domain_uuid.as_str()),
             ("Mac17,7", "BBBB")
         );
-        assert!(!peer.rdma_service);
+        assert_eq!(peer.rdma_service, None);
     }
 
     #[test]
     fn deep_text_nesting_is_bounded() {
         let text: String = (0..5000)
-            .map(|i| format!("{}Hub {i}:\n", " ".repeat(i + 1)))
+            .map(|i| format!("{}Hub {i}:\n", " ".repeat(i + 2)))
             .collect();
-        let text = format!("Thunderbolt/USB4 Bus 1:\n{text}");
+        let text = format!("Thunderbolt/USB4 Bus 1:\n Port:\n{text}");
         let buses = parse_thunderbolt_text(&text);
         assert_eq!(buses.len(), 1);
-        assert!(buses[0].all_devices().len() <= 16);
+        assert!(buses[0].ports[0].all_devices().len() <= 16);
     }
 }

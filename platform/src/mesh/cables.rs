@@ -156,7 +156,7 @@ fn end_from_port(node: &NodeId, port: &PortFact) -> CableEnd {
         port: port.name.clone(),
         iface: port.iface.clone(),
         rdma_device: port.rdma_device.clone(),
-        address: port.ipv4.first().map(|cidr| cidr.address),
+        address: port.addresses().first().map(|cidr| cidr.address),
     }
 }
 

@@ -6,6 +6,7 @@ pub mod checks;
 pub mod hostfile;
 pub mod models;
 pub mod plan;
+pub mod views;
 
 use std::fmt;
 use std::str::FromStr;

@@ -1,0 +1,343 @@
+//! RDMA readiness: RDMA enabled on Thunderbolt 5 hardware, every cabled
+//! port's RDMA port ACTIVE, and its GIDs derived from its address.
+
+use std::net::Ipv4Addr;
+
+use meshd_proto::domain::RdmaPortState;
+use meshd_proto::facts::{CheckResult, NodeFacts, OsKind, PortFact};
+
+use super::links::{address_fix, cidrs};
+use super::{Check, NodeView, peer_label, port_label};
+use crate::mesh::views::agreed_rdma_service;
+use crate::mesh::{TB5_LINK_BPS, gbps};
+
+/// Thunderbolt 4 / USB4 ports top out at 40 Gb/s.
+pub(super) const TB4_MAX_BPS: u64 = 40_000_000_000;
+
+pub(super) const ENABLE_RDMA_FIX: &str = "restart into macOS Recovery (hold the power button, \
+     Options), open Utilities > Terminal, run `rdma_ctl enable`, then restart";
+
+const THUNDERBOLT_5_FIX: &str = "RDMA over Thunderbolt needs Thunderbolt 5 ports and macOS 26.2 \
+     or later (Apple TN3205); on a Thunderbolt 4 Mac use MLX's TCP ring instead \
+     (`mlx.launch --backend ring`)";
+
+/// What the facts show of the Mac's Thunderbolt generation.
+enum Generation {
+    /// A port or the model shows Thunderbolt 5; the evidence.
+    Five(String),
+    /// Every Thunderbolt port is known and tops out at 40 Gb/s.
+    FourOnly(Vec<String>),
+    Unknown,
+}
+
+/// Thunderbolt 5 shows as an idle port that can do more than 40 Gb/s, a
+/// link negotiated at 80 Gb/s, an RDMA port ACTIVE at 80 Gb/s or a model
+/// of the table (all of them Thunderbolt 5 Macs). Thunderbolt 4 only when
+/// every port is known and idle at "Up to 40 Gb/s" or less: a link at 40
+/// Gb/s can be a Thunderbolt 5 port behind a slower cable.
+fn generation(node: &NodeView) -> Generation {
+    let facts = node.facts;
+    for port in &facts.ports {
+        let label = port_label(port);
+        if port.max_speed_bps > TB4_MAX_BPS {
+            return Generation::Five(format!("{label} can do up to {}", gbps(port.max_speed_bps)));
+        }
+        if port.negotiated_speed_bps >= TB5_LINK_BPS {
+            return Generation::Five(format!(
+                "{label} negotiated {}",
+                gbps(port.negotiated_speed_bps)
+            ));
+        }
+        if let Some(rdma) = &port.rdma
+            && rdma.state == RdmaPortState::Active
+            && rdma.active_speed_bps >= TB5_LINK_BPS
+        {
+            return Generation::Five(format!(
+                "{} is ACTIVE at {}",
+                port.rdma_device,
+                gbps(rdma.active_speed_bps)
+            ));
+        }
+    }
+    if let Ok((model, source)) = node.model() {
+        let seen = source.map(|s| format!(", {s}")).unwrap_or_default();
+        return Generation::Five(format!("{} has Thunderbolt 5 ports{seen}", model.name));
+    }
+    let receptacles: Vec<&PortFact> = facts.ports.iter().filter(|p| p.receptacle != 0).collect();
+    let all_tb4 = receptacles
+        .iter()
+        .all(|p| p.max_speed_bps != 0 && p.max_speed_bps <= TB4_MAX_BPS);
+    if facts.ports_complete && !receptacles.is_empty() && all_tb4 {
+        return Generation::FourOnly(
+            receptacles
+                .iter()
+                .map(|p| {
+                    let iface = if p.iface.is_empty() {
+                        String::new()
+                    } else {
+                        format!("{}, ", p.iface)
+                    };
+                    format!("{} ({iface}up to {})", p.name, gbps(p.max_speed_bps))
+                })
+                .collect(),
+        );
+    }
+    Generation::Unknown
+}
+
+pub(super) fn rdma_enabled(mut check: Check, node: &NodeView) -> CheckResult {
+    let facts = node.facts;
+    let mac = facts.os == OsKind::Macos;
+    let (source, disabled_fix) = if mac {
+        ("rdma_ctl status", ENABLE_RDMA_FIX)
+    } else {
+        (
+            "/sys/class/infiniband",
+            "load the NIC's RDMA driver (e.g. `sudo modprobe mlx5_ib`, or `sudo rdma link add rxe0 type rxe netdev <iface>` for soft RoCE) and check `ibv_devices`",
+        )
+    };
+    let devices: Vec<&str> = facts
+        .ports
+        .iter()
+        .map(|p| p.rdma_device.as_str())
+        .filter(|d| !d.is_empty())
+        .collect();
+    // A peer sees the RDMA service only while RDMA is enabled here (TN3205);
+    // that fills in an unread `rdma_ctl`, and never overrides it.
+    let seen = agreed_rdma_service(node.views).filter(|_| facts.rdma_enabled.is_none());
+    let (enabled, source) = match (facts.rdma_enabled, seen) {
+        (Some(enabled), _) => (Some(enabled), source.to_owned()),
+        (None, Some((offered, view))) => (
+            Some(offered),
+            format!(
+                "{} sees this Mac {} the RDMA service (rdma_ctl status not read)",
+                view.viewer(),
+                if offered { "offer" } else { "not offer" }
+            ),
+        ),
+        (None, None) => (None, source.to_owned()),
+    };
+    match enabled {
+        // A Linux host without RDMA hardware (a test lab, an IP-only node)
+        // is monitored over IP; it is worth knowing, not worth a page.
+        Some(false) if !mac => check.warn(
+            format!("{source}: no RDMA device on this host; meshd watches its IP links only, and RDMA jobs cannot run here"),
+            disabled_fix,
+        ),
+        Some(false) => check.fail(format!("{source}: RDMA is disabled"), disabled_fix),
+        _ if !devices.is_empty() => {
+            let state = match enabled {
+                Some(_) => format!("{source}: enabled"),
+                None => format!("{source}: not read"),
+            };
+            let listed = format!("{state}; RDMA devices: {}", devices.join(", "));
+            if !mac {
+                check.pass(listed);
+            } else {
+                // macOS 26 lists rdma_en devices on Thunderbolt 4 Macs too.
+                match generation(node) {
+                    Generation::Five(evidence) => check.pass(format!("{listed}; {evidence}")),
+                    Generation::FourOnly(ports) => check.fail(
+                        format!(
+                            "{listed}, but every Thunderbolt port is Thunderbolt 4 ({}): RDMA \
+                             over Thunderbolt needs Thunderbolt 5",
+                            ports.join(", ")
+                        ),
+                        THUNDERBOLT_5_FIX,
+                    ),
+                    Generation::Unknown => check.blind(format!(
+                        "{listed}, but whether this Mac has Thunderbolt 5 ports is unknown \
+                         (macOS lists rdma_en devices on Thunderbolt 4 Macs too)"
+                    )),
+                }
+            }
+        }
+        // The device list was read and is empty: no device exists, whatever
+        // `rdma_ctl` would say.
+        None if mac && facts.rdma_devices_read => check.fail(
+            "ibv_devices lists no RDMA device (rdma_ctl status could not be read)",
+            ENABLE_RDMA_FIX,
+        ),
+        None => check.blind(format!("{source}: RDMA state could not be read")),
+        Some(true) if !facts.rdma_devices_read => check.blind(format!(
+            "{source}: enabled, but the RDMA device list could not be read"
+        )),
+        Some(true) => {
+            let mut evidence = format!("{source}: enabled, but no RDMA device exists");
+            if mac {
+                evidence.push_str(" (ibv_devices lists none)");
+            }
+            if let Generation::FourOnly(ports) = generation(node) {
+                evidence.push_str(&format!(
+                    "; Thunderbolt 4 ports: {}; RDMA over Thunderbolt needs Thunderbolt 5",
+                    ports.join(", ")
+                ));
+            }
+            check.fail(evidence, THUNDERBOLT_5_FIX);
+        }
+    }
+    check.finish_on(facts)
+}
+
+pub(super) fn rdma_port_active(mut check: Check, node: &NodeView) -> CheckResult {
+    let facts = node.facts;
+    match facts.rdma_enabled {
+        Some(true) => {}
+        Some(false) => return check.skipped("RDMA is disabled here (see rdma_enabled)", facts),
+        None => return check.skipped("RDMA state unknown (see rdma_enabled)", facts),
+    }
+    let ports = check.linked_ports(facts);
+    for port in ports {
+        let label = port_label(port);
+        if port.rdma_device.is_empty() {
+            if port.iface.is_empty() {
+                // Devices pair with ports by interface (`rdma_<iface>`).
+                check.blind(format!(
+                    "{label}: its interface, so its RDMA device, is unknown (no hardware-port list)"
+                ));
+            } else if facts.rdma_devices_read {
+                check.fail(
+                    format!("{label} is cabled but has no RDMA device"),
+                    "check `ibv_devices` lists rdma_<iface> for every cabled Thunderbolt 5 port",
+                );
+            } else {
+                check.blind(format!(
+                    "{label}: its RDMA device is unknown (the device list was not read)"
+                ));
+            }
+            continue;
+        }
+        let device = &port.rdma_device;
+        let Some(rdma) = &port.rdma else {
+            check.blind(format!("{label}: state of {device} unknown"));
+            continue;
+        };
+        let state = rdma.state.as_str().to_uppercase();
+        if rdma.state == RdmaPortState::Active {
+            check.pass(format!("{label}: {device} port {} ACTIVE", rdma.port));
+            continue;
+        }
+        let (peer_note, fix) = match &port.peer {
+            Some(peer) if peer.rdma_service == Some(false) => (
+                format!(
+                    "; the peer {} does not advertise the RDMA service, so RDMA is off there \
+                     (TN3205: ports are ACTIVE only when every connected Mac has RDMA enabled)",
+                    peer_label(peer)
+                ),
+                format!("on the peer {}: {ENABLE_RDMA_FIX}", peer_label(peer)),
+            ),
+            Some(peer) if peer.rdma_service == Some(true) => (
+                format!("; the peer {} advertises RDMA", peer_label(peer)),
+                "reseat the cable; if the port stays DOWN, restart this Mac \
+                 (a wedged RDMA port recovers only after a reboot)"
+                    .to_owned(),
+            ),
+            Some(peer) => (
+                format!(
+                    "; whether the peer {} has RDMA enabled is unknown (its services are not \
+                     listed)",
+                    peer_label(peer)
+                ),
+                format!(
+                    "check `rdma_ctl status` on the peer {}, then the cable; `ibv_devinfo -d \
+                     {device}` shows the state",
+                    peer_label(peer)
+                ),
+            ),
+            None => (
+                String::new(),
+                format!(
+                    "check the cable and the far port; `ibv_devinfo -d {device}` shows the state"
+                ),
+            ),
+        };
+        check.fail(
+            format!(
+                "{label}: {device} port {} is {state} while cabled{peer_note}",
+                rdma.port
+            ),
+            fix,
+        );
+    }
+    check.finish_on(facts)
+}
+
+/// GIDs are derived from the IPv4 address of the paired interface; the
+/// IPv4-mapped GID is GID[1] on the captures, but its index varies (1 or
+/// 2, mlx PR #3389), so any index holding the interface's address passes.
+pub(super) fn gid_matches_address(mut check: Check, facts: &NodeFacts) -> CheckResult {
+    let ports = check.linked_ports(facts);
+    for port in ports {
+        let label = port_label(port);
+        let Some(rdma) = &port.rdma else {
+            check.blind(format!("{label}: no GID table (no RDMA port facts)"));
+            continue;
+        };
+        let Some(addresses) = &port.ipv4 else {
+            check.blind(format!(
+                "{label}: its IPv4 addresses are unknown (see link_addressed)"
+            ));
+            continue;
+        };
+        let Some(first) = addresses.first() else {
+            check.blind(format!(
+                "{label}: no IPv4 address to compare (see link_addressed)"
+            ));
+            continue;
+        };
+        let device = &port.rdma_device;
+        let mapped: Vec<(u32, Ipv4Addr)> = rdma
+            .gids
+            .iter()
+            .filter_map(|g| g.address.to_ipv4_mapped().map(|a| (g.index, a)))
+            .collect();
+        let matching = mapped
+            .iter()
+            .find(|(_, a)| addresses.iter().any(|c| c.address == *a));
+        let fix = format!(
+            "{}\nrestart the Mac if {device}'s GID[1] still differs",
+            address_fix(facts, port, &first.address.to_string(), first.prefix)
+        );
+        let bridged = bridged_note(facts, port);
+        match (matching, mapped.first()) {
+            (Some((index, address)), _) => check.pass(format!(
+                "{device} GID[{index}] ::ffff:{address} = {} {address}",
+                port.iface
+            )),
+            (None, None) => check.fail(
+                format!(
+                    "{device} has no IPv4-mapped GID (::ffff:a.b.c.d) although {} has {}{bridged}",
+                    port.iface,
+                    cidrs(port)
+                ),
+                fix,
+            ),
+            (None, Some((index, stale))) => check.fail(
+                format!(
+                    "{device} GID[{index}] ::ffff:{stale} ≠ {} address {} (::ffff:{}){bridged}",
+                    port.iface, first.address, first.address
+                ),
+                fix,
+            ),
+        }
+    }
+    check.finish_on(facts)
+}
+
+/// Operators report that ports in an up bridge lose their GIDs beyond
+/// GID[0]: the likely cause of a missing or stale one.
+fn bridged_note(facts: &NodeFacts, port: &PortFact) -> String {
+    facts
+        .bridges
+        .iter()
+        .flatten()
+        .find(|b| b.up == Some(true) && b.members.contains(&port.iface))
+        .map(|b| {
+            format!(
+                "; {} is a member of {}, and bridged ports lose their GIDs beyond GID[0] \
+                 (see thunderbolt_bridge_inactive)",
+                port.iface, b.name
+            )
+        })
+        .unwrap_or_default()
+}
