@@ -129,6 +129,7 @@ async fn a_cut_cable_fires_in_alertmanager_and_heal_resolves_it() {
     let Some(binary) = alertmanager_binary() else {
         return;
     };
+    let _serial = meshd_test_lock::exclusive();
     let dir = tempfile::tempdir().expect("tempdir");
     let (_alertmanager, addr) = start_alertmanager(binary, dir.path());
     wait_ready(addr).await;

@@ -308,6 +308,7 @@ async fn prometheus_scrapes_the_demo_answers_every_dashboard_query_and_fires_lin
     let (Some(promtool), Some(prometheus)) = (tool("promtool"), tool("prometheus")) else {
         return;
     };
+    let _serial = meshd_test_lock::exclusive();
     let Some((mut demo, plan)) = start_demo(3).await else {
         return;
     };
