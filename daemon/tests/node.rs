@@ -188,15 +188,19 @@ async fn reflection_lists_and_describes_the_served_services() {
         ]
     );
 
-    let MessageResponse::FileDescriptorResponse(files) = reflect(
-        &mut client,
-        MessageRequest::FileContainingSymbol("meshd.v1.Mesh".into()),
-    )
-    .await
-    else {
-        panic!("expected file descriptors");
-    };
-    assert!(!files.file_descriptor_proto.is_empty());
+    // Every listed service describes itself, reflection included: clients
+    // that load every advertised service stop at the first that does not.
+    for name in names {
+        let answer = reflect(
+            &mut client,
+            MessageRequest::FileContainingSymbol(name.clone()),
+        )
+        .await;
+        let MessageResponse::FileDescriptorResponse(files) = answer else {
+            panic!("{name}: expected file descriptors, got {answer:?}");
+        };
+        assert!(!files.file_descriptor_proto.is_empty(), "{name}");
+    }
     stop(node).await;
 }
 
