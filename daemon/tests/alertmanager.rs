@@ -5,11 +5,11 @@
 
 mod common;
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::http_get;
+use common::{free_port, http_get};
 use meshd::demo::Demo;
 use meshd::demo::plan::Plan;
 
@@ -33,13 +33,6 @@ fn alertmanager_binary() -> Option<&'static str> {
         "skipped: prometheus-alertmanager is not installed (apt-get install prometheus-alertmanager)"
     );
     None
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }
 
 /// Kills Alertmanager however the test ends.
@@ -129,6 +122,7 @@ async fn a_cut_cable_fires_in_alertmanager_and_heal_resolves_it() {
     let Some(binary) = alertmanager_binary() else {
         return;
     };
+    let _serial = meshd_test_lock::exclusive();
     let dir = tempfile::tempdir().expect("tempdir");
     let (_alertmanager, addr) = start_alertmanager(binary, dir.path());
     wait_ready(addr).await;

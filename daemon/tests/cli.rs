@@ -1,11 +1,14 @@
 //! The `meshd` binary as an operator meets it: `check-config` verdicts with
 //! lines, and `run` serving until SIGTERM, with JSON logs on request.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read};
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
+
+use common::free_port;
 
 fn meshd(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_meshd"))
@@ -83,13 +86,6 @@ fn check_config_reports_a_missing_file() {
     let out = meshd(&["check-config", "/nonexistent/meshd.toml"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/meshd.toml"));
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }
 
 #[test]

@@ -131,6 +131,7 @@ fn configs_with(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_universal_control_raises_a_cpu_spike_that_clears_when_it_stops() {
+    let _serial = meshd_test_lock::exclusive();
     let shutdown = CancellationToken::new();
     let _stop = shutdown.clone().drop_guard();
     let metrics = Arc::new(Metrics::new(&identity()));
@@ -258,6 +259,7 @@ fn peer_down_status() -> MeshStatus {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_job_rank_with_a_dead_peer_is_reported_hung() {
+    let _serial = meshd_test_lock::exclusive();
     let shutdown = CancellationToken::new();
     let _stop = shutdown.clone().drop_guard();
     let metrics = Arc::new(Metrics::new(&identity()));
@@ -326,6 +328,7 @@ async fn a_cpu_spike_reaches_status_metrics_and_the_event_stream() {
     use meshd_proto::domain::EventKind;
     use tokio_stream::StreamExt;
 
+    let _serial = meshd_test_lock::exclusive();
     let mut config = meshd::config::Config::embedded_default("alarm-test");
     config.listen.grpc = "127.0.0.1:0".parse().expect("addr");
     config.listen.metrics = "127.0.0.1:0".parse().expect("addr");

@@ -17,6 +17,7 @@ async fn reply(demo: &mut Demo, line: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_answer_and_kill_revive_gives_a_new_incarnation() {
+    let _serial = meshd_test_lock::exclusive();
     let Some((mut demo, plan)) = start(3).await else {
         return;
     };
@@ -146,6 +147,7 @@ fn the_cli_prints_where_to_look_answers_commands_and_quits() {
         eprintln!("skipped: needs the 127.100/127.101 loopback aliases");
         return;
     }
+    let _serial = meshd_test_lock::exclusive();
     let Child {
         mut process,
         mut stdin,

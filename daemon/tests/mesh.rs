@@ -3,9 +3,10 @@
 //! reports through the demo's fault proxies), faults injected with the
 //! demo's commands, verdicts read from every live node.
 //!
-//! These tests share two cores with each other, so nextest runs them one at
-//! a time (see .config/nextest.toml); their deadlines are generous bounds on
-//! behaviour, never speed measurements.
+//! Each test holds the machine-wide test lock (`meshd_test_lock`), so no
+//! other mesh, lab or CPU hog shares the two cores with it under either
+//! runner; the deadlines are generous bounds on behaviour, never speed
+//! measurements.
 
 mod common;
 
@@ -115,6 +116,7 @@ async fn command(demo: &mut Demo, line: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_nodes_cut_kill_partition_and_heal() {
+    let _serial = meshd_test_lock::exclusive();
     let Some((mut demo, plan)) = start_demo(4).await else {
         return;
     };
@@ -181,6 +183,7 @@ async fn four_nodes_cut_kill_partition_and_heal() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_nodes_tell_a_dead_node_from_a_cut_cable_at_the_same_time() {
+    let _serial = meshd_test_lock::exclusive();
     let Some((mut demo, _plan)) = start_demo(5).await else {
         return;
     };
@@ -220,6 +223,7 @@ async fn five_nodes_tell_a_dead_node_from_a_cut_cable_at_the_same_time() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flapping_cable_is_flapping_not_a_stream_of_events() {
+    let _serial = meshd_test_lock::exclusive();
     let Some((mut demo, plan)) = start_demo(4).await else {
         return;
     };
@@ -282,6 +286,7 @@ async fn a_flapping_cable_is_flapping_not_a_stream_of_events() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lossy_and_slow_cables_are_degraded_not_down() {
+    let _serial = meshd_test_lock::exclusive();
     let Some((mut demo, _plan)) = start_demo(4).await else {
         return;
     };

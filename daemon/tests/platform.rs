@@ -69,6 +69,7 @@ async fn until(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn facts_travel_cables_are_discovered_and_failing_checks_alarm() {
+    let _serial = meshd_test_lock::exclusive();
     let Some((demo, plan)) = start_replaying_demo().await else {
         return;
     };
@@ -168,6 +169,7 @@ async fn facts_travel_cables_are_discovered_and_failing_checks_alarm() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_serves_a_valid_jaccl_hostfile_and_refuses_bad_requests() {
+    let _serial = meshd_test_lock::exclusive();
     let Some((demo, plan)) = common::start_demo(4).await else {
         return;
     };

@@ -12,12 +12,12 @@
 mod common;
 
 use std::io::Write;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::start_demo;
+use common::{free_port, start_demo};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -132,13 +132,6 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-        .port()
 }
 
 fn start_prometheus(binary: &Path, dir: &Path, targets: &[SocketAddr]) -> Server {
@@ -308,6 +301,7 @@ async fn prometheus_scrapes_the_demo_answers_every_dashboard_query_and_fires_lin
     let (Some(promtool), Some(prometheus)) = (tool("promtool"), tool("prometheus")) else {
         return;
     };
+    let _serial = meshd_test_lock::exclusive();
     let Some((mut demo, plan)) = start_demo(3).await else {
         return;
     };

@@ -18,12 +18,24 @@ use meshd_lab::fault::HOG_NAME;
 
 const ALL: [&str; 4] = ["a", "b", "c", "d"];
 
+/// The network namespaces of lab `name` that exist now.
+fn namespaces_of(name: &str) -> Vec<String> {
+    let prefix = meshd_lab::plan::namespace_prefix(name);
+    meshd_lab::lab::leftover_namespaces()
+        .expect("ip netns list")
+        .into_iter()
+        .filter(|ns| ns.starts_with(&prefix))
+        .collect()
+}
+
 #[test]
 fn lab_up_4_shows_4_nodes_and_6_links_and_down_leaves_nothing() {
     if !common::can_run(&[]) {
         return;
     }
+    let _serial = meshd_test_lock::exclusive();
     let mut lab = four_nodes(false);
+    let name = lab.plan.name.clone();
     let views = settle(&lab, "4 nodes and 6 links up");
     for view in &views {
         assert_eq!(view.nodes.len(), 4, "{}", view.summary());
@@ -33,11 +45,7 @@ fn lab_up_4_shows_4_nodes_and_6_links_and_down_leaves_nothing() {
     }
     let state = lab.state_dir().to_path_buf();
     lab.teardown().expect("lab down");
-    let left: Vec<String> = meshd_lab::lab::leftover_namespaces()
-        .expect("ip netns list")
-        .into_iter()
-        .filter(|ns| ns.starts_with(&format!("meshlab-{}-", common::name())))
-        .collect();
+    let left = namespaces_of(&name);
     assert!(left.is_empty(), "namespaces left: {left:?}");
     assert!(!state.exists(), "state directory left: {}", state.display());
     // No process runs any config of this lab any more.
@@ -51,7 +59,37 @@ fn lab_up_4_shows_4_nodes_and_6_links_and_down_leaves_nothing() {
         .collect();
     assert!(running.is_empty(), "processes left: {running:?}");
     // Idempotent: a second down finds nothing and succeeds.
-    meshd_lab::lab::down(&common::name()).expect("second down");
+    meshd_lab::lab::down(&name).expect("second down");
+}
+
+/// `cargo test` runs these tests as threads of one process: two labs of
+/// one process must get names of their own, and one lab's fault and
+/// teardown must leave the other as it was.
+#[test]
+fn two_labs_of_one_process_have_their_own_names_and_leave_each_other_alone() {
+    if !common::can_run(&[]) {
+        return;
+    }
+    let _serial = meshd_test_lock::exclusive();
+    let mut first = common::up(2, false);
+    let second = common::up(2, false);
+    let (first_name, second_name) = (first.plan.name.clone(), second.plan.name.clone());
+    assert_ne!(first_name, second_name);
+
+    first.pull_cable("a", "b").expect("pull");
+    expect(&first, &["a", "b"], "a-b down in the first lab", |s| {
+        s.link("a", "b").is_some_and(|l| l.state == "down")
+    });
+    settle(&second, "the second lab all up beside the first's fault");
+
+    first.teardown().expect("first lab down");
+    assert!(namespaces_of(&first_name).is_empty());
+    assert_eq!(
+        namespaces_of(&second_name).len(),
+        3,
+        "2 nodes and the management namespace"
+    );
+    settle(&second, "the second lab all up after the first is gone");
 }
 
 #[test]
@@ -59,6 +97,7 @@ fn a_pulled_cable_is_down_on_every_node_and_comes_back_when_plugged() {
     if !common::can_run(&[]) {
         return;
     }
+    let _serial = meshd_test_lock::exclusive();
     let lab = four_nodes(false);
     lab.pull_cable("a", "b").expect("pull");
     expect(&lab, &ALL, "a-b down, blamed on the cable", |s| {
@@ -76,6 +115,7 @@ fn a_throttled_cable_and_a_lossy_cable_are_degraded_then_recover() {
     if !common::can_run(&["nft"]) {
         return;
     }
+    let _serial = meshd_test_lock::exclusive();
     let lab = four_nodes(false);
     // 16 kbit/s: the 64-byte probes still pass, most MTU-sized ones do not.
     lab.throttle("a", "c", 16).expect("tbf");
@@ -98,6 +138,7 @@ fn a_bridge_loop_storms_and_is_named_on_every_node_then_clears() {
     if !common::can_run(&["ping"]) {
         return;
     }
+    let _serial = meshd_test_lock::exclusive();
     let lab = four_nodes(false);
     let members = ["a", "b", "c"];
     lab.bridge_loop(&members).expect("bridge loop");
@@ -140,6 +181,7 @@ fn a_universal_control_hog_is_a_cpu_spike_not_a_broken_link_or_node() {
     if !common::can_run(&[]) {
         return;
     }
+    let _serial = meshd_test_lock::exclusive();
     let mut lab = four_nodes(false);
     // One per core: the host is saturated whatever else runs on it.
     let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
@@ -186,6 +228,7 @@ fn a_frozen_then_a_killed_daemon_is_a_down_node_that_rejoins() {
     if !common::can_run(&[]) {
         return;
     }
+    let _serial = meshd_test_lock::exclusive();
     let mut lab = four_nodes(false);
     let others = ["a", "b", "d"];
 
@@ -216,6 +259,7 @@ fn management_partitions_2_2_lose_quorum_and_3_1_blame_the_lone_node() {
     if !common::can_run(&[]) {
         return;
     }
+    let _serial = meshd_test_lock::exclusive();
     let lab = four_nodes(false);
 
     lab.partition(&[vec!["a", "b"], vec!["c", "d"]])

@@ -57,6 +57,7 @@ fn prometheus_rules_and_alertmanager_pushes_fire_on_a_pulled_cable_and_resolve()
     ]) {
         return;
     }
+    let _serial = meshd_test_lock::exclusive();
     let mut lab = four_nodes(true);
     let rules = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../dashboards/prometheus/meshd.rules.yml");

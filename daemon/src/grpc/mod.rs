@@ -44,11 +44,19 @@ pub fn serve(
         "grpc.reflection.v1.ServerReflection",
         "grpc.reflection.v1alpha.ServerReflection",
     ];
+    // Every advertised service must be describable: clients that load all of
+    // them (grpc_requests, grpcui) stop at the first NOT_FOUND. Each `build_*`
+    // adds only its own reflection version's file, and both versions are
+    // advertised by both, so both files are registered here.
     let reflection = || {
         advertised.iter().fold(
             tonic_reflection::server::Builder::configure()
                 .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
-                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET),
+                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+                .register_encoded_file_descriptor_set(tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET)
+                .register_encoded_file_descriptor_set(
+                    tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET,
+                ),
             |builder, name| builder.with_service_name(*name),
         )
     };

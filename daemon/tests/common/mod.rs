@@ -16,6 +16,16 @@ use tokio::net::TcpStream;
 
 pub const HOSTNAME: &str = "test-host.local";
 
+/// Every gRPC service a node serves, sorted: exactly what reflection lists.
+pub const SERVED_SERVICES: [&str; 6] = [
+    "grpc.health.v1.Health",
+    "grpc.reflection.v1.ServerReflection",
+    "grpc.reflection.v1alpha.ServerReflection",
+    "meshd.v1.Mesh",
+    "meshd.v1.Peer",
+    "meshd.v1.Topology",
+];
+
 /// The embedded default, moved to loopback on ports the OS picks.
 pub fn loopback_config() -> Config {
     let mut config = Config::embedded_default(HOSTNAME);
@@ -54,6 +64,14 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
         .and_then(|c| c.parse().ok())
         .expect("status code");
     (code, body.to_owned())
+}
+
+/// A loopback port free a moment ago, for a server the test starts.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
 }
 
 pub async fn channel(addr: SocketAddr) -> tonic::transport::Channel {

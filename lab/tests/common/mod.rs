@@ -1,9 +1,13 @@
-//! Shared by the lab's end-to-end tests: a fresh 4-node lab per test, torn
-//! down however the test ends (and swept by the next run if the test
-//! process was killed).
+//! Shared by the lab's end-to-end tests: a fresh lab per test, under a name
+//! no other test shares, torn down however the test ends (and swept by the
+//! next run if the test process was killed). Every test holds the
+//! machine-wide test lock (`meshd_test_lock::exclusive`) while its labs run:
+//! labs share the host's two cores, and one lab's storms and hogs must not
+//! be judged by another's verdicts.
 #![allow(dead_code)]
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use meshd_lab::{Binaries, Lab, Options, Plan, Status};
@@ -53,14 +57,23 @@ pub fn binaries() -> Binaries {
     Binaries::find(dir).unwrap_or_else(|err| panic!("{err}"))
 }
 
-/// A lab name of this test process: tests of different runs never meet.
-pub fn name() -> String {
-    format!("t{}", std::process::id())
+/// A lab name no other lab shares: the pid tells test processes apart,
+/// the counter the labs of one process (`cargo test` runs a binary's tests
+/// as threads of one process; a test may run two labs).
+pub fn unique_name() -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("t{}x{n}", std::process::id())
 }
 
 /// A 4-node lab with every node seeing the whole mesh up.
 pub fn four_nodes(alertmanager: bool) -> Lab {
-    let plan = Plan::new(&name(), 4).expect("plan");
+    up(4, alertmanager)
+}
+
+/// A lab of `nodes` nodes, each seeing the whole mesh up.
+pub fn up(nodes: usize, alertmanager: bool) -> Lab {
+    let plan = Plan::new(&unique_name(), nodes).expect("plan");
     let options = Options {
         alertmanager,
         extra_config: SUITE_CONFIG.to_owned(),
@@ -68,7 +81,7 @@ pub fn four_nodes(alertmanager: bool) -> Lab {
     };
     let lab = Lab::up(plan, binaries(), &options).unwrap_or_else(|err| panic!("lab up: {err}"));
     lab.owned_by_this_process().expect("owner file");
-    settle(&lab, "4 nodes and 6 links up");
+    settle(&lab, &format!("{nodes} nodes and every link up"));
     lab
 }
 
