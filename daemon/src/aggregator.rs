@@ -11,7 +11,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use meshd_platform::mesh::models::ModelTable;
 use meshd_proto::domain::{
-    Alarm, Event, EventKind, LinkEnd, LinkObservation, MeshStatus, NodeId, NodeIdentity, NodeLoad,
+    Alarm, Event, EventKind, LinkEnd, LinkMeasurement, LinkObservation, MeshStatus, NodeId,
+    NodeIdentity, NodeLoad,
 };
 use meshd_proto::facts::NodeFacts;
 use tokio::sync::{Notify, broadcast, watch};
@@ -334,6 +335,7 @@ impl Aggregator {
         self.refresh_topology(&inputs, local_facts.clone(), now);
         status.cables.clone_from(&self.topology.cables);
         status.checks.clone_from(&self.topology.checks);
+        status.measurements = measurements(&inputs);
 
         self.body.send_replace(Arc::new(ReportBody {
             links: inputs
@@ -430,6 +432,22 @@ impl Aggregator {
     }
 }
 
+/// The figures behind the verdicts, for the status: this node's own
+/// probes, then every peer report held (each with when it arrived).
+fn measurements(inputs: &MeshInputs) -> Vec<LinkMeasurement> {
+    let own = inputs
+        .local_links
+        .iter()
+        .map(|l| LinkMeasurement::of(&l.observation, l.at));
+    let peers = inputs.reports.values().flat_map(|r| {
+        r.report
+            .links
+            .iter()
+            .map(|o| LinkMeasurement::of(o, r.at))
+    });
+    own.chain(peers).collect()
+}
+
 fn same_facts(a: Option<&Arc<NodeFacts>>, b: Option<&Arc<NodeFacts>>) -> bool {
     match (a, b) {
         (None, None) => true,
@@ -450,5 +468,6 @@ fn placeholder(identity: &NodeIdentity) -> MeshStatus {
         alarms: Vec::new(),
         cables: Vec::new(),
         checks: Vec::new(),
+        measurements: Vec::new(),
     }
 }

@@ -255,6 +255,7 @@ fn peer_down_status() -> MeshStatus {
         alarms: vec![],
         cables: vec![],
         checks: vec![],
+        measurements: vec![],
     }
 }
 

@@ -250,6 +250,7 @@ mod tests {
             alarms,
             cables: vec![],
             checks: vec![],
+            measurements: vec![],
         }
     }
 

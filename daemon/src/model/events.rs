@@ -200,6 +200,7 @@ mod tests {
             alarms,
             cables: vec![],
             checks: vec![],
+            measurements: vec![],
         }
     }
 

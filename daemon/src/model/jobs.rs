@@ -293,6 +293,7 @@ mod tests {
             alarms: vec![],
             cables: vec![],
             checks: vec![],
+            measurements: vec![],
         }
     }
 

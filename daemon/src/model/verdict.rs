@@ -306,6 +306,7 @@ impl Engine {
             alarms,
             cables: Vec::new(),
             checks: Vec::new(),
+            measurements: Vec::new(),
         }
     }
 
