@@ -70,10 +70,24 @@ pub struct ReportBody {
 #[derive(Debug, Clone)]
 pub struct MeshState {
     pub status: watch::Receiver<Arc<MeshStatus>>,
+    /// What the latest evaluation read, for the figures readers ask for.
+    inputs: watch::Receiver<Arc<MeshInputs>>,
     events: broadcast::Sender<Event>,
 }
 
 impl MeshState {
+    /// The current status with each end's latest figures filled in, for
+    /// readers outside the daemon (`GetStatus`, the mesh page). The status
+    /// published ten times a second leaves them out: gathering them costs
+    /// as much as a whole evaluation at 256 nodes, and only these readers
+    /// need them, on request.
+    pub fn current_with_measurements(&self) -> MeshStatus {
+        let inputs = self.inputs.borrow().clone();
+        let mut status = (*self.current()).clone();
+        status.measurements = measurements(&inputs);
+        status
+    }
+
     pub fn subscribe_events(&self) -> broadcast::Receiver<Event> {
         self.events.subscribe()
     }
@@ -123,6 +137,7 @@ pub struct Aggregator {
     expected_links: Vec<ExpectedLink>,
     feeds: Feeds,
     status: watch::Sender<Arc<MeshStatus>>,
+    inputs: watch::Sender<Arc<MeshInputs>>,
     events: broadcast::Sender<Event>,
     body: watch::Sender<Arc<ReportBody>>,
     urgent: Arc<Notify>,
@@ -207,6 +222,7 @@ impl Aggregator {
     ) -> (Self, MeshState, Outgoing) {
         let engine = Engine::new(engine_settings(config));
         let (status, status_rx) = watch::channel(Arc::new(placeholder(&identity)));
+        let (inputs, inputs_rx) = watch::channel(Arc::new(no_inputs(&identity)));
         let (events, _) = broadcast::channel(EVENT_BUFFER);
         let (body, body_rx) = watch::channel(Arc::new(ReportBody::default()));
         let urgent = Arc::new(Notify::new());
@@ -217,6 +233,7 @@ impl Aggregator {
             identity,
             feeds,
             status,
+            inputs,
             events,
             body,
             urgent: urgent.clone(),
@@ -230,6 +247,7 @@ impl Aggregator {
         aggregator.evaluate(SystemTime::now(), true);
         let state = MeshState {
             status: status_rx,
+            inputs: inputs_rx,
             events: aggregator.events.clone(),
         };
         let outgoing = Outgoing {
@@ -335,7 +353,6 @@ impl Aggregator {
         self.refresh_topology(&inputs, local_facts.clone(), now);
         status.cables.clone_from(&self.topology.cables);
         status.checks.clone_from(&self.topology.checks);
-        status.measurements = measurements(&inputs);
 
         self.body.send_replace(Arc::new(ReportBody {
             links: inputs
@@ -369,8 +386,11 @@ impl Aggregator {
             self.silent_links = silent_links;
         }
         let status = Arc::new(status);
+        let inputs = Arc::new(inputs);
         self.metrics
-            .record_evaluation(status.clone(), Arc::new(inputs), rejected, now);
+            .record_evaluation(status.clone(), inputs.clone(), rejected, now);
+        // Inputs first: a reader that sees the new status finds its figures.
+        self.inputs.send_replace(inputs);
         self.status.send_replace(status);
         for event in events {
             // No subscriber is fine: nobody is watching right now.
@@ -432,19 +452,17 @@ impl Aggregator {
     }
 }
 
-/// The figures behind the verdicts, for the status: this node's own
-/// probes, then every peer report held (each with when it arrived).
-fn measurements(inputs: &MeshInputs) -> Vec<LinkMeasurement> {
+/// The figures behind the verdicts: this node's own probes, then every
+/// peer report held (each with when it arrived).
+pub fn measurements(inputs: &MeshInputs) -> Vec<LinkMeasurement> {
     let own = inputs
         .local_links
         .iter()
         .map(|l| LinkMeasurement::of(&l.observation, l.at));
-    let peers = inputs.reports.values().flat_map(|r| {
-        r.report
-            .links
-            .iter()
-            .map(|o| LinkMeasurement::of(o, r.at))
-    });
+    let peers = inputs
+        .reports
+        .values()
+        .flat_map(|r| r.report.links.iter().map(|o| LinkMeasurement::of(o, r.at)));
     own.chain(peers).collect()
 }
 
@@ -453,6 +471,20 @@ fn same_facts(a: Option<&Arc<NodeFacts>>, b: Option<&Arc<NodeFacts>>) -> bool {
         (None, None) => true,
         (Some(a), Some(b)) => Arc::ptr_eq(a, b),
         _ => false,
+    }
+}
+
+/// Stand in for the inputs only until the first evaluation (see
+/// [`placeholder`]).
+fn no_inputs(identity: &NodeIdentity) -> MeshInputs {
+    MeshInputs {
+        local: identity.clone(),
+        configured: BTreeSet::new(),
+        local_load: NodeLoad::default(),
+        local_links: Vec::new(),
+        expected_links: Vec::new(),
+        reports: BTreeMap::new(),
+        local_alarms: Vec::new(),
     }
 }
 

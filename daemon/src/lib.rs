@@ -4,11 +4,11 @@
 //!
 //! Layout (see DESIGN.md §3): `model` is pure logic with time passed in;
 //! `aggregator` owns the state and runs the model; `peer` is the thin gRPC
-//! layer; `http` serves metrics and health; `node` wires one running meshd;
-//! `demo` runs a whole mesh in one process with injected faults; `install`
-//! makes meshd a launchd or systemd service. OS facts (commands, sysfs,
-//! verbs) and the pure checks, plans and hostfiles built on them live in the
-//! `meshd-platform` crate, which meshctl shares.
+//! layer; `http` serves metrics, health and the mesh page; `node` wires one
+//! running meshd; `demo` runs a whole mesh in one process with injected
+//! faults; `install` makes meshd a launchd or systemd service. OS facts
+//! (commands, sysfs, verbs) and the pure checks, plans and hostfiles built on
+//! them live in the `meshd-platform` crate, which meshctl shares.
 
 pub mod aggregator;
 pub mod alert;

@@ -10,9 +10,9 @@ use std::time::{Duration, SystemTime};
 
 use crate::domain::{
     Alarm, Blame, Counter, Event, EventDetail, EventKind, Incarnation, InterfaceState, LinkEnd,
-    LinkMeasurement, LinkObservation, LinkState, LinkVerdict, LossWindow, MeshStatus, NodeId, NodeIdentity,
-    NodeLoad, NodeState, NodeVerdict, PeerReport, Quorum, RdmaPortState, RejectReason,
-    RttHistogram, RttSummary, Severity,
+    LinkMeasurement, LinkObservation, LinkState, LinkVerdict, LossWindow, MeshStatus, NodeId,
+    NodeIdentity, NodeLoad, NodeState, NodeVerdict, PeerReport, Quorum, RdmaPortState,
+    RejectReason, RttHistogram, RttSummary, Severity,
 };
 use crate::facts::{
     BridgeFact, Cable, CableEnd, CheckResult, CheckStatus, Gid, Ipv4Cidr, NodeFacts, OsKind,

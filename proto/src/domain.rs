@@ -322,7 +322,9 @@ pub struct MeshStatus {
     /// The platform checks of every node heard, then the mesh-wide ones.
     pub checks: Vec<CheckResult>,
     /// Each end's latest figures for its links: this node's own, then its
-    /// peers'.
+    /// peers'. Gathered when the status is read from outside the daemon
+    /// (`GetStatus`, the mesh page); the daemon's own status updates leave
+    /// it empty.
     pub measurements: Vec<LinkMeasurement>,
 }
 

@@ -10,9 +10,9 @@ mod details;
 mod picture;
 mod render;
 mod scene;
-mod text;
 #[cfg(test)]
 mod tests;
+mod text;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -96,7 +96,11 @@ fn with_headers(content_type: &'static str, body: impl IntoResponse) -> Response
 }
 
 async fn index(State(page): State<PageState>) -> Response {
-    let html = render::document(&page.mesh.current(), SystemTime::now(), page.stall_after);
+    let html = render::document(
+        &page.mesh.current_with_measurements(),
+        SystemTime::now(),
+        page.stall_after,
+    );
     with_headers("text/html; charset=utf-8", html)
 }
 
@@ -119,10 +123,9 @@ async fn live(State(page): State<PageState>) -> Response {
     let (tx, rx) = mpsc::channel(1);
     tokio::spawn(push_views(page, tx, permit));
     let mut response = Sse::new(ReceiverStream::new(rx)).into_response();
-    response.headers_mut().insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("no-cache"),
-    );
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     response
 }
 
@@ -155,7 +158,11 @@ async fn push_views(
         }
         // The status is published before its events are sent, so this is
         // already the view the events describe.
-        let view = render::view(&page.mesh.current(), SystemTime::now(), page.stall_after);
+        let view = render::view(
+            &page.mesh.current_with_measurements(),
+            SystemTime::now(),
+            page.stall_after,
+        );
         let mut event = Event::default().event("view").data(view);
         if first {
             event = event.retry(RETRY);

@@ -11,7 +11,8 @@ use meshd_proto::facts::{Cable, CableEnd, CheckResult};
 
 use super::picture::{MAX_DETAILED_LINES, link_state_label, node_state_label, node_state_name};
 use super::scene::{Pair, Scene, SceneNode};
-use super::text::{age, clip, duration, esc, percent, speed, utc};
+use super::text::{age, clip, esc, percent, speed, utc};
+use crate::model::link::fmt_duration;
 
 /// One evidence line, alarm summary or fix is cut at this many characters,
 /// and a list at this many entries: reports come from peers, and a broken
@@ -37,9 +38,9 @@ pub fn cables(scene: &Scene<'_>, now: SystemTime, out: &mut String) {
     if !detailed && healthy > 0 {
         let _ = write!(
             out,
-            "<p>{healthy} healthy cables are not detailed on this page: the mesh has more than \
-             {MAX_DETAILED_LINES}. Their figures are in <code>meshctl status --json</code> and \
-             the metrics.</p>"
+            "<p>{healthy} healthy cables are neither drawn nor listed: the mesh has more than \
+             {MAX_DETAILED_LINES}, so this page shows only the ones in trouble. Every cable is \
+             in <code>meshctl status</code> and the metrics.</p>"
         );
     }
     // Trouble first: it is what the reader came for.
@@ -159,7 +160,7 @@ fn figures(measurements: &[&LinkMeasurement], now: SystemTime, out: &mut String)
             if m.rtt.samples == 0 {
                 "–".to_owned()
             } else {
-                duration(d)
+                fmt_duration(d)
             }
         };
         let loss: Vec<String> = m
@@ -184,11 +185,11 @@ fn figures(measurements: &[&LinkMeasurement], now: SystemTime, out: &mut String)
         };
         let mut silence = String::new();
         if m.silence.as_secs() >= 1 {
-            silence = format!(" · silent for {}", duration(m.silence));
+            silence = format!(" · silent for {}", fmt_duration(m.silence));
         }
         let _ = write!(
             out,
-            r#"<tr><th scope="row">{} → {}</th><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}{}</td></tr>"#,
+            r#"<tr><th scope="row">{} → {}</th><td data-label="RTT p50">{}</td><td data-label="RTT p99">{}</td><td data-label="loss">{}</td><td data-label="speed">{}</td><td data-label="RDMA port">{}</td><td data-label="interface">{}</td><td data-label="as of">{}{}</td></tr>"#,
             esc(m.node.as_str()),
             esc(m.peer.as_str()),
             rtt(m.rtt.p50),
@@ -292,69 +293,78 @@ fn node_article(scene: &Scene<'_>, node: &SceneNode<'_>, now: SystemTime, out: &
     out.push_str("</article>");
 }
 
+/// An alarm or a failing check, as listed: a badge, a line, the evidence
+/// and the fix.
+struct Finding<'a> {
+    /// The badge's data attribute, which colours it: `severity` or `check`.
+    attribute: &'static str,
+    level: &'static str,
+    /// Already escaped.
+    line: String,
+    evidence: &'a [String],
+    fix: Option<&'a str>,
+}
+
 fn alarms(list: &[&Alarm], out: &mut String) {
-    if list.is_empty() {
-        return;
-    }
-    let _ = write!(
-        out,
-        r#"<h4>Alarms ({})</h4><ul class="alarms">"#,
-        list.len()
-    );
-    for alarm in list.iter().take(MAX_ITEMS) {
-        let _ = write!(
-            out,
-            r#"<li data-severity="{sev}"><span class="badge" data-severity="{sev}">{}</span> {} <small>({} on {}, since {})</small>"#,
-            alarm.severity.as_str().to_uppercase(),
+    let findings = list.iter().map(|alarm| Finding {
+        attribute: "severity",
+        level: alarm.severity.as_str(),
+        line: format!(
+            "{} <small>({} on {}, since {})</small>",
             esc(&clip(&alarm.summary, MAX_TEXT)),
             esc(&clip(&alarm.kind, MAX_TEXT)),
             esc(&clip(&alarm.subject, MAX_TEXT)),
-            utc(alarm.since),
-            sev = alarm.severity
-        );
-        evidence(&alarm.evidence, out);
-        if let Some(fix) = &alarm.fix {
-            fix_line(fix, out);
-        }
-        out.push_str("</li>");
-    }
-    more(list.len(), out);
-    out.push_str("</ul>");
+            utc(alarm.since)
+        ),
+        evidence: &alarm.evidence,
+        fix: alarm.fix.as_deref(),
+    });
+    findings_list("Alarms", "alarms", list.len(), findings, out);
 }
 
 fn checks(list: &[&CheckResult], out: &mut String) {
-    if list.is_empty() {
+    let findings = list.iter().map(|check| Finding {
+        attribute: "check",
+        level: check.status.as_str(),
+        line: esc(&clip(&check.name, MAX_TEXT)).to_string(),
+        evidence: &check.evidence,
+        fix: Some(check.fix.as_str()).filter(|fix| !fix.is_empty()),
+    });
+    findings_list("Failing checks", "checks", list.len(), findings, out);
+}
+
+fn findings_list<'a>(
+    title: &str,
+    class: &str,
+    total: usize,
+    findings: impl Iterator<Item = Finding<'a>>,
+    out: &mut String,
+) {
+    if total == 0 {
         return;
     }
-    let _ = write!(
-        out,
-        r#"<h4>Failing checks ({})</h4><ul class="checks">"#,
-        list.len()
-    );
-    for check in list.iter().take(MAX_ITEMS) {
+    let _ = write!(out, r#"<h4>{title} ({total})</h4><ul class="{class}">"#);
+    for finding in findings.take(MAX_ITEMS) {
         let _ = write!(
             out,
-            r#"<li data-check="{status}"><span class="badge" data-check="{status}">{}</span> {}"#,
-            check.status.as_str().to_uppercase(),
-            esc(&clip(&check.name, MAX_TEXT)),
-            status = check.status
+            r#"<li><span class="badge" data-{attribute}="{level}">{}</span> {}"#,
+            finding.level.to_uppercase(),
+            finding.line,
+            attribute = finding.attribute,
+            level = finding.level
         );
-        evidence(&check.evidence, out);
-        if !check.fix.is_empty() {
-            fix_line(&check.fix, out);
+        evidence(finding.evidence, out);
+        if let Some(fix) = finding.fix {
+            let _ = write!(
+                out,
+                r#"<p class="fix">Fix: <code>{}</code></p>"#,
+                esc(&clip(fix, MAX_TEXT))
+            );
         }
         out.push_str("</li>");
     }
-    more(list.len(), out);
+    more(total, out);
     out.push_str("</ul>");
-}
-
-fn fix_line(fix: &str, out: &mut String) {
-    let _ = write!(
-        out,
-        r#"<p class="fix">Fix: <code>{}</code></p>"#,
-        esc(&clip(fix, MAX_TEXT))
-    );
 }
 
 /// Alarms of nodes without a verdict and checks of the whole mesh.

@@ -10,7 +10,8 @@ use std::fmt::Write as _;
 use meshd_proto::domain::{Blame, LinkState, NodeState};
 
 use super::scene::{Pair, Scene, SceneNode};
-use super::text::{clip, duration, esc, percent};
+use super::text::{clip, esc, percent};
+use crate::model::link::fmt_duration;
 
 const WIDTH: f64 = 760.0;
 const HEIGHT: f64 = 600.0;
@@ -22,9 +23,9 @@ const NAME_CHARS: usize = 16;
 /// Where along a line its state tag sits, from the lower id's end: off the
 /// middle, so the tags of crossing diagonals do not cover each other.
 const TAG_AT: f64 = 0.36;
-/// Beyond this many lines, healthy ones are drawn bare (no tooltip), so a
-/// big lab's page stays a size a browser handles; their figures are in
-/// the list below.
+/// Beyond this many cables, only those that are not up are drawn and
+/// detailed: a ring of thousands of lines is a solid disc, and its page
+/// megabytes every 2 s.
 pub const MAX_DETAILED_LINES: usize = 400;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -119,8 +120,8 @@ pub fn pair_summary(pair: &Pair<'_>) -> String {
             "\n{} → {}: RTT p50 {} p99 {}",
             m.node,
             m.peer,
-            duration(m.rtt.p50),
-            duration(m.rtt.p99)
+            fmt_duration(m.rtt.p50),
+            fmt_duration(m.rtt.p99)
         );
         if let Some(w) = m.loss.first() {
             let _ = write!(text, ", loss {}", percent(w.ratio()));
@@ -166,8 +167,11 @@ pub fn svg(scene: &Scene<'_>, out: &mut String) {
     }
     out.push_str(r#"<g class="lines">"#);
     for pair in &scene.pairs {
+        if !detailed && pair.state() == LinkState::Up {
+            continue;
+        }
         if let (Some(from), Some(to)) = (at(pair.a), at(pair.b)) {
-            line(pair, from, to, detailed, out);
+            line(pair, from, to, out);
         }
     }
     out.push_str(r#"</g><g class="nodes">"#);
@@ -194,7 +198,7 @@ pub fn line_counts(scene: &Scene<'_>) -> String {
     }
 }
 
-fn line(pair: &Pair<'_>, from: Point, to: Point, detailed: bool, out: &mut String) {
+fn line(pair: &Pair<'_>, from: Point, to: Point, out: &mut String) {
     let state = pair.state();
     let blame = pair.verdict.map_or(Blame::None, |v| v.blame);
     let key = pair.key();
@@ -203,9 +207,7 @@ fn line(pair: &Pair<'_>, from: Point, to: Point, detailed: bool, out: &mut Strin
         r##"<a class="cable" href="#cable~{key}" data-cable="{key}" data-state="{state}" data-blame="{blame}">"##,
         key = esc(&key)
     );
-    if detailed || state != LinkState::Up {
-        let _ = write!(out, "<title>{}</title>", esc(&pair_summary(pair)));
-    }
+    let _ = write!(out, "<title>{}</title>", esc(&pair_summary(pair)));
     let coords = format!(
         r#"x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}""#,
         from.x, from.y, to.x, to.y
@@ -277,10 +279,7 @@ fn disc(scene: &Scene<'_>, node: &SceneNode<'_>, at: Point, r: f64, alone: bool,
             at.y - d
         );
     }
-    let mut lines = vec![(
-        "name",
-        clip(node.id.as_str(), NAME_CHARS),
-    )];
+    let mut lines = vec![("name", clip(node.id.as_str(), NAME_CHARS))];
     let mut sub = node_state_label(state).to_owned();
     if this {
         sub.push_str(" · this node");
@@ -359,7 +358,13 @@ mod tests {
             let r = (q.x - CENTRE.0).hypot(q.y - CENTRE.1);
             assert!((r - RING).abs() < 1e-9);
         }
-        assert_eq!(places(1), vec![Point { x: CENTRE.0, y: CENTRE.1 }]);
+        assert_eq!(
+            places(1),
+            vec![Point {
+                x: CENTRE.0,
+                y: CENTRE.1
+            }]
+        );
         assert!(places(0).is_empty());
     }
 
@@ -369,7 +374,10 @@ mod tests {
             let p = places(n);
             let r = disc_radius(n);
             let gap = (p[0].x - p[1].x).hypot(p[0].y - p[1].y);
-            assert!(gap > 2.0 * r || r == 6.0, "{n} nodes: gap {gap}, radius {r}");
+            assert!(
+                gap > 2.0 * r || r == 6.0,
+                "{n} nodes: gap {gap}, radius {r}"
+            );
         }
     }
 }

@@ -70,9 +70,10 @@ fn header(scene: &Scene<'_>, now: SystemTime, stall_after: Duration, out: &mut S
     let _ = write!(
         out,
         "<div><dt>Leader</dt><dd>{}</dd></div>",
-        q.leader
-            .as_ref()
-            .map_or_else(|| "none (no quorum)".to_owned(), |l| esc(l.as_str()).to_string())
+        q.leader.as_ref().map_or_else(
+            || "none (no quorum)".to_owned(),
+            |l| esc(l.as_str()).to_string()
+        )
     );
     let _ = write!(
         out,
@@ -156,11 +157,27 @@ fn legend(out: &mut String) {
     out.push_str(r#"<footer><h2>Legend</h2><ul class="legend">"#);
     let lines: [(&str, &str, &str); 6] = [
         ("up", "none", "up: solid line, no tag"),
-        ("degraded", "link", "DEGRADED: long dashes (loss, RTT, speed or RDMA port)"),
+        (
+            "degraded",
+            "link",
+            "DEGRADED: long dashes (loss, RTT, speed or RDMA port)",
+        ),
         ("flapping", "link", "FLAPPING: dash-dot, changing too often"),
-        ("down", "link", "DOWN: heavy line, the cable or its ports are at fault"),
-        ("down", "node", "node DOWN: dotted, the node at one end is blamed, not the cable"),
-        ("unknown", "none", "UNKNOWN: faint dots, no verdict (no quorum or no probes yet)"),
+        (
+            "down",
+            "link",
+            "DOWN: heavy line, the cable or its ports are at fault",
+        ),
+        (
+            "down",
+            "node",
+            "node DOWN: dotted, the node at one end is blamed, not the cable",
+        ),
+        (
+            "unknown",
+            "none",
+            "UNKNOWN: faint dots, no verdict (no quorum or no probes yet)",
+        ),
     ];
     for (state, blame, text) in lines {
         let _ = write!(

@@ -34,17 +34,6 @@ pub fn esc(text: &str) -> Escaped<'_> {
     Escaped(text)
 }
 
-/// A round-trip time or silence: "85 µs", "1.2 ms", "3.4 s".
-pub fn duration(d: Duration) -> String {
-    if d >= Duration::from_secs(1) {
-        format!("{:.1} s", d.as_secs_f64())
-    } else if d >= Duration::from_millis(1) {
-        format!("{:.1} ms", d.as_secs_f64() * 1e3)
-    } else {
-        format!("{} µs", d.as_micros())
-    }
-}
-
 /// How long ago `then` was, seen at `now`: "0.3 s ago", "5 min ago". A
 /// time ahead of `now` (another clock) reads "just now".
 pub fn age(then: SystemTime, now: SystemTime) -> String {
@@ -119,9 +108,6 @@ mod tests {
 
     #[test]
     fn figures_read_naturally() {
-        assert_eq!(duration(Duration::from_micros(85)), "85 µs");
-        assert_eq!(duration(Duration::from_micros(1_250)), "1.2 ms");
-        assert_eq!(duration(Duration::from_millis(3_400)), "3.4 s");
         assert_eq!(percent(0.0), "0 %");
         assert_eq!(percent(0.004), "0.4 %");
         assert_eq!(percent(0.5), "50 %");
@@ -136,7 +122,10 @@ mod tests {
         assert_eq!(age(now - Duration::from_millis(300), now), "0.3 s ago");
         assert_eq!(age(now - Duration::from_secs(42), now), "42 s ago");
         assert_eq!(age(now - Duration::from_secs(600), now), "10 min ago");
-        assert_eq!(age(now - Duration::from_secs(3 * 86_400), now), "3 days ago");
+        assert_eq!(
+            age(now - Duration::from_secs(3 * 86_400), now),
+            "3 days ago"
+        );
         assert_eq!(age(now + Duration::from_secs(2), now), "just now");
         assert_eq!(utc(SystemTime::UNIX_EPOCH), "1970-01-01T00:00:00Z");
     }
