@@ -36,7 +36,7 @@ pub fn view(status: &MeshStatus, now: SystemTime, stall_after: Duration) -> Stri
     out.push_str(r#"<div class="stage"><figure>"#);
     picture::svg(&scene, &mut out);
     out.push_str(
-        r#"</figure><aside id="inspector" aria-live="polite"><p class="hint">Point at or Tab to a cable or a node to see its figures, evidence and fixes here. Everything is also listed below.</p></aside></div>"#,
+        r#"</figure><aside id="inspector"><p class="hint">Point at or Tab to a cable or a node to see its figures, evidence and fixes here. Everything is also listed below.</p></aside></div>"#,
     );
     details::cables(&scene, now, &mut out);
     details::nodes(&scene, now, &mut out);

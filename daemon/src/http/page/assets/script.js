@@ -17,7 +17,10 @@
 
   const clock = (t) => new Date(t).toLocaleTimeString();
 
+  // The contact line is a status region: it changes only when the state
+  // does, or screen readers would announce every refresh.
   function setContact(state, text) {
+    if (body.dataset.contact === state) return;
     body.dataset.contact = state;
     contact.textContent = text;
   }
@@ -37,7 +40,7 @@
       swap(event.data);
       lastView = Date.now();
       lostSince = null;
-      setContact("live", `Live: updated ${clock(lastView)}`);
+      setContact("live", "Live: this page updates itself as the mesh changes.");
     });
     source.addEventListener("error", () => {
       if (source.readyState === EventSource.CLOSED) {
