@@ -157,7 +157,7 @@ impl<'a> From<&'a LinkVerdict> for LinkJson<'a> {
 impl<'a> From<&'a Alarm> for AlarmJson<'a> {
     fn from(a: &'a Alarm) -> Self {
         Self {
-            kind: &a.kind,
+            kind: a.kind.as_str(),
             node: a.node.as_str(),
             severity: a.severity.as_str(),
             subject: &a.subject,
@@ -330,7 +330,7 @@ pub fn render(status: &MeshStatus, now: SystemTime) -> String {
             rows.push(vec![
                 alarm.severity.to_string(),
                 alarm.node.to_string(),
-                alarm.kind.clone(),
+                alarm.kind.to_string(),
                 alarm.subject.clone(),
                 ago(now, alarm.since),
                 alarm.summary.clone(),
@@ -439,7 +439,7 @@ mod tests {
                 link("b", "c", LinkState::Up),
             ],
             alarms: vec![Alarm {
-                kind: "cpu_spike".into(),
+                kind: meshd_proto::domain::AlarmKind::CpuSpike,
                 severity: Severity::Warning,
                 node: id("b"),
                 subject: "cpu".into(),

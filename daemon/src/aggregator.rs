@@ -1,9 +1,9 @@
 //! The background task that owns the mesh state: it runs the verdict engine
 //! on a fixed cadence over this node's own link observations and the
-//! freshest peer reports, publishes the status (a `watch` channel, so
-//! readers never wait on it), the events and the next outgoing report, and
-//! keeps the metrics current. The gRPC and HTTP handlers only read what it
-//! publishes.
+//! freshest peer reports, and publishes what it concluded (`watch`
+//! channels, so readers never wait on it): the status, the events, the next
+//! outgoing report, and for the exporter what the evaluation rested on. The
+//! gRPC and HTTP handlers and the metrics only read what it publishes.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -11,23 +11,22 @@ use std::time::{Duration, Instant, SystemTime};
 
 use meshd_platform::mesh::models::ModelTable;
 use meshd_proto::domain::{
-    Alarm, Event, EventKind, LinkEnd, LinkMeasurement, LinkObservation, MeshStatus, NodeId,
-    NodeIdentity, NodeLoad,
+    Alarm, Event, EventKind, LinkObservation, MeshStatus, NodeId, NodeIdentity, NodeLoad,
+    RejectReason,
 };
 use meshd_proto::facts::NodeFacts;
 use tokio::sync::{Notify, broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Config;
-use crate::metrics::Metrics;
-use crate::model::events;
-use crate::model::intake::ReportBook;
-use crate::model::link::LinkRules;
-use crate::model::link_facts::add_port_facts;
-use crate::model::topology::{self, Declared, MeshTopology};
-use crate::model::verdict::{Engine, EngineSettings, ExpectedLink, MeshInputs};
-use crate::probe::{ProbeManager, ProberSettings};
+use crate::config::{Config, settings};
+use crate::probe::ProbeManager;
 use crate::watch::facts::{FactsFeed, PortCounters};
+use meshd_model::events;
+use meshd_model::histogram::DurationHistogram;
+use meshd_model::intake::ReportBook;
+use meshd_model::link_facts::add_port_facts;
+use meshd_model::topology::{self, Declared, MeshTopology};
+use meshd_model::verdict::{Engine, ExpectedLink, MeshInputs};
 
 /// How often verdicts are re-evaluated. A tenth of the 1 s detection target.
 pub const EVALUATION_INTERVAL: Duration = Duration::from_millis(100);
@@ -35,14 +34,6 @@ pub const EVALUATION_INTERVAL: Duration = Duration::from_millis(100);
 /// Events kept for slow `WatchEvents` clients before they are told they
 /// fell behind.
 const EVENT_BUFFER: usize = 1024;
-
-/// Lifeguard: a node with saturated CPU needs this many times the silence
-/// before its view of a link counts.
-const SATURATED_SLOWDOWN: u32 = 2;
-
-/// Reports sent further in the past than this many `stale_after`s are
-/// refused: they describe a mesh that no longer exists.
-const MAX_REPORT_DELAY_FACTOR: u32 = 10;
 
 /// The cable map and checks are redone at once when any node's facts
 /// change, and this often besides (for cables declared in reloaded
@@ -66,11 +57,66 @@ pub struct ReportBody {
     pub facts: Option<Arc<NodeFacts>>,
 }
 
+/// Evaluations take microseconds at 7 nodes and milliseconds at 256;
+/// buckets cover both with room for a slow machine.
+pub const EVALUATION_BOUNDS: [Duration; 13] = [
+    Duration::from_micros(10),
+    Duration::from_micros(25),
+    Duration::from_micros(50),
+    Duration::from_micros(100),
+    Duration::from_micros(250),
+    Duration::from_micros(500),
+    Duration::from_millis(1),
+    Duration::from_micros(2_500),
+    Duration::from_millis(5),
+    Duration::from_millis(10),
+    Duration::from_millis(25),
+    Duration::from_millis(50),
+    Duration::from_millis(100),
+];
+
+/// What one evaluation concluded and what it rested on, for the exporter,
+/// which reads this and never the engine's inputs.
+#[derive(Debug, Clone)]
+pub struct Published {
+    pub status: Arc<MeshStatus>,
+    /// This node's own link observations, alarms and load, as reported.
+    pub report: Arc<ReportBody>,
+    /// Each peer's latest accepted report, and how old it was.
+    pub report_ages: Vec<(NodeId, Duration)>,
+    /// Refused peer reports since start, by reason.
+    pub rejected: BTreeMap<RejectReason, u64>,
+    /// Links at least one end probes, from this node's probes and fresh reports.
+    pub links_observed: usize,
+    /// Events produced since start, by kind.
+    pub events: BTreeMap<EventKind, u64>,
+    /// How long the evaluations took, since start.
+    pub evaluation_times: DurationHistogram,
+}
+
+impl Published {
+    /// Stands in only until the first evaluation, which `Aggregator::new`
+    /// runs before anyone can read it.
+    pub fn placeholder(identity: &NodeIdentity) -> Self {
+        Self {
+            status: Arc::new(placeholder(identity)),
+            report: Arc::new(ReportBody::default()),
+            report_ages: Vec::new(),
+            rejected: BTreeMap::new(),
+            links_observed: 0,
+            events: BTreeMap::new(),
+            evaluation_times: DurationHistogram::new(&EVALUATION_BOUNDS),
+        }
+    }
+}
+
 /// Read side of the aggregator, cheap to clone into every handler.
 #[derive(Debug, Clone)]
 pub struct MeshState {
     pub status: watch::Receiver<Arc<MeshStatus>>,
-    /// What the latest evaluation read, for the figures readers ask for.
+    pub published: watch::Receiver<Arc<Published>>,
+    /// What the latest evaluation read, for the figures outside readers ask
+    /// for (see [`MeshState::current_with_measurements`]).
     inputs: watch::Receiver<Arc<MeshInputs>>,
     events: broadcast::Sender<Event>,
 }
@@ -84,7 +130,7 @@ impl MeshState {
     pub fn current_with_measurements(&self) -> MeshStatus {
         let inputs = self.inputs.borrow().clone();
         let mut status = (*self.current()).clone();
-        status.measurements = measurements(&inputs);
+        status.measurements = inputs.measurements();
         status
     }
 
@@ -140,8 +186,10 @@ pub struct Aggregator {
     inputs: watch::Sender<Arc<MeshInputs>>,
     events: broadcast::Sender<Event>,
     body: watch::Sender<Arc<ReportBody>>,
+    published: watch::Sender<Arc<Published>>,
     urgent: Arc<Notify>,
-    metrics: Arc<Metrics>,
+    event_counts: BTreeMap<EventKind, u64>,
+    evaluation_times: DurationHistogram,
     /// Peers whose cable this node currently hears nothing on, so that
     /// crossing `down_after` either way is pushed to the peers at once.
     silent_links: BTreeSet<NodeId>,
@@ -153,62 +201,13 @@ pub struct Aggregator {
     topology_basis: Option<(Option<Arc<NodeFacts>>, u64, SystemTime)>,
 }
 
-pub fn engine_settings(config: &Config) -> EngineSettings {
-    let t = &config.thresholds;
-    EngineSettings::new(
-        config.report.interval,
-        config.report.stale_after,
-        LinkRules {
-            down_after: t.down_after,
-            loss_degraded: t.loss_degraded,
-            loss_down: t.loss_down,
-            rtt_p99_factor: t.rtt_p99_factor,
-            rtt_min_increase: t.rtt_min_increase,
-            flap_window: t.flap_window,
-            flap_changes: t.flap_changes,
-            saturated_slowdown: SATURATED_SLOWDOWN,
-        },
-    )
-}
-
 /// A report book for this config's membership.
 pub fn report_book(config: &Config) -> SharedBook {
     Arc::new(Mutex::new(ReportBook::new(
         config.node.id.clone(),
         config.members().into_iter().collect(),
-        max_report_delay(config),
+        settings::max_report_delay(config),
     )))
-}
-
-fn max_report_delay(config: &Config) -> Duration {
-    config
-        .report
-        .stale_after
-        .saturating_mul(MAX_REPORT_DELAY_FACTOR)
-}
-
-/// The cables this node is configured to have.
-pub fn expected_links(config: &Config, local: &NodeId) -> Vec<ExpectedLink> {
-    config
-        .links
-        .iter()
-        .map(|link| ExpectedLink {
-            local: LinkEnd {
-                node: local.clone(),
-                iface: link.local_iface.clone(),
-                address: Some(link.local_address),
-                rdma_device: link.rdma_device_on(meshd_platform::this_os()),
-                rdma_port: None,
-            },
-            remote: LinkEnd {
-                address: Some(link.peer_address),
-                ..LinkEnd::node_only(link.peer.clone())
-            },
-            expected_speed_bps: link
-                .expected_speed_gbps
-                .map(|gbps| u64::from(gbps) * 1_000_000_000),
-        })
-        .collect()
 }
 
 impl Aggregator {
@@ -218,17 +217,17 @@ impl Aggregator {
         config: &Config,
         identity: NodeIdentity,
         feeds: Feeds,
-        metrics: Arc<Metrics>,
     ) -> (Self, MeshState, Outgoing) {
-        let engine = Engine::new(engine_settings(config));
+        let engine = Engine::new(settings::engine(config));
         let (status, status_rx) = watch::channel(Arc::new(placeholder(&identity)));
         let (inputs, inputs_rx) = watch::channel(Arc::new(no_inputs(&identity)));
         let (events, _) = broadcast::channel(EVENT_BUFFER);
         let (body, body_rx) = watch::channel(Arc::new(ReportBody::default()));
+        let (published, published_rx) = watch::channel(Arc::new(Published::placeholder(&identity)));
         let urgent = Arc::new(Notify::new());
         let mut aggregator = Self {
             engine,
-            expected_links: expected_links(config, &identity.id),
+            expected_links: settings::expected_links(config, &identity.id),
             configured: config.members().into_iter().collect(),
             identity,
             feeds,
@@ -236,8 +235,10 @@ impl Aggregator {
             inputs,
             events,
             body,
+            published,
             urgent: urgent.clone(),
-            metrics,
+            event_counts: BTreeMap::new(),
+            evaluation_times: DurationHistogram::new(&EVALUATION_BOUNDS),
             silent_links: BTreeSet::new(),
             down_after: config.thresholds.down_after,
             models: ModelTable::builtin(),
@@ -247,6 +248,7 @@ impl Aggregator {
         aggregator.evaluate(SystemTime::now(), true);
         let state = MeshState {
             status: status_rx,
+            published: published_rx,
             inputs: inputs_rx,
             events: aggregator.events.clone(),
         };
@@ -286,18 +288,18 @@ impl Aggregator {
     /// and probe settings. Links that did not change keep their probers and
     /// their verdict history.
     fn reconfigure(&mut self, config: &Config, now: SystemTime) {
-        self.engine.set_settings(engine_settings(config));
+        self.engine.set_settings(settings::engine(config));
         self.configured = config.members().into_iter().collect();
-        self.expected_links = expected_links(config, &self.identity.id);
+        self.expected_links = settings::expected_links(config, &self.identity.id);
         self.down_after = config.thresholds.down_after;
         self.feeds
             .probes
-            .apply(&self.expected_links, ProberSettings::from(&config.probe));
+            .apply(&self.expected_links, settings::prober(&config.probe));
         self.feeds
             .book
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .set_members(self.configured.clone(), max_report_delay(config));
+            .set_members(self.configured.clone(), settings::max_report_delay(config));
         let event = Event {
             at: now,
             observer: self.identity.id.clone(),
@@ -310,7 +312,7 @@ impl Aggregator {
             ),
             detail: None,
         };
-        self.metrics.count_event(event.kind);
+        *self.event_counts.entry(event.kind).or_default() += 1;
         tracing::info!(kind = %event.kind, "{}", event.summary);
         let _ = self.events.send(event);
     }
@@ -349,12 +351,12 @@ impl Aggregator {
                 .collect(),
         };
         let mut status = self.engine.evaluate(&inputs, now);
-        self.metrics.observe_evaluation(started.elapsed());
+        self.evaluation_times.observe(started.elapsed());
         self.refresh_topology(&inputs, local_facts.clone(), now);
         status.cables.clone_from(&self.topology.cables);
         status.checks.clone_from(&self.topology.checks);
 
-        self.body.send_replace(Arc::new(ReportBody {
+        let report = Arc::new(ReportBody {
             links: inputs
                 .local_links
                 .iter()
@@ -364,7 +366,8 @@ impl Aggregator {
             hears: self.engine.hears(&inputs, now),
             load,
             facts: local_facts,
-        }));
+        });
+        self.body.send_replace(report.clone());
 
         let events = if first {
             Vec::new()
@@ -373,7 +376,7 @@ impl Aggregator {
         };
         for event in &events {
             tracing::info!(kind = %event.kind, subject = %event.subject, "{}", event.summary);
-            self.metrics.count_event(event.kind);
+            *self.event_counts.entry(event.kind).or_default() += 1;
         }
         let silent_links: BTreeSet<NodeId> = inputs
             .local_links
@@ -386,11 +389,21 @@ impl Aggregator {
             self.silent_links = silent_links;
         }
         let status = Arc::new(status);
-        let inputs = Arc::new(inputs);
-        self.metrics
-            .record_evaluation(status.clone(), inputs.clone(), rejected, now);
+        self.published.send_replace(Arc::new(Published {
+            status: status.clone(),
+            report,
+            report_ages: inputs
+                .reports
+                .iter()
+                .map(|(peer, r)| (peer.clone(), now.duration_since(r.at).unwrap_or_default()))
+                .collect(),
+            rejected,
+            links_observed: inputs.links_observed(),
+            events: self.event_counts.clone(),
+            evaluation_times: self.evaluation_times.clone(),
+        }));
         // Inputs first: a reader that sees the new status finds its figures.
-        self.inputs.send_replace(inputs);
+        self.inputs.send_replace(Arc::new(inputs));
         self.status.send_replace(status);
         for event in events {
             // No subscriber is fine: nobody is watching right now.
@@ -452,20 +465,6 @@ impl Aggregator {
     }
 }
 
-/// The figures behind the verdicts: this node's own probes, then every
-/// peer report held (each with when it arrived).
-pub fn measurements(inputs: &MeshInputs) -> Vec<LinkMeasurement> {
-    let own = inputs
-        .local_links
-        .iter()
-        .map(|l| LinkMeasurement::of(&l.observation, l.at));
-    let peers = inputs
-        .reports
-        .values()
-        .flat_map(|r| r.report.links.iter().map(|o| LinkMeasurement::of(o, r.at)));
-    own.chain(peers).collect()
-}
-
 fn same_facts(a: Option<&Arc<NodeFacts>>, b: Option<&Arc<NodeFacts>>) -> bool {
     match (a, b) {
         (None, None) => true,
@@ -474,7 +473,7 @@ fn same_facts(a: Option<&Arc<NodeFacts>>, b: Option<&Arc<NodeFacts>>) -> bool {
     }
 }
 
-/// Stand in for the inputs only until the first evaluation (see
+/// Stands in for the inputs only until the first evaluation (see
 /// [`placeholder`]).
 fn no_inputs(identity: &NodeIdentity) -> MeshInputs {
     MeshInputs {

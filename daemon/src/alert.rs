@@ -17,8 +17,8 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::metrics::Metrics;
-use crate::model::alerts::{AlertState, Post, alerts};
+use crate::metrics::{AlertPostOutcome, Metrics};
+use meshd_model::alerts::{AlertState, Post, alerts};
 
 /// One post (connect, send, answer) may take this long.
 const POST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -222,7 +222,7 @@ impl AlertPusher {
         let posts = self
             .state
             .step(alerts(status), leader, now, self.resend_every);
-        self.metrics.set_alerts_firing(self.state.firing());
+        self.metrics.delivery.set_alerts_firing(self.state.firing());
         let resolves: Vec<Post> = posts.iter().filter(|p| p.ends_at <= now).cloned().collect();
         for destination in &mut self.destinations {
             let waiting = destination
@@ -254,7 +254,8 @@ impl AlertPusher {
                         tracing::info!(alertmanager = %destination.target.authority, "alerts reach Alertmanager again");
                     }
                     self.metrics
-                        .count_alert_post(&destination.target.authority, "ok");
+                        .delivery
+                        .count_alert_post(&destination.target.authority, AlertPostOutcome::Ok);
                     destination.behind = false;
                     destination.retry_at = None;
                     destination.backoff = FIRST_BACKOFF;
@@ -264,7 +265,8 @@ impl AlertPusher {
                         tracing::warn!(alertmanager = %destination.target.authority, "cannot post alerts, retrying with backoff: {err}");
                     }
                     self.metrics
-                        .count_alert_post(&destination.target.authority, "failed");
+                        .delivery
+                        .count_alert_post(&destination.target.authority, AlertPostOutcome::Failed);
                     destination.behind = true;
                     destination
                         .missed_resolves

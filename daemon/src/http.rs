@@ -49,7 +49,7 @@ async fn render_metrics(State(state): State<HttpState>) -> Response {
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        state.metrics.render(),
+        state.metrics.render(&state.mesh.published.borrow().clone()),
     )
         .into_response()
 }

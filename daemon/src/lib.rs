@@ -2,24 +2,28 @@
 //! every link, agrees with its peers on what is broken, and tells Prometheus,
 //! Alertmanager and the operator's terminal.
 //!
-//! Layout (see DESIGN.md §3): `model` is pure logic with time passed in;
-//! `aggregator` owns the state and runs the model; `peer` is the thin gRPC
-//! layer; `http` serves metrics, health and the mesh page; `node` wires one
-//! running meshd; `demo` runs a whole mesh in one process with injected
-//! faults; `install` makes meshd a launchd or systemd service. OS facts
-//! (commands, sysfs, verbs) and the pure checks, plans and hostfiles built on
-//! them live in the `meshd-platform` crate, which meshctl shares.
+//! Layout (docs/ARCHITECTURE.md): the decisions live in the `meshd-model`
+//! crate, pure and with time passed in; here are the edges that feed and
+//! drive it. `probe` measures the cables, `watch` the node itself; the
+//! `aggregator` owns the state and runs the model; `grpc` is the thin
+//! served surface and `reporter` the client side towards the peers; `http`
+//! serves metrics, health and the mesh page; `alert` pushes to Alertmanager; `config`
+//! loads, validates, reloads and turns the file into settings; `node`
+//! wires one running meshd; `demo` runs a whole mesh in one process with
+//! injected faults; `install` makes meshd a launchd or systemd service. OS
+//! facts and the pure checks, plans and hostfiles built on them live in the
+//! `meshd-platform` crate, which meshctl shares.
 
 pub mod aggregator;
 pub mod alert;
 pub mod config;
 pub mod demo;
+pub mod grpc;
 pub mod http;
 pub mod install;
 pub mod logging;
 pub mod metrics;
-pub mod model;
 pub mod node;
-pub mod peer;
 pub mod probe;
+pub mod reporter;
 pub mod watch;

@@ -7,11 +7,11 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use meshd::config::Config;
+use meshd::config::reload::Hangups;
 use meshd::demo;
 use meshd::install::{self, InstallError, InstallOptions, Plan, Platform, SystemRunner};
 use meshd::logging::{self, LogFormat};
 use meshd::node::RunningNode;
-use meshd::watch::reload::Hangups;
 
 #[derive(Debug, Parser)]
 #[command(

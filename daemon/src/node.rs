@@ -8,30 +8,20 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use meshd_proto::domain::{Incarnation, NodeIdentity};
-use meshd_proto::wire::mesh_server::MeshServer;
-use meshd_proto::wire::peer_server::PeerServer;
-use meshd_proto::wire::topology_server::TopologyServer;
-use meshd_proto::{FILE_DESCRIPTOR_SET, service_names};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
-use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::aggregator::{self, Aggregator, Feeds, MeshState};
 use crate::alert::AlertPusher;
-use crate::config::Config;
+use crate::config::reload::{ConfigReload, Hangups};
+use crate::config::{Config, settings};
+use crate::grpc::{self, MeshService, PeerService, Services, TopologyService};
 use crate::metrics::Metrics;
-use crate::peer::intake::PeerService;
-use crate::peer::reporter::Reporter;
-use crate::peer::service::MeshService;
-use crate::peer::topology::TopologyService;
-use crate::probe::{ProbeManager, ProberSettings};
-use crate::watch::reload::{ConfigReload, Hangups};
+use crate::probe::ProbeManager;
+use crate::reporter::Reporter;
 use crate::watch::{bridge, cpu, facts, jobs, load};
-
-/// Seconds between histogram upkeeps of the metrics recorder.
-const METRICS_UPKEEP: std::time::Duration = std::time::Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -41,8 +31,6 @@ pub enum StartError {
         addr: SocketAddr,
         source: std::io::Error,
     },
-    #[error("cannot set up metrics: {0}")]
-    Metrics(#[from] metrics_exporter_prometheus::BuildError),
     #[error("cannot set up gRPC reflection: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
 }
@@ -97,14 +85,14 @@ impl RunningNode {
         let metrics_addr = local_addr("metrics", config.listen.metrics, &http_listener)?;
 
         let identity = identity(config, hostname, SystemTime::now());
-        let metrics = Arc::new(Metrics::new(&identity)?);
+        let metrics = Arc::new(Metrics::new(&identity));
         let shutdown = CancellationToken::new();
         // The config in force: every component follows it (live reload).
         let (configs, _) = watch::channel(Arc::new(config.clone()));
         let book = aggregator::report_book(config);
         let probes = ProbeManager::new(
-            &aggregator::expected_links(config, &identity.id),
-            ProberSettings::from(&config.probe),
+            &settings::expected_links(config, &identity.id),
+            settings::prober(&config.probe),
             metrics.clone(),
             shutdown.clone(),
         );
@@ -144,8 +132,7 @@ impl RunningNode {
             facts: facts_watch.facts,
             port_counters: facts_watch.counters,
         };
-        let (aggregator, state, outgoing) =
-            Aggregator::new(config, identity.clone(), feeds, metrics.clone());
+        let (aggregator, state, outgoing) = Aggregator::new(config, identity.clone(), feeds);
         jobs::spawn(
             identity.id.clone(),
             configs.subscribe(),
@@ -191,13 +178,12 @@ impl RunningNode {
                 Ok(())
             }
         });
-        tasks.spawn(upkeep(metrics.clone(), shutdown.clone()));
         let services = Services {
             mesh: MeshService::new(state.clone(), shutdown.clone()),
             peer: PeerService::new(identity.clone(), book),
             topology: TopologyService::new(state.clone(), configs.subscribe()),
         };
-        tasks.spawn(serve_grpc(grpc_listener, services, shutdown.clone())?);
+        tasks.spawn(grpc::serve(grpc_listener, services, shutdown.clone())?);
         tasks.spawn({
             let router = crate::http::router(metrics, state.clone(), shutdown.clone());
             let shutdown = shutdown.clone();
@@ -283,71 +269,4 @@ fn local_addr(
     listener
         .local_addr()
         .map_err(|source| StartError::Listen { what, addr, source })
-}
-
-/// The meshd.v1 services this node serves.
-struct Services {
-    mesh: MeshService,
-    peer: PeerService,
-    topology: TopologyService,
-}
-
-fn serve_grpc(
-    listener: TcpListener,
-    services: Services,
-    shutdown: CancellationToken,
-) -> Result<impl Future<Output = Result<(), ServeError>>, StartError> {
-    let (health, health_service) = tonic_health::server::health_reporter();
-    let advertised = [
-        service_names::MESH,
-        service_names::PEER,
-        service_names::TOPOLOGY,
-        "grpc.health.v1.Health",
-        "grpc.reflection.v1.ServerReflection",
-        "grpc.reflection.v1alpha.ServerReflection",
-    ];
-    let reflection = || {
-        advertised.iter().fold(
-            tonic_reflection::server::Builder::configure()
-                .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
-                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET),
-            |builder, name| builder.with_service_name(*name),
-        )
-    };
-    let reflection_v1 = reflection().build_v1()?;
-    let reflection_v1alpha = reflection().build_v1alpha()?;
-    Ok(async move {
-        for name in [
-            service_names::MESH,
-            service_names::PEER,
-            service_names::TOPOLOGY,
-        ] {
-            health
-                .set_service_status(name, tonic_health::ServingStatus::Serving)
-                .await;
-        }
-        tonic::transport::Server::builder()
-            .add_service(health_service)
-            .add_service(reflection_v1)
-            .add_service(reflection_v1alpha)
-            .add_service(MeshServer::new(services.mesh))
-            .add_service(PeerServer::new(services.peer))
-            .add_service(TopologyServer::new(services.topology))
-            .serve_with_incoming_shutdown(
-                TcpListenerStream::new(listener),
-                shutdown.cancelled_owned(),
-            )
-            .await?;
-        Ok(())
-    })
-}
-
-async fn upkeep(metrics: Arc<Metrics>, shutdown: CancellationToken) -> Result<(), ServeError> {
-    let mut tick = tokio::time::interval(METRICS_UPKEEP);
-    loop {
-        tokio::select! {
-            () = shutdown.cancelled() => return Ok(()),
-            _ = tick.tick() => metrics.run_upkeep(),
-        }
-    }
 }

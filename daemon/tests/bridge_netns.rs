@@ -32,10 +32,10 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
-use meshd::model::bridge::{BRIDGE_LOOP, BROADCAST_STORM, BridgeDetector, Os, StormSettings};
 use meshd::watch::bridge::linux_bridges;
+use meshd_model::bridge::{BridgeDetector, Os, StormSettings};
 use meshd_platform::source::ReplaySource;
-use meshd_proto::domain::{Alarm, NodeId};
+use meshd_proto::domain::{Alarm, AlarmKind, NodeId};
 
 const BLAST_ENV: &str = "MESHD_TEST_BLAST_FROM";
 /// 20 packets every 10 ms for 4 s: about 2,000 packets/s, 8,000 at most.
@@ -198,7 +198,7 @@ impl Sampler<'_> {
     }
 }
 
-fn has(kind: &'static str) -> impl Fn(&[Alarm]) -> bool {
+fn has(kind: AlarmKind) -> impl Fn(&[Alarm]) -> bool {
     move |alarms| alarms.iter().any(|a| a.kind == kind)
 }
 
@@ -259,8 +259,15 @@ fn bridge_loop_and_storm_in_a_namespace() {
     };
 
     // The bridge comes up once a port has carrier.
-    let alarms = sampler.until("bridge_loop", Duration::from_secs(10), has(BRIDGE_LOOP));
-    let bridge_loop = alarms.iter().find(|a| a.kind == BRIDGE_LOOP).expect("loop");
+    let alarms = sampler.until(
+        "bridge_loop",
+        Duration::from_secs(10),
+        has(AlarmKind::BridgeLoop),
+    );
+    let bridge_loop = alarms
+        .iter()
+        .find(|a| a.kind == AlarmKind::BridgeLoop)
+        .expect("loop");
     assert_eq!(bridge_loop.subject, "br0");
     assert!(
         bridge_loop.summary.contains("m1, m2"),
@@ -276,7 +283,7 @@ fn bridge_loop_and_storm_in_a_namespace() {
         bridge_loop.fix
     );
     assert!(
-        !has(BROADCAST_STORM)(&alarms),
+        !has(AlarmKind::BroadcastStorm)(&alarms),
         "storm before any traffic: {alarms:#?}"
     );
 
@@ -301,15 +308,15 @@ fn bridge_loop_and_storm_in_a_namespace() {
     let alarms = sampler.until(
         "broadcast_storm",
         Duration::from_secs(8),
-        has(BROADCAST_STORM),
+        has(AlarmKind::BroadcastStorm),
     );
     let storm = alarms
         .iter()
-        .find(|a| a.kind == BROADCAST_STORM)
+        .find(|a| a.kind == AlarmKind::BroadcastStorm)
         .expect("storm");
     assert_eq!(storm.subject, "br0");
     assert!(storm.summary.contains("br0 "), "{}", storm.summary);
-    assert!(has(BRIDGE_LOOP)(&alarms));
+    assert!(has(AlarmKind::BridgeLoop)(&alarms));
     if let Some(child) = &mut cleanup.child {
         let status = child.wait().expect("helper");
         assert!(status.success(), "helper failed: {status}");

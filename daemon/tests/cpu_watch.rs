@@ -10,12 +10,10 @@ use std::time::{Duration, SystemTime};
 
 use meshd::config::{CpuWatchConfig, JobWatchConfig};
 use meshd::metrics::Metrics;
-use meshd::model::cpu::SPIKE_KIND;
-use meshd::model::jobs::HUNG_KIND;
 use meshd::watch::cpu::Sampled;
 use meshd::watch::{cpu, jobs};
 use meshd_proto::domain::{
-    Alarm, Incarnation, MeshStatus, NodeId, NodeIdentity, NodeState, NodeVerdict, Quorum,
+    Alarm, AlarmKind, Incarnation, MeshStatus, NodeId, NodeIdentity, NodeState, NodeVerdict, Quorum,
 };
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -135,7 +133,7 @@ fn configs_with(
 async fn a_busy_universal_control_raises_a_cpu_spike_that_clears_when_it_stops() {
     let shutdown = CancellationToken::new();
     let _stop = shutdown.clone().drop_guard();
-    let metrics = Arc::new(Metrics::new(&identity()).expect("metrics"));
+    let metrics = Arc::new(Metrics::new(&identity()));
     // One busy core must be a spike whatever the machine: 70% of one core's
     // share of the whole.
     let config = CpuWatchConfig {
@@ -166,7 +164,7 @@ async fn a_busy_universal_control_raises_a_cpu_spike_that_clears_when_it_stops()
 
     let alarms = until(&mut watcher.alarms, "cpu_spike", |a: &Vec<Alarm>| {
         a.iter()
-            .any(|a| a.kind == SPIKE_KIND && a.summary.contains("UniversalControl"))
+            .any(|a| a.kind == AlarmKind::CpuSpike && a.summary.contains("UniversalControl"))
     })
     .await;
     let alarm = &alarms[0];
@@ -191,7 +189,7 @@ async fn a_busy_universal_control_raises_a_cpu_spike_that_clears_when_it_stops()
         "{:?}",
         alarm.fix
     );
-    let text = metrics.render();
+    let text = metrics.render(&meshd::aggregator::Published::placeholder(&identity()));
     assert!(
         text.contains(r#"meshd_process_cpu_cores{process="UniversalControl"}"#),
         "{text}"
@@ -263,7 +261,7 @@ fn peer_down_status() -> MeshStatus {
 async fn a_busy_job_rank_with_a_dead_peer_is_reported_hung() {
     let shutdown = CancellationToken::new();
     let _stop = shutdown.clone().drop_guard();
-    let metrics = Arc::new(Metrics::new(&identity()).expect("metrics"));
+    let metrics = Arc::new(Metrics::new(&identity()));
     let mut burner = Burner::start("mlx-rank0");
     let pid = burner.pid();
     let (_configs, configs) = configs_with(|c| {
@@ -294,7 +292,7 @@ async fn a_busy_job_rank_with_a_dead_peer_is_reported_hung() {
 
     let raised = until(&mut alarms, "job_hung", |a: &Vec<Alarm>| !a.is_empty()).await;
     let alarm = &raised[0];
-    assert_eq!(alarm.kind, HUNG_KIND);
+    assert_eq!(alarm.kind, AlarmKind::JobHung);
     assert_eq!(alarm.subject, "mlx-rank0");
     assert!(
         alarm.summary.contains("likely spinning on a dead peer: b"),
@@ -309,7 +307,7 @@ async fn a_busy_job_rank_with_a_dead_peer_is_reported_hung() {
         "{:?}",
         alarm.evidence
     );
-    let text = metrics.render();
+    let text = metrics.render(&meshd::aggregator::Published::placeholder(&identity()));
     assert!(
         text.contains(r#"meshd_job_processes{state="busy"}"#),
         "{text}"
@@ -385,7 +383,7 @@ async fn a_cpu_spike_reaches_status_metrics_and_the_event_stream() {
     let alarm = status
         .alarms
         .iter()
-        .find(|a| a.kind == SPIKE_KIND)
+        .find(|a| a.kind == AlarmKind::CpuSpike)
         .expect("cpu_spike in the status");
     assert_eq!(alarm.node.as_str(), "alarm-test");
     assert!(
@@ -434,7 +432,7 @@ async fn a_cpu_spike_reaches_status_metrics_and_the_event_stream() {
                 .current()
                 .alarms
                 .iter()
-                .any(|a| a.kind == SPIKE_KIND);
+                .any(|a| a.kind == AlarmKind::CpuSpike);
             assert!(busy, "no alarm_cleared event, yet the alarm is gone");
             eprintln!("note: the host stayed busy without the burner; clearing not observed");
         }

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use common::start_demo;
 use meshd::demo::Demo;
-use meshd_proto::domain::{Blame, EventKind, LinkState, MeshStatus, NodeState};
+use meshd_proto::domain::{AlarmKind, Blame, EventKind, LinkState, MeshStatus, NodeState};
 use meshd_proto::wire;
 use meshd_proto::wire::mesh_client::MeshClient;
 use tokio_stream::StreamExt;
@@ -170,7 +170,7 @@ async fn four_nodes_cut_kill_partition_and_heal() {
     wait_all(&demo, SETTLE, "no quorum anywhere", |s| {
         !s.quorum.has_quorum
             && s.links.iter().all(|l| l.state == LinkState::Unknown)
-            && s.alarms.iter().all(|a| a.kind == "no_quorum")
+            && s.alarms.iter().all(|a| a.kind == AlarmKind::NoQuorum)
             && s.alarms.len() == 1
     })
     .await;
@@ -209,7 +209,7 @@ async fn five_nodes_tell_a_dead_node_from_a_cut_cable_at_the_same_time() {
                 && node(s, "d") == NodeState::Down
                 && node(s, "e") == NodeState::Down
         } else {
-            !s.quorum.has_quorum && s.alarms.iter().all(|a| a.kind == "no_quorum")
+            !s.quorum.has_quorum && s.alarms.iter().all(|a| a.kind == AlarmKind::NoQuorum)
         }
     })
     .await;

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{channel, http_get, loopback_config, start, stop};
-use meshd_proto::domain::{MeshStatus, NodeState};
+use meshd_proto::domain::{AlarmKind, MeshStatus, NodeState};
 use meshd_proto::wire;
 use meshd_proto::wire::mesh_client::MeshClient;
 use tokio_stream::StreamExt;
@@ -72,7 +72,7 @@ async fn configured_peers_that_never_report_leave_the_node_without_quorum() {
         ]
     );
     assert_eq!(status.alarms.len(), 1);
-    assert_eq!(status.alarms[0].kind, "no_quorum");
+    assert_eq!(status.alarms[0].kind, AlarmKind::NoQuorum);
     assert!(!status.is_healthy());
     stop(node).await;
 }

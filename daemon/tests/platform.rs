@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use meshd::demo::plan::Plan;
 use meshd::demo::{Demo, DemoError};
 use meshd_platform::mesh::hostfile::{Hostfile, to_mlx_json, validate_mlx_hostfile};
-use meshd_proto::domain::MeshStatus;
+use meshd_proto::domain::{AlarmKind, MeshStatus};
 use meshd_proto::facts::CheckStatus;
 use meshd_proto::wire;
 use meshd_proto::wire::topology_client::TopologyClient;
@@ -105,12 +105,12 @@ async fn facts_travel_cables_are_discovered_and_failing_checks_alarm() {
             .expect("a's rdma check");
         assert_eq!(rdma_a.status, CheckStatus::Fail);
         let alarm = until(node.grpc(), "the rdma_disabled alarm", |s| {
-            s.alarms.iter().any(|a| a.kind == "rdma_disabled")
+            s.alarms.iter().any(|a| a.kind == AlarmKind::RdmaDisabled)
         })
         .await
         .alarms
         .into_iter()
-        .find(|a| a.kind == "rdma_disabled")
+        .find(|a| a.kind == AlarmKind::RdmaDisabled)
         .expect("alarm");
         assert_eq!(alarm.node, plan.nodes[0].id);
         assert!(

@@ -58,7 +58,7 @@ async fn edits_apply_without_restart_and_bad_edits_are_refused() {
     node.watch_config(
         path.clone(),
         HOSTNAME.to_owned(),
-        meshd::watch::reload::Hangups::install(),
+        meshd::config::reload::Hangups::install(),
     );
     // The watch is in place once the task has run; give it a moment.
     tokio::time::sleep(Duration::from_millis(300)).await;

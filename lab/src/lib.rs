@@ -1,4 +1,4 @@
-//! The Linux mesh lab (issue #7, DESIGN §6): a full mesh of network
+//! The Linux mesh lab (ARCHITECTURE.md, "How we know it works"): a full mesh of network
 //! namespaces joined by veth "cables", a management network on a bridge in
 //! a namespace of its own, a real `meshd run` in every node, and the
 //! faults the end-to-end suite and the benchmarks inject. Needs root and

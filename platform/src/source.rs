@@ -96,7 +96,7 @@ impl HostCommand {
     }
 
     /// `system_profiler` takes about a second when healthy; `ibv_devinfo`
-    /// hangs when RDMA is wedged (DESIGN §2), so nothing waits for long.
+    /// hangs when RDMA is wedged (ARCHITECTURE.md, Field facts), so nothing waits for long.
     pub fn timeout(self) -> Duration {
         match self {
             HostCommand::Thunderbolt => Duration::from_secs(10),

@@ -7,7 +7,7 @@
 //! `ibv_query_port`, `ibv_query_gid`, `ibv_close_device`,
 //! `ibv_free_device_list`. Nothing allocates protection domains, queue
 //! pairs, memory regions or completion queues: Apple's RDMA budget is tiny
-//! and failed allocations have wedged ports (DESIGN §2).
+//! and failed allocations have wedged ports (ARCHITECTURE.md, Field facts).
 //!
 //! Verbs calls hang when RDMA is wedged, so the enumeration runs on its own
 //! thread and is given up after a deadline. A thread that never returns

@@ -12,7 +12,7 @@ use crate::domain::{
     Alarm, Blame, Counter, Event, EventDetail, EventKind, Incarnation, InterfaceState, LinkEnd,
     LinkMeasurement, LinkObservation, LinkState, LinkVerdict, LossWindow, MeshStatus, NodeId,
     NodeIdentity, NodeLoad, NodeState, NodeVerdict, PeerReport, Quorum, RdmaPortState,
-    RejectReason, RttHistogram, RttSummary, Severity,
+    RejectReason, RttHistogram, RttSummary, Severity, UnknownName,
 };
 use crate::facts::{
     BridgeFact, Cable, CableEnd, CheckResult, CheckStatus, Gid, Ipv4Cidr, NodeFacts, OsKind,
@@ -226,6 +226,7 @@ impl From<RttHistogram> for wire::RttHistogram {
         Self {
             bounds_ns: h.bounds.into_iter().map(nanos).collect(),
             counts: h.counts,
+            sum_ns: nanos(h.sum),
         }
     }
 }
@@ -252,6 +253,7 @@ impl TryFrom<wire::RttHistogram> for RttHistogram {
         Ok(Self {
             bounds: h.bounds_ns.into_iter().map(Duration::from_nanos).collect(),
             counts: h.counts,
+            sum: Duration::from_nanos(h.sum_ns),
         })
     }
 }
@@ -467,7 +469,7 @@ impl TryFrom<wire::LinkEnd> for LinkEnd {
 impl From<Alarm> for wire::Alarm {
     fn from(a: Alarm) -> Self {
         Self {
-            kind: a.kind,
+            kind: a.kind.as_str().to_owned(),
             severity: severity_wire(a.severity),
             node: a.node.to_string(),
             subject: a.subject,
@@ -483,18 +485,11 @@ impl From<Alarm> for wire::Alarm {
 impl TryFrom<wire::Alarm> for Alarm {
     type Error = WireError;
     fn try_from(a: wire::Alarm) -> Result<Self> {
-        let kind_ok = !a.kind.is_empty()
-            && a.kind
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-        if !kind_ok {
-            return Err(WireError::new(
-                "kind",
-                format!("{:?} is not a snake_case alarm kind", a.kind),
-            ));
-        }
         Ok(Self {
-            kind: a.kind,
+            kind: a
+                .kind
+                .parse()
+                .map_err(|e: UnknownName| WireError::new("kind", e.to_string()))?,
             severity: severity("severity", a.severity)?,
             node: node_id("node", a.node)?,
             subject: a.subject,
@@ -1011,7 +1006,7 @@ mod tests {
                 recent_changes: 1,
             }],
             alarms: vec![Alarm {
-                kind: "bridge_loop".into(),
+                kind: crate::domain::AlarmKind::BridgeLoop,
                 severity: Severity::Critical,
                 node: id("b"),
                 subject: "bridge0".into(),
@@ -1251,6 +1246,7 @@ mod tests {
                 rtt_histogram: RttHistogram {
                     bounds: vec![Duration::from_micros(25), Duration::from_micros(50)],
                     counts: vec![10, 500, 90],
+                    sum: Duration::from_micros(27_000),
                 },
                 loss: vec![LossWindow {
                     window: Duration::from_secs(1),
@@ -1325,5 +1321,28 @@ mod tests {
         assert!(Alarm::try_from(wire::Alarm::default()).is_err());
         assert!(PeerReport::try_from(wire::PeerReport::default()).is_err());
         assert!(LinkObservation::try_from(wire::LinkObservation::default()).is_err());
+    }
+
+    #[test]
+    fn an_alarm_kind_this_build_does_not_know_is_refused_by_name() {
+        let mut alarm = wire::Alarm::from(Alarm {
+            kind: crate::domain::AlarmKind::CpuSpike,
+            severity: Severity::Warning,
+            node: NodeId::new("a").expect("id"),
+            subject: "cpu".into(),
+            summary: "busy".into(),
+            evidence: vec![],
+            fix: None,
+            since: SystemTime::UNIX_EPOCH,
+            updated: SystemTime::UNIX_EPOCH,
+        });
+        assert_eq!(
+            Alarm::try_from(alarm.clone()).map(|a| a.kind),
+            Ok(crate::domain::AlarmKind::CpuSpike)
+        );
+        alarm.kind = "made_up".into();
+        let err = Alarm::try_from(alarm).expect_err("unknown kind");
+        assert_eq!(err.field, "kind");
+        assert!(err.problem.contains("made_up"), "{err}");
     }
 }

@@ -200,7 +200,7 @@ pub enum Blame {
 }
 named_enum!(Blame { None => "none", Link => "link", Node => "node" });
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum EventKind {
     LinkDown,
     LinkDegraded,
@@ -230,6 +230,35 @@ named_enum!(EventKind {
     AlarmCleared => "alarm_cleared",
     ConfigReloaded => "config_reloaded",
     ConfigRejected => "config_rejected",
+});
+
+/// What an alarm is about. The wire carries the name (`as_str`); a name
+/// this build does not know is refused where the message is decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AlarmKind {
+    /// This node hears too few members to judge links and nodes.
+    NoQuorum,
+    /// A bridge with mesh ports as members: broadcast frames loop.
+    BridgeLoop,
+    /// Broadcast and multicast frames far above normal on a mesh port.
+    BroadcastStorm,
+    /// This node's CPU busy for long, with the processes behind it.
+    CpuSpike,
+    /// A job rank spinning while the mesh it runs on is broken.
+    JobHung,
+    /// The RDMA check fails: no usable RDMA device.
+    RdmaDisabled,
+    /// A cable negotiated less than it should.
+    LinkSpeedLow,
+}
+named_enum!(AlarmKind {
+    NoQuorum => "no_quorum",
+    BridgeLoop => "bridge_loop",
+    BroadcastStorm => "broadcast_storm",
+    CpuSpike => "cpu_spike",
+    JobHung => "job_hung",
+    RdmaDisabled => "rdma_disabled",
+    LinkSpeedLow => "link_speed_low",
 });
 
 /// One end of a link: the node and, where known, its interface, address and
@@ -266,7 +295,7 @@ impl fmt::Display for LinkEnd {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Alarm {
-    pub kind: String,
+    pub kind: AlarmKind,
     pub severity: Severity,
     pub node: NodeId,
     pub subject: String,
@@ -447,6 +476,8 @@ pub struct RttSummary {
 pub struct RttHistogram {
     pub bounds: Vec<Duration>,
     pub counts: Vec<u64>,
+    /// The sum of every counted RTT.
+    pub sum: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

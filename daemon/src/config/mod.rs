@@ -13,6 +13,8 @@
 mod address;
 mod error;
 mod locate;
+pub mod reload;
+pub mod settings;
 mod validate;
 
 #[cfg(test)]
@@ -194,7 +196,7 @@ pub struct LinkConfig {
 
 impl LinkConfig {
     /// The configured device, else on macOS the one paired with the
-    /// interface (`en2` → `rdma_en2`, DESIGN §2).
+    /// interface (`en2` → `rdma_en2`, ARCHITECTURE.md, Field facts).
     pub fn rdma_device_on(&self, os: meshd_proto::facts::OsKind) -> Option<String> {
         self.rdma_device.clone().or_else(|| match os {
             meshd_proto::facts::OsKind::Macos => self

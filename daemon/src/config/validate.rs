@@ -12,7 +12,7 @@ use super::address::{self, PeerAddress, UrlError};
 use super::error::Problem;
 use super::{Config, LinkConfig};
 
-/// The verdict engine is benchmarked up to this many nodes (DESIGN §7).
+/// The verdict engine is benchmarked up to this many nodes (ARCHITECTURE.md, Targets).
 const MAX_MESH_SIZE: usize = 256;
 /// Every probe carries a header of this size (sequence, timestamps).
 const PROBE_HEADER_BYTES: u32 = 32;

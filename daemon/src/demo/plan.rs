@@ -26,7 +26,7 @@ use meshd_proto::domain::NodeId;
 use crate::config::{Config, LinkConfig, PeerConfig};
 
 pub const MIN_NODES: usize = 2;
-/// JACCL meshes cap at 8 ranks (DESIGN §2), and 1-digit indices keep the
+/// JACCL meshes cap at 8 ranks (ARCHITECTURE.md, Field facts), and 1-digit indices keep the
 /// port scheme readable.
 pub const MAX_NODES: usize = 8;
 pub const DEFAULT_NODES: usize = 4;

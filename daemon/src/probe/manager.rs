@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{ProberSettings, supervise_link};
 use crate::metrics::Metrics;
-use crate::model::verdict::{ExpectedLink, LocalObservation};
+use meshd_model::verdict::{ExpectedLink, LocalObservation};
 
 /// What makes a prober: a change of any of it restarts that link's prober.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -147,9 +147,9 @@ mod tests {
             version: "t".into(),
             hostname: "a".into(),
         };
-        let metrics = Arc::new(Metrics::new(&identity).expect("metrics"));
+        let metrics = Arc::new(Metrics::new(&identity));
         let shutdown = CancellationToken::new();
-        let settings = ProberSettings::from(&ProbeConfig::default());
+        let settings = crate::config::settings::prober(&ProbeConfig::default());
         let (ab, ac) = (link("b", 1, 2), link("c", 3, 4));
         let mut manager = ProbeManager::new(
             &[ab.clone(), ac.clone()],

@@ -1,6 +1,6 @@
 //! Link probing over UDP: a responder on every local link address and a
 //! prober per link, each publishing that link's observation on a watch
-//! channel (DESIGN.md §4).
+//! channel.
 
 mod manager;
 pub mod packet;
@@ -23,7 +23,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
-use crate::model::verdict::LocalObservation;
+use meshd_model::verdict::LocalObservation;
 
 pub use manager::ProbeManager;
 pub use packet::{Header, Kind, PacketError};
@@ -31,7 +31,7 @@ pub use prober::{Prober, ProberSettings};
 pub use responder::{Responder, ResponderCounters, ResponderStats};
 pub use supervise::supervise_link;
 
-pub use crate::model::linkstats::ProbeClass;
+pub use meshd_model::linkstats::ProbeClass;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
@@ -87,6 +87,8 @@ impl From<(LinkEnd, LinkEnd)> for LinkKey {
 pub struct ProbeSet {
     observations: BTreeMap<LinkKey, watch::Receiver<Option<LocalObservation>>>,
     responders: Vec<(SocketAddr, Arc<ResponderCounters>)>,
+    /// Where the responders' counters are exported while they run.
+    metrics: Option<Arc<Metrics>>,
     cancel: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -99,7 +101,7 @@ impl ProbeSet {
     pub async fn start(
         links: impl IntoIterator<Item = (LinkEnd, LinkEnd)>,
         settings: ProberSettings,
-        metrics: Option<&Metrics>,
+        metrics: Option<Arc<Metrics>>,
         cancel: &CancellationToken,
     ) -> Result<Self, ProbeError> {
         let mut probers = Vec::new();
@@ -113,14 +115,7 @@ impl ProbeSet {
                 });
             }
             local_ips.insert(local_ip);
-            let rtt_metric = metrics.map(|m| m.link_rtt(&link.remote.node));
-            let prober = Prober::bind(
-                link.local.clone(),
-                link.remote.clone(),
-                settings,
-                rtt_metric,
-            )
-            .await?;
+            let prober = Prober::bind(link.local.clone(), link.remote.clone(), settings).await?;
             probers.push((link, prober));
         }
         let mut responders = Vec::new();
@@ -132,6 +127,11 @@ impl ProbeSet {
         let mut tasks = Vec::with_capacity(probers.len() + responders.len());
         let mut responder_counters = Vec::with_capacity(responders.len());
         for responder in responders {
+            if let Some(metrics) = &metrics {
+                metrics
+                    .probes
+                    .responder_started(responder.local_addr(), responder.counters());
+            }
             responder_counters.push((responder.local_addr(), responder.counters()));
             tasks.push(tokio::spawn(responder.run(cancel.clone())));
         }
@@ -143,6 +143,7 @@ impl ProbeSet {
         Ok(Self {
             observations,
             responders: responder_counters,
+            metrics,
             cancel,
             tasks,
         })
@@ -179,5 +180,10 @@ impl ProbeSet {
 impl Drop for ProbeSet {
     fn drop(&mut self) {
         self.cancel.cancel();
+        if let Some(metrics) = &self.metrics {
+            for (address, _) in &self.responders {
+                metrics.probes.responder_stopped(*address);
+            }
+        }
     }
 }

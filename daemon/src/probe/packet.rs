@@ -15,7 +15,7 @@
 //! The two responder times are only ever subtracted from each other, so the
 //! clocks of the two nodes never need to agree.
 
-use crate::model::linkstats::ProbeClass;
+use meshd_model::linkstats::ProbeClass;
 
 pub const MAGIC: [u8; 4] = *b"MSHP";
 pub const VERSION: u8 = 1;

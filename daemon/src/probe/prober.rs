@@ -14,9 +14,8 @@ use tokio_util::sync::CancellationToken;
 use super::ProbeError;
 use super::packet::{self, HEADER_LEN, Header, Kind, MAX_DATAGRAM_LEN};
 use super::stamp;
-use crate::config::ProbeConfig;
-use crate::model::linkstats::{LinkStats, LinkStatsConfig, OUTAGE_RUN, ProbeClass};
-use crate::model::verdict::LocalObservation;
+use meshd_model::linkstats::{LinkStats, LinkStatsConfig, OUTAGE_RUN, ProbeClass};
+use meshd_model::verdict::LocalObservation;
 
 /// Shortest probe period whatever the settings say: at most one probe per
 /// tick, so this bounds the probe rate of a link (and makes a storm
@@ -45,19 +44,6 @@ pub struct ProberSettings {
     pub timeout: Duration,
     /// UDP port of the responders (the same on every node).
     pub port: u16,
-}
-
-impl From<&ProbeConfig> for ProberSettings {
-    fn from(c: &ProbeConfig) -> Self {
-        Self {
-            interval: c.interval,
-            payload_bytes: c.payload_bytes,
-            mtu_interval: c.mtu_interval,
-            mtu_payload_bytes: c.mtu_payload_bytes,
-            timeout: c.timeout,
-            port: c.port,
-        }
-    }
 }
 
 impl ProberSettings {
@@ -115,8 +101,6 @@ struct ProbeState {
     settings: ProberSettings,
     stats: LinkStats,
     tx: watch::Sender<Option<LocalObservation>>,
-    /// Every counted small-probe RTT goes here too, for the exported histogram.
-    rtt_metric: Option<metrics::Histogram>,
     next_seq: u64,
     send_state: SendState,
     recv_failing: bool,
@@ -140,7 +124,6 @@ impl Prober {
         local: LinkEnd,
         remote: LinkEnd,
         settings: ProberSettings,
-        rtt_metric: Option<metrics::Histogram>,
     ) -> Result<Self, ProbeError> {
         let settings = settings.clamped();
         let (local_ip, peer_ip) = link_addresses(&local, &remote)?;
@@ -187,7 +170,6 @@ impl Prober {
                 settings,
                 stats,
                 tx,
-                rtt_metric,
                 next_seq: initial_seq(),
                 send_state: SendState::Ok,
                 recv_failing: false,
@@ -342,13 +324,9 @@ impl ProbeState {
                     self.recv_failing = false;
                     tracing::info!(link = %self.link_name(), peer = %self.peer_addr, "probe replies are arriving again");
                 }
-                let rtt = self.stats.on_reply(h.seq, h.class, h.host_delay(), at);
-                if let (Some(rtt), ProbeClass::Small, Some(metric)) =
-                    (rtt, h.class, &self.rtt_metric)
-                {
-                    metric.record(rtt.as_secs_f64());
-                }
-                rtt.is_some()
+                self.stats
+                    .on_reply(h.seq, h.class, h.host_delay(), at)
+                    .is_some()
             }
             _ => {
                 self.invalid_replies += 1;

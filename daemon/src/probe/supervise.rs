@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{ProbeSet, ProberSettings};
 use crate::metrics::Metrics;
-use crate::model::verdict::LocalObservation;
+use meshd_model::verdict::LocalObservation;
 
 /// How long to wait before trying to bind a link's sockets again.
 const RETRY_AFTER: Duration = Duration::from_secs(5);
@@ -33,7 +33,7 @@ pub fn supervise_link(
             let started = ProbeSet::start(
                 [(local.clone(), remote.clone())],
                 settings,
-                Some(&metrics),
+                Some(metrics.clone()),
                 &shutdown,
             )
             .await;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use meshd_proto::domain::{LinkEnd, LinkObservation, NodeId};
 
-use crate::model::verdict::LocalObservation;
+use meshd_model::verdict::LocalObservation;
 use tokio::net::UdpSocket;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -101,7 +101,7 @@ async fn probes_are_answered_then_loss_shows_when_responder_stops() {
     let responder_cancel = CancellationToken::new();
     let (bound, counters, responder_task) = start_responder(b, &responder_cancel).await;
 
-    let prober = Prober::bind(end("a", a), end("b", b), fast_settings(bound.port()), None)
+    let prober = Prober::bind(end("a", a), end("b", b), fast_settings(bound.port()))
         .await
         .expect("prober binds");
     assert_eq!(prober.local_addr().ip(), a);
@@ -162,7 +162,7 @@ async fn jumbo_mtu_probes_are_answered_and_counted_apart() {
         mtu_payload_bytes: 8972,
         ..fast_settings(bound.port())
     };
-    let prober = Prober::bind(end("a", a), end("b", b), settings, None)
+    let prober = Prober::bind(end("a", a), end("b", b), settings)
         .await
         .expect("binds");
     let mut rx = prober.subscribe();
@@ -289,7 +289,7 @@ async fn bind_errors_name_the_address() {
 #[tokio::test]
 async fn probe_set_rejects_unusable_links() {
     let cancel = CancellationToken::new();
-    let settings = ProberSettings::from(&crate::config::ProbeConfig::default());
+    let settings = crate::config::settings::prober(&crate::config::ProbeConfig::default());
     let no_address = LinkEnd::node_only(NodeId::new("b").expect("valid"));
     let err = ProbeSet::start([(end("a", ip(6, 1)), no_address)], settings, None, &cancel)
         .await
@@ -335,17 +335,17 @@ async fn two_probe_sets_measure_a_cable_from_both_ends() {
     let b_to_a = (end("b", b), end("a", a));
     // Node a also has a second cable to a node "c" whose responder is absent.
     let a_to_c = (end("a", a), end("c", c));
-    let metrics = crate::metrics::Metrics::new(&meshd_proto::domain::NodeIdentity {
+    let identity = meshd_proto::domain::NodeIdentity {
         id: NodeId::new("a").expect("id"),
         incarnation: meshd_proto::domain::Incarnation(1),
         version: "test".into(),
         hostname: "a".into(),
-    })
-    .expect("metrics");
+    };
+    let metrics = std::sync::Arc::new(crate::metrics::Metrics::new(&identity));
     let set_a = ProbeSet::start(
         [a_to_b.clone(), a_to_c.clone()],
         settings,
-        Some(&metrics),
+        Some(metrics.clone()),
         &cancel,
     )
     .await
@@ -366,6 +366,9 @@ async fn two_probe_sets_measure_a_cable_from_both_ends() {
     for rx in [&mut rx_ab, &mut rx_ba] {
         let o = wait_for(rx, "answered probes", |o| o.rtt.samples >= 5).await;
         assert_eq!(o.probes_lost_total, 0, "{o:#?}");
+        // Every answered small probe is in the histogram that is exported.
+        let counted: u64 = o.rtt_histogram.counts.iter().sum();
+        assert!(counted >= 5, "{o:#?}");
     }
     let o = wait_for(&mut rx_ac, "loss to the absent peer", |o| {
         window(o, 1).lost >= 5
@@ -373,14 +376,18 @@ async fn two_probe_sets_measure_a_cable_from_both_ends() {
     .await;
     assert_eq!(window(&o, 1).lost, window(&o, 1).sent);
     assert!(set_b.responder_stats()[0].1.replies > 0);
-    let exported = metrics.render();
-    let rtt_count = exported
+    let exported = metrics.render(&crate::aggregator::Published::placeholder(&identity));
+    let answered = exported
         .lines()
-        .find_map(|l| l.strip_prefix("meshd_link_rtt_seconds_count{peer=\"b\"} "))
+        .find_map(|l| {
+            l.strip_prefix(&format!(
+                "meshd_probe_responder_datagrams_total{{address=\"{a}:{port}\",outcome=\"answered\"}} "
+            ))
+        })
         .and_then(|n| n.parse::<u64>().ok());
     assert!(
-        rtt_count.is_some_and(|n| n >= 5),
-        "every answered probe is exported: {exported}"
+        answered.is_some_and(|n| n > 0),
+        "a's responder answers b, and its counters are exported: {exported}"
     );
 
     set_a.shutdown().await;

@@ -14,9 +14,9 @@ use meshd_proto::facts::OsKind;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Config;
+use crate::config::{Config, settings};
 use crate::metrics::Metrics;
-use crate::model::bridge::{BridgeDetector, BridgeObservation, Os, StormSettings};
+use meshd_model::bridge::{BridgeDetector, BridgeObservation, Os};
 use meshd_platform::linux::net::read_bridges;
 use meshd_platform::macos::{ifconfig, networksetup};
 use meshd_platform::source::{HostCommand, LiveSource, Source};
@@ -42,13 +42,6 @@ fn this_os() -> Os {
     }
 }
 
-fn storm_settings(config: &Config) -> StormSettings {
-    StormSettings {
-        packets_per_second: config.watch.bridge.storm_packets_per_second,
-        window: config.watch.bridge.storm_window,
-    }
-}
-
 fn sample_every(config: &Config) -> tokio::time::Interval {
     let mut tick =
         tokio::time::interval(config.watch.bridge.interval.max(Duration::from_millis(100)));
@@ -68,7 +61,7 @@ pub fn spawn(
     let (tx, rx) = watch::channel(Vec::new());
     let os = this_os();
     let config = configs.borrow_and_update().clone();
-    let mut detector = BridgeDetector::new(node, os, storm_settings(&config));
+    let mut detector = BridgeDetector::new(node, os, settings::storm(&config));
     let mut mesh = mesh_ifaces(&config);
     tokio::spawn(async move {
         let mut tick = sample_every(&config);
@@ -86,7 +79,7 @@ pub fn spawn(
                         return;
                     }
                     let config = configs.borrow_and_update().clone();
-                    detector.set_storm(storm_settings(&config));
+                    detector.set_storm(settings::storm(&config));
                     mesh = mesh_ifaces(&config);
                     tick = sample_every(&config);
                     continue;
@@ -111,7 +104,7 @@ pub fn spawn(
                 }
             };
             let alarms = detector.observe(&bridges, &mesh, Instant::now(), SystemTime::now());
-            metrics.record_bridges(
+            metrics.watchers.record_bridges(
                 bridges.iter().map(|b| {
                     let mesh_members = b.members.iter().filter(|m| mesh.contains(*m)).count();
                     (b.name.as_str(), b.active, mesh_members)

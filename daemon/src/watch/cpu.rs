@@ -13,9 +13,9 @@ use sysinfo::{
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, CpuWatchConfig};
+use crate::config::{Config, CpuWatchConfig, settings};
 use crate::metrics::Metrics;
-use crate::model::cpu::{CpuSample, ProcessSample, SpikeDetector, reduce_for_metrics};
+use meshd_model::cpu::{CpuSample, ProcessSample, SpikeDetector, reduce_for_metrics};
 
 /// Command lines are for matching job patterns and for evidence; a few
 /// hundred characters hold the interpreter, script and module.
@@ -166,7 +166,7 @@ pub fn spawn(
             }
         };
         let mut config = configs.borrow_and_update().watch.cpu.clone();
-        let mut detector = SpikeDetector::new(node, &config);
+        let mut detector = SpikeDetector::new(node, &settings::spike_rules(&config));
         let mut tick = sample_every(&config);
         loop {
             tokio::select! {
@@ -177,7 +177,7 @@ pub fn spawn(
                         return;
                     }
                     config = configs.borrow_and_update().watch.cpu.clone();
-                    detector.reconfigure(&config);
+                    detector.reconfigure(&settings::spike_rules(&config));
                     tick = sample_every(&config);
                     continue;
                 }
@@ -201,7 +201,7 @@ pub fn spawn(
             };
             let Some(sample) = sample else { continue };
             let at = SystemTime::now();
-            metrics.record_process_cpu(&reduce_for_metrics(
+            metrics.watchers.record_process_cpu(&reduce_for_metrics(
                 &sample.processes,
                 config.top,
                 &config.offenders,

@@ -4,7 +4,7 @@
 //! node's own checks run on them.
 //!
 //! Failing checks that break jobs (RDMA off, a slow cable) are raised as
-//! alarms too ([`crate::model::check_alarms`]).
+//! alarms too ([`meshd_model::check_alarms`]).
 //!
 //! Reading runs commands (`system_profiler` takes about a second) and sysfs,
 //! so it runs on the blocking pool; every command has its own timeout in
@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, PlatformConfig};
 use crate::metrics::Metrics;
-use crate::model::check_alarms::alarms_from_checks;
+use meshd_model::check_alarms::alarms_from_checks;
 
 /// The latest facts; `None` until the first read finished.
 pub type FactsFeed = watch::Receiver<Option<Arc<NodeFacts>>>;
@@ -90,7 +90,7 @@ pub fn spawn(
                     if took > SLOW_READ {
                         tracing::warn!(took = ?took, "reading platform facts was slow");
                     }
-                    metrics.record_facts(&facts, took);
+                    metrics.watchers.record_facts(took, facts.blind_spots.len());
                     for spot in &facts.blind_spots {
                         tracing::debug!(blind_spot = %spot, "platform fact not available");
                     }

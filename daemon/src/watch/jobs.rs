@@ -7,10 +7,10 @@ use meshd_proto::domain::{Alarm, MeshStatus, NodeId};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Config;
+use crate::config::{Config, settings};
 use crate::metrics::Metrics;
-use crate::model::jobs::HungJobDetector;
 use crate::watch::cpu::Sampled;
+use meshd_model::jobs::HungJobDetector;
 
 /// Runs until shutdown or until the CPU watcher stops; publishes the active
 /// `job_hung` alarms on `alarms`, which the caller created before the
@@ -25,7 +25,10 @@ pub fn spawn(
     shutdown: CancellationToken,
 ) {
     tokio::spawn(async move {
-        let mut detector = HungJobDetector::new(node, &configs.borrow_and_update().watch.jobs);
+        let mut detector = HungJobDetector::new(
+            node,
+            &settings::job_rules(&configs.borrow_and_update().watch.jobs),
+        );
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => return,
@@ -34,7 +37,7 @@ pub fn spawn(
                     if changed.is_err() {
                         return;
                     }
-                    detector.reconfigure(&configs.borrow_and_update().watch.jobs);
+                    detector.reconfigure(&settings::job_rules(&configs.borrow_and_update().watch.jobs));
                     continue;
                 }
             }
@@ -44,7 +47,9 @@ pub fn spawn(
             let mesh = status.borrow().clone();
             let (active, counts) =
                 detector.update(&sampled.sample.processes, Some(&mesh), sampled.at);
-            metrics.record_job_processes(counts.busy, counts.idle);
+            metrics
+                .watchers
+                .record_job_processes(counts.busy, counts.idle);
             alarms.send_if_modified(|current| {
                 let changed = *current != active;
                 if changed {

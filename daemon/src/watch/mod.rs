@@ -5,4 +5,3 @@ pub mod cpu;
 pub mod facts;
 pub mod jobs;
 pub mod load;
-pub mod reload;

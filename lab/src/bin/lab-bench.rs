@@ -1,4 +1,4 @@
-//! The lab's benchmarks (issue #7, DESIGN §7), each printing a table for
+//! The lab's benchmarks (ARCHITECTURE.md, Targets), each printing a table for
 //! BENCHMARKS.md. Figures only: nothing here is asserted by a test.
 //!
 //! Run as root from a release build, so meshd and meshctl are found beside

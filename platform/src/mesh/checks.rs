@@ -527,7 +527,7 @@ fn bridge_fix(bridge: &BridgeFact) -> String {
 
 /// The bridge over the Thunderbolt ports is found by its members, never
 /// by the user-editable service name.
-/// The device of macOS's Thunderbolt Bridge service (DESIGN §2).
+/// The device of macOS's Thunderbolt Bridge service (ARCHITECTURE.md, Field facts).
 const THUNDERBOLT_BRIDGE_DEVICE: &str = "bridge0";
 
 fn thunderbolt_bridge_inactive(mut check: Check, facts: &NodeFacts, _: &ModelTable) -> CheckResult {

@@ -22,7 +22,7 @@ pub enum Backend {
 /// A Thunderbolt 5 Mac-to-Mac link negotiates 80 Gb/s.
 pub(crate) const TB5_LINK_BPS: u64 = 80_000_000_000;
 
-/// JACCL's full mesh caps at 8 ranks (DESIGN §2).
+/// JACCL's full mesh caps at 8 ranks (ARCHITECTURE.md, Field facts).
 pub const JACCL_MAX_RANKS: usize = 8;
 
 impl Backend {

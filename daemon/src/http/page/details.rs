@@ -12,7 +12,7 @@ use meshd_proto::facts::{Cable, CableEnd, CheckResult};
 use super::picture::{MAX_DETAILED_LINES, link_state_label, node_state_label, node_state_name};
 use super::scene::{Pair, Scene, SceneNode};
 use super::text::{age, clip, esc, percent, speed, utc};
-use crate::model::link::fmt_duration;
+use meshd_model::link::fmt_duration;
 
 /// One evidence line, alarm summary or fix is cut at this many characters,
 /// and a list at this many entries: reports come from peers, and a broken
@@ -312,7 +312,7 @@ fn alarms(list: &[&Alarm], out: &mut String) {
         line: format!(
             "{} <small>({} on {}, since {})</small>",
             esc(&clip(&alarm.summary, MAX_TEXT)),
-            esc(&clip(&alarm.kind, MAX_TEXT)),
+            alarm.kind,
             esc(&clip(&alarm.subject, MAX_TEXT)),
             utc(alarm.since)
         ),

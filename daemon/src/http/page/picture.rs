@@ -11,7 +11,7 @@ use meshd_proto::domain::{Blame, LinkState, NodeState};
 
 use super::scene::{Pair, Scene, SceneNode};
 use super::text::{clip, esc, percent};
-use crate::model::link::fmt_duration;
+use meshd_model::link::fmt_duration;
 
 const WIDTH: f64 = 760.0;
 const HEIGHT: f64 = 600.0;

@@ -3,9 +3,9 @@
 use std::time::{Duration, SystemTime};
 
 use meshd_proto::domain::{
-    Alarm, Blame, Incarnation, InterfaceState, LinkEnd, LinkMeasurement, LinkState, LinkVerdict,
-    LossWindow, MeshStatus, NodeId, NodeIdentity, NodeState, NodeVerdict, Quorum, RdmaPortState,
-    RttSummary, Severity,
+    Alarm, AlarmKind, Blame, Incarnation, InterfaceState, LinkEnd, LinkMeasurement, LinkState,
+    LinkVerdict, LossWindow, MeshStatus, NodeId, NodeIdentity, NodeState, NodeVerdict, Quorum,
+    RdmaPortState, RttSummary, Severity,
 };
 use meshd_proto::facts::{Cable, CableEnd, CheckResult, CheckStatus};
 
@@ -159,7 +159,7 @@ fn troubled() -> MeshStatus {
     status.nodes[3].state = NodeState::Down;
     status.nodes[3].evidence = vec!["not heard: a, b, c".into()];
     status.alarms.push(Alarm {
-        kind: "bridge_loop".into(),
+        kind: AlarmKind::BridgeLoop,
         severity: Severity::Critical,
         node: id("c"),
         subject: "bridge0".into(),

@@ -6,14 +6,32 @@
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
-use meshd_proto::domain::{Alarm, NodeId, Severity};
+use meshd_proto::domain::{Alarm, AlarmKind, NodeId, Severity};
 use meshd_proto::facts::{CheckResult, CheckStatus};
 
-/// check name → (alarm kind, severity). The kinds are the ones the shipped
-/// alert rules and the Alertmanager push know (`model::alerts`).
-const MAPPED: &[(&str, &str, Severity)] = &[
-    ("rdma_enabled", "rdma_disabled", Severity::Critical),
-    ("link_speed", "link_speed_low", Severity::Warning),
+/// A check whose failure pages, and the alarm it becomes.
+struct Mapping {
+    check: &'static str,
+    kind: AlarmKind,
+    severity: Severity,
+    summary: fn(&NodeId) -> String,
+}
+
+/// The kinds are the ones the shipped alert rules and the Alertmanager push
+/// know (`alerts`).
+const MAPPED: &[Mapping] = &[
+    Mapping {
+        check: "rdma_enabled",
+        kind: AlarmKind::RdmaDisabled,
+        severity: Severity::Critical,
+        summary: |node| format!("RDMA is not usable on {node}"),
+    },
+    Mapping {
+        check: "link_speed",
+        kind: AlarmKind::LinkSpeedLow,
+        severity: Severity::Warning,
+        summary: |node| format!("a cable of {node} negotiated less than its full speed"),
+    },
 ];
 
 /// The alarms for `checks` (this node's own), keeping the `since` of alarms
@@ -27,19 +45,19 @@ pub fn alarms_from_checks(
 ) -> Vec<Alarm> {
     // One alarm per kind: the failing results of one check (one per port)
     // are its evidence.
-    let mut failing: BTreeMap<&str, (Severity, Vec<&CheckResult>)> = BTreeMap::new();
+    let mut failing: BTreeMap<AlarmKind, (&Mapping, Vec<&CheckResult>)> = BTreeMap::new();
     for check in checks.iter().filter(|c| c.status == CheckStatus::Fail) {
-        if let Some((_, kind, severity)) = MAPPED.iter().find(|(name, ..)| *name == check.name) {
+        if let Some(mapping) = MAPPED.iter().find(|m| m.check == check.name) {
             failing
-                .entry(kind)
-                .or_insert_with(|| (*severity, Vec::new()))
+                .entry(mapping.kind)
+                .or_insert_with(|| (mapping, Vec::new()))
                 .1
                 .push(check);
         }
     }
     failing
         .into_iter()
-        .map(|(kind, (severity, results))| {
+        .map(|(kind, (mapping, results))| {
             let since = previous
                 .iter()
                 .find(|a| a.kind == kind)
@@ -50,11 +68,11 @@ pub fn alarms_from_checks(
                 .filter(|f| !f.is_empty())
                 .collect();
             Alarm {
-                kind: kind.to_owned(),
-                severity,
+                kind,
+                severity: mapping.severity,
                 node: node.clone(),
                 subject: node.to_string(),
-                summary: summary(kind, node),
+                summary: (mapping.summary)(node),
                 evidence: results
                     .iter()
                     .flat_map(|c| c.evidence.iter().cloned())
@@ -65,13 +83,6 @@ pub fn alarms_from_checks(
             }
         })
         .collect()
-}
-
-fn summary(kind: &str, node: &NodeId) -> String {
-    match kind {
-        "rdma_disabled" => format!("RDMA is not usable on {node}"),
-        _ => format!("a cable of {node} negotiated less than its full speed"),
-    }
 }
 
 fn dedup(mut items: Vec<&str>) -> Vec<&str> {
@@ -146,7 +157,7 @@ mod tests {
         assert_eq!(first.len(), 2, "{first:#?}");
         let speed = first
             .iter()
-            .find(|a| a.kind == "link_speed_low")
+            .find(|a| a.kind == AlarmKind::LinkSpeedLow)
             .expect("speed");
         assert_eq!(speed.severity, Severity::Warning);
         assert_eq!(
@@ -156,7 +167,7 @@ mod tests {
         assert_eq!(speed.fix.as_deref(), Some("reseat the cable"));
         let rdma = first
             .iter()
-            .find(|a| a.kind == "rdma_disabled")
+            .find(|a| a.kind == AlarmKind::RdmaDisabled)
             .expect("rdma");
         assert_eq!(rdma.severity, Severity::Critical);
 

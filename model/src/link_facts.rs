@@ -82,7 +82,7 @@ mod tests {
     use meshd_proto::facts::{Gid, RdmaPortFact};
 
     use super::*;
-    use crate::model::fixtures::healthy_observation;
+    use crate::fixtures::healthy_observation;
 
     fn port(name: &str, iface: &str, address: &str, state: RdmaPortState) -> PortFact {
         PortFact {

@@ -26,6 +26,10 @@ pub const DEGRADED_AFTER: Duration = Duration::from_millis(500);
 /// windows are 10 s, so anything shorter would chatter.
 pub const CLEAR_AFTER: Duration = Duration::from_secs(5);
 
+/// Lifeguard: a node with saturated CPU needs this many times the silence
+/// before its view of a link counts.
+pub const SATURATED_SLOWDOWN: u32 = 2;
+
 /// The lines the engine draws, from the config's thresholds.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LinkRules {
@@ -346,13 +350,14 @@ mod tests {
 
     use super::*;
 
-    /// The defaults of the config, the one place defaults live.
+    /// The settings of a config that sets nothing (a daemon test pins them to
+    /// the config's defaults).
     fn rules() -> LinkRules {
-        crate::aggregator::engine_settings(&crate::config::Config::embedded_default("test")).link
+        crate::fixtures::default_engine_settings().link
     }
 
     fn healthy() -> LinkObservation {
-        crate::model::fixtures::healthy_observation("a", "b")
+        crate::fixtures::healthy_observation("a", "b")
     }
 
     fn silent(for_ms: u64) -> LinkObservation {

@@ -87,7 +87,7 @@ pub fn diff(before: Option<&MeshStatus>, after: &MeshStatus) -> Vec<Event> {
         }
     }
 
-    let key = |a: &Alarm| (a.kind.clone(), a.node.clone(), a.subject.clone());
+    let key = |a: &Alarm| (a.kind, a.node.clone(), a.subject.clone());
     let old_alarms: BTreeMap<_, &Alarm> = before.alarms.iter().map(|a| (key(a), a)).collect();
     let new_alarms: BTreeMap<_, &Alarm> = after.alarms.iter().map(|a| (key(a), a)).collect();
     for (k, alarm) in &new_alarms {
@@ -145,7 +145,9 @@ fn with_evidence(summary: &str, evidence: &[String]) -> String {
 mod tests {
     use std::time::{Duration, SystemTime};
 
-    use meshd_proto::domain::{Blame, Incarnation, NodeIdentity, NodeVerdict, Quorum, Severity};
+    use meshd_proto::domain::{
+        AlarmKind, Blame, Incarnation, NodeIdentity, NodeVerdict, Quorum, Severity,
+    };
 
     use super::*;
 
@@ -204,9 +206,9 @@ mod tests {
         }
     }
 
-    fn alarm(kind: &str) -> Alarm {
+    fn alarm(kind: AlarmKind) -> Alarm {
         Alarm {
-            kind: kind.into(),
+            kind,
             severity: Severity::Warning,
             node: id("a"),
             subject: "bridge0".into(),
@@ -230,7 +232,13 @@ mod tests {
 
     #[test]
     fn unchanged_status_has_no_events() {
-        let s = status(0, true, NodeState::Up, LinkState::Up, vec![alarm("x")]);
+        let s = status(
+            0,
+            true,
+            NodeState::Up,
+            LinkState::Up,
+            vec![alarm(AlarmKind::CpuSpike)],
+        );
         let mut later = s.clone();
         later.evaluated_at = t(9);
         assert!(diff(Some(&s), &later).is_empty());
@@ -238,13 +246,19 @@ mod tests {
 
     #[test]
     fn each_kind_of_change_is_one_event() {
-        let before = status(0, true, NodeState::Up, LinkState::Up, vec![alarm("old")]);
+        let before = status(
+            0,
+            true,
+            NodeState::Up,
+            LinkState::Up,
+            vec![alarm(AlarmKind::CpuSpike)],
+        );
         let after = status(
             1,
             false,
             NodeState::Down,
             LinkState::Down,
-            vec![alarm("new")],
+            vec![alarm(AlarmKind::BridgeLoop)],
         );
         let events = diff(Some(&before), &after);
         assert_eq!(

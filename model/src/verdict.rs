@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use meshd_proto::domain::{
-    Alarm, Blame, LinkEnd, LinkObservation, LinkState, LinkVerdict, MeshStatus, NodeId,
-    NodeIdentity, NodeLoad, NodeState, NodeVerdict, Quorum, Severity,
+    Alarm, AlarmKind, Blame, LinkEnd, LinkMeasurement, LinkObservation, LinkState, LinkVerdict,
+    MeshStatus, NodeId, NodeIdentity, NodeLoad, NodeState, NodeVerdict, Quorum, Severity,
 };
 
 use super::intake::Received;
@@ -76,6 +76,39 @@ pub struct MeshInputs {
     pub local_alarms: Vec<Alarm>,
 }
 
+impl MeshInputs {
+    /// Links that at least one end currently probes, by this node's own
+    /// observations and the peers' latest reports.
+    pub fn links_observed(&self) -> usize {
+        let observed: BTreeSet<(&NodeId, &NodeId)> = self
+            .local_links
+            .iter()
+            .map(|l| &l.observation)
+            .chain(self.reports.values().flat_map(|r| r.report.links.iter()))
+            .filter(|o| o.probes_sent_total > 0)
+            .map(|o| {
+                let (x, y) = (&o.local.node, &o.remote.node);
+                if x <= y { (x, y) } else { (y, x) }
+            })
+            .collect();
+        observed.len()
+    }
+
+    /// Each end's latest figures: this node's own probes, then every peer
+    /// report held, each with when this node got it.
+    pub fn measurements(&self) -> Vec<LinkMeasurement> {
+        let own = self
+            .local_links
+            .iter()
+            .map(|l| LinkMeasurement::of(&l.observation, l.at));
+        let peers = self
+            .reports
+            .values()
+            .flat_map(|r| r.report.links.iter().map(|o| LinkMeasurement::of(o, r.at)));
+        own.chain(peers).collect()
+    }
+}
+
 /// A member's position in the sorted configured set. Links and node states
 /// are looked up by these small numbers rather than by comparing names:
 /// at 256 nodes an evaluation touches 65 000 observations.
@@ -125,8 +158,6 @@ pub struct Engine {
     links: BTreeMap<LinkKey, KnownLink>,
     no_quorum_since: Option<SystemTime>,
 }
-
-const NO_QUORUM_ALARM: &str = "no_quorum";
 
 fn age(now: SystemTime, then: SystemTime) -> Duration {
     // A time in the future (clock skew) counts as just now.
@@ -490,7 +521,7 @@ impl Engine {
             .map(NodeId::as_str)
             .collect();
         Some(Alarm {
-            kind: NO_QUORUM_ALARM.to_owned(),
+            kind: AlarmKind::NoQuorum,
             severity: Severity::Warning,
             node: inputs.local.id.clone(),
             subject: "quorum".to_owned(),
@@ -647,16 +678,17 @@ mod tests {
         SystemTime::UNIX_EPOCH + Duration::from_millis(1_000_000 + ms)
     }
 
-    /// The defaults of the config, the one place defaults live.
+    /// The settings of a config that sets nothing (a daemon test pins them to
+    /// the config's defaults).
     fn settings() -> EngineSettings {
-        crate::aggregator::engine_settings(&crate::config::Config::embedded_default("test"))
+        crate::fixtures::default_engine_settings()
     }
 
     /// `from` observing its cable to `to`, silent for `silence_ms`.
     fn obs(from: &str, to: &str, silence_ms: u64) -> LinkObservation {
         LinkObservation {
             silence: Duration::from_millis(silence_ms),
-            ..crate::model::fixtures::healthy_observation(from, to)
+            ..crate::fixtures::healthy_observation(from, to)
         }
     }
 
@@ -928,7 +960,7 @@ mod tests {
         assert!(!status.quorum.has_quorum);
         assert!(status.links.iter().all(|l| l.state == LinkState::Unknown));
         assert_eq!(status.alarms.len(), 1);
-        assert_eq!(status.alarms[0].kind, NO_QUORUM_ALARM);
+        assert_eq!(status.alarms[0].kind, AlarmKind::NoQuorum);
         assert_eq!(
             status.alarms[0].evidence,
             vec!["not heard: c, d".to_owned()]
@@ -984,7 +1016,7 @@ mod tests {
         let mesh = Mesh::new(&["a", "b", "c"]);
         let mut inputs = mesh.inputs(t(0));
         let alarm = Alarm {
-            kind: "bridge_loop".into(),
+            kind: AlarmKind::BridgeLoop,
             severity: Severity::Critical,
             node: id("b"),
             subject: "bridge0".into(),
@@ -1005,7 +1037,7 @@ mod tests {
                 .evaluate(&inputs, t(2_000))
                 .alarms
                 .iter()
-                .all(|a| a.kind != "bridge_loop")
+                .all(|a| a.kind != AlarmKind::BridgeLoop)
         );
     }
 

@@ -7,8 +7,9 @@ pub mod bridge;
 pub mod check_alarms;
 pub mod cpu;
 pub mod events;
-#[cfg(test)]
-pub(crate) mod fixtures;
+#[cfg(any(test, feature = "fixtures"))]
+pub mod fixtures;
+pub mod histogram;
 pub mod intake;
 pub mod jobs;
 pub mod link;

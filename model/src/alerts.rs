@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
-use meshd_proto::domain::{Blame, LinkState, MeshStatus, NodeState, Severity};
+use meshd_proto::domain::{AlarmKind, Blame, LinkState, MeshStatus, NodeState, Severity};
 
 pub type Labels = BTreeMap<String, String>;
 
@@ -28,16 +28,19 @@ pub struct Post {
     pub ends_at: SystemTime,
 }
 
-/// Alarm kinds and the alerts they become (no_quorum never reaches here:
-/// only a node with quorum leads).
-const ALARM_ALERTS: &[(&str, &str)] = &[
-    ("bridge_loop", "MeshBridgeLoop"),
-    ("broadcast_storm", "MeshBroadcastStorm"),
-    ("cpu_spike", "MeshCpuSpike"),
-    ("rdma_disabled", "MeshRdmaDisabled"),
-    ("link_speed_low", "MeshLinkSpeedLow"),
-    ("job_hung", "MeshJobHung"),
-];
+/// The alert an alarm kind becomes. `no_quorum` becomes none: only a node
+/// with quorum leads, so it is never pushed.
+fn alert_name(kind: AlarmKind) -> Option<&'static str> {
+    match kind {
+        AlarmKind::NoQuorum => None,
+        AlarmKind::BridgeLoop => Some("MeshBridgeLoop"),
+        AlarmKind::BroadcastStorm => Some("MeshBroadcastStorm"),
+        AlarmKind::CpuSpike => Some("MeshCpuSpike"),
+        AlarmKind::RdmaDisabled => Some("MeshRdmaDisabled"),
+        AlarmKind::LinkSpeedLow => Some("MeshLinkSpeedLow"),
+        AlarmKind::JobHung => Some("MeshJobHung"),
+    }
+}
 
 fn alert(
     name: &str,
@@ -108,7 +111,7 @@ pub fn alerts(status: &MeshStatus) -> Vec<Alert> {
         }
     }
     for alarm in &status.alarms {
-        if let Some((_, name)) = ALARM_ALERTS.iter().find(|(kind, _)| *kind == alarm.kind) {
+        if let Some(name) = alert_name(alarm.kind) {
             let mut description = alarm.evidence.join("; ");
             if let Some(fix) = &alarm.fix {
                 description.push_str(&format!(" Fix: {fix}"));
@@ -264,7 +267,7 @@ mod tests {
     #[test]
     fn verdicts_and_alarms_become_alerts_with_labels_and_runbooks() {
         let bridge = Alarm {
-            kind: "bridge_loop".into(),
+            kind: AlarmKind::BridgeLoop,
             severity: Severity::Critical,
             node: id("b"),
             subject: "bridge0".into(),

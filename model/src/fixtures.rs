@@ -1,17 +1,49 @@
-//! Observations shared by the model's unit tests.
+//! Settings and observations shared by the model's tests (and, through the
+//! `fixtures` feature, by the daemon's tests, which check that the config's
+//! defaults map to exactly these settings).
 
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use meshd_proto::domain::{
     InterfaceState, LinkEnd, LinkObservation, LossWindow, NodeId, RdmaPortState, RttHistogram,
     RttSummary,
 };
 
-use super::link::{MEDIUM_WINDOW, SHORT_WINDOW};
+use crate::link::{LinkRules, MEDIUM_WINDOW, SATURATED_SLOWDOWN, SHORT_WINDOW};
+use crate::verdict::EngineSettings;
+
+/// Tests make up their times as offsets from one real instant: the only
+/// clock read in the model's code, and it is test code.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "an `Instant` can only be had from the clock"
+)]
+pub fn epoch() -> Instant {
+    Instant::now()
+}
+
+/// The engine settings of a config that sets nothing (`meshd.example.toml`
+/// documents the same values).
+pub fn default_engine_settings() -> EngineSettings {
+    EngineSettings::new(
+        Duration::from_millis(200),
+        Duration::from_secs(1),
+        LinkRules {
+            down_after: Duration::from_millis(600),
+            loss_degraded: 0.02,
+            loss_down: 0.5,
+            rtt_p99_factor: 3.0,
+            rtt_min_increase: Duration::from_millis(1),
+            flap_window: Duration::from_secs(60),
+            flap_changes: 4,
+            saturated_slowdown: SATURATED_SLOWDOWN,
+        },
+    )
+}
 
 /// `from`'s view of a healthy cable to `to`: replies flowing, no loss, RTTs
 /// well inside the baseline.
-pub(crate) fn healthy_observation(from: &str, to: &str) -> LinkObservation {
+pub fn healthy_observation(from: &str, to: &str) -> LinkObservation {
     let end = |n: &str| LinkEnd::node_only(NodeId::new(n).expect("id"));
     LinkObservation {
         local: end(from),

@@ -4,14 +4,11 @@
 //! involving this node is most likely spinning on that fault. Pure.
 
 use std::collections::BTreeMap;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
-use meshd_proto::domain::{Alarm, LinkState, MeshStatus, NodeId, NodeState, Severity};
+use meshd_proto::domain::{Alarm, AlarmKind, LinkState, MeshStatus, NodeId, NodeState, Severity};
 
-use crate::config::JobWatchConfig;
-use crate::model::cpu::{Hold, ProcessSample};
-
-pub const HUNG_KIND: &str = "job_hung";
+use crate::cpu::{Hold, ProcessSample};
 
 /// What in the mesh a job on this node may be waiting on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,6 +58,18 @@ pub fn is_job(process: &ProcessSample, patterns: &[String]) -> bool {
     })
 }
 
+/// What marks a process as a job rank and when it counts as hung; the
+/// daemon's config (`[watch.jobs]`) supplies the values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobRules {
+    /// Case-insensitive substrings of a process's name or command line.
+    pub patterns: Vec<String>,
+    /// CPU a job process must burn, in cores (1.0 = one full core)...
+    pub busy_cores: f64,
+    /// ...for this long while a peer or link of the mesh is down.
+    pub window: Duration,
+}
+
 /// Job processes by what they do right now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct JobCounts {
@@ -73,7 +82,7 @@ pub struct JobCounts {
 #[derive(Debug, Clone)]
 pub struct HungJobDetector {
     node: NodeId,
-    config: JobWatchConfig,
+    config: JobRules,
     /// Per (pid, name), so a reused pid starts afresh.
     tracked: BTreeMap<(u32, String), Tracked>,
 }
@@ -85,7 +94,7 @@ struct Tracked {
 }
 
 impl HungJobDetector {
-    pub fn new(node: NodeId, config: &JobWatchConfig) -> Self {
+    pub fn new(node: NodeId, config: &JobRules) -> Self {
         Self {
             node,
             config: config.clone(),
@@ -95,7 +104,7 @@ impl HungJobDetector {
 
     /// Takes new settings after a config reload; processes already tracked
     /// keep what they have held so far.
-    pub fn reconfigure(&mut self, config: &JobWatchConfig) {
+    pub fn reconfigure(&mut self, config: &JobRules) {
         self.config = config.clone();
         for tracked in self.tracked.values_mut() {
             tracked.hold.set_window(config.window);
@@ -187,7 +196,7 @@ impl HungJobDetector {
             evidence.extend(f.all.iter().map(|a| format!("mesh: {a}")));
         }
         Alarm {
-            kind: HUNG_KIND.to_owned(),
+            kind: AlarmKind::JobHung,
             severity: Severity::Warning,
             node: self.node.clone(),
             subject: name.to_owned(),
@@ -222,8 +231,8 @@ mod tests {
         NodeId::new(s).unwrap()
     }
 
-    fn config() -> JobWatchConfig {
-        JobWatchConfig {
+    fn config() -> JobRules {
+        JobRules {
             patterns: vec!["mlx".to_owned(), "exo".to_owned()],
             busy_cores: 0.9,
             window: Duration::from_secs(10),
@@ -359,7 +368,7 @@ mod tests {
         let (alarms, _) = d.update(&procs, Some(&down), t(10));
         assert_eq!(alarms.len(), 1, "{alarms:?}");
         let alarm = &alarms[0];
-        assert_eq!(alarm.kind, HUNG_KIND);
+        assert_eq!(alarm.kind, AlarmKind::JobHung);
         assert_eq!(alarm.subject, "mlx-rank0");
         assert_eq!(alarm.node, id("a"));
         assert_eq!(alarm.since, t(0));

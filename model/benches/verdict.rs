@@ -1,12 +1,12 @@
 //! One evaluation of the verdict engine on a warmed-up engine, for full
-//! meshes of 7, 64 and 256 nodes (DESIGN §7: < 50 µs / < 5 ms / < 50 ms).
+//! meshes of 7, 64 and 256 nodes (ARCHITECTURE.md, Targets: < 50 µs / < 5 ms / < 50 ms).
 //!
 //! Realistic inputs: every peer heard, every link observed from both ends
 //! with an RTT summary, an 18-bucket RTT histogram and three loss windows,
 //! and one cable cut. Figures only: nothing here asserts a time.
 //!
 //! Also each end's figures gathered from the same inputs
-//! (`aggregator::measurements`), which every status read from outside the
+//! (`MeshInputs::measurements`), which every status read from outside the
 //! daemon (`GetStatus`, the mesh page) adds.
 //!
 //! Run: `cargo bench -p meshd --bench verdict -- --warm-up-time 1 --measurement-time 3`
@@ -17,9 +17,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use meshd::model::intake::Received;
-use meshd::model::link::{MEDIUM_WINDOW, SHORT_WINDOW};
-use meshd::model::verdict::{Engine, EngineSettings, ExpectedLink, LocalObservation, MeshInputs};
+use meshd_model::intake::Received;
+use meshd_model::link::{MEDIUM_WINDOW, SHORT_WINDOW};
+use meshd_model::verdict::{Engine, EngineSettings, ExpectedLink, LocalObservation, MeshInputs};
 use meshd_proto::domain::{
     Incarnation, InterfaceState, LinkEnd, LinkObservation, LossWindow, NodeId, NodeIdentity,
     NodeLoad, PeerReport, RdmaPortState, RttHistogram, RttSummary,
@@ -30,7 +30,7 @@ const HISTOGRAM_BUCKETS: u64 = 18;
 
 /// The defaults of the config, as a running meshd has them.
 fn settings() -> EngineSettings {
-    meshd::aggregator::engine_settings(&meshd::config::Config::embedded_default("bench"))
+    meshd_model::fixtures::default_engine_settings()
 }
 
 fn node_id(i: usize) -> NodeId {
@@ -94,6 +94,7 @@ fn observation(from: usize, to: usize, cut: bool, at: SystemTime) -> LinkObserva
                 .map(|k| Duration::from_micros(5 << k))
                 .collect(),
             counts: (0..HISTOGRAM_BUCKETS).map(|k| 4_000 >> k.min(12)).collect(),
+            sum: Duration::from_millis(400),
         },
         loss: vec![
             window(SHORT_WINDOW, 10),
@@ -203,7 +204,7 @@ fn measurements(c: &mut Criterion) {
             group.sample_size(10);
         }
         group.bench_with_input(BenchmarkId::from_parameter(n), &inputs, |b, inputs| {
-            b.iter(|| black_box(meshd::aggregator::measurements(black_box(inputs))));
+            b.iter(|| black_box(black_box(inputs).measurements()));
         });
     }
     group.finish();

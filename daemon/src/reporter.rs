@@ -25,7 +25,7 @@ use tonic_prost::prost::bytes::BufMut;
 
 use crate::aggregator::{Outgoing, ReportBody};
 use crate::config::Config;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, ReportOutcome};
 
 /// Connecting to and answering one report may take this long; longer and
 /// the report is stale anyway.
@@ -236,7 +236,9 @@ async fn send_to_peer(
             () = shutdown.cancelled() => return,
             outcome = deliver(client.clone(), report) => outcome,
         };
-        metrics.count_report_sent(&peer, outcome_label(&outcome));
+        metrics
+            .delivery
+            .count_report_sent(&peer, report_outcome(&outcome));
         // Log changes of kind only: transport errors vary in wording from
         // one attempt to the next while a peer stays unreachable.
         if std::mem::discriminant(&outcome) != std::mem::discriminant(&delivery) {
@@ -311,11 +313,11 @@ impl Codec for EncodedReportCodec {
     }
 }
 
-fn outcome_label(delivery: &Delivery) -> &'static str {
+fn report_outcome(delivery: &Delivery) -> ReportOutcome {
     match delivery {
-        Delivery::Accepted => "accepted",
-        Delivery::Rejected(_) => "rejected",
-        Delivery::Failed(_) | Delivery::Unknown => "failed",
+        Delivery::Accepted => ReportOutcome::Accepted,
+        Delivery::Rejected(_) => ReportOutcome::Rejected,
+        Delivery::Failed(_) | Delivery::Unknown => ReportOutcome::Failed,
     }
 }
 

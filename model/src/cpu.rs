@@ -8,14 +8,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use meshd_proto::domain::{Alarm, NodeId, Severity};
-
-use crate::config::CpuWatchConfig;
-
-pub const SPIKE_KIND: &str = "cpu_spike";
-
-/// The bridge watcher's alarm; a storm loads the CPU of every bridged Mac.
-pub const STORM_KIND: &str = "broadcast_storm";
+use meshd_proto::domain::{Alarm, AlarmKind, NodeId, Severity};
 
 /// The metrics series that sums every process not named on its own.
 pub const OTHER: &str = "other";
@@ -151,6 +144,20 @@ impl Hold {
     }
 }
 
+/// What makes a spike and what its alarm names; the daemon's config
+/// (`[watch.cpu]`) supplies the values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpikeRules {
+    /// Busy share of all cores (0-1) that counts as a spike...
+    pub spike_ratio: f64,
+    /// ...when it holds this long.
+    pub spike_window: Duration,
+    /// How many of the busiest processes an alarm names.
+    pub top: usize,
+    /// Process names known to add CPU and network noise on a Mac cluster.
+    pub offenders: Vec<String>,
+}
+
 /// Raises `cpu_spike` on this node.
 #[derive(Debug, Clone)]
 pub struct SpikeDetector {
@@ -165,7 +172,7 @@ pub struct SpikeDetector {
 }
 
 impl SpikeDetector {
-    pub fn new(node: NodeId, config: &CpuWatchConfig) -> Self {
+    pub fn new(node: NodeId, config: &SpikeRules) -> Self {
         Self {
             node,
             spike_ratio: config.spike_ratio,
@@ -178,7 +185,7 @@ impl SpikeDetector {
 
     /// Takes new settings after a config reload without forgetting a spike
     /// that is already held, raising or clearing.
-    pub fn reconfigure(&mut self, config: &CpuWatchConfig) {
+    pub fn reconfigure(&mut self, config: &SpikeRules) {
         self.spike_ratio = config.spike_ratio;
         self.top = config.top;
         self.offenders.clone_from(&config.offenders);
@@ -219,7 +226,7 @@ impl SpikeDetector {
         let top = busiest(&sample.processes, self.top);
         let storm = local_alarms
             .iter()
-            .find(|a| a.kind == STORM_KIND && a.node == self.node);
+            .find(|a| a.kind == AlarmKind::BroadcastStorm && a.node == self.node);
         let named: Vec<String> = top
             .iter()
             .map(|p| {
@@ -268,8 +275,10 @@ impl SpikeDetector {
         }));
         if let Some(storm) = storm {
             evidence.push(format!(
-                "{STORM_KIND} active on {}: {}",
-                storm.node, storm.summary
+                "{} active on {}: {}",
+                AlarmKind::BroadcastStorm,
+                storm.node,
+                storm.summary
             ));
         }
 
@@ -293,7 +302,7 @@ impl SpikeDetector {
         }
 
         Alarm {
-            kind: SPIKE_KIND.to_owned(),
+            kind: AlarmKind::CpuSpike,
             severity: Severity::Warning,
             node: self.node.clone(),
             subject: "cpu".to_owned(),
@@ -370,9 +379,8 @@ mod tests {
         NodeId::new("studio-1").unwrap()
     }
 
-    fn config() -> CpuWatchConfig {
-        CpuWatchConfig {
-            interval: Duration::from_secs(1),
+    fn config() -> SpikeRules {
+        SpikeRules {
             spike_ratio: 0.9,
             spike_window: Duration::from_secs(10),
             top: 2,
@@ -403,7 +411,7 @@ mod tests {
 
     fn storm() -> Alarm {
         Alarm {
-            kind: STORM_KIND.to_owned(),
+            kind: AlarmKind::BroadcastStorm,
             severity: Severity::Critical,
             node: node(),
             subject: "bridge0".to_owned(),
@@ -453,7 +461,7 @@ mod tests {
         assert!(d.update(&sample(0.95), &[], t(30)).is_none());
         assert!(d.update(&sample(0.90), &[], t(39)).is_none());
         let alarm = d.update(&sample(0.97), &[], t(40)).unwrap().clone();
-        assert_eq!(alarm.kind, SPIKE_KIND);
+        assert_eq!(alarm.kind, AlarmKind::CpuSpike);
         assert_eq!(alarm.severity, Severity::Warning);
         assert_eq!(alarm.node, node());
         assert_eq!(alarm.since, t(30));
@@ -509,7 +517,12 @@ mod tests {
         d.update(&sample(0.95), &[storm()], t(0));
         let alarm = d.update(&sample(0.95), &[storm()], t(10)).unwrap();
         assert!(alarm.summary.contains("likely cause"), "{alarm:?}");
-        assert!(alarm.evidence.iter().any(|e| e.starts_with(STORM_KIND)));
+        assert!(
+            alarm
+                .evidence
+                .iter()
+                .any(|e| e.starts_with(AlarmKind::BroadcastStorm.as_str()))
+        );
         let fix = alarm.fix.as_deref().unwrap();
         assert!(fix.starts_with("turn off Thunderbolt Bridge"), "{fix}");
 

@@ -1,4 +1,4 @@
-//! Bridge loops and broadcast storms (DESIGN §1-2): a bridge that has a
+//! Bridge loops and broadcast storms (ARCHITECTURE.md, Field facts): a bridge that has a
 //! mesh port as a member forwards broadcast frames between cables, and once
 //! two nodes do it the full mesh has a cycle and frames circulate forever.
 //!
@@ -8,10 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant, SystemTime};
 
-use meshd_proto::domain::{Alarm, NodeId, Severity};
-
-pub const BRIDGE_LOOP: &str = "bridge_loop";
-pub const BROADCAST_STORM: &str = "broadcast_storm";
+use meshd_proto::domain::{Alarm, AlarmKind, NodeId, Severity};
 
 /// Which command line a fix is written for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -198,7 +195,7 @@ impl BridgeDetector {
                 let started = previous.and_then(|p| p.loop_since).unwrap_or(wall);
                 entry.loop_since = Some(started);
                 alarms.push(Alarm {
-                    kind: BRIDGE_LOOP.to_owned(),
+                    kind: AlarmKind::BridgeLoop,
                     severity: Severity::Warning,
                     node: self.node.clone(),
                     subject: bridge.name.clone(),
@@ -224,7 +221,7 @@ impl BridgeDetector {
                     })
                     .collect();
                 alarms.push(Alarm {
-                    kind: BROADCAST_STORM.to_owned(),
+                    kind: AlarmKind::BroadcastStorm,
                     severity: Severity::Warning,
                     node: self.node.clone(),
                     subject: bridge.name.clone(),
@@ -349,7 +346,7 @@ fn double_quoted(s: &str) -> String {
 pub fn escalate_bridge_loops(mut alarms: Vec<Alarm>) -> Vec<Alarm> {
     let looping: BTreeSet<&NodeId> = alarms
         .iter()
-        .filter(|a| a.kind == BRIDGE_LOOP)
+        .filter(|a| a.kind == AlarmKind::BridgeLoop)
         .map(|a| &a.node)
         .collect();
     if looping.len() < 2 {
@@ -364,7 +361,10 @@ pub fn escalate_bridge_loops(mut alarms: Vec<Alarm>) -> Vec<Alarm> {
         "{} nodes bridge mesh ports ({names}): the mesh has a loop",
         looping.len()
     );
-    for alarm in alarms.iter_mut().filter(|a| a.kind == BRIDGE_LOOP) {
+    for alarm in alarms
+        .iter_mut()
+        .filter(|a| a.kind == AlarmKind::BridgeLoop)
+    {
         alarm.severity = Severity::Critical;
         if !alarm.evidence.contains(&note) {
             alarm.evidence.push(note.clone());
@@ -389,7 +389,7 @@ mod tests {
     impl Clock {
         fn new() -> Self {
             Self {
-                start: Instant::now(),
+                start: crate::fixtures::epoch(),
             }
         }
         fn at(&self, secs: u64) -> (Instant, SystemTime) {
@@ -426,8 +426,8 @@ mod tests {
         BridgeDetector::new(NodeId::new("a").expect("node id"), os, SETTINGS)
     }
 
-    fn kinds(alarms: &[Alarm]) -> Vec<&str> {
-        alarms.iter().map(|a| a.kind.as_str()).collect()
+    fn kinds(alarms: &[Alarm]) -> Vec<AlarmKind> {
+        alarms.iter().map(|a| a.kind).collect()
     }
 
     #[test]
@@ -436,7 +436,7 @@ mod tests {
         let mut d = detector(Os::MacOs);
         let (now, wall) = clock.at(0);
         let alarms = d.observe(&[bridge(true, &["en1", "en2", "en3"])], &mesh(), now, wall);
-        assert_eq!(kinds(&alarms), [BRIDGE_LOOP]);
+        assert_eq!(kinds(&alarms), [AlarmKind::BridgeLoop]);
         let a = &alarms[0];
         assert_eq!(a.severity, Severity::Warning);
         assert_eq!(a.subject, "bridge0");
@@ -476,7 +476,7 @@ mod tests {
         let (now, wall) = clock.at(0);
         assert_eq!(
             kinds(&d.observe(&[bridge(true, &["en2"])], &mesh(), now, wall)),
-            [BRIDGE_LOOP]
+            [AlarmKind::BridgeLoop]
         );
         let (now, wall) = clock.at(1);
         assert!(
@@ -519,7 +519,7 @@ mod tests {
         rate: u64,
         from: u64,
         to: u64,
-    ) -> Vec<Vec<String>> {
+    ) -> Vec<Vec<AlarmKind>> {
         (from..to)
             .map(|s| {
                 *count += rate;
@@ -542,7 +542,7 @@ mod tests {
         let (now, wall) = clock.at(5);
         count += 20_000;
         let alarms = d.observe(&[counted(count)], &mesh(), now, wall);
-        assert_eq!(kinds(&alarms), [BROADCAST_STORM]);
+        assert_eq!(kinds(&alarms), [AlarmKind::BroadcastStorm]);
         assert!(
             alarms[0].summary.contains("bridge0 20000/s"),
             "{}",
@@ -553,7 +553,10 @@ mod tests {
 
         // One quiet sample does not clear it, nor do four.
         let quiet = feed(&mut d, &clock, &mut count, 10, 6, 10);
-        assert!(quiet.iter().all(|k| k == &[BROADCAST_STORM]), "{quiet:?}");
+        assert!(
+            quiet.iter().all(|k| k == &[AlarmKind::BroadcastStorm]),
+            "{quiet:?}"
+        );
         let (now, later) = clock.at(10);
         count += 10;
         let still = d.observe(&[counted(count)], &mesh(), now, later);
@@ -575,7 +578,10 @@ mod tests {
         assert_eq!(kinds.last().map(Vec::len), Some(1));
         kinds = feed(&mut d, &clock, &mut count, 10, 16, 17);
         kinds.extend(feed(&mut d, &clock, &mut count, 50_000, 17, 30));
-        assert!(kinds.iter().all(|k| k == &[BROADCAST_STORM]), "{kinds:?}");
+        assert!(
+            kinds.iter().all(|k| k == &[AlarmKind::BroadcastStorm]),
+            "{kinds:?}"
+        );
     }
 
     #[test]
@@ -614,7 +620,7 @@ mod tests {
             assert!(observe(s, s * 5_000).is_empty() || s == 5);
         }
         let alarms = observe(6, 30_000);
-        assert_eq!(kinds(&alarms), [BROADCAST_STORM]);
+        assert_eq!(kinds(&alarms), [AlarmKind::BroadcastStorm]);
         assert!(
             alarms[0].summary.contains("en1 5000/s"),
             "{}",
@@ -625,7 +631,7 @@ mod tests {
 
     fn loop_from(node: &str) -> Alarm {
         Alarm {
-            kind: BRIDGE_LOOP.into(),
+            kind: AlarmKind::BridgeLoop,
             severity: Severity::Warning,
             node: NodeId::new(node).expect("node id"),
             subject: "bridge0".into(),
@@ -640,7 +646,7 @@ mod tests {
     #[test]
     fn two_nodes_with_loops_are_critical() {
         let storm = Alarm {
-            kind: BROADCAST_STORM.into(),
+            kind: AlarmKind::BroadcastStorm,
             ..loop_from("c")
         };
         let one = escalate_bridge_loops(vec![loop_from("a"), storm.clone()]);

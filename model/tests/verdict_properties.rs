@@ -1,4 +1,4 @@
-//! Property tests for the verdict engine (DESIGN §6): random faults injected
+//! Property tests for the verdict engine (ARCHITECTURE.md, "How we know it works"): random faults injected
 //! into simulated full meshes of 2 to 16 nodes, and the engine's verdicts,
 //! seen from a random live node, compared with the injected truth.
 //!
@@ -25,9 +25,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use meshd::model::intake::Received;
-use meshd::model::link::{LinkRules, MEDIUM_WINDOW, SHORT_WINDOW};
-use meshd::model::verdict::{Engine, EngineSettings, ExpectedLink, LocalObservation, MeshInputs};
+use meshd_model::intake::Received;
+use meshd_model::link::{LinkRules, MEDIUM_WINDOW, SHORT_WINDOW};
+use meshd_model::verdict::{Engine, EngineSettings, ExpectedLink, LocalObservation, MeshInputs};
 use meshd_proto::domain::{
     Blame, Incarnation, InterfaceState, LinkEnd, LinkObservation, LinkState, LinkVerdict,
     LossWindow, MeshStatus, NodeId, NodeIdentity, NodeLoad, NodeState, PeerReport, RdmaPortState,

@@ -8,10 +8,12 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant, SystemTime};
 
 use meshd_proto::domain::{
-    InterfaceState, LinkEnd, LinkObservation, LossWindow, RdmaPortState, RttHistogram, RttSummary,
+    InterfaceState, LinkEnd, LinkObservation, LossWindow, RdmaPortState, RttSummary,
 };
 
-/// Loss windows reported, shortest first (DESIGN.md §4, observation.proto).
+use crate::histogram::DurationHistogram;
+
+/// Loss windows reported, shortest first (observation.proto).
 pub const LOSS_WINDOWS: [Duration; 3] = [
     Duration::from_secs(1),
     Duration::from_secs(10),
@@ -43,21 +45,28 @@ const MAX_WINDOW_SAMPLES: usize = 4096;
 
 const MAX_BASELINE_WINDOWS: usize = (BASELINE_HISTORY.as_secs() / RTT_WINDOW.as_secs()) as usize;
 
-/// Histogram bucket upper bounds, in microseconds: a Thunderbolt/veth RTT is
-/// tens of µs, a sick or loaded link reaches ms, anything above 1 s is a
-/// timeout in practice.
-const HISTOGRAM_BOUNDS_US: [u64; 17] = [
-    5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000,
-    500_000, 1_000_000,
+/// RTT histogram bucket upper bounds: a Thunderbolt/veth RTT is tens of
+/// µs, a sick or loaded link reaches ms, anything above 1 s is a timeout in
+/// practice.
+pub const RTT_BOUNDS: [Duration; 17] = [
+    Duration::from_micros(5),
+    Duration::from_micros(10),
+    Duration::from_micros(25),
+    Duration::from_micros(50),
+    Duration::from_micros(100),
+    Duration::from_micros(250),
+    Duration::from_micros(500),
+    Duration::from_millis(1),
+    Duration::from_micros(2_500),
+    Duration::from_millis(5),
+    Duration::from_millis(10),
+    Duration::from_millis(25),
+    Duration::from_millis(50),
+    Duration::from_millis(100),
+    Duration::from_millis(250),
+    Duration::from_millis(500),
+    Duration::from_secs(1),
 ];
-
-/// The histogram's bucket bounds (`counts` has one more entry than this).
-pub fn histogram_bounds() -> Vec<Duration> {
-    HISTOGRAM_BOUNDS_US
-        .iter()
-        .map(|us| Duration::from_micros(*us))
-        .collect()
-}
 
 /// Which kind of probe: small ones measure RTT and loss; MTU-sized ones catch
 /// size-dependent loss (a bad cable or MTU mismatch drops big frames only).
@@ -152,7 +161,7 @@ pub struct LinkStats {
     config: LinkStatsConfig,
     outstanding: BTreeMap<u64, Outstanding>,
     records: VecDeque<Record>,
-    histogram: Vec<u64>,
+    histogram: DurationHistogram,
     sent_total: u64,
     lost_total: u64,
     first_sent_at: Option<Instant>,
@@ -183,7 +192,7 @@ impl LinkStats {
             config,
             outstanding: BTreeMap::new(),
             records: VecDeque::new(),
-            histogram: vec![0; HISTOGRAM_BOUNDS_US.len() + 1],
+            histogram: DurationHistogram::new(&RTT_BOUNDS),
             sent_total: 0,
             lost_total: 0,
             first_sent_at: None,
@@ -280,9 +289,7 @@ impl LinkStats {
             return None;
         }
         if class == ProbeClass::Small {
-            if let Some(count) = self.histogram.get_mut(bucket_index(rtt)) {
-                *count += 1;
-            }
+            self.histogram.observe(rtt);
             self.add_baseline_sample(rtt, at);
         }
         self.push_record(Record {
@@ -379,10 +386,7 @@ impl LinkStats {
             rdma_port_state: RdmaPortState::None,
             gid_matches_address: None,
             rtt,
-            rtt_histogram: RttHistogram {
-                bounds: histogram_bounds(),
-                counts: self.histogram.clone(),
-            },
+            rtt_histogram: self.histogram.to_rtt_histogram(),
             loss: self.loss_windows(ProbeClass::Small, now),
             mtu_loss: self.loss_windows(ProbeClass::Mtu, now),
             probes_sent_total: self.sent_total,
@@ -562,13 +566,6 @@ fn quantile(sorted: &[Duration], q: f64) -> Duration {
 
 /// Bucket `i` holds (`bounds[i-1]`, `bounds[i]`]; the last one everything
 /// above the last bound.
-fn bucket_index(rtt: Duration) -> usize {
-    HISTOGRAM_BOUNDS_US
-        .iter()
-        .position(|&us| rtt <= Duration::from_micros(us))
-        .unwrap_or(HISTOGRAM_BOUNDS_US.len())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -621,7 +618,7 @@ mod tests {
 
     #[test]
     fn fresh_stats_are_empty() {
-        let t0 = Instant::now();
+        let t0 = crate::fixtures::epoch();
         let mut s = stats();
         let o = observe(&mut s, t0);
         assert_eq!(o.silence, Duration::ZERO);
@@ -645,7 +642,7 @@ mod tests {
 
     #[test]
     fn quantiles_over_last_ten_seconds() {
-        let t0 = Instant::now();
+        let t0 = crate::fixtures::epoch();
         let mut s = stats();
         // 100 probes, RTT 1..=100 µs, all within the 10-s window.
         for i in 0..100u64 {
@@ -667,7 +664,7 @@ mod tests {
 
     #[test]
     fn rtt_excludes_host_delay() {
-        let t0 = Instant::now();
+        let t0 = crate::fixtures::epoch();
         let mut s = stats();
         s.on_sent(1, ProbeClass::Small, t0);
         assert!(
@@ -691,7 +688,7 @@ mod tests {
 
     #[test]
     fn in_flight_probes_count_in_no_window_and_timeouts_become_lost() {
-        let t0 = Instant::now();
+        let t0 = crate::fixtures::epoch();
         let mut s = stats();
         s.on_sent(1, ProbeClass::Small, t0);
         let o = observe(&mut s, t0 + ms(100));
@@ -719,7 +716,7 @@ mod tests {
 
     #[test]
     fn loss_windows_slide() {
-        let t0 = Instant::now();
+        let t0 = crate::fixtures::epoch();
         let mut s = stats();
         // Second 0..10: all answered. Second 10..12: all lost.
         let mut seq = 0;
@@ -756,7 +753,7 @@ mod tests {
 
     #[test]
     fn mtu_probes_count_in_mtu_loss_only() {
-        let t0 = Instant::now();
+        let t0 = crate::fixtures::epoch();
         let mut s = stats();
         s.on_sent(1, ProbeClass::Mtu, t0);
         assert!(
@@ -776,7 +773,7 @@ mod tests {
 
     #[test]
     fn losses_before_the_first_reply_are_not_loss() {
-        let t0 = Instant::now();
+        let t0 = crate::fixtures::epoch();
         let mut s = stats();
         for seq in 0..2u64 {
             s.on_sent(seq, ProbeClass::Small, t0 + ms(seq * 100));
@@ -795,7 +792,7 @@ mod tests {
 
     #[test]
     fn probes_sent_into_an_outage_and_found_lost_after_it_are_not_loss() {
-        let t0 = Instant::now();
+        let t0 = crate::fixtures::epoch();
         let mut s = stats();
         // Sent before the peer answered anything, found lost only after the
         // first reply (they time out later).
@@ -815,7 +812,7 @@ mod tests {
 
     #[test]
     fn an_outage_leaves_the_loss_windows_once_the_link_is_back_but_loss_stays() {
-        let t0 = Instant::now();
+        let t0 = crate::fixtures::epoch();
         let mut s = stats();
         // A probe every 100 ms; 5 and 12 lost alone (loss), 20 to 26 lost
         // in a row (an outage: 27 is answered 800 ms after 19).
@@ -842,7 +839,7 @@ mod tests {
 
     #[test]
     fn replies_that_waited_for_the_path_to_come_back_are_not_rtt_samples() {
-        let t0 = Instant::now();
+        let t0 = crate::fixtures::epoch();
         let mut s = stats();
         for seq in 0..10u64 {
             answered(&mut s, seq, t0, ms(seq * 100), us(40));
@@ -883,7 +880,7 @@ mod tests {
 
     #[test]
     fn consecutive_lost_resets_on_reply() {
-        let t0 = Instant::now();
+        let t0 = crate::fixtures::epoch();
         let mut s = stats();
         for seq in 0..5u64 {
             s.on_sent(seq, ProbeClass::Small, t0 + ms(seq * 100));
@@ -897,7 +894,7 @@ mod tests {
 
     #[test]
     fn send_failures_count_as_sent_and_lost() {
-        let t0 = Instant::now();
+        let t0 = crate::fixtures::epoch();
         let mut s = stats();
         s.on_send_failed(ProbeClass::Small, t0);
         s.on_send_failed(ProbeClass::Mtu, t0);
@@ -910,7 +907,7 @@ mod tests {
 
     #[test]
     fn silence_runs_from_last_reply_or_first_send() {
-        let t0 = Instant::now();
+        let t0 = crate::fixtures::epoch();
         let mut s = stats();
         assert_eq!(observe(&mut s, t0 + ms(300)).silence, Duration::ZERO);
         s.on_sent(1, ProbeClass::Small, t0 + ms(1_000));
@@ -932,7 +929,7 @@ mod tests {
 
     #[test]
     fn duplicate_unknown_late_and_mismatched_replies_are_ignored() {
-        let t0 = Instant::now();
+        let t0 = crate::fixtures::epoch();
         let mut s = stats();
         assert!(
             s.on_reply(99, ProbeClass::Small, Duration::ZERO, t0)
@@ -991,7 +988,7 @@ mod tests {
 
     #[test]
     fn repeated_send_keeps_first_timestamp() {
-        let t0 = Instant::now();
+        let t0 = crate::fixtures::epoch();
         let mut s = stats();
         s.on_sent(1, ProbeClass::Small, t0);
         s.on_sent(1, ProbeClass::Small, t0 + ms(400));
@@ -1002,7 +999,7 @@ mod tests {
 
     #[test]
     fn histogram_buckets_at_the_bounds() {
-        let t0 = Instant::now();
+        let t0 = crate::fixtures::epoch();
         let mut s = stats();
         let rtts = [
             us(5),                           // exactly on the first bound: bucket 0
@@ -1039,7 +1036,7 @@ mod tests {
 
     #[test]
     fn baseline_needs_three_windows_and_uses_medians() {
-        let t0 = Instant::now();
+        let t0 = crate::fixtures::epoch();
         let mut s = stats();
         let mut seq = 0;
         let mut fill = |s: &mut LinkStats, from_s: u64, rtt: Duration| {
@@ -1077,7 +1074,7 @@ mod tests {
 
     #[test]
     fn memory_stays_bounded() {
-        let t0 = Instant::now();
+        let t0 = crate::fixtures::epoch();
         let mut s = LinkStats::new(LinkStatsConfig {
             timeout: Duration::from_secs(3_600),
             outage_gap: OUTAGE_GAP,

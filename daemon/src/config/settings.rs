@@ -1,0 +1,122 @@
+//! The one place the TOML config becomes the settings each part of meshd
+//! takes: the model's rules (verdicts, watchers), the prober's, the report
+//! book's. The model never sees the config; the config never reaches past
+//! this module into a decision.
+
+use std::time::Duration;
+
+use meshd_model::bridge::StormSettings;
+use meshd_model::cpu::SpikeRules;
+use meshd_model::jobs::JobRules;
+use meshd_model::link::{LinkRules, SATURATED_SLOWDOWN};
+use meshd_model::verdict::{EngineSettings, ExpectedLink};
+use meshd_proto::domain::{LinkEnd, NodeId};
+
+use super::{Config, CpuWatchConfig, JobWatchConfig, ProbeConfig};
+use crate::probe::ProberSettings;
+
+/// Reports sent further in the past than this many `stale_after`s are
+/// refused: they describe a mesh that no longer exists.
+const MAX_REPORT_DELAY_FACTOR: u32 = 10;
+
+/// The verdict engine's settings.
+pub fn engine(config: &Config) -> EngineSettings {
+    let t = &config.thresholds;
+    EngineSettings::new(
+        config.report.interval,
+        config.report.stale_after,
+        LinkRules {
+            down_after: t.down_after,
+            loss_degraded: t.loss_degraded,
+            loss_down: t.loss_down,
+            rtt_p99_factor: t.rtt_p99_factor,
+            rtt_min_increase: t.rtt_min_increase,
+            flap_window: t.flap_window,
+            flap_changes: t.flap_changes,
+            saturated_slowdown: SATURATED_SLOWDOWN,
+        },
+    )
+}
+
+/// How old a report may be when it arrives before the report book refuses it.
+pub fn max_report_delay(config: &Config) -> Duration {
+    config
+        .report
+        .stale_after
+        .saturating_mul(MAX_REPORT_DELAY_FACTOR)
+}
+
+/// The cables this node is configured to have.
+pub fn expected_links(config: &Config, local: &NodeId) -> Vec<ExpectedLink> {
+    config
+        .links
+        .iter()
+        .map(|link| ExpectedLink {
+            local: LinkEnd {
+                node: local.clone(),
+                iface: link.local_iface.clone(),
+                address: Some(link.local_address),
+                rdma_device: link.rdma_device_on(meshd_platform::this_os()),
+                rdma_port: None,
+            },
+            remote: LinkEnd {
+                address: Some(link.peer_address),
+                ..LinkEnd::node_only(link.peer.clone())
+            },
+            expected_speed_bps: link
+                .expected_speed_gbps
+                .map(|gbps| u64::from(gbps) * 1_000_000_000),
+        })
+        .collect()
+}
+
+pub fn prober(c: &ProbeConfig) -> ProberSettings {
+    ProberSettings {
+        interval: c.interval,
+        payload_bytes: c.payload_bytes,
+        mtu_interval: c.mtu_interval,
+        mtu_payload_bytes: c.mtu_payload_bytes,
+        timeout: c.timeout,
+        port: c.port,
+    }
+}
+
+pub fn spike_rules(c: &CpuWatchConfig) -> SpikeRules {
+    SpikeRules {
+        spike_ratio: c.spike_ratio,
+        spike_window: c.spike_window,
+        top: c.top,
+        offenders: c.offenders.clone(),
+    }
+}
+
+pub fn job_rules(c: &JobWatchConfig) -> JobRules {
+    JobRules {
+        patterns: c.patterns.clone(),
+        busy_cores: c.busy_cores,
+        window: c.window,
+    }
+}
+
+pub fn storm(config: &Config) -> StormSettings {
+    StormSettings {
+        packets_per_second: config.watch.bridge.storm_packets_per_second,
+        window: config.watch.bridge.storm_window,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The model's tests run with fixed settings; they must be what a
+    /// config that sets nothing gives, or those tests test something else.
+    #[test]
+    fn the_default_config_gives_the_settings_the_model_tests_use() {
+        let config = Config::embedded_default("test");
+        assert_eq!(
+            engine(&config),
+            meshd_model::fixtures::default_engine_settings()
+        );
+    }
+}

@@ -1,0 +1,205 @@
+//! Every metric meshd exports, defined here and nowhere else: name, type,
+//! labels, unit and help. docs/METRICS.md is the written specification;
+//! a test keeps the two the same. Names are in Prometheus base units;
+//! label values come from bounded sets (member ids, states, kinds, the
+//! configured ports), never PIDs, GIDs or free text.
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Gauge,
+    Counter,
+    Histogram,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Gauge => "gauge",
+            Kind::Counter => "counter",
+            Kind::Histogram => "histogram",
+        }
+    }
+}
+
+/// The base unit a metric's values are in, where it has one; its name ends
+/// with the unit (a test checks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    Seconds,
+    Ratio,
+    BitsPerSecond,
+    Cores,
+}
+
+impl Unit {
+    #[cfg(test)]
+    fn suffix(self) -> &'static str {
+        match self {
+            Unit::Seconds => "_seconds",
+            Unit::Ratio => "_ratio",
+            Unit::BitsPerSecond => "_bits_per_second",
+            Unit::Cores => "_cores",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct MetricSpec {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub labels: &'static [&'static str],
+    pub help: &'static str,
+}
+
+macro_rules! metrics {
+    ($($id:ident: $name:literal, $kind:ident, [$($label:literal),*], $unit:expr, $help:literal;)+) => {
+        $(pub const $id: MetricSpec = MetricSpec {
+            name: $name,
+            kind: Kind::$kind,
+            labels: &[$($label),*],
+            help: $help,
+        };)+
+
+        /// Every metric with its unit, in the order a scrape lists them.
+        pub const ALL: &[(MetricSpec, Option<Unit>)] = &[$(($id, $unit)),+];
+    };
+}
+
+metrics! {
+    BUILD_INFO: "meshd_build_info", Gauge, ["node", "version", "os", "arch"], None,
+        "Always 1; the labels say which node this is and which meshd build runs here.";
+    QUORUM_HAS_QUORUM: "meshd_quorum_has_quorum", Gauge, [], None,
+        "1 when the fresh members are a strict majority of the configured ones, as this node sees it.";
+    QUORUM_MEMBERS: "meshd_quorum_members", Gauge, [], None,
+        "Configured members with fresh reports, as this node sees them.";
+    QUORUM_CONFIGURED_MEMBERS: "meshd_quorum_configured_members", Gauge, [], None,
+        "Members of the mesh as configured (this node and its peers).";
+    QUORUM_IS_LEADER: "meshd_quorum_is_leader", Gauge, [], None,
+        "1 when this node is the alert leader (lowest id in the quorum).";
+    NODE_STATE: "meshd_node_state", Gauge, ["node", "state"], None,
+        "1 for the verdict this node holds on `node` (state=up|suspect|down), 0 for the others.";
+    LINK_STATE: "meshd_link_state", Gauge, ["a", "b", "state"], None,
+        "1 for the verdict this node holds on the link between `a` and `b` (state=unknown|up|degraded|flapping|down), 0 for the others.";
+    ALARMS_ACTIVE: "meshd_alarms_active", Gauge, ["node", "kind", "severity"], None,
+        "Active alarms this node knows of, by raising node, kind and severity.";
+    EVENTS_TOTAL: "meshd_events_total", Counter, ["kind"], None,
+        "Verdict events this node produced, by kind.";
+    EVALUATION_DURATION_SECONDS: "meshd_evaluation_duration_seconds", Histogram, [], Some(Unit::Seconds),
+        "Time one evaluation of the verdict engine took.";
+    LINK_RTT_SECONDS: "meshd_link_rtt_seconds", Histogram, ["peer"], Some(Unit::Seconds),
+        "Round-trip time of the small probes on this node's link to `peer`, wire time only (the responder's own delay is taken out).";
+    LINK_RTT_P50_SECONDS: "meshd_link_rtt_p50_seconds", Gauge, ["peer"], Some(Unit::Seconds),
+        "Exact median RTT of the small probes answered in the last 10 s on this node's link to `peer`; NaN when there were none.";
+    LINK_RTT_P99_SECONDS: "meshd_link_rtt_p99_seconds", Gauge, ["peer"], Some(Unit::Seconds),
+        "Exact 99th-percentile RTT of the small probes answered in the last 10 s on this node's link to `peer`; NaN when there were none.";
+    LINK_PROBES_SENT_TOTAL: "meshd_link_probes_sent_total", Counter, ["peer"], None,
+        "Probes whose fate is known (answered or timed out) on this node's link to `peer`.";
+    LINK_PROBES_LOST_TOTAL: "meshd_link_probes_lost_total", Counter, ["peer"], None,
+        "Probes that timed out on this node's link to `peer`.";
+    LINK_LOSS_RATIO: "meshd_link_loss_ratio", Gauge, ["peer", "window"], Some(Unit::Ratio),
+        "Lost share (0-1) of the small probes on this node's link to `peer` over the sliding `window` (1s, 10s, 1m).";
+    LINK_SILENCE_SECONDS: "meshd_link_silence_seconds", Gauge, ["peer"], Some(Unit::Seconds),
+        "Time since the last probe reply on this node's link to `peer`.";
+    LINK_SPEED_BITS_PER_SECOND: "meshd_link_speed_bits_per_second", Gauge, ["peer"], Some(Unit::BitsPerSecond),
+        "Negotiated speed of this node's cable to `peer` (Thunderbolt receptacle or NIC), where the platform reports it.";
+    LINK_EXPECTED_SPEED_BITS_PER_SECOND: "meshd_link_expected_speed_bits_per_second", Gauge, ["peer"], Some(Unit::BitsPerSecond),
+        "The speed this node's cable to `peer` should negotiate (80 Gb/s for TB5 Mac-to-Mac), where known.";
+    LINK_RDMA_PORT_STATE: "meshd_link_rdma_port_state", Gauge, ["peer", "state"], None,
+        "1 for the RDMA port state of this node's cable to `peer` (state=none|down|init|armed|active|active_defer; none: no RDMA device paired), 0 for the others.";
+    LINK_ERRORS_TOTAL: "meshd_link_errors_total", Counter, ["peer", "counter"], None,
+        "Error counters of the interface or RDMA port of this node's cable to `peer`, by `counter` name (as the platform names them: symbol_error, link_downed, rx_errors, ...).";
+    LINKS_EXPECTED: "meshd_links_expected", Gauge, [], None,
+        "Links a full mesh of the configured members needs: N(N-1)/2.";
+    LINKS_OBSERVED: "meshd_links_observed", Gauge, [], None,
+        "Links that at least one end currently probes, as this node knows from its own probes and fresh reports.";
+    PROBE_RESPONDER_DATAGRAMS_TOTAL: "meshd_probe_responder_datagrams_total", Counter, ["address", "outcome"], None,
+        "Datagrams the probe responder on `address` (this node's end of a cable) handled, by `outcome`: answered, invalid (not a probe request), rate_limited, send_error, recv_error.";
+    PEER_REPORT_AGE_SECONDS: "meshd_peer_report_age_seconds", Gauge, ["peer"], Some(Unit::Seconds),
+        "Age of the latest accepted report of `peer`, on this node's clock.";
+    REPORTS_REJECTED_TOTAL: "meshd_reports_rejected_total", Counter, ["reason"], None,
+        "Peer reports this node refused, by `reason` (unknown_node, replayed, old_incarnation, stale, malformed).";
+    REPORTS_SENT_TOTAL: "meshd_reports_sent_total", Counter, ["peer", "outcome"], None,
+        "Reports this node pushed to `peer`, by `outcome` (accepted, rejected, failed).";
+    NODE_CPU_BUSY_RATIO: "meshd_node_cpu_busy_ratio", Gauge, [], Some(Unit::Ratio),
+        "Busy share (0-1) of all CPU cores of this node.";
+    ALERTS_FIRING: "meshd_alerts_firing", Gauge, [], None,
+        "Alerts this node, as the alert leader, keeps firing in Alertmanager (0 on other nodes).";
+    ALERT_POSTS_TOTAL: "meshd_alert_posts_total", Counter, ["alertmanager", "outcome"], None,
+        "Posts of alerts to `alertmanager` (host:port), by `outcome` (ok, failed).";
+    BRIDGE_ACTIVE: "meshd_bridge_active", Gauge, ["bridge"], None,
+        "1 while `bridge` forwards frames (macOS status active, Linux operstate up), 0 when inactive or gone.";
+    BRIDGE_MESH_MEMBERS: "meshd_bridge_mesh_members", Gauge, ["bridge"], None,
+        "Mesh ports that are members of `bridge`; above 0 on an active bridge is a bridge loop.";
+    BRIDGE_BROADCAST_PACKETS_PER_SECOND: "meshd_bridge_broadcast_packets_per_second", Gauge, ["iface"], None,
+        "Broadcast+multicast packets per second received on `iface` (bridges and their mesh members, where the OS counts them).";
+    PROCESS_CPU_CORES: "meshd_process_cpu_cores", Gauge, ["process"], Some(Unit::Cores),
+        "CPU used by the processes called `process`, in cores (1 = one full core): the busiest names, running known offenders, and `other` for the rest.";
+    JOB_PROCESSES: "meshd_job_processes", Gauge, ["state"], None,
+        "Processes matching a job pattern on this node, by `state` (busy: burning at least `watch.jobs.busy_cores`; idle).";
+    CHECK_STATUS: "meshd_check_status", Gauge, ["node", "check", "status"], None,
+        "Platform check `check` about `node` (empty for checks of the whole mesh): 1 for its current `status` (pass, warn, fail, skipped), 0 for the others.";
+    CABLES: "meshd_cables", Gauge, ["source"], None,
+        "Cables in this node's cable map, by `source`: discovered (Thunderbolt domain UUIDs) or configured ([[links]]).";
+    FACTS_READ_DURATION_SECONDS: "meshd_facts_read_duration_seconds", Gauge, [], Some(Unit::Seconds),
+        "How long the last read of this node's platform facts took (commands such as system_profiler, and sysfs).";
+    FACTS_BLIND_SPOTS: "meshd_facts_blind_spots", Gauge, [], None,
+        "Platform facts this node could not read on its last read (a command missing, failing or timing out); `meshctl doctor` names them.";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/METRICS.md is the written spec: every metric defined here must
+    /// be in it, and every metric it lists must be defined here.
+    #[test]
+    fn the_metrics_spec_lists_exactly_the_defined_metrics() {
+        let spec = include_str!("../../../docs/METRICS.md");
+        for (metric, _) in ALL {
+            assert!(
+                spec.contains(&format!("| `{}` |", metric.name)),
+                "{} is not in docs/METRICS.md",
+                metric.name
+            );
+        }
+        let listed = spec
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `meshd_"))
+            .filter_map(|l| l.split('`').next())
+            .map(|rest| format!("meshd_{rest}"));
+        for name in listed {
+            assert!(
+                ALL.iter().any(|(defined, _)| defined.name == name),
+                "docs/METRICS.md lists {name}, which meshd does not export"
+            );
+        }
+    }
+
+    /// Prometheus conventions: counters end in `_total`, a unit is the
+    /// name's last word, names are unique and prefixed.
+    #[test]
+    fn names_follow_the_conventions() {
+        let mut seen = std::collections::BTreeSet::new();
+        for (metric, unit) in ALL {
+            assert!(metric.name.starts_with("meshd_"), "{}", metric.name);
+            assert!(seen.insert(metric.name), "{} defined twice", metric.name);
+            assert_eq!(
+                metric.kind == Kind::Counter,
+                metric.name.ends_with("_total"),
+                "{}: only counters end in _total",
+                metric.name
+            );
+            if let Some(unit) = unit {
+                assert!(
+                    metric
+                        .name
+                        .trim_end_matches("_total")
+                        .ends_with(unit.suffix()),
+                    "{} is in {unit:?} but its name does not say so",
+                    metric.name
+                );
+            }
+            assert!(!metric.labels.contains(&"le"), "{}", metric.name);
+        }
+    }
+}

@@ -1,0 +1,209 @@
+//! What meshd exports to Prometheus, written at scrape time from what each
+//! part of the node holds right then: the aggregator's latest publication
+//! (verdicts, this node's links, what the evaluation rested on), and the
+//! latest samples and counts of the watchers, the reporter, the alert
+//! pusher and the probe responders. Nothing is written per evaluation, and
+//! a series exists only while what it describes does (plus a short while
+//! at 0, see [`exposition::Vanishing`]).
+//!
+//! Each node owns its own `Metrics`, so several nodes can live in one
+//! process (the demo, the integration tests) without mixing their series.
+
+pub mod catalogue;
+mod delivery;
+pub mod exposition;
+mod links;
+mod mesh;
+mod probes;
+mod watchers;
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
+
+use meshd_proto::domain::NodeIdentity;
+
+pub use delivery::{AlertPostOutcome, DeliverySeries, ReportOutcome};
+pub use probes::ProbeSeries;
+pub use watchers::WatcherSeries;
+
+use crate::aggregator::Published;
+use exposition::Exposition;
+use mesh::MeshSeries;
+
+/// Recorders never panic while holding a lock, but a poisoned one still
+/// holds the last good values.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// One node's metrics: what the parts of the node record, and the one way
+/// to render them.
+#[derive(Debug)]
+pub struct Metrics {
+    build: [String; 4],
+    mesh: MeshSeries,
+    pub delivery: DeliverySeries,
+    pub watchers: WatcherSeries,
+    pub probes: ProbeSeries,
+}
+
+impl Metrics {
+    pub fn new(identity: &NodeIdentity) -> Self {
+        Self {
+            build: [
+                identity.id.to_string(),
+                identity.version.clone(),
+                std::env::consts::OS.to_owned(),
+                std::env::consts::ARCH.to_owned(),
+            ],
+            mesh: MeshSeries::default(),
+            delivery: DeliverySeries::default(),
+            watchers: WatcherSeries::default(),
+            probes: ProbeSeries::default(),
+        }
+    }
+
+    /// The Prometheus text exposition of every series, with the verdict and
+    /// link series as of `published`, the aggregator's newest evaluation.
+    pub fn render(&self, published: &Published) -> String {
+        let now = Instant::now();
+        let mut out = Exposition::new();
+        let build: Vec<&str> = self.build.iter().map(String::as_str).collect();
+        out.family(&catalogue::BUILD_INFO).sample(&build, 1.0);
+        self.mesh.write(&mut out, published, now);
+        links::write(&mut out, &published.report.links);
+        self.probes.write(&mut out);
+        self.delivery.write(&mut out);
+        self.watchers.write(&mut out, now);
+        out.into_text()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use meshd_proto::domain::{
+        Counter, Incarnation, InterfaceState, LinkEnd, LinkObservation, NodeId, RdmaPortState,
+        RttHistogram, RttSummary,
+    };
+
+    use super::*;
+    use crate::aggregator::ReportBody;
+
+    fn identity() -> NodeIdentity {
+        NodeIdentity {
+            id: NodeId::new("a").expect("id"),
+            incarnation: Incarnation(1),
+            version: "0".to_owned(),
+            hostname: "h".to_owned(),
+        }
+    }
+
+    #[test]
+    fn processes_that_leave_the_top_read_zero() {
+        let m = Metrics::new(&identity());
+        let published = Published::placeholder(&identity());
+        let sample = |pairs: &[(&str, f64)]| -> BTreeMap<String, f64> {
+            pairs.iter().map(|(n, c)| ((*n).to_owned(), *c)).collect()
+        };
+        m.watchers
+            .record_process_cpu(&sample(&[("yes", 1.0), ("other", 0.25)]));
+        let text = m.render(&published);
+        assert!(
+            text.contains(r#"meshd_process_cpu_cores{process="yes"} 1"#),
+            "{text}"
+        );
+        m.watchers
+            .record_process_cpu(&sample(&[("python3", 2.0), ("other", 0.5)]));
+        let text = m.render(&published);
+        for line in [
+            r#"meshd_process_cpu_cores{process="yes"} 0"#,
+            r#"meshd_process_cpu_cores{process="python3"} 2"#,
+            r#"meshd_process_cpu_cores{process="other"} 0.5"#,
+        ] {
+            assert!(text.contains(line), "{line} missing in:\n{text}");
+        }
+    }
+
+    #[test]
+    fn cable_speed_rdma_state_errors_and_rtt_are_exported_per_peer() {
+        let id = |s: &str| NodeId::new(s).expect("id");
+        let metrics = Metrics::new(&identity());
+        let observation = LinkObservation {
+            local: LinkEnd::node_only(id("a")),
+            remote: LinkEnd::node_only(id("b")),
+            interface_state: InterfaceState::Up,
+            negotiated_speed_bps: Some(40_000_000_000),
+            expected_speed_bps: Some(80_000_000_000),
+            rdma_port_state: RdmaPortState::Active,
+            gid_matches_address: Some(true),
+            rtt: RttSummary {
+                p50: Duration::from_micros(250),
+                p99: Duration::from_millis(2),
+                samples: 9,
+                ..RttSummary::default()
+            },
+            rtt_histogram: RttHistogram {
+                bounds: vec![Duration::from_micros(100), Duration::from_millis(1)],
+                counts: vec![0, 7, 2],
+                sum: Duration::from_micros(5_750),
+            },
+            loss: vec![],
+            mtu_loss: vec![],
+            probes_sent_total: 10,
+            probes_lost_total: 0,
+            last_reply_at: None,
+            error_counters: vec![Counter {
+                name: "symbol_error".into(),
+                value: 3,
+                saturated: false,
+            }],
+            silence: Duration::ZERO,
+            consecutive_lost: 0,
+        };
+        let published = Published {
+            report: Arc::new(ReportBody {
+                links: vec![observation],
+                ..ReportBody::default()
+            }),
+            ..Published::placeholder(&identity())
+        };
+        // Rendered twice: a total read twice is still the total.
+        metrics.render(&published);
+        let text = metrics.render(&published);
+        for line in [
+            "meshd_link_speed_bits_per_second{peer=\"b\"} 40000000000",
+            "meshd_link_rtt_p50_seconds{peer=\"b\"} 0.00025",
+            "meshd_link_rtt_p99_seconds{peer=\"b\"} 0.002",
+            "meshd_link_expected_speed_bits_per_second{peer=\"b\"} 80000000000",
+            "meshd_link_rdma_port_state{peer=\"b\",state=\"active\"} 1",
+            "meshd_link_rdma_port_state{peer=\"b\",state=\"down\"} 0",
+            "meshd_link_errors_total{peer=\"b\",counter=\"symbol_error\"} 3",
+            "meshd_link_rtt_seconds_bucket{peer=\"b\",le=\"0.0001\"} 0",
+            "meshd_link_rtt_seconds_bucket{peer=\"b\",le=\"0.001\"} 7",
+            "meshd_link_rtt_seconds_bucket{peer=\"b\",le=\"+Inf\"} 9",
+            "meshd_link_rtt_seconds_count{peer=\"b\"} 9",
+            "meshd_link_rtt_seconds_sum{peer=\"b\"} 0.00575",
+        ] {
+            assert!(text.contains(line), "{line} missing in:\n{text}");
+        }
+    }
+
+    /// Every family is announced once, with HELP and TYPE, and a scrape
+    /// lists series in the same order every time.
+    #[test]
+    fn a_scrape_names_each_family_once_in_a_stable_order() {
+        let metrics = Metrics::new(&identity());
+        let published = Published::placeholder(&identity());
+        let first = metrics.render(&published);
+        assert_eq!(first, metrics.render(&published));
+        let mut types = std::collections::BTreeSet::new();
+        for line in first.lines().filter(|l| l.starts_with("# TYPE ")) {
+            assert!(types.insert(line.to_owned()), "{line} twice in:\n{first}");
+        }
+        assert!(first.contains("meshd_build_info{node=\"a\",version=\"0\""));
+    }
+}
