@@ -451,6 +451,7 @@ mod tests {
             }],
             cables: vec![],
             checks: vec![],
+            measurements: vec![],
         }
     }
 

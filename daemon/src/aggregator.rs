@@ -23,10 +23,10 @@ use crate::probe::ProbeManager;
 use crate::watch::facts::{FactsFeed, PortCounters};
 use meshd_model::events;
 use meshd_model::histogram::DurationHistogram;
-use meshd_model::intake::ReportBook;
+use meshd_model::intake::{Received, ReportBook};
 use meshd_model::link_facts::add_port_facts;
 use meshd_model::topology::{self, Declared, MeshTopology};
-use meshd_model::verdict::{Engine, ExpectedLink, MeshInputs};
+use meshd_model::verdict::{Engine, ExpectedLink, MeshInputs, link_measurements};
 
 /// How often verdicts are re-evaluated. A tenth of the 1 s detection target.
 pub const EVALUATION_INTERVAL: Duration = Duration::from_millis(100);
@@ -82,8 +82,8 @@ pub struct Published {
     pub status: Arc<MeshStatus>,
     /// This node's own link observations, alarms and load, as reported.
     pub report: Arc<ReportBody>,
-    /// Each peer's latest accepted report, and how old it was.
-    pub report_ages: Vec<(NodeId, Duration)>,
+    /// Each peer's latest accepted report, with when it arrived.
+    pub peer_reports: BTreeMap<NodeId, Arc<Received>>,
     /// Refused peer reports since start, by reason.
     pub rejected: BTreeMap<RejectReason, u64>,
     /// Links at least one end probes, from this node's probes and fresh reports.
@@ -101,7 +101,7 @@ impl Published {
         Self {
             status: Arc::new(placeholder(identity)),
             report: Arc::new(ReportBody::default()),
-            report_ages: Vec::new(),
+            peer_reports: BTreeMap::new(),
             rejected: BTreeMap::new(),
             links_observed: 0,
             events: BTreeMap::new(),
@@ -119,6 +119,25 @@ pub struct MeshState {
 }
 
 impl MeshState {
+    /// The current status with each end's latest figures filled in, for
+    /// readers outside the daemon (`GetStatus`, the mesh page). The status
+    /// published ten times a second leaves them out: gathering them costs
+    /// as much as a whole evaluation at 256 nodes, and only these readers
+    /// need them, on request.
+    pub fn current_with_measurements(&self) -> MeshStatus {
+        let published = self.published.borrow().clone();
+        let mut status = (*published.status).clone();
+        status.measurements = link_measurements(
+            published
+                .report
+                .links
+                .iter()
+                .map(|o| (o, published.status.evaluated_at)),
+            &published.peer_reports,
+        );
+        status
+    }
+
     pub fn subscribe_events(&self) -> broadcast::Receiver<Event> {
         self.events.subscribe()
     }
@@ -373,11 +392,7 @@ impl Aggregator {
         self.published.send_replace(Arc::new(Published {
             status: status.clone(),
             report,
-            report_ages: inputs
-                .reports
-                .iter()
-                .map(|(peer, r)| (peer.clone(), now.duration_since(r.at).unwrap_or_default()))
-                .collect(),
+            peer_reports: inputs.reports.clone(),
             rejected,
             links_observed: inputs.links_observed(),
             events: self.event_counts.clone(),
@@ -464,5 +479,6 @@ fn placeholder(identity: &NodeIdentity) -> MeshStatus {
         alarms: Vec::new(),
         cables: Vec::new(),
         checks: Vec::new(),
+        measurements: Vec::new(),
     }
 }

@@ -1,5 +1,7 @@
-//! HTTP on the metrics port: `/metrics` for Prometheus and `/healthz` for
-//! supervisors and load balancers.
+//! HTTP on the metrics port: `/metrics` for Prometheus, `/healthz` for
+//! supervisors and load balancers, and the mesh page at `/` for people.
+
+mod page;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -9,6 +11,7 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use tokio_util::sync::CancellationToken;
 
 use crate::aggregator::{EVALUATION_INTERVAL, MeshState};
 use crate::metrics::Metrics;
@@ -23,11 +26,21 @@ struct HttpState {
     mesh: MeshState,
 }
 
-pub fn router(metrics: Arc<Metrics>, mesh: MeshState) -> Router {
+/// `shutdown` ends the mesh page's live streams, which would otherwise
+/// hold a graceful stop open.
+pub fn router(metrics: Arc<Metrics>, mesh: MeshState, shutdown: CancellationToken) -> Router {
     Router::new()
         .route("/metrics", get(render_metrics))
         .route("/healthz", get(healthz))
-        .with_state(HttpState { metrics, mesh })
+        .with_state(HttpState {
+            metrics,
+            mesh: mesh.clone(),
+        })
+        .merge(page::router(mesh, shutdown, stall_after()))
+}
+
+fn stall_after() -> Duration {
+    EVALUATION_INTERVAL * STALL_PERIODS
 }
 
 async fn render_metrics(State(state): State<HttpState>) -> Response {
@@ -48,7 +61,7 @@ async fn healthz(State(state): State<HttpState>) -> Response {
     let age = SystemTime::now()
         .duration_since(status.evaluated_at)
         .unwrap_or(Duration::ZERO);
-    let stalled = age > EVALUATION_INTERVAL * STALL_PERIODS;
+    let stalled = age > stall_after();
     let body = serde_json::json!({
         "status": if stalled { "stalled" } else { "ok" },
         "node": status.node.id.as_str(),

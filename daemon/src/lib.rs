@@ -7,7 +7,7 @@
 //! drive it. `probe` measures the cables, `watch` the node itself; the
 //! `aggregator` owns the state and runs the model; `grpc` is the thin
 //! served surface and `reporter` the client side towards the peers; `http`
-//! serves metrics and health; `alert` pushes to Alertmanager; `config`
+//! serves metrics, health and the mesh page; `alert` pushes to Alertmanager; `config`
 //! loads, validates, reloads and turns the file into settings; `node`
 //! wires one running meshd; `demo` runs a whole mesh in one process with
 //! injected faults; `install` makes meshd a launchd or systemd service. OS

@@ -185,7 +185,7 @@ impl RunningNode {
         };
         tasks.spawn(grpc::serve(grpc_listener, services, shutdown.clone())?);
         tasks.spawn({
-            let router = crate::http::router(metrics, state.clone());
+            let router = crate::http::router(metrics, state.clone(), shutdown.clone());
             let shutdown = shutdown.clone();
             async move {
                 axum::serve(http_listener, router)

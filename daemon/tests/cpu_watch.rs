@@ -254,6 +254,7 @@ fn peer_down_status() -> MeshStatus {
         alarms: vec![],
         cables: vec![],
         checks: vec![],
+        measurements: vec![],
     }
 }
 

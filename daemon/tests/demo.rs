@@ -159,6 +159,8 @@ fn the_cli_prints_where_to_look_answers_commands_and_quits() {
     assert!(banner.contains(&grpc_b), "{banner}");
     let metrics_a = format!("http://127.0.0.1:{}/metrics", base + 11);
     assert!(banner.contains(&metrics_a), "{banner}");
+    let page_a = format!("node a: page http://127.0.0.1:{}/ ", base + 11);
+    assert!(banner.contains(&page_a), "{banner}");
     assert!(banner.contains("partition A,B C,D"), "{banner}");
 
     writeln!(stdin, "cut a b").expect("write");

@@ -5,6 +5,10 @@
 //! with an RTT summary, an 18-bucket RTT histogram and three loss windows,
 //! and one cable cut. Figures only: nothing here asserts a time.
 //!
+//! Also each end's figures gathered from the same inputs
+//! (`MeshInputs::measurements`), which every status read from outside the
+//! daemon (`GetStatus`, the mesh page) adds.
+//!
 //! Run: `cargo bench -p meshd --bench verdict -- --warm-up-time 1 --measurement-time 3`
 
 use std::collections::BTreeMap;
@@ -191,5 +195,20 @@ fn evaluate(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, evaluate);
+fn measurements(c: &mut Criterion) {
+    let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    let mut group = c.benchmark_group("status_measurements");
+    for n in [7usize, 64, 256] {
+        let inputs = inputs(n, true, now);
+        if n >= 256 {
+            group.sample_size(10);
+        }
+        group.bench_with_input(BenchmarkId::from_parameter(n), &inputs, |b, inputs| {
+            b.iter(|| black_box(black_box(inputs).measurements()));
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, evaluate, measurements);
 criterion_main!(benches);

@@ -253,6 +253,7 @@ mod tests {
             alarms,
             cables: vec![],
             checks: vec![],
+            measurements: vec![],
         }
     }
 

@@ -202,6 +202,7 @@ mod tests {
             alarms,
             cables: vec![],
             checks: vec![],
+            measurements: vec![],
         }
     }
 

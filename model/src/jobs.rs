@@ -302,6 +302,7 @@ mod tests {
             alarms: vec![],
             cables: vec![],
             checks: vec![],
+            measurements: vec![],
         }
     }
 

@@ -82,7 +82,9 @@ pub struct Assessment {
     pub evidence: Vec<String>,
 }
 
-fn fmt_duration(d: Duration) -> String {
+/// A round-trip time or silence as evidence and the mesh page write it:
+/// "85µs", "1.2ms", "3.4s".
+pub fn fmt_duration(d: Duration) -> String {
     if d >= Duration::from_secs(1) {
         format!("{:.1}s", d.as_secs_f64())
     } else if d >= Duration::from_millis(1) {

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use meshd_proto::domain::{
-    Alarm, AlarmKind, Blame, LinkEnd, LinkObservation, LinkState, LinkVerdict, MeshStatus, NodeId,
-    NodeIdentity, NodeLoad, NodeState, NodeVerdict, Quorum, Severity,
+    Alarm, AlarmKind, Blame, LinkEnd, LinkMeasurement, LinkObservation, LinkState, LinkVerdict,
+    MeshStatus, NodeId, NodeIdentity, NodeLoad, NodeState, NodeVerdict, Quorum, Severity,
 };
 
 use super::intake::Received;
@@ -93,6 +93,28 @@ impl MeshInputs {
             .collect();
         observed.len()
     }
+
+    /// Each end's latest figures: this node's own probes, then every peer
+    /// report held, each with when this node got it.
+    pub fn measurements(&self) -> Vec<LinkMeasurement> {
+        link_measurements(
+            self.local_links.iter().map(|l| (&l.observation, l.at)),
+            &self.reports,
+        )
+    }
+}
+
+/// Each end's latest figures: this node's own observations (with when they
+/// were made), then every peer report held (with when it arrived).
+pub fn link_measurements<'a>(
+    own: impl Iterator<Item = (&'a LinkObservation, SystemTime)>,
+    reports: &BTreeMap<NodeId, Arc<Received>>,
+) -> Vec<LinkMeasurement> {
+    let own = own.map(|(o, at)| LinkMeasurement::of(o, at));
+    let peers = reports
+        .values()
+        .flat_map(|r| r.report.links.iter().map(|o| LinkMeasurement::of(o, r.at)));
+    own.chain(peers).collect()
 }
 
 /// A member's position in the sorted configured set. Links and node states
@@ -323,6 +345,7 @@ impl Engine {
             alarms,
             cables: Vec::new(),
             checks: Vec::new(),
+            measurements: Vec::new(),
         }
     }
 

@@ -24,7 +24,10 @@ fn the_model_depends_on_no_runtime_and_no_io_crate() {
             found.push(name.to_owned());
         }
     }
-    assert!(!found.is_empty(), "no [dependencies] read from the manifest");
+    assert!(
+        !found.is_empty(),
+        "no [dependencies] read from the manifest"
+    );
     for name in &found {
         assert!(
             ALLOWED.contains(&name.as_str()),

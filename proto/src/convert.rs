@@ -10,9 +10,9 @@ use std::time::{Duration, SystemTime};
 
 use crate::domain::{
     Alarm, Blame, Counter, Event, EventDetail, EventKind, Incarnation, InterfaceState, LinkEnd,
-    LinkObservation, LinkState, LinkVerdict, LossWindow, MeshStatus, NodeId, NodeIdentity,
-    NodeLoad, NodeState, NodeVerdict, PeerReport, Quorum, RdmaPortState, RejectReason,
-    RttHistogram, RttSummary, Severity, UnknownName,
+    LinkMeasurement, LinkObservation, LinkState, LinkVerdict, LossWindow, MeshStatus, NodeId,
+    NodeIdentity, NodeLoad, NodeState, NodeVerdict, PeerReport, Quorum, RdmaPortState,
+    RejectReason, RttHistogram, RttSummary, Severity, UnknownName,
 };
 use crate::facts::{
     BridgeFact, Cable, CableEnd, CheckResult, CheckStatus, Gid, Ipv4Cidr, NodeFacts, OsKind,
@@ -602,6 +602,7 @@ impl From<MeshStatus> for wire::MeshStatus {
             alarms: s.alarms.into_iter().map(Into::into).collect(),
             cables: s.cables.into_iter().map(Into::into).collect(),
             checks: s.checks.into_iter().map(Into::into).collect(),
+            measurements: s.measurements.into_iter().map(Into::into).collect(),
         }
     }
 }
@@ -620,6 +621,42 @@ impl TryFrom<wire::MeshStatus> for MeshStatus {
             alarms: each("alarms", s.alarms, Alarm::try_from)?,
             cables: each("cables", s.cables, Cable::try_from)?,
             checks: each("checks", s.checks, CheckResult::try_from)?,
+            measurements: each("measurements", s.measurements, LinkMeasurement::try_from)?,
+        })
+    }
+}
+
+impl From<LinkMeasurement> for wire::LinkMeasurement {
+    fn from(m: LinkMeasurement) -> Self {
+        Self {
+            node: m.node.to_string(),
+            peer: m.peer.to_string(),
+            at: timestamp(m.at),
+            interface_state: interface_state_wire(m.interface_state),
+            negotiated_speed_bps: m.negotiated_speed_bps.unwrap_or_default(),
+            expected_speed_bps: m.expected_speed_bps.unwrap_or_default(),
+            rdma_port_state: rdma_port_state_wire(m.rdma_port_state),
+            rtt: Some(m.rtt.into()),
+            loss: m.loss.into_iter().map(Into::into).collect(),
+            silence_ns: nanos(m.silence),
+        }
+    }
+}
+
+impl TryFrom<wire::LinkMeasurement> for LinkMeasurement {
+    type Error = WireError;
+    fn try_from(m: wire::LinkMeasurement) -> Result<Self> {
+        Ok(Self {
+            node: node_id("node", m.node)?,
+            peer: node_id("peer", m.peer)?,
+            at: time("at", m.at)?,
+            interface_state: interface_state("interface_state", m.interface_state)?,
+            negotiated_speed_bps: optional_speed(m.negotiated_speed_bps),
+            expected_speed_bps: optional_speed(m.expected_speed_bps),
+            rdma_port_state: rdma_port_state("rdma_port_state", m.rdma_port_state)?,
+            rtt: m.rtt.map(RttSummary::from).unwrap_or_default(),
+            loss: each("loss", m.loss, LossWindow::try_from)?,
+            silence: Duration::from_nanos(m.silence_ns),
         })
     }
 }
@@ -1042,6 +1079,27 @@ mod tests {
                 evidence: vec!["no cable between b and c".into()],
                 fix: "connect a Thunderbolt 5 cable between b and c".into(),
             }],
+            measurements: vec![LinkMeasurement {
+                node: id("a"),
+                peer: id("c"),
+                at: at(99),
+                interface_state: InterfaceState::Up,
+                negotiated_speed_bps: Some(80_000_000_000),
+                expected_speed_bps: None,
+                rdma_port_state: RdmaPortState::Active,
+                rtt: RttSummary {
+                    p50: Duration::from_micros(80),
+                    p99: Duration::from_micros(140),
+                    samples: 500,
+                    ..RttSummary::default()
+                },
+                loss: vec![LossWindow {
+                    window: Duration::from_secs(1),
+                    sent: 100,
+                    lost: 100,
+                }],
+                silence: Duration::from_millis(2_500),
+            }],
         }
     }
 
@@ -1236,6 +1294,19 @@ mod tests {
         wire.quorum.as_mut().expect("quorum").members[0] = "bad id".into();
         let err = MeshStatus::try_from(wire).expect_err("bad id");
         assert_eq!(err.field, "quorum.members[0]");
+
+        let mut wire: wire::MeshStatus = sample_status().into();
+        wire.measurements[0].loss[0].lost = 101;
+        let err = MeshStatus::try_from(wire).expect_err("more lost than sent");
+        assert_eq!(err.field, "measurements[0].loss[0].lost");
+
+        let mut wire: wire::MeshStatus = sample_status().into();
+        wire.measurements[0].rdma_port_state = 0;
+        let err = MeshStatus::try_from(wire).expect_err("unspecified port state");
+        assert_eq!(
+            err.to_string(),
+            "measurements[0].rdma_port_state: unspecified"
+        );
 
         let mut wire: wire::MeshStatus = sample_status().into();
         wire.node = None;

@@ -350,6 +350,11 @@ pub struct MeshStatus {
     pub cables: Vec<Cable>,
     /// The platform checks of every node heard, then the mesh-wide ones.
     pub checks: Vec<CheckResult>,
+    /// Each end's latest figures for its links: this node's own, then its
+    /// peers'. Gathered when the status is read from outside the daemon
+    /// (`GetStatus`, the mesh page); the daemon's own status updates leave
+    /// it empty.
+    pub measurements: Vec<LinkMeasurement>,
 }
 
 impl MeshStatus {
@@ -530,6 +535,43 @@ impl LinkObservation {
     /// The loss window of exactly `window`, if measured.
     pub fn loss_over(&self, window: Duration) -> Option<&LossWindow> {
         self.loss.iter().find(|w| w.window == window)
+    }
+}
+
+/// What one end last measured on one of its links: the figures behind the
+/// link verdicts, without the observation's histogram and counters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkMeasurement {
+    /// The measuring end.
+    pub node: NodeId,
+    pub peer: NodeId,
+    /// When the answering node got these figures, on its own clock.
+    pub at: SystemTime,
+    pub interface_state: InterfaceState,
+    pub negotiated_speed_bps: Option<u64>,
+    pub expected_speed_bps: Option<u64>,
+    pub rdma_port_state: RdmaPortState,
+    pub rtt: RttSummary,
+    /// Small-probe loss over the sliding windows, shortest first.
+    pub loss: Vec<LossWindow>,
+    pub silence: Duration,
+}
+
+impl LinkMeasurement {
+    /// The figures of `observation`, which this node got at `at`.
+    pub fn of(observation: &LinkObservation, at: SystemTime) -> Self {
+        Self {
+            node: observation.local.node.clone(),
+            peer: observation.remote.node.clone(),
+            at,
+            interface_state: observation.interface_state,
+            negotiated_speed_bps: observation.negotiated_speed_bps,
+            expected_speed_bps: observation.expected_speed_bps,
+            rdma_port_state: observation.rdma_port_state,
+            rtt: observation.rtt,
+            loss: observation.loss.clone(),
+            silence: observation.silence,
+        }
     }
 }
 

@@ -296,8 +296,9 @@ impl Demo {
         )];
         for node in &self.plan.nodes {
             lines.push(format!(
-                "  node {}: meshctl --addr {} status    metrics: http://{}/metrics",
+                "  node {}: page http://{}/    meshctl --addr {} status    metrics: http://{}/metrics",
                 node.id,
+                node.metrics(),
                 node.grpc(),
                 node.metrics()
             ));

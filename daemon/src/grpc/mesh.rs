@@ -38,8 +38,7 @@ impl Mesh for MeshService {
         &self,
         _request: Request<wire::GetStatusRequest>,
     ) -> Result<Response<wire::MeshStatus>, Status> {
-        let status = self.state.current();
-        Ok(Response::new((*status).clone().into()))
+        Ok(Response::new(self.state.current_with_measurements().into()))
     }
 
     type WatchEventsStream = EventStream;

@@ -29,7 +29,7 @@ id = {id}
 [listen]
 # gRPC for peers and meshctl.
 grpc = "{grpc}"
-# HTTP: /metrics (Prometheus) and /healthz.
+# HTTP: the mesh page at /, /metrics (Prometheus) and /healthz.
 metrics = "{metrics}"
 
 [probe]

@@ -112,7 +112,11 @@ impl MeshSeries {
         out.family(&c::LINKS_OBSERVED)
             .sample(&[], count(published.links_observed));
         let mut family = out.family(&c::PEER_REPORT_AGE_SECONDS);
-        for (peer, age) in &published.report_ages {
+        for (peer, received) in &published.peer_reports {
+            let age = status
+                .evaluated_at
+                .duration_since(received.at)
+                .unwrap_or_default();
             family.sample(&[peer.as_str()], age.as_secs_f64());
         }
         let mut family = out.family(&c::REPORTS_REJECTED_TOTAL);

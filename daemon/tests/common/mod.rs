@@ -1,6 +1,8 @@
 //! Helpers shared by the daemon's integration tests.
 #![allow(dead_code)]
 
+pub mod cdp;
+
 use std::net::SocketAddr;
 use std::time::Duration;
 
