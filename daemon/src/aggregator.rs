@@ -292,9 +292,10 @@ impl Aggregator {
         self.configured = config.members().into_iter().collect();
         self.expected_links = settings::expected_links(config, &self.identity.id);
         self.down_after = config.thresholds.down_after;
-        self.feeds
-            .probes
-            .apply(&self.expected_links, settings::prober(&config.probe));
+        self.feeds.probes.apply(
+            &settings::probed_links(config, &self.identity.id),
+            settings::prober(&config.probe),
+        );
         self.feeds
             .book
             .lock()

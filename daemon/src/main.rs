@@ -47,8 +47,8 @@ enum Command {
         /// Nodes in the mesh, 2 to 8; named a, b, c, ...
         #[arg(long, default_value_t = demo::plan::DEFAULT_NODES)]
         nodes: usize,
-        /// First of the ports the demo uses (up to base + 187): node k's
-        /// gRPC is base+k, its metrics base+10+k.
+        /// First of the ports the demo uses on 127.0.0.1 (up to base + 387):
+        /// node k's gRPC is base+k, its metrics base+10+k.
         #[arg(long, default_value_t = demo::plan::DEFAULT_BASE_PORT)]
         base_port: u16,
         #[arg(long, value_enum, default_value = "human")]
@@ -191,8 +191,8 @@ fn check_binary(binary: &std::path::Path) -> Result<(), InstallError> {
 }
 
 /// Errors go to stderr as plain text, not as a log line: the demo is
-/// interactive and the message (e.g. the macOS alias command) is for a
-/// person to read and copy.
+/// interactive and the message (e.g. which port is taken, and the
+/// `--base-port` that avoids it) is for a person to read and act on.
 #[allow(clippy::print_stderr)]
 fn run_demo(nodes: usize, base_port: u16, hostname: &str) -> ExitCode {
     let result = demo::plan::Plan::new(nodes, base_port)

@@ -91,7 +91,7 @@ impl RunningNode {
         let (configs, _) = watch::channel(Arc::new(config.clone()));
         let book = aggregator::report_book(config);
         let probes = ProbeManager::new(
-            &settings::expected_links(config, &identity.id),
+            &settings::probed_links(config, &identity.id),
             settings::prober(&config.probe),
             metrics.clone(),
             shutdown.clone(),

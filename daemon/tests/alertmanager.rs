@@ -10,8 +10,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::{free_port, http_get};
-use meshd::demo::Demo;
-use meshd::demo::plan::Plan;
 
 /// The test needs the real thing; on a laptop without it, it says so and
 /// passes, but under CI it must run.
@@ -127,22 +125,12 @@ async fn a_cut_cable_fires_in_alertmanager_and_heal_resolves_it() {
     let (_alertmanager, addr) = start_alertmanager(binary, dir.path());
     wait_ready(addr).await;
 
-    let mut demo = None;
-    for base in common::bases() {
-        let mut plan = Plan::new(4, base).expect("plan");
+    let (mut demo, _) = common::start_demo_with(4, |plan| {
         for node in &mut plan.nodes {
             node.config.alerting.alertmanagers = vec![format!("http://{addr}")];
         }
-        match Demo::start(plan, common::HOSTNAME).await {
-            Ok(started) => {
-                demo = Some(started);
-                break;
-            }
-            Err(err) if err.to_string().contains("in use") => continue,
-            Err(err) => panic!("demo starts: {err}"),
-        }
-    }
-    let mut demo = demo.expect("a free base port");
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(
         link_down_alerts(addr).await.is_empty(),

@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::{bases, start_demo as start, status};
-use meshd::demo::Demo;
+use meshd::demo::{Demo, DemoError, plan};
 
 async fn reply(demo: &mut Demo, line: &str) -> String {
     demo.execute(line).await.reply.unwrap_or_default()
@@ -18,9 +18,7 @@ async fn reply(demo: &mut Demo, line: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_answer_and_kill_revive_gives_a_new_incarnation() {
     let _serial = meshd_test_lock::exclusive();
-    let Some((mut demo, plan)) = start(3).await else {
-        return;
-    };
+    let (mut demo, plan) = start(3).await;
 
     for (i, node) in plan.nodes.iter().enumerate() {
         let running = demo.node(i).expect("running");
@@ -136,17 +134,16 @@ fn spawn_demo(nodes: usize) -> Child {
         // was taken.
         let output = process.wait_with_output().expect("exit");
         last = String::from_utf8_lossy(&output.stderr).into_owned();
-        assert!(last.contains("in use"), "meshd demo failed: {last}");
+        assert!(
+            last.contains("is taken") || last.contains("in use"),
+            "meshd demo failed: {last}"
+        );
     }
     panic!("no free base port: {last}");
 }
 
 #[test]
 fn the_cli_prints_where_to_look_answers_commands_and_quits() {
-    if cfg!(target_os = "macos") {
-        eprintln!("skipped: needs the 127.100/127.101 loopback aliases");
-        return;
-    }
     let _serial = meshd_test_lock::exclusive();
     let Child {
         mut process,
@@ -192,4 +189,77 @@ fn the_cli_refuses_a_mesh_size_out_of_range() {
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("9 nodes is out of range"), "{stderr}");
+}
+
+#[test]
+fn the_cli_names_a_taken_port_and_suggests_another_base() {
+    for base in bases() {
+        // Node b's end of its cable to a, as a stranger holding one port.
+        let taken = std::net::SocketAddr::from(([127, 0, 0, 1], plan::cable_port(base, 1, 0)));
+        let Ok(_holder) = std::net::UdpSocket::bind(taken) else {
+            continue;
+        };
+        let out = Command::new(env!("CARGO_BIN_EXE_meshd"))
+            .args(["demo", "--nodes", "2", "--base-port", &base.to_string()])
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .output()
+            .expect("meshd demo runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if !stderr.contains(&taken.to_string()) && stderr.contains("is taken") {
+            // Another test holds another port of this base.
+            continue;
+        }
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(
+            out.stdout.is_empty(),
+            "no banner for a demo that did not start"
+        );
+        let expected = format!(
+            "{taken}/udp (node b's end of the cable to a) is taken: Address already in use"
+        );
+        assert!(stderr.contains(&expected), "{stderr}");
+        let suggested = format!("--base-port {}", plan::suggested_base(base));
+        assert!(stderr.contains(&suggested), "{stderr}");
+        return;
+    }
+    panic!("no base port whose cable port could be held");
+}
+
+#[tokio::test]
+async fn a_taken_port_stops_the_start_before_anything_binds() {
+    let _serial = meshd_test_lock::exclusive();
+    for base in bases() {
+        let plan = plan::Plan::new(3, base).expect("plan");
+        let metrics_b = plan.nodes[1].metrics();
+        let Ok(holder) = std::net::TcpListener::bind(metrics_b) else {
+            continue;
+        };
+        let err = Demo::start(plan.clone(), common::HOSTNAME)
+            .await
+            .expect_err("a port is taken");
+        match &err {
+            DemoError::PortTaken {
+                transport, addr, ..
+            } if *addr == metrics_b => {
+                assert_eq!(*transport, plan::Transport::Tcp);
+                let message = err.to_string();
+                assert!(message.contains("(metrics of node b)"), "{message}");
+                assert!(message.contains("--base-port"), "{message}");
+            }
+            // Another test holds another port of this base.
+            DemoError::PortTaken { .. } => continue,
+            other => panic!("unexpected error: {other}"),
+        }
+        // Nothing started: with the port back, the same plan starts.
+        drop(holder);
+        let Ok(demo) = Demo::start(plan, common::HOSTNAME).await else {
+            continue;
+        };
+        tokio::time::timeout(Duration::from_secs(30), demo.stop())
+            .await
+            .expect("the demo stops");
+        return;
+    }
+    panic!("no base port whose metrics port could be held");
 }

@@ -117,9 +117,7 @@ async fn command(demo: &mut Demo, line: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_nodes_cut_kill_partition_and_heal() {
     let _serial = meshd_test_lock::exclusive();
-    let Some((mut demo, plan)) = start_demo(4).await else {
-        return;
-    };
+    let (mut demo, plan) = start_demo(4).await;
     let statuses = wait_all(&demo, SETTLE, "4 nodes and 6 links up", all_up).await;
     assert!(
         statuses
@@ -184,9 +182,7 @@ async fn four_nodes_cut_kill_partition_and_heal() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_nodes_tell_a_dead_node_from_a_cut_cable_at_the_same_time() {
     let _serial = meshd_test_lock::exclusive();
-    let Some((mut demo, _plan)) = start_demo(5).await else {
-        return;
-    };
+    let (mut demo, _plan) = start_demo(5).await;
     wait_all(&demo, SETTLE, "5 nodes and 10 links up", all_up).await;
     command(&mut demo, "cut a b").await;
     command(&mut demo, "kill e").await;
@@ -224,9 +220,7 @@ async fn five_nodes_tell_a_dead_node_from_a_cut_cable_at_the_same_time() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flapping_cable_is_flapping_not_a_stream_of_events() {
     let _serial = meshd_test_lock::exclusive();
-    let Some((mut demo, plan)) = start_demo(4).await else {
-        return;
-    };
+    let (mut demo, plan) = start_demo(4).await;
     wait_all(&demo, SETTLE, "all up", all_up).await;
     let mut client = MeshClient::new(common::channel(plan.nodes[3].grpc()).await);
     let mut events = client
@@ -287,9 +281,7 @@ async fn a_flapping_cable_is_flapping_not_a_stream_of_events() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lossy_and_slow_cables_are_degraded_not_down() {
     let _serial = meshd_test_lock::exclusive();
-    let Some((mut demo, _plan)) = start_demo(4).await else {
-        return;
-    };
+    let (mut demo, _plan) = start_demo(4).await;
     wait_all(&demo, SETTLE, "all up", all_up).await;
     // Loss is judged over 10 s; slowness against the link's own baseline,
     // which needs three 10 s windows of history first.

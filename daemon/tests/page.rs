@@ -130,9 +130,7 @@ async fn the_open_page_draws_the_mesh_and_follows_it_live() {
         );
         return;
     };
-    let Some((mut demo, plan)) = start_demo(4).await else {
-        return;
-    };
+    let (mut demo, plan) = start_demo(4).await;
     until_status(&demo, "4 nodes and 6 cables up", all_up).await;
     let a = plan.nodes[0].metrics();
 

@@ -10,15 +10,15 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use meshd::demo::Demo;
 use meshd::demo::plan::Plan;
-use meshd::demo::{Demo, DemoError};
 use meshd_platform::mesh::hostfile::{Hostfile, to_mlx_json, validate_mlx_hostfile};
 use meshd_proto::domain::{AlarmKind, MeshStatus};
 use meshd_proto::facts::CheckStatus;
 use meshd_proto::wire;
 use meshd_proto::wire::topology_client::TopologyClient;
 
-use common::{HOSTNAME, bases, channel, http_get, status};
+use common::{channel, http_get, status};
 
 fn scenario(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -28,23 +28,13 @@ fn scenario(name: &str) -> PathBuf {
 
 /// A two-node demo whose nodes read the two MacBook Pros of one capture,
 /// which are cabled to each other.
-async fn start_replaying_demo() -> Option<(Demo, Plan)> {
-    for base in bases() {
-        let mut plan = Plan::new(2, base).expect("plan");
+async fn start_replaying_demo() -> (Demo, Plan) {
+    common::start_demo_with(2, |plan| {
         plan.nodes[0].config.platform.replay_dir = Some(scenario("macbook-m5-max-rdma-disabled"));
         plan.nodes[1].config.platform.replay_dir =
             Some(scenario("macbook-m5-max-rdma-enabled-ports-down"));
-        match Demo::start(plan.clone(), HOSTNAME).await {
-            Ok(demo) => return Some((demo, plan)),
-            Err(err @ DemoError::MissingAddress { .. }) if cfg!(target_os = "macos") => {
-                eprintln!("skipped: {err}");
-                return None;
-            }
-            Err(err) if err.to_string().contains("in use") => {}
-            Err(err) => panic!("demo starts: {err}"),
-        }
-    }
-    panic!("no free base port");
+    })
+    .await
 }
 
 /// Polls a node until `done` holds for its status.
@@ -70,9 +60,7 @@ async fn until(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn facts_travel_cables_are_discovered_and_failing_checks_alarm() {
     let _serial = meshd_test_lock::exclusive();
-    let Some((demo, plan)) = start_replaying_demo().await else {
-        return;
-    };
+    let (demo, plan) = start_replaying_demo().await;
     for node in &plan.nodes {
         let other = plan.nodes.iter().find(|n| n.id != node.id).expect("other");
         let status = until(
@@ -170,9 +158,7 @@ async fn facts_travel_cables_are_discovered_and_failing_checks_alarm() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_serves_a_valid_jaccl_hostfile_and_refuses_bad_requests() {
     let _serial = meshd_test_lock::exclusive();
-    let Some((demo, plan)) = common::start_demo(4).await else {
-        return;
-    };
+    let (demo, plan) = common::start_demo(4).await;
     let addr = plan.nodes[1].grpc();
     // Each end's device comes from its own node's config, through that
     // node's reports: wait until every node has been heard declaring.

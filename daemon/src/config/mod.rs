@@ -36,7 +36,8 @@ use locate::{Locator, line_of_offset};
 pub const DEFAULT_GRPC_PORT: u16 = 7420;
 /// HTTP port for `/metrics` and `/healthz`; 9xxx like other Prometheus exporters.
 pub const DEFAULT_METRICS_PORT: u16 = 9420;
-/// UDP port of the probe responder on every link address.
+/// UDP port of the probe responder on every link address, unless a link
+/// names its own (`local_port`, `peer_port`).
 pub const DEFAULT_PROBE_PORT: u16 = 7421;
 /// Listen on every interface: peers reach us over the management network,
 /// whose address this node does not know in advance.
@@ -185,6 +186,13 @@ pub struct LinkConfig {
     pub local_iface: Option<String>,
     pub local_address: IpAddr,
     pub peer_address: IpAddr,
+    /// UDP port of this end's probe responder; default `probe.port`. Lets
+    /// two cables share an address (or a test mesh share one host).
+    #[serde(default)]
+    pub local_port: Option<u16>,
+    /// UDP port of the peer's responder on this cable; default `probe.port`.
+    #[serde(default)]
+    pub peer_port: Option<u16>,
     /// Lets meshd flag a TB5 cable that negotiated 40 Gb/s instead of 80.
     #[serde(default)]
     pub expected_speed_gbps: Option<u32>,
@@ -195,6 +203,16 @@ pub struct LinkConfig {
 }
 
 impl LinkConfig {
+    /// Where this end's probe responder listens.
+    pub fn local_probe_addr(&self, probe: &ProbeConfig) -> SocketAddr {
+        SocketAddr::new(self.local_address, self.local_port.unwrap_or(probe.port))
+    }
+
+    /// Where this end sends its probes: the peer's responder.
+    pub fn peer_probe_addr(&self, probe: &ProbeConfig) -> SocketAddr {
+        SocketAddr::new(self.peer_address, self.peer_port.unwrap_or(probe.port))
+    }
+
     /// The configured device, else on macOS the one paired with the
     /// interface (`en2` → `rdma_en2`, ARCHITECTURE.md, Field facts).
     pub fn rdma_device_on(&self, os: meshd_proto::facts::OsKind) -> Option<String> {

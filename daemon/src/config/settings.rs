@@ -12,8 +12,8 @@ use meshd_model::link::{LinkRules, SATURATED_SLOWDOWN};
 use meshd_model::verdict::{EngineSettings, ExpectedLink};
 use meshd_proto::domain::{LinkEnd, NodeId};
 
-use super::{Config, CpuWatchConfig, JobWatchConfig, ProbeConfig};
-use crate::probe::ProberSettings;
+use super::{Config, CpuWatchConfig, JobWatchConfig, LinkConfig, ProbeConfig};
+use crate::probe::{LinkPorts, ProbedLink, ProberSettings};
 
 /// Reports sent further in the past than this many `stale_after`s are
 /// refused: they describe a mesh that no longer exists.
@@ -51,25 +51,46 @@ pub fn expected_links(config: &Config, local: &NodeId) -> Vec<ExpectedLink> {
     config
         .links
         .iter()
-        .map(|link| ExpectedLink {
-            local: LinkEnd {
-                node: local.clone(),
-                iface: link.local_iface.clone(),
-                address: Some(link.local_address),
-                rdma_device: link.rdma_device_on(meshd_platform::this_os()),
-                rdma_port: None,
+        .map(|link| expected_link(link, local))
+        .collect()
+}
+
+/// The cables this node probes, with the ports of their responders.
+pub fn probed_links(config: &Config, local: &NodeId) -> Vec<ProbedLink> {
+    config
+        .links
+        .iter()
+        .map(|link| ProbedLink {
+            link: expected_link(link, local),
+            ports: LinkPorts {
+                local: link.local_probe_addr(&config.probe).port(),
+                peer: link.peer_probe_addr(&config.probe).port(),
             },
-            remote: LinkEnd {
-                address: Some(link.peer_address),
-                ..LinkEnd::node_only(link.peer.clone())
-            },
-            expected_speed_bps: link
-                .expected_speed_gbps
-                .map(|gbps| u64::from(gbps) * 1_000_000_000),
         })
         .collect()
 }
 
+fn expected_link(link: &LinkConfig, local: &NodeId) -> ExpectedLink {
+    ExpectedLink {
+        local: LinkEnd {
+            node: local.clone(),
+            iface: link.local_iface.clone(),
+            address: Some(link.local_address),
+            rdma_device: link.rdma_device_on(meshd_platform::this_os()),
+            rdma_port: None,
+        },
+        remote: LinkEnd {
+            address: Some(link.peer_address),
+            ..LinkEnd::node_only(link.peer.clone())
+        },
+        expected_speed_bps: link
+            .expected_speed_gbps
+            .map(|gbps| u64::from(gbps) * 1_000_000_000),
+    }
+}
+
+/// The probe settings every link shares; each link's ports come with it
+/// ([`probed_links`]).
 pub fn prober(c: &ProbeConfig) -> ProberSettings {
     ProberSettings {
         interval: c.interval,
@@ -77,7 +98,6 @@ pub fn prober(c: &ProbeConfig) -> ProberSettings {
         mtu_interval: c.mtu_interval,
         mtu_payload_bytes: c.mtu_payload_bytes,
         timeout: c.timeout,
-        port: c.port,
     }
 }
 

@@ -424,7 +424,7 @@ fn link_rules() {
             "peer = \"studio-2\"\nlocal_address = \"169.254.1.1\"\npeer_address = \"169.254.1.1\"",
         ),
         "links[0].peer_address",
-        "the two ends of a cable need different addresses",
+        "169.254.1.1:7421 is also this end's own responder",
     );
     assert_problem(
         &link("peer = \"studio-2\"\nlocal_address = \"169.254.1.1\"\npeer_address = \"fe80::2\""),
@@ -466,8 +466,84 @@ fn link_rules() {
     assert_eq!(
         lines(&two),
         [
-            "meshd.toml:17: links[1].local_address: 169.254.1.1 is already the local address of \
-          another link; each cable needs its own address (first at line 12)"
+            "meshd.toml:17: links[1].local_address: links[1] (to studio-3) and links[0] (to \
+             studio-2) both answer probes on 169.254.1.1:7421; give each cable its own \
+             local_address or local_port (first at line 12)"
+        ]
+    );
+}
+
+#[test]
+fn link_ports_default_to_the_probe_port_and_are_checked() {
+    let link = |body: &str| format!("{TWO_PEERS}\n[probe]\nport = 7500\n\n[[links]]\n{body}\n");
+    let ends = "local_address = \"169.254.1.1\"\npeer_address = \"169.254.1.2\"";
+    let config = parse(&link(&format!("peer = \"studio-2\"\n{ends}"))).expect("valid");
+    let only = &config.links[0];
+    assert_eq!((only.local_port, only.peer_port), (None, None));
+    assert_eq!(
+        only.local_probe_addr(&config.probe).to_string(),
+        "169.254.1.1:7500"
+    );
+    assert_eq!(
+        only.peer_probe_addr(&config.probe).to_string(),
+        "169.254.1.2:7500"
+    );
+
+    let config = parse(&link(&format!(
+        "peer = \"studio-2\"\n{ends}\nlocal_port = 8001\npeer_port = 65535"
+    )))
+    .expect("valid");
+    let own = &config.links[0];
+    assert_eq!(
+        own.local_probe_addr(&config.probe).to_string(),
+        "169.254.1.1:8001"
+    );
+    assert_eq!(
+        own.peer_probe_addr(&config.probe).to_string(),
+        "169.254.1.2:65535"
+    );
+
+    for field in ["local_port", "peer_port"] {
+        assert_problem(
+            &link(&format!("peer = \"studio-2\"\n{ends}\n{field} = 0")),
+            &format!("links[0].{field}"),
+            "0 is not a usable port; use 1 to 65535, or leave it out for probe.port (7500)",
+        );
+    }
+    assert_eq!(
+        lines(&link(&format!(
+            "peer = \"studio-2\"\n{ends}\npeer_port = 65536"
+        ))),
+        [
+            "meshd.toml:17: links[0].peer_port: invalid value: integer `65536`, expected an integer from 0 to 65535"
+        ]
+    );
+
+    // Both ends on one host: fine with two ports, refused with one.
+    let looped = "peer = \"studio-2\"\nlocal_address = \"127.0.0.1\"\npeer_address = \"127.0.0.1\"";
+    assert!(parse(&link(&format!("{looped}\npeer_port = 7501"))).is_ok());
+    assert_problem(
+        &link(&format!("{looped}\nlocal_port = 7501\npeer_port = 7501")),
+        "links[0].peer_port",
+        "127.0.0.1:7501 is also this end's own responder (local_address and local_port); \
+         the two ends of a cable need different addresses or ports",
+    );
+
+    // Two cables on one address need their own ports; a port given
+    // explicitly collides with the default one too.
+    let second = |extra: &str| {
+        link(&format!(
+            "peer = \"studio-2\"\n{ends}\n\n[[links]]\npeer = \"studio-3\"\n\
+             local_address = \"169.254.1.1\"\npeer_address = \"169.254.2.2\"\n{extra}"
+        ))
+    };
+    assert!(parse(&second("local_port = 7501")).is_ok());
+    assert_eq!(
+        lines(&second("local_port = 7500")),
+        [
+            "meshd.toml:22: links[1].local_port: links[1] (to studio-3) and links[0] (to \
+             studio-2) both answer probes on 169.254.1.1:7500; give each cable its own \
+             local_address or local_port (first at line 15)"
         ]
     );
 }

@@ -3,14 +3,14 @@
 //! that needs fixing.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use meshd_proto::domain::NodeId;
 
 use super::address::{self, PeerAddress, UrlError};
 use super::error::Problem;
-use super::{Config, LinkConfig};
+use super::{Config, LinkConfig, ProbeConfig};
 
 /// The verdict engine is benchmarked up to this many nodes (ARCHITECTURE.md, Targets).
 const MAX_MESH_SIZE: usize = 256;
@@ -253,7 +253,7 @@ fn check_mesh(c: &Config, p: &mut Vec<Problem>) {
 }
 
 fn check_links(c: &Config, p: &mut Vec<Problem>) {
-    let mut local_addresses: HashMap<IpAddr, usize> = HashMap::new();
+    let mut responders: HashMap<SocketAddr, usize> = HashMap::new();
     for (i, link) in c.links.iter().enumerate() {
         let key = |field: &str| format!("links[{i}].{field}");
         if !c.peers.iter().any(|peer| peer.id == link.peer) {
@@ -274,20 +274,32 @@ fn check_links(c: &Config, p: &mut Vec<Problem>) {
         if let Some(device) = &link.rdma_device {
             check_rdma_device(device, &key("rdma_device"), p);
         }
-        check_link_addresses(link, i, p);
-        match local_addresses.get(&link.local_address) {
-            Some(first) => p.push(
+        check_link_ports(link, i, c.probe.port, p);
+        check_link_addresses(link, i, &c.probe, p);
+        // One responder answers on each address and port, so two cables
+        // there could not be told apart.
+        let responder = link.local_probe_addr(&c.probe);
+        let field = |link: &LinkConfig| {
+            if link.local_port.is_some() {
+                "local_port"
+            } else {
+                "local_address"
+            }
+        };
+        match responders.get(&responder) {
+            Some(&first) => p.push(
                 Problem::new(
-                    key("local_address"),
+                    key(field(link)),
                     format!(
-                        "{} is already the local address of another link; each cable needs its own address",
-                        link.local_address
+                        "links[{i}] (to {}) and links[{first}] (to {}) both answer probes on \
+                         {responder}; give each cable its own local_address or local_port",
+                        link.peer, c.links[first].peer,
                     ),
                 )
-                .with_first(format!("links[{first}].local_address")),
+                .with_first(format!("links[{first}].{}", field(&c.links[first]))),
             ),
             None => {
-                local_addresses.insert(link.local_address, i);
+                responders.insert(responder, i);
             }
         }
         if let Some(speed) = link.expected_speed_gbps
@@ -297,6 +309,23 @@ fn check_links(c: &Config, p: &mut Vec<Problem>) {
                 key("expected_speed_gbps"),
                 format!(
                     "{speed} is out of range; use 1 to {MAX_LINK_SPEED_GBPS} (Gb/s; a Thunderbolt 5 cable negotiates 80), or leave it out"
+                ),
+            ));
+        }
+    }
+}
+
+/// Port 0 would have the OS pick a port no peer knows.
+fn check_link_ports(link: &LinkConfig, i: usize, probe_port: u16, p: &mut Vec<Problem>) {
+    for (field, port) in [
+        ("local_port", link.local_port),
+        ("peer_port", link.peer_port),
+    ] {
+        if port == Some(0) {
+            p.push(Problem::new(
+                format!("links[{i}].{field}"),
+                format!(
+                    "0 is not a usable port; use 1 to 65535, or leave it out for probe.port ({probe_port})"
                 ),
             ));
         }
@@ -320,7 +349,7 @@ fn check_iface(iface: &str, key: &str, p: &mut Vec<Problem>) {
     }
 }
 
-fn check_link_addresses(link: &LinkConfig, i: usize, p: &mut Vec<Problem>) {
+fn check_link_addresses(link: &LinkConfig, i: usize, probe: &ProbeConfig, p: &mut Vec<Problem>) {
     for (field, ip) in [
         ("local_address", link.local_address),
         ("peer_address", link.peer_address),
@@ -332,12 +361,20 @@ fn check_link_addresses(link: &LinkConfig, i: usize, p: &mut Vec<Problem>) {
             ));
         }
     }
-    if link.local_address == link.peer_address {
+    // Both ends on one address is a cable looped back on one host, which
+    // works as long as the two responders have their own ports.
+    let peer = link.peer_probe_addr(probe);
+    if peer == link.local_probe_addr(probe) {
+        let field = if link.peer_port.is_some() {
+            "peer_port"
+        } else {
+            "peer_address"
+        };
         p.push(Problem::new(
-            format!("links[{i}].peer_address"),
+            format!("links[{i}].{field}"),
             format!(
-                "{} is also local_address; the two ends of a cable need different addresses",
-                link.peer_address
+                "{peer} is also this end's own responder (local_address and local_port); \
+                 the two ends of a cable need different addresses or ports"
             ),
         ));
     } else if link.local_address.is_ipv4() != link.peer_address.is_ipv4() {

@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use crate::node::{RunningNode, StartError};
 use command::{Command, USAGE};
 use faults::Faults;
-use plan::{Plan, PlanError};
+use plan::{Plan, PlanError, Transport};
 use proxy::{TcpProxy, UdpProxy};
 
 /// A node that does not stop within this is reported and left behind.
@@ -35,15 +35,18 @@ pub enum DemoError {
     #[error(transparent)]
     Plan(#[from] PlanError),
     #[error(
-        "cannot bind {addr}: {source}. The demo needs {count} loopback addresses besides \
-         127.0.0.1 (one per cable end and per fault proxy). Linux routes all of 127.0.0.0/8 \
-         on lo; macOS has only 127.0.0.1 on lo0, so add them first:\n  {command}"
+        "{addr}/{transport} ({what}) is taken: {source}. Is another demo running? \
+         The demo uses ports {base} to {last} on 127.0.0.1; start it on others with \
+         --base-port, e.g. --base-port {suggested}",
+        last = u32::from(*base) + u32::from(plan::MAX_PORT_OFFSET),
+        suggested = plan::suggested_base(*base),
     )]
-    MissingAddress {
-        addr: std::net::Ipv4Addr,
+    PortTaken {
+        transport: Transport,
+        addr: std::net::SocketAddr,
+        what: String,
+        base: u16,
         source: std::io::Error,
-        count: usize,
-        command: String,
     },
     #[error("cannot start the {what} proxy on {addr}: {source}")]
     Proxy {
@@ -81,7 +84,7 @@ impl Demo {
     /// in place, then the nodes. Anything that fails to start stops what
     /// already runs.
     pub async fn start(plan: Plan, hostname: &str) -> Result<Demo, DemoError> {
-        check_addresses(&plan)?;
+        check_ports(&plan)?;
         let mut demo = Demo {
             nodes: Vec::with_capacity(plan.nodes.len()),
             hostname: hostname.to_owned(),
@@ -99,7 +102,7 @@ impl Demo {
 
     async fn start_all(&mut self) -> Result<(), DemoError> {
         for p in self.plan.udp_proxies() {
-            let proxy = UdpProxy::bind(p.listen, p.upstream, p.upstream_bind, (p.from, p.to))
+            let proxy = UdpProxy::bind(p.listen, p.upstream, (p.from, p.to))
                 .await
                 .map_err(|source| DemoError::Proxy {
                     what: "UDP",
@@ -304,13 +307,14 @@ impl Demo {
             ));
         }
         lines.push(format!(
-            "cables: node i's end of the cable to node j is 127.100.i.j:{probe}; its probes go \
-             through the fault proxy 127.101.i.j:{probe} (a=1, b=2, ...)",
-            probe = self.plan.probe_port
+            "cables: node i's end of the cable to node j answers probes on udp 127.0.0.1:{}+10i+j; \
+             its probes go through the fault proxy on udp 127.0.0.1:{}+10i+j (a=1, b=2, ...)",
+            base + plan::CABLE_OFFSET,
+            base + plan::UDP_PROXY_OFFSET,
         ));
         lines.push(format!(
-            "management: node i reaches node j's gRPC through the proxy 127.0.0.1:{}+10i+j",
-            base + 100
+            "management: node i reaches node j's gRPC through the proxy on tcp 127.0.0.1:{}+10i+j",
+            base + plan::MANAGEMENT_OFFSET,
         ));
         lines.push("commands, one per line on stdin:".to_owned());
         let width = USAGE.iter().map(|(u, _)| u.len()).max().unwrap_or(0);
@@ -344,18 +348,23 @@ async fn stop_node(node: RunningNode) -> Result<(), String> {
     }
 }
 
-/// Every address the plan binds must exist before anything starts, so a
-/// Mac without the aliases gets one clear message instead of a half-started
-/// mesh.
-fn check_addresses(plan: &Plan) -> Result<(), DemoError> {
-    let aliases = plan.loopback_aliases();
-    for &addr in &aliases {
-        if let Err(source) = std::net::UdpSocket::bind((addr, 0)) {
-            return Err(DemoError::MissingAddress {
-                addr,
+/// Every port the plan binds must be free before anything starts, so a
+/// taken one gets one clear message instead of a half-started mesh. Each
+/// port is held until the last is checked, then all are released.
+fn check_ports(plan: &Plan) -> Result<(), DemoError> {
+    let (mut tcp, mut udp) = (Vec::new(), Vec::new());
+    for port in plan.ports() {
+        let bound = match port.transport {
+            Transport::Tcp => std::net::TcpListener::bind(port.addr).map(|s| tcp.push(s)),
+            Transport::Udp => std::net::UdpSocket::bind(port.addr).map(|s| udp.push(s)),
+        };
+        if let Err(source) = bound {
+            return Err(DemoError::PortTaken {
+                transport: port.transport,
+                addr: port.addr,
+                what: port.what,
+                base: plan.base_port,
                 source,
-                count: aliases.len(),
-                command: plan.alias_command(),
             });
         }
     }

@@ -1,25 +1,28 @@
-//! Where everything of a demo mesh lives: node ids, ports, cable addresses,
-//! proxy addresses, and the generated [`Config`] of every node. Pure: no
-//! socket is touched here, so the whole layout is checked by unit tests.
+//! Where everything of a demo mesh lives: node ids, ports, and the
+//! generated [`Config`] of every node. Pure: no socket is touched here, so
+//! the whole layout is checked by unit tests.
 //!
-//! Numbering is 1-based (`a` = 1, `b` = 2, …) so no address has a `.0`
-//! octet. With base port `P`, node `k`, and an ordered pair of nodes `i → j`:
+//! Everything binds 127.0.0.1 alone, the one loopback address every system
+//! has (macOS has no other on `lo0` unless root adds aliases), so every
+//! cable end and every proxy gets a port of its own instead of an address.
+//! Numbering is 1-based (`a` = 1, `b` = 2, …). With base port `P`, node
+//! `k`, and an ordered pair of nodes `i → j`, on 127.0.0.1:
 //!
-//! | what | address |
+//! | what | port |
 //! |---|---|
-//! | gRPC of node `k` (meshctl) | `127.0.0.1:P+k` |
-//! | metrics of node `k` | `127.0.0.1:P+10+k` |
-//! | node `i`'s end of the cable to `j` (its probe responder) | `127.100.i.j:P+20` |
-//! | UDP fault proxy `i → j` (node `i`'s `links[].peer_address`) | `127.101.i.j:P+20` |
-//! | TCP management proxy `i → j` (node `i`'s `peers[].address`) | `127.0.0.1:P+100+10i+j` |
+//! | gRPC of node `k` (meshctl) | TCP `P+k` |
+//! | metrics of node `k` | TCP `P+10+k` |
+//! | TCP management proxy `i → j` (node `i`'s `peers[].address`) | TCP `P+100+10i+j` |
+//! | node `i`'s end of the cable to `j` (its probe responder, `links[].local_port`) | UDP `P+200+10i+j` |
+//! | UDP fault proxy `i → j` (node `i`'s `links[].peer_port`) | UDP `P+300+10i+j` |
 //!
-//! The UDP proxy `i → j` forwards to `127.100.j.i:P+20` from a socket bound
-//! on `127.101.j.i`, which is what node `j`'s config calls the address of
-//! node `i` on that cable; replies come back to node `i` from the address
-//! node `i` sent to. Both ends therefore see exactly the addresses their
-//! configs name.
+//! The UDP proxy `i → j` forwards to node `j`'s end, `P+200+10j+i`, from a
+//! port of its own, as a prober on the same host would; replies come back to
+//! node `i` from the port node `i` sent to. Both ends therefore see the
+//! addresses and ports their configs name.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::fmt;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 
 use meshd_proto::domain::NodeId;
 
@@ -33,17 +36,14 @@ pub const DEFAULT_NODES: usize = 4;
 pub const DEFAULT_BASE_PORT: u16 = 17400;
 /// Below this, ports are privileged on most systems.
 pub const MIN_BASE_PORT: u16 = 1024;
-/// The highest offset the scheme uses: the management proxy `h → g`.
-const MAX_PORT_OFFSET: u16 = 100 + 10 * 8 + 7;
-pub const MAX_BASE_PORT: u16 = u16::MAX - MAX_PORT_OFFSET;
 
-const METRICS_OFFSET: u16 = 10;
-const PROBE_OFFSET: u16 = 20;
-const MANAGEMENT_OFFSET: u16 = 100;
-/// Second octet of the cable ends.
-const CABLE_NET: u8 = 100;
-/// Second octet of the UDP fault proxies.
-const PROXY_NET: u8 = 101;
+pub const METRICS_OFFSET: u16 = 10;
+pub const MANAGEMENT_OFFSET: u16 = 100;
+pub const CABLE_OFFSET: u16 = 200;
+pub const UDP_PROXY_OFFSET: u16 = 300;
+/// The highest offset the scheme uses: the UDP proxy `h → g`.
+pub const MAX_PORT_OFFSET: u16 = UDP_PROXY_OFFSET + pair_offset(MAX_NODES - 1, MAX_NODES - 2);
+pub const MAX_BASE_PORT: u16 = u16::MAX - MAX_PORT_OFFSET;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PlanError {
@@ -61,7 +61,6 @@ pub enum PlanError {
 #[derive(Debug, Clone)]
 pub struct Plan {
     pub base_port: u16,
-    pub probe_port: u16,
     pub nodes: Vec<NodePlan>,
 }
 
@@ -90,8 +89,6 @@ pub struct UdpProxyPlan {
     pub to: usize,
     pub listen: SocketAddr,
     pub upstream: SocketAddr,
-    /// The source address the upstream sees: the one its config expects.
-    pub upstream_bind: IpAddr,
 }
 
 /// The TCP management proxy for gRPC opened by node `from` to node `to`.
@@ -103,6 +100,30 @@ pub struct TcpProxyPlan {
     pub upstream: SocketAddr,
 }
 
+/// A port the demo binds: on 127.0.0.1, like everything of the demo.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedPort {
+    pub transport: Transport,
+    pub addr: SocketAddr,
+    /// What binds it, for a person: "metrics of node b".
+    pub what: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Transport {
+    Tcp,
+    Udp,
+}
+
+impl fmt::Display for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Transport::Tcp => "tcp",
+            Transport::Udp => "udp",
+        })
+    }
+}
+
 impl Plan {
     pub fn new(nodes: usize, base_port: u16) -> Result<Plan, PlanError> {
         if !(MIN_NODES..=MAX_NODES).contains(&nodes) {
@@ -111,7 +132,6 @@ impl Plan {
         if !(MIN_BASE_PORT..=MAX_BASE_PORT).contains(&base_port) {
             return Err(PlanError::BasePort(base_port));
         }
-        let probe_port = base_port + PROBE_OFFSET;
         let ids = (0..nodes).map(node_id).collect::<Result<Vec<_>, _>>()?;
         let nodes = ids
             .iter()
@@ -122,11 +142,7 @@ impl Plan {
                 config: node_config(index, &ids, base_port),
             })
             .collect();
-        Ok(Plan {
-            base_port,
-            probe_port,
-            nodes,
-        })
+        Ok(Plan { base_port, nodes })
     }
 
     /// The node whose id is `name`, as typed by the user (case-insensitive).
@@ -151,9 +167,8 @@ impl Plan {
             .map(|(from, to)| UdpProxyPlan {
                 from,
                 to,
-                listen: v4(proxy_address(from, to), self.probe_port),
-                upstream: v4(cable_address(to, from), self.probe_port),
-                upstream_bind: IpAddr::V4(proxy_address(to, from)),
+                listen: localhost(udp_proxy_port(self.base_port, from, to)),
+                upstream: localhost(cable_port(self.base_port, to, from)),
             })
             .collect()
     }
@@ -163,32 +178,64 @@ impl Plan {
             .map(|(from, to)| TcpProxyPlan {
                 from,
                 to,
-                listen: v4(
-                    Ipv4Addr::LOCALHOST,
-                    management_port(self.base_port, from, to),
-                ),
-                upstream: v4(Ipv4Addr::LOCALHOST, grpc_port(self.base_port, to)),
+                listen: localhost(management_port(self.base_port, from, to)),
+                upstream: localhost(grpc_port(self.base_port, to)),
             })
             .collect()
     }
 
-    /// Every address besides 127.0.0.1 the demo binds: on macOS each one
-    /// must first be added to `lo0` as an alias.
-    pub fn loopback_aliases(&self) -> Vec<Ipv4Addr> {
-        self.ordered_pairs()
-            .flat_map(|(i, j)| [cable_address(i, j), proxy_address(i, j)])
-            .collect()
+    /// Every port the demo binds, taken from the node configs and the
+    /// proxies, so a check of these covers whatever a caller changed.
+    pub fn ports(&self) -> Vec<PlannedPort> {
+        let port = |transport, addr, what: String| PlannedPort {
+            transport,
+            addr,
+            what,
+        };
+        let mut ports = Vec::new();
+        for node in &self.nodes {
+            let id = &node.id;
+            ports.push(port(
+                Transport::Tcp,
+                node.grpc(),
+                format!("gRPC of node {id}"),
+            ));
+            ports.push(port(
+                Transport::Tcp,
+                node.metrics(),
+                format!("metrics of node {id}"),
+            ));
+            for link in &node.config.links {
+                ports.push(port(
+                    Transport::Udp,
+                    link.local_probe_addr(&node.config.probe),
+                    format!("node {id}'s end of the cable to {}", link.peer),
+                ));
+            }
+        }
+        for p in self.tcp_proxies() {
+            ports.push(port(
+                Transport::Tcp,
+                p.listen,
+                format!("management proxy {} → {}", self.id(p.from), self.id(p.to)),
+            ));
+        }
+        for p in self.udp_proxies() {
+            ports.push(port(
+                Transport::Udp,
+                p.listen,
+                format!(
+                    "fault proxy for {}'s probes to {}",
+                    self.id(p.from),
+                    self.id(p.to)
+                ),
+            ));
+        }
+        ports
     }
 
-    /// A shell loop that adds [`Plan::loopback_aliases`] on macOS.
-    pub fn alias_command(&self) -> String {
-        let indices: Vec<String> = (1..=self.nodes.len()).map(|k| k.to_string()).collect();
-        let list = indices.join(" ");
-        format!(
-            "for i in {list}; do for j in {list}; do [ $i = $j ] || \
-             sudo sh -c \"ifconfig lo0 alias 127.{CABLE_NET}.$i.$j && ifconfig lo0 alias 127.{PROXY_NET}.$i.$j\"; \
-             done; done"
-        )
+    fn id(&self, index: usize) -> &str {
+        self.nodes.get(index).map_or("?", |n| n.id.as_str())
     }
 }
 
@@ -205,20 +252,26 @@ fn node_id(index: usize) -> Result<NodeId, PlanError> {
     })
 }
 
-/// 1-based number of a node, as used in addresses and ports. `index` is
+/// 1-based number of a node, as used in ports. `index` is
 /// below [`MAX_NODES`], which makes the narrowing lossless.
 fn number(index: usize) -> u8 {
     u8::try_from(index + 1).unwrap_or(u8::MAX)
 }
 
-/// Node `i`'s end of its cable to node `j`.
-pub fn cable_address(i: usize, j: usize) -> Ipv4Addr {
-    Ipv4Addr::new(127, CABLE_NET, number(i), number(j))
+/// A base port for a demo next to one on `base`: the first round hundred
+/// above all of its ports.
+pub fn suggested_base(base: u16) -> u16 {
+    let above = (u32::from(base) + u32::from(MAX_PORT_OFFSET)) / 100 * 100 + 100;
+    u16::try_from(above)
+        .ok()
+        .filter(|b| *b <= MAX_BASE_PORT)
+        .unwrap_or(DEFAULT_BASE_PORT)
 }
 
-/// Where node `i` sends its probes for node `j`.
-pub fn proxy_address(i: usize, j: usize) -> Ipv4Addr {
-    Ipv4Addr::new(127, PROXY_NET, number(i), number(j))
+/// Where in a block of ports the ordered pair `i → j` is: `10i+j`, which
+/// stays below 100 for up to [`MAX_NODES`] nodes.
+const fn pair_offset(i: usize, j: usize) -> u16 {
+    10 * (i as u16 + 1) + (j as u16 + 1)
 }
 
 pub fn grpc_port(base: u16, index: usize) -> u16 {
@@ -230,11 +283,21 @@ pub fn metrics_port(base: u16, index: usize) -> u16 {
 }
 
 pub fn management_port(base: u16, from: usize, to: usize) -> u16 {
-    base + MANAGEMENT_OFFSET + 10 * u16::from(number(from)) + u16::from(number(to))
+    base + MANAGEMENT_OFFSET + pair_offset(from, to)
 }
 
-fn v4(ip: Ipv4Addr, port: u16) -> SocketAddr {
-    SocketAddr::V4(SocketAddrV4::new(ip, port))
+/// Node `i`'s end of its cable to node `j`: its probe responder.
+pub fn cable_port(base: u16, i: usize, j: usize) -> u16 {
+    base + CABLE_OFFSET + pair_offset(i, j)
+}
+
+/// Where node `i` sends its probes for node `j`.
+pub fn udp_proxy_port(base: u16, i: usize, j: usize) -> u16 {
+    base + UDP_PROXY_OFFSET + pair_offset(i, j)
+}
+
+fn localhost(port: u16) -> SocketAddr {
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port))
 }
 
 /// See `node_config`; `slow A B 50` clears it with room to spare.
@@ -247,9 +310,8 @@ const DEMO_CPU_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5)
 fn node_config(index: usize, ids: &[NodeId], base: u16) -> Config {
     let mut config = Config::embedded_default("demo");
     config.node.id = ids[index].clone();
-    config.listen.grpc = v4(Ipv4Addr::LOCALHOST, grpc_port(base, index));
-    config.listen.metrics = v4(Ipv4Addr::LOCALHOST, metrics_port(base, index));
-    config.probe.port = base + PROBE_OFFSET;
+    config.listen.grpc = localhost(grpc_port(base, index));
+    config.listen.metrics = localhost(metrics_port(base, index));
     // Loopback RTTs on a shared host jitter by milliseconds (eight daemons
     // and their proxies on two cores), not by the microseconds of a real
     // cable: only a rise this large is degradation here.
@@ -263,7 +325,7 @@ fn node_config(index: usize, ids: &[NodeId], base: u16) -> Config {
     config.peers = others()
         .map(|j| PeerConfig {
             id: ids[j].clone(),
-            address: v4(Ipv4Addr::LOCALHOST, management_port(base, index, j)).to_string(),
+            address: localhost(management_port(base, index, j)).to_string(),
         })
         .collect();
     config.links = others()
@@ -272,8 +334,11 @@ fn node_config(index: usize, ids: &[NodeId], base: u16) -> Config {
             peer: ids[j].clone(),
             // Loopback has no cable interface or negotiated speed to check.
             local_iface: None,
-            local_address: IpAddr::V4(cable_address(index, j)),
-            peer_address: IpAddr::V4(proxy_address(index, j)),
+            // Both ends on 127.0.0.1: the ports tell the cables apart.
+            local_address: Ipv4Addr::LOCALHOST.into(),
+            peer_address: Ipv4Addr::LOCALHOST.into(),
+            local_port: Some(cable_port(base, index, j)),
+            peer_port: Some(udp_proxy_port(base, index, j)),
             expected_speed_gbps: None,
             // The simulated RDMA device of this node's port on the cable,
             // named as on a Mac, so `meshctl hostfile` has a device per cable.
@@ -295,37 +360,44 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_size_gives_valid_configs_and_distinct_addresses() {
+    fn every_size_binds_distinct_ports_on_127_0_0_1_alone() {
         for n in MIN_NODES..=MAX_NODES {
             let plan = Plan::new(n, DEFAULT_BASE_PORT).expect("plan");
             assert_eq!(plan.nodes.len(), n);
-            let mut tcp: HashSet<SocketAddr> = HashSet::new();
-            let mut udp: HashSet<SocketAddr> = HashSet::new();
+            let ports = plan.ports();
+            let pairs = n * (n - 1);
+            let count = |t| ports.iter().filter(|p| p.transport == t).count();
+            assert_eq!(count(Transport::Tcp), 2 * n + pairs, "n={n}");
+            assert_eq!(count(Transport::Udp), 2 * pairs, "n={n}");
+            let mut seen = HashSet::new();
+            for p in &ports {
+                assert_eq!(p.addr.ip(), Ipv4Addr::LOCALHOST, "{p:?}");
+                assert!(seen.insert((p.transport, p.addr.port())), "reused: {p:?}");
+                let offset = p.addr.port() - DEFAULT_BASE_PORT;
+                assert!((1..=MAX_PORT_OFFSET).contains(&offset), "{p:?}");
+            }
+            let bound = |t, addr| seen.contains(&(t, addr)) && addr != 0;
             for node in &plan.nodes {
                 let problems = node.config.validate();
                 assert!(problems.is_empty(), "n={n} {}: {problems:?}", node.id);
                 assert_eq!(node.config.members().len(), n);
                 assert_eq!(node.config.links.len(), n - 1);
-                assert!(tcp.insert(node.grpc()), "gRPC port reused: {}", node.grpc());
-                assert!(tcp.insert(node.metrics()), "metrics reused");
+                for peer in &node.config.peers {
+                    let addr: SocketAddr = peer.address.parse().expect("ip:port");
+                    assert!(bound(Transport::Tcp, addr.port()), "{addr}");
+                }
                 for link in &node.config.links {
-                    assert!(udp.insert(SocketAddr::new(link.local_address, plan.probe_port)));
-                    assert!(udp.insert(SocketAddr::new(link.peer_address, plan.probe_port)));
+                    let peer = link.peer_probe_addr(&node.config.probe);
+                    assert_eq!(peer.ip(), Ipv4Addr::LOCALHOST);
+                    assert!(bound(Transport::Udp, peer.port()), "{peer}");
                 }
             }
-            for proxy in plan.tcp_proxies() {
-                assert!(tcp.insert(proxy.listen), "taken twice: {}", proxy.listen);
-            }
-            assert_eq!(plan.udp_proxies().len(), n * (n - 1));
             for proxy in plan.udp_proxies() {
-                assert!(udp.contains(&proxy.listen));
-                assert!(udp.contains(&proxy.upstream));
+                assert!(bound(Transport::Udp, proxy.upstream.port()));
             }
-            for addr in tcp.iter().chain(&udp) {
-                assert!(addr.ip().is_loopback(), "{addr} is not loopback");
+            for proxy in plan.tcp_proxies() {
+                assert!(bound(Transport::Tcp, proxy.upstream.port()));
             }
-            let aliases: HashSet<Ipv4Addr> = plan.loopback_aliases().into_iter().collect();
-            assert_eq!(aliases.len(), 2 * n * (n - 1));
         }
     }
 
@@ -336,35 +408,39 @@ mod tests {
         let b = &plan.nodes[1];
         assert_eq!(b.grpc().to_string(), "127.0.0.1:17402");
         assert_eq!(b.metrics().to_string(), "127.0.0.1:17412");
-        assert_eq!(b.config.probe.port, 17420);
         let to_c = &b.config.links[1];
         assert_eq!(to_c.peer.as_str(), "c");
-        assert_eq!(to_c.local_address.to_string(), "127.100.2.3");
-        assert_eq!(to_c.peer_address.to_string(), "127.101.2.3");
+        let probe = &b.config.probe;
+        assert_eq!(to_c.local_probe_addr(probe).to_string(), "127.0.0.1:17623");
+        assert_eq!(to_c.peer_probe_addr(probe).to_string(), "127.0.0.1:17723");
         assert_eq!(b.config.peers[0].address, "127.0.0.1:17521");
         assert_eq!(plan.index_of("C"), Some(2));
         assert_eq!(plan.index_of("z"), None);
+        let named = plan
+            .ports()
+            .into_iter()
+            .find(|p| p.addr.port() == 17623)
+            .map(|p| format!("{}/{}: {}", p.addr, p.transport, p.what));
+        assert_eq!(
+            named.as_deref(),
+            Some("127.0.0.1:17623/udp: node b's end of the cable to c")
+        );
     }
 
     #[test]
     fn proxies_connect_the_right_ends() {
         let plan = Plan::new(2, 17400).expect("plan");
+        let (a, b) = (&plan.nodes[0].config, &plan.nodes[1].config);
         let udp = plan.udp_proxies();
         let a_to_b = udp.iter().find(|p| p.from == 0).expect("a->b");
-        assert_eq!(a_to_b.listen.to_string(), "127.101.1.2:17420");
-        assert_eq!(a_to_b.upstream.to_string(), "127.100.2.1:17420");
-        // b's config names a's address on the cable: the source b sees.
-        assert_eq!(
-            a_to_b.upstream_bind,
-            plan.nodes[1].config.links[0].peer_address
-        );
+        assert_eq!(a_to_b.listen.to_string(), "127.0.0.1:17712");
+        assert_eq!(a_to_b.listen, a.links[0].peer_probe_addr(&a.probe));
+        assert_eq!(a_to_b.upstream.to_string(), "127.0.0.1:17621");
+        assert_eq!(a_to_b.upstream, b.links[0].local_probe_addr(&b.probe));
         let tcp = plan.tcp_proxies();
         let b_to_a = tcp.iter().find(|p| p.from == 1).expect("b->a");
         assert_eq!(b_to_a.upstream, plan.nodes[0].grpc());
-        assert_eq!(
-            b_to_a.listen.to_string(),
-            plan.nodes[1].config.peers[0].address
-        );
+        assert_eq!(b_to_a.listen.to_string(), b.peers[0].address);
     }
 
     #[test]
@@ -377,22 +453,13 @@ mod tests {
         for port in [0, 80, MAX_BASE_PORT + 1, u16::MAX] {
             let err = Plan::new(4, port).expect_err("refused");
             assert_eq!(err, PlanError::BasePort(port));
+            assert!(err.to_string().contains("1024 to 65148"), "{err}");
         }
+        assert_eq!(suggested_base(DEFAULT_BASE_PORT), 17_800);
+        assert_eq!(suggested_base(17_413), 17_900);
+        assert_eq!(suggested_base(MAX_BASE_PORT), DEFAULT_BASE_PORT);
         let highest = Plan::new(MAX_NODES, MAX_BASE_PORT).expect("fits");
-        let last = highest
-            .tcp_proxies()
-            .into_iter()
-            .map(|p| p.listen.port())
-            .max();
+        let last = highest.ports().iter().map(|p| p.addr.port()).max();
         assert_eq!(last, Some(u16::MAX));
-    }
-
-    #[test]
-    fn alias_command_covers_every_node() {
-        let plan = Plan::new(3, DEFAULT_BASE_PORT).expect("plan");
-        let cmd = plan.alias_command();
-        assert!(cmd.contains("for i in 1 2 3;"), "{cmd}");
-        assert!(cmd.contains("ifconfig lo0 alias 127.100.$i.$j"), "{cmd}");
-        assert!(cmd.contains("ifconfig lo0 alias 127.101.$i.$j"), "{cmd}");
     }
 }

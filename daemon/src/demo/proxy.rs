@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,29 +35,21 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 pub struct UdpProxy {
     socket: Arc<UdpSocket>,
     upstream: SocketAddr,
-    upstream_bind: IpAddr,
     from: usize,
     to: usize,
 }
 
 impl UdpProxy {
-    /// Binds now, so a missing address fails the demo's start, not later.
+    /// Binds now, so a taken port fails the demo's start, not later.
     pub async fn bind(
         listen: SocketAddr,
         upstream: SocketAddr,
-        upstream_bind: IpAddr,
         (from, to): (usize, usize),
     ) -> io::Result<UdpProxy> {
         let socket = UdpSocket::bind(listen).await?;
-        // Fail early too if the upstream side's source address is missing.
-        drop(std::net::UdpSocket::bind(SocketAddr::new(
-            upstream_bind,
-            0,
-        ))?);
         Ok(UdpProxy {
             socket: Arc::new(socket),
             upstream,
-            upstream_bind,
             from,
             to,
         })
@@ -152,7 +144,9 @@ impl UdpProxy {
     }
 
     async fn new_client(&self, sender: SocketAddr) -> io::Result<Arc<UdpSocket>> {
-        let socket = UdpSocket::bind(SocketAddr::new(self.upstream_bind, 0)).await?;
+        // The upstream is a node on this host, so its own address is a
+        // source it can answer, and nothing but that address is bound.
+        let socket = UdpSocket::bind(SocketAddr::new(self.upstream.ip(), 0)).await?;
         // Connected: only the upstream's answers arrive on it.
         socket.connect(self.upstream).await?;
         tracing::debug!(%sender, upstream = %self.upstream, "udp proxy client");
@@ -376,7 +370,7 @@ mod tests {
         let shutdown = CancellationToken::new();
         let echo = udp_echo(shutdown.clone()).await;
         let faults = Arc::new(Faults::with_seed(seed));
-        let proxy = UdpProxy::bind(loopback(), echo, loopback().ip(), (0, 1))
+        let proxy = UdpProxy::bind(loopback(), echo, (0, 1))
             .await
             .expect("bind proxy");
         let proxy_addr = proxy.local_addr().expect("addr");

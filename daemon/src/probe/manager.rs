@@ -8,15 +8,16 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::{ProberSettings, supervise_link};
+use super::{LinkPorts, ProbedLink, ProberSettings, supervise_link};
 use crate::metrics::Metrics;
-use meshd_model::verdict::{ExpectedLink, LocalObservation};
+use meshd_model::verdict::LocalObservation;
 
 /// What makes a prober: a change of any of it restarts that link's prober.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct LinkSpec {
     local: meshd_proto::domain::LinkEnd,
     remote: meshd_proto::domain::LinkEnd,
+    ports: LinkPorts,
     expected_speed_bps: Option<u64>,
 }
 
@@ -36,7 +37,7 @@ pub struct ProbeManager {
 
 impl ProbeManager {
     pub fn new(
-        links: &[ExpectedLink],
+        links: &[ProbedLink],
         settings: ProberSettings,
         metrics: Arc<Metrics>,
         shutdown: CancellationToken,
@@ -53,18 +54,19 @@ impl ProbeManager {
 
     /// Brings the running probers in line with `links`; new probe settings
     /// restart every prober, since they change what a probe is.
-    pub fn apply(&mut self, links: &[ExpectedLink], settings: ProberSettings) {
+    pub fn apply(&mut self, links: &[ProbedLink], settings: ProberSettings) {
         if settings != self.settings {
             self.stop_all();
             self.settings = settings;
         }
-        let wanted: BTreeMap<LinkSpec, &ExpectedLink> = links
+        let wanted: BTreeMap<LinkSpec, &ProbedLink> = links
             .iter()
             .map(|l| {
                 let spec = LinkSpec {
-                    local: l.local.clone(),
-                    remote: l.remote.clone(),
-                    expected_speed_bps: l.expected_speed_bps,
+                    local: l.link.local.clone(),
+                    remote: l.link.remote.clone(),
+                    ports: l.ports,
+                    expected_speed_bps: l.link.expected_speed_bps,
                 };
                 (spec, l)
             })
@@ -82,9 +84,10 @@ impl ProbeManager {
             }
             let stop = self.shutdown.child_token();
             let observations = supervise_link(
-                link.local.clone(),
-                link.remote.clone(),
-                link.expected_speed_bps,
+                link.link.local.clone(),
+                link.link.remote.clone(),
+                link.ports,
+                link.link.expected_speed_bps,
                 self.settings,
                 self.metrics.clone(),
                 stop.clone(),
@@ -118,16 +121,23 @@ mod tests {
 
     use super::*;
     use crate::config::ProbeConfig;
+    use meshd_model::verdict::ExpectedLink;
 
-    fn link(peer: &str, local: u8, remote: u8) -> ExpectedLink {
+    fn link(peer: &str, local: u8, remote: u8) -> ProbedLink {
         let end = |node: &str, host: u8| LinkEnd {
             address: Some(IpAddr::V4(Ipv4Addr::new(127, 78, 0, host))),
             ..LinkEnd::node_only(NodeId::new(node).expect("id"))
         };
-        ExpectedLink {
-            local: end("a", local),
-            remote: end(peer, remote),
-            expected_speed_bps: None,
+        ProbedLink {
+            link: ExpectedLink {
+                local: end("a", local),
+                remote: end(peer, remote),
+                expected_speed_bps: None,
+            },
+            ports: LinkPorts {
+                local: 7421,
+                peer: 7421,
+            },
         }
     }
 
@@ -171,15 +181,28 @@ mod tests {
         assert_eq!(kept.len(), 1);
         assert!(kept[0].same_channel(&before[0]));
 
+        // The peer's responder moved to another port: that prober restarts.
+        let moved = ProbedLink {
+            ports: LinkPorts {
+                peer: 7500,
+                ..ab.ports
+            },
+            ..ab.clone()
+        };
+        manager.apply(std::slice::from_ref(&moved), settings);
+        let restarted = channels(&manager);
+        assert_eq!(restarted.len(), 1);
+        assert!(!restarted[0].same_channel(&before[0]));
+
         // New probe settings change what a probe is: every prober restarts.
         let slower = ProberSettings {
             interval: Duration::from_millis(200),
             ..settings
         };
-        manager.apply(std::slice::from_ref(&ab), slower);
-        let restarted = channels(&manager);
-        assert_eq!(restarted.len(), 1);
-        assert!(!restarted[0].same_channel(&before[0]));
+        manager.apply(std::slice::from_ref(&moved), slower);
+        let again = channels(&manager);
+        assert_eq!(again.len(), 1);
+        assert!(!again[0].same_channel(&restarted[0]));
         shutdown.cancel();
     }
 }

@@ -1,5 +1,5 @@
-//! Link probing over UDP: a responder on every local link address and a
-//! prober per link, each publishing that link's observation on a watch
+//! Link probing over UDP: a responder on every local link address and port,
+//! and a prober per link, each publishing that link's observation on a watch
 //! channel.
 
 mod manager;
@@ -23,7 +23,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
-use meshd_model::verdict::LocalObservation;
+use meshd_model::verdict::{ExpectedLink, LocalObservation};
 
 pub use manager::ProbeManager;
 pub use packet::{Header, Kind, PacketError};
@@ -79,6 +79,23 @@ impl From<(LinkEnd, LinkEnd)> for LinkKey {
     }
 }
 
+/// The UDP ports of a link's two ends; the addresses are the ends' own.
+/// Distinct ports let two cables share an address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LinkPorts {
+    /// Where this end's responder listens.
+    pub local: u16,
+    /// Where the peer's responder listens: where probes go.
+    pub peer: u16,
+}
+
+/// A configured cable and the ports its probes use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbedLink {
+    pub link: ExpectedLink,
+    pub ports: LinkPorts,
+}
+
 /// The running responders and probers of this node.
 ///
 /// Dropping the set stops its tasks; [`ProbeSet::shutdown`] also waits for
@@ -94,33 +111,40 @@ pub struct ProbeSet {
 }
 
 impl ProbeSet {
-    /// Starts one responder per distinct local address (on `settings.port`)
-    /// and one prober per link. Every socket is bound before any task starts,
-    /// so on error nothing is left running. The tasks stop when `cancel`
-    /// fires or the set is dropped.
+    /// Starts one responder per distinct local address and port, and one
+    /// prober per link. Every socket is bound before any task starts, so on
+    /// error nothing is left running. The tasks stop when `cancel` fires or
+    /// the set is dropped.
     pub async fn start(
-        links: impl IntoIterator<Item = (LinkEnd, LinkEnd)>,
+        links: impl IntoIterator<Item = (LinkEnd, LinkEnd, LinkPorts)>,
         settings: ProberSettings,
         metrics: Option<Arc<Metrics>>,
         cancel: &CancellationToken,
     ) -> Result<Self, ProbeError> {
         let mut probers = Vec::new();
         let mut seen = BTreeSet::new();
-        let mut local_ips = BTreeSet::new();
-        for link in links.into_iter().map(LinkKey::from) {
+        let mut responder_addrs = BTreeSet::new();
+        for (local, remote, ports) in links {
+            let link = LinkKey::from((local, remote));
             let (local_ip, _) = prober::link_addresses(&link.local, &link.remote)?;
             if !seen.insert(link.clone()) {
                 return Err(ProbeError::DuplicateLink {
                     link: link.to_string(),
                 });
             }
-            local_ips.insert(local_ip);
-            let prober = Prober::bind(link.local.clone(), link.remote.clone(), settings).await?;
+            responder_addrs.insert(SocketAddr::new(local_ip, ports.local));
+            let prober = Prober::bind(
+                link.local.clone(),
+                link.remote.clone(),
+                ports.peer,
+                settings,
+            )
+            .await?;
             probers.push((link, prober));
         }
         let mut responders = Vec::new();
-        for ip in local_ips {
-            responders.push(Responder::bind(SocketAddr::new(ip, settings.port)).await?);
+        for addr in responder_addrs {
+            responders.push(Responder::bind(addr).await?);
         }
 
         let cancel = cancel.child_token();

@@ -42,8 +42,6 @@ pub struct ProberSettings {
     pub mtu_payload_bytes: u32,
     /// A probe unanswered this long is lost.
     pub timeout: Duration,
-    /// UDP port of the responders (the same on every node).
-    pub port: u16,
 }
 
 impl ProberSettings {
@@ -63,7 +61,6 @@ impl ProberSettings {
             mtu_interval: self.mtu_interval.max(MIN_TICK),
             mtu_payload_bytes: as_u32(size(self.mtu_payload_bytes)),
             timeout: self.timeout.max(MIN_TIMEOUT),
-            port: self.port,
         }
     }
 
@@ -118,17 +115,18 @@ enum Event {
 impl Prober {
     /// Binds a socket to the local end's address (so probes leave by that
     /// cable, not by whatever the routing table prefers) and connects it to
-    /// the remote end's address and the probe port (so the kernel drops
-    /// datagrams from anyone else).
+    /// the remote end's address and `peer_port`, its responder (so the
+    /// kernel drops datagrams from anyone else).
     pub async fn bind(
         local: LinkEnd,
         remote: LinkEnd,
+        peer_port: u16,
         settings: ProberSettings,
     ) -> Result<Self, ProbeError> {
         let settings = settings.clamped();
         let (local_ip, peer_ip) = link_addresses(&local, &remote)?;
         let bind_addr = SocketAddr::new(local_ip, 0);
-        let peer_addr = SocketAddr::new(peer_ip, settings.port);
+        let peer_addr = SocketAddr::new(peer_ip, peer_port);
         let socket = UdpSocket::bind(bind_addr)
             .await
             .map_err(|source| ProbeError::Bind {

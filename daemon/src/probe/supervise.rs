@@ -9,7 +9,7 @@ use meshd_proto::domain::LinkEnd;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::{ProbeSet, ProberSettings};
+use super::{LinkPorts, ProbeSet, ProberSettings};
 use crate::metrics::Metrics;
 use meshd_model::verdict::LocalObservation;
 
@@ -21,6 +21,7 @@ const RETRY_AFTER: Duration = Duration::from_secs(5);
 pub fn supervise_link(
     local: LinkEnd,
     remote: LinkEnd,
+    ports: LinkPorts,
     expected_speed_bps: Option<u64>,
     settings: ProberSettings,
     metrics: Arc<Metrics>,
@@ -31,7 +32,7 @@ pub fn supervise_link(
         let link = format!("{local} -> {remote}");
         let set = loop {
             let started = ProbeSet::start(
-                [(local.clone(), remote.clone())],
+                [(local.clone(), remote.clone(), ports)],
                 settings,
                 Some(metrics.clone()),
                 &shutdown,

@@ -42,14 +42,17 @@ async fn loopback_usable(addr: IpAddr) -> bool {
     }
 }
 
-fn fast_settings(port: u16) -> ProberSettings {
+fn key((local, remote, _): &(LinkEnd, LinkEnd, LinkPorts)) -> LinkKey {
+    LinkKey::from((local.clone(), remote.clone()))
+}
+
+fn fast_settings() -> ProberSettings {
     ProberSettings {
         interval: Duration::from_millis(20),
         payload_bytes: 64,
         mtu_interval: Duration::from_millis(50),
         mtu_payload_bytes: 1472,
         timeout: Duration::from_millis(200),
-        port,
     }
 }
 
@@ -101,7 +104,7 @@ async fn probes_are_answered_then_loss_shows_when_responder_stops() {
     let responder_cancel = CancellationToken::new();
     let (bound, counters, responder_task) = start_responder(b, &responder_cancel).await;
 
-    let prober = Prober::bind(end("a", a), end("b", b), fast_settings(bound.port()))
+    let prober = Prober::bind(end("a", a), end("b", b), bound.port(), fast_settings())
         .await
         .expect("prober binds");
     assert_eq!(prober.local_addr().ip(), a);
@@ -160,9 +163,9 @@ async fn jumbo_mtu_probes_are_answered_and_counted_apart() {
     let (bound, _, _) = start_responder(b, &cancel).await;
     let settings = ProberSettings {
         mtu_payload_bytes: 8972,
-        ..fast_settings(bound.port())
+        ..fast_settings()
     };
-    let prober = Prober::bind(end("a", a), end("b", b), settings)
+    let prober = Prober::bind(end("a", a), end("b", b), bound.port(), settings)
         .await
         .expect("binds");
     let mut rx = prober.subscribe();
@@ -290,17 +293,26 @@ async fn bind_errors_name_the_address() {
 async fn probe_set_rejects_unusable_links() {
     let cancel = CancellationToken::new();
     let settings = crate::config::settings::prober(&crate::config::ProbeConfig::default());
+    let ports = LinkPorts {
+        local: crate::config::DEFAULT_PROBE_PORT,
+        peer: crate::config::DEFAULT_PROBE_PORT,
+    };
     let no_address = LinkEnd::node_only(NodeId::new("b").expect("valid"));
-    let err = ProbeSet::start([(end("a", ip(6, 1)), no_address)], settings, None, &cancel)
-        .await
-        .expect_err("remote has no address");
+    let err = ProbeSet::start(
+        [(end("a", ip(6, 1)), no_address, ports)],
+        settings,
+        None,
+        &cancel,
+    )
+    .await
+    .expect_err("remote has no address");
     assert!(
         matches!(err, ProbeError::MissingAddress { end: "remote", .. }),
         "{err}"
     );
 
     let v6 = end("b", IpAddr::V6(std::net::Ipv6Addr::LOCALHOST));
-    let err = ProbeSet::start([(end("a", ip(6, 1)), v6)], settings, None, &cancel)
+    let err = ProbeSet::start([(end("a", ip(6, 1)), v6, ports)], settings, None, &cancel)
         .await
         .expect_err("mixed families");
     assert!(
@@ -311,7 +323,7 @@ async fn probe_set_rejects_unusable_links() {
     if !loopback_usable(ip(6, 1)).await {
         return;
     }
-    let link = (end("a", ip(6, 1)), end("b", ip(6, 2)));
+    let link = (end("a", ip(6, 1)), end("b", ip(6, 2)), ports);
     let err = ProbeSet::start([link.clone(), link], settings, None, &cancel)
         .await
         .expect_err("duplicate");
@@ -329,12 +341,16 @@ async fn two_probe_sets_measure_a_cable_from_both_ends() {
         let probe = UdpSocket::bind(SocketAddr::new(a, 0)).await.expect("binds");
         probe.local_addr().expect("has address").port()
     };
-    let settings = fast_settings(port);
+    let settings = fast_settings();
+    let ports = LinkPorts {
+        local: port,
+        peer: port,
+    };
     let cancel = CancellationToken::new();
-    let a_to_b = (end("a", a), end("b", b));
-    let b_to_a = (end("b", b), end("a", a));
+    let a_to_b = (end("a", a), end("b", b), ports);
+    let b_to_a = (end("b", b), end("a", a), ports);
     // Node a also has a second cable to a node "c" whose responder is absent.
-    let a_to_c = (end("a", a), end("c", c));
+    let a_to_c = (end("a", a), end("c", c), ports);
     let identity = meshd_proto::domain::NodeIdentity {
         id: NodeId::new("a").expect("id"),
         incarnation: meshd_proto::domain::Incarnation(1),
@@ -360,9 +376,9 @@ async fn two_probe_sets_measure_a_cable_from_both_ends() {
         "one responder per local address"
     );
 
-    let mut rx_ab = set_a.observation(&a_to_b.into()).expect("a->b");
-    let mut rx_ba = set_b.observation(&b_to_a.into()).expect("b->a");
-    let mut rx_ac = set_a.observation(&a_to_c.into()).expect("a->c");
+    let mut rx_ab = set_a.observation(&key(&a_to_b)).expect("a->b");
+    let mut rx_ba = set_b.observation(&key(&b_to_a)).expect("b->a");
+    let mut rx_ac = set_a.observation(&key(&a_to_c)).expect("a->c");
     for rx in [&mut rx_ab, &mut rx_ba] {
         let o = wait_for(rx, "answered probes", |o| o.rtt.samples >= 5).await;
         assert_eq!(o.probes_lost_total, 0, "{o:#?}");
@@ -404,4 +420,93 @@ async fn two_probe_sets_measure_a_cable_from_both_ends() {
         closed.is_ok(),
         "prober did not stop when its set was dropped"
     );
+}
+
+/// Ports the OS says are free on 127.0.0.1, all different.
+async fn free_ports<const N: usize>() -> [u16; N] {
+    let mut held = Vec::with_capacity(N);
+    for _ in 0..N {
+        held.push(UdpSocket::bind("127.0.0.1:0").await.expect("binds"));
+    }
+    std::array::from_fn(|i| held[i].local_addr().expect("has address").port())
+}
+
+#[tokio::test]
+async fn cables_sharing_an_address_are_told_apart_by_their_ports() {
+    // Only 127.0.0.1, which every host has: node a's two cables and node
+    // b's one all end on it, each responder on its own port.
+    let here = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    let [a_to_b_port, a_to_c_port, b_to_a_port, absent] = free_ports().await;
+    let cancel = CancellationToken::new();
+    let a_to_b = (
+        end("a", here),
+        end("b", here),
+        LinkPorts {
+            local: a_to_b_port,
+            peer: b_to_a_port,
+        },
+    );
+    // Nothing answers on c's port.
+    let a_to_c = (
+        end("a", here),
+        end("c", here),
+        LinkPorts {
+            local: a_to_c_port,
+            peer: absent,
+        },
+    );
+    let b_to_a = (
+        end("b", here),
+        end("a", here),
+        LinkPorts {
+            local: b_to_a_port,
+            peer: a_to_b_port,
+        },
+    );
+    let set_a = ProbeSet::start(
+        [a_to_b.clone(), a_to_c.clone()],
+        fast_settings(),
+        None,
+        &cancel,
+    )
+    .await
+    .expect("node a starts");
+    let set_b = ProbeSet::start([b_to_a.clone()], fast_settings(), None, &cancel)
+        .await
+        .expect("node b starts");
+    let replies = || -> std::collections::BTreeMap<u16, u64> {
+        set_a
+            .responder_stats()
+            .iter()
+            .map(|(addr, stats)| {
+                assert_eq!(addr.ip(), here);
+                (addr.port(), stats.replies)
+            })
+            .collect()
+    };
+    let mut ends: Vec<u16> = replies().into_keys().collect();
+    let mut expected = vec![a_to_b_port, a_to_c_port];
+    ends.sort_unstable();
+    expected.sort_unstable();
+    assert_eq!(ends, expected, "one responder per cable end");
+
+    let mut rx_ab = set_a.observation(&key(&a_to_b)).expect("a->b");
+    let mut rx_ba = set_b.observation(&key(&b_to_a)).expect("b->a");
+    let mut rx_ac = set_a.observation(&key(&a_to_c)).expect("a->c");
+    for rx in [&mut rx_ab, &mut rx_ba] {
+        let o = wait_for(rx, "answered probes", |o| o.rtt.samples >= 5).await;
+        assert_eq!(o.probes_lost_total, 0, "{o:#?}");
+    }
+    let o = wait_for(&mut rx_ac, "loss on the unanswered cable", |o| {
+        window(o, 1).lost >= 5
+    })
+    .await;
+    assert_eq!(window(&o, 1).lost, window(&o, 1).sent);
+    // b's probes reached the responder of a's cable to b, not the other one.
+    let replies = replies();
+    assert!(replies[&a_to_b_port] >= 5, "{replies:?}");
+    assert_eq!(replies[&a_to_c_port], 0, "{replies:?}");
+    cancel.cancel();
+    set_a.shutdown().await;
+    set_b.shutdown().await;
 }

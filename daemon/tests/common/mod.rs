@@ -86,11 +86,12 @@ pub async fn channel(addr: SocketAddr) -> tonic::transport::Channel {
 
 /// Demos need fixed ports (a revived node must come back where the proxies
 /// expect it), so each test picks a base among these slots and moves on
-/// when another test, or another program, holds a port. All below Linux's
-/// ephemeral range (32768+), where outgoing connections take their ports.
+/// when another test, or another program, holds a port. A slot holds a
+/// whole demo (ports base to base + 387); all lie below Linux's ephemeral
+/// range (32768+), where outgoing connections take their ports.
 const FIRST_BASE: u16 = 20_000;
-const SLOT: u16 = 200;
-const SLOTS: u16 = 60;
+const SLOT: u16 = 400;
+const SLOTS: u16 = 31;
 const ATTEMPTS: u16 = 8;
 
 /// Base ports to try, starting from a slot that differs between runs.
@@ -114,18 +115,22 @@ pub async fn status(addr: SocketAddr) -> MeshStatus {
     MeshStatus::try_from(reply).expect("well-formed status")
 }
 
-/// A started demo of `nodes` nodes and its plan; `None` on a Mac without
-/// the loopback aliases.
-pub async fn start_demo(nodes: usize) -> Option<(Demo, Plan)> {
+/// A started demo of `nodes` nodes and its plan.
+pub async fn start_demo(nodes: usize) -> (Demo, Plan) {
+    start_demo_with(nodes, |_| {}).await
+}
+
+/// A started demo of `nodes` nodes, its plan changed by `adjust` first,
+/// on the first base port whose ports are all free.
+pub async fn start_demo_with(nodes: usize, adjust: impl Fn(&mut Plan)) -> (Demo, Plan) {
     let mut last = None;
     for base in bases() {
-        let plan = Plan::new(nodes, base).expect("plan");
+        let mut plan = Plan::new(nodes, base).expect("plan");
+        adjust(&mut plan);
         match Demo::start(plan.clone(), HOSTNAME).await {
-            Ok(demo) => return Some((demo, plan)),
-            Err(err @ DemoError::MissingAddress { .. }) if cfg!(target_os = "macos") => {
-                eprintln!("skipped: {err}");
-                return None;
-            }
+            Ok(demo) => return (demo, plan),
+            // Taken between the check and the bind: retried the same way.
+            Err(err @ DemoError::PortTaken { .. }) => last = Some(err),
             Err(err) if err.to_string().contains("in use") => last = Some(err),
             Err(err) => panic!("demo starts: {err}"),
         }
