@@ -65,6 +65,17 @@ fn example_parses_validates_and_shows_the_defaults() {
     assert_eq!(config.links[0].local_iface.as_deref(), Some("en2"));
     assert_eq!(config.links[1].expected_speed_gbps, Some(80));
     assert_eq!(
+        (config.links[0].local_port, config.links[0].peer_port),
+        (None, None)
+    );
+    // The commented-out link ports are valid as written.
+    let ported = EXAMPLE
+        .replace("# local_port = ", "local_port = ")
+        .replace("# peer_port = ", "peer_port = ");
+    let ported = Config::parse(&ported, "meshd.example.toml", "other-host").unwrap();
+    assert_eq!(ported.links[0].local_port, Some(DEFAULT_PROBE_PORT));
+    assert_eq!(ported.links[0].peer_port, Some(DEFAULT_PROBE_PORT));
+    assert_eq!(
         config.peers[1].endpoint().unwrap().host,
         Host::Name("studio-3.local".into())
     );

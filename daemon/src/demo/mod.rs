@@ -35,9 +35,10 @@ pub enum DemoError {
     #[error(transparent)]
     Plan(#[from] PlanError),
     #[error(
-        "{addr}/{transport} ({what}) is taken: {source}. Is another demo running? \
-         The demo uses ports {base} to {last} on 127.0.0.1; start it on others with \
+        "{addr}/{transport} ({what}) is taken: {error}. Is another demo running? \
+         The demo uses ports {first} to {last} on 127.0.0.1; start it on others with \
          --base-port, e.g. --base-port {suggested}",
+        first = u32::from(*base) + 1,
         last = u32::from(*base) + u32::from(plan::MAX_PORT_OFFSET),
         suggested = plan::suggested_base(*base),
     )]
@@ -46,7 +47,9 @@ pub enum DemoError {
         addr: std::net::SocketAddr,
         what: String,
         base: u16,
-        source: std::io::Error,
+        /// Not a `source`: the message says it already, and the demo prints
+        /// the whole chain.
+        error: std::io::Error,
     },
     #[error("cannot start the {what} proxy on {addr}: {source}")]
     Proxy {
@@ -294,8 +297,9 @@ impl Demo {
     pub fn banner(&self) -> Vec<String> {
         let base = self.plan.base_port;
         let mut lines = vec![format!(
-            "meshd demo: {} nodes on loopback (base port {base})",
-            self.plan.nodes.len()
+            "meshd demo: {} nodes on 127.0.0.1 (base port {base}, ports up to {})",
+            self.plan.nodes.len(),
+            u32::from(base) + u32::from(plan::MAX_PORT_OFFSET),
         )];
         for node in &self.plan.nodes {
             lines.push(format!(
@@ -358,13 +362,13 @@ fn check_ports(plan: &Plan) -> Result<(), DemoError> {
             Transport::Tcp => std::net::TcpListener::bind(port.addr).map(|s| tcp.push(s)),
             Transport::Udp => std::net::UdpSocket::bind(port.addr).map(|s| udp.push(s)),
         };
-        if let Err(source) = bound {
+        if let Err(error) = bound {
             return Err(DemoError::PortTaken {
                 transport: port.transport,
                 addr: port.addr,
                 what: port.what,
                 base: plan.base_port,
-                source,
+                error,
             });
         }
     }
