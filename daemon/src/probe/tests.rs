@@ -1,7 +1,8 @@
 //! Loopback tests of responder, prober and probe set. Only 127.0.0.0/8 is
-//! ever used; each test has its own 127.77.N.x addresses so tests running in
-//! parallel cannot answer each other's probes. Time limits are generous
-//! bounds against hanging, not speed assertions.
+//! ever used; each test has its own 127.77.N.x addresses, or its own ports
+//! on 127.0.0.1, so tests running in parallel cannot answer each other's
+//! probes. Time limits are generous bounds against hanging, not speed
+//! assertions.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
@@ -330,27 +331,49 @@ async fn probe_set_rejects_unusable_links() {
     assert!(matches!(err, ProbeError::DuplicateLink { .. }), "{err}");
 }
 
+/// Ports the OS says are free on 127.0.0.1, all different.
+async fn free_ports<const N: usize>() -> [u16; N] {
+    let mut held = Vec::with_capacity(N);
+    for _ in 0..N {
+        held.push(UdpSocket::bind("127.0.0.1:0").await.expect("binds"));
+    }
+    std::array::from_fn(|i| held[i].local_addr().expect("has address").port())
+}
+
 #[tokio::test]
 async fn two_probe_sets_measure_a_cable_from_both_ends() {
-    let (a, b, c) = (ip(7, 1), ip(7, 2), ip(7, 5));
-    if !loopback_usable(a).await || !loopback_usable(b).await || !loopback_usable(c).await {
-        return;
-    }
-    // Any free port works as the shared probe port; each end binds its own IP.
-    let port = {
-        let probe = UdpSocket::bind(SocketAddr::new(a, 0)).await.expect("binds");
-        probe.local_addr().expect("has address").port()
-    };
+    // Only 127.0.0.1, which every host has: node a's two cables and node
+    // b's one all end on it, each end's responder on its own port, as two
+    // cables of one node sharing an address would.
+    let here = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    let [a_to_b_port, a_to_c_port, b_to_a_port, absent] = free_ports().await;
     let settings = fast_settings();
-    let ports = LinkPorts {
-        local: port,
-        peer: port,
-    };
     let cancel = CancellationToken::new();
-    let a_to_b = (end("a", a), end("b", b), ports);
-    let b_to_a = (end("b", b), end("a", a), ports);
+    let a_to_b = (
+        end("a", here),
+        end("b", here),
+        LinkPorts {
+            local: a_to_b_port,
+            peer: b_to_a_port,
+        },
+    );
+    let b_to_a = (
+        end("b", here),
+        end("a", here),
+        LinkPorts {
+            local: b_to_a_port,
+            peer: a_to_b_port,
+        },
+    );
     // Node a also has a second cable to a node "c" whose responder is absent.
-    let a_to_c = (end("a", a), end("c", c), ports);
+    let a_to_c = (
+        end("a", here),
+        end("c", here),
+        LinkPorts {
+            local: a_to_c_port,
+            peer: absent,
+        },
+    );
     let identity = meshd_proto::domain::NodeIdentity {
         id: NodeId::new("a").expect("id"),
         incarnation: meshd_proto::domain::Incarnation(1),
@@ -370,10 +393,23 @@ async fn two_probe_sets_measure_a_cable_from_both_ends() {
         .await
         .expect("node b starts");
     assert_eq!(set_a.observations().len(), 2);
+    // Replies of each of node a's responders, by port.
+    let replies = || -> std::collections::BTreeMap<u16, u64> {
+        set_a
+            .responder_stats()
+            .iter()
+            .map(|(addr, stats)| {
+                assert_eq!(addr.ip(), here);
+                (addr.port(), stats.replies)
+            })
+            .collect()
+    };
+    let mut expected = vec![a_to_b_port, a_to_c_port];
+    expected.sort_unstable();
     assert_eq!(
-        set_a.responder_stats().len(),
-        1,
-        "one responder per local address"
+        replies().into_keys().collect::<Vec<_>>(),
+        expected,
+        "one responder per cable end"
     );
 
     let mut rx_ab = set_a.observation(&key(&a_to_b)).expect("a->b");
@@ -392,12 +428,16 @@ async fn two_probe_sets_measure_a_cable_from_both_ends() {
     .await;
     assert_eq!(window(&o, 1).lost, window(&o, 1).sent);
     assert!(set_b.responder_stats()[0].1.replies > 0);
+    // b's probes reached the responder of a's cable to b, not the other one.
+    let replies = replies();
+    assert!(replies[&a_to_b_port] >= 5, "{replies:?}");
+    assert_eq!(replies[&a_to_c_port], 0, "{replies:?}");
     let exported = metrics.render(&crate::aggregator::Published::placeholder(&identity));
     let answered = exported
         .lines()
         .find_map(|l| {
             l.strip_prefix(&format!(
-                "meshd_probe_responder_datagrams_total{{address=\"{a}:{port}\",outcome=\"answered\"}} "
+                "meshd_probe_responder_datagrams_total{{address=\"{here}:{a_to_b_port}\",outcome=\"answered\"}} "
             ))
         })
         .and_then(|n| n.parse::<u64>().ok());
@@ -420,93 +460,4 @@ async fn two_probe_sets_measure_a_cable_from_both_ends() {
         closed.is_ok(),
         "prober did not stop when its set was dropped"
     );
-}
-
-/// Ports the OS says are free on 127.0.0.1, all different.
-async fn free_ports<const N: usize>() -> [u16; N] {
-    let mut held = Vec::with_capacity(N);
-    for _ in 0..N {
-        held.push(UdpSocket::bind("127.0.0.1:0").await.expect("binds"));
-    }
-    std::array::from_fn(|i| held[i].local_addr().expect("has address").port())
-}
-
-#[tokio::test]
-async fn cables_sharing_an_address_are_told_apart_by_their_ports() {
-    // Only 127.0.0.1, which every host has: node a's two cables and node
-    // b's one all end on it, each responder on its own port.
-    let here = IpAddr::V4(Ipv4Addr::LOCALHOST);
-    let [a_to_b_port, a_to_c_port, b_to_a_port, absent] = free_ports().await;
-    let cancel = CancellationToken::new();
-    let a_to_b = (
-        end("a", here),
-        end("b", here),
-        LinkPorts {
-            local: a_to_b_port,
-            peer: b_to_a_port,
-        },
-    );
-    // Nothing answers on c's port.
-    let a_to_c = (
-        end("a", here),
-        end("c", here),
-        LinkPorts {
-            local: a_to_c_port,
-            peer: absent,
-        },
-    );
-    let b_to_a = (
-        end("b", here),
-        end("a", here),
-        LinkPorts {
-            local: b_to_a_port,
-            peer: a_to_b_port,
-        },
-    );
-    let set_a = ProbeSet::start(
-        [a_to_b.clone(), a_to_c.clone()],
-        fast_settings(),
-        None,
-        &cancel,
-    )
-    .await
-    .expect("node a starts");
-    let set_b = ProbeSet::start([b_to_a.clone()], fast_settings(), None, &cancel)
-        .await
-        .expect("node b starts");
-    let replies = || -> std::collections::BTreeMap<u16, u64> {
-        set_a
-            .responder_stats()
-            .iter()
-            .map(|(addr, stats)| {
-                assert_eq!(addr.ip(), here);
-                (addr.port(), stats.replies)
-            })
-            .collect()
-    };
-    let mut ends: Vec<u16> = replies().into_keys().collect();
-    let mut expected = vec![a_to_b_port, a_to_c_port];
-    ends.sort_unstable();
-    expected.sort_unstable();
-    assert_eq!(ends, expected, "one responder per cable end");
-
-    let mut rx_ab = set_a.observation(&key(&a_to_b)).expect("a->b");
-    let mut rx_ba = set_b.observation(&key(&b_to_a)).expect("b->a");
-    let mut rx_ac = set_a.observation(&key(&a_to_c)).expect("a->c");
-    for rx in [&mut rx_ab, &mut rx_ba] {
-        let o = wait_for(rx, "answered probes", |o| o.rtt.samples >= 5).await;
-        assert_eq!(o.probes_lost_total, 0, "{o:#?}");
-    }
-    let o = wait_for(&mut rx_ac, "loss on the unanswered cable", |o| {
-        window(o, 1).lost >= 5
-    })
-    .await;
-    assert_eq!(window(&o, 1).lost, window(&o, 1).sent);
-    // b's probes reached the responder of a's cable to b, not the other one.
-    let replies = replies();
-    assert!(replies[&a_to_b_port] >= 5, "{replies:?}");
-    assert_eq!(replies[&a_to_c_port], 0, "{replies:?}");
-    cancel.cancel();
-    set_a.shutdown().await;
-    set_b.shutdown().await;
 }
