@@ -1,18 +1,27 @@
-//! What the alert leader tells Alertmanager: alerts derived from the
-//! verdicts and alarms of its status, and the state machine that decides
-//! what to send when — firing alerts at once and again every resend
-//! interval, resolved alerts explicitly, nothing from a node that does not
-//! lead the quorum.
+//! What meshd tells Alertmanager: alerts derived from the verdicts and
+//! alarms of a node's status, and the state machine that decides what to
+//! send when — firing alerts at once and again every resend interval,
+//! resolved alerts explicitly — and who sends: the leader of the quorum
+//! everything, a node without quorum only what it alone can still vouch for
+//! (a peer silent on every path, the lost quorum itself).
+//!
+//! An alert's labels are exactly those of the shipped Prometheus rule for
+//! the same fault (dashboards/prometheus/meshd.rules.yml), so when both are
+//! wired to one Alertmanager it sees one alert, not two.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
-use meshd_proto::domain::{AlarmKind, Blame, LinkState, MeshStatus, NodeState, Severity};
+use meshd_proto::domain::{AlarmKind, Blame, LinkState, MeshStatus, NodeId, NodeState, Severity};
 
 pub type Labels = BTreeMap<String, String>;
 
 /// Where the runbook sections live; the alert name, lowercased, is the anchor.
 pub const RUNBOOK: &str = "https://github.com/meshd/meshd/blob/main/docs/RUNBOOK.md";
+
+/// The annotation that marks an alert as one meshd posted, naming the node
+/// that posted it: a new leader finds the alerts to reconcile by it.
+pub const POSTED_BY: &str = "meshd_posted_by";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Alert {
@@ -28,18 +37,45 @@ pub struct Post {
     pub ends_at: SystemTime,
 }
 
-/// The alert an alarm kind becomes. `no_quorum` becomes none: only a node
-/// with quorum leads, so it is never pushed.
-fn alert_name(kind: AlarmKind) -> Option<&'static str> {
-    match kind {
-        AlarmKind::NoQuorum => None,
-        AlarmKind::BridgeLoop => Some("MeshBridgeLoop"),
-        AlarmKind::BroadcastStorm => Some("MeshBroadcastStorm"),
-        AlarmKind::CpuSpike => Some("MeshCpuSpike"),
-        AlarmKind::RdmaDisabled => Some("MeshRdmaDisabled"),
-        AlarmKind::LinkSpeedLow => Some("MeshLinkSpeedLow"),
-        AlarmKind::JobHung => Some("MeshJobHung"),
+/// What a node posts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The leader of the quorum: every alert of its status.
+    Leader,
+    /// Without quorum: only what it can vouch for alone.
+    Minority,
+    /// A member of the quorum that does not lead it: nothing.
+    Follower,
+}
+
+impl Role {
+    pub fn of(status: &MeshStatus) -> Self {
+        match (&status.quorum.leader, status.quorum.has_quorum) {
+            (_, false) => Role::Minority,
+            (Some(leader), true) if *leader == status.node.id => Role::Leader,
+            _ => Role::Follower,
+        }
     }
+}
+
+/// The alert an alarm kind becomes, and whether it is about one node (its
+/// `node` label) or the whole mesh (no node label: every node raises the
+/// same one).
+fn alarm_alert(kind: AlarmKind) -> Option<(&'static str, bool)> {
+    Some(match kind {
+        // Only a node without quorum raises it, and then as MeshNoQuorum.
+        AlarmKind::NoQuorum => return None,
+        AlarmKind::BridgeLoop => ("MeshBridgeLoop", true),
+        AlarmKind::BroadcastStorm => ("MeshBroadcastStorm", true),
+        AlarmKind::CpuSpike => ("MeshCpuSpike", true),
+        AlarmKind::RdmaDisabled => ("MeshRdmaDisabled", true),
+        AlarmKind::LinkSpeedLow => ("MeshLinkSpeedLow", true),
+        AlarmKind::JobHung => ("MeshJobHung", true),
+        AlarmKind::ManagementUnreachable => ("MeshManagementUnreachable", true),
+        AlarmKind::ClockSkew => ("MeshClockSkew", true),
+        AlarmKind::DuplicateNodeId => ("MeshDuplicateNodeId", true),
+        AlarmKind::MeshSaturated => ("MeshSaturated", false),
+    })
 }
 
 fn alert(
@@ -49,6 +85,7 @@ fn alert(
     summary: String,
     description: String,
     starts_at: SystemTime,
+    posted_by: &NodeId,
 ) -> Alert {
     let mut all: Labels = labels
         .iter()
@@ -56,7 +93,6 @@ fn alert(
         .collect();
     all.insert("alertname".to_owned(), name.to_owned());
     all.insert("severity".to_owned(), severity.as_str().to_owned());
-    all.insert("source".to_owned(), "meshd".to_owned());
     let annotations = [
         ("summary".to_owned(), summary),
         ("description".to_owned(), description),
@@ -64,6 +100,7 @@ fn alert(
             "runbook_url".to_owned(),
             format!("{RUNBOOK}#{}", name.to_lowercase()),
         ),
+        (POSTED_BY.to_owned(), posted_by.to_string()),
     ]
     .into_iter()
     .collect();
@@ -74,94 +111,170 @@ fn alert(
     }
 }
 
-/// The alerts a status calls for. Link alerts only for faults blamed on the
-/// link (a dead node's links are its own alert), node alerts only for
-/// nodes that are down.
-pub fn alerts(status: &MeshStatus) -> Vec<Alert> {
+fn node_down(node: &meshd_proto::domain::NodeVerdict, posted_by: &NodeId) -> Alert {
+    alert(
+        "MeshNodeDown",
+        Severity::Critical,
+        &[("node", node.id.as_str())],
+        format!("Node {} is down", node.id),
+        node.evidence.join("; "),
+        node.since,
+        posted_by,
+    )
+}
+
+/// The alerts a status calls for, as `role` posts them. Link alerts only
+/// for faults blamed on the link (a dead node is its own one alert), node
+/// alerts only for nodes that are down.
+pub fn alerts(status: &MeshStatus, role: Role) -> Vec<Alert> {
+    let me = &status.node.id;
     let mut out = Vec::new();
-    for link in &status.links {
-        let named = match (link.state, link.blame) {
-            (LinkState::Down, Blame::Link) => Some(("MeshLinkDown", Severity::Critical, "down")),
-            (LinkState::Degraded, _) => Some(("MeshLinkDegraded", Severity::Warning, "degraded")),
-            (LinkState::Flapping, _) => Some(("MeshLinkFlapping", Severity::Warning, "flapping")),
-            _ => None,
-        };
-        if let Some((name, severity, what)) = named {
-            let (a, b) = (link.a.node.as_str(), link.b.node.as_str());
-            out.push(alert(
-                name,
-                severity,
-                &[("a", a), ("b", b)],
-                format!("Link {a} <-> {b} is {what}"),
-                link.evidence.join("; "),
-                link.since,
-            ));
-        }
-    }
-    for node in &status.nodes {
-        if node.state == NodeState::Down {
-            out.push(alert(
-                "MeshNodeDown",
-                Severity::Critical,
-                &[("node", node.id.as_str())],
-                format!("Node {} is down", node.id),
-                node.evidence.join("; "),
-                node.since,
-            ));
-        }
-    }
-    for alarm in &status.alarms {
-        if let Some(name) = alert_name(alarm.kind) {
-            let mut description = alarm.evidence.join("; ");
-            if let Some(fix) = &alarm.fix {
-                description.push_str(&format!(" Fix: {fix}"));
+    match role {
+        Role::Follower => {}
+        Role::Minority => {
+            // A peer silent on every path is down whatever the quorum: a
+            // two-node mesh that lost a node must still page.
+            let seen_by = format!(
+                "seen by {me} alone, without quorum ({} of {} members heard)",
+                status.quorum.members.len(),
+                status.quorum.configured.len()
+            );
+            for node in status.nodes.iter().filter(|n| n.state == NodeState::Down) {
+                let mut down = node_down(node, me);
+                down.annotations
+                    .insert("seen_by".to_owned(), seen_by.clone());
+                out.push(down);
             }
-            out.push(alert(
-                name,
-                alarm.severity,
-                &[("node", alarm.node.as_str()), ("subject", &alarm.subject)],
-                alarm.summary.clone(),
-                description,
-                alarm.since,
-            ));
+            if status.quorum.configured.len() > 1 {
+                let unheard: Vec<&str> = status
+                    .quorum
+                    .configured
+                    .iter()
+                    .filter(|id| !status.quorum.members.contains(id))
+                    .map(NodeId::as_str)
+                    .collect();
+                out.push(alert(
+                    "MeshNoQuorum",
+                    Severity::Warning,
+                    &[],
+                    "A part of the mesh has no quorum: link verdicts are held".to_owned(),
+                    format!(
+                        "{me} hears {} of {} members; not heard: {}",
+                        status.quorum.members.len(),
+                        status.quorum.configured.len(),
+                        unheard.join(", ")
+                    ),
+                    status.evaluated_at,
+                    me,
+                ));
+            }
+        }
+        Role::Leader => {
+            for link in &status.links {
+                let named = match (link.state, link.blame) {
+                    (LinkState::Down, Blame::Link) => {
+                        Some(("MeshLinkDown", Severity::Critical, "down"))
+                    }
+                    (LinkState::Degraded, Blame::Link) => {
+                        Some(("MeshLinkDegraded", Severity::Warning, "degraded"))
+                    }
+                    (LinkState::Flapping, Blame::Link) => {
+                        Some(("MeshLinkFlapping", Severity::Warning, "flapping"))
+                    }
+                    _ => None,
+                };
+                if let Some((name, severity, what)) = named {
+                    let (a, b) = (link.a.node.as_str(), link.b.node.as_str());
+                    out.push(alert(
+                        name,
+                        severity,
+                        &[("a", a), ("b", b)],
+                        format!("Link {a} <-> {b} is {what}"),
+                        link.evidence.join("; "),
+                        link.since,
+                        me,
+                    ));
+                }
+            }
+            for node in status.nodes.iter().filter(|n| n.state == NodeState::Down) {
+                out.push(node_down(node, me));
+            }
+            for alarm in &status.alarms {
+                if let Some((name, about_a_node)) = alarm_alert(alarm.kind) {
+                    let mut description = alarm.evidence.join("; ");
+                    if let Some(fix) = &alarm.fix {
+                        description.push_str(&format!(" Fix: {fix}"));
+                    }
+                    let node = [("node", alarm.node.as_str())];
+                    let labels: &[(&str, &str)] = if about_a_node { &node } else { &[] };
+                    out.push(alert(
+                        name,
+                        alarm.severity,
+                        labels,
+                        alarm.summary.clone(),
+                        description,
+                        alarm.since,
+                        me,
+                    ));
+                }
+            }
         }
     }
+    // One alert per label set: two alarms of a kind about one node (a
+    // bridge loop on two bridges) are one page.
+    let mut seen = BTreeSet::new();
+    out.retain(|a| seen.insert(a.labels.clone()));
     out
 }
 
 /// Firing alerts are posted with an end this many resend intervals ahead:
-/// if the leader dies, Alertmanager resolves them by itself unless the new
-/// leader keeps them alive.
+/// if every poster dies, Alertmanager resolves them by itself.
 const LEASE_RESENDS: u32 = 4;
 
 #[derive(Debug, Default)]
 pub struct AlertState {
     /// Firing alerts by labels, with when they were last posted.
-    firing: BTreeMap<Labels, (Alert, SystemTime)>,
+    firing: BTreeMap<Labels, (Alert, Instant)>,
+    /// The role of the last step.
+    role: Option<Role>,
+}
+
+/// What one step wants done.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Step {
+    pub posts: Vec<Post>,
+    /// This node just took over posting: the alerts another node left
+    /// firing at Alertmanager must be looked up and, unless still true,
+    /// resolved (see [`AlertState::reconcile`]).
+    pub reconcile: bool,
 }
 
 impl AlertState {
-    /// What to post now. A node that is not the leader posts nothing and
-    /// forgets what it posted: the new leader owns the alerts from now on.
+    /// What to post now. A follower posts nothing and forgets what it
+    /// posted: the leader owns the alerts from now on and reconciles what
+    /// it finds at Alertmanager.
     pub fn step(
         &mut self,
         current: Vec<Alert>,
-        leader: bool,
-        now: SystemTime,
+        role: Role,
+        now: Instant,
+        wall: SystemTime,
         resend_every: Duration,
-    ) -> Vec<Post> {
-        if !leader {
+    ) -> Step {
+        let took_over = role != Role::Follower && self.role != Some(role);
+        self.role = Some(role);
+        if role == Role::Follower {
             self.firing.clear();
-            return Vec::new();
+            return Step::default();
         }
-        let lease = now + resend_every.saturating_mul(LEASE_RESENDS);
+        let lease = wall + resend_every.saturating_mul(LEASE_RESENDS);
         let mut posts = Vec::new();
         let current_labels: BTreeSet<Labels> = current.iter().map(|a| a.labels.clone()).collect();
         for (labels, (alert, _)) in &self.firing {
             if !current_labels.contains(labels) {
                 posts.push(Post {
                     alert: alert.clone(),
-                    ends_at: now,
+                    ends_at: wall,
                 });
             }
         }
@@ -170,7 +283,7 @@ impl AlertState {
         for alert in current {
             let due = match self.firing.get(&alert.labels) {
                 None => true,
-                Some((_, sent)) => now.duration_since(*sent).unwrap_or_default() >= resend_every,
+                Some((_, sent)) => now.saturating_duration_since(*sent) >= resend_every,
             };
             if due {
                 posts.push(Post {
@@ -180,12 +293,29 @@ impl AlertState {
                 self.firing.insert(alert.labels.clone(), (alert, now));
             }
         }
-        posts
+        Step {
+            posts,
+            reconcile: took_over,
+        }
+    }
+
+    /// Resolves what Alertmanager still has firing from meshd (`active`:
+    /// their labels and annotations) that this node does not hold true.
+    pub fn reconcile(&self, active: Vec<Alert>, wall: SystemTime) -> Vec<Post> {
+        active
+            .into_iter()
+            .filter(|a| a.annotations.contains_key(POSTED_BY))
+            .filter(|a| !self.firing.contains_key(&a.labels))
+            .map(|alert| Post {
+                alert,
+                ends_at: wall,
+            })
+            .collect()
     }
 
     /// Every firing alert, for an Alertmanager that missed earlier posts.
-    pub fn all_firing(&self, now: SystemTime, resend_every: Duration) -> Vec<Post> {
-        let lease = now + resend_every.saturating_mul(LEASE_RESENDS);
+    pub fn all_firing(&self, wall: SystemTime, resend_every: Duration) -> Vec<Post> {
+        let lease = wall + resend_every.saturating_mul(LEASE_RESENDS);
         self.firing
             .values()
             .map(|(alert, _)| Post {
@@ -213,7 +343,11 @@ mod tests {
     }
 
     fn t(s: u64) -> SystemTime {
-        SystemTime::UNIX_EPOCH + Duration::from_secs(1_000 + s)
+        crate::fixtures::moment(s).wall
+    }
+
+    fn mono(s: u64) -> Instant {
+        crate::fixtures::moment(s).now
     }
 
     fn status(link: LinkState, blame: Blame, c: NodeState, alarms: Vec<Alarm>) -> MeshStatus {
@@ -265,7 +399,7 @@ mod tests {
     }
 
     #[test]
-    fn verdicts_and_alarms_become_alerts_with_labels_and_runbooks() {
+    fn verdicts_and_alarms_become_alerts_with_the_rules_labels_and_runbooks() {
         let bridge = Alarm {
             kind: AlarmKind::BridgeLoop,
             severity: Severity::Critical,
@@ -277,80 +411,153 @@ mod tests {
             since: t(1),
             updated: t(9),
         };
-        let out = alerts(&status(
-            LinkState::Down,
-            Blame::Link,
-            NodeState::Down,
-            vec![bridge],
-        ));
+        let out = alerts(
+            &status(LinkState::Down, Blame::Link, NodeState::Down, vec![bridge]),
+            Role::Leader,
+        );
         assert_eq!(
             names(&out),
             ["MeshLinkDown", "MeshNodeDown", "MeshBridgeLoop"]
         );
         let link = &out[0];
-        assert_eq!(link.labels["a"], "a");
-        assert_eq!(link.labels["b"], "b");
-        assert_eq!(link.labels["severity"], "critical");
+        let labels: Vec<(&str, &str)> = link
+            .labels
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(
+            labels,
+            [
+                ("a", "a"),
+                ("alertname", "MeshLinkDown"),
+                ("b", "b"),
+                ("severity", "critical")
+            ],
+            "exactly the labels of the Prometheus rule"
+        );
         assert_eq!(link.starts_at, t(5));
         assert_eq!(
             link.annotations["runbook_url"],
             format!("{RUNBOOK}#meshlinkdown")
         );
+        assert_eq!(link.annotations[POSTED_BY], "a");
+        let loop_alert = &out[2];
+        assert_eq!(loop_alert.labels.get("node").map(String::as_str), Some("b"));
+        assert!(!loop_alert.labels.contains_key("subject"));
         assert!(
-            out[2].annotations["description"]
+            loop_alert.annotations["description"]
                 .ends_with("Fix: networksetup -setnetworkserviceenabled 'Thunderbolt Bridge' off")
         );
     }
 
     #[test]
     fn a_link_down_because_its_node_is_down_is_the_node_alert_only() {
-        let out = alerts(&status(
-            LinkState::Down,
-            Blame::Node,
-            NodeState::Down,
-            vec![],
-        ));
+        let out = alerts(
+            &status(LinkState::Down, Blame::Node, NodeState::Down, vec![]),
+            Role::Leader,
+        );
         assert_eq!(names(&out), ["MeshNodeDown"]);
+    }
+
+    #[test]
+    fn without_quorum_only_a_node_silent_everywhere_and_the_lost_quorum_page() {
+        let mut s = status(LinkState::Down, Blame::Link, NodeState::Down, vec![]);
+        s.quorum.has_quorum = false;
+        s.quorum.leader = None;
+        assert_eq!(Role::of(&s), Role::Minority);
+        let out = alerts(&s, Role::Minority);
+        assert_eq!(names(&out), ["MeshNodeDown", "MeshNoQuorum"]);
+        assert!(out[0].annotations["seen_by"].contains("without quorum"));
+        assert_eq!(
+            out[0].labels,
+            alerts(
+                &status(LinkState::Up, Blame::None, NodeState::Down, vec![]),
+                Role::Leader
+            )[0]
+            .labels,
+            "the same labels as the leader's page, so Alertmanager sees one"
+        );
+        assert!(
+            !out[1].labels.contains_key("node"),
+            "one for the whole mesh"
+        );
     }
 
     #[test]
     fn firing_alerts_are_posted_at_once_then_every_resend_interval_and_resolved_explicitly() {
         let mut state = AlertState::default();
         let resend = Duration::from_secs(30);
-        let down = alerts(&status(LinkState::Down, Blame::Link, NodeState::Up, vec![]));
+        let down = alerts(
+            &status(LinkState::Down, Blame::Link, NodeState::Up, vec![]),
+            Role::Leader,
+        );
 
-        let posts = state.step(down.clone(), true, t(10), resend);
-        assert_eq!(posts.len(), 1);
-        assert_eq!(posts[0].ends_at, t(10) + resend * 4, "a lease, not forever");
+        let step = state.step(down.clone(), Role::Leader, mono(10), t(10), resend);
         assert!(
-            state.step(down.clone(), true, t(20), resend).is_empty(),
+            step.reconcile,
+            "taking over: look at what others left firing"
+        );
+        assert_eq!(step.posts.len(), 1);
+        assert_eq!(
+            step.posts[0].ends_at,
+            t(10) + resend * 4,
+            "a lease, not forever"
+        );
+        assert!(
+            state
+                .step(down.clone(), Role::Leader, mono(20), t(20), resend)
+                .posts
+                .is_empty(),
             "not due yet"
         );
-        assert_eq!(
-            state.step(down.clone(), true, t(40), resend).len(),
-            1,
-            "re-sent"
-        );
+        let step = state.step(down.clone(), Role::Leader, mono(40), t(40), resend);
+        assert_eq!(step.posts.len(), 1, "re-sent");
+        assert!(!step.reconcile);
 
-        let posts = state.step(Vec::new(), true, t(41), resend);
+        let posts = state
+            .step(Vec::new(), Role::Leader, mono(41), t(41), resend)
+            .posts;
         assert_eq!(posts.len(), 1);
         assert_eq!(posts[0].ends_at, t(41), "resolved now");
         assert_eq!(state.firing(), 0);
-        assert!(state.step(Vec::new(), true, t(42), resend).is_empty());
+        assert!(
+            state
+                .step(Vec::new(), Role::Leader, mono(42), t(42), resend)
+                .posts
+                .is_empty()
+        );
     }
 
     #[test]
-    fn a_node_that_does_not_lead_posts_nothing() {
-        let mut state = AlertState::default();
-        let down = alerts(&status(LinkState::Down, Blame::Link, NodeState::Up, vec![]));
+    fn a_new_leader_resolves_what_is_no_longer_true_and_keeps_what_is() {
+        let resend = Duration::from_secs(30);
+        let down = alerts(
+            &status(LinkState::Down, Blame::Link, NodeState::Up, vec![]),
+            Role::Leader,
+        );
+        let mut follower = AlertState::default();
         assert!(
-            state
-                .step(down.clone(), false, t(10), Duration::from_secs(30))
+            follower
+                .step(down.clone(), Role::Follower, mono(1), t(1), resend)
+                .posts
                 .is_empty()
         );
-        assert_eq!(
-            state.step(down, true, t(11), Duration::from_secs(30)).len(),
-            1
+        let step = follower.step(down.clone(), Role::Leader, mono(2), t(2), resend);
+        assert!(step.reconcile);
+        // The old leader left the link and a cleared node alert firing.
+        let stale_node = alerts(
+            &status(LinkState::Up, Blame::None, NodeState::Down, vec![]),
+            Role::Leader,
         );
+        let mut found = down.clone();
+        found.extend(stale_node.clone());
+        let resolves = follower.reconcile(found, t(2));
+        assert_eq!(resolves.len(), 1);
+        assert_eq!(resolves[0].alert.labels, stale_node[0].labels);
+        assert_eq!(resolves[0].ends_at, t(2));
+        // An alert nobody from meshd posted (a Prometheus rule's) is left alone.
+        let mut foreign = stale_node[0].clone();
+        foreign.annotations.remove(POSTED_BY);
+        assert!(follower.reconcile(vec![foreign], t(3)).is_empty());
     }
 }

@@ -6,7 +6,9 @@
 //! cluster suddenly loses a core or two; the alarm says which one it is.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant};
+
+use crate::time::Moment;
 
 use meshd_proto::domain::{Alarm, AlarmKind, NodeId, Severity};
 
@@ -85,9 +87,9 @@ pub struct Hold {
     window: Duration,
     /// When the condition started to hold (raising) or stopped holding
     /// (clearing) without having lasted the window yet.
-    pending: Option<SystemTime>,
+    pending: Option<Instant>,
     /// When the active condition first held.
-    active_since: Option<SystemTime>,
+    active_since: Option<Instant>,
 }
 
 impl Hold {
@@ -106,8 +108,8 @@ impl Hold {
 
     /// Feeds one observation; returns when the active condition began, or
     /// `None` while it is not active.
-    pub fn update(&mut self, holds: bool, now: SystemTime) -> Option<SystemTime> {
-        let lasted = |from: SystemTime| now.duration_since(from).unwrap_or_default() >= self.window;
+    pub fn update(&mut self, holds: bool, now: Instant) -> Option<Instant> {
+        let lasted = |from: Instant| now.saturating_duration_since(from) >= self.window;
         match self.active_since {
             None if holds => {
                 let start = *self.pending.get_or_insert(now);
@@ -134,7 +136,7 @@ impl Hold {
     }
 
     /// When the active condition began.
-    pub fn active_since(&self) -> Option<SystemTime> {
+    pub fn active_since(&self) -> Option<Instant> {
         self.active_since
     }
 
@@ -198,16 +200,19 @@ impl SpikeDetector {
         &mut self,
         sample: &CpuSample,
         local_alarms: &[Alarm],
-        now: SystemTime,
+        moment: Moment,
     ) -> Option<&Alarm> {
         let busy = sample.busy_ratio >= self.spike_ratio;
-        let Some(since) = self.hold.update(busy, now) else {
+        let Some(since) = self.hold.update(busy, moment.now) else {
             self.alarm = None;
             return None;
         };
         match &mut self.alarm {
-            Some(alarm) if !busy => alarm.updated = now,
-            _ => self.alarm = Some(self.build(sample, local_alarms, since, now)),
+            Some(alarm) if !busy => alarm.updated = moment.wall,
+            _ => {
+                let since = moment.wall_of(since);
+                self.alarm = Some(self.build(sample, local_alarms, since, moment.wall));
+            }
         }
         self.alarm.as_ref()
     }
@@ -220,8 +225,8 @@ impl SpikeDetector {
         &self,
         sample: &CpuSample,
         local_alarms: &[Alarm],
-        since: SystemTime,
-        now: SystemTime,
+        since: std::time::SystemTime,
+        now: std::time::SystemTime,
     ) -> Alarm {
         let top = busiest(&sample.processes, self.top);
         let storm = local_alarms
@@ -371,8 +376,8 @@ fn truncate(s: &str, max_chars: usize) -> String {
 mod tests {
     use super::*;
 
-    fn t(secs: u64) -> SystemTime {
-        SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000 + secs)
+    fn t(secs: u64) -> Moment {
+        crate::fixtures::moment(secs)
     }
 
     fn node() -> NodeId {
@@ -418,38 +423,38 @@ mod tests {
             summary: "40000 broadcast packets/s on bridge0".to_owned(),
             evidence: vec![],
             fix: Some("turn off Thunderbolt Bridge".to_owned()),
-            since: t(0),
-            updated: t(0),
+            since: t(0).wall,
+            updated: t(0).wall,
         }
     }
 
     #[test]
     fn hold_needs_the_whole_window_both_ways() {
         let mut h = Hold::new(Duration::from_secs(10));
-        assert_eq!(h.update(true, t(0)), None);
-        assert_eq!(h.update(true, t(9)), None);
-        assert_eq!(h.update(true, t(10)), Some(t(0)));
+        assert_eq!(h.update(true, t(0).now), None);
+        assert_eq!(h.update(true, t(9).now), None);
+        assert_eq!(h.update(true, t(10).now), Some(t(0).now));
         // One quiet sample does not clear, and the quiet clock restarts.
-        assert_eq!(h.update(false, t(11)), Some(t(0)));
-        assert_eq!(h.update(true, t(12)), Some(t(0)));
-        assert_eq!(h.update(false, t(13)), Some(t(0)));
-        assert_eq!(h.update(false, t(22)), Some(t(0)));
-        assert_eq!(h.update(false, t(23)), None);
+        assert_eq!(h.update(false, t(11).now), Some(t(0).now));
+        assert_eq!(h.update(true, t(12).now), Some(t(0).now));
+        assert_eq!(h.update(false, t(13).now), Some(t(0).now));
+        assert_eq!(h.update(false, t(22).now), Some(t(0).now));
+        assert_eq!(h.update(false, t(23).now), None);
         assert!(!h.is_active());
         // One busy sample in a quiet run restarts the raising clock.
-        assert_eq!(h.update(true, t(30)), None);
-        assert_eq!(h.update(false, t(31)), None);
-        assert_eq!(h.update(true, t(32)), None);
-        assert_eq!(h.update(true, t(41)), None);
-        assert_eq!(h.update(true, t(42)), Some(t(32)));
+        assert_eq!(h.update(true, t(30).now), None);
+        assert_eq!(h.update(false, t(31).now), None);
+        assert_eq!(h.update(true, t(32).now), None);
+        assert_eq!(h.update(true, t(41).now), None);
+        assert_eq!(h.update(true, t(42).now), Some(t(32).now));
     }
 
     #[test]
     fn hold_survives_a_clock_stepping_back() {
         let mut h = Hold::new(Duration::from_secs(10));
-        assert_eq!(h.update(true, t(100)), None);
-        assert_eq!(h.update(true, t(50)), None);
-        assert_eq!(h.update(true, t(110)), Some(t(100)));
+        assert_eq!(h.update(true, t(100).now), None);
+        assert_eq!(h.update(true, t(50).now), None);
+        assert_eq!(h.update(true, t(110).now), Some(t(100).now));
     }
 
     #[test]
@@ -464,11 +469,11 @@ mod tests {
         assert_eq!(alarm.kind, AlarmKind::CpuSpike);
         assert_eq!(alarm.severity, Severity::Warning);
         assert_eq!(alarm.node, node());
-        assert_eq!(alarm.since, t(30));
-        assert_eq!(alarm.updated, t(40));
+        assert_eq!(alarm.since, t(30).wall);
+        assert_eq!(alarm.updated, t(40).wall);
         let later = d.update(&sample(0.99), &[], t(41)).unwrap();
-        assert_eq!(later.since, t(30), "since is kept across updates");
-        assert_eq!(later.updated, t(41));
+        assert_eq!(later.since, t(30).wall, "since is kept across updates");
+        assert_eq!(later.updated, t(41).wall);
     }
 
     #[test]
@@ -544,12 +549,15 @@ mod tests {
         };
         let alarm = d.update(&quiet, &[], t(11)).unwrap();
         assert!(alarm.summary.contains("UniversalControl"));
-        assert_eq!(alarm.updated, t(11));
+        assert_eq!(alarm.updated, t(11).wall);
         assert!(d.update(&quiet, &[], t(20)).is_some());
         assert!(d.update(&quiet, &[], t(21)).is_none());
         // A new spike starts from scratch.
         assert!(d.update(&sample(0.95), &[], t(22)).is_none());
-        assert_eq!(d.update(&sample(0.95), &[], t(32)).unwrap().since, t(22));
+        assert_eq!(
+            d.update(&sample(0.95), &[], t(32)).unwrap().since,
+            t(22).wall
+        );
     }
 
     #[test]

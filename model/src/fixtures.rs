@@ -9,24 +9,40 @@ use meshd_proto::domain::{
     RttSummary,
 };
 
-use crate::link::{LinkRules, MEDIUM_WINDOW, SATURATED_SLOWDOWN, SHORT_WINDOW};
+use crate::link::{LinkRules, MEDIUM_WINDOW, SHORT_WINDOW};
 use crate::verdict::EngineSettings;
 
-/// Tests make up their times as offsets from one real instant: the only
-/// clock read in the model's code, and it is test code.
+/// Tests make up their times as offsets from one real instant, the same
+/// for the whole test run: the only clock read in the model's code, and it
+/// is test code.
 #[expect(
     clippy::disallowed_methods,
     reason = "an `Instant` can only be had from the clock"
 )]
 pub fn epoch() -> Instant {
-    Instant::now()
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+/// The moment `secs` seconds after [`epoch`], on both clocks.
+pub fn moment(secs: u64) -> crate::time::Moment {
+    moment_ms(secs * 1_000)
+}
+
+/// The moment `ms` milliseconds after [`epoch`], on both clocks.
+pub fn moment_ms(ms: u64) -> crate::time::Moment {
+    crate::time::Moment {
+        now: epoch() + Duration::from_millis(ms),
+        wall: SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000) + Duration::from_millis(ms),
+    }
 }
 
 /// The engine settings of a config that sets nothing (`meshd.example.toml`
 /// documents the same values).
 pub fn default_engine_settings() -> EngineSettings {
     EngineSettings::new(
-        Duration::from_millis(200),
+        Duration::from_secs(1),
+        Duration::from_secs(3),
         Duration::from_secs(1),
         LinkRules {
             down_after: Duration::from_millis(600),
@@ -36,7 +52,6 @@ pub fn default_engine_settings() -> EngineSettings {
             rtt_min_increase: Duration::from_millis(1),
             flap_window: Duration::from_secs(60),
             flap_changes: 4,
-            saturated_slowdown: SATURATED_SLOWDOWN,
         },
     )
 }
@@ -84,5 +99,6 @@ pub fn healthy_observation(from: &str, to: &str) -> LinkObservation {
         error_counters: vec![],
         silence: Duration::from_millis(50),
         consecutive_lost: 0,
+        lateness: Duration::ZERO,
     }
 }

@@ -4,7 +4,9 @@
 //! involving this node is most likely spinning on that fault. Pure.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
+
+use crate::time::Moment;
 
 use meshd_proto::domain::{Alarm, AlarmKind, LinkState, MeshStatus, NodeId, NodeState, Severity};
 
@@ -117,7 +119,7 @@ impl HungJobDetector {
         &mut self,
         processes: &[ProcessSample],
         status: Option<&MeshStatus>,
-        now: SystemTime,
+        moment: Moment,
     ) -> (Vec<Alarm>, JobCounts) {
         let fault = status.and_then(|s| mesh_fault(s, &self.node));
         let mut counts = JobCounts::default();
@@ -137,7 +139,7 @@ impl HungJobDetector {
                 hold: Hold::new(self.config.window),
                 cores: 0.0,
             });
-            tracked.hold.update(busy && fault.is_some(), now);
+            tracked.hold.update(busy && fault.is_some(), moment.now);
             tracked.cores = process.cores;
             seen.push(key);
         }
@@ -153,7 +155,7 @@ impl HungJobDetector {
         }
         let alarms = hung
             .into_iter()
-            .map(|(name, procs)| self.alarm(name, &procs, fault.as_ref(), now))
+            .map(|(name, procs)| self.alarm(name, &procs, fault.as_ref(), moment))
             .collect();
         (alarms, counts)
     }
@@ -163,13 +165,15 @@ impl HungJobDetector {
         name: &str,
         procs: &[(u32, &Tracked)],
         fault: Option<&MeshFault>,
-        now: SystemTime,
+        moment: Moment,
     ) -> Alarm {
-        let since = procs
-            .iter()
-            .filter_map(|(_, t)| t.hold.active_since())
-            .min()
-            .unwrap_or(now);
+        let since = moment.wall_of(
+            procs
+                .iter()
+                .filter_map(|(_, t)| t.hold.active_since())
+                .min()
+                .unwrap_or(moment.now),
+        );
         let cause = fault.map_or_else(
             // Clearing after the mesh recovered: the alarm is about to go.
             || "the mesh fault it waited on has cleared".to_owned(),
@@ -208,7 +212,7 @@ impl HungJobDetector {
                     .to_owned(),
             ),
             since,
-            updated: now,
+            updated: moment.wall,
         }
     }
 }
@@ -223,8 +227,8 @@ mod tests {
 
     use super::*;
 
-    fn t(secs: u64) -> SystemTime {
-        SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000 + secs)
+    fn t(secs: u64) -> Moment {
+        crate::fixtures::moment(secs)
     }
 
     fn id(s: &str) -> NodeId {
@@ -268,7 +272,7 @@ mod tests {
                 } else {
                     NodeState::Up
                 },
-                since: t(0),
+                since: t(0).wall,
                 evidence: vec![],
                 identity: None,
                 last_report_at: None,
@@ -280,7 +284,7 @@ mod tests {
                 a: end(a, "en2"),
                 b: end(b, "en3"),
                 state,
-                since: t(0),
+                since: t(0).wall,
                 evidence: vec![],
                 blame: Blame::Link,
                 blamed_node: None,
@@ -295,7 +299,7 @@ mod tests {
                 version: String::new(),
                 hostname: String::new(),
             },
-            evaluated_at: t(0),
+            evaluated_at: t(0).wall,
             quorum: Quorum::default(),
             nodes,
             links,
@@ -371,7 +375,7 @@ mod tests {
         assert_eq!(alarm.kind, AlarmKind::JobHung);
         assert_eq!(alarm.subject, "mlx-rank0");
         assert_eq!(alarm.node, id("a"));
-        assert_eq!(alarm.since, t(0));
+        assert_eq!(alarm.since, t(0).wall);
         assert!(
             alarm.summary.contains("likely spinning on a dead peer: b"),
             "{alarm:?}"

@@ -5,16 +5,20 @@
 pub mod alerts;
 pub mod bridge;
 pub mod check_alarms;
+pub mod clock;
 pub mod cpu;
 pub mod events;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
 pub mod histogram;
-pub mod intake;
 pub mod jobs;
 pub mod link;
-pub mod link_facts;
 pub mod linkstats;
+pub mod node;
+pub mod observation;
+pub mod outbox;
+pub mod peers;
 pub mod quorum;
+pub mod time;
 pub mod topology;
 pub mod verdict;

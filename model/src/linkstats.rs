@@ -5,11 +5,9 @@
 //! prober feeds it real times and tests feed it made-up ones.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
-use meshd_proto::domain::{
-    InterfaceState, LinkEnd, LinkObservation, LossWindow, RdmaPortState, RttSummary,
-};
+use meshd_proto::domain::{LossWindow, RttHistogram, RttSummary};
 
 use crate::histogram::DurationHistogram;
 
@@ -81,8 +79,49 @@ pub struct LinkStatsConfig {
     /// A probe unanswered this long is lost, and a later reply is ignored.
     pub timeout: Duration,
     /// Answered probes sent this far apart had an outage between them (see
-    /// [`Fate::Outage`]); the prober uses [`OUTAGE_RUN`] probe intervals.
+    /// [`Fate::Outage`]): the link's `down_after`, so a gap short enough
+    /// not to be judged down is loss, and a longer one is judged as the
+    /// outage it was rather than as loss afterwards.
     pub outage_gap: Duration,
+    /// The small-probe period: silence is only counted from when probes
+    /// were being sent (see [`ProbeStats::silence`]).
+    pub interval: Duration,
+}
+
+/// A timer this late means what was measured meanwhile is suspect (the
+/// Lifeguard rule, docs/ARCHITECTURE.md "Verdicts"): 20 ms, a thirtieth of
+/// the default `down_after`.
+pub const LATE: Duration = Duration::from_millis(20);
+
+/// Lateness is remembered this long: the longest evidence a verdict rests
+/// on that a late timer can distort is a loss or RTT window's recent part
+/// and a silence of `down_after`.
+pub const LATENESS_MEMORY: Duration = Duration::from_secs(2);
+
+/// What a link's probes measured, as of one moment: everything the
+/// observation of the link takes from the prober, and nothing else.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProbeStats {
+    pub rtt: RttSummary,
+    /// Every counted small-probe RTT since the prober started.
+    pub rtt_histogram: RttHistogram,
+    /// Small-probe loss over [`LOSS_WINDOWS`], shortest first.
+    pub loss: Vec<LossWindow>,
+    pub mtu_loss: Vec<LossWindow>,
+    pub probes_sent_total: u64,
+    pub probes_lost_total: u64,
+    pub last_reply_at: Option<Instant>,
+    /// How long probes sent meanwhile have gone unanswered. Counted only
+    /// from the first probe sent after the last reply (less one probe
+    /// period): a prober that was not running sent nothing, and what it
+    /// did not ask cannot have gone unanswered.
+    pub silence: Duration,
+    pub consecutive_lost: u32,
+    /// The worst lateness of the prober's own timers in the last
+    /// [`LATENESS_MEMORY`].
+    pub lateness: Duration,
+    /// When these were measured.
+    pub at: Instant,
 }
 
 /// Replies that did not count, by reason; useful to spot a confused peer.
@@ -126,10 +165,6 @@ fn within((after, before): (Option<Instant>, Instant), t: Instant) -> bool {
     after.is_none_or(|after| t > after) && t < before
 }
 
-/// This many small probes unanswered in a row is an outage, not loss:
-/// random loss of a few percent almost never drops five in a row.
-pub const OUTAGE_RUN: u32 = 5;
-
 /// One probe whose fate is known, filed under the moment that became known:
 /// that keeps the record queue in time order without sorting.
 #[derive(Debug, Clone, Copy)]
@@ -167,6 +202,11 @@ pub struct LinkStats {
     first_sent_at: Option<Instant>,
     last_reply_at: Option<Instant>,
     consecutive_lost: u32,
+    /// The first probe sent since the last reply, if any: where silence
+    /// can start.
+    first_unanswered_sent_at: Option<Instant>,
+    /// Recent lateness of the prober's timers, oldest first.
+    lateness: VecDeque<(Instant, Duration)>,
     /// Send time of the newest answered probe.
     last_answered_sent_at: Option<Instant>,
     /// When the first reply after the last outage arrived; probes sent
@@ -198,6 +238,8 @@ impl LinkStats {
             first_sent_at: None,
             last_reply_at: None,
             consecutive_lost: 0,
+            first_unanswered_sent_at: None,
+            lateness: VecDeque::new(),
             last_answered_sent_at: None,
             resumed_at: None,
             outage: None,
@@ -274,6 +316,7 @@ impl LinkStats {
             self.resumed_at = Some(at);
         }
         self.last_reply_at = Some(at);
+        self.first_unanswered_sent_at = None;
         self.consecutive_lost = 0;
         // The first reply after an outage and the probes sent before it
         // waited for the path to come back.
@@ -325,18 +368,31 @@ impl LinkStats {
         self.outstanding.len()
     }
 
-    /// What this end measured, as of `now` (`wall_now` is the same moment on
-    /// the wall clock, used only to date the last reply).
-    pub fn observation(
-        &mut self,
-        local: LinkEnd,
-        remote: LinkEnd,
-        now: Instant,
-        wall_now: SystemTime,
-    ) -> LinkObservation {
+    /// The prober's timer that should have fired at `at - late` fired at
+    /// `at`. Only lateness worth remembering is kept.
+    pub fn note_lateness(&mut self, late: Duration, at: Instant) {
+        self.forget_lateness(at);
+        if late >= Duration::from_millis(1) {
+            self.lateness.push_back((at, late));
+        }
+    }
+
+    fn forget_lateness(&mut self, now: Instant) {
+        while self
+            .lateness
+            .front()
+            .is_some_and(|(at, _)| now.saturating_duration_since(*at) > LATENESS_MEMORY)
+        {
+            self.lateness.pop_front();
+        }
+    }
+
+    /// What this end measured, as of `now`.
+    pub fn stats(&mut self, now: Instant) -> ProbeStats {
         self.expire(now);
         self.prune(now);
         self.roll_baseline_window(now);
+        self.forget_lateness(now);
 
         let mut rtts = std::mem::take(&mut self.scratch_rtts);
         let mut host_delays = std::mem::take(&mut self.scratch_host_delays);
@@ -369,38 +425,50 @@ impl LinkStats {
         self.scratch_rtts = rtts;
         self.scratch_host_delays = host_delays;
 
-        let silence = match (self.last_reply_at, self.first_sent_at) {
-            (Some(at), _) | (None, Some(at)) => now.saturating_duration_since(at),
-            (None, None) => Duration::ZERO,
-        };
-        let last_reply_at = self
-            .last_reply_at
-            .and_then(|at| wall_now.checked_sub(now.saturating_duration_since(at)));
-
-        LinkObservation {
-            local,
-            remote,
-            interface_state: InterfaceState::Unknown,
-            negotiated_speed_bps: None,
-            expected_speed_bps: None,
-            rdma_port_state: RdmaPortState::None,
-            gid_matches_address: None,
+        ProbeStats {
             rtt,
             rtt_histogram: self.histogram.to_rtt_histogram(),
             loss: self.loss_windows(ProbeClass::Small, now),
             mtu_loss: self.loss_windows(ProbeClass::Mtu, now),
             probes_sent_total: self.sent_total,
             probes_lost_total: self.lost_total,
-            last_reply_at,
-            error_counters: Vec::new(),
-            silence,
+            last_reply_at: self.last_reply_at,
+            silence: self.silence(now),
             consecutive_lost: self.consecutive_lost,
+            lateness: self
+                .lateness
+                .iter()
+                .map(|(_, late)| *late)
+                .max()
+                .unwrap_or_default(),
+            at: now,
         }
+    }
+
+    /// Silence runs from the last reply (or the first probe ever sent), but
+    /// never from before the first probe sent since: a prober that stalled
+    /// sent nothing in between, and that is no evidence against the link.
+    fn silence(&self, now: Instant) -> Duration {
+        let Some(first_unanswered) = self.first_unanswered_sent_at else {
+            return Duration::ZERO;
+        };
+        let start = match self.last_reply_at {
+            Some(reply) => reply.max(
+                first_unanswered
+                    .checked_sub(self.config.interval)
+                    .unwrap_or(first_unanswered),
+            ),
+            None => self.first_sent_at.unwrap_or(first_unanswered),
+        };
+        now.saturating_duration_since(start)
     }
 
     fn note_first_send(&mut self, at: Instant) {
         if self.first_sent_at.is_none() {
             self.first_sent_at = Some(at);
+        }
+        if self.first_unanswered_sent_at.is_none() {
+            self.first_unanswered_sent_at = Some(at);
         }
     }
 
@@ -569,10 +637,10 @@ fn quantile(sorted: &[Duration], q: f64) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use meshd_proto::domain::NodeId;
-
     const TIMEOUT: Duration = Duration::from_millis(500);
-    const OUTAGE_GAP: Duration = Duration::from_millis(500);
+    /// The link's `down_after`, as the prober sets it.
+    const OUTAGE_GAP: Duration = Duration::from_millis(600);
+    const INTERVAL: Duration = Duration::from_millis(100);
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
@@ -586,20 +654,12 @@ mod tests {
         LinkStats::new(LinkStatsConfig {
             timeout: TIMEOUT,
             outage_gap: OUTAGE_GAP,
+            interval: INTERVAL,
         })
     }
 
-    fn end(node: &str) -> LinkEnd {
-        LinkEnd::node_only(NodeId::new(node).expect("valid node id"))
-    }
-
-    fn observe(s: &mut LinkStats, now: Instant) -> LinkObservation {
-        s.observation(
-            end("a"),
-            end("b"),
-            now,
-            SystemTime::UNIX_EPOCH + ms(1_000_000),
-        )
+    fn observe(s: &mut LinkStats, now: Instant) -> ProbeStats {
+        s.stats(now)
     }
 
     /// Sends a small probe at `t0 + at` and answers it `rtt` later.
@@ -611,8 +671,10 @@ mod tests {
         );
     }
 
-    fn window(o: &LinkObservation, secs: u64) -> LossWindow {
-        *o.loss_over(Duration::from_secs(secs))
+    fn window(o: &ProbeStats, secs: u64) -> LossWindow {
+        *o.loss
+            .iter()
+            .find(|w| w.window == Duration::from_secs(secs))
             .expect("window present")
     }
 
@@ -629,9 +691,7 @@ mod tests {
         let windows: Vec<Duration> = o.loss.iter().map(|w| w.window).collect();
         assert_eq!(windows, LOSS_WINDOWS.to_vec());
         assert_eq!(o.last_reply_at, None);
-        assert_eq!(o.interface_state, InterfaceState::Unknown);
-        assert_eq!(o.rdma_port_state, RdmaPortState::None);
-        assert!(o.error_counters.is_empty());
+        assert_eq!(o.lateness, Duration::ZERO);
         assert_eq!(
             o.rtt_histogram.counts.len(),
             o.rtt_histogram.bounds.len() + 1
@@ -875,7 +935,66 @@ mod tests {
         let o = observe(&mut s, t0 + ms(3_000));
         assert_eq!(o.rtt.max, us(40), "no 400 ms sample: {:?}", o.rtt);
         assert_eq!(window(&o, 10).lost, 0, "the outage is not loss: {o:?}");
-        assert_eq!(o.silence, ms(100) - us(40));
+        // Nothing sent since the last reply: nothing has gone unanswered.
+        assert_eq!(o.silence, Duration::ZERO);
+    }
+
+    /// Lifeguard at the source: a prober whose timers stalled for 1.5 s
+    /// sent nothing meanwhile, so it has no evidence the link went quiet;
+    /// the link is silent only for as long as probes it did send went
+    /// unanswered.
+    #[test]
+    fn a_prober_that_stalled_is_not_silent_for_the_stall() {
+        let t0 = crate::fixtures::epoch();
+        let mut s = stats();
+        for seq in 0..10u64 {
+            answered(&mut s, seq, t0, ms(seq * 100), us(40));
+        }
+        // Stalled from 0.9 s to 2.4 s; the first probe after the stall is
+        // in flight when the stats are read.
+        s.on_sent(10, ProbeClass::Small, t0 + ms(2_400));
+        s.note_lateness(ms(1_400), t0 + ms(2_400));
+        let o = observe(&mut s, t0 + ms(2_450));
+        assert_eq!(o.silence, ms(150), "one probe period and 50 ms, not 1.5 s");
+        assert_eq!(o.lateness, ms(1_400));
+        // A cable that really is dead goes on growing silent as the probes
+        // sent after the stall go unanswered.
+        for seq in 11..20u64 {
+            s.on_sent(seq, ProbeClass::Small, t0 + ms(2_400 + (seq - 10) * 100));
+        }
+        let o = observe(&mut s, t0 + ms(3_400));
+        assert_eq!(o.silence, ms(1_100));
+        // Lateness is forgotten after a while.
+        let o = observe(&mut s, t0 + ms(2_400) + LATENESS_MEMORY + ms(1));
+        assert_eq!(o.lateness, Duration::ZERO);
+    }
+
+    /// A gap shorter than the outage threshold (the link's `down_after`) is
+    /// loss, however many probes in a row it took: a link dark 400 ms of
+    /// every second must not read as healthy.
+    #[test]
+    fn a_repeated_short_blackout_is_loss() {
+        let t0 = crate::fixtures::epoch();
+        let mut s = stats();
+        for seq in 0..100u64 {
+            let at = t0 + ms(seq * 100);
+            s.expire(at);
+            s.on_sent(seq, ProbeClass::Small, at);
+            // Dark for the first 400 ms of every second.
+            if seq % 10 >= 4 {
+                assert!(
+                    s.on_reply(seq, ProbeClass::Small, Duration::ZERO, at + us(30))
+                        .is_some()
+                        || seq % 10 == 4,
+                    "{seq}"
+                );
+            }
+        }
+        s.expire(t0 + ms(10_100));
+        let o = observe(&mut s, t0 + ms(10_100));
+        let w = window(&o, 10);
+        assert!(w.lost >= 36, "40 % of the probes lost: {w:?}");
+        assert!(w.ratio() > 0.3, "{w:?}");
     }
 
     #[test]
@@ -918,13 +1037,10 @@ mod tests {
             s.on_reply(2, ProbeClass::Mtu, Duration::ZERO, t0 + ms(3_001))
                 .is_some()
         );
+        s.on_sent(3, ProbeClass::Small, t0 + ms(3_050));
         let o = observe(&mut s, t0 + ms(4_001));
         assert_eq!(o.silence, ms(1_000));
-        // Dated on the wall clock of the observation, minus the silence.
-        assert_eq!(
-            o.last_reply_at,
-            Some(SystemTime::UNIX_EPOCH + ms(1_000_000) - ms(1_000))
-        );
+        assert_eq!(o.last_reply_at, Some(t0 + ms(3_001)));
     }
 
     #[test]
@@ -1011,6 +1127,7 @@ mod tests {
         let mut s_long = LinkStats::new(LinkStatsConfig {
             timeout: Duration::from_secs(5),
             outage_gap: OUTAGE_GAP,
+            interval: INTERVAL,
         });
         for (i, rtt) in rtts.iter().enumerate() {
             answered(&mut s_long, i as u64, t0, ms(i as u64 * 10), *rtt);
@@ -1078,6 +1195,7 @@ mod tests {
         let mut s = LinkStats::new(LinkStatsConfig {
             timeout: Duration::from_secs(3_600),
             outage_gap: OUTAGE_GAP,
+            interval: INTERVAL,
         });
         // A peer that never answers, probed every millisecond for 10 s.
         for seq in 0..10_000u64 {

@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use crate::domain::{
     Alarm, Blame, Counter, Event, EventDetail, EventKind, Incarnation, InterfaceState, LinkEnd,
     LinkMeasurement, LinkObservation, LinkState, LinkVerdict, LossWindow, MeshStatus, NodeId,
-    NodeIdentity, NodeLoad, NodeState, NodeVerdict, PeerReport, Quorum, RdmaPortState,
+    NodeIdentity, NodeState, NodeVerdict, Quorum, RdmaPortState,
     RejectReason, RttHistogram, RttSummary, Severity, UnknownName,
 };
 use crate::facts::{
@@ -19,6 +19,10 @@ use crate::facts::{
     PeerFact, PortFact, RdmaPortFact,
 };
 use crate::wire;
+
+mod stream;
+
+pub use stream::update_from_wire;
 
 /// A wire message that does not make sense, with the path of the bad field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -164,19 +168,11 @@ enum_conversions!(RejectReason, RejectReason, reject_reason, reject_reason_wire,
     UnknownNode => UnknownNode,
     Replayed => Replayed,
     OldIncarnation => OldIncarnation,
-    Stale => Stale,
     Malformed => Malformed,
+    NotAuthenticated => NotAuthenticated,
+    OverLimit => OverLimit,
+    IncarnationAhead => IncarnationAhead,
 });
-
-/// The wire name of a reject reason, for acks.
-pub fn reject_reason_to_wire(reason: RejectReason) -> i32 {
-    reject_reason_wire(reason)
-}
-
-/// The reject reason of an ack; `None` for accepted reports.
-pub fn reject_reason_from_wire(raw: i32) -> Result<RejectReason> {
-    reject_reason("reject_reason", raw)
-}
 
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
@@ -325,6 +321,7 @@ impl From<LinkObservation> for wire::LinkObservation {
             error_counters: o.error_counters.into_iter().map(Into::into).collect(),
             silence_ns: nanos(o.silence),
             consecutive_lost: o.consecutive_lost,
+            lateness_ns: nanos(o.lateness),
         }
     }
 }
@@ -356,55 +353,7 @@ impl TryFrom<wire::LinkObservation> for LinkObservation {
             error_counters: o.error_counters.into_iter().map(Counter::from).collect(),
             silence: Duration::from_nanos(o.silence_ns),
             consecutive_lost: o.consecutive_lost,
-        })
-    }
-}
-
-impl From<PeerReport> for wire::PeerReport {
-    fn from(r: PeerReport) -> Self {
-        Self {
-            sender: Some(r.sender.into()),
-            sequence: r.sequence,
-            sent_at: timestamp(r.sent_at),
-            links: r.links.into_iter().map(Into::into).collect(),
-            alarms: r.alarms.into_iter().map(Into::into).collect(),
-            hears: r.hears.iter().map(ToString::to_string).collect(),
-            load: Some(wire::NodeLoad {
-                cpu_busy_ratio: r.load.cpu_busy_ratio,
-                cpu_saturated: r.load.cpu_saturated,
-            }),
-            facts: r.facts.map(Into::into),
-        }
-    }
-}
-
-impl TryFrom<wire::PeerReport> for PeerReport {
-    type Error = WireError;
-    fn try_from(r: wire::PeerReport) -> Result<Self> {
-        let load = r.load.unwrap_or_default();
-        if !(0.0..=1.0).contains(&load.cpu_busy_ratio) {
-            return Err(WireError::new(
-                "load.cpu_busy_ratio",
-                format!("{} is outside 0-1", load.cpu_busy_ratio),
-            ));
-        }
-        Ok(Self {
-            sender: NodeIdentity::try_from(required("sender", r.sender)?)
-                .map_err(|e| e.within("sender"))?,
-            sequence: r.sequence,
-            sent_at: time("sent_at", r.sent_at)?,
-            links: each("links", r.links, LinkObservation::try_from)?,
-            alarms: each("alarms", r.alarms, Alarm::try_from)?,
-            hears: node_ids("hears", r.hears)?,
-            load: NodeLoad {
-                cpu_busy_ratio: load.cpu_busy_ratio,
-                cpu_saturated: load.cpu_saturated,
-            },
-            facts: r
-                .facts
-                .map(NodeFacts::try_from)
-                .transpose()
-                .map_err(|e| e.within("facts"))?,
+            lateness: Duration::from_nanos(o.lateness_ns),
         })
     }
 }
@@ -982,6 +931,9 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::domain::{
+        ClockOffset, ClockSample, NodeLoad, PeerReply, Refusal, ReportUpdate, StreamOpen,
+    };
 
     fn id(s: &str) -> NodeId {
         NodeId::new(s).expect("valid id")
@@ -1316,12 +1268,15 @@ mod tests {
         );
     }
 
-    fn sample_report() -> PeerReport {
+    const BOUNDS: [Duration; 2] = [Duration::from_micros(25), Duration::from_micros(50)];
+
+    fn sample_update() -> ReportUpdate {
         let status = sample_status();
-        PeerReport {
-            sender: status.node.clone(),
+        ReportUpdate {
             sequence: 42,
             sent_at: at(200),
+            lateness: Duration::from_millis(4),
+            full: true,
             links: vec![LinkObservation {
                 local: status.links[0].a.clone(),
                 remote: status.links[0].b.clone(),
@@ -1341,7 +1296,7 @@ mod tests {
                     samples: 600,
                 },
                 rtt_histogram: RttHistogram {
-                    bounds: vec![Duration::from_micros(25), Duration::from_micros(50)],
+                    bounds: BOUNDS.to_vec(),
                     counts: vec![10, 500, 90],
                     sum: Duration::from_micros(27_000),
                 },
@@ -1365,49 +1320,120 @@ mod tests {
                 }],
                 silence: Duration::from_millis(90),
                 consecutive_lost: 0,
+                lateness: Duration::from_millis(3),
             }],
-            alarms: status.alarms.clone(),
-            hears: vec![id("b"), id("c")],
+            removed_links: vec![status.links[0].b.clone()],
+            alarms: Some(status.alarms.clone()),
+            hears: Some(vec![id("b"), id("c")]),
+            heard_on_management: Some(vec![id("b")]),
             load: NodeLoad {
                 cpu_busy_ratio: 0.25,
                 cpu_saturated: false,
             },
             facts: Some(sample_facts()),
+            has_quorum: Some(true),
+            clock_offsets: Some(vec![ClockOffset {
+                peer: id("b"),
+                offset_ns: -1_500_000_000,
+                rtt: Duration::from_micros(300),
+            }]),
         }
     }
 
     #[test]
-    fn report_round_trips() {
-        let report = sample_report();
-        let wire: wire::PeerReport = report.clone().into();
-        assert_eq!(PeerReport::try_from(wire), Ok(report));
+    fn an_update_round_trips_with_the_streams_bounds() {
+        let update = sample_update();
+        let wire: wire::ReportUpdate = update.clone().into();
+        assert!(
+            wire.links[0]
+                .rtt_histogram
+                .as_ref()
+                .is_some_and(|h| h.bounds_ns.is_empty()),
+            "bounds travel once per stream"
+        );
+        assert_eq!(update_from_wire(wire, &BOUNDS), Ok(update));
+        // A delta: only what changed is present, and absent stays absent.
+        let delta = ReportUpdate {
+            full: false,
+            links: vec![],
+            removed_links: vec![],
+            alarms: None,
+            hears: None,
+            heard_on_management: None,
+            facts: None,
+            has_quorum: None,
+            clock_offsets: None,
+            ..sample_update()
+        };
+        assert_eq!(update_from_wire(delta.clone().into(), &BOUNDS), Ok(delta));
+    }
+
+    #[test]
+    fn a_reply_round_trips_refused_or_not() {
+        let receiver = sample_status().node;
+        let accepted = PeerReply {
+            receiver: receiver.clone(),
+            sequence: 7,
+            refusal: None,
+            clock: Some(ClockSample {
+                echoed: at(1),
+                received: at(2),
+                replied: at(3),
+            }),
+            resync: true,
+        };
+        assert_eq!(
+            PeerReply::try_from(wire::PeerReply::from(accepted.clone())),
+            Ok(accepted)
+        );
+        let refused = PeerReply {
+            receiver,
+            sequence: 0,
+            refusal: Some(Refusal {
+                reason: RejectReason::OldIncarnation,
+                detail: "a restarted node takes a larger incarnation".into(),
+                known_incarnation: Some(Incarnation(99)),
+            }),
+            clock: None,
+            resync: false,
+        };
+        assert_eq!(
+            PeerReply::try_from(wire::PeerReply::from(refused.clone())),
+            Ok(refused)
+        );
     }
 
     #[test]
     fn inconsistent_observations_are_rejected_by_field() {
-        let mut wire: wire::PeerReport = sample_report().into();
+        let mut wire: wire::ReportUpdate = sample_update().into();
         wire.links[0].loss[0].lost = 11;
-        let err = PeerReport::try_from(wire).expect_err("more lost than sent");
+        let err = update_from_wire(wire, &BOUNDS).expect_err("more lost than sent");
         assert_eq!(err.field, "links[0].loss[0].lost");
 
-        let mut wire: wire::PeerReport = sample_report().into();
+        let mut wire: wire::ReportUpdate = sample_update().into();
         wire.links[0]
             .rtt_histogram
             .as_mut()
             .expect("histogram")
             .counts
             .pop();
-        let err = PeerReport::try_from(wire).expect_err("short counts");
+        let err = update_from_wire(wire, &BOUNDS).expect_err("short counts");
         assert_eq!(err.field, "links[0].rtt_histogram.counts");
 
-        let mut wire: wire::PeerReport = sample_report().into();
+        let mut wire: wire::ReportUpdate = sample_update().into();
         wire.load.as_mut().expect("load").cpu_busy_ratio = f64::NAN;
-        let err = PeerReport::try_from(wire).expect_err("NaN load");
+        let err = update_from_wire(wire, &BOUNDS).expect_err("NaN load");
         assert_eq!(err.field, "load.cpu_busy_ratio");
 
-        let mut wire: wire::PeerReport = sample_report().into();
-        wire.sender.as_mut().expect("sender").incarnation = 0;
-        let err = PeerReport::try_from(wire).expect_err("no incarnation");
+        let open = StreamOpen {
+            sender: NodeIdentity {
+                incarnation: Incarnation(0),
+                ..sample_status().node
+            },
+            instance: 1,
+            rtt_bounds: BOUNDS.to_vec(),
+        };
+        let err = StreamOpen::try_from(wire::StreamOpen::from(open)).expect_err("no incarnation");
         assert_eq!(err.field, "sender.incarnation");
     }
 
@@ -1416,7 +1442,8 @@ mod tests {
         assert!(MeshStatus::try_from(wire::MeshStatus::default()).is_err());
         assert!(Event::try_from(wire::Event::default()).is_err());
         assert!(Alarm::try_from(wire::Alarm::default()).is_err());
-        assert!(PeerReport::try_from(wire::PeerReport::default()).is_err());
+        assert!(update_from_wire(wire::ReportUpdate::default(), &BOUNDS).is_err());
+        assert!(StreamOpen::try_from(wire::StreamOpen::default()).is_err());
         assert!(LinkObservation::try_from(wire::LinkObservation::default()).is_err());
     }
 

@@ -250,6 +250,14 @@ pub enum AlarmKind {
     RdmaDisabled,
     /// A cable negotiated less than it should.
     LinkSpeedLow,
+    /// A node answers on its cables but not on the management network.
+    ManagementUnreachable,
+    /// This node's clock is off the mesh's by more than the bound.
+    ClockSkew,
+    /// Two live daemons claim one node id.
+    DuplicateNodeId,
+    /// Most of the mesh runs its timers late: verdicts are held.
+    MeshSaturated,
 }
 named_enum!(AlarmKind {
     NoQuorum => "no_quorum",
@@ -259,6 +267,10 @@ named_enum!(AlarmKind {
     JobHung => "job_hung",
     RdmaDisabled => "rdma_disabled",
     LinkSpeedLow => "link_speed_low",
+    ManagementUnreachable => "management_unreachable",
+    ClockSkew => "clock_skew",
+    DuplicateNodeId => "duplicate_node_id",
+    MeshSaturated => "mesh_saturated",
 });
 
 /// One end of a link: the node and, where known, its interface, address and
@@ -529,6 +541,9 @@ pub struct LinkObservation {
     /// Time since the last reply, as measured when the observation was made.
     pub silence: Duration,
     pub consecutive_lost: u32,
+    /// How late the observer's own timers ran while it gathered this (the
+    /// worst in the last two seconds): evidence gathered late is suspect.
+    pub lateness: Duration,
 }
 
 impl LinkObservation {
@@ -582,18 +597,121 @@ pub struct NodeLoad {
     pub cpu_saturated: bool,
 }
 
-/// What one node pushes to every peer several times a second.
+/// All a node holds of one peer's report: the last full report with every
+/// update since applied to it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PeerReport {
     pub sender: NodeIdentity,
+    /// The last update applied.
     pub sequence: u64,
+    /// When the sender sent it, on the sender's wall clock: for display and
+    /// clock offsets only.
     pub sent_at: SystemTime,
     pub links: Vec<LinkObservation>,
     pub alarms: Vec<Alarm>,
+    /// Members the sender has evidence of life for.
     pub hears: Vec<NodeId>,
+    /// Members whose management path the sender hears.
+    pub heard_on_management: Vec<NodeId>,
     pub load: NodeLoad,
-    /// The sender's platform facts; sent in some reports, not all.
+    /// How late the sender's timers ran when it sent its last update.
+    pub lateness: Duration,
+    pub has_quorum: bool,
+    /// The sender's clock against its peers'.
+    pub clock_offsets: Vec<ClockOffset>,
+    /// The sender's platform facts, when it has sent them.
     pub facts: Option<NodeFacts>,
+}
+
+impl PeerReport {
+    /// What a peer's report is before its first update arrived.
+    pub fn empty(sender: NodeIdentity) -> Self {
+        Self {
+            sender,
+            sequence: 0,
+            sent_at: SystemTime::UNIX_EPOCH,
+            links: Vec::new(),
+            alarms: Vec::new(),
+            hears: Vec::new(),
+            heard_on_management: Vec::new(),
+            load: NodeLoad::default(),
+            lateness: Duration::ZERO,
+            has_quorum: false,
+            clock_offsets: Vec::new(),
+            facts: None,
+        }
+    }
+}
+
+/// `peer`'s clock minus the measuring node's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClockOffset {
+    pub peer: NodeId,
+    pub offset_ns: i64,
+    /// The round trip of the sample it was taken from: its uncertainty.
+    pub rtt: Duration,
+}
+
+/// The first message of a stream.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamOpen {
+    pub sender: NodeIdentity,
+    /// Random per process start.
+    pub instance: u64,
+    /// The bucket bounds of every RTT histogram on the stream.
+    pub rtt_bounds: Vec<Duration>,
+}
+
+/// One update of a report: everything (`full`), or what changed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReportUpdate {
+    pub sequence: u64,
+    pub sent_at: SystemTime,
+    pub lateness: Duration,
+    pub full: bool,
+    pub links: Vec<LinkObservation>,
+    /// Links gone, by their far end.
+    pub removed_links: Vec<LinkEnd>,
+    pub alarms: Option<Vec<Alarm>>,
+    pub hears: Option<Vec<NodeId>>,
+    pub heard_on_management: Option<Vec<NodeId>>,
+    pub load: NodeLoad,
+    pub facts: Option<NodeFacts>,
+    pub has_quorum: Option<bool>,
+    pub clock_offsets: Option<Vec<ClockOffset>>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum PeerMessage {
+    Open(StreamOpen),
+    Update(ReportUpdate),
+}
+
+/// The wall-clock times of one update's round trip.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClockSample {
+    pub echoed: SystemTime,
+    pub received: SystemTime,
+    pub replied: SystemTime,
+}
+
+/// Why a receiver refused a stream or an update.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub reason: RejectReason,
+    pub detail: String,
+    /// With `OldIncarnation`: the incarnation to exceed.
+    pub known_incarnation: Option<Incarnation>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerReply {
+    pub receiver: NodeIdentity,
+    /// The update answered; 0 answers the open.
+    pub sequence: u64,
+    pub refusal: Option<Refusal>,
+    pub clock: Option<ClockSample>,
+    pub resync: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -601,13 +719,17 @@ pub enum RejectReason {
     UnknownNode,
     Replayed,
     OldIncarnation,
-    Stale,
     Malformed,
+    NotAuthenticated,
+    OverLimit,
+    IncarnationAhead,
 }
 named_enum!(RejectReason {
     UnknownNode => "unknown_node",
     Replayed => "replayed",
     OldIncarnation => "old_incarnation",
-    Stale => "stale",
     Malformed => "malformed",
+    NotAuthenticated => "not_authenticated",
+    OverLimit => "over_limit",
+    IncarnationAhead => "incarnation_ahead",
 });

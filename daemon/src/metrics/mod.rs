@@ -163,6 +163,7 @@ mod tests {
             }],
             silence: Duration::ZERO,
             consecutive_lost: 0,
+            lateness: Duration::ZERO,
         };
         let published = Published {
             report: Arc::new(ReportBody {

@@ -1,14 +1,54 @@
-//! What the platform knows about this node's end of a cable, added to the
-//! link's probe observation: interface state, negotiated speed, RDMA port
-//! state, whether GID[1] matches the address, and the port's error
-//! counters. The verdict engine then judges them with the probes (a port
-//! not ACTIVE while IP works, a speed below the expected one).
+//! The one place a link observation is built: what this node's prober
+//! measured on the cable, what the config says the cable should do, and
+//! what the platform knows about this end's port (interface state,
+//! negotiated speed, RDMA port state, whether GID[1] matches the address,
+//! error counters). The verdict engine judges the result; this node's
+//! report carries it to the peers; the metrics and the status show it.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use meshd_proto::domain::{Counter, InterfaceState, LinkObservation, RdmaPortState};
 use meshd_proto::facts::{NodeFacts, PortFact};
+
+use crate::linkstats::ProbeStats;
+use crate::time::Moment;
+use crate::verdict::ExpectedLink;
+
+/// The observation of `link` from its probe statistics and, when known,
+/// this node's platform facts and its ports' error counters (by port name).
+pub fn link_observation(
+    link: &ExpectedLink,
+    probes: &ProbeStats,
+    facts: Option<&NodeFacts>,
+    counters: &BTreeMap<String, Vec<Counter>>,
+    moment: Moment,
+) -> LinkObservation {
+    let mut observation = LinkObservation {
+        local: link.local.clone(),
+        remote: link.remote.clone(),
+        interface_state: InterfaceState::Unknown,
+        negotiated_speed_bps: None,
+        expected_speed_bps: link.expected_speed_bps,
+        rdma_port_state: RdmaPortState::None,
+        gid_matches_address: None,
+        rtt: probes.rtt,
+        rtt_histogram: probes.rtt_histogram.clone(),
+        loss: probes.loss.clone(),
+        mtu_loss: probes.mtu_loss.clone(),
+        probes_sent_total: probes.probes_sent_total,
+        probes_lost_total: probes.probes_lost_total,
+        last_reply_at: probes.last_reply_at.map(|at| moment.wall_of(at)),
+        error_counters: Vec::new(),
+        silence: probes.silence,
+        consecutive_lost: probes.consecutive_lost,
+        lateness: probes.lateness,
+    };
+    if let Some(facts) = facts {
+        add_port_facts(&mut observation, facts, counters);
+    }
+    observation
+}
 
 /// The port of `facts` this link leaves through: by interface name, else by
 /// the link's local address, else by RDMA device.
@@ -41,7 +81,7 @@ fn port_of<'a>(observation: &LinkObservation, facts: &'a NodeFacts) -> Option<&'
 /// Fills the platform fields of `observation` from the port it leaves
 /// through; leaves them unknown when no port of `facts` matches.
 /// `counters` are the ports' error counters by port name.
-pub fn add_port_facts(
+fn add_port_facts(
     observation: &mut LinkObservation,
     facts: &NodeFacts,
     counters: &BTreeMap<String, Vec<Counter>>,
@@ -172,5 +212,66 @@ mod tests {
         let before = loopback.clone();
         add_port_facts(&mut loopback, &facts, &BTreeMap::new());
         assert_eq!(loopback, before);
+    }
+
+    #[test]
+    fn the_observation_joins_probes_config_and_port_facts() {
+        use std::time::{Duration, SystemTime};
+
+        use crate::linkstats::{LinkStats, LinkStatsConfig, ProbeClass};
+
+        let t0 = crate::fixtures::epoch();
+        let mut stats = LinkStats::new(LinkStatsConfig {
+            timeout: Duration::from_millis(500),
+            outage_gap: Duration::from_millis(600),
+            interval: Duration::from_millis(100),
+        });
+        stats.on_sent(1, ProbeClass::Small, t0);
+        stats.on_reply(
+            1,
+            ProbeClass::Small,
+            Duration::ZERO,
+            t0 + Duration::from_micros(40),
+        );
+        let probes = stats.stats(t0 + Duration::from_secs(1));
+        let link = ExpectedLink {
+            local: observation(Some("en6"), [10, 254, 0, 5]).local,
+            remote: LinkEnd::node_only(NodeId::new("b").expect("id")),
+            expected_speed_bps: Some(80_000_000_000),
+        };
+        let moment = Moment {
+            now: t0 + Duration::from_secs(1),
+            wall: SystemTime::UNIX_EPOCH + Duration::from_secs(1_000),
+        };
+
+        // Without facts the platform fields stay unknown.
+        let bare = link_observation(&link, &probes, None, &BTreeMap::new(), moment);
+        assert_eq!(bare.interface_state, InterfaceState::Unknown);
+        assert_eq!(bare.rdma_port_state, RdmaPortState::None);
+        assert_eq!(bare.negotiated_speed_bps, None);
+        assert_eq!(bare.expected_speed_bps, Some(80_000_000_000));
+        assert_eq!(bare.rtt.samples, 1);
+        assert_eq!(
+            bare.last_reply_at,
+            Some(
+                SystemTime::UNIX_EPOCH + Duration::from_secs(1_000) - Duration::from_secs(1)
+                    + Duration::from_micros(40)
+            )
+        );
+
+        let facts = NodeFacts {
+            ports: vec![port(
+                "Thunderbolt 2",
+                "en6",
+                "10.254.0.5",
+                RdmaPortState::Active,
+            )],
+            ..NodeFacts::default()
+        };
+        let full = link_observation(&link, &probes, Some(&facts), &BTreeMap::new(), moment);
+        assert_eq!(full.interface_state, InterfaceState::Up);
+        assert_eq!(full.rdma_port_state, RdmaPortState::Active);
+        assert_eq!(full.negotiated_speed_bps, Some(80_000_000_000));
+        assert_eq!(full.rtt, bare.rtt);
     }
 }

@@ -1,0 +1,264 @@
+//! What this node sends its peers, and when: one sequence of updates that
+//! goes out on every stream (the management network and each cable), each
+//! carrying only what changed — a link's observation at once when it
+//! changes in the terms verdicts rest on ([`EndClass`]), its figures at most
+//! every refresh interval, alarms, the members heard, quorum, clock offsets
+//! and facts when they change — and a heartbeat when nothing did. A stream
+//! that opens starts with everything sent so far, as one full update.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use meshd_proto::domain::{Alarm, ClockOffset, LinkObservation, NodeId, NodeLoad, ReportUpdate};
+use meshd_proto::facts::NodeFacts;
+
+use crate::link::{EndClass, LinkRules};
+use crate::time::Moment;
+
+/// A clock offset that moved less than this since it was sent is not
+/// news: offsets wander by the jitter of their samples.
+const OFFSET_NEWS: Duration = Duration::from_millis(50);
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OutboxSettings {
+    /// An update goes out at least this often.
+    pub heartbeat: Duration,
+    /// A link's figures (RTT, loss) go out at most this often when nothing
+    /// the verdicts rest on changed.
+    pub refresh: Duration,
+    pub rules: LinkRules,
+}
+
+/// What this node has to tell right now.
+#[derive(Debug, Clone, Copy)]
+pub struct Snapshot<'a> {
+    pub links: &'a [LinkObservation],
+    pub alarms: &'a [Alarm],
+    pub hears: &'a [NodeId],
+    pub heard_on_management: &'a [NodeId],
+    pub has_quorum: bool,
+    pub clock_offsets: &'a [ClockOffset],
+    pub facts: Option<&'a Arc<NodeFacts>>,
+    pub load: NodeLoad,
+    pub lateness: Duration,
+}
+
+/// What the peers hold of this node: everything sent so far.
+#[derive(Debug, Clone)]
+struct Sent {
+    links: BTreeMap<NodeId, (LinkObservation, Instant)>,
+    alarms: Vec<Alarm>,
+    hears: Vec<NodeId>,
+    heard_on_management: Vec<NodeId>,
+    has_quorum: bool,
+    clock_offsets: Vec<ClockOffset>,
+    facts: Option<Arc<NodeFacts>>,
+    load: NodeLoad,
+}
+
+#[derive(Debug)]
+pub struct Outbox {
+    settings: OutboxSettings,
+    sequence: u64,
+    sent: Option<Sent>,
+    last_sent_at: Option<Instant>,
+}
+
+/// Alarms are the same news when they say the same; `updated` moves with
+/// every sample.
+fn same_alarms(a: &[Alarm], b: &[Alarm]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| {
+            x.kind == y.kind
+                && x.node == y.node
+                && x.subject == y.subject
+                && x.severity == y.severity
+                && x.summary == y.summary
+                && x.evidence == y.evidence
+                && x.fix == y.fix
+                && x.since == y.since
+        })
+}
+
+fn offsets_moved(old: &[ClockOffset], new: &[ClockOffset]) -> bool {
+    old.len() != new.len()
+        || old.iter().zip(new).any(|(a, b)| {
+            a.peer != b.peer
+                || a.offset_ns.abs_diff(b.offset_ns)
+                    > u64::try_from(OFFSET_NEWS.as_nanos()).unwrap_or(u64::MAX)
+        })
+}
+
+impl Outbox {
+    pub fn new(settings: OutboxSettings) -> Self {
+        Self {
+            settings,
+            sequence: 0,
+            sent: None,
+            last_sent_at: None,
+        }
+    }
+
+    pub fn set_settings(&mut self, settings: OutboxSettings) {
+        self.settings = settings;
+    }
+
+    /// The last update's sequence number (0 before the first).
+    pub fn sequence(&self) -> u64 {
+        self.sequence
+    }
+
+    /// When the next update is due if nothing changes: the heartbeat.
+    pub fn next_due(&self) -> Option<Instant> {
+        self.last_sent_at
+            .and_then(|at| at.checked_add(self.settings.heartbeat))
+    }
+
+    /// The update due now, if any: `urgent` asks for one even when only a
+    /// figure moved (a verdict changed and the peers should hear at once).
+    pub fn next(
+        &mut self,
+        now: &Snapshot<'_>,
+        moment: Moment,
+        urgent: bool,
+    ) -> Option<ReportUpdate> {
+        let Some(sent) = self.sent.take() else {
+            return Some(self.first(now, moment));
+        };
+        let rules = &self.settings.rules;
+        let refresh = self.settings.refresh;
+        let mut update = ReportUpdate {
+            sequence: self.sequence + 1,
+            sent_at: moment.wall,
+            lateness: now.lateness,
+            full: false,
+            links: Vec::new(),
+            removed_links: Vec::new(),
+            alarms: None,
+            hears: None,
+            heard_on_management: None,
+            load: now.load,
+            facts: None,
+            has_quorum: None,
+            clock_offsets: None,
+        };
+        let mut next = sent.clone();
+        for link in now.links {
+            let due = match sent.links.get(&link.remote.node) {
+                None => true,
+                Some((old, at)) => {
+                    EndClass::of(old, rules) != EndClass::of(link, rules)
+                        || ((urgent || moment.now.saturating_duration_since(*at) >= refresh)
+                            && old != link)
+                }
+            };
+            if due {
+                update.links.push(link.clone());
+                next.links
+                    .insert(link.remote.node.clone(), (link.clone(), moment.now));
+            }
+        }
+        for (peer, (old, _)) in &sent.links {
+            if !now.links.iter().any(|l| l.remote.node == *peer) {
+                update.removed_links.push(old.remote.clone());
+                next.links.remove(peer);
+            }
+        }
+        if !same_alarms(&sent.alarms, now.alarms) {
+            update.alarms = Some(now.alarms.to_vec());
+            next.alarms = now.alarms.to_vec();
+        }
+        if sent.hears != now.hears {
+            update.hears = Some(now.hears.to_vec());
+            next.hears = now.hears.to_vec();
+        }
+        if sent.heard_on_management != now.heard_on_management {
+            update.heard_on_management = Some(now.heard_on_management.to_vec());
+            next.heard_on_management = now.heard_on_management.to_vec();
+        }
+        if sent.has_quorum != now.has_quorum {
+            update.has_quorum = Some(now.has_quorum);
+            next.has_quorum = now.has_quorum;
+        }
+        if offsets_moved(&sent.clock_offsets, now.clock_offsets) {
+            update.clock_offsets = Some(now.clock_offsets.to_vec());
+            next.clock_offsets = now.clock_offsets.to_vec();
+        }
+        let facts_changed = match (&sent.facts, now.facts) {
+            (Some(old), Some(new)) => !Arc::ptr_eq(old, new),
+            (None, None) => false,
+            _ => true,
+        };
+        if facts_changed {
+            update.facts = now.facts.map(|f| (**f).clone());
+            next.facts = now.facts.cloned();
+        }
+        let news = !update.links.is_empty()
+            || !update.removed_links.is_empty()
+            || update.alarms.is_some()
+            || update.hears.is_some()
+            || update.heard_on_management.is_some()
+            || update.has_quorum.is_some()
+            || update.clock_offsets.is_some()
+            || update.facts.is_some();
+        let heartbeat_due = self.next_due().is_none_or(|due| moment.now >= due);
+        if !news && !heartbeat_due {
+            self.sent = Some(sent);
+            return None;
+        }
+        next.load = now.load;
+        self.sent = Some(next);
+        self.sequence += 1;
+        self.last_sent_at = Some(moment.now);
+        Some(update)
+    }
+
+    fn first(&mut self, now: &Snapshot<'_>, moment: Moment) -> ReportUpdate {
+        let sent = Sent {
+            links: now
+                .links
+                .iter()
+                .map(|l| (l.remote.node.clone(), (l.clone(), moment.now)))
+                .collect(),
+            alarms: now.alarms.to_vec(),
+            hears: now.hears.to_vec(),
+            heard_on_management: now.heard_on_management.to_vec(),
+            has_quorum: now.has_quorum,
+            clock_offsets: now.clock_offsets.to_vec(),
+            facts: now.facts.cloned(),
+            load: now.load,
+        };
+        self.sequence += 1;
+        self.last_sent_at = Some(moment.now);
+        let update = full_update(&sent, self.sequence, moment);
+        self.sent = Some(sent);
+        update
+    }
+
+    /// Everything sent so far as one full update with the last sequence
+    /// number: what a stream that opens starts with. `None` before the
+    /// first update.
+    pub fn full(&self, moment: Moment) -> Option<ReportUpdate> {
+        let sent = self.sent.as_ref()?;
+        Some(full_update(sent, self.sequence, moment))
+    }
+}
+
+fn full_update(sent: &Sent, sequence: u64, moment: Moment) -> ReportUpdate {
+    ReportUpdate {
+        sequence,
+        sent_at: moment.wall,
+        lateness: Duration::ZERO,
+        full: true,
+        links: sent.links.values().map(|(l, _)| l.clone()).collect(),
+        removed_links: Vec::new(),
+        alarms: Some(sent.alarms.clone()),
+        hears: Some(sent.hears.clone()),
+        heard_on_management: Some(sent.heard_on_management.clone()),
+        load: sent.load,
+        facts: sent.facts.as_deref().cloned(),
+        has_quorum: Some(sent.has_quorum),
+        clock_offsets: Some(sent.clock_offsets.clone()),
+    }
+}

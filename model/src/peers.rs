@@ -1,0 +1,593 @@
+//! What this node holds of its peers: for each one the report its streams
+//! built up (a full report, then updates), which paths its streams arrive
+//! on and when each last spoke, and whether something is off about it (a
+//! restart, a second daemon claiming its id). Receipt times are this node's
+//! monotonic clock: freshness never depends on another node's clock.
+//!
+//! The gRPC intake hands every stream's open and updates to this book,
+//! under a short lock, and sends back what it answers; the aggregator reads
+//! [`PeerBook::views`] when it evaluates.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use meshd_proto::domain::{
+    ClockSample, NodeId, PeerReport, Refusal, RejectReason, ReportUpdate, StreamOpen,
+};
+use meshd_proto::facts::NodeFacts;
+
+/// An incarnation more than this far ahead of this node's wall clock (as
+/// nanoseconds since 1970) is refused: a sane clock or counter cannot give
+/// it, and taking it would lock the real node out until it caught up.
+pub const MAX_INCARNATION_AHEAD: Duration = Duration::from_secs(24 * 3600);
+
+/// A reply carries a clock sample this often per stream.
+pub const CLOCK_SAMPLE_EVERY: Duration = Duration::from_secs(5);
+
+/// A second daemon claiming a node's id is remembered this long after it
+/// was last seen.
+pub const DUPLICATE_MEMORY: Duration = Duration::from_secs(30);
+
+/// How a stream reached this node: on the management network, or over
+/// one of this node's cables (named by this node's end: its interface, or
+/// its address where the interface is not configured).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Path {
+    Management,
+    Cable(String),
+}
+
+impl fmt::Display for Path {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Path::Management => f.write_str("management"),
+            Path::Cable(end) => write!(f, "cable {end}"),
+        }
+    }
+}
+
+/// One stream, as the book knows it.
+pub type StreamId = u64;
+
+#[derive(Debug, Clone)]
+struct Stream {
+    node: NodeId,
+    path: Path,
+    instance: u64,
+    /// Where it came from, for the duplicate-id alarm.
+    remote: String,
+    last_message: Instant,
+    last_clock_sample: Option<Instant>,
+    /// A newer incarnation of its node opened since: what arrives on it is
+    /// refused, and means a second daemon claims the node's id.
+    superseded: bool,
+}
+
+/// When a path of a peer last spoke, and whether a stream is open on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PathState {
+    pub last_message: Instant,
+    pub open: bool,
+}
+
+/// Two live daemons claim one node id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Duplicate {
+    /// Where each claimant's streams come from.
+    pub remotes: Vec<String>,
+    pub last_seen: Instant,
+}
+
+#[derive(Debug, Clone)]
+struct Peer {
+    instance: u64,
+    report: Arc<PeerReport>,
+    /// The last message of any of its streams.
+    received_at: Instant,
+    /// When this incarnation was first heard.
+    since: Instant,
+    paths: BTreeMap<Path, PathState>,
+    /// When each of its links' observations arrived, by far end.
+    links_received: BTreeMap<NodeId, Instant>,
+    duplicate: Option<Duplicate>,
+}
+
+/// What the engine reads of one peer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PeerView {
+    pub report: Arc<PeerReport>,
+    /// The last message on any path.
+    pub received_at: Instant,
+    /// When this incarnation was first heard: its links start afresh then.
+    pub since: Instant,
+    pub paths: BTreeMap<Path, PathState>,
+    /// When each of its links' observations arrived, by far end: the
+    /// observation's silence is as of then.
+    pub links_received: BTreeMap<NodeId, Instant>,
+    pub duplicate: Option<Duplicate>,
+}
+
+/// What the intake answers an update with, when it answers at all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub refusal: Option<Refusal>,
+    pub clock: Option<ClockSample>,
+    pub resync: bool,
+}
+
+#[derive(Debug)]
+pub struct PeerBook {
+    local: NodeId,
+    members: BTreeSet<NodeId>,
+    /// A peer silent this long that speaks again bumps the generation: the
+    /// engine must look at once.
+    quiet_after: Duration,
+    peers: BTreeMap<NodeId, Peer>,
+    streams: BTreeMap<StreamId, Stream>,
+    next_stream: StreamId,
+    rejected: BTreeMap<RejectReason, u64>,
+    facts: BTreeMap<NodeId, Arc<NodeFacts>>,
+    /// Bumped whenever `facts` changes, so readers redo the cable map and
+    /// checks only then.
+    facts_version: u64,
+    /// Bumped whenever something the engine judges changed.
+    generation: u64,
+}
+
+fn refusal(reason: RejectReason, detail: impl Into<String>) -> Refusal {
+    Refusal {
+        reason,
+        detail: detail.into(),
+        known_incarnation: None,
+    }
+}
+
+fn wall_nanos(wall: SystemTime) -> u64 {
+    wall.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+impl PeerBook {
+    pub fn new(local: NodeId, members: BTreeSet<NodeId>, quiet_after: Duration) -> Self {
+        Self {
+            local,
+            members,
+            quiet_after,
+            peers: BTreeMap::new(),
+            streams: BTreeMap::new(),
+            next_stream: 1,
+            rejected: BTreeMap::new(),
+            facts: BTreeMap::new(),
+            facts_version: 0,
+            generation: 0,
+        }
+    }
+
+    /// Applies a new membership; what departed members sent is dropped and
+    /// their streams are refused from now on.
+    pub fn set_members(&mut self, members: BTreeSet<NodeId>, quiet_after: Duration) {
+        self.peers.retain(|id, _| members.contains(id));
+        self.streams.retain(|_, s| members.contains(&s.node));
+        let before = self.facts.len();
+        self.facts.retain(|id, _| members.contains(id));
+        if self.facts.len() != before {
+            self.facts_version += 1;
+        }
+        self.members = members;
+        self.quiet_after = quiet_after;
+        self.generation += 1;
+    }
+
+    fn refuse(&mut self, refusal: Refusal) -> Refusal {
+        *self.rejected.entry(refusal.reason).or_default() += 1;
+        refusal
+    }
+
+    /// Counts a message that could not even be decoded.
+    pub fn count_malformed(&mut self) {
+        *self.rejected.entry(RejectReason::Malformed).or_default() += 1;
+    }
+
+    /// Counts a message refused before it reached the book (too large,
+    /// too fast).
+    pub fn count_refused(&mut self, reason: RejectReason) {
+        *self.rejected.entry(reason).or_default() += 1;
+    }
+
+    /// A stream opens. `authenticated` is the node its client certificate
+    /// names (`None` only on a mesh configured without TLS); `remote` is
+    /// where it comes from.
+    pub fn open(
+        &mut self,
+        authenticated: Option<&NodeId>,
+        open: &StreamOpen,
+        path: Path,
+        remote: String,
+        now: Instant,
+        wall: SystemTime,
+    ) -> Result<StreamId, Refusal> {
+        let sender = &open.sender;
+        if let Some(cert) = authenticated
+            && *cert != sender.id
+        {
+            return Err(self.refuse(refusal(
+                RejectReason::NotAuthenticated,
+                format!(
+                    "the certificate is {cert}'s, the stream claims {}",
+                    sender.id
+                ),
+            )));
+        }
+        if sender.id == self.local || !self.members.contains(&sender.id) {
+            return Err(self.refuse(refusal(
+                RejectReason::UnknownNode,
+                format!("{} is not a member of this mesh", sender.id),
+            )));
+        }
+        let ahead = wall_nanos(wall)
+            .saturating_add(u64::try_from(MAX_INCARNATION_AHEAD.as_nanos()).unwrap_or(u64::MAX));
+        if sender.incarnation.0 > ahead {
+            return Err(self.refuse(refusal(
+                RejectReason::IncarnationAhead,
+                format!(
+                    "incarnation {} is more than a day ahead of this node's clock",
+                    sender.incarnation.0
+                ),
+            )));
+        }
+        if let Some(known) = self.peers.get(&sender.id) {
+            let current = known.report.sender.incarnation;
+            let stale = sender.incarnation < current
+                || (sender.incarnation == current && known.instance != open.instance);
+            if stale {
+                // A node restarted after its clock stepped back is refused
+                // until it takes a larger incarnation; but while the
+                // current one is alive too, two daemons claim the id.
+                let current_instance = known.instance;
+                if self
+                    .live_instances(&sender.id, now)
+                    .contains(&current_instance)
+                {
+                    self.note_duplicate(&sender.id, current_instance, &remote, now);
+                }
+                let mut refused = refusal(
+                    RejectReason::OldIncarnation,
+                    format!(
+                        "incarnation {} is not newer than {} already heard from {}",
+                        sender.incarnation.0, current.0, sender.id
+                    ),
+                );
+                refused.known_incarnation = Some(current);
+                return Err(self.refuse(refused));
+            }
+        }
+        let restarted = self
+            .peers
+            .get(&sender.id)
+            .is_none_or(|p| p.report.sender.incarnation != sender.incarnation);
+        if restarted {
+            let duplicate = self.peers.get(&sender.id).and_then(|p| p.duplicate.clone());
+            // What arrives on streams of the superseded incarnation is
+            // refused from now on.
+            for stream in self.streams.values_mut().filter(|s| s.node == sender.id) {
+                stream.superseded = true;
+            }
+            self.peers.insert(
+                sender.id.clone(),
+                Peer {
+                    instance: open.instance,
+                    report: Arc::new(PeerReport::empty(sender.clone())),
+                    received_at: now,
+                    since: now,
+                    paths: BTreeMap::new(),
+                    links_received: BTreeMap::new(),
+                    duplicate,
+                },
+            );
+            self.generation += 1;
+        }
+        let id = self.next_stream;
+        self.next_stream += 1;
+        self.streams.insert(
+            id,
+            Stream {
+                node: sender.id.clone(),
+                path: path.clone(),
+                instance: open.instance,
+                remote,
+                last_message: now,
+                last_clock_sample: None,
+                superseded: false,
+            },
+        );
+        self.heard(&sender.id, &path, now);
+        Ok(id)
+    }
+
+    fn live_instances(&self, node: &NodeId, now: Instant) -> BTreeSet<u64> {
+        self.streams
+            .values()
+            .filter(|s| {
+                s.node == *node
+                    && !s.superseded
+                    && now.saturating_duration_since(s.last_message) < DUPLICATE_MEMORY
+            })
+            .map(|s| s.instance)
+            .collect()
+    }
+
+    fn note_duplicate(&mut self, node: &NodeId, live: u64, remote: &str, now: Instant) {
+        let mut remotes: BTreeSet<String> = self
+            .streams
+            .values()
+            .filter(|s| s.node == *node && s.instance == live && !s.superseded)
+            .map(|s| s.remote.clone())
+            .collect();
+        remotes.insert(remote.to_owned());
+        if let Some(peer) = self.peers.get_mut(node) {
+            if peer.duplicate.is_none() {
+                self.generation += 1;
+            }
+            peer.duplicate = Some(Duplicate {
+                remotes: remotes.into_iter().collect(),
+                last_seen: now,
+            });
+        }
+    }
+
+    /// A message arrived on `path` from `node`: its liveness.
+    fn heard(&mut self, node: &NodeId, path: &Path, now: Instant) {
+        let Some(peer) = self.peers.get_mut(node) else {
+            return;
+        };
+        let was_quiet = now.saturating_duration_since(peer.received_at) >= self.quiet_after;
+        let path_was_quiet = peer.paths.get(path).is_none_or(|p| {
+            !p.open || now.saturating_duration_since(p.last_message) >= self.quiet_after
+        });
+        peer.received_at = now;
+        peer.paths.insert(
+            path.clone(),
+            PathState {
+                last_message: now,
+                open: true,
+            },
+        );
+        if was_quiet || path_was_quiet {
+            self.generation += 1;
+        }
+    }
+
+    /// An update on stream `id`. Refused when the stream is unknown (closed,
+    /// or superseded by a newer incarnation of its node).
+    pub fn update(
+        &mut self,
+        id: StreamId,
+        update: ReportUpdate,
+        now: Instant,
+        wall: SystemTime,
+    ) -> Answer {
+        let superseded = match self.streams.get(&id) {
+            None => true,
+            Some(stream) if stream.superseded => {
+                let (node, remote) = (stream.node.clone(), stream.remote.clone());
+                if let Some(current) = self.peers.get(&node).map(|p| p.instance) {
+                    self.note_duplicate(&node, current, &remote, now);
+                }
+                true
+            }
+            Some(_) => false,
+        };
+        let Some(stream) = self.streams.get_mut(&id).filter(|_| !superseded) else {
+            let known = self
+                .streams
+                .get(&id)
+                .and_then(|s| self.peers.get(&s.node))
+                .map(|p| p.report.sender.incarnation);
+            let mut refused = refusal(
+                RejectReason::OldIncarnation,
+                "a newer incarnation of this node is heard; this stream is superseded",
+            );
+            refused.known_incarnation = known;
+            let refused = self.refuse(refused);
+            return Answer {
+                refusal: Some(refused),
+                clock: None,
+                resync: false,
+            };
+        };
+        stream.last_message = now;
+        let clock_due = stream
+            .last_clock_sample
+            .is_none_or(|at| now.saturating_duration_since(at) >= CLOCK_SAMPLE_EVERY);
+        if clock_due {
+            stream.last_clock_sample = Some(now);
+        }
+        let (node, path) = (stream.node.clone(), stream.path.clone());
+        self.heard(&node, &path, now);
+        let clock = clock_due.then_some(ClockSample {
+            echoed: update.sent_at,
+            received: wall,
+            replied: wall,
+        });
+        let Some(peer) = self.peers.get_mut(&node) else {
+            return Answer {
+                refusal: None,
+                clock,
+                resync: false,
+            };
+        };
+        let current = peer.report.sequence;
+        if update.sequence <= current {
+            // Already applied from another path.
+            return Answer {
+                refusal: None,
+                clock,
+                resync: false,
+            };
+        }
+        if !update.full && update.sequence != current + 1 {
+            return Answer {
+                refusal: None,
+                clock,
+                resync: true,
+            };
+        }
+        if let Err(problem) = check_update(&node, &update) {
+            let refused = self.refuse(refusal(RejectReason::Malformed, problem));
+            return Answer {
+                refusal: Some(refused),
+                clock,
+                resync: false,
+            };
+        }
+        if update.full {
+            peer.links_received.clear();
+        }
+        for link in &update.links {
+            peer.links_received.insert(link.remote.node.clone(), now);
+        }
+        for gone in &update.removed_links {
+            peer.links_received.remove(&gone.node);
+        }
+        let facts = apply(Arc::make_mut(&mut peer.report), update);
+        if let Some(facts) = facts
+            && self.facts.get(&node).is_none_or(|known| **known != facts)
+        {
+            self.facts.insert(node, Arc::new(facts));
+            self.facts_version += 1;
+        }
+        self.generation += 1;
+        Answer {
+            refusal: None,
+            clock,
+            resync: false,
+        }
+    }
+
+    /// Stream `id` ended (the peer closed it, the connection broke, or it
+    /// was refused).
+    pub fn close(&mut self, id: StreamId) {
+        let Some(stream) = self.streams.remove(&id) else {
+            return;
+        };
+        let still_open = self
+            .streams
+            .values()
+            .any(|s| s.node == stream.node && s.path == stream.path && !s.superseded);
+        if !still_open
+            && let Some(path) = self
+                .peers
+                .get_mut(&stream.node)
+                .and_then(|p| p.paths.get_mut(&stream.path))
+        {
+            path.open = false;
+            self.generation += 1;
+        }
+    }
+
+    /// Every peer heard since this node started (or its membership last
+    /// changed), as the engine reads them.
+    pub fn views(&self, now: Instant) -> BTreeMap<NodeId, PeerView> {
+        self.peers
+            .iter()
+            .map(|(id, p)| {
+                let duplicate = p
+                    .duplicate
+                    .clone()
+                    .filter(|d| now.saturating_duration_since(d.last_seen) < DUPLICATE_MEMORY);
+                (
+                    id.clone(),
+                    PeerView {
+                        report: p.report.clone(),
+                        received_at: p.received_at,
+                        since: p.since,
+                        paths: p.paths.clone(),
+                        links_received: p.links_received.clone(),
+                        duplicate,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    pub fn rejected(&self) -> &BTreeMap<RejectReason, u64> {
+        &self.rejected
+    }
+
+    /// The members' latest facts and their version.
+    pub fn facts(&self) -> (&BTreeMap<NodeId, Arc<NodeFacts>>, u64) {
+        (&self.facts, self.facts_version)
+    }
+
+    /// Changes whenever something the engine judges changed.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+}
+
+/// A node speaks only for itself: its links start at it, its alarms are
+/// about it.
+fn check_update(sender: &NodeId, update: &ReportUpdate) -> Result<(), String> {
+    if let Some(link) = update.links.iter().find(|l| l.local.node != *sender) {
+        return Err(format!(
+            "links: {sender} reports a link of {}",
+            link.local.node
+        ));
+    }
+    if let Some(alarm) = update.alarms.iter().flatten().find(|a| a.node != *sender) {
+        return Err(format!(
+            "alarms: {sender} raises an alarm about {}",
+            alarm.node
+        ));
+    }
+    Ok(())
+}
+
+/// Applies `update` to `report`; returns the facts it carried.
+fn apply(report: &mut PeerReport, update: ReportUpdate) -> Option<NodeFacts> {
+    if update.full {
+        report.links = update.links;
+        report.alarms = update.alarms.unwrap_or_default();
+        report.hears = update.hears.unwrap_or_default();
+        report.heard_on_management = update.heard_on_management.unwrap_or_default();
+        report.has_quorum = update.has_quorum.unwrap_or_default();
+        report.clock_offsets = update.clock_offsets.unwrap_or_default();
+    } else {
+        for link in update.links {
+            match report
+                .links
+                .iter_mut()
+                .find(|l| l.remote.node == link.remote.node)
+            {
+                Some(known) => *known = link,
+                None => report.links.push(link),
+            }
+        }
+        report
+            .links
+            .retain(|l| !update.removed_links.iter().any(|r| r.node == l.remote.node));
+        if let Some(alarms) = update.alarms {
+            report.alarms = alarms;
+        }
+        if let Some(hears) = update.hears {
+            report.hears = hears;
+        }
+        if let Some(heard) = update.heard_on_management {
+            report.heard_on_management = heard;
+        }
+        if let Some(has_quorum) = update.has_quorum {
+            report.has_quorum = has_quorum;
+        }
+        if let Some(offsets) = update.clock_offsets {
+            report.clock_offsets = offsets;
+        }
+    }
+    report.sequence = update.sequence;
+    report.sent_at = update.sent_at;
+    report.load = update.load;
+    report.lateness = update.lateness;
+    update.facts
+}
