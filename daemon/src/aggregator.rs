@@ -1,61 +1,53 @@
-//! The background task that owns the mesh state: it runs the verdict engine
-//! on a fixed cadence over this node's own link observations and the
-//! freshest peer reports, and publishes what it concluded (`watch`
-//! channels, so readers never wait on it): the status, the events, the next
-//! outgoing report, and for the exporter what the evaluation rested on. The
-//! gRPC and HTTP handlers and the metrics only read what it publishes.
+//! The background task that owns the mesh state and drives the node core
+//! (`meshd_model::node`): it looks whenever something it reads changed (a
+//! link went silent, a peer's update arrived, an alarm, new facts, a new
+//! config) or the core asked to look again by then, and publishes what the
+//! core decided through `watch` and `broadcast` channels, so readers never
+//! wait on it: the status and events (gRPC, the mesh page, the alert push),
+//! what the evaluation rested on (the metrics), and the update for the
+//! peers (the transport, encoded once for every stream).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
+use meshd_model::histogram::DurationHistogram;
+use meshd_model::node::{Look, NodeCore, ReplyAction};
+use meshd_model::peers::{PeerBook, PeerView};
+use meshd_model::time::Moment;
+use meshd_model::topology::{self, Declared, MeshTopology};
+use meshd_model::verdict::link_measurements;
 use meshd_platform::mesh::models::ModelTable;
 use meshd_proto::domain::{
-    Alarm, Event, EventKind, LinkObservation, MeshStatus, NodeId, NodeIdentity, NodeLoad,
-    RejectReason,
+    Alarm, ClockOffset, Event, EventKind, LinkObservation, MeshStatus, NodeId, NodeIdentity,
+    NodeLoad, PeerMessage, PeerReply, RejectReason, ReportUpdate,
 };
 use meshd_proto::facts::NodeFacts;
-use tokio::sync::{Notify, broadcast, watch};
+use meshd_proto::wire;
+use prost::Message;
+use tokio::sync::{Notify, broadcast, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, settings};
-use crate::probe::ProbeManager;
+use crate::probe::{ProbeSnapshot, Probes};
 use crate::watch::facts::{FactsFeed, PortCounters};
-use meshd_model::events;
-use meshd_model::histogram::DurationHistogram;
-use meshd_model::intake::{Received, ReportBook};
-use meshd_model::link_facts::add_port_facts;
-use meshd_model::topology::{self, Declared, MeshTopology};
-use meshd_model::verdict::{Engine, ExpectedLink, MeshInputs, link_measurements};
-
-/// How often verdicts are re-evaluated. A tenth of the 1 s detection target.
-pub const EVALUATION_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Events kept for slow `WatchEvents` clients before they are told they
 /// fell behind.
 const EVENT_BUFFER: usize = 1024;
+
+/// Updates kept for a stream that is slow to send them; one that falls
+/// further behind starts over with everything.
+const UPDATE_BUFFER: usize = 64;
 
 /// The cable map and checks are redone at once when any node's facts
 /// change, and this often besides (for cables declared in reloaded
 /// configs): they change with cables and settings, not with verdicts.
 const TOPOLOGY_INTERVAL: Duration = Duration::from_secs(1);
 
-/// The peer reports accepted so far, shared by the intake handler (which
-/// only checks and stores, never waits) and the aggregator.
-pub type SharedBook = Arc<Mutex<ReportBook>>;
-
-/// What this node tells its peers; the reporter adds identity, sequence
-/// and send time.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct ReportBody {
-    pub links: Vec<LinkObservation>,
-    pub alarms: Vec<Alarm>,
-    pub hears: Vec<NodeId>,
-    pub load: NodeLoad,
-    /// This node's latest platform facts; the reporter decides which
-    /// reports carry them.
-    pub facts: Option<Arc<NodeFacts>>,
-}
+/// Never look again sooner than this after a look, whatever woke the task:
+/// a flood of updates cannot make it evaluate in a loop.
+const MIN_LOOK_GAP: Duration = Duration::from_millis(5);
 
 /// Evaluations take microseconds at 7 nodes and milliseconds at 256;
 /// buckets cover both with room for a slow machine.
@@ -75,23 +67,41 @@ pub const EVALUATION_BOUNDS: [Duration; 13] = [
     Duration::from_millis(100),
 ];
 
-/// What one evaluation concluded and what it rested on, for the exporter,
-/// which reads this and never the engine's inputs.
+/// What this node holds of its peers, shared by the stream intake (which
+/// only checks and stores, never waits) and the aggregator.
+pub type SharedBook = Arc<Mutex<PeerBook>>;
+
+/// A peer book for this config's membership.
+pub fn peer_book(config: &Config) -> SharedBook {
+    Arc::new(Mutex::new(PeerBook::new(
+        config.node.id.clone(),
+        config.members().into_iter().collect(),
+        settings::quiet_after(config),
+    )))
+}
+
+/// What one evaluation concluded and what it rested on, for the exporter
+/// and the outside readers of the status.
 #[derive(Debug, Clone)]
 pub struct Published {
     pub status: Arc<MeshStatus>,
-    /// This node's own link observations, alarms and load, as reported.
-    pub report: Arc<ReportBody>,
-    /// Each peer's latest accepted report, with when it arrived.
-    pub peer_reports: BTreeMap<NodeId, Arc<Received>>,
-    /// Refused peer reports since start, by reason.
+    /// This node's own link observations.
+    pub links: Vec<LinkObservation>,
+    pub load: NodeLoad,
+    /// What this node holds of each peer.
+    pub peers: BTreeMap<NodeId, PeerView>,
+    /// Refused peer streams and updates since start, by reason.
     pub rejected: BTreeMap<RejectReason, u64>,
-    /// Links at least one end probes, from this node's probes and fresh reports.
+    /// Links at least one end probes, from this node's probes and the peers.
     pub links_observed: usize,
+    /// Each peer's clock against this node's.
+    pub clock_offsets: Vec<ClockOffset>,
     /// Events produced since start, by kind.
     pub events: BTreeMap<EventKind, u64>,
     /// How long the evaluations took, since start.
     pub evaluation_times: DurationHistogram,
+    /// When this was evaluated, on the monotonic clock.
+    pub at: Instant,
 }
 
 impl Published {
@@ -100,13 +110,29 @@ impl Published {
     pub fn placeholder(identity: &NodeIdentity) -> Self {
         Self {
             status: Arc::new(placeholder(identity)),
-            report: Arc::new(ReportBody::default()),
-            peer_reports: BTreeMap::new(),
+            links: Vec::new(),
+            load: NodeLoad::default(),
+            peers: BTreeMap::new(),
             rejected: BTreeMap::new(),
             links_observed: 0,
+            clock_offsets: Vec::new(),
             events: BTreeMap::new(),
             evaluation_times: DurationHistogram::new(&EVALUATION_BOUNDS),
+            at: Instant::now(),
         }
+    }
+
+    /// Each end's latest figures, for readers outside the daemon.
+    pub fn measurements(&self) -> Vec<meshd_proto::domain::LinkMeasurement> {
+        let moment = Moment {
+            now: self.at,
+            wall: self.status.evaluated_at,
+        };
+        link_measurements(
+            self.links.iter().map(|o| (o, moment.wall)),
+            &self.peers,
+            moment,
+        )
     }
 }
 
@@ -121,20 +147,12 @@ pub struct MeshState {
 impl MeshState {
     /// The current status with each end's latest figures filled in, for
     /// readers outside the daemon (`GetStatus`, the mesh page). The status
-    /// published ten times a second leaves them out: gathering them costs
-    /// as much as a whole evaluation at 256 nodes, and only these readers
-    /// need them, on request.
+    /// the daemon passes around leaves them out: only these readers need
+    /// them, on request.
     pub fn current_with_measurements(&self) -> MeshStatus {
         let published = self.published.borrow().clone();
         let mut status = (*published.status).clone();
-        status.measurements = link_measurements(
-            published
-                .report
-                .links
-                .iter()
-                .map(|o| (o, published.status.evaluated_at)),
-            &published.peer_reports,
-        );
+        status.measurements = published.measurements();
         status
     }
 
@@ -155,12 +173,54 @@ impl MeshState {
     }
 }
 
+/// One update, encoded once for every stream.
+#[derive(Debug)]
+pub struct Encoded {
+    pub sequence: u64,
+    /// A `meshd.v1.PeerMessage` holding the update.
+    pub bytes: prost::bytes::Bytes,
+}
+
+impl Encoded {
+    fn update(update: ReportUpdate) -> Self {
+        Self {
+            sequence: update.sequence,
+            bytes: wire::PeerMessage::from(PeerMessage::Update(update))
+                .encode_to_vec()
+                .into(),
+        }
+    }
+}
+
+/// A reply a stream received, for the node core.
+#[derive(Debug)]
+pub struct ReplyIn {
+    pub peer: NodeId,
+    pub reply: PeerReply,
+    pub arrived: SystemTime,
+    pub at: Instant,
+}
+
+/// What the aggregator publishes for the streams to the peers.
+#[derive(Debug, Clone)]
+pub struct Outgoing {
+    /// This node's identity: a new incarnation reopens every stream.
+    pub identity: watch::Receiver<NodeIdentity>,
+    /// Everything sent so far, for a stream that opens.
+    pub full: watch::Receiver<Option<Arc<Encoded>>>,
+    /// Every update, in order.
+    pub updates: broadcast::Sender<Arc<Encoded>>,
+    /// Where streams hand the replies they receive.
+    pub replies: mpsc::Sender<ReplyIn>,
+}
+
 /// Where the aggregator's inputs come from.
 #[derive(Debug)]
 pub struct Feeds {
     pub book: SharedBook,
-    /// This node's probers, one per configured link.
-    pub probes: ProbeManager,
+    /// Pinged by the intake when the book changed in a way the engine judges.
+    pub book_changed: Arc<Notify>,
+    pub probes: Probes,
     pub load: watch::Receiver<NodeLoad>,
     /// One per local watcher: the alarms it currently holds active.
     pub local_alarms: Vec<watch::Receiver<Vec<Alarm>>>,
@@ -170,146 +230,187 @@ pub struct Feeds {
     pub port_counters: watch::Receiver<PortCounters>,
 }
 
-/// What the aggregator publishes for the reporter.
-#[derive(Debug, Clone)]
-pub struct Outgoing {
-    pub body: watch::Receiver<Arc<ReportBody>>,
-    /// Fired when a verdict changed, so peers hear of it without waiting
-    /// for the next report tick.
-    pub urgent: Arc<Notify>,
-}
-
 #[derive(Debug)]
 pub struct Aggregator {
-    engine: Engine,
-    identity: NodeIdentity,
+    core: NodeCore,
     configured: BTreeSet<NodeId>,
-    expected_links: Vec<ExpectedLink>,
     feeds: Feeds,
+    probe_snapshot: watch::Receiver<Arc<ProbeSnapshot>>,
+    replies: mpsc::Receiver<ReplyIn>,
     status: watch::Sender<Arc<MeshStatus>>,
     events: broadcast::Sender<Event>,
-    body: watch::Sender<Arc<ReportBody>>,
     published: watch::Sender<Arc<Published>>,
-    urgent: Arc<Notify>,
+    identity: watch::Sender<NodeIdentity>,
+    full: watch::Sender<Option<Arc<Encoded>>>,
+    updates: broadcast::Sender<Arc<Encoded>>,
     event_counts: BTreeMap<EventKind, u64>,
     evaluation_times: DurationHistogram,
-    /// Peers whose cable this node currently hears nothing on, so that
-    /// crossing `down_after` either way is pushed to the peers at once.
-    silent_links: BTreeSet<NodeId>,
-    down_after: Duration,
+    book_generation: u64,
+    next_look: Instant,
     models: ModelTable,
     topology: MeshTopology,
     /// What `topology` was built from: this node's facts, the book's facts
     /// version, and when.
-    topology_basis: Option<(Option<Arc<NodeFacts>>, u64, SystemTime)>,
-}
-
-/// A report book for this config's membership.
-pub fn report_book(config: &Config) -> SharedBook {
-    Arc::new(Mutex::new(ReportBook::new(
-        config.node.id.clone(),
-        config.members().into_iter().collect(),
-        settings::max_report_delay(config),
-    )))
+    topology_basis: Option<(Option<Arc<NodeFacts>>, u64, Instant)>,
 }
 
 impl Aggregator {
-    /// Evaluates once right away, so the first status a client reads is a
-    /// real verdict, never an empty placeholder.
-    pub fn new(
-        config: &Config,
-        identity: NodeIdentity,
-        feeds: Feeds,
-    ) -> (Self, MeshState, Outgoing) {
-        let engine = Engine::new(settings::engine(config));
+    /// Looks once right away, so the first status a client reads is a real
+    /// verdict, never an empty placeholder.
+    pub fn new(config: &Config, identity: NodeIdentity, feeds: Feeds) -> (Self, MeshState, Outgoing) {
+        let core = NodeCore::new(
+            identity.clone(),
+            config.members().into_iter().collect(),
+            settings::expected_links(config, &identity.id),
+            settings::node(config),
+        );
         let (status, status_rx) = watch::channel(Arc::new(placeholder(&identity)));
         let (events, _) = broadcast::channel(EVENT_BUFFER);
-        let (body, body_rx) = watch::channel(Arc::new(ReportBody::default()));
-        let (published, published_rx) = watch::channel(Arc::new(Published::placeholder(&identity)));
-        let urgent = Arc::new(Notify::new());
+        let (published, published_rx) =
+            watch::channel(Arc::new(Published::placeholder(&identity)));
+        let (identity_tx, identity_rx) = watch::channel(identity.clone());
+        let (full, full_rx) = watch::channel(None);
+        let (updates, _) = broadcast::channel(UPDATE_BUFFER);
+        let (replies_tx, replies) = mpsc::channel(UPDATE_BUFFER);
+        let probe_snapshot = feeds.probes.subscribe();
         let mut aggregator = Self {
-            engine,
-            expected_links: settings::expected_links(config, &identity.id),
+            core,
             configured: config.members().into_iter().collect(),
-            identity,
             feeds,
+            probe_snapshot,
+            replies,
             status,
             events,
-            body,
             published,
-            urgent: urgent.clone(),
+            identity: identity_tx,
+            full,
+            updates: updates.clone(),
             event_counts: BTreeMap::new(),
             evaluation_times: DurationHistogram::new(&EVALUATION_BOUNDS),
-            silent_links: BTreeSet::new(),
-            down_after: config.thresholds.down_after,
+            book_generation: 0,
+            next_look: Instant::now(),
             models: ModelTable::builtin(),
             topology: MeshTopology::default(),
             topology_basis: None,
         };
-        aggregator.evaluate(SystemTime::now(), true);
+        aggregator.look(false);
         let state = MeshState {
             status: status_rx,
             published: published_rx,
             events: aggregator.events.clone(),
         };
         let outgoing = Outgoing {
-            body: body_rx,
-            urgent,
+            identity: identity_rx,
+            full: full_rx,
+            updates,
+            replies: replies_tx,
         };
         (aggregator, state, outgoing)
     }
 
-    /// Evaluates on its cadence until `shutdown`, and applies every new
-    /// config published on `configs` between two evaluations.
-    pub async fn run(
-        mut self,
-        mut configs: watch::Receiver<Arc<Config>>,
-        shutdown: CancellationToken,
-    ) {
-        let mut tick = tokio::time::interval(EVALUATION_INTERVAL);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    /// Looks whenever an input changed or the core's deadline falls due,
+    /// until `shutdown`; applies every new config published on `configs`.
+    pub async fn run(mut self, mut configs: watch::Receiver<Arc<Config>>, shutdown: CancellationToken) {
+        let book_changed = self.feeds.book_changed.clone();
         loop {
-            tokio::select! {
+            let deadline = tokio::time::Instant::from_std(self.next_look);
+            let mut alarms = self.feeds.local_alarms.clone();
+            let alarm_changed = async {
+                if alarms.is_empty() {
+                    std::future::pending::<()>().await;
+                }
+                let waits = alarms.iter_mut().map(|rx| Box::pin(rx.changed()));
+                let _ = futures_select_all(waits).await;
+            };
+            let urgent = tokio::select! {
                 () = shutdown.cancelled() => break,
-                _ = tick.tick() => self.evaluate(SystemTime::now(), false),
+                () = tokio::time::sleep_until(deadline) => false,
+                changed = self.probe_snapshot.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                    true
+                }
+                () = book_changed.notified() => false,
+                () = alarm_changed => false,
+                changed = self.feeds.facts.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                    false
+                }
+                Some(reply) = self.replies.recv() => {
+                    self.on_reply(reply);
+                    continue;
+                }
                 changed = configs.changed() => {
                     if changed.is_err() {
                         break;
                     }
                     let config = configs.borrow_and_update().clone();
-                    self.reconfigure(&config, SystemTime::now());
+                    self.reconfigure(&config);
+                    false
                 }
-            }
+            };
+            // A burst of wake-ups (many updates at once) is one look.
+            tokio::time::sleep(MIN_LOOK_GAP).await;
+            self.look(urgent);
         }
         tracing::debug!("aggregator stopped");
+    }
+
+    fn on_reply(&mut self, reply: ReplyIn) {
+        match self
+            .core
+            .on_reply(&reply.peer, &reply.reply, reply.arrived, reply.at)
+        {
+            ReplyAction::Nothing | ReplyAction::Resync => {}
+            ReplyAction::Reincarnate(known) => {
+                self.core.reincarnate(known);
+                let identity = self.core.identity().clone();
+                tracing::warn!(
+                    peer = %reply.peer,
+                    incarnation = identity.incarnation.0,
+                    "a peer remembers a newer run of this node (its clock stepped back?); taking a larger incarnation"
+                );
+                self.identity.send_replace(identity);
+                self.full.send_replace(None);
+                self.look(true);
+            }
+            ReplyAction::Refused(reason, detail) => {
+                tracing::debug!(peer = %reply.peer, %reason, "the peer refused an update: {detail}");
+            }
+        }
     }
 
     /// Takes a new config without a restart: membership, links, thresholds
     /// and probe settings. Links that did not change keep their probers and
     /// their verdict history.
-    fn reconfigure(&mut self, config: &Config, now: SystemTime) {
-        self.engine.set_settings(settings::engine(config));
+    fn reconfigure(&mut self, config: &Config) {
+        let identity = self.core.identity().id.clone();
         self.configured = config.members().into_iter().collect();
-        self.expected_links = settings::expected_links(config, &self.identity.id);
-        self.down_after = config.thresholds.down_after;
-        self.feeds.probes.apply(
-            &settings::probed_links(config, &self.identity.id),
-            settings::prober(&config.probe),
+        self.core.reconfigure(
+            self.configured.clone(),
+            settings::expected_links(config, &identity),
+            settings::node(config),
         );
+        self.feeds
+            .probes
+            .apply(settings::probed_links(config, &identity), settings::prober(config));
         self.feeds
             .book
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .set_members(self.configured.clone(), settings::max_report_delay(config));
+            .set_members(self.configured.clone(), settings::quiet_after(config));
         let event = Event {
-            at: now,
-            observer: self.identity.id.clone(),
+            at: SystemTime::now(),
+            observer: identity,
             kind: EventKind::ConfigReloaded,
             subject: "config".to_owned(),
             summary: format!(
                 "config reloaded: {} members, {} links",
                 self.configured.len(),
-                self.expected_links.len()
+                config.links.len()
             ),
             detail: None,
         };
@@ -318,103 +419,109 @@ impl Aggregator {
         let _ = self.events.send(event);
     }
 
-    fn evaluate(&mut self, now: SystemTime, first: bool) {
+    fn look(&mut self, urgent: bool) {
         let started = Instant::now();
-        let (reports, rejected) = {
+        let moment = Moment {
+            now: started,
+            wall: SystemTime::now(),
+        };
+        let (peers, rejected, generation) = {
             let book = self
                 .feeds
                 .book
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            (book.latest().clone(), book.rejected().clone())
+            (book.views(moment.now), book.rejected().clone(), book.generation())
         };
-        let mut local_links = self.feeds.probes.observations();
+        let urgent = urgent || generation != self.book_generation;
+        self.book_generation = generation;
+        let probes = self.probe_snapshot.borrow_and_update().clone();
+        let facts = self.feeds.facts.borrow().clone();
+        let counters = self.feeds.port_counters.borrow().clone();
         let load = *self.feeds.load.borrow();
-        let local_facts = self.feeds.facts.borrow().clone();
-        if let Some(facts) = &local_facts {
-            let counters = self.feeds.port_counters.borrow().clone();
-            for link in &mut local_links {
-                add_port_facts(&mut link.observation, facts, &counters);
-            }
-        }
-        let inputs = MeshInputs {
-            local: self.identity.clone(),
-            configured: self.configured.clone(),
-            local_load: load,
-            local_links,
-            expected_links: self.expected_links.clone(),
-            reports,
-            local_alarms: self
-                .feeds
-                .local_alarms
-                .iter()
-                .flat_map(|feed| feed.borrow().clone())
-                .collect(),
+        let local_alarms: Vec<Alarm> = self
+            .feeds
+            .local_alarms
+            .iter_mut()
+            .flat_map(|feed| feed.borrow_and_update().clone())
+            .collect();
+        let load = NodeLoad {
+            cpu_saturated: load.cpu_saturated
+                || probes.lateness >= meshd_model::linkstats::LATE,
+            ..load
         };
-        let mut status = self.engine.evaluate(&inputs, now);
+        let decision = self.core.look(Look {
+            moment,
+            probes: &probes.links,
+            peers: peers.clone(),
+            facts: facts.as_ref(),
+            counters: &counters,
+            local_alarms,
+            load,
+            lateness: probes.lateness,
+            urgent,
+        });
         self.evaluation_times.observe(started.elapsed());
-        self.refresh_topology(&inputs, local_facts.clone(), now);
+        self.next_look = decision.next_look.max(started + MIN_LOOK_GAP);
+
+        let mut status = decision.status;
+        self.refresh_topology(&peers, facts.clone(), moment.now);
         status.cables.clone_from(&self.topology.cables);
         status.checks.clone_from(&self.topology.checks);
 
-        let report = Arc::new(ReportBody {
-            links: inputs
-                .local_links
-                .iter()
-                .map(|l| l.observation.clone())
-                .collect(),
-            alarms: inputs.local_alarms.clone(),
-            hears: self.engine.hears(&inputs, now),
-            load,
-            facts: local_facts,
-        });
-        self.body.send_replace(report.clone());
+        if let Some(update) = decision.update {
+            let sequence = update.sequence;
+            // No stream is fine: no peer is connected right now.
+            let _ = self.updates.send(Arc::new(Encoded::update(update)));
+            let full = self.core.full_update(moment).map(|f| Arc::new(Encoded::update(f)));
+            debug_assert!(full.as_ref().is_none_or(|f| f.sequence == sequence));
+            self.full.send_replace(full);
+        }
 
-        let events = if first {
-            Vec::new()
-        } else {
-            events::diff(Some(&self.status.borrow()), &status)
-        };
-        for event in &events {
+        for event in &decision.events {
             tracing::info!(kind = %event.kind, subject = %event.subject, "{}", event.summary);
             *self.event_counts.entry(event.kind).or_default() += 1;
         }
-        let silent_links: BTreeSet<NodeId> = inputs
-            .local_links
-            .iter()
-            .filter(|l| l.observation.silence >= self.down_after)
-            .map(|l| l.observation.remote.node.clone())
-            .collect();
-        if !events.is_empty() || silent_links != self.silent_links {
-            self.urgent.notify_one();
-            self.silent_links = silent_links;
-        }
+        let links_observed = {
+            let mut seen: BTreeSet<(&NodeId, &NodeId)> = BTreeSet::new();
+            for o in decision
+                .links
+                .iter()
+                .chain(peers.values().flat_map(|p| p.report.links.iter()))
+                .filter(|o| o.probes_sent_total > 0)
+            {
+                let (x, y) = (&o.local.node, &o.remote.node);
+                seen.insert(if x <= y { (x, y) } else { (y, x) });
+            }
+            seen.len()
+        };
         let status = Arc::new(status);
         self.published.send_replace(Arc::new(Published {
             status: status.clone(),
-            report,
-            peer_reports: inputs.reports.clone(),
+            links: decision.links,
+            load,
+            peers,
             rejected,
-            links_observed: inputs.links_observed(),
+            links_observed,
+            clock_offsets: decision.clock_offsets,
             events: self.event_counts.clone(),
             evaluation_times: self.evaluation_times.clone(),
+            at: moment.now,
         }));
         self.status.send_replace(status);
-        for event in events {
+        for event in decision.events {
             // No subscriber is fine: nobody is watching right now.
             let _ = self.events.send(event);
         }
     }
-}
 
-impl Aggregator {
     /// Redoes the cable map and checks when a node's facts changed, or
     /// [`TOPOLOGY_INTERVAL`] after the last time.
     fn refresh_topology(
         &mut self,
-        inputs: &MeshInputs,
+        peers: &BTreeMap<NodeId, PeerView>,
         local_facts: Option<Arc<NodeFacts>>,
-        now: SystemTime,
+        now: Instant,
     ) {
         let (peer_facts, version) = {
             let book = self
@@ -426,7 +533,7 @@ impl Aggregator {
             let unchanged = self.topology_basis.as_ref().is_some_and(|(local, v, at)| {
                 *v == version
                     && same_facts(local.as_ref(), local_facts.as_ref())
-                    && now.duration_since(*at).unwrap_or(Duration::ZERO) < TOPOLOGY_INTERVAL
+                    && now.saturating_duration_since(*at) < TOPOLOGY_INTERVAL
             });
             if unchanged {
                 return;
@@ -438,18 +545,18 @@ impl Aggregator {
             .map(|(id, f)| (id, (*f).clone()))
             .collect();
         if let Some(own) = &local_facts {
-            facts.insert(self.identity.id.clone(), (**own).clone());
+            facts.insert(self.core.identity().id.clone(), (**own).clone());
         }
         let declared = topology::declared_cables(
-            inputs
-                .expected_links
+            self.core
+                .expected_links()
                 .iter()
                 .map(|l| Declared {
                     local: &l.local,
                     remote: &l.remote,
                 })
-                .chain(inputs.reports.values().flat_map(|r| {
-                    r.report.links.iter().map(|o| Declared {
+                .chain(peers.values().flat_map(|p| {
+                    p.report.links.iter().map(|o| Declared {
                         local: &o.local,
                         remote: &o.remote,
                     })
@@ -458,6 +565,20 @@ impl Aggregator {
         self.topology = topology::mesh_topology(&self.configured, &facts, &declared, &self.models);
         self.topology_basis = Some((local_facts, version, now));
     }
+}
+
+/// Waits for the first of several futures.
+async fn futures_select_all<F: Future + Unpin>(futures: impl Iterator<Item = F>) -> F::Output {
+    let mut futures: Vec<F> = futures.collect();
+    std::future::poll_fn(|cx| {
+        for f in &mut futures {
+            if let std::task::Poll::Ready(out) = std::pin::Pin::new(f).poll(cx) {
+                return std::task::Poll::Ready(out);
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
 }
 
 fn same_facts(a: Option<&Arc<NodeFacts>>, b: Option<&Arc<NodeFacts>>) -> bool {

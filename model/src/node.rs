@@ -11,12 +11,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use meshd_proto::domain::{
-    Alarm, Counter, Event, Incarnation, LinkObservation, MeshStatus, NodeId, NodeIdentity,
+    Alarm, ClockOffset, Counter, Event, Incarnation, LinkObservation, MeshStatus, NodeId, NodeIdentity,
     NodeLoad, PeerReply, RejectReason, ReportUpdate,
 };
 use meshd_proto::facts::NodeFacts;
 
-use crate::alerts::{self, AlertState, Role, Step};
 use crate::clock::ClockBook;
 use crate::events;
 use crate::linkstats::ProbeStats;
@@ -30,8 +29,6 @@ use crate::verdict::{Engine, EngineSettings, ExpectedLink, LocalObservation, Mes
 pub struct NodeSettings {
     pub engine: EngineSettings,
     pub outbox: OutboxSettings,
-    /// How often a firing alert is posted again.
-    pub alert_resend: Duration,
 }
 
 /// What the node looks at, once.
@@ -64,8 +61,8 @@ pub struct Decision {
     pub links: Vec<LinkObservation>,
     /// The update to send on every stream, if one is due.
     pub update: Option<ReportUpdate>,
-    /// What to post to Alertmanager.
-    pub alerts: Step,
+    /// Each peer's clock against this node's.
+    pub clock_offsets: Vec<ClockOffset>,
     /// When to look again at the latest.
     pub next_look: Instant,
 }
@@ -93,7 +90,6 @@ pub struct NodeCore {
     engine: Engine,
     outbox: Outbox,
     clocks: ClockBook,
-    alert_state: AlertState,
     last: Option<MeshStatus>,
 }
 
@@ -108,7 +104,6 @@ impl NodeCore {
             engine: Engine::new(settings.engine),
             outbox: Outbox::new(settings.outbox),
             clocks: ClockBook::default(),
-            alert_state: AlertState::default(),
             last: None,
             identity,
             configured,
@@ -192,14 +187,6 @@ impl NodeCore {
             lateness: look.lateness,
         };
         let update = self.outbox.next(&snapshot, moment, urgent);
-        let role = Role::of(&status);
-        let alerts = self.alert_state.step(
-            alerts::alerts(&status, role),
-            role,
-            moment.now,
-            moment.wall,
-            self.settings.alert_resend,
-        );
         let next_look = [Some(evaluation.next_deadline), self.outbox.next_due()]
             .into_iter()
             .flatten()
@@ -211,7 +198,7 @@ impl NodeCore {
             events,
             links,
             update,
-            alerts,
+            clock_offsets: inputs.clock_offsets,
             next_look,
         }
     }
@@ -254,9 +241,5 @@ impl NodeCore {
         self.identity.incarnation =
             Incarnation(known.0.saturating_add(1).max(self.identity.incarnation.0));
         self.outbox = Outbox::new(self.settings.outbox);
-    }
-
-    pub fn alert_state(&self) -> &AlertState {
-        &self.alert_state
     }
 }

@@ -39,14 +39,13 @@ pub const DEFAULT_METRICS_PORT: u16 = 9420;
 /// UDP port of the probe responder on every link address, unless a link
 /// names its own (`local_port`, `peer_port`).
 pub const DEFAULT_PROBE_PORT: u16 = 7421;
-/// Listen on every interface: peers reach us over the management network,
-/// whose address this node does not know in advance.
+/// meshctl on the node itself: loopback only, read-only services, no
+/// certificate needed. Peers and remote tools use `listen.mesh`.
 pub const DEFAULT_LISTEN_GRPC: SocketAddr =
-    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, DEFAULT_GRPC_PORT));
-pub const DEFAULT_LISTEN_METRICS: SocketAddr = SocketAddr::V4(SocketAddrV4::new(
-    Ipv4Addr::UNSPECIFIED,
-    DEFAULT_METRICS_PORT,
-));
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, DEFAULT_GRPC_PORT));
+/// Loopback unless a config says where Prometheus scrapes from.
+pub const DEFAULT_LISTEN_METRICS: SocketAddr =
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, DEFAULT_METRICS_PORT));
 
 /// 10 probes a second: enough samples for a 1 s loss window, negligible on
 /// an 80 Gb/s link.
@@ -61,10 +60,13 @@ pub const DEFAULT_MTU_PAYLOAD_BYTES: u32 = 1472;
 /// counts as loss.
 pub const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// 5 reports a second keeps the quorum verdict within the 1 s target.
-pub const DEFAULT_REPORT_INTERVAL: Duration = Duration::from_millis(200);
-/// Five missed reports before a peer's view stops counting.
-pub const DEFAULT_STALE_AFTER: Duration = Duration::from_secs(1);
+/// A heartbeat a second on every stream: changes go out at once, so this
+/// only bounds how long a frozen node takes to be called down.
+pub const DEFAULT_REPORT_INTERVAL: Duration = Duration::from_secs(1);
+/// Three missed heartbeats on every path before a peer is stale.
+pub const DEFAULT_STALE_AFTER: Duration = Duration::from_secs(3);
+/// A clock off the mesh's by more than this raises `clock_skew`.
+pub const DEFAULT_CLOCK_SKEW: Duration = Duration::from_secs(1);
 
 /// Six missed small probes: long enough that one delayed reply is not a cut
 /// cable, short enough for a verdict on every node within the 1 s target.
@@ -132,6 +134,7 @@ pub struct Config {
     pub alerting: AlertingConfig,
     pub watch: WatchConfig,
     pub platform: PlatformConfig,
+    pub tls: TlsConfig,
 }
 
 /// This node's identity, always resolved: from `[node] id` when given,
@@ -144,8 +147,14 @@ pub struct NodeConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ListenConfig {
+    /// The read-only services (status, events, hostfiles, health,
+    /// reflection) without a certificate: meant for loopback.
     pub grpc: SocketAddr,
     pub metrics: SocketAddr,
+    /// This node on the management network: peers' report streams and remote
+    /// tools, with mutual TLS. Required in a mesh; a specific address, never
+    /// every interface.
+    pub mesh: Option<SocketAddr>,
 }
 
 impl Default for ListenConfig {
@@ -153,8 +162,25 @@ impl Default for ListenConfig {
         ListenConfig {
             grpc: DEFAULT_LISTEN_GRPC,
             metrics: DEFAULT_LISTEN_METRICS,
+            mesh: None,
         }
     }
+}
+
+/// The mesh's certificates (`meshctl certs`): every stream between nodes is
+/// mutual TLS, and a node is who its certificate says.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsConfig {
+    /// The mesh's CA certificate(s), PEM; more than one while rotating.
+    pub ca: Option<std::path::PathBuf>,
+    /// This node's certificate, PEM, issued by the mesh's CA for `node.id`.
+    pub cert: Option<std::path::PathBuf>,
+    /// Its private key, PEM.
+    pub key: Option<std::path::PathBuf>,
+    /// Plain TCP between nodes: anyone on the network can forge reports.
+    /// Warned about at start and exported as `meshd_insecure`.
+    pub insecure: bool,
 }
 
 /// Another member of the mesh. Both keys are required: a peer without an id
@@ -311,6 +337,9 @@ pub struct Thresholds {
     pub flap_window: Duration,
     pub flap_changes: u32,
     pub cpu_saturated: f64,
+    /// This node's clock off the mesh's by more than this raises `clock_skew`.
+    #[serde(with = "humantime_serde")]
+    pub clock_skew: Duration,
 }
 
 impl Default for Thresholds {
@@ -324,6 +353,7 @@ impl Default for Thresholds {
             flap_window: DEFAULT_FLAP_WINDOW,
             flap_changes: DEFAULT_FLAP_CHANGES,
             cpu_saturated: DEFAULT_CPU_SATURATED,
+            clock_skew: DEFAULT_CLOCK_SKEW,
         }
     }
 }
@@ -454,6 +484,7 @@ struct ConfigFile {
     alerting: AlertingConfig,
     watch: WatchConfig,
     platform: PlatformConfig,
+    tls: TlsConfig,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -480,6 +511,7 @@ impl ConfigFile {
             alerting: self.alerting,
             watch: self.watch,
             platform: self.platform,
+            tls: self.tls,
         }
     }
 }

@@ -8,42 +8,58 @@ use std::time::Duration;
 use meshd_model::bridge::StormSettings;
 use meshd_model::cpu::SpikeRules;
 use meshd_model::jobs::JobRules;
-use meshd_model::link::{LinkRules, SATURATED_SLOWDOWN};
+use meshd_model::link::LinkRules;
+use meshd_model::node::NodeSettings;
+use meshd_model::outbox::OutboxSettings;
 use meshd_model::verdict::{EngineSettings, ExpectedLink};
 use meshd_proto::domain::{LinkEnd, NodeId};
 
 use super::{Config, CpuWatchConfig, JobWatchConfig, LinkConfig, ProbeConfig};
 use crate::probe::{LinkPorts, ProbedLink, ProberSettings};
 
-/// Reports sent further in the past than this many `stale_after`s are
-/// refused: they describe a mesh that no longer exists.
-const MAX_REPORT_DELAY_FACTOR: u32 = 10;
+/// A link's figures (RTT, loss) are sent to the peers at most this many
+/// heartbeats apart when nothing the verdicts rest on changed.
+const REFRESH_HEARTBEATS: u32 = 2;
+
+fn link_rules(config: &Config) -> LinkRules {
+    let t = &config.thresholds;
+    LinkRules {
+        down_after: t.down_after,
+        loss_degraded: t.loss_degraded,
+        loss_down: t.loss_down,
+        rtt_p99_factor: t.rtt_p99_factor,
+        rtt_min_increase: t.rtt_min_increase,
+        flap_window: t.flap_window,
+        flap_changes: t.flap_changes,
+    }
+}
 
 /// The verdict engine's settings.
 pub fn engine(config: &Config) -> EngineSettings {
-    let t = &config.thresholds;
     EngineSettings::new(
         config.report.interval,
         config.report.stale_after,
-        LinkRules {
-            down_after: t.down_after,
-            loss_degraded: t.loss_degraded,
-            loss_down: t.loss_down,
-            rtt_p99_factor: t.rtt_p99_factor,
-            rtt_min_increase: t.rtt_min_increase,
-            flap_window: t.flap_window,
-            flap_changes: t.flap_changes,
-            saturated_slowdown: SATURATED_SLOWDOWN,
-        },
+        config.thresholds.clock_skew,
+        link_rules(config),
     )
 }
 
-/// How old a report may be when it arrives before the report book refuses it.
-pub fn max_report_delay(config: &Config) -> Duration {
-    config
-        .report
-        .stale_after
-        .saturating_mul(MAX_REPORT_DELAY_FACTOR)
+/// The node core's settings: the engine's, and when to send the peers what.
+pub fn node(config: &Config) -> NodeSettings {
+    NodeSettings {
+        engine: engine(config),
+        outbox: OutboxSettings {
+            heartbeat: config.report.interval,
+            refresh: config.report.interval.saturating_mul(REFRESH_HEARTBEATS),
+            rules: link_rules(config),
+        },
+    }
+}
+
+/// A peer silent this long that speaks again is news the engine must see
+/// at once: it missed its heartbeat.
+pub fn quiet_after(config: &Config) -> Duration {
+    config.report.interval.saturating_mul(3) / 2
 }
 
 /// The cables this node is configured to have.
@@ -91,13 +107,15 @@ fn expected_link(link: &LinkConfig, local: &NodeId) -> ExpectedLink {
 
 /// The probe settings every link shares; each link's ports come with it
 /// ([`probed_links`]).
-pub fn prober(c: &ProbeConfig) -> ProberSettings {
+pub fn prober(config: &Config) -> ProberSettings {
+    let c: &ProbeConfig = &config.probe;
     ProberSettings {
         interval: c.interval,
         payload_bytes: c.payload_bytes,
         mtu_interval: c.mtu_interval,
         mtu_payload_bytes: c.mtu_payload_bytes,
         timeout: c.timeout,
+        outage_gap: config.thresholds.down_after,
     }
 }
 

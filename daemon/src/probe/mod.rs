@@ -1,91 +1,58 @@
-//! Link probing over UDP: a responder on every local link address and port,
-//! and a prober per link, each publishing that link's observation on a watch
-//! channel.
+//! Link probing over UDP: one task for all of this node's cables. Each cable
+//! has one socket, bound to this end's address and port and connected to
+//! the peer's: it sends this node's probes, answers the peer's, and the
+//! kernel drops datagrams from anyone else. The task publishes every link's
+//! probe statistics for the aggregator (see [`Probes::subscribe`]).
 
-mod manager;
+mod engine;
 pub mod packet;
-pub mod prober;
 pub mod responder;
 mod stamp;
-mod supervise;
 
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
-use std::net::{IpAddr, SocketAddr};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
-use meshd_proto::domain::LinkEnd;
+use meshd_model::linkstats::ProbeStats;
+use meshd_model::verdict::ExpectedLink;
+use meshd_proto::domain::NodeId;
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
-use meshd_model::verdict::{ExpectedLink, LocalObservation};
-
-pub use manager::ProbeManager;
-pub use packet::{Header, Kind, PacketError};
-pub use prober::{Prober, ProberSettings};
-pub use responder::{Responder, ResponderCounters, ResponderStats};
-pub use supervise::supervise_link;
 
 pub use meshd_model::linkstats::ProbeClass;
+pub use packet::{Header, Kind, PacketError};
+pub use responder::{ResponderCounters, ResponderStats};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
-    #[error("cannot bind probe socket to {addr}: {source}")]
+    #[error("cannot bind the probe socket of the cable to {peer} on {addr}: {source}")]
     Bind {
+        peer: NodeId,
         addr: SocketAddr,
         source: std::io::Error,
     },
-    #[error("cannot connect probe socket {local} to {peer}: {source}")]
+    #[error("cannot connect the probe socket {local} to {peer_addr}: {source}")]
     Connect {
         local: SocketAddr,
-        peer: SocketAddr,
+        peer_addr: SocketAddr,
         source: std::io::Error,
     },
-    #[error("link {link}: the {end} end has no IP address to probe")]
-    MissingAddress { link: String, end: &'static str },
-    #[error(
-        "link {link}: local address {local} and remote address {remote} are of different IP families"
-    )]
-    AddressFamilyMismatch {
-        link: String,
-        local: IpAddr,
-        remote: IpAddr,
-    },
-    #[error("link {link} is listed twice")]
-    DuplicateLink { link: String },
+    #[error("the cable to {peer}: the {end} end has no IP address to probe")]
+    MissingAddress { peer: NodeId, end: &'static str },
 }
 
-/// One probed link, seen from this node.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct LinkKey {
-    pub local: LinkEnd,
-    pub remote: LinkEnd,
-}
-
-impl fmt::Display for LinkKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} -> {}", self.local, self.remote)
-    }
-}
-
-impl From<(LinkEnd, LinkEnd)> for LinkKey {
-    fn from((local, remote): (LinkEnd, LinkEnd)) -> Self {
-        Self { local, remote }
-    }
-}
-
-/// The UDP ports of a link's two ends; the addresses are the ends' own.
-/// Distinct ports let two cables share an address.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// The ports a cable's probes use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct LinkPorts {
-    /// Where this end's responder listens.
+    /// Where this end's socket is bound.
     pub local: u16,
-    /// Where the peer's responder listens: where probes go.
+    /// Where the peer's socket is bound: where probes go.
     pub peer: u16,
 }
 
@@ -96,118 +63,90 @@ pub struct ProbedLink {
     pub ports: LinkPorts,
 }
 
-/// The running responders and probers of this node.
-///
-/// Dropping the set stops its tasks; [`ProbeSet::shutdown`] also waits for
-/// them.
+impl ProbedLink {
+    /// Both ends' socket addresses, when both ends have an address.
+    pub fn addresses(&self) -> Result<(SocketAddr, SocketAddr), ProbeError> {
+        let missing = |end| ProbeError::MissingAddress {
+            peer: self.link.remote.node.clone(),
+            end,
+        };
+        let local = self.link.local.address.ok_or_else(|| missing("local"))?;
+        let peer = self.link.remote.address.ok_or_else(|| missing("peer"))?;
+        Ok((
+            SocketAddr::new(local, self.ports.local),
+            SocketAddr::new(peer, self.ports.peer),
+        ))
+    }
+}
+
+/// Probe settings; the fields mirror the `[probe]` keys of the config file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProberSettings {
+    /// Small-probe period.
+    pub interval: Duration,
+    /// Small-probe UDP payload size, header included.
+    pub payload_bytes: u32,
+    /// MTU-sized probe period.
+    pub mtu_interval: Duration,
+    /// MTU-sized probe UDP payload size (1472 fills a 1500-byte IP MTU).
+    pub mtu_payload_bytes: u32,
+    /// A probe unanswered this long is lost.
+    pub timeout: Duration,
+    /// A gap in replies this long is an outage, judged by its silence, not
+    /// loss (`thresholds.down_after`).
+    pub outage_gap: Duration,
+}
+
+/// What every link's probes measured, as of the task's last tick.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ProbeSnapshot {
+    /// By the far end's node; a cable whose socket is not bound yet has none.
+    pub links: BTreeMap<NodeId, ProbeStats>,
+    /// The worst lateness of the probe task's timers lately: how late this
+    /// node runs.
+    pub lateness: Duration,
+}
+
+/// The probe task of this node.
 #[derive(Debug)]
-pub struct ProbeSet {
-    observations: BTreeMap<LinkKey, watch::Receiver<Option<LocalObservation>>>,
-    responders: Vec<(SocketAddr, Arc<ResponderCounters>)>,
-    /// Where the responders' counters are exported while they run.
-    metrics: Option<Arc<Metrics>>,
-    cancel: CancellationToken,
-    tasks: Vec<JoinHandle<()>>,
+pub struct Probes {
+    control: watch::Sender<(Vec<ProbedLink>, ProberSettings)>,
+    snapshot: watch::Receiver<Arc<ProbeSnapshot>>,
 }
 
-impl ProbeSet {
-    /// Starts one responder per distinct local address and port, and one
-    /// prober per link. Every socket is bound before any task starts, so on
-    /// error nothing is left running. The tasks stop when `cancel` fires or
-    /// the set is dropped.
-    pub async fn start(
-        links: impl IntoIterator<Item = (LinkEnd, LinkEnd, LinkPorts)>,
+impl Probes {
+    /// Starts probing `links`; stops with `shutdown`. A cable whose address
+    /// is not there yet (interface down at boot) is retried, and judged from
+    /// the other end meanwhile.
+    pub fn start(
+        links: Vec<ProbedLink>,
         settings: ProberSettings,
-        metrics: Option<Arc<Metrics>>,
-        cancel: &CancellationToken,
-    ) -> Result<Self, ProbeError> {
-        let mut probers = Vec::new();
-        let mut seen = BTreeSet::new();
-        let mut responder_addrs = BTreeSet::new();
-        for (local, remote, ports) in links {
-            let link = LinkKey::from((local, remote));
-            let (local_ip, _) = prober::link_addresses(&link.local, &link.remote)?;
-            if !seen.insert(link.clone()) {
-                return Err(ProbeError::DuplicateLink {
-                    link: link.to_string(),
-                });
+        metrics: Arc<Metrics>,
+        shutdown: CancellationToken,
+    ) -> Self {
+        let (control, control_rx) = watch::channel((links, settings));
+        let (snapshot_tx, snapshot) = watch::channel(Arc::new(ProbeSnapshot::default()));
+        tokio::spawn(engine::run(control_rx, snapshot_tx, metrics, shutdown));
+        Self { control, snapshot }
+    }
+
+    /// Follows a new config: links that did not change keep their socket and
+    /// statistics; new probe settings restart every link, since they change
+    /// what a probe is.
+    pub fn apply(&self, links: Vec<ProbedLink>, settings: ProberSettings) {
+        self.control.send_if_modified(|current| {
+            let changed = current.0 != links || current.1 != settings;
+            if changed {
+                *current = (links, settings);
             }
-            responder_addrs.insert(SocketAddr::new(local_ip, ports.local));
-            let prober = Prober::bind(
-                link.local.clone(),
-                link.remote.clone(),
-                ports.peer,
-                settings,
-            )
-            .await?;
-            probers.push((link, prober));
-        }
-        let mut responders = Vec::new();
-        for addr in responder_addrs {
-            responders.push(Responder::bind(addr).await?);
-        }
-
-        let cancel = cancel.child_token();
-        let mut tasks = Vec::with_capacity(probers.len() + responders.len());
-        let mut responder_counters = Vec::with_capacity(responders.len());
-        for responder in responders {
-            if let Some(metrics) = &metrics {
-                metrics
-                    .probes
-                    .responder_started(responder.local_addr(), responder.counters());
-            }
-            responder_counters.push((responder.local_addr(), responder.counters()));
-            tasks.push(tokio::spawn(responder.run(cancel.clone())));
-        }
-        let mut observations = BTreeMap::new();
-        for (link, prober) in probers {
-            observations.insert(link, prober.subscribe());
-            tasks.push(tokio::spawn(prober.run(cancel.clone())));
-        }
-        Ok(Self {
-            observations,
-            responders: responder_counters,
-            metrics,
-            cancel,
-            tasks,
-        })
+            changed
+        });
     }
 
-    /// Every link's observation receiver.
-    pub fn observations(&self) -> &BTreeMap<LinkKey, watch::Receiver<Option<LocalObservation>>> {
-        &self.observations
-    }
-
-    pub fn observation(&self, link: &LinkKey) -> Option<watch::Receiver<Option<LocalObservation>>> {
-        self.observations.get(link).cloned()
-    }
-
-    /// Counters of each responder, by bound address.
-    pub fn responder_stats(&self) -> Vec<(SocketAddr, ResponderStats)> {
-        self.responders
-            .iter()
-            .map(|(addr, counters)| (*addr, counters.snapshot()))
-            .collect()
-    }
-
-    /// Stops every task and waits for them to finish.
-    pub async fn shutdown(mut self) {
-        self.cancel.cancel();
-        for task in std::mem::take(&mut self.tasks) {
-            if let Err(error) = task.await {
-                tracing::warn!(%error, "probe task ended abnormally");
-            }
-        }
-    }
-}
-
-impl Drop for ProbeSet {
-    fn drop(&mut self) {
-        self.cancel.cancel();
-        if let Some(metrics) = &self.metrics {
-            for (address, _) in &self.responders {
-                metrics.probes.responder_stopped(*address);
-            }
-        }
+    /// The statistics, updated every tick; the receiver is woken only when a
+    /// link changed in a way verdicts rest on (it went silent or came back,
+    /// started or stopped losing probes in a row) or the set of links did.
+    pub fn subscribe(&self) -> watch::Receiver<Arc<ProbeSnapshot>> {
+        self.snapshot.clone()
     }
 }

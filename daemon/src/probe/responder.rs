@@ -1,34 +1,18 @@
-//! The probe responder: echoes each valid request on one link address as a
-//! reply of the same size, with its own receive and send times.
+//! The responder's side of a link socket: which requests it answers (its
+//! budget and size limit) and what it counts.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use tokio::net::UdpSocket;
-use tokio_util::sync::CancellationToken;
-
-use super::ProbeError;
-use super::packet::{self, Header, Kind, MAX_DATAGRAM_LEN};
-use super::stamp;
-
-/// Replies per second, sustained. A peer probes one link at most every 10 ms
-/// (small) plus every 100 ms (MTU), 110/s; 1000/s leaves room for a restarted
-/// or misconfigured peer yet caps what a spoofed flood can make us send.
-pub const REPLY_RATE_PER_SEC: u32 = 1000;
+/// Replies per second on one link, sustained. Each link's socket only
+/// hears its cable's peer, which probes at most every 10 ms (small) plus
+/// every 100 ms (MTU), 110/s; 250/s leaves room for a burst after a stall
+/// yet caps what a misbehaving peer can make this node send.
+pub const REPLY_RATE_PER_SEC: u32 = 250;
 
 /// Replies allowed back to back: absorbs a burst of probes queued behind a
 /// scheduling hiccup on either node without dropping them as "loss".
-pub const REPLY_BURST: u32 = 100;
-
-/// Drops (invalid or rate-limited) are summarised in the log at most this
-/// often, so garbage on the port cannot flood the log either.
-const LOG_EVERY: Duration = Duration::from_secs(10);
-
-/// After a receive error, wait this long so a persistent error cannot spin
-/// the task at 100% CPU.
-const RECV_ERROR_BACKOFF: Duration = Duration::from_millis(10);
+pub const REPLY_BURST: u32 = 50;
 
 /// Token bucket with time passed in, so it is testable without a clock.
 #[derive(Debug, Clone)]
@@ -100,186 +84,54 @@ fn bump(counter: &AtomicU64) -> u64 {
     counter.fetch_add(1, Ordering::Relaxed) + 1
 }
 
-/// Logs a kind of drop at most once per [`LOG_EVERY`], with the total.
-#[derive(Debug)]
-struct DropLog {
-    last: Option<Instant>,
+/// What a link's socket does with one request: answers it, or drops it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    Reply,
+    RateLimited,
+    TooLarge,
 }
 
-impl DropLog {
-    fn due(&mut self, now: Instant) -> bool {
-        let due = self
-            .last
-            .is_none_or(|last| now.saturating_duration_since(last) >= LOG_EVERY);
-        if due {
-            self.last = Some(now);
-        }
-        due
+/// Decides whether to answer a request of `len` bytes that arrived at
+/// `at`: within the link's reply budget and no larger than the largest
+/// probe this node's config allows (a reply is as large as its request, so
+/// nothing is ever amplified).
+pub fn answer(bucket: &mut TokenBucket, len: usize, max_len: usize, at: Instant) -> Answer {
+    if len > max_len {
+        Answer::TooLarge
+    } else if bucket.try_take(at) {
+        Answer::Reply
+    } else {
+        Answer::RateLimited
     }
 }
 
-#[derive(Debug)]
-pub struct Responder {
-    socket: UdpSocket,
-    local: SocketAddr,
-    /// Taken before the bind, so no datagram's kernel stamp is before it.
-    epoch: Instant,
-    counters: Arc<ResponderCounters>,
-}
-
-impl Responder {
-    /// Binds the probe port on one link address. Binding the link's own
-    /// address (not 0.0.0.0) keeps probes of one cable from being answered
-    /// by another.
-    pub async fn bind(addr: SocketAddr) -> Result<Self, ProbeError> {
-        let epoch = Instant::now();
-        let socket = UdpSocket::bind(addr)
-            .await
-            .map_err(|source| ProbeError::Bind { addr, source })?;
-        let local = socket
-            .local_addr()
-            .map_err(|source| ProbeError::Bind { addr, source })?;
-        if let Err(error) = stamp::enable(&socket) {
-            tracing::debug!(%local, %error, "no kernel receive timestamps; replies count this node's wake-up latency as wire time");
-        }
-        Ok(Self {
-            socket,
-            local,
-            epoch,
-            counters: Arc::default(),
-        })
+impl ResponderCounters {
+    pub fn count_reply(&self) {
+        bump(&self.replies);
     }
 
-    /// The bound address (with the real port when bound to port 0).
-    pub fn local_addr(&self) -> SocketAddr {
-        self.local
+    pub fn count_invalid(&self) -> u64 {
+        bump(&self.invalid)
     }
 
-    pub fn counters(&self) -> Arc<ResponderCounters> {
-        Arc::clone(&self.counters)
+    pub fn count_rate_limited(&self) -> u64 {
+        bump(&self.rate_limited)
     }
 
-    /// Answers requests until `cancel` fires.
-    pub async fn run(self, cancel: CancellationToken) {
-        let Self {
-            socket,
-            local,
-            epoch,
-            counters,
-        } = self;
-        // Only differences of these times are used, so any epoch before the
-        // first datagram will do.
-        let ns_since_epoch =
-            |t: Instant| u64::try_from(t.duration_since(epoch).as_nanos()).unwrap_or(u64::MAX);
-        let mut bucket = TokenBucket::new(REPLY_RATE_PER_SEC, REPLY_BURST, epoch);
-        // One byte more than any UDP payload, so nothing is ever truncated.
-        let mut buf = vec![0u8; MAX_DATAGRAM_LEN + 1];
-        let mut invalid_log = DropLog { last: None };
-        let mut limit_log = DropLog { last: None };
-        let mut recv_log = DropLog { last: None };
-        let mut send_failing = false;
-        tracing::debug!(%local, "probe responder started");
+    pub fn count_send_error(&self) -> u64 {
+        bump(&self.send_errors)
+    }
 
-        loop {
-            let received = tokio::select! {
-                biased;
-                () = cancel.cancelled() => break,
-                r = stamp::recv_from(&socket, &mut buf) => r,
-            };
-            // The kernel's stamp, so our wake-up and processing count as host
-            // delay (taken out of the RTT) and not as wire time.
-            let (len, from, recv_at) = match received {
-                Ok(stamp::Received {
-                    len,
-                    from: Some(from),
-                    at,
-                }) => (len, from, at),
-                Ok(stamp::Received { from: None, .. }) => {
-                    // Nowhere to reply to; not seen on UDP, counted in case.
-                    bump(&counters.invalid);
-                    continue;
-                }
-                Err(error) => {
-                    let recv_at = Instant::now();
-                    let total = bump(&counters.recv_errors);
-                    if recv_log.due(recv_at) {
-                        tracing::warn!(%local, %error, total, "probe responder receive error");
-                    }
-                    tokio::select! {
-                        () = cancel.cancelled() => break,
-                        () = tokio::time::sleep(RECV_ERROR_BACKOFF) => continue,
-                    }
-                }
-            };
-            let Some(datagram) = buf.get(..len) else {
-                continue;
-            };
-            let request = match packet::decode(datagram) {
-                Ok(h) if h.kind == Kind::Request => h,
-                other => {
-                    let total = bump(&counters.invalid);
-                    if invalid_log.due(recv_at) {
-                        let reason = match other {
-                            Err(e) => e.to_string(),
-                            Ok(_) => "not a request".to_owned(),
-                        };
-                        tracing::debug!(%local, %from, %reason, total, "dropped invalid probe datagrams");
-                    }
-                    continue;
-                }
-            };
-            if !bucket.try_take(recv_at) {
-                let total = bump(&counters.rate_limited);
-                if limit_log.due(recv_at) {
-                    tracing::warn!(
-                        %local, %from, total,
-                        "probe replies rate-limited to {REPLY_RATE_PER_SEC}/s; is a peer misconfigured or flooding?"
-                    );
-                }
-                continue;
-            }
-            let reply = Header {
-                kind: Kind::Reply,
-                class: request.class,
-                seq: request.seq,
-                recv_ns: ns_since_epoch(recv_at),
-                send_ns: 0,
-            };
-            // Same length as the request: a reply is never larger, so the
-            // responder cannot amplify anything.
-            let Ok(out) = packet::encode(&reply, len, &mut buf) else {
-                continue;
-            };
-            let out_len = out.len();
-            let Some(out) = buf.get_mut(..out_len) else {
-                continue;
-            };
-            packet::stamp_send_time(out, ns_since_epoch(Instant::now()));
-            // try_send_to: with the send buffer full the reply is dropped
-            // rather than queued; the prober sees loss, which is the truth.
-            match socket.try_send_to(out, from) {
-                Ok(_) => {
-                    bump(&counters.replies);
-                    if send_failing {
-                        send_failing = false;
-                        tracing::info!(%local, "probe replies are being sent again");
-                    }
-                }
-                Err(error) => {
-                    bump(&counters.send_errors);
-                    if !send_failing {
-                        send_failing = true;
-                        tracing::warn!(%local, %from, %error, "cannot send probe replies");
-                    }
-                }
-            }
-        }
-        tracing::debug!(%local, "probe responder stopped");
+    pub fn count_recv_error(&self) -> u64 {
+        bump(&self.recv_errors)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]
@@ -295,6 +147,16 @@ mod tests {
         assert_eq!((0..500).filter(|_| b.try_take(t2)).count(), 100);
         // Time stepping back neither refills nor panics.
         assert!(!b.try_take(t0));
+    }
+
+    #[test]
+    fn a_request_larger_than_any_probe_or_over_budget_is_not_answered() {
+        let t0 = Instant::now();
+        let mut b = TokenBucket::new(REPLY_RATE_PER_SEC, 2, t0);
+        assert_eq!(answer(&mut b, 65_000, 1_472, t0), Answer::TooLarge);
+        assert_eq!(answer(&mut b, 64, 1_472, t0), Answer::Reply);
+        assert_eq!(answer(&mut b, 1_472, 1_472, t0), Answer::Reply);
+        assert_eq!(answer(&mut b, 64, 1_472, t0), Answer::RateLimited);
     }
 
     #[test]

@@ -52,7 +52,7 @@ pub async fn recv_from(socket: &UdpSocket, buf: &mut [u8]) -> io::Result<Receive
         .await
 }
 
-fn try_recv_from(socket: &UdpSocket, buf: &mut [u8]) -> io::Result<Received> {
+pub fn try_recv_from(socket: &UdpSocket, buf: &mut [u8]) -> io::Result<Received> {
     let mut cmsgs = nix::cmsg_space!(nix::sys::time::TimeSpec);
     let mut iov = [IoSliceMut::new(buf)];
     let msg = recvmsg::<SockaddrStorage>(

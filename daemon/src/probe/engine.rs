@@ -1,0 +1,493 @@
+//! The probe task: one loop for every cable of this node. It wakes on its
+//! tick (send this tick's probes, expire the unanswered, publish), on a
+//! readable socket (answer requests, count replies), and on a new config.
+//! One task and one tick for all links means a handful of wake-ups a
+//! second per cable, whatever the number of cables.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::future::poll_fn;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use meshd_model::linkstats::{LATENESS_MEMORY, LinkStats, LinkStatsConfig, ProbeClass};
+use tokio::io::Interest;
+use tokio::net::UdpSocket;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::packet::{self, HEADER_LEN, Header, Kind, MAX_DATAGRAM_LEN};
+use super::responder::{self, Answer, REPLY_BURST, REPLY_RATE_PER_SEC, TokenBucket};
+use super::{ProbeError, ProbeSnapshot, ProbedLink, ProberSettings, ResponderCounters, stamp};
+use crate::metrics::Metrics;
+
+/// Shortest probe period whatever the settings say: at most one probe per
+/// tick, so this bounds the probe rate of a link (and makes a storm
+/// impossible even with a broken config).
+const MIN_TICK: Duration = Duration::from_millis(10);
+
+/// Shortest timeout whatever the settings say; below this every probe on a
+/// busy host would be "lost".
+const MIN_TIMEOUT: Duration = Duration::from_millis(1);
+
+/// How long to wait before trying to bind a cable's socket again.
+const RETRY_AFTER: Duration = Duration::from_secs(5);
+
+/// Repeated drops and errors are logged at most this often per link.
+const LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// Consecutive losses from which the aggregator is told at once.
+const LOSING: u32 = 3;
+
+/// The settings actually used: config validation rejects values outside
+/// these limits already; clamping again keeps the probe rate and sizes safe
+/// even for a caller that skipped validation.
+fn clamped(s: ProberSettings) -> ProberSettings {
+    let size = |bytes: u32| {
+        u32::try_from(
+            usize::try_from(bytes)
+                .unwrap_or(MAX_DATAGRAM_LEN)
+                .clamp(HEADER_LEN, MAX_DATAGRAM_LEN),
+        )
+        .unwrap_or(u32::MAX)
+    };
+    ProberSettings {
+        interval: s.interval.max(MIN_TICK),
+        payload_bytes: size(s.payload_bytes),
+        mtu_interval: s.mtu_interval.max(MIN_TICK),
+        mtu_payload_bytes: size(s.mtu_payload_bytes),
+        timeout: s.timeout.max(MIN_TIMEOUT),
+        outage_gap: s.outage_gap,
+    }
+}
+
+fn len_of(settings: &ProberSettings, class: ProbeClass) -> usize {
+    let bytes = match class {
+        ProbeClass::Small => settings.payload_bytes,
+        ProbeClass::Mtu => settings.mtu_payload_bytes,
+    };
+    usize::try_from(bytes).unwrap_or(MAX_DATAGRAM_LEN)
+}
+
+/// Logs a kind of trouble at most once per [`LOG_EVERY`].
+#[derive(Debug, Default)]
+struct Throttle(Option<Instant>);
+
+impl Throttle {
+    fn due(&mut self, now: Instant) -> bool {
+        let due = self
+            .0
+            .is_none_or(|last| now.saturating_duration_since(last) >= LOG_EVERY);
+        if due {
+            self.0 = Some(now);
+        }
+        due
+    }
+}
+
+/// One cable's socket and what it measured.
+#[derive(Debug)]
+struct Link {
+    spec: ProbedLink,
+    socket: UdpSocket,
+    local: SocketAddr,
+    peer: SocketAddr,
+    stats: LinkStats,
+    next_seq: u64,
+    bucket: TokenBucket,
+    counters: Arc<ResponderCounters>,
+    /// Only differences of these times are used, so any instant before the
+    /// first datagram will do.
+    epoch: Instant,
+    send_failing: bool,
+    logs: [Throttle; 2],
+    /// What the aggregator was last told about this link.
+    told: (bool, bool),
+}
+
+/// A cable whose socket could not be bound yet.
+#[derive(Debug)]
+struct Waiting {
+    spec: ProbedLink,
+    retry_at: Instant,
+    error: String,
+}
+
+struct Engine {
+    settings: ProberSettings,
+    links: Vec<Link>,
+    waiting: Vec<Waiting>,
+    metrics: Arc<Metrics>,
+    lateness: VecDeque<(Instant, Duration)>,
+    next_mtu: Instant,
+    buf: Vec<u8>,
+}
+
+fn initial_seq() -> u64 {
+    // Different after every restart, so a reply to a probe of the previous
+    // run is not taken for one of this run.
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX) << 8)
+        .unwrap_or(1)
+}
+
+async fn bind(spec: &ProbedLink) -> Result<(UdpSocket, SocketAddr, SocketAddr), ProbeError> {
+    let (local, peer_addr) = spec.addresses()?;
+    let socket = UdpSocket::bind(local)
+        .await
+        .map_err(|source| ProbeError::Bind {
+            peer: spec.link.remote.node.clone(),
+            addr: local,
+            source,
+        })?;
+    socket
+        .connect(peer_addr)
+        .await
+        .map_err(|source| ProbeError::Connect {
+            local,
+            peer_addr,
+            source,
+        })?;
+    if let Err(error) = stamp::enable(&socket) {
+        tracing::debug!(%local, %error, "no kernel receive timestamps; probe times include this node's wake-up latency");
+    }
+    let local = socket.local_addr().unwrap_or(local);
+    Ok((socket, local, peer_addr))
+}
+
+pub async fn run(
+    mut control: watch::Receiver<(Vec<ProbedLink>, ProberSettings)>,
+    snapshot: watch::Sender<Arc<ProbeSnapshot>>,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+) {
+    let (links, settings) = control.borrow_and_update().clone();
+    let mut engine = Engine {
+        settings: clamped(settings),
+        links: Vec::new(),
+        waiting: Vec::new(),
+        metrics,
+        lateness: VecDeque::new(),
+        next_mtu: Instant::now(),
+        // One byte more than any UDP payload, so nothing is ever truncated.
+        buf: vec![0; MAX_DATAGRAM_LEN + 1],
+    };
+    engine.follow(links).await;
+    let mut tick = tokio::time::interval(engine.settings.interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            changed = control.changed() => {
+                if changed.is_err() {
+                    break;
+                }
+                let (links, settings) = control.borrow_and_update().clone();
+                let settings = clamped(settings);
+                if settings != engine.settings {
+                    // A new probe is a new measurement: start every link over.
+                    engine.settings = settings;
+                    engine.follow(Vec::new()).await;
+                    tick = tokio::time::interval(settings.interval);
+                    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                }
+                engine.follow(links).await;
+                engine.publish(&snapshot, true);
+            }
+            scheduled = tick.tick() => {
+                let now = Instant::now();
+                let late = now.saturating_duration_since(scheduled.into_std());
+                engine.on_tick(now, late).await;
+                engine.publish(&snapshot, false);
+            }
+            ready = poll_fn(|cx| {
+                let ready: Vec<usize> = engine
+                    .links
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, l)| l.socket.poll_recv_ready(cx).is_ready())
+                    .map(|(i, _)| i)
+                    .collect();
+                if ready.is_empty() { Poll::Pending } else { Poll::Ready(ready) }
+            }) => {
+                for i in ready {
+                    engine.drain(i);
+                }
+            }
+        }
+    }
+    for link in &engine.links {
+        engine.metrics.probes.responder_stopped(link.local);
+    }
+    tracing::debug!("probing stopped");
+}
+
+impl Engine {
+    /// Brings the sockets in line with `wanted`: unchanged links keep
+    /// theirs, removed ones close, new ones bind (or wait to be retried).
+    async fn follow(&mut self, wanted: Vec<ProbedLink>) {
+        let kept = |spec: &ProbedLink| wanted.contains(spec);
+        for link in self.links.iter().filter(|l| !kept(&l.spec)) {
+            self.metrics.probes.responder_stopped(link.local);
+        }
+        self.links.retain(|l| kept(&l.spec));
+        self.waiting.retain(|w| kept(&w.spec));
+        let now = Instant::now();
+        for spec in wanted {
+            let known = self.links.iter().any(|l| l.spec == spec)
+                || self.waiting.iter().any(|w| w.spec == spec);
+            if !known {
+                self.waiting.push(Waiting {
+                    spec,
+                    retry_at: now,
+                    error: String::new(),
+                });
+            }
+        }
+        self.bind_waiting(now).await;
+    }
+
+    async fn bind_waiting(&mut self, now: Instant) {
+        let due: Vec<Waiting> = {
+            let (due, later) = std::mem::take(&mut self.waiting)
+                .into_iter()
+                .partition(|w| w.retry_at <= now);
+            self.waiting = later;
+            due
+        };
+        for mut waiting in due {
+            match bind(&waiting.spec).await {
+                Ok((socket, local, peer)) => {
+                    tracing::info!(peer = %waiting.spec.link.remote.node, %local, %peer, "probing the cable");
+                    let counters = Arc::new(ResponderCounters::default());
+                    self.metrics
+                        .probes
+                        .responder_started(local, counters.clone());
+                    self.links.push(Link {
+                        stats: LinkStats::new(LinkStatsConfig {
+                            timeout: self.settings.timeout,
+                            outage_gap: self.settings.outage_gap,
+                            interval: self.settings.interval,
+                        }),
+                        spec: waiting.spec,
+                        socket,
+                        local,
+                        peer,
+                        next_seq: initial_seq(),
+                        bucket: TokenBucket::new(REPLY_RATE_PER_SEC, REPLY_BURST, now),
+                        counters,
+                        epoch: now,
+                        send_failing: false,
+                        logs: Default::default(),
+                        told: (false, false),
+                    });
+                }
+                Err(error) => {
+                    let error = error.to_string();
+                    if error != waiting.error {
+                        tracing::warn!(peer = %waiting.spec.link.remote.node, %error, "cannot probe this cable yet; retrying every {RETRY_AFTER:?}");
+                    }
+                    waiting.error = error;
+                    waiting.retry_at = now + RETRY_AFTER;
+                    self.waiting.push(waiting);
+                }
+            }
+        }
+    }
+
+    async fn on_tick(&mut self, now: Instant, late: Duration) {
+        // Replies already queued count before anything expires: a task that
+        // woke late must not call a probe lost whose reply is waiting.
+        for i in 0..self.links.len() {
+            self.drain(i);
+        }
+        while self
+            .lateness
+            .front()
+            .is_some_and(|(at, _)| now.saturating_duration_since(*at) > LATENESS_MEMORY)
+        {
+            self.lateness.pop_front();
+        }
+        if late >= Duration::from_millis(1) {
+            self.lateness.push_back((now, late));
+        }
+        let mtu_due = now >= self.next_mtu;
+        if mtu_due {
+            self.next_mtu = now + self.settings.mtu_interval;
+        }
+        let settings = self.settings;
+        for link in &mut self.links {
+            link.stats.note_lateness(late, now);
+            link.probe(ProbeClass::Small, &settings, &mut self.buf, now);
+            if mtu_due {
+                link.probe(ProbeClass::Mtu, &settings, &mut self.buf, now);
+            }
+        }
+        if !self.waiting.is_empty() {
+            self.bind_waiting(now).await;
+        }
+    }
+
+    /// Reads everything queued on link `i`'s socket.
+    fn drain(&mut self, i: usize) {
+        let settings = self.settings;
+        let Some(link) = self.links.get_mut(i) else {
+            return;
+        };
+        loop {
+            let received = link.socket.try_io(Interest::READABLE, || {
+                stamp::try_recv_from(&link.socket, &mut self.buf)
+            });
+            match received {
+                Ok(r) => link.on_datagram(r, &settings, &mut self.buf),
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => return,
+                Err(error) => {
+                    // ECONNREFUSED: nothing listens on the peer's port (its
+                    // daemon is down); the probes go unanswered and say so.
+                    let total = link.counters.count_recv_error();
+                    let now = Instant::now();
+                    if link.logs[1].due(now) {
+                        tracing::debug!(peer = %link.peer, %error, total, "probe socket receive error");
+                    }
+                    if error.kind() != io::ErrorKind::ConnectionRefused {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Publishes every link's statistics; wakes the aggregator only when a
+    /// link went silent or came back, started or stopped losing in a row,
+    /// or `force`.
+    fn publish(&mut self, snapshot: &watch::Sender<Arc<ProbeSnapshot>>, force: bool) {
+        let now = Instant::now();
+        let outage = self.settings.outage_gap;
+        let mut links = BTreeMap::new();
+        let mut significant = force;
+        for link in &mut self.links {
+            let stats = link.stats.stats(now);
+            let told = (stats.silence >= outage, stats.consecutive_lost >= LOSING);
+            if told != link.told {
+                link.told = told;
+                significant = true;
+            }
+            links.insert(link.spec.link.remote.node.clone(), stats);
+        }
+        let lateness = self
+            .lateness
+            .iter()
+            .map(|(_, late)| *late)
+            .max()
+            .unwrap_or_default();
+        let next = Arc::new(ProbeSnapshot { links, lateness });
+        snapshot.send_if_modified(|current| {
+            *current = next;
+            significant
+        });
+    }
+}
+
+impl Link {
+    fn probe(&mut self, class: ProbeClass, settings: &ProberSettings, buf: &mut [u8], now: Instant) {
+        self.stats.expire(now);
+        let seq = self.next_seq;
+        self.next_seq = self.next_seq.wrapping_add(1);
+        let Ok(datagram) = packet::encode(&Header::request(class, seq), len_of(settings, class), buf)
+        else {
+            return;
+        };
+        match self.socket.try_send(datagram) {
+            Ok(_) => {
+                self.stats.on_sent(seq, class, now);
+                if self.send_failing {
+                    self.send_failing = false;
+                    tracing::info!(peer = %self.peer, "probes leave again");
+                }
+            }
+            Err(error) => {
+                // The cable's interface is down or gone: every probe that
+                // cannot leave is a lost one.
+                self.stats.on_send_failed(class, now);
+                if !self.send_failing {
+                    self.send_failing = true;
+                    tracing::info!(peer = %self.peer, %error, "cannot send probes");
+                }
+            }
+        }
+    }
+
+    fn on_datagram(&mut self, received: stamp::Received, settings: &ProberSettings, buf: &mut [u8]) {
+        let len = received.len;
+        let Some(header) = buf.get(..len).map(packet::decode) else {
+            return;
+        };
+        match header {
+            Ok(h) if h.kind == Kind::Reply => {
+                if len == len_of(settings, h.class) {
+                    self.stats
+                        .on_reply(h.seq, h.class, h.host_delay(), received.at);
+                } else {
+                    self.dropped_invalid(received.at, "a reply of the wrong size");
+                }
+            }
+            Ok(h) => self.answer(h, len, received.at, settings, buf),
+            Err(error) => self.dropped_invalid(received.at, &error.to_string()),
+        }
+    }
+
+    fn dropped_invalid(&mut self, at: Instant, why: &str) {
+        let total = self.counters.count_invalid();
+        if self.logs[0].due(at) {
+            tracing::debug!(peer = %self.peer, why, total, "dropped invalid probe datagrams");
+        }
+    }
+
+    /// Answers a request with a reply of the same size stamped with this
+    /// node's receive and send times (the kernel's receive stamp, so this
+    /// node's wake-up counts as its own delay, taken out of the RTT).
+    fn answer(&mut self, request: Header, len: usize, at: Instant, settings: &ProberSettings, buf: &mut [u8]) {
+        let max = len_of(settings, ProbeClass::Mtu).max(len_of(settings, ProbeClass::Small));
+        match responder::answer(&mut self.bucket, len, max, at) {
+            Answer::Reply => {}
+            Answer::TooLarge => return self.dropped_invalid(at, "larger than any probe"),
+            Answer::RateLimited => {
+                let total = self.counters.count_rate_limited();
+                if self.logs[0].due(at) {
+                    tracing::warn!(peer = %self.peer, total, "probe replies rate-limited to {REPLY_RATE_PER_SEC}/s; is the peer misconfigured?");
+                }
+                return;
+            }
+        }
+        let ns = |t: Instant| u64::try_from(t.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX);
+        let reply = Header {
+            kind: Kind::Reply,
+            class: request.class,
+            seq: request.seq,
+            recv_ns: ns(at),
+            send_ns: 0,
+        };
+        let Ok(out) = packet::encode(&reply, len, buf) else {
+            return;
+        };
+        let out_len = out.len();
+        let Some(out) = buf.get_mut(..out_len) else {
+            return;
+        };
+        packet::stamp_send_time(out, ns(Instant::now()));
+        // With the send buffer full the reply is dropped rather than
+        // queued; the prober sees loss, which is the truth.
+        match self.socket.try_send(out) {
+            Ok(_) => self.counters.count_reply(),
+            Err(error) => {
+                let total = self.counters.count_send_error();
+                if self.logs[1].due(at) {
+                    tracing::debug!(peer = %self.peer, %error, total, "cannot send probe replies");
+                }
+            }
+        }
+    }
+}
