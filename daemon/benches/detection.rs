@@ -103,7 +103,9 @@ fn ms(d: Duration) -> String {
 
 #[allow(clippy::print_stdout)]
 async fn run(options: Options) -> Result<(), String> {
-    let mut plan = Plan::new(options.nodes, options.base_port).map_err(|e| e.to_string())?;
+    let certs = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let mut plan = Plan::new(options.nodes, options.base_port, &certs.path().join("tls"))
+        .map_err(|e| e.to_string())?;
     // Repeated cuts of the same cables would (rightly) be called flapping;
     // this measures the down verdict, so flap detection is off here.
     for node in &mut plan.nodes {

@@ -45,6 +45,9 @@ const UPDATE_BUFFER: usize = 64;
 /// configs): they change with cables and settings, not with verdicts.
 const TOPOLOGY_INTERVAL: Duration = Duration::from_secs(1);
 
+/// The aggregator looks at least this often, with or without new input.
+pub const MAX_LOOK_INTERVAL: Duration = meshd_model::verdict::MAX_IDLE;
+
 /// Never look again sooner than this after a look, whatever woke the task:
 /// a flood of updates cannot make it evaluate in a loop.
 const MIN_LOOK_GAP: Duration = Duration::from_millis(5);
@@ -96,6 +99,8 @@ pub struct Published {
     pub links_observed: usize,
     /// Each peer's clock against this node's.
     pub clock_offsets: Vec<ClockOffset>,
+    /// Each peer's paths and whether they are up (open and fresh).
+    pub paths: Vec<(NodeId, String, bool)>,
     /// Events produced since start, by kind.
     pub events: BTreeMap<EventKind, u64>,
     /// How long the evaluations took, since start.
@@ -116,6 +121,7 @@ impl Published {
             rejected: BTreeMap::new(),
             links_observed: 0,
             clock_offsets: Vec::new(),
+            paths: Vec::new(),
             events: BTreeMap::new(),
             evaluation_times: DurationHistogram::new(&EVALUATION_BOUNDS),
             at: Instant::now(),
@@ -495,6 +501,17 @@ impl Aggregator {
             }
             seen.len()
         };
+        let stale_after = self.core.settings().engine.stale_after;
+        let paths = peers
+            .iter()
+            .flat_map(|(peer, view)| {
+                view.paths.iter().map(move |(path, state)| {
+                    let up = state.open
+                        && moment.now.saturating_duration_since(state.last_message) < stale_after;
+                    (peer.clone(), path.to_string(), up)
+                })
+            })
+            .collect();
         let status = Arc::new(status);
         self.published.send_replace(Arc::new(Published {
             status: status.clone(),
@@ -504,6 +521,7 @@ impl Aggregator {
             rejected,
             links_observed,
             clock_offsets: decision.clock_offsets,
+            paths,
             events: self.event_counts.clone(),
             evaluation_times: self.evaluation_times.clone(),
             at: moment.now,

@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::{AlertPostOutcome, Metrics};
-use meshd_model::alerts::{AlertState, Post, alerts};
+use meshd_model::alerts::{Alert, AlertState, Post, Role, alerts};
 
 /// One post (connect, send, answer) may take this long.
 const POST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -96,10 +96,16 @@ enum PostError {
     Status { status: u16, body: String },
     #[error("no answer within {POST_TIMEOUT:?}")]
     Timeout,
+    #[error("cannot read the answer: {0}")]
+    Answer(String),
 }
 
-async fn post(target: &Target, posts: &[Post]) -> Result<(), PostError> {
-    let payload = body(posts)?;
+/// The largest answer read from Alertmanager.
+const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
+
+/// One HTTP/1.1 exchange with Alertmanager: `POST` alerts, or `GET` the
+/// active ones (`body` None). Returns the answer's body.
+async fn exchange(target: &Target, path: &str, body: Option<Vec<u8>>) -> Result<Bytes, PostError> {
     let exchange = async {
         let stream = TcpStream::connect(&target.authority)
             .await
@@ -108,16 +114,25 @@ async fn post(target: &Target, posts: &[Post]) -> Result<(), PostError> {
             hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
         // The connection is driven beside the request and ends with it.
         let driver = tokio::spawn(connection);
-        let request = hyper::Request::post(target.path.as_str())
-            .header(hyper::header::HOST, target.authority.as_str())
-            .header(hyper::header::CONTENT_TYPE, "application/json")
-            .body(Full::new(Bytes::from(payload)))?;
+        let request = match body {
+            Some(body) => hyper::Request::post(path)
+                .header(hyper::header::CONTENT_TYPE, "application/json")
+                .header(hyper::header::HOST, target.authority.as_str())
+                .body(Full::new(Bytes::from(body)))?,
+            None => hyper::Request::get(path)
+                .header(hyper::header::HOST, target.authority.as_str())
+                .body(Full::new(Bytes::new()))?,
+        };
         let response = sender.send_request(request).await?;
         let status = response.status();
-        let text = response.into_body().collect().await?.to_bytes();
+        let text = http_body_util::Limited::new(response.into_body(), MAX_ANSWER_BYTES)
+            .collect()
+            .await
+            .map_err(|e| PostError::Answer(e.to_string()))?
+            .to_bytes();
         driver.abort();
         if status.is_success() {
-            Ok(())
+            Ok(text)
         } else {
             Err(PostError::Status {
                 status: status.as_u16(),
@@ -128,6 +143,36 @@ async fn post(target: &Target, posts: &[Post]) -> Result<(), PostError> {
     tokio::time::timeout(POST_TIMEOUT, exchange)
         .await
         .map_err(|_| PostError::Timeout)?
+}
+
+async fn post(target: &Target, posts: &[Post]) -> Result<(), PostError> {
+    exchange(target, &target.path, Some(body(posts)?)).await.map(drop)
+}
+
+/// Alertmanager API v2 `gettableAlert`, the parts reconciling needs.
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Gettable {
+    labels: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    annotations: std::collections::BTreeMap<String, String>,
+    starts_at: String,
+}
+
+/// The alerts Alertmanager holds active, for a new leader to reconcile.
+async fn active(target: &Target) -> Result<Vec<Alert>, PostError> {
+    let path = format!("{}?active=true&silenced=true&inhibited=true", target.path);
+    let text = exchange(target, &path, None).await?;
+    let found: Vec<Gettable> = serde_json::from_slice(&text)?;
+    Ok(found
+        .into_iter()
+        .map(|g| Alert {
+            starts_at: humantime::parse_rfc3339_weak(&g.starts_at)
+                .unwrap_or(SystemTime::UNIX_EPOCH),
+            labels: g.labels,
+            annotations: g.annotations,
+        })
+        .collect())
 }
 
 /// One Alertmanager's delivery state: posts that failed are retried after
@@ -218,10 +263,25 @@ impl AlertPusher {
     }
 
     async fn push(&mut self, status: &MeshStatus, now: SystemTime) {
-        let leader = status.quorum.has_quorum && status.quorum.leader.as_ref() == Some(&self.node);
-        let posts = self
-            .state
-            .step(alerts(status), leader, now, self.resend_every);
+        let role = Role::of(status);
+        let step = self.state.step(
+            alerts(status, role),
+            role,
+            std::time::Instant::now(),
+            now,
+            self.resend_every,
+        );
+        let mut posts = step.posts;
+        if step.reconcile {
+            // This node just took over: resolve what the one before left
+            // firing that is no longer true.
+            for destination in &self.destinations {
+                match active(&destination.target).await {
+                    Ok(found) => posts.extend(self.state.reconcile(found, now)),
+                    Err(err) => tracing::debug!(alertmanager = %destination.target.authority, "cannot read the active alerts to take over: {err}"),
+                }
+            }
+        }
         self.metrics.delivery.set_alerts_firing(self.state.firing());
         let resolves: Vec<Post> = posts.iter().filter(|p| p.ends_at <= now).cloned().collect();
         for destination in &mut self.destinations {

@@ -13,12 +13,12 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tokio_util::sync::CancellationToken;
 
-use crate::aggregator::{EVALUATION_INTERVAL, MeshState};
+use crate::aggregator::{MAX_LOOK_INTERVAL, MeshState};
 use crate::metrics::Metrics;
 
 /// A verdict older than this many evaluation periods means the aggregator
 /// is stuck, and the node should not call itself healthy.
-const STALL_PERIODS: u32 = 50;
+const STALL_PERIODS: u32 = 5;
 
 #[derive(Debug, Clone)]
 struct HttpState {
@@ -40,7 +40,7 @@ pub fn router(metrics: Arc<Metrics>, mesh: MeshState, shutdown: CancellationToke
 }
 
 fn stall_after() -> Duration {
-    EVALUATION_INTERVAL * STALL_PERIODS
+    MAX_LOOK_INTERVAL * STALL_PERIODS
 }
 
 async fn render_metrics(State(state): State<HttpState>) -> Response {

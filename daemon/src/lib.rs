@@ -25,5 +25,5 @@ pub mod logging;
 pub mod metrics;
 pub mod node;
 pub mod probe;
-pub mod reporter;
+pub mod transport;
 pub mod watch;

@@ -195,9 +195,15 @@ fn check_binary(binary: &std::path::Path) -> Result<(), InstallError> {
 /// `--base-port` that avoids it) is for a person to read and act on.
 #[allow(clippy::print_stderr)]
 fn run_demo(nodes: usize, base_port: u16, hostname: &str) -> ExitCode {
-    let result = demo::plan::Plan::new(nodes, base_port)
-        .map_err(anyhow::Error::from)
-        .and_then(|plan| {
+    // The demo mesh's certificates live as long as the demo, and go with it.
+    let certs = tempfile::Builder::new().prefix("meshd-demo-").tempdir();
+    let result = certs
+        .map_err(|e| anyhow::anyhow!("cannot create a directory for the certificates: {e}"))
+        .and_then(|dir| {
+            let plan = demo::plan::Plan::new(nodes, base_port, &dir.path().join("tls"))?;
+            Ok((dir, plan))
+        })
+        .and_then(|(_dir, plan)| {
             runtime()?.block_on(async {
                 let mut signals = StopSignals::install()?;
                 demo::run(plan, hostname, async move { signals.next().await }).await
@@ -216,6 +222,10 @@ fn run_demo(nodes: usize, base_port: u16, hostname: &str) -> ExitCode {
 fn check_config(file: &std::path::Path, hostname: &str) -> ExitCode {
     match Config::load(file, hostname) {
         Ok(config) => {
+            if let Err(err) = meshd::transport::tls::MeshTls::for_config(&config) {
+                eprintln!("{}: tls: {err}", file.display());
+                return ExitCode::FAILURE;
+            }
             println!(
                 "{}: ok (node {}, {} members, {} static links)",
                 file.display(),

@@ -13,14 +13,19 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use meshd_model::peers::Path;
+use tokio::sync::Notify;
+
 use crate::aggregator::{self, Aggregator, Feeds, MeshState};
 use crate::alert::AlertPusher;
 use crate::config::reload::{ConfigReload, Hangups};
 use crate::config::{Config, settings};
-use crate::grpc::{self, MeshService, PeerService, Services, TopologyService};
+use crate::grpc::{self, MeshService, PeerService, ReadOnly, TopologyService};
 use crate::metrics::Metrics;
-use crate::probe::ProbeManager;
-use crate::reporter::Reporter;
+use crate::probe::Probes;
+use crate::transport::cables::{CableEnd, CableListeners, label};
+use crate::transport::streams::{Route, Streams};
+use crate::transport::tls::{self, MeshTls, TlsError};
 use crate::watch::{bridge, cpu, facts, jobs, load};
 
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +38,8 @@ pub enum StartError {
     },
     #[error("cannot set up gRPC reflection: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
+    #[error("cannot set up TLS: {0}")]
+    Tls(#[from] TlsError),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -50,7 +57,10 @@ pub enum ServeError {
 #[derive(Debug)]
 pub struct RunningNode {
     pub identity: NodeIdentity,
+    /// The read-only listener (meshctl on this node).
     pub grpc_addr: SocketAddr,
+    /// The mesh listener (peers, remote tools), when configured.
+    pub mesh_addr: Option<SocketAddr>,
     pub metrics_addr: SocketAddr,
     pub state: MeshState,
     /// The config in force; every component follows it.
@@ -59,8 +69,11 @@ pub struct RunningNode {
     tasks: JoinSet<Result<(), ServeError>>,
 }
 
-/// This run's identity: the incarnation is the start time, so a restart
-/// always carries a larger one than the run before it.
+/// This run's identity. The incarnation starts at the start time, so a
+/// restart normally carries a larger one than the run before; after the
+/// clock stepped back, the first peer that remembers a larger one makes
+/// the node take one larger still (`NodeCore::reincarnate`), so a clock
+/// never locks a node out.
 pub fn identity(config: &Config, hostname: &str, started: SystemTime) -> NodeIdentity {
     let nanos = started
         .duration_since(SystemTime::UNIX_EPOCH)
@@ -76,23 +89,38 @@ pub fn identity(config: &Config, hostname: &str, started: SystemTime) -> NodeIde
 }
 
 impl RunningNode {
-    /// Binds both listeners before anything runs, so a taken port fails the
-    /// start with a clear error instead of a half-started node.
+    /// Binds every listener and loads the certificates before anything
+    /// runs, so a taken port or a bad certificate fails the start with a
+    /// clear error instead of a half-started node.
     pub async fn start(config: &Config, hostname: &str) -> Result<Self, StartError> {
+        let tls = MeshTls::for_config(config)?;
+        if config.tls.insecure && !config.peers.is_empty() {
+            tracing::warn!("tls.insecure: reports between nodes are neither encrypted nor authenticated; anyone on the management network can forge them");
+        }
         let grpc_listener = bind("gRPC", config.listen.grpc).await?;
         let http_listener = bind("metrics", config.listen.metrics).await?;
+        let mesh_listener = match config.listen.mesh {
+            Some(addr) => Some((addr, bind("the mesh", addr).await?)),
+            None => None,
+        };
         let grpc_addr = local_addr("gRPC", config.listen.grpc, &grpc_listener)?;
         let metrics_addr = local_addr("metrics", config.listen.metrics, &http_listener)?;
+        let mesh_addr = match &mesh_listener {
+            Some((addr, listener)) => Some(local_addr("the mesh", *addr, listener)?),
+            None => None,
+        };
 
         let identity = identity(config, hostname, SystemTime::now());
         let metrics = Arc::new(Metrics::new(&identity));
+        metrics.set_insecure(config.tls.insecure);
         let shutdown = CancellationToken::new();
         // The config in force: every component follows it (live reload).
         let (configs, _) = watch::channel(Arc::new(config.clone()));
-        let book = aggregator::report_book(config);
-        let probes = ProbeManager::new(
-            &settings::probed_links(config, &identity.id),
-            settings::prober(&config.probe),
+        let book = aggregator::peer_book(config);
+        let book_changed = Arc::new(Notify::new());
+        let probes = Probes::start(
+            settings::probed_links(config, &identity.id),
+            settings::prober(config),
             metrics.clone(),
             shutdown.clone(),
         );
@@ -121,6 +149,7 @@ impl RunningNode {
         );
         let feeds = Feeds {
             book: book.clone(),
+            book_changed: book_changed.clone(),
             probes,
             load: load::spawn(config.thresholds.cpu_saturated, shutdown.clone()),
             local_alarms: vec![
@@ -142,12 +171,12 @@ impl RunningNode {
             metrics.clone(),
             shutdown.clone(),
         );
-        let reporter = Reporter::start(
-            identity.clone(),
-            config,
-            outgoing,
-            metrics.clone(),
-            &shutdown,
+        let peer = PeerService::new(
+            outgoing.identity.clone(),
+            book,
+            book_changed,
+            Path::Management,
+            config.tls.insecure,
         );
         let mut tasks = JoinSet::new();
 
@@ -158,13 +187,12 @@ impl RunningNode {
                 Ok(())
             }
         });
-        tasks.spawn({
-            let (configs, shutdown) = (configs.subscribe(), shutdown.clone());
-            async move {
-                reporter.run(configs, shutdown).await;
-                Ok(())
-            }
-        });
+        tasks.spawn(follow_paths(
+            configs.subscribe(),
+            Streams::new(outgoing, tls.clone(), metrics.clone(), shutdown.clone()),
+            CableListeners::new(tls.clone(), peer.clone(), shutdown.clone()),
+            shutdown.clone(),
+        ));
         tasks.spawn({
             let pusher = AlertPusher::new(
                 identity.id.clone(),
@@ -178,12 +206,23 @@ impl RunningNode {
                 Ok(())
             }
         });
-        let services = Services {
+        let read_only = ReadOnly {
             mesh: MeshService::new(state.clone(), shutdown.clone()),
-            peer: PeerService::new(identity.clone(), book),
             topology: TopologyService::new(state.clone(), configs.subscribe()),
         };
-        tasks.spawn(grpc::serve(grpc_listener, services, shutdown.clone())?);
+        tasks.spawn(grpc::serve_local(
+            grpc_listener,
+            read_only.clone(),
+            shutdown.clone(),
+        )?);
+        if let Some((_, listener)) = mesh_listener {
+            let incoming = tls::incoming(
+                listener,
+                tls.as_ref().map(|t| t.server.clone()),
+                shutdown.clone(),
+            );
+            tasks.spawn(grpc::serve_mesh(incoming, read_only, peer, shutdown.clone())?);
+        }
         tasks.spawn({
             let router = crate::http::router(metrics, state.clone(), shutdown.clone());
             let shutdown = shutdown.clone();
@@ -199,6 +238,7 @@ impl RunningNode {
             node = %identity.id,
             incarnation = identity.incarnation.0,
             grpc = %grpc_addr,
+            mesh = ?mesh_addr,
             metrics = %metrics_addr,
             members = config.members().len(),
             "meshd started"
@@ -206,6 +246,7 @@ impl RunningNode {
         Ok(Self {
             identity,
             grpc_addr,
+            mesh_addr,
             metrics_addr,
             state,
             configs,
@@ -269,4 +310,39 @@ fn local_addr(
     listener
         .local_addr()
         .map_err(|source| StartError::Listen { what, addr, source })
+}
+
+/// Where this node's report streams go, for `config`: each peer's
+/// management address, and the peer's end of every cable to it.
+pub fn routes(config: &Config) -> Vec<Route> {
+    let management = config.peers.iter().map(|p| Route {
+        peer: p.id.clone(),
+        path: "management".to_owned(),
+        address: p.address.clone(),
+    });
+    let cables = config.links.iter().map(|link| Route {
+        peer: link.peer.clone(),
+        path: label(link.local_iface.as_deref(), link.local_address),
+        address: link.peer_probe_addr(&config.probe).to_string(),
+    });
+    management.chain(cables).collect()
+}
+
+/// Keeps the report streams and the cable listeners in line with the
+/// config in force.
+async fn follow_paths(
+    mut configs: watch::Receiver<Arc<Config>>,
+    mut streams: Streams,
+    mut cables: CableListeners,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError> {
+    loop {
+        let config = configs.borrow_and_update().clone();
+        streams.follow(routes(&config));
+        cables.follow(CableEnd::all(&config));
+        tokio::select! {
+            () = shutdown.cancelled() => return Ok(()),
+            changed = configs.changed() => if changed.is_err() { return Ok(()) },
+        }
+    }
 }

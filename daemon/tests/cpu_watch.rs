@@ -201,7 +201,7 @@ async fn a_busy_universal_control_raises_a_cpu_spike_that_clears_when_it_stops()
     // host kept busy by others (a shared build box) never gets quiet; then
     // the alarm must simply stay, which is also checked.
     let quiet_enough = config.spike_window + config.interval * 3;
-    let mut quiet_since: Option<SystemTime> = None;
+    let mut quiet_since: Option<std::time::Instant> = None;
     let cleared = tokio::time::timeout(CLEAR_DEADLINE, async {
         loop {
             watcher.samples.changed().await.expect("watcher alive");
@@ -216,8 +216,8 @@ async fn a_busy_universal_control_raises_a_cpu_spike_that_clears_when_it_stops()
                 quiet_since = None;
                 continue;
             }
-            let since = *quiet_since.get_or_insert(sampled.at);
-            let quiet = sampled.at.duration_since(since).unwrap_or_default();
+            let since = *quiet_since.get_or_insert(sampled.at.now);
+            let quiet = sampled.at.now.saturating_duration_since(since);
             assert!(
                 quiet <= quiet_enough,
                 "quiet for {quiet:?} and the spike is still raised"

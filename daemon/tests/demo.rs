@@ -230,7 +230,7 @@ fn the_cli_names_a_taken_port_and_suggests_another_base() {
 async fn a_taken_port_stops_the_start_before_anything_binds() {
     let _serial = meshd_test_lock::exclusive();
     for base in bases() {
-        let plan = plan::Plan::new(3, base).expect("plan");
+        let plan = plan::Plan::new(3, base, &common::demo_certs(base)).expect("plan");
         let metrics_b = plan.nodes[1].metrics();
         let Ok(holder) = std::net::TcpListener::bind(metrics_b) else {
             continue;

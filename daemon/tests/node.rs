@@ -86,7 +86,7 @@ struct PeersOnly {
 async fn metrics_and_healthz_answer_over_http() {
     let node = start(&loopback_config()).await;
     // Let the aggregator evaluate a few times so the histogram has samples.
-    tokio::time::sleep(meshd::aggregator::EVALUATION_INTERVAL * 3).await;
+    tokio::time::sleep(meshd::aggregator::MAX_LOOK_INTERVAL * 3).await;
 
     let (code, body) = http_get(node.metrics_addr, "/metrics").await;
     assert_eq!(code, 200);

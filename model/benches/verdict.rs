@@ -9,7 +9,7 @@
 //! (`MeshInputs::measurements`), which every status read from outside the
 //! daemon (`GetStatus`, the mesh page) adds.
 //!
-//! Run: `cargo bench -p meshd --bench verdict -- --warm-up-time 1 --measurement-time 3`
+//! Run: `cargo bench -p meshd-model --bench verdict -- --warm-up-time 1 --measurement-time 3`
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -17,8 +17,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use meshd_model::intake::Received;
 use meshd_model::link::{MEDIUM_WINDOW, SHORT_WINDOW};
+use meshd_model::peers::{Path, PathState, PeerView};
+use meshd_model::time::Moment;
 use meshd_model::verdict::{Engine, EngineSettings, ExpectedLink, LocalObservation, MeshInputs};
 use meshd_proto::domain::{
     Incarnation, InterfaceState, LinkEnd, LinkObservation, LossWindow, NodeId, NodeIdentity,
@@ -112,9 +113,10 @@ fn observation(from: usize, to: usize, cut: bool, at: SystemTime) -> LinkObserva
     }
 }
 
-/// A full mesh of `n` seen from node 0 at `now`, every report 50 ms old;
-/// with `cut`, the cable between nodes 1 and 2 is cut.
-fn inputs(n: usize, cut: bool, now: SystemTime) -> MeshInputs {
+/// A full mesh of `n` seen from node 0 at `now`, every peer heard 50 ms
+/// ago on its management path and one cable; with `cut`, the cable between
+/// nodes 1 and 2 is cut.
+fn inputs(n: usize, cut: bool, moment: Moment) -> MeshInputs {
     let is_cut = |x: usize, y: usize| cut && x.min(y) == 1 && x.max(y) == 2;
     let observations = |from: usize, at: SystemTime| -> Vec<LinkObservation> {
         (0..n)
@@ -122,28 +124,44 @@ fn inputs(n: usize, cut: bool, now: SystemTime) -> MeshInputs {
             .map(|to| observation(from, to, is_cut(from, to), at))
             .collect()
     };
+    let now = moment.now;
     let age = Duration::from_millis(50);
-    let reports: BTreeMap<NodeId, Arc<Received>> = (1..n)
+    let peers: BTreeMap<NodeId, PeerView> = (1..n)
         .map(|p| {
             let report = PeerReport {
-                sender: identity(p),
                 sequence: 42,
-                sent_at: now - age,
-                links: observations(p, now - age),
-                alarms: vec![],
+                sent_at: moment.wall - age,
+                links: observations(p, moment.wall - age),
                 hears: (0..n).filter(|q| *q != p).map(node_id).collect(),
+                heard_on_management: (0..n).filter(|q| *q != p).map(node_id).collect(),
+                has_quorum: true,
                 load: NodeLoad {
                     cpu_busy_ratio: 0.2,
                     cpu_saturated: false,
                 },
-                facts: None,
+                ..PeerReport::empty(identity(p))
+            };
+            let heard = now - age;
+            let fresh = PathState {
+                last_message: heard,
+                open: true,
             };
             (
                 node_id(p),
-                Arc::new(Received {
-                    report,
-                    at: now - age,
-                }),
+                PeerView {
+                    links_received: report
+                        .links
+                        .iter()
+                        .map(|l| (l.remote.node.clone(), heard))
+                        .collect(),
+                    report: Arc::new(report),
+                    received_at: heard,
+                    since: now - Duration::from_secs(600),
+                    paths: [(Path::Management, fresh), (Path::Cable("en2".into()), fresh)]
+                        .into_iter()
+                        .collect(),
+                    duplicate: None,
+                },
             )
         })
         .collect();
@@ -154,7 +172,8 @@ fn inputs(n: usize, cut: bool, now: SystemTime) -> MeshInputs {
             cpu_busy_ratio: 0.2,
             cpu_saturated: false,
         },
-        local_links: observations(0, now)
+        local_lateness: Duration::ZERO,
+        local_links: observations(0, moment.wall)
             .into_iter()
             .map(|observation| LocalObservation {
                 observation,
@@ -168,20 +187,29 @@ fn inputs(n: usize, cut: bool, now: SystemTime) -> MeshInputs {
                 expected_speed_bps: None,
             })
             .collect(),
-        reports,
+        peers,
         local_alarms: vec![],
+        clock_offsets: vec![],
+    }
+}
+
+fn moment(after: Duration) -> Moment {
+    let base = meshd_model::fixtures::epoch() + Duration::from_secs(100);
+    Moment {
+        now: base + after,
+        wall: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000) + after,
     }
 }
 
 fn evaluate(c: &mut Criterion) {
-    let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    let now = moment(Duration::from_secs(10));
     let mut group = c.benchmark_group("verdict_evaluate");
     for n in [7usize, 64, 256] {
         // Warmed up: the engine has learned every link on a healthy mesh
         // ten seconds ago and already judged the cut, so each measured
         // evaluation is the steady state a running daemon is in.
         let mut engine = Engine::new(settings());
-        let before = now - Duration::from_secs(10);
+        let before = moment(Duration::ZERO);
         engine.evaluate(&inputs(n, false, before), before);
         let faulted = inputs(n, true, now);
         engine.evaluate(&faulted, now);
@@ -197,7 +225,7 @@ fn evaluate(c: &mut Criterion) {
 }
 
 fn measurements(c: &mut Criterion) {
-    let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    let now = moment(Duration::ZERO);
     let mut group = c.benchmark_group("status_measurements");
     for n in [7usize, 64, 256] {
         let inputs = inputs(n, true, now);
@@ -205,7 +233,7 @@ fn measurements(c: &mut Criterion) {
             group.sample_size(10);
         }
         group.bench_with_input(BenchmarkId::from_parameter(n), &inputs, |b, inputs| {
-            b.iter(|| black_box(black_box(inputs).measurements()));
+            b.iter(|| black_box(black_box(inputs).measurements(now)));
         });
     }
     group.finish();

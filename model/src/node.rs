@@ -116,6 +116,10 @@ impl NodeCore {
         &self.identity
     }
 
+    pub fn settings(&self) -> &NodeSettings {
+        &self.settings
+    }
+
     pub fn expected_links(&self) -> &[ExpectedLink] {
         &self.expected
     }

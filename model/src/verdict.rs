@@ -175,7 +175,7 @@ fn link_key(x: Member, y: Member) -> LinkKey {
 const MAX_NAMED: usize = 5;
 
 /// Without new input the engine still looks again this often.
-const MAX_IDLE: Duration = Duration::from_secs(1);
+pub const MAX_IDLE: Duration = Duration::from_secs(1);
 
 fn name_some<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
     let names: Vec<&str> = names.into_iter().collect();

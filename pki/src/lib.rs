@@ -9,11 +9,14 @@
 //!   issues node certificates ([`Ca::issue`]) naming the node as common
 //!   name and DNS name, for server and client authentication.
 //! - [`certificate_der`], [`common_name`]: reading certificates back.
+//! - [`store::CertDir`]: the directory `meshctl certs` writes and meshd's
+//!   config names, the one part that touches files.
 //!
-//! Times are passed in; nothing here reads a clock or a file.
+//! Times are passed in; nothing here reads a clock.
 
 mod ca;
 mod key;
+pub mod store;
 
 pub use ca::{Ca, Issued};
 pub use key::KeyPair;

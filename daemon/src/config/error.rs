@@ -18,6 +18,9 @@ pub struct Problem {
     /// For duplicates and conflicts: the key path of the earlier entry, so
     /// the operator can see both sides of the clash.
     pub first: Option<String>,
+    /// For a rule between two keys: the other key, so the operator can
+    /// find it.
+    pub see: Option<String>,
 }
 
 impl Problem {
@@ -26,7 +29,13 @@ impl Problem {
             key: key.into(),
             message: message.into(),
             first: None,
+            see: None,
         }
+    }
+
+    pub(super) fn see(mut self, other: impl Into<String>) -> Self {
+        self.see = Some(other.into());
+        self
     }
 
     pub(super) fn with_first(mut self, first: impl Into<String>) -> Self {
@@ -40,6 +49,9 @@ impl fmt::Display for Problem {
         write!(f, "{}: {}", self.key, self.message)?;
         if let Some(first) = &self.first {
             write!(f, " (first at {first})")?;
+        }
+        if let Some(other) = &self.see {
+            write!(f, " (see {other})")?;
         }
         Ok(())
     }

@@ -21,7 +21,7 @@ mod validate;
 mod tests;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use meshd_proto::domain::NodeId;
@@ -152,8 +152,9 @@ pub struct ListenConfig {
     pub grpc: SocketAddr,
     pub metrics: SocketAddr,
     /// This node on the management network: peers' report streams and remote
-    /// tools, with mutual TLS. Required in a mesh; a specific address, never
-    /// every interface.
+    /// tools, with mutual TLS. Required in a mesh; usually the management
+    /// address (every interface works too: a connection without a mesh
+    /// certificate gets nothing).
     pub mesh: Option<SocketAddr>,
 }
 
@@ -173,11 +174,12 @@ impl Default for ListenConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct TlsConfig {
     /// The mesh's CA certificate(s), PEM; more than one while rotating.
-    pub ca: Option<std::path::PathBuf>,
+    /// Relative paths are from the config file's directory.
+    pub ca: Option<PathBuf>,
     /// This node's certificate, PEM, issued by the mesh's CA for `node.id`.
-    pub cert: Option<std::path::PathBuf>,
+    pub cert: Option<PathBuf>,
     /// Its private key, PEM.
-    pub key: Option<std::path::PathBuf>,
+    pub key: Option<PathBuf>,
     /// Plain TCP between nodes: anyone on the network can forge reports.
     /// Warned about at start and exported as `meshd_insecure`.
     pub insecure: bool,
@@ -493,8 +495,24 @@ struct NodeSection {
     id: Option<NodeId>,
 }
 
+/// A relative path in a config file is relative to the file's directory,
+/// whatever the daemon's working directory (launchd starts it in `/`).
+fn beside(base: &Path, path: Option<PathBuf>) -> Option<PathBuf> {
+    path.map(|p| if p.is_relative() { base.join(p) } else { p })
+}
+
 impl ConfigFile {
-    fn resolve(self, hostname: &str) -> Config {
+    fn resolve(self, hostname: &str, base: &Path) -> Config {
+        let tls = TlsConfig {
+            ca: beside(base, self.tls.ca),
+            cert: beside(base, self.tls.cert),
+            key: beside(base, self.tls.key),
+            insecure: self.tls.insecure,
+        };
+        let platform = PlatformConfig {
+            replay_dir: beside(base, self.platform.replay_dir),
+            ..self.platform
+        };
         Config {
             node: NodeConfig {
                 id: self
@@ -510,8 +528,8 @@ impl ConfigFile {
             thresholds: self.thresholds,
             alerting: self.alerting,
             watch: self.watch,
-            platform: self.platform,
-            tls: self.tls,
+            platform,
+            tls,
         }
     }
 }
@@ -520,13 +538,23 @@ impl Config {
     /// What `meshd run` uses without a config file: a one-node mesh with
     /// every default, so a single Mac can be monitored with zero setup.
     pub fn embedded_default(hostname: &str) -> Config {
-        ConfigFile::default().resolve(hostname)
+        ConfigFile::default().resolve(hostname, Path::new(""))
     }
 
     /// Parses and validates `source`. `origin` is only used in messages.
     /// On a TOML error there is exactly one diagnostic (parsing stops
     /// there); on rule violations there is one per problem, sorted by line.
     pub fn parse(source: &str, origin: &str, hostname: &str) -> Result<Config, ConfigError> {
+        Self::parse_in(source, origin, hostname, Path::new(""))
+    }
+
+    /// [`Config::parse`], relative paths taken from `base`.
+    fn parse_in(
+        source: &str,
+        origin: &str,
+        hostname: &str,
+        base: &Path,
+    ) -> Result<Config, ConfigError> {
         let doc = toml_edit::Document::parse(source).map_err(|e| {
             ConfigError::Toml(Diagnostic {
                 origin: origin.to_owned(),
@@ -538,7 +566,7 @@ impl Config {
         let locator = Locator::new(source, &doc);
         let file: ConfigFile = toml::from_str(source)
             .map_err(|e| ConfigError::Toml(serde_diagnostic(&e, origin, &locator)))?;
-        let config = file.resolve(hostname);
+        let config = file.resolve(hostname, base);
         let problems = config.validate();
         if problems.is_empty() {
             return Ok(config);
@@ -558,7 +586,8 @@ impl Config {
             path: path.to_owned(),
             error,
         })?;
-        Config::parse(&source, &path.display().to_string(), hostname)
+        let base = path.parent().unwrap_or(Path::new(""));
+        Config::parse_in(&source, &path.display().to_string(), hostname, base)
     }
 
     /// Every rule the config breaks, in no particular order. Pure, so a
@@ -626,6 +655,12 @@ fn problem_diagnostic(problem: Problem, origin: &str, locator: &Locator<'_>) -> 
         match locator.exact_line_of(first) {
             Some(line) => message.push_str(&format!(" (first at line {line})")),
             None => message.push_str(&format!(" (first at {first})")),
+        }
+    }
+    if let Some(other) = &problem.see {
+        match locator.exact_line_of(other) {
+            Some(line) => message.push_str(&format!(" (see {other} at line {line})")),
+            None => message.push_str(&format!(" (see {other})")),
         }
     }
     Diagnostic {

@@ -62,22 +62,22 @@ impl ConfigReload {
 
     fn reload(&self, trigger: Trigger) {
         let now = SystemTime::now();
+        let refuse = |problems: String| {
+            tracing::error!(path = %self.path.display(), ?trigger, "config refused, the running config stays in force:\n{problems}");
+            self.state.announce(Event {
+                at: now,
+                observer: self.node.clone(),
+                kind: EventKind::ConfigRejected,
+                subject: "config".to_owned(),
+                summary: format!(
+                    "config refused ({}); the running config stays in force",
+                    problems.lines().next().unwrap_or_default()
+                ),
+                detail: None,
+            });
+        };
         match Config::load(&self.path, &self.hostname) {
-            Err(err) => {
-                let problems = err.to_string();
-                tracing::error!(path = %self.path.display(), ?trigger, "config refused, the running config stays in force:\n{problems}");
-                self.state.announce(Event {
-                    at: now,
-                    observer: self.node.clone(),
-                    kind: EventKind::ConfigRejected,
-                    subject: "config".to_owned(),
-                    summary: format!(
-                        "config refused ({}); the running config stays in force",
-                        problems.lines().next().unwrap_or_default()
-                    ),
-                    detail: None,
-                });
-            }
+            Err(err) => refuse(err.to_string()),
             Ok(mut config) => {
                 let current = self.configs.borrow().clone();
                 for (what, restart) in restart_only(&current, &mut config) {
@@ -85,6 +85,17 @@ impl ConfigReload {
                         ?trigger,
                         "{what} changes only on restart; keeping {restart}"
                     );
+                }
+                // What runs must hold every rule too: peers added to a node
+                // started alone need the certificates only a restart loads.
+                let problems = config.validate();
+                if !problems.is_empty() {
+                    let problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
+                    refuse(format!(
+                        "with the settings that change only on restart kept: {}",
+                        problems.join("; ")
+                    ));
+                    return;
                 }
                 if config == *current {
                     // Whoever sent SIGHUP wants to hear that it was read.
@@ -113,14 +124,23 @@ fn restart_only(current: &Config, new: &mut Config) -> Vec<(&'static str, String
         new.node.id = current.node.id.clone();
     }
     if new.listen != current.listen {
+        let mesh = current
+            .listen
+            .mesh
+            .map_or_else(|| "none".to_owned(), |m| m.to_string());
         kept.push((
             "listen",
             format!(
-                "gRPC {} and metrics {}",
+                "gRPC {}, metrics {} and mesh {mesh}",
                 current.listen.grpc, current.listen.metrics
             ),
         ));
         new.listen = current.listen.clone();
+    }
+    // Certificates are loaded once, at start.
+    if new.tls != current.tls {
+        kept.push(("tls", "the certificates loaded at start".to_owned()));
+        new.tls = current.tls.clone();
     }
     kept
 }
@@ -194,16 +214,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn node_id_and_listen_addresses_wait_for_a_restart() {
+    fn node_id_listen_addresses_and_certificates_wait_for_a_restart() {
         let current = Config::embedded_default("a");
         let mut new = Config::embedded_default("b");
         new.listen.grpc = "127.0.0.1:1".parse().expect("addr");
+        new.tls.insecure = true;
         new.report.interval = Duration::from_millis(500);
         let kept = restart_only(&current, &mut new);
         assert_eq!(
             kept.iter().map(|(k, _)| *k).collect::<Vec<_>>(),
-            ["node.id", "listen"]
+            ["node.id", "listen", "tls"]
         );
+        assert_eq!(new.tls, current.tls);
         assert_eq!(new.node.id, current.node.id);
         assert_eq!(new.listen, current.listen);
         assert_eq!(

@@ -14,8 +14,14 @@ fn id(s: &str) -> NodeId {
     NodeId::new(s).unwrap()
 }
 
+/// What a node with peers needs and most tests do not care about, appended
+/// after the test's own lines so that their line numbers stay.
+const MESH_TAIL: &str = "\n[listen]\nmesh = \"10.255.255.1:7420\"\n[tls]\ninsecure = true\n";
+
 fn parse(src: &str) -> Result<Config, ConfigError> {
-    Config::parse(src, "meshd.toml", HOST)
+    let needs_tail = src.contains("[[peers]]") && !src.contains("[listen]") && !src.contains("[tls]");
+    let tail = if needs_tail { MESH_TAIL } else { "" };
+    Config::parse(&format!("{src}{tail}"), "meshd.toml", HOST)
 }
 
 fn diagnostics(src: &str) -> Vec<Diagnostic> {
@@ -81,7 +87,15 @@ fn example_parses_validates_and_shows_the_defaults() {
     );
     assert_eq!(config.alerting.alertmanagers, ["http://127.0.0.1:9093"]);
     // The example documents the defaults: it must not drift from them.
-    assert_eq!(config.listen, ListenConfig::default());
+    assert_eq!(
+        config.listen,
+        ListenConfig {
+            mesh: Some("10.0.0.1:7420".parse().unwrap()),
+            ..ListenConfig::default()
+        }
+    );
+    assert_eq!(config.tls.ca, Some(std::path::PathBuf::from("tls/ca.pem")));
+    assert!(!config.tls.insecure);
     assert_eq!(config.probe, ProbeConfig::default());
     assert_eq!(config.report, ReportConfig::default());
     assert_eq!(config.thresholds, Thresholds::default());
@@ -139,11 +153,12 @@ fn embedded_default_is_valid_single_node_mesh_on_documented_ports() {
     assert_eq!(config.validate(), vec![]);
     assert_eq!(config.node.id, id("studio-1"));
     assert_eq!(config.members(), vec![id("studio-1")]);
-    assert_eq!(config.listen.grpc, "0.0.0.0:7420".parse().unwrap());
-    assert_eq!(config.listen.metrics, "0.0.0.0:9420".parse().unwrap());
+    assert_eq!(config.listen.grpc, "127.0.0.1:7420".parse().unwrap());
+    assert_eq!(config.listen.metrics, "127.0.0.1:9420".parse().unwrap());
+    assert_eq!(config.listen.mesh, None, "a node alone listens on loopback only");
     assert_eq!(config.probe.port, 7421);
     assert_eq!(config.probe.interval, Duration::from_millis(100));
-    assert_eq!(config.report.interval, Duration::from_millis(200));
+    assert_eq!(config.report.interval, Duration::from_secs(1));
     assert!(config.alerting.alertmanagers.is_empty());
 }
 
@@ -379,8 +394,8 @@ fn mesh_rules() {
     assert_eq!(
         lines("[listen]\nmetrics = \"0.0.0.0:7420\"\n"),
         [
-            "meshd.toml:2: listen.metrics: 0.0.0.0:7420 is also listen.grpc; gRPC and metrics \
-             need different ports (first at listen.grpc)"
+            "meshd.toml:2: listen.metrics: 0.0.0.0:7420 is also listen.grpc; every listener \
+             needs its own port (first at listen.grpc)"
         ]
     );
 
@@ -570,7 +585,7 @@ fn duration_rules() {
         (
             "[probe]\ninterval = \"1s\"\n[thresholds]\ndown_after = \"1500ms\"",
             "thresholds.down_after",
-            "shorter than two probe intervals (2s)",
+            "shorter than 2 × probe.interval (2s)",
         ),
         (
             "[thresholds]\nrtt_min_increase = \"11s\"",
@@ -627,7 +642,7 @@ fn duration_rules() {
             "report.stale_after",
             "too long",
         ),
-        ("[report]\ninterval = \"1s\"", "report.stale_after", "(2s)"),
+        ("[report]\ninterval = \"2s\"", "report.stale_after", "(4s)"),
         (
             "[thresholds]\nflap_window = \"500ms\"",
             "thresholds.flap_window",
@@ -658,11 +673,14 @@ fn duration_rules() {
     );
     // A rule about a key left at its default points at the section.
     assert_eq!(
-        diagnostics("[report]\ninterval = \"1s\"\n")[0].line,
+        diagnostics("[report]\ninterval = \"2s\"\n")[0].line,
         Some(1)
     );
     // Bounds are inclusive.
-    assert!(parse("[probe]\ninterval = \"10ms\"\ntimeout = \"10s\"\n").is_ok());
+    assert!(
+        parse("[probe]\ninterval = \"10ms\"\ntimeout = \"10s\"\n[thresholds]\ndown_after = \"10s\"\n")
+            .is_ok()
+    );
     assert!(parse("[report]\ninterval = \"500ms\"\nstale_after = \"1s\"\n").is_ok());
 }
 
@@ -906,6 +924,8 @@ fn validate_is_pure_and_works_without_a_file() {
         id: id("b"),
         address: "10.0.0.3:7420".into(),
     });
+    config.listen.mesh = Some("10.0.0.1:7420".parse().unwrap());
+    config.tls.insecure = true;
     config.probe.interval = Duration::ZERO;
     let problems = config.validate();
     assert_eq!(
@@ -958,6 +978,12 @@ fn load_reads_the_file_and_names_it_in_errors() {
     file.write_all(EXAMPLE.as_bytes()).unwrap();
     let config = Config::load(&path, HOST).unwrap();
     assert_eq!(config.node.id, id("studio-1"));
+    // Relative paths are from the file's directory, absolute ones stay.
+    assert_eq!(config.tls.ca, Some(dir.path().join("tls/ca.pem")));
+    std::fs::write(&path, "[tls]\ninsecure = false\nca = \"/etc/ca.pem\"\ncert = \"c.pem\"\nkey = \"k.pem\"\n").unwrap();
+    let config = Config::load(&path, HOST).unwrap();
+    assert_eq!(config.tls.ca, Some(std::path::PathBuf::from("/etc/ca.pem")));
+    assert_eq!(config.tls.key, Some(dir.path().join("k.pem")));
 
     std::fs::write(&path, "[probe]\ninterval = \"0s\"\n").unwrap();
     let err = Config::load(&path, HOST).unwrap_err();
@@ -977,4 +1003,86 @@ fn load_reads_the_file_and_names_it_in_errors() {
         missing.display()
     )));
     assert_eq!(err.diagnostics()[0].line, None);
+}
+
+const ONE_PEER: &str = "[[peers]]\nid = \"b\"\naddress = \"10.0.0.2:7420\"\n";
+
+#[test]
+fn a_node_with_peers_needs_a_mesh_listener_and_certificates() {
+    let ds = lines(&format!("[tls]\ninsecure = true\n{ONE_PEER}"));
+    assert_eq!(ds.len(), 1, "{ds:?}");
+    assert!(ds[0].starts_with("meshd.toml: listen.mesh: a node with peers needs listen.mesh"), "{ds:?}");
+
+    let src = format!("[listen]\nmesh = \"10.0.0.1:7420\"\n{ONE_PEER}");
+    let keys: Vec<_> = diagnostics(&src).into_iter().filter_map(|d| d.key).collect();
+    assert_eq!(keys, ["tls.ca", "tls.cert", "tls.key"]);
+    assert_problem(&src, "tls.cert", "meshctl certs issue");
+
+    // Half a set of files is refused even on a node alone.
+    assert_problem("[tls]\nca = \"ca.pem\"\n", "tls.key", "required");
+    // Certificates and plain TCP contradict each other.
+    assert_eq!(
+        lines("[tls]\ninsecure = true\ncert = \"c.pem\"\n"),
+        ["meshd.toml:3: tls.cert: tls.insecure = true sends reports in the clear and would \
+          ignore this file; remove one of the two (see tls.insecure at line 2)"]
+    );
+    let ok = format!(
+        "[listen]\nmesh = \"10.0.0.1:7420\"\n[tls]\nca = \"ca.pem\"\ncert = \"a.pem\"\nkey = \"a-key.pem\"\n{ONE_PEER}"
+    );
+    assert!(parse(&ok).is_ok(), "the files are read at start, not here");
+}
+
+#[test]
+fn listeners_need_their_own_ports_and_peers_are_not_this_node() {
+    // Every interface overlaps any address on the same port.
+    assert_problem(
+        "[listen]\nmesh = \"0.0.0.0:7420\"\n[tls]\ninsecure = true\n",
+        "listen.mesh",
+        "0.0.0.0:7420 is also listen.grpc",
+    );
+    assert!(parse("[listen]\nmesh = \"0.0.0.0:7430\"\n[tls]\ninsecure = true\n").is_ok());
+    assert_problem(
+        &format!("[listen]\nmesh = \"10.0.0.1:0\"\n[tls]\ninsecure = true\n{ONE_PEER}"),
+        "listen.mesh",
+        "port 0 would change at every start",
+    );
+    // A cable's report listener is TCP on its probe address and port.
+    assert_problem(
+        &format!(
+            "[listen]\nmesh = \"0.0.0.0:7421\"\n[tls]\ninsecure = true\n{ONE_PEER}\
+             [[links]]\npeer = \"b\"\nlocal_address = \"169.254.1.1\"\npeer_address = \"169.254.1.2\"\n"
+        ),
+        "listen.mesh",
+        "overlaps links[0]'s report listener on 169.254.1.1:7421",
+    );
+    // A peer whose address is this node's own listener: a copy-paste slip.
+    let ds = lines(
+        "[listen]\nmesh = \"10.0.0.1:7420\"\n[tls]\ninsecure = true\n\
+         [[peers]]\nid = \"b\"\naddress = \"10.0.0.1:7420\"\n",
+    );
+    assert_eq!(
+        ds,
+        ["meshd.toml:7: peers[0].address: \"10.0.0.1:7420\" is this node's own listener; give \
+          the peer's address on the management network (see listen.mesh at line 2)"]
+    );
+}
+
+#[test]
+fn timers_that_contradict_each_other_name_both_keys() {
+    assert_eq!(
+        lines("[probe]\ntimeout = \"1s\"\n[thresholds]\ndown_after = \"600ms\"\n"),
+        ["meshd.toml:2: probe.timeout: 1s is longer than thresholds.down_after (600ms); a link \
+          would be called down before any of its probes counted as lost (see \
+          thresholds.down_after at line 4)"]
+    );
+    assert_problem(
+        "[probe]\ninterval = \"500ms\"\n[thresholds]\ndown_after = \"600ms\"\n",
+        "thresholds.down_after",
+        "(see probe.interval at line 2)",
+    );
+    assert_problem(
+        "[thresholds]\nclock_skew = \"1ms\"\n",
+        "thresholds.clock_skew",
+        "use 10ms to 1h",
+    );
 }

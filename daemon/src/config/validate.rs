@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use meshd_proto::domain::NodeId;
 
-use super::address::{self, PeerAddress, UrlError};
+use super::address::{self, Host, PeerAddress, UrlError};
 use super::error::Problem;
-use super::{Config, LinkConfig, ProbeConfig};
+use super::{Config, DEFAULT_GRPC_PORT, LinkConfig, ProbeConfig};
 
 /// The verdict engine is benchmarked up to this many nodes (ARCHITECTURE.md, Targets).
 const MAX_MESH_SIZE: usize = 256;
@@ -40,6 +40,8 @@ const MTU_INTERVAL_RANGE: (Duration, Duration) = (ms(100), s(60));
 const REPORT_INTERVAL_RANGE: (Duration, Duration) = (ms(50), s(10));
 const MAX_STALE_AFTER: Duration = s(60);
 const DOWN_AFTER_RANGE: (Duration, Duration) = (ms(50), s(60));
+/// Below 10 ms, NTP's own jitter between healthy nodes would raise it.
+const CLOCK_SKEW_RANGE: (Duration, Duration) = (ms(10), s(3600));
 const RTT_MIN_INCREASE_RANGE: (Duration, Duration) = (Duration::ZERO, s(10));
 const WATCH_INTERVAL_RANGE: (Duration, Duration) = (ms(100), s(60));
 const WATCH_WINDOW_RANGE: (Duration, Duration) = (s(1), s(3600));
@@ -55,6 +57,8 @@ const FLAP_CHANGES_RANGE: (u32, u32) = (2, 100);
 pub(super) fn validate(config: &Config) -> Vec<Problem> {
     let mut p = Vec::new();
     check_mesh(config, &mut p);
+    check_listeners(config, &mut p);
+    check_tls(config, &mut p);
     check_links(config, &mut p);
     check_probe(config, &mut p);
     check_report(config, &mut p);
@@ -177,21 +181,107 @@ fn check_watch(c: &Config, p: &mut Vec<Problem>) {
     check_duration(p, "watch.jobs.window", w.jobs.window, WATCH_WINDOW_RANGE);
 }
 
-fn check_mesh(c: &Config, p: &mut Vec<Problem>) {
-    // Port 0 asks the OS for any free port: two of those never collide.
-    if c.listen.grpc == c.listen.metrics && c.listen.grpc.port() != 0 {
-        p.push(
-            Problem::new(
-                "listen.metrics",
-                format!(
-                    "{} is also listen.grpc; gRPC and metrics need different ports",
-                    c.listen.metrics
-                ),
-            )
-            .with_first("listen.grpc"),
-        );
-    }
+/// Two listeners collide on one port when their addresses overlap: equal,
+/// or either one every interface. Port 0 asks the OS for any free port, so
+/// two of those never collide.
+fn collide(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() == b.port()
+        && a.port() != 0
+        && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+}
 
+fn check_listeners(c: &Config, p: &mut Vec<Problem>) {
+    let l = &c.listen;
+    let mut listeners = vec![("listen.grpc", l.grpc), ("listen.metrics", l.metrics)];
+    if let Some(mesh) = l.mesh {
+        listeners.push(("listen.mesh", mesh));
+    }
+    for (i, &(key, addr)) in listeners.iter().enumerate() {
+        if let Some(&(first, _)) = listeners
+            .get(..i)
+            .unwrap_or_default()
+            .iter()
+            .find(|(_, earlier)| collide(*earlier, addr))
+        {
+            p.push(
+                Problem::new(
+                    key,
+                    format!("{addr} is also {first}; every listener needs its own port"),
+                )
+                .with_first(first),
+            );
+        }
+    }
+    match l.mesh {
+        None if !c.peers.is_empty() => p.push(Problem::new(
+            "listen.mesh",
+            format!(
+                "a node with peers needs listen.mesh: this node's address on the management \
+                 network, which its peers' addresses point at, like \"10.0.0.1:{DEFAULT_GRPC_PORT}\""
+            ),
+        )),
+        Some(mesh) if mesh.port() == 0 && !c.peers.is_empty() => p.push(Problem::new(
+            "listen.mesh",
+            "port 0 would change at every start, and peers could not find this node; use a fixed port",
+        )),
+        Some(mesh) => {
+            // Each cable's report listener is TCP on the cable end's probe
+            // address and port.
+            for (i, link) in c.links.iter().enumerate() {
+                let cable = link.local_probe_addr(&c.probe);
+                if collide(mesh, cable) {
+                    p.push(Problem::new(
+                        "listen.mesh",
+                        format!(
+                            "{mesh} overlaps links[{i}]'s report listener on {cable}; use another port for the mesh"
+                        ),
+                    ));
+                }
+            }
+        }
+        None => {}
+    }
+}
+
+fn check_tls(c: &Config, p: &mut Vec<Problem>) {
+    let tls = &c.tls;
+    let files = [
+        ("tls.ca", &tls.ca),
+        ("tls.cert", &tls.cert),
+        ("tls.key", &tls.key),
+    ];
+    if tls.insecure {
+        for (key, path) in files {
+            if path.is_some() {
+                p.push(
+                    Problem::new(
+                        key,
+                        "tls.insecure = true sends reports in the clear and would ignore this file; \
+                         remove one of the two",
+                    )
+                    .see("tls.insecure"),
+                );
+            }
+        }
+        return;
+    }
+    let needed = !c.peers.is_empty() || c.listen.mesh.is_some();
+    let any = files.iter().any(|(_, path)| path.is_some());
+    // The files themselves are read at start (and by `meshd check-config`),
+    // which names what is wrong with them.
+    for (key, path) in files {
+        if path.is_none() && (needed || any) {
+            p.push(Problem::new(
+                key,
+                "required: nodes talk mutual TLS with the mesh's certificates; \
+                 `meshctl certs init` and `meshctl certs issue` write them \
+                 (or set tls.insecure = true on a lab network)",
+            ));
+        }
+    }
+}
+
+fn check_mesh(c: &Config, p: &mut Vec<Problem>) {
     let members = c.peers.len() + 1;
     if members > MAX_MESH_SIZE {
         p.push(Problem::new(
@@ -229,6 +319,16 @@ fn check_mesh(c: &Config, p: &mut Vec<Problem>) {
         let address_key = format!("peers[{i}].address");
         match peer.address.parse::<PeerAddress>() {
             Ok(address) => match addresses.get(&address) {
+                _ if own_address(c, &address).is_some() => p.push(
+                    Problem::new(
+                        &address_key,
+                        format!(
+                            "{:?} is this node's own listener; give the peer's address on the management network",
+                            peer.address
+                        ),
+                    )
+                    .see(own_address(c, &address).unwrap_or_default()),
+                ),
                 Some(first) => p.push(
                     Problem::new(
                         &address_key,
@@ -250,6 +350,21 @@ fn check_mesh(c: &Config, p: &mut Vec<Problem>) {
             )),
         }
     }
+}
+
+/// The key of this node's own listener or cable end at `address`, if any.
+fn own_address(c: &Config, address: &PeerAddress) -> Option<String> {
+    let Host::Ip(ip) = address.host else {
+        return None;
+    };
+    let at = SocketAddr::new(ip, address.port);
+    if c.listen.mesh == Some(at) || c.listen.grpc == at {
+        return Some(if c.listen.grpc == at { "listen.grpc" } else { "listen.mesh" }.to_owned());
+    }
+    c.links
+        .iter()
+        .position(|link| link.local_probe_addr(&c.probe) == at)
+        .map(|i| format!("links[{i}].local_address"))
 }
 
 fn check_links(c: &Config, p: &mut Vec<Problem>) {
@@ -463,15 +578,33 @@ fn check_thresholds(c: &Config, p: &mut Vec<Problem>) {
     check_duration(p, "thresholds.down_after", t.down_after, DOWN_AFTER_RANGE);
     let min_down = c.probe.interval.saturating_mul(2);
     if t.down_after < min_down {
-        p.push(Problem::new(
-            "thresholds.down_after",
-            format!(
-                "{} is shorter than two probe intervals ({}); one late reply would cut the link",
-                fmt_duration(t.down_after),
-                fmt_duration(min_down)
-            ),
-        ));
+        p.push(
+            Problem::new(
+                "thresholds.down_after",
+                format!(
+                    "{} is shorter than 2 × probe.interval ({}); one late reply would cut the link",
+                    fmt_duration(t.down_after),
+                    fmt_duration(min_down)
+                ),
+            )
+            .see("probe.interval"),
+        );
     }
+    if c.probe.timeout > t.down_after {
+        p.push(
+            Problem::new(
+                "probe.timeout",
+                format!(
+                    "{} is longer than thresholds.down_after ({}); a link would be called down \
+                     before any of its probes counted as lost",
+                    fmt_duration(c.probe.timeout),
+                    fmt_duration(t.down_after)
+                ),
+            )
+            .see("thresholds.down_after"),
+        );
+    }
+    check_duration(p, "thresholds.clock_skew", t.clock_skew, CLOCK_SKEW_RANGE);
     check_duration(
         p,
         "thresholds.rtt_min_increase",

@@ -1,6 +1,7 @@
 //! The demo's fault state, shared by the command loop (which changes it) and
 //! the proxies (which consult it for every datagram and connection). Cables
-//! have a fault per unordered node pair; the management network has
+//! have a fault per unordered node pair (it applies to the probes and to
+//! the report streams over the cable); the management network has
 //! partition groups. meshd itself never sees this: it only sees what the
 //! proxies let through.
 
@@ -9,6 +10,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use tokio::sync::watch;
+
+use super::plan::Gate;
 
 /// What is wrong with one cable. The fields combine: a cable can be slow
 /// and lossy at once; a cut cable drops everything whatever the rest says.
@@ -47,9 +50,9 @@ pub enum Fate {
 #[derive(Debug)]
 pub struct Faults {
     state: Mutex<State>,
-    /// Bumped on every management-network change, so open connections can
-    /// re-check whether they may live.
-    partition_version: watch::Sender<u64>,
+    /// Bumped on every change, so open connections can re-check whether
+    /// they may live.
+    version: watch::Sender<u64>,
 }
 
 #[derive(Debug)]
@@ -69,7 +72,7 @@ impl Faults {
                 groups: BTreeMap::new(),
                 rng: XorShift::new(seed),
             }),
-            partition_version: watch::Sender::new(0),
+            version: watch::Sender::new(0),
         }
     }
 
@@ -99,11 +102,26 @@ impl Faults {
 
     /// Changes the fault of cable `a`–`b` (either order).
     pub fn update_link(&self, a: usize, b: usize, change: impl FnOnce(&mut LinkFault)) {
-        let mut state = self.lock();
-        let fault = state.links.entry(pair(a, b)).or_default();
-        change(fault);
-        if fault.is_clear() {
-            state.links.remove(&pair(a, b));
+        {
+            let mut state = self.lock();
+            let fault = state.links.entry(pair(a, b)).or_default();
+            change(fault);
+            if fault.is_clear() {
+                state.links.remove(&pair(a, b));
+            }
+        }
+        self.changed();
+    }
+
+    fn changed(&self) {
+        self.version.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    /// Whether a TCP connection behind `gate` may open, or stay open.
+    pub fn open(&self, gate: Gate) -> bool {
+        match gate {
+            Gate::Management { from, to } => self.connected(from, to),
+            Gate::Cable { a, b } => !self.link(a, b).cut,
         }
     }
 
@@ -139,8 +157,7 @@ impl Faults {
                 .flat_map(|(g, nodes)| nodes.iter().map(move |&n| (n, g)))
                 .collect();
         }
-        self.partition_version
-            .send_modify(|v| *v = v.wrapping_add(1));
+        self.changed();
     }
 
     /// Whether node `a` can reach node `b` over the management network.
@@ -152,9 +169,9 @@ impl Faults {
         }
     }
 
-    /// Resolves whenever the partition changes.
-    pub fn watch_partition(&self) -> watch::Receiver<u64> {
-        self.partition_version.subscribe()
+    /// Changes whenever a cable's fault or the partition does.
+    pub fn watch(&self) -> watch::Receiver<u64> {
+        self.version.subscribe()
     }
 
     /// Every cable and the management network back to normal.
@@ -250,7 +267,7 @@ mod tests {
     #[test]
     fn partition_separates_groups_and_spares_the_rest() {
         let faults = Faults::with_seed(1);
-        let mut changes = faults.watch_partition();
+        let mut changes = faults.watch();
         faults.partition(&[vec![0, 1], vec![2]]);
         assert!(changes.has_changed().unwrap_or(false));
         changes.mark_unchanged();
@@ -262,6 +279,25 @@ mod tests {
         faults.heal_all();
         assert!(changes.has_changed().unwrap_or(false));
         assert!(faults.connected(0, 2));
+    }
+
+    #[test]
+    fn a_cut_closes_the_cables_gate_and_a_partition_the_networks() {
+        let faults = Faults::with_seed(1);
+        let mut changes = faults.watch();
+        let cable = Gate::Cable { a: 1, b: 0 };
+        let network = Gate::Management { from: 0, to: 1 };
+        faults.update_link(0, 1, |f| f.cut = true);
+        assert!(changes.has_changed().unwrap_or(false));
+        changes.mark_unchanged();
+        assert!(!faults.open(cable));
+        assert!(faults.open(network), "a cut cable leaves the network alone");
+        faults.update_link(0, 1, |f| f.loss_percent = 50);
+        assert!(!faults.open(cable), "still cut");
+        faults.partition(&[vec![0], vec![1]]);
+        assert!(!faults.open(network));
+        faults.heal_all();
+        assert!(faults.open(cable) && faults.open(network));
     }
 
     #[test]

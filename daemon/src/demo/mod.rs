@@ -23,7 +23,7 @@ use crate::node::{RunningNode, StartError};
 use command::{Command, USAGE};
 use faults::Faults;
 use plan::{Plan, PlanError, Transport};
-use proxy::{TcpProxy, UdpProxy};
+use proxy::{CableProxy, TcpProxy};
 
 /// A node that does not stop within this is reported and left behind.
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -59,6 +59,8 @@ pub enum DemoError {
     },
     #[error("cannot start node {node}: {source}")]
     Start { node: String, source: StartError },
+    #[error("cannot write the demo mesh's certificates: {0}")]
+    Certificates(#[from] meshd_pki::store::StoreError),
     #[error("cannot read standard input: {0}")]
     Stdin(std::io::Error),
 }
@@ -72,6 +74,8 @@ pub struct Demo {
     nodes: Vec<Option<RunningNode>>,
     proxy_shutdown: CancellationToken,
     proxies: JoinSet<()>,
+    /// The certificate files this demo wrote, removed when it stops.
+    certificates: Vec<std::path::PathBuf>,
 }
 
 /// The answer to one input line.
@@ -94,6 +98,7 @@ impl Demo {
             faults: Arc::new(Faults::from_clock()),
             proxy_shutdown: CancellationToken::new(),
             proxies: JoinSet::new(),
+            certificates: Vec::new(),
             plan,
         };
         if let Err(err) = demo.start_all().await {
@@ -104,19 +109,20 @@ impl Demo {
     }
 
     async fn start_all(&mut self) -> Result<(), DemoError> {
-        for p in self.plan.udp_proxies() {
-            let proxy = UdpProxy::bind(p.listen, p.upstream, (p.from, p.to))
+        self.certificates = write_certificates(&self.plan)?;
+        for p in self.plan.cable_proxies() {
+            let proxy = CableProxy::bind(p)
                 .await
                 .map_err(|source| DemoError::Proxy {
-                    what: "UDP",
-                    addr: p.listen,
+                    what: "cable",
+                    addr: p.a.listen,
                     source,
                 })?;
             self.proxies
                 .spawn(proxy.run(self.faults.clone(), self.proxy_shutdown.clone()));
         }
         for p in self.plan.tcp_proxies() {
-            let proxy = TcpProxy::bind(p.listen, p.upstream, (p.from, p.to))
+            let proxy = TcpProxy::bind(p)
                 .await
                 .map_err(|source| DemoError::Proxy {
                     what: "TCP",
@@ -311,14 +317,17 @@ impl Demo {
             ));
         }
         lines.push(format!(
-            "cables: node i's end of the cable to node j answers probes on udp 127.0.0.1:{}+10i+j; \
-             its probes go through the fault proxy on udp 127.0.0.1:{}+10i+j (a=1, b=2, ...)",
+            "cables: node i's end of the cable to node j is udp+tcp 127.0.0.1:{}+10i+j; the cable \
+             itself is a proxy whose side for node i is udp+tcp 127.0.0.1:{}+10i+j (a=1, b=2, ...)",
             base + plan::CABLE_OFFSET,
-            base + plan::UDP_PROXY_OFFSET,
+            base + plan::CABLE_PROXY_OFFSET,
         ));
         lines.push(format!(
-            "management: node i reaches node j's gRPC through the proxy on tcp 127.0.0.1:{}+10i+j",
+            "management: node i reaches node j's mesh listener (tcp 127.0.0.1:{}+j, mutual TLS) \
+             through the proxy on tcp 127.0.0.1:{}+10i+j; certificates in {}",
+            base + plan::MESH_OFFSET,
             base + plan::MANAGEMENT_OFFSET,
+            self.plan.certs.display(),
         ));
         lines.push("commands, one per line on stdin:".to_owned());
         let width = USAGE.iter().map(|(u, _)| u.len()).max().unwrap_or(0);
@@ -340,6 +349,44 @@ impl Demo {
 
     fn cable(&self, a: usize, b: usize) -> String {
         format!("{}-{}", self.id(a), self.id(b))
+    }
+}
+
+/// How long the demo's certificates are good for: longer than any demo runs.
+const CERTIFICATE_LIFETIME: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// The mesh's CA and every node's certificate, as `meshctl certs` would
+/// write them, in the plan's directory (which must not hold any yet).
+/// Returns the files written.
+fn write_certificates(plan: &Plan) -> Result<Vec<std::path::PathBuf>, DemoError> {
+    let dir = meshd_pki::store::CertDir::new(&plan.certs);
+    let now = std::time::SystemTime::now();
+    let mut written = Vec::new();
+    let ca = dir.init("meshd demo CA", now, CERTIFICATE_LIFETIME)?;
+    let pair = dir.ca();
+    written.extend([pair.cert, pair.key]);
+    for node in &plan.nodes {
+        let pair = dir.issue(&ca, node.id.as_str(), &[], now, CERTIFICATE_LIFETIME)?;
+        written.extend([pair.cert, pair.key]);
+    }
+    Ok(written)
+}
+
+/// Removes the files the demo wrote, and their directory once empty:
+/// never anything else.
+fn remove_certificates(plan: &Plan, written: &[std::path::PathBuf]) {
+    for file in written {
+        if let Err(error) = std::fs::remove_file(file) {
+            tracing::debug!(file = %file.display(), %error, "cannot remove a demo certificate");
+        }
+    }
+    let _ = std::fs::remove_dir(&plan.certs);
+}
+
+impl Drop for Demo {
+    /// Also when a test panics with its demo running.
+    fn drop(&mut self) {
+        remove_certificates(&self.plan, &std::mem::take(&mut self.certificates));
     }
 }
 

@@ -1,6 +1,6 @@
-//! Where everything of a demo mesh lives: node ids, ports, and the
-//! generated [`Config`] of every node. Pure: no socket is touched here, so
-//! the whole layout is checked by unit tests.
+//! Where everything of a demo mesh lives: node ids, ports, certificates,
+//! and the generated [`Config`] of every node. Pure: no socket or file is
+//! touched here, so the whole layout is checked by unit tests.
 //!
 //! Everything binds 127.0.0.1 alone, the one loopback address every system
 //! has (macOS has no other on `lo0` unless root adds aliases), so every
@@ -10,19 +10,21 @@
 //!
 //! | what | port |
 //! |---|---|
-//! | gRPC of node `k` (meshctl) | TCP `P+k` |
+//! | gRPC of node `k` (meshctl, read-only) | TCP `P+k` |
 //! | metrics of node `k` | TCP `P+10+k` |
-//! | TCP management proxy `i → j` (node `i`'s `peers[].address`) | TCP `P+100+10i+j` |
-//! | node `i`'s end of the cable to `j` (its probe responder, `links[].local_port`) | UDP `P+200+10i+j` |
-//! | UDP fault proxy `i → j` (node `i`'s `links[].peer_port`) | UDP `P+300+10i+j` |
+//! | mesh listener of node `k` (`listen.mesh`, mutual TLS) | TCP `P+20+k` |
+//! | management proxy `i → j` (node `i`'s `peers[].address`) | TCP `P+100+10i+j` |
+//! | node `i`'s end of the cable to `j` (`links[].local_port`: probes on UDP, report streams on TCP) | UDP and TCP `P+200+10i+j` |
+//! | node `i`'s side of the cable proxy `i – j` (`links[].peer_port`) | UDP and TCP `P+300+10i+j` |
 //!
-//! The UDP proxy `i → j` forwards to node `j`'s end, `P+200+10j+i`, from a
-//! port of its own, as a prober on the same host would; replies come back to
-//! node `i` from the port node `i` sent to. Both ends therefore see the
-//! addresses and ports their configs name.
-
+//! A cable proxy stands for the cable: what node `i`'s end sends to its
+//! side leaves the other side, `P+300+10j+i`, towards node `j`'s end, and
+//! back. Each end therefore hears its peer from exactly the address and
+//! port its config names, as on a real cable. The TCP side relays the
+//! report streams that travel over the cable.
 use std::fmt;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::path::{Path, PathBuf};
 
 use meshd_proto::domain::NodeId;
 
@@ -38,11 +40,13 @@ pub const DEFAULT_BASE_PORT: u16 = 17400;
 pub const MIN_BASE_PORT: u16 = 1024;
 
 pub const METRICS_OFFSET: u16 = 10;
+pub const MESH_OFFSET: u16 = 20;
 pub const MANAGEMENT_OFFSET: u16 = 100;
 pub const CABLE_OFFSET: u16 = 200;
-pub const UDP_PROXY_OFFSET: u16 = 300;
-/// The highest offset the scheme uses: the UDP proxy `h → g`.
-pub const MAX_PORT_OFFSET: u16 = UDP_PROXY_OFFSET + pair_offset(MAX_NODES - 1, MAX_NODES - 2);
+pub const CABLE_PROXY_OFFSET: u16 = 300;
+/// The highest offset the scheme uses: node `h`'s side of the cable proxy
+/// `h – g`.
+pub const MAX_PORT_OFFSET: u16 = CABLE_PROXY_OFFSET + pair_offset(MAX_NODES - 1, MAX_NODES - 2);
 pub const MAX_BASE_PORT: u16 = u16::MAX - MAX_PORT_OFFSET;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -61,6 +65,8 @@ pub enum PlanError {
 #[derive(Debug, Clone)]
 pub struct Plan {
     pub base_port: u16,
+    /// Where the mesh's CA and every node's certificate are written.
+    pub certs: PathBuf,
     pub nodes: Vec<NodePlan>,
 }
 
@@ -80,22 +86,44 @@ impl NodePlan {
     pub fn metrics(&self) -> SocketAddr {
         self.config.listen.metrics
     }
+
+    /// Its listener for peers and remote tools.
+    pub fn mesh(&self) -> Option<SocketAddr> {
+        self.config.listen.mesh
+    }
 }
 
-/// The UDP fault proxy for probes sent by node `from` to node `to`.
+/// One end of a cable proxy: the side a node's end talks to, and that end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct UdpProxyPlan {
-    pub from: usize,
-    pub to: usize,
+pub struct CableSide {
+    pub node: usize,
+    /// The proxy's port for this node (its `links[].peer_port`).
     pub listen: SocketAddr,
-    pub upstream: SocketAddr,
+    /// The node's end of the cable (its `links[].local_port`).
+    pub end: SocketAddr,
 }
 
-/// The TCP management proxy for gRPC opened by node `from` to node `to`.
+/// The cable between two nodes, as a proxy that can cut, slow and lose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CableProxyPlan {
+    pub a: CableSide,
+    pub b: CableSide,
+}
+
+/// What lets a relayed TCP connection through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    /// The management network between nodes `from` and `to` (partitions).
+    Management { from: usize, to: usize },
+    /// The cable between nodes `a` and `b` (cuts).
+    Cable { a: usize, b: usize },
+}
+
+/// A TCP relay: connections opened on `listen` go on to `upstream` while
+/// the gate is open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TcpProxyPlan {
-    pub from: usize,
-    pub to: usize,
+    pub gate: Gate,
     pub listen: SocketAddr,
     pub upstream: SocketAddr,
 }
@@ -125,7 +153,9 @@ impl fmt::Display for Transport {
 }
 
 impl Plan {
-    pub fn new(nodes: usize, base_port: u16) -> Result<Plan, PlanError> {
+    /// The layout of a mesh of `nodes` nodes on ports from `base_port`, its
+    /// certificates in `certs` (written by the demo at start).
+    pub fn new(nodes: usize, base_port: u16, certs: &Path) -> Result<Plan, PlanError> {
         if !(MIN_NODES..=MAX_NODES).contains(&nodes) {
             return Err(PlanError::NodeCount(nodes));
         }
@@ -139,10 +169,14 @@ impl Plan {
             .map(|(index, id)| NodePlan {
                 index,
                 id: id.clone(),
-                config: node_config(index, &ids, base_port),
+                config: node_config(index, &ids, base_port, certs),
             })
             .collect();
-        Ok(Plan { base_port, nodes })
+        Ok(Plan {
+            base_port,
+            certs: certs.to_owned(),
+            nodes,
+        })
     }
 
     /// The node whose id is `name`, as typed by the user (case-insensitive).
@@ -162,26 +196,38 @@ impl Plan {
         (0..n).flat_map(move |i| (0..n).filter(move |&j| j != i).map(move |j| (i, j)))
     }
 
-    pub fn udp_proxies(&self) -> Vec<UdpProxyPlan> {
+    /// Every cable, once per unordered pair.
+    pub fn cable_proxies(&self) -> Vec<CableProxyPlan> {
+        let side = |node, other| CableSide {
+            node,
+            listen: localhost(cable_proxy_port(self.base_port, node, other)),
+            end: localhost(cable_port(self.base_port, node, other)),
+        };
         self.ordered_pairs()
-            .map(|(from, to)| UdpProxyPlan {
-                from,
-                to,
-                listen: localhost(udp_proxy_port(self.base_port, from, to)),
-                upstream: localhost(cable_port(self.base_port, to, from)),
+            .filter(|(i, j)| i < j)
+            .map(|(i, j)| CableProxyPlan {
+                a: side(i, j),
+                b: side(j, i),
             })
             .collect()
     }
 
+    /// The management network's relays (node `i`'s connections to node
+    /// `j`'s mesh listener) and each cable's (node `i`'s report stream over
+    /// the cable to node `j`'s end).
     pub fn tcp_proxies(&self) -> Vec<TcpProxyPlan> {
-        self.ordered_pairs()
-            .map(|(from, to)| TcpProxyPlan {
-                from,
-                to,
-                listen: localhost(management_port(self.base_port, from, to)),
-                upstream: localhost(grpc_port(self.base_port, to)),
-            })
-            .collect()
+        let base = self.base_port;
+        let management = self.ordered_pairs().map(move |(from, to)| TcpProxyPlan {
+            gate: Gate::Management { from, to },
+            listen: localhost(management_port(base, from, to)),
+            upstream: localhost(mesh_port(base, to)),
+        });
+        let cables = self.ordered_pairs().map(move |(i, j)| TcpProxyPlan {
+            gate: Gate::Cable { a: i, b: j },
+            listen: localhost(cable_proxy_port(base, i, j)),
+            upstream: localhost(cable_port(base, j, i)),
+        });
+        management.chain(cables).collect()
     }
 
     /// Every port the demo binds, taken from the node configs and the
@@ -205,31 +251,47 @@ impl Plan {
                 node.metrics(),
                 format!("metrics of node {id}"),
             ));
-            for link in &node.config.links {
+            if let Some(mesh) = node.mesh() {
                 ports.push(port(
-                    Transport::Udp,
-                    link.local_probe_addr(&node.config.probe),
-                    format!("node {id}'s end of the cable to {}", link.peer),
+                    Transport::Tcp,
+                    mesh,
+                    format!("mesh listener of node {id}"),
                 ));
+            }
+            for link in &node.config.links {
+                let end = link.local_probe_addr(&node.config.probe);
+                let what = format!("node {id}'s end of the cable to {}", link.peer);
+                ports.push(port(Transport::Udp, end, what.clone()));
+                ports.push(port(Transport::Tcp, end, what));
             }
         }
         for p in self.tcp_proxies() {
-            ports.push(port(
-                Transport::Tcp,
-                p.listen,
-                format!("management proxy {} → {}", self.id(p.from), self.id(p.to)),
-            ));
-        }
-        for p in self.udp_proxies() {
-            ports.push(port(
-                Transport::Udp,
-                p.listen,
-                format!(
-                    "fault proxy for {}'s probes to {}",
-                    self.id(p.from),
-                    self.id(p.to)
+            let what = match p.gate {
+                Gate::Management { from, to } => {
+                    format!("management proxy {} → {}", self.id(from), self.id(to))
+                }
+                Gate::Cable { a, b } => format!(
+                    "cable proxy {}–{}, {}'s side",
+                    self.id(a),
+                    self.id(b),
+                    self.id(a)
                 ),
-            ));
+            };
+            ports.push(port(Transport::Tcp, p.listen, what));
+        }
+        for p in self.cable_proxies() {
+            for (side, other) in [(p.a, p.b), (p.b, p.a)] {
+                ports.push(port(
+                    Transport::Udp,
+                    side.listen,
+                    format!(
+                        "cable proxy {}–{}, {}'s side",
+                        self.id(side.node),
+                        self.id(other.node),
+                        self.id(side.node)
+                    ),
+                ));
+            }
         }
         ports
     }
@@ -282,6 +344,10 @@ pub fn metrics_port(base: u16, index: usize) -> u16 {
     base + METRICS_OFFSET + u16::from(number(index))
 }
 
+pub fn mesh_port(base: u16, index: usize) -> u16 {
+    base + MESH_OFFSET + u16::from(number(index))
+}
+
 pub fn management_port(base: u16, from: usize, to: usize) -> u16 {
     base + MANAGEMENT_OFFSET + pair_offset(from, to)
 }
@@ -291,9 +357,10 @@ pub fn cable_port(base: u16, i: usize, j: usize) -> u16 {
     base + CABLE_OFFSET + pair_offset(i, j)
 }
 
-/// Where node `i` sends its probes for node `j`.
-pub fn udp_proxy_port(base: u16, i: usize, j: usize) -> u16 {
-    base + UDP_PROXY_OFFSET + pair_offset(i, j)
+/// Node `i`'s side of the cable proxy to node `j`: where node `i` sends
+/// its probes and opens its report stream over that cable.
+pub fn cable_proxy_port(base: u16, i: usize, j: usize) -> u16 {
+    base + CABLE_PROXY_OFFSET + pair_offset(i, j)
 }
 
 fn localhost(port: u16) -> SocketAddr {
@@ -307,11 +374,17 @@ pub const DEMO_RTT_MIN_INCREASE: std::time::Duration = std::time::Duration::from
 const DEMO_SPIKE_WINDOW: std::time::Duration = std::time::Duration::from_secs(3600);
 const DEMO_CPU_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
 
-fn node_config(index: usize, ids: &[NodeId], base: u16) -> Config {
+fn node_config(index: usize, ids: &[NodeId], base: u16, certs: &Path) -> Config {
     let mut config = Config::embedded_default("demo");
     config.node.id = ids[index].clone();
     config.listen.grpc = localhost(grpc_port(base, index));
     config.listen.metrics = localhost(metrics_port(base, index));
+    config.listen.mesh = Some(localhost(mesh_port(base, index)));
+    let dir = meshd_pki::store::CertDir::new(certs);
+    let own = dir.node(ids[index].as_str());
+    config.tls.ca = Some(dir.ca().cert);
+    config.tls.cert = Some(own.cert);
+    config.tls.key = Some(own.key);
     // Loopback RTTs on a shared host jitter by milliseconds (eight daemons
     // and their proxies on two cores), not by the microseconds of a real
     // cable: only a rise this large is degradation here.
@@ -338,7 +411,7 @@ fn node_config(index: usize, ids: &[NodeId], base: u16) -> Config {
             local_address: Ipv4Addr::LOCALHOST.into(),
             peer_address: Ipv4Addr::LOCALHOST.into(),
             local_port: Some(cable_port(base, index, j)),
-            peer_port: Some(udp_proxy_port(base, index, j)),
+            peer_port: Some(cable_proxy_port(base, index, j)),
             expected_speed_gbps: None,
             // The simulated RDMA device of this node's port on the cable,
             // named as on a Mac, so `meshctl hostfile` has a device per cable.
@@ -359,15 +432,21 @@ mod tests {
 
     use super::*;
 
+    fn plan(n: usize, base: u16) -> Result<Plan, PlanError> {
+        Plan::new(n, base, Path::new("/demo/tls"))
+    }
+
     #[test]
     fn every_size_binds_distinct_ports_on_127_0_0_1_alone() {
         for n in MIN_NODES..=MAX_NODES {
-            let plan = Plan::new(n, DEFAULT_BASE_PORT).expect("plan");
+            let plan = plan(n, DEFAULT_BASE_PORT).expect("plan");
             assert_eq!(plan.nodes.len(), n);
             let ports = plan.ports();
             let pairs = n * (n - 1);
             let count = |t| ports.iter().filter(|p| p.transport == t).count();
-            assert_eq!(count(Transport::Tcp), 2 * n + pairs, "n={n}");
+            // gRPC, metrics and mesh per node; per ordered pair a cable end,
+            // a management proxy and a cable proxy side.
+            assert_eq!(count(Transport::Tcp), 3 * n + 3 * pairs, "n={n}");
             assert_eq!(count(Transport::Udp), 2 * pairs, "n={n}");
             let mut seen = HashSet::new();
             for p in &ports {
@@ -382,6 +461,7 @@ mod tests {
                 assert!(problems.is_empty(), "n={n} {}: {problems:?}", node.id);
                 assert_eq!(node.config.members().len(), n);
                 assert_eq!(node.config.links.len(), n - 1);
+                assert!(!node.config.tls.insecure, "the demo runs mutual TLS");
                 for peer in &node.config.peers {
                     let addr: SocketAddr = peer.address.parse().expect("ip:port");
                     assert!(bound(Transport::Tcp, addr.port()), "{addr}");
@@ -390,10 +470,13 @@ mod tests {
                     let peer = link.peer_probe_addr(&node.config.probe);
                     assert_eq!(peer.ip(), Ipv4Addr::LOCALHOST);
                     assert!(bound(Transport::Udp, peer.port()), "{peer}");
+                    assert!(bound(Transport::Tcp, peer.port()), "{peer}");
                 }
             }
-            for proxy in plan.udp_proxies() {
-                assert!(bound(Transport::Udp, proxy.upstream.port()));
+            for proxy in plan.cable_proxies() {
+                for side in [proxy.a, proxy.b] {
+                    assert!(bound(Transport::Udp, side.end.port()));
+                }
             }
             for proxy in plan.tcp_proxies() {
                 assert!(bound(Transport::Tcp, proxy.upstream.port()));
@@ -402,63 +485,85 @@ mod tests {
     }
 
     #[test]
-    fn ids_and_ports_follow_the_documented_scheme() {
-        let plan = Plan::new(3, 17400).expect("plan");
+    fn ids_ports_and_certificates_follow_the_documented_scheme() {
+        let plan = plan(3, 17400).expect("plan");
         assert_eq!(plan.ids(), ["a", "b", "c"]);
         let b = &plan.nodes[1];
         assert_eq!(b.grpc().to_string(), "127.0.0.1:17402");
         assert_eq!(b.metrics().to_string(), "127.0.0.1:17412");
+        assert_eq!(b.mesh().map(|m| m.to_string()).as_deref(), Some("127.0.0.1:17422"));
         let to_c = &b.config.links[1];
         assert_eq!(to_c.peer.as_str(), "c");
         let probe = &b.config.probe;
         assert_eq!(to_c.local_probe_addr(probe).to_string(), "127.0.0.1:17623");
         assert_eq!(to_c.peer_probe_addr(probe).to_string(), "127.0.0.1:17723");
         assert_eq!(b.config.peers[0].address, "127.0.0.1:17521");
+        assert_eq!(b.config.tls.cert, Some(PathBuf::from("/demo/tls/b.pem")));
+        assert_eq!(b.config.tls.ca, Some(PathBuf::from("/demo/tls/ca.pem")));
         assert_eq!(plan.index_of("C"), Some(2));
         assert_eq!(plan.index_of("z"), None);
-        let named = plan
-            .ports()
-            .into_iter()
-            .find(|p| p.addr.port() == 17623)
-            .map(|p| format!("{}/{}: {}", p.addr, p.transport, p.what));
+        let named = |port: u16, transport| {
+            plan.ports()
+                .into_iter()
+                .find(|p| p.addr.port() == port && p.transport == transport)
+                .map(|p| format!("{}/{}: {}", p.addr, p.transport, p.what))
+        };
         assert_eq!(
-            named.as_deref(),
+            named(17623, Transport::Udp).as_deref(),
             Some("127.0.0.1:17623/udp: node b's end of the cable to c")
+        );
+        assert_eq!(
+            named(17723, Transport::Tcp).as_deref(),
+            Some("127.0.0.1:17723/tcp: cable proxy b–c, b's side")
         );
     }
 
     #[test]
     fn proxies_connect_the_right_ends() {
-        let plan = Plan::new(2, 17400).expect("plan");
+        let plan = plan(2, 17400).expect("plan");
         let (a, b) = (&plan.nodes[0].config, &plan.nodes[1].config);
-        let udp = plan.udp_proxies();
-        let a_to_b = udp.iter().find(|p| p.from == 0).expect("a->b");
-        assert_eq!(a_to_b.listen.to_string(), "127.0.0.1:17712");
-        assert_eq!(a_to_b.listen, a.links[0].peer_probe_addr(&a.probe));
-        assert_eq!(a_to_b.upstream.to_string(), "127.0.0.1:17621");
-        assert_eq!(a_to_b.upstream, b.links[0].local_probe_addr(&b.probe));
+        let [cable] = plan.cable_proxies()[..] else {
+            panic!("one cable");
+        };
+        // Each node talks to its own side, which is where its config says
+        // the peer is, and the proxy reaches each node's own end.
+        assert_eq!(cable.a.listen.to_string(), "127.0.0.1:17712");
+        assert_eq!(cable.a.listen, a.links[0].peer_probe_addr(&a.probe));
+        assert_eq!(cable.a.end, a.links[0].local_probe_addr(&a.probe));
+        assert_eq!(cable.b.listen, b.links[0].peer_probe_addr(&b.probe));
+        assert_eq!(cable.b.end.to_string(), "127.0.0.1:17621");
+        assert_eq!(cable.b.end, b.links[0].local_probe_addr(&b.probe));
         let tcp = plan.tcp_proxies();
-        let b_to_a = tcp.iter().find(|p| p.from == 1).expect("b->a");
-        assert_eq!(b_to_a.upstream, plan.nodes[0].grpc());
+        let b_to_a = tcp
+            .iter()
+            .find(|p| p.gate == Gate::Management { from: 1, to: 0 })
+            .expect("b->a");
+        assert_eq!(Some(b_to_a.upstream), plan.nodes[0].mesh());
         assert_eq!(b_to_a.listen.to_string(), b.peers[0].address);
+        let over_cable = tcp
+            .iter()
+            .find(|p| p.gate == Gate::Cable { a: 0, b: 1 })
+            .expect("a's stream over the cable");
+        assert_eq!(over_cable.listen, cable.a.listen);
+        assert_eq!(over_cable.upstream, cable.b.end);
     }
 
     #[test]
     fn sizes_and_ports_outside_the_ranges_are_refused() {
         for n in [0, 1, 9, 100] {
-            let err = Plan::new(n, DEFAULT_BASE_PORT).expect_err("refused");
+            let err = plan(n, DEFAULT_BASE_PORT).expect_err("refused");
             assert_eq!(err, PlanError::NodeCount(n));
             assert!(err.to_string().contains("2 to 8"), "{err}");
         }
         for port in [0, 80, MAX_BASE_PORT + 1, u16::MAX] {
-            let err = Plan::new(4, port).expect_err("refused");
+            let err = plan(4, port).expect_err("refused");
             assert_eq!(err, PlanError::BasePort(port));
             assert!(err.to_string().contains("1024 to 65148"), "{err}");
         }
         assert_eq!(suggested_base(DEFAULT_BASE_PORT), 17_800);
         assert_eq!(suggested_base(17_413), 17_900);
         assert_eq!(suggested_base(MAX_BASE_PORT), DEFAULT_BASE_PORT);
-        let highest = Plan::new(MAX_NODES, MAX_BASE_PORT).expect("fits");
+        let highest = plan(MAX_NODES, MAX_BASE_PORT).expect("fits");
         let last = highest.ports().iter().map(|p| p.addr.port()).max();
         assert_eq!(last, Some(u16::MAX));
     }

@@ -1,9 +1,9 @@
-//! The demo's fault-injecting proxies, in the spirit of toxiproxy: a UDP
-//! proxy per direction of every cable (probes) and a TCP proxy per ordered
-//! pair of nodes (the management network). Each consults [`Faults`] for
-//! every datagram and connection; everything they hold is bounded.
+//! The demo's fault-injecting proxies, in the spirit of toxiproxy: a cable
+//! proxy per pair of nodes (the probes, both ways), and TCP relays for the
+//! management network and for the report streams over each cable. Each
+//! consults [`Faults`] for every datagram and connection; everything they
+//! hold is bounded.
 
-use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -11,163 +11,128 @@ use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::sync::mpsc;
-use tokio::task::{AbortHandle, JoinSet};
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::faults::{Fate, Faults, Leg};
+use super::plan::{CableProxyPlan, Gate, TcpProxyPlan};
+use crate::probe::packet::{self, Kind};
 
-/// Delayed datagrams held per proxy; beyond this, a slow cable drops, as a
+/// Delayed datagrams held per cable; beyond this, a slow cable drops, as a
 /// real queue would.
 pub const MAX_IN_FLIGHT: usize = 256;
-/// Distinct senders a UDP proxy relays for. A prober uses one or two
-/// sockets per link; the oldest mapping is replaced beyond this.
-pub const MAX_UDP_CLIENTS: usize = 8;
-/// Open connections per TCP proxy. A reporter needs one per peer.
+/// Open connections per TCP relay. A node needs one per peer and path.
 pub const MAX_TCP_CONNECTIONS: usize = 16;
 /// Largest UDP datagram.
 const DATAGRAM_BUFFER: usize = 65_536;
 /// A peer that does not accept within this is treated as down.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// Relays datagrams for cable direction `from → to`.
+/// One side of a cable: the socket a node's end talks to, connected to
+/// that end, so nothing but that end is heard on it.
 #[derive(Debug)]
-pub struct UdpProxy {
+struct Side {
+    node: usize,
     socket: Arc<UdpSocket>,
-    upstream: SocketAddr,
-    from: usize,
-    to: usize,
 }
 
-impl UdpProxy {
-    /// Binds now, so a taken port fails the demo's start, not later.
-    pub async fn bind(
-        listen: SocketAddr,
-        upstream: SocketAddr,
-        (from, to): (usize, usize),
-    ) -> io::Result<UdpProxy> {
-        let socket = UdpSocket::bind(listen).await?;
-        Ok(UdpProxy {
-            socket: Arc::new(socket),
-            upstream,
-            from,
-            to,
+/// The cable between two nodes' ends: what one end sends to its side
+/// leaves the other side towards the other end.
+#[derive(Debug)]
+pub struct CableProxy {
+    a: Side,
+    b: Side,
+}
+
+impl CableProxy {
+    /// Binds both sides now, so a taken port fails the demo's start.
+    pub async fn bind(plan: CableProxyPlan) -> io::Result<CableProxy> {
+        let side = |s: super::plan::CableSide| async move {
+            let socket = UdpSocket::bind(s.listen).await?;
+            socket.connect(s.end).await?;
+            Ok::<_, io::Error>(Side {
+                node: s.node,
+                socket: Arc::new(socket),
+            })
+        };
+        Ok(CableProxy {
+            a: side(plan.a).await?,
+            b: side(plan.b).await?,
         })
     }
 
-    pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.socket.local_addr()
+    /// The ports the two ends talk to.
+    pub fn local_addrs(&self) -> io::Result<(SocketAddr, SocketAddr)> {
+        Ok((self.a.socket.local_addr()?, self.b.socket.local_addr()?))
     }
 
-    /// Relays until `shutdown`. Each sender gets its own upstream socket,
-    /// so replies find their way back to the socket that asked.
+    /// Relays both ways until `shutdown`.
     pub async fn run(self, faults: Arc<Faults>, shutdown: CancellationToken) {
         let (delayed_tx, delayed_rx) = mpsc::channel(MAX_IN_FLIGHT);
         let mut tasks = JoinSet::new();
         tasks.spawn(send_delayed(delayed_rx, shutdown.clone()));
-        let mut clients: HashMap<SocketAddr, Client> = HashMap::new();
-        let mut buf = vec![0u8; DATAGRAM_BUFFER];
-        let mut uses: u64 = 0;
-        loop {
-            let (len, sender) = tokio::select! {
-                () = shutdown.cancelled() => break,
-                received = self.socket.recv_from(&mut buf) => match received {
-                    Ok(r) => r,
-                    Err(err) => {
-                        // ICMP errors from earlier sends surface here; the
-                        // socket itself is fine.
-                        tracing::trace!(%err, "udp proxy receive");
-                        continue;
-                    }
-                },
-            };
-            uses += 1;
-            let upstream = match clients.get_mut(&sender) {
-                Some(client) => {
-                    client.last_use = uses;
-                    client.upstream.clone()
-                }
-                None => match self.new_client(sender).await {
-                    Ok(upstream) => {
-                        if clients.len() >= MAX_UDP_CLIENTS {
-                            evict_oldest(&mut clients);
-                            // Reaps the aborted reply task, so churning
-                            // senders cannot grow the set.
-                            while tasks.try_join_next().is_some() {}
-                        }
-                        let abort = tasks.spawn(relay_replies(
-                            upstream.clone(),
-                            self.socket.clone(),
-                            sender,
-                            faults.clone(),
-                            (self.to, self.from),
-                            shutdown.clone(),
-                        ));
-                        clients.insert(
-                            sender,
-                            Client {
-                                upstream: upstream.clone(),
-                                reply_task: abort,
-                                last_use: uses,
-                            },
-                        );
-                        upstream
-                    }
-                    Err(err) => {
-                        tracing::warn!(%err, upstream = %self.upstream, "udp proxy cannot open an upstream socket");
-                        continue;
-                    }
-                },
-            };
-            let Some(datagram) = buf.get(..len) else {
-                continue;
-            };
-            match faults.fate(self.from, self.to, Leg::Request) {
-                Fate::Drop => {}
-                Fate::Forward { delay } if delay.is_zero() => {
-                    let _ = upstream.send(datagram).await;
-                }
-                Fate::Forward { delay } => {
-                    let item = Delayed {
-                        due: Instant::now() + delay,
-                        datagram: datagram.to_vec(),
-                        socket: upstream,
-                    };
-                    if delayed_tx.try_send(item).is_err() {
-                        tracing::trace!("udp proxy delay queue full; datagram dropped");
-                    }
+        for (from, to) in [(&self.a, &self.b), (&self.b, &self.a)] {
+            tasks.spawn(relay(
+                (from.node, from.socket.clone()),
+                (to.node, to.socket.clone()),
+                faults.clone(),
+                delayed_tx.clone(),
+                shutdown.clone(),
+            ));
+        }
+        drop(delayed_tx);
+        while tasks.join_next().await.is_some() {}
+    }
+}
+
+/// Which leg of a round trip a datagram is: a probe's reply, or anything
+/// else (a probe, or bytes that are no probe at all).
+fn leg_of(datagram: &[u8]) -> Leg {
+    match packet::decode(datagram) {
+        Ok(header) if header.kind == Kind::Reply => Leg::Reply,
+        _ => Leg::Request,
+    }
+}
+
+/// Carries what node `from`'s end sends to its side out of node `to`'s side.
+async fn relay(
+    (from, inbound): (usize, Arc<UdpSocket>),
+    (to, outbound): (usize, Arc<UdpSocket>),
+    faults: Arc<Faults>,
+    delayed: mpsc::Sender<Delayed>,
+    shutdown: CancellationToken,
+) {
+    let mut buf = vec![0u8; DATAGRAM_BUFFER];
+    loop {
+        let len = tokio::select! {
+            () = shutdown.cancelled() => return,
+            received = inbound.recv(&mut buf) => match received {
+                Ok(len) => len,
+                // ICMP "refused" from an earlier send while that end is
+                // down; the socket itself is fine.
+                Err(_) => continue,
+            },
+        };
+        let Some(datagram) = buf.get(..len) else {
+            continue;
+        };
+        match faults.fate(from, to, leg_of(datagram)) {
+            Fate::Drop => {}
+            Fate::Forward { delay } if delay.is_zero() => {
+                let _ = outbound.send(datagram).await;
+            }
+            Fate::Forward { delay } => {
+                let item = Delayed {
+                    due: Instant::now() + delay,
+                    datagram: datagram.to_vec(),
+                    socket: outbound.clone(),
+                };
+                if delayed.try_send(item).is_err() {
+                    tracing::trace!("cable proxy delay queue full; datagram dropped");
                 }
             }
         }
-        drop(delayed_tx);
-        tasks.shutdown().await;
-    }
-
-    async fn new_client(&self, sender: SocketAddr) -> io::Result<Arc<UdpSocket>> {
-        // The upstream is a node on this host, so its own address is a
-        // source it can answer, and nothing but that address is bound.
-        let socket = UdpSocket::bind(SocketAddr::new(self.upstream.ip(), 0)).await?;
-        // Connected: only the upstream's answers arrive on it.
-        socket.connect(self.upstream).await?;
-        tracing::debug!(%sender, upstream = %self.upstream, "udp proxy client");
-        Ok(Arc::new(socket))
-    }
-}
-
-#[derive(Debug)]
-struct Client {
-    upstream: Arc<UdpSocket>,
-    reply_task: AbortHandle,
-    last_use: u64,
-}
-
-fn evict_oldest(clients: &mut HashMap<SocketAddr, Client>) {
-    let oldest = clients
-        .iter()
-        .min_by_key(|(_, c)| c.last_use)
-        .map(|(addr, _)| *addr);
-    if let Some(client) = oldest.and_then(|addr| clients.remove(&addr)) {
-        client.reply_task.abort();
     }
 }
 
@@ -198,56 +163,21 @@ async fn send_delayed(mut queue: mpsc::Receiver<Delayed>, shutdown: Cancellation
     }
 }
 
-/// Carries the upstream's answers back to `client` from the address it
-/// sent to. `(from, to)` is the direction of the reply.
-async fn relay_replies(
-    upstream: Arc<UdpSocket>,
-    listener: Arc<UdpSocket>,
-    client: SocketAddr,
-    faults: Arc<Faults>,
-    (from, to): (usize, usize),
-    shutdown: CancellationToken,
-) {
-    let mut buf = vec![0u8; DATAGRAM_BUFFER];
-    loop {
-        let len = tokio::select! {
-            () = shutdown.cancelled() => return,
-            received = upstream.recv(&mut buf) => match received {
-                Ok(len) => len,
-                // Refused while the peer is down; it may come back.
-                Err(_) => continue,
-            },
-        };
-        if faults.fate(from, to, Leg::Reply) == Fate::Drop {
-            continue;
-        }
-        if let Some(datagram) = buf.get(..len) {
-            let _ = listener.send_to(datagram, client).await;
-        }
-    }
-}
-
-/// Relays gRPC connections opened by node `from` to node `to`, as long as
-/// the management network lets them through.
+/// Relays TCP connections to `upstream` while their gate is open: the
+/// management network between two nodes, or a cable.
 #[derive(Debug)]
 pub struct TcpProxy {
     listener: TcpListener,
     upstream: SocketAddr,
-    from: usize,
-    to: usize,
+    gate: Gate,
 }
 
 impl TcpProxy {
-    pub async fn bind(
-        listen: SocketAddr,
-        upstream: SocketAddr,
-        (from, to): (usize, usize),
-    ) -> io::Result<TcpProxy> {
+    pub async fn bind(plan: TcpProxyPlan) -> io::Result<TcpProxy> {
         Ok(TcpProxy {
-            listener: TcpListener::bind(listen).await?,
-            upstream,
-            from,
-            to,
+            listener: TcpListener::bind(plan.listen).await?,
+            upstream: plan.upstream,
+            gate: plan.gate,
         })
     }
 
@@ -255,9 +185,9 @@ impl TcpProxy {
         self.listener.local_addr()
     }
 
-    /// Accepts until `shutdown`. A connection across a partition is closed
-    /// right after it is accepted, which the client sees as a reset or EOF
-    /// before any reply — like a firewall that rejects.
+    /// Accepts until `shutdown`. A connection through a closed gate is
+    /// closed right after it is accepted, which the client sees as a reset
+    /// or EOF before any reply — like a firewall that rejects.
     pub async fn run(self, faults: Arc<Faults>, shutdown: CancellationToken) {
         let mut connections = JoinSet::new();
         loop {
@@ -266,8 +196,8 @@ impl TcpProxy {
                 Some(_) = connections.join_next(), if !connections.is_empty() => {}
                 accepted = self.listener.accept() => {
                     let Ok((stream, peer)) = accepted else { continue };
-                    if !faults.connected(self.from, self.to) {
-                        tracing::debug!(%peer, "tcp proxy: partitioned, connection refused");
+                    if !faults.open(self.gate) {
+                        tracing::debug!(%peer, gate = ?self.gate, "tcp proxy: closed, connection refused");
                         continue;
                     }
                     if connections.len() >= MAX_TCP_CONNECTIONS {
@@ -278,7 +208,7 @@ impl TcpProxy {
                         stream,
                         self.upstream,
                         faults.clone(),
-                        (self.from, self.to),
+                        self.gate,
                         shutdown.clone(),
                     ));
                 }
@@ -292,10 +222,10 @@ async fn relay_connection(
     mut client: TcpStream,
     upstream: SocketAddr,
     faults: Arc<Faults>,
-    (from, to): (usize, usize),
+    gate: Gate,
     shutdown: CancellationToken,
 ) {
-    let mut partition = faults.watch_partition();
+    let mut changes = faults.watch();
     let connect = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(upstream));
     let mut server = tokio::select! {
         () = shutdown.cancelled() => return,
@@ -313,9 +243,9 @@ async fn relay_connection(
         tokio::select! {
             () = shutdown.cancelled() => return,
             _ = &mut relay => return,
-            changed = partition.changed() => {
-                if changed.is_err() || !faults.connected(from, to) {
-                    tracing::debug!(from, to, "tcp proxy: partition closes a connection");
+            changed = changes.changed() => {
+                if changed.is_err() || !faults.open(gate) {
+                    tracing::debug!(?gate, "tcp proxy: the gate closes a connection");
                     return;
                 }
             }
@@ -330,75 +260,98 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
+    use crate::demo::plan::CableSide;
+    use crate::probe::ProbeClass;
+    use crate::probe::packet::Header;
 
-    const LOOPBACK: &str = "127.0.0.1:0";
     const WAIT: Duration = Duration::from_secs(5);
     /// How long a test waits for a datagram that must not arrive.
     const SILENCE: Duration = Duration::from_millis(300);
 
     fn loopback() -> SocketAddr {
-        LOOPBACK.parse().expect("addr")
+        "127.0.0.1:0".parse().expect("addr")
     }
 
-    /// A UDP echo server standing in for a probe responder.
-    async fn udp_echo(shutdown: CancellationToken) -> SocketAddr {
-        let socket = UdpSocket::bind(loopback()).await.expect("bind echo");
-        let addr = socket.local_addr().expect("addr");
-        tokio::spawn(async move {
-            let mut buf = [0u8; 2048];
-            loop {
-                tokio::select! {
-                    () = shutdown.cancelled() => return,
-                    Ok((n, from)) = socket.recv_from(&mut buf) => {
-                        let _ = socket.send_to(&buf[..n], from).await;
-                    }
-                }
-            }
-        });
-        addr
-    }
-
-    struct UdpSetup {
+    /// Two node ends joined by a cable proxy; end `b` answers every probe
+    /// as a responder would.
+    struct Cable {
         faults: Arc<Faults>,
-        client: UdpSocket,
-        proxy: SocketAddr,
+        end_a: UdpSocket,
         shutdown: CancellationToken,
         task: tokio::task::JoinHandle<()>,
     }
 
-    async fn udp_setup(seed: u64) -> UdpSetup {
+    async fn cable(seed: u64) -> Cable {
         let shutdown = CancellationToken::new();
-        let echo = udp_echo(shutdown.clone()).await;
+        let end_a = UdpSocket::bind(loopback()).await.expect("bind a");
+        let end_b = UdpSocket::bind(loopback()).await.expect("bind b");
+        let proxy = CableProxy::bind(CableProxyPlan {
+            a: CableSide {
+                node: 0,
+                listen: loopback(),
+                end: end_a.local_addr().expect("addr"),
+            },
+            b: CableSide {
+                node: 1,
+                listen: loopback(),
+                end: end_b.local_addr().expect("addr"),
+            },
+        })
+        .await
+        .expect("bind proxy");
+        let (side_a, side_b) = proxy.local_addrs().expect("addrs");
+        end_a.connect(side_a).await.expect("connect a");
+        end_b.connect(side_b).await.expect("connect b");
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            let mut buf = [0u8; 2048];
+            loop {
+                let len = tokio::select! {
+                    () = stop.cancelled() => return,
+                    r = end_b.recv(&mut buf) => match r { Ok(n) => n, Err(_) => continue },
+                };
+                let Ok(request) = packet::decode(&buf[..len]) else {
+                    continue;
+                };
+                let reply = Header {
+                    kind: Kind::Reply,
+                    ..request
+                };
+                let mut out = [0u8; 2048];
+                if let Ok(datagram) = packet::encode(&reply, len, &mut out) {
+                    let _ = end_b.send(datagram).await;
+                }
+            }
+        });
         let faults = Arc::new(Faults::with_seed(seed));
-        let proxy = UdpProxy::bind(loopback(), echo, (0, 1))
-            .await
-            .expect("bind proxy");
-        let proxy_addr = proxy.local_addr().expect("addr");
         let task = tokio::spawn(proxy.run(faults.clone(), shutdown.clone()));
-        let client = UdpSocket::bind(loopback()).await.expect("client");
-        UdpSetup {
+        Cable {
             faults,
-            client,
-            proxy: proxy_addr,
+            end_a,
             shutdown,
             task,
         }
     }
 
-    impl UdpSetup {
-        /// Sends `payload` and waits up to `wait` for its echo.
-        async fn round_trip(&self, payload: &[u8], wait: Duration) -> Option<Vec<u8>> {
-            self.client
-                .send_to(payload, self.proxy)
-                .await
-                .expect("send");
-            let mut buf = [0u8; 2048];
-            match tokio::time::timeout(wait, self.client.recv_from(&mut buf)).await {
-                Ok(Ok((n, from))) => {
-                    assert_eq!(from, self.proxy, "replies come from the proxy address");
-                    Some(buf[..n].to_vec())
+    impl Cable {
+        /// Sends probe `seq` from end a and waits up to `wait` for its reply.
+        async fn round_trip(&self, seq: u64, wait: Duration) -> Option<u64> {
+            let mut buf = [0u8; 64];
+            let probe = packet::encode(&Header::request(ProbeClass::Small, seq), 64, &mut buf)
+                .expect("encodes");
+            self.end_a.send(probe).await.expect("send");
+            let mut reply = [0u8; 2048];
+            loop {
+                match tokio::time::timeout(wait, self.end_a.recv(&mut reply)).await {
+                    Ok(Ok(n)) => {
+                        let h = packet::decode(&reply[..n]).expect("a probe reply");
+                        assert_eq!(h.kind, Kind::Reply);
+                        if h.seq == seq {
+                            return Some(h.seq);
+                        }
+                    }
+                    _ => return None,
                 }
-                _ => None,
             }
         }
 
@@ -412,119 +365,101 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn udp_proxy_relays_a_round_trip() {
-        let setup = udp_setup(1).await;
-        assert_eq!(
-            setup.round_trip(b"probe-1", WAIT).await.as_deref(),
-            Some(&b"probe-1"[..])
-        );
-        assert_eq!(
-            setup.round_trip(b"probe-2", WAIT).await.as_deref(),
-            Some(&b"probe-2"[..])
-        );
-        setup.stop().await;
+    async fn a_cable_relays_round_trips_between_the_two_ends() {
+        let cable = cable(1).await;
+        assert_eq!(cable.round_trip(1, WAIT).await, Some(1));
+        assert_eq!(cable.round_trip(2, WAIT).await, Some(2));
+        cable.stop().await;
     }
 
     #[tokio::test]
-    async fn udp_proxy_serves_more_senders_than_it_remembers() {
-        let setup = udp_setup(1).await;
-        assert!(setup.round_trip(b"first", WAIT).await.is_some());
-        for i in 0..u8::try_from(MAX_UDP_CLIENTS + 4).expect("small") {
-            let other = UdpSocket::bind(loopback()).await.expect("bind");
-            other.send_to(&[i], setup.proxy).await.expect("send");
-            let mut buf = [0u8; 8];
-            let (n, _) = tokio::time::timeout(WAIT, other.recv_from(&mut buf))
-                .await
-                .expect("reply")
-                .expect("recv");
-            assert_eq!(&buf[..n], &[i]);
+    async fn a_cut_cable_drops_everything_and_relays_after_heal() {
+        let cable = cable(1).await;
+        cable.faults.update_link(1, 0, |f| f.cut = true);
+        for seq in 0..5 {
+            assert_eq!(cable.round_trip(seq, SILENCE).await, None);
         }
-        // The first sender was forgotten and is mapped again.
-        assert!(setup.round_trip(b"again", WAIT).await.is_some());
-        setup.stop().await;
+        cable.faults.update_link(0, 1, |f| f.cut = false);
+        assert_eq!(cable.round_trip(99, WAIT).await, Some(99));
+        cable.stop().await;
     }
 
     #[tokio::test]
-    async fn udp_proxy_drops_everything_when_cut_and_relays_after_heal() {
-        let setup = udp_setup(1).await;
-        setup.faults.update_link(1, 0, |f| f.cut = true);
-        for i in 0..5u8 {
-            assert_eq!(setup.round_trip(&[i], SILENCE).await, None);
-        }
-        setup.faults.update_link(0, 1, |f| f.cut = false);
-        assert_eq!(
-            setup.round_trip(b"healed", WAIT).await.as_deref(),
-            Some(&b"healed"[..])
-        );
-        setup.stop().await;
-    }
-
-    #[tokio::test]
-    async fn udp_proxy_drops_about_the_lossy_share() {
-        let setup = udp_setup(7).await;
-        setup.faults.update_link(0, 1, |f| f.loss_percent = 30);
-        let sent = 400;
-        let mut received = 0;
-        let mut buf = [0u8; 64];
-        // Small bursts, drained before the next, so no socket buffer on the
-        // way can overflow and add losses of its own.
-        for burst in 0..sent / 20 {
-            for i in 0..20u16 {
-                let seq = (burst * 20 + i).to_be_bytes();
-                setup.client.send_to(&seq, setup.proxy).await.expect("send");
-            }
-            while let Ok(Ok(_)) =
-                tokio::time::timeout(Duration::from_millis(100), setup.client.recv_from(&mut buf))
-                    .await
-            {
-                received += 1;
+    async fn a_lossy_cable_loses_about_the_asked_share_of_probes() {
+        let cable = cable(7).await;
+        cable.faults.update_link(0, 1, |f| f.loss_percent = 30);
+        let sent = 200;
+        let mut answered = 0;
+        for seq in 0..sent {
+            if cable.round_trip(seq, Duration::from_millis(100)).await.is_some() {
+                answered += 1;
             }
         }
-        let lost = sent - received;
-        assert!((80..=160).contains(&lost), "lost {lost} of {sent}");
-        setup.stop().await;
+        // Probes are lost, replies are not: 30 % of round trips, not 51 %.
+        let lost = sent - answered;
+        assert!((35..=85).contains(&lost), "lost {lost} of {sent}");
+        cable.stop().await;
     }
 
     #[tokio::test]
-    async fn udp_proxy_adds_at_least_the_delay_when_slow() {
-        let setup = udp_setup(1).await;
+    async fn a_slow_cable_adds_its_delay_once_per_round_trip() {
+        let cable = cable(1).await;
         let delay = Duration::from_millis(150);
-        setup.faults.update_link(0, 1, |f| f.delay = delay);
-        for _ in 0..3 {
+        cable.faults.update_link(0, 1, |f| f.delay = delay);
+        for seq in 0..3 {
             let started = std::time::Instant::now();
-            assert!(setup.round_trip(b"slow", WAIT).await.is_some());
-            assert!(started.elapsed() >= delay, "{:?}", started.elapsed());
+            assert!(cable.round_trip(seq, WAIT).await.is_some());
+            let took = started.elapsed();
+            assert!(took >= delay, "{took:?}");
         }
-        setup.faults.update_link(0, 1, |f| f.delay = Duration::ZERO);
-        assert!(setup.round_trip(b"fast", WAIT).await.is_some());
-        setup.stop().await;
+        cable.faults.update_link(0, 1, |f| f.delay = Duration::ZERO);
+        assert!(cable.round_trip(9, WAIT).await.is_some());
+        cable.stop().await;
     }
 
     #[tokio::test]
-    async fn udp_proxy_bounds_the_delayed_datagrams() {
-        let setup = udp_setup(1).await;
-        setup
+    async fn a_slow_cable_bounds_the_datagrams_it_holds() {
+        let cable = cable(1).await;
+        cable
             .faults
             .update_link(0, 1, |f| f.delay = Duration::from_millis(500));
         let burst = MAX_IN_FLIGHT + 100;
-        for i in 0..burst {
-            let seq = u32::try_from(i).expect("small").to_be_bytes();
-            setup.client.send_to(&seq, setup.proxy).await.expect("send");
-            if i % 50 == 49 {
+        let mut buf = [0u8; 64];
+        for seq in 0..burst {
+            let seq = u64::try_from(seq).expect("small");
+            let probe = packet::encode(&Header::request(ProbeClass::Small, seq), 64, &mut buf)
+                .expect("encodes");
+            cable.end_a.send(probe).await.expect("send");
+            if seq % 50 == 49 {
                 // Lets the proxy keep up, so the kernel buffer drops nothing.
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         }
         let mut received = 0;
-        let mut buf = [0u8; 64];
+        let mut reply = [0u8; 2048];
         while let Ok(Ok(_)) =
-            tokio::time::timeout(Duration::from_secs(2), setup.client.recv_from(&mut buf)).await
+            tokio::time::timeout(Duration::from_secs(2), cable.end_a.recv(&mut reply)).await
         {
             received += 1;
         }
         assert!(received <= MAX_IN_FLIGHT + 1, "received {received}");
         assert!(received > 0);
-        setup.stop().await;
+        cable.stop().await;
+    }
+
+    #[tokio::test]
+    async fn a_stranger_is_not_relayed() {
+        let cable = cable(1).await;
+        let side_a = cable.end_a.peer_addr().expect("side a");
+        let stranger = UdpSocket::bind(loopback()).await.expect("bind");
+        let mut buf = [0u8; 64];
+        let probe =
+            packet::encode(&Header::request(ProbeClass::Small, 5), 64, &mut buf).expect("encodes");
+        stranger.send_to(probe, side_a).await.expect("send");
+        let mut reply = [0u8; 64];
+        let heard = tokio::time::timeout(SILENCE, stranger.recv(&mut reply)).await;
+        assert!(heard.is_err(), "the cable relayed a stranger's datagram");
+        cable.stop().await;
     }
 
     async fn tcp_echo(shutdown: CancellationToken) -> SocketAddr {
@@ -559,33 +494,42 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn tcp_proxy_relays_and_partitions() {
+    async fn tcp_proxy(gate: Gate) -> (Arc<Faults>, SocketAddr, CancellationToken) {
         let shutdown = CancellationToken::new();
         let upstream = tcp_echo(shutdown.clone()).await;
         let faults = Arc::new(Faults::with_seed(1));
-        let proxy = TcpProxy::bind(loopback(), upstream, (0, 1))
-            .await
-            .expect("bind");
+        let proxy = TcpProxy::bind(TcpProxyPlan {
+            gate,
+            listen: loopback(),
+            upstream,
+        })
+        .await
+        .expect("bind");
         let addr = proxy.local_addr().expect("addr");
-        let task = tokio::spawn(proxy.run(faults.clone(), shutdown.clone()));
+        tokio::spawn(proxy.run(faults.clone(), shutdown.clone()));
+        (faults, addr, shutdown)
+    }
 
-        let mut open = TcpStream::connect(addr).await.expect("connect");
-        assert_eq!(
-            echo(&mut open, b"hello").await.as_deref(),
-            Some(&b"hello"[..])
-        );
-
-        faults.partition(&[vec![0], vec![1, 2]]);
+    async fn closed(stream: &mut TcpStream) -> bool {
         let mut buf = [0u8; 8];
-        let read = tokio::time::timeout(WAIT, open.read(&mut buf))
+        let read = tokio::time::timeout(WAIT, stream.read(&mut buf))
             .await
             .expect("the open connection is closed");
-        assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+        matches!(read, Ok(0) | Err(_))
+    }
 
-        let mut refused = TcpStream::connect(addr)
-            .await
-            .expect("accepted, then closed");
+    #[tokio::test]
+    async fn the_management_relay_follows_partitions() {
+        let (faults, addr, shutdown) = tcp_proxy(Gate::Management { from: 0, to: 1 }).await;
+        let mut open = TcpStream::connect(addr).await.expect("connect");
+        assert_eq!(echo(&mut open, b"hello").await.as_deref(), Some(&b"hello"[..]));
+
+        faults.update_link(0, 1, |f| f.cut = true);
+        assert!(echo(&mut open, b"cable").await.is_some(), "a cut leaves it alone");
+
+        faults.partition(&[vec![0], vec![1, 2]]);
+        assert!(closed(&mut open).await);
+        let mut refused = TcpStream::connect(addr).await.expect("accepted, then closed");
         assert_eq!(echo(&mut refused, b"again").await, None);
 
         // A partition that leaves the pair on the same side lets it through.
@@ -596,15 +540,24 @@ mod tests {
         faults.partition(&[vec![1], vec![0]]);
         faults.heal_all();
         let mut healed = TcpStream::connect(addr).await.expect("connect");
-        assert_eq!(
-            echo(&mut healed, b"healed").await.as_deref(),
-            Some(&b"healed"[..])
-        );
-
+        assert_eq!(echo(&mut healed, b"healed").await.as_deref(), Some(&b"healed"[..]));
         shutdown.cancel();
-        tokio::time::timeout(WAIT, task)
-            .await
-            .expect("proxy stops")
-            .expect("proxy task");
+    }
+
+    #[tokio::test]
+    async fn the_cable_relay_follows_cuts() {
+        let (faults, addr, shutdown) = tcp_proxy(Gate::Cable { a: 0, b: 1 }).await;
+        let mut open = TcpStream::connect(addr).await.expect("connect");
+        assert!(echo(&mut open, b"over the cable").await.is_some());
+        faults.partition(&[vec![0], vec![1]]);
+        assert!(echo(&mut open, b"still").await.is_some(), "a partition leaves it alone");
+        faults.update_link(1, 0, |f| f.cut = true);
+        assert!(closed(&mut open).await);
+        let mut refused = TcpStream::connect(addr).await.expect("accepted, then closed");
+        assert_eq!(echo(&mut refused, b"cut").await, None);
+        faults.update_link(0, 1, |f| f.cut = false);
+        let mut healed = TcpStream::connect(addr).await.expect("connect");
+        assert!(echo(&mut healed, b"healed").await.is_some());
+        shutdown.cancel();
     }
 }

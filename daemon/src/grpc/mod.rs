@@ -9,46 +9,55 @@ mod topology;
 use meshd_proto::wire::mesh_server::MeshServer;
 use meshd_proto::wire::peer_server::PeerServer;
 use meshd_proto::wire::topology_server::TopologyServer;
+use std::time::Duration;
+
 use meshd_proto::{FILE_DESCRIPTOR_SET, service_names};
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
+use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tokio_util::sync::CancellationToken;
+use tonic::transport::Server;
 
 pub use mesh::MeshService;
 pub use peer::PeerService;
 pub use topology::TopologyService;
 
 use crate::node::{ServeError, StartError};
+use crate::transport::tls::Accepted;
 
-/// The meshd.v1 services this node serves.
-#[derive(Debug)]
-pub struct Services {
+/// The read-only meshd.v1 services, served on every listener but the
+/// cables'.
+#[derive(Debug, Clone)]
+pub struct ReadOnly {
     pub mesh: MeshService,
-    pub peer: PeerService,
     pub topology: TopologyService,
 }
 
-/// Serves the meshd.v1 services, health and reflection on `listener` until
-/// `shutdown`.
-pub fn serve(
-    listener: TcpListener,
-    services: Services,
-    shutdown: CancellationToken,
-) -> Result<impl Future<Output = Result<(), ServeError>>, StartError> {
-    let (health, health_service) = tonic_health::server::health_reporter();
-    let advertised = [
-        service_names::MESH,
-        service_names::PEER,
-        service_names::TOPOLOGY,
-        "grpc.health.v1.Health",
-        "grpc.reflection.v1.ServerReflection",
-        "grpc.reflection.v1alpha.ServerReflection",
-    ];
+/// HTTP/2 limits of every listener: a bounded number of streams per
+/// connection, and pings so a peer that vanished is noticed.
+fn server() -> Server {
+    Server::builder()
+        .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION))
+        .http2_keepalive_interval(Some(KEEPALIVE))
+        .http2_keepalive_timeout(Some(KEEPALIVE))
+        .tcp_nodelay(true)
+}
+
+/// HTTP/2 streams one connection may hold open; a peer needs one per path.
+const MAX_STREAMS_PER_CONNECTION: u32 = 32;
+
+/// HTTP/2 pings on a quiet connection.
+const KEEPALIVE: Duration = Duration::from_secs(10);
+
+/// A reflection builder that can describe every advertised service.
+fn reflection(
+    advertised: &[&'static str],
+) -> impl Fn() -> tonic_reflection::server::Builder<'static> {
+    let advertised = advertised.to_vec();
     // Every advertised service must be describable: clients that load all of
     // them (grpc_requests, grpcui) stop at the first NOT_FOUND. Each `build_*`
     // adds only its own reflection version's file, and both versions are
     // advertised by both, so both files are registered here.
-    let reflection = || {
+    let builder = move || {
         advertised.iter().fold(
             tonic_reflection::server::Builder::configure()
                 .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
@@ -60,24 +69,39 @@ pub fn serve(
             |builder, name| builder.with_service_name(*name),
         )
     };
+    builder
+}
+
+const READ_ONLY: [&str; 2] = [service_names::MESH, service_names::TOPOLOGY];
+const STANDARD: [&str; 3] = [
+    "grpc.health.v1.Health",
+    "grpc.reflection.v1.ServerReflection",
+    "grpc.reflection.v1alpha.ServerReflection",
+];
+
+/// Serves the read-only services (status, events, hostfiles), health and
+/// reflection on `listener` (loopback, no certificate) until `shutdown`.
+pub fn serve_local(
+    listener: TcpListener,
+    services: ReadOnly,
+    shutdown: CancellationToken,
+) -> Result<impl Future<Output = Result<(), ServeError>>, StartError> {
+    let advertised: Vec<&'static str> = READ_ONLY.iter().chain(&STANDARD).copied().collect();
+    let reflection = reflection(&advertised);
     let reflection_v1 = reflection().build_v1()?;
     let reflection_v1alpha = reflection().build_v1alpha()?;
+    let (health, health_service) = tonic_health::server::health_reporter();
     Ok(async move {
-        for name in [
-            service_names::MESH,
-            service_names::PEER,
-            service_names::TOPOLOGY,
-        ] {
+        for name in READ_ONLY {
             health
                 .set_service_status(name, tonic_health::ServingStatus::Serving)
                 .await;
         }
-        tonic::transport::Server::builder()
+        server()
             .add_service(health_service)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
             .add_service(MeshServer::new(services.mesh))
-            .add_service(PeerServer::new(services.peer))
             .add_service(TopologyServer::new(services.topology))
             .serve_with_incoming_shutdown(
                 TcpListenerStream::new(listener),
@@ -86,4 +110,61 @@ pub fn serve(
             .await?;
         Ok(())
     })
+}
+
+/// Serves everything, the peers' report streams included, on the mesh
+/// listener (mutual TLS) until `shutdown`.
+pub fn serve_mesh(
+    incoming: ReceiverStream<std::io::Result<Accepted>>,
+    services: ReadOnly,
+    peer: PeerService,
+    shutdown: CancellationToken,
+) -> Result<impl Future<Output = Result<(), ServeError>>, StartError> {
+    let advertised: Vec<&'static str> = READ_ONLY
+        .iter()
+        .chain(&[service_names::PEER])
+        .chain(&STANDARD)
+        .copied()
+        .collect();
+    let reflection = reflection(&advertised);
+    let reflection_v1 = reflection().build_v1()?;
+    let reflection_v1alpha = reflection().build_v1alpha()?;
+    let (health, health_service) = tonic_health::server::health_reporter();
+    Ok(async move {
+        for name in READ_ONLY.iter().chain(&[service_names::PEER]) {
+            health
+                .set_service_status(*name, tonic_health::ServingStatus::Serving)
+                .await;
+        }
+        server()
+            .add_service(health_service)
+            .add_service(reflection_v1)
+            .add_service(reflection_v1alpha)
+            .add_service(MeshServer::new(services.mesh))
+            .add_service(TopologyServer::new(services.topology))
+            .add_service(peer_server(peer))
+            .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())
+            .await?;
+        Ok(())
+    })
+}
+
+/// Serves only the peers' report streams on one cable's address (mutual
+/// TLS) until `shutdown`.
+pub async fn serve_cable(
+    incoming: ReceiverStream<std::io::Result<Accepted>>,
+    peer: PeerService,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError> {
+    server()
+        .add_service(peer_server(peer))
+        .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())
+        .await?;
+    Ok(())
+}
+
+fn peer_server(peer: PeerService) -> PeerServer<PeerService> {
+    PeerServer::new(peer)
+        .max_decoding_message_size(peer::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(peer::MAX_MESSAGE_BYTES)
 }

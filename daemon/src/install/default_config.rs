@@ -4,11 +4,14 @@
 
 use meshd_proto::domain::NodeId;
 
-use crate::config::{DEFAULT_LISTEN_GRPC, DEFAULT_LISTEN_METRICS, DEFAULT_PROBE_PORT};
+use crate::config::{
+    DEFAULT_GRPC_PORT, DEFAULT_LISTEN_GRPC, DEFAULT_LISTEN_METRICS, DEFAULT_PROBE_PORT,
+};
 
 /// The text of the default config for node `id`, read from `path`.
 pub fn text(id: &NodeId, path: &str) -> String {
-    let id = toml::Value::String(id.as_str().to_owned());
+    let id_text = id.as_str();
+    let id = toml::Value::String(id_text.to_owned());
     format!(
         r#"# meshd configuration, written by `meshd install` (which never overwrites it).
 #
@@ -27,17 +30,26 @@ pub fn text(id: &NodeId, path: &str) -> String {
 id = {id}
 
 [listen]
-# gRPC for peers and meshctl.
+# gRPC for meshctl on this node: read-only, no certificate.
 grpc = "{grpc}"
 # HTTP: the mesh page at /, /metrics (Prometheus) and /healthz.
 metrics = "{metrics}"
+# With peers: this node on the management network, for its peers (mutual TLS).
+# mesh = "10.0.0.1:{grpc_port}"
+
+# With peers: the mesh's certificates, from `meshctl certs init` (once per
+# mesh) and `meshctl certs issue <node>`; relative to this file's directory.
+# [tls]
+# ca = "tls/ca.pem"
+# cert = "tls/{file_id}.pem"
+# key = "tls/{file_id}-key.pem"
 
 [probe]
 # UDP port of the probe responder on every cable address (same on all nodes).
 port = {probe_port}
 
-# One block per other node of the mesh: its id and its gRPC address on the
-# management network (not on a Thunderbolt cable).
+# One block per other node of the mesh: its id and its listen.mesh address on
+# the management network (not on a Thunderbolt cable).
 # [[peers]]
 # id = "studio-2"
 # address = "10.0.0.2:7420"
@@ -55,6 +67,8 @@ port = {probe_port}
 # alertmanagers = ["http://10.0.0.1:9093"]
 "#,
         grpc = DEFAULT_LISTEN_GRPC,
+        grpc_port = DEFAULT_GRPC_PORT,
+        file_id = id_text,
         metrics = DEFAULT_LISTEN_METRICS,
         probe_port = DEFAULT_PROBE_PORT,
     )

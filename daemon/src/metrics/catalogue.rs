@@ -115,11 +115,17 @@ metrics! {
     PROBE_RESPONDER_DATAGRAMS_TOTAL: "meshd_probe_responder_datagrams_total", Counter, ["address", "outcome"], None,
         "Datagrams the probe responder on `address` (this node's end of a cable) handled, by `outcome`: answered, invalid (not a probe request), rate_limited, send_error, recv_error.";
     PEER_REPORT_AGE_SECONDS: "meshd_peer_report_age_seconds", Gauge, ["peer"], Some(Unit::Seconds),
-        "Age of the latest accepted report of `peer`, on this node's clock.";
+        "Time since the last message of `peer` on any path, on this node's monotonic clock.";
+    PEER_PATH_UP: "meshd_peer_path_up", Gauge, ["peer", "path"], None,
+        "1 while `peer`'s report stream on `path` (management, or this end of a cable) is open and spoke within report.stale_after, 0 otherwise.";
+    PEER_CLOCK_OFFSET_SECONDS: "meshd_peer_clock_offset_seconds", Gauge, ["peer"], Some(Unit::Seconds),
+        "`peer`'s clock minus this node's, measured NTP-style from the report streams; shown and alarmed on (clock_skew), never used in a verdict.";
+    INSECURE: "meshd_insecure", Gauge, [], None,
+        "1 when this node runs its mesh without TLS (tls.insecure): reports between nodes can be forged.";
     REPORTS_REJECTED_TOTAL: "meshd_reports_rejected_total", Counter, ["reason"], None,
-        "Peer reports this node refused, by `reason` (unknown_node, replayed, old_incarnation, stale, malformed).";
+        "Peer streams and updates this node refused, by `reason` (unknown_node, replayed, old_incarnation, malformed, not_authenticated, over_limit, incarnation_ahead).";
     REPORTS_SENT_TOTAL: "meshd_reports_sent_total", Counter, ["peer", "outcome"], None,
-        "Reports this node pushed to `peer`, by `outcome` (accepted, rejected, failed).";
+        "Report streams this node opened to `peer` (outcome accepted), updates the peer refused (rejected), and streams that broke or could not open (failed).";
     NODE_CPU_BUSY_RATIO: "meshd_node_cpu_busy_ratio", Gauge, [], Some(Unit::Ratio),
         "Busy share (0-1) of all CPU cores of this node.";
     ALERTS_FIRING: "meshd_alerts_firing", Gauge, [], None,

@@ -112,12 +112,19 @@ impl MeshSeries {
         out.family(&c::LINKS_OBSERVED)
             .sample(&[], count(published.links_observed));
         let mut family = out.family(&c::PEER_REPORT_AGE_SECONDS);
-        for (peer, received) in &published.peer_reports {
-            let age = status
-                .evaluated_at
-                .duration_since(received.at)
-                .unwrap_or_default();
+        for (peer, view) in &published.peers {
+            let age = published.at.saturating_duration_since(view.received_at);
             family.sample(&[peer.as_str()], age.as_secs_f64());
+        }
+        let mut family = out.family(&c::PEER_PATH_UP);
+        for (peer, path, up) in &published.paths {
+            family.sample(&[peer.as_str(), path], flag(*up));
+        }
+        let mut family = out.family(&c::PEER_CLOCK_OFFSET_SECONDS);
+        for offset in &published.clock_offsets {
+            #[allow(clippy::cast_precision_loss)]
+            let seconds = offset.offset_ns as f64 / 1e9;
+            family.sample(&[offset.peer.as_str()], seconds);
         }
         let mut family = out.family(&c::REPORTS_REJECTED_TOTAL);
         for reason in RejectReason::ALL {
@@ -125,7 +132,7 @@ impl MeshSeries {
             family.sample(&[reason.as_str()], as_f64(total));
         }
         out.family(&c::NODE_CPU_BUSY_RATIO)
-            .sample(&[], published.report.load.cpu_busy_ratio);
+            .sample(&[], published.load.cpu_busy_ratio);
         let mut family = out.family(&c::EVENTS_TOTAL);
         for (kind, total) in &published.events {
             family.sample(&[kind.as_str()], as_f64(*total));

@@ -41,6 +41,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 #[derive(Debug)]
 pub struct Metrics {
     build: [String; 4],
+    insecure: std::sync::atomic::AtomicBool,
     mesh: MeshSeries,
     pub delivery: DeliverySeries,
     pub watchers: WatcherSeries,
@@ -56,11 +57,18 @@ impl Metrics {
                 std::env::consts::OS.to_owned(),
                 std::env::consts::ARCH.to_owned(),
             ],
+            insecure: std::sync::atomic::AtomicBool::new(false),
             mesh: MeshSeries::default(),
             delivery: DeliverySeries::default(),
             watchers: WatcherSeries::default(),
             probes: ProbeSeries::default(),
         }
+    }
+
+    /// Whether the mesh runs without TLS.
+    pub fn set_insecure(&self, insecure: bool) {
+        self.insecure
+            .store(insecure, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The Prometheus text exposition of every series, with the verdict and
@@ -70,8 +78,12 @@ impl Metrics {
         let mut out = Exposition::new();
         let build: Vec<&str> = self.build.iter().map(String::as_str).collect();
         out.family(&catalogue::BUILD_INFO).sample(&build, 1.0);
+        out.family(&catalogue::INSECURE).sample(
+            &[],
+            exposition::flag(self.insecure.load(std::sync::atomic::Ordering::Relaxed)),
+        );
         self.mesh.write(&mut out, published, now);
-        links::write(&mut out, &published.report.links);
+        links::write(&mut out, &published.links);
         self.probes.write(&mut out);
         self.delivery.write(&mut out);
         self.watchers.write(&mut out, now);
@@ -82,7 +94,6 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
-    use std::sync::Arc;
     use std::time::Duration;
 
     use meshd_proto::domain::{
@@ -91,7 +102,6 @@ mod tests {
     };
 
     use super::*;
-    use crate::aggregator::ReportBody;
 
     fn identity() -> NodeIdentity {
         NodeIdentity {
@@ -166,10 +176,7 @@ mod tests {
             lateness: Duration::ZERO,
         };
         let published = Published {
-            report: Arc::new(ReportBody {
-                links: vec![observation],
-                ..ReportBody::default()
-            }),
+            links: vec![observation],
             ..Published::placeholder(&identity())
         };
         // Rendered twice: a total read twice is still the total.

@@ -134,7 +134,7 @@ fn initial_seq() -> u64 {
         .unwrap_or(1)
 }
 
-async fn bind(spec: &ProbedLink) -> Result<(UdpSocket, SocketAddr, SocketAddr), ProbeError> {
+pub(super) async fn bind(spec: &ProbedLink) -> Result<(UdpSocket, SocketAddr, SocketAddr), ProbeError> {
     let (local, peer_addr) = spec.addresses()?;
     let socket = UdpSocket::bind(local)
         .await

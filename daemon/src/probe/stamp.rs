@@ -15,7 +15,6 @@ use std::time::{Duration, Instant, SystemTime};
 use nix::sys::socket::{
     ControlMessageOwned, MsgFlags, SockaddrStorage, recvmsg, setsockopt, sockopt,
 };
-use tokio::io::Interest;
 use tokio::net::UdpSocket;
 
 /// A kernel stamp older than this when read is not trusted: a probe waits in
@@ -43,13 +42,6 @@ pub fn enable(socket: &UdpSocket) -> io::Result<()> {
     #[cfg(not(target_os = "linux"))]
     let option = sockopt::ReceiveTimestamp;
     setsockopt(socket, option, &true).map_err(io::Error::from)
-}
-
-/// Receives one datagram into `buf`, waiting until one is there.
-pub async fn recv_from(socket: &UdpSocket, buf: &mut [u8]) -> io::Result<Received> {
-    socket
-        .async_io(Interest::READABLE, || try_recv_from(socket, buf))
-        .await
 }
 
 pub fn try_recv_from(socket: &UdpSocket, buf: &mut [u8]) -> io::Result<Received> {
@@ -149,7 +141,8 @@ mod tests {
             let sent_at = Instant::now();
             tx.send_to(b"probe", to).await.expect("send");
             tokio::time::sleep(unread).await;
-            let got = recv_from(&rx, &mut buf).await.expect("receive");
+            rx.readable().await.expect("readable");
+            let got = try_recv_from(&rx, &mut buf).expect("receive");
             let read_at = Instant::now();
             assert_eq!(got.len, 5);
             assert_eq!(&buf[..5], b"probe");

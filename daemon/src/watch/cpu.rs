@@ -6,6 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use meshd_model::time::Moment;
 use meshd_proto::domain::{Alarm, NodeId};
 use sysinfo::{
     CpuRefreshKind, ProcessRefreshKind, ProcessesToUpdate, RefreshKind, System, UpdateKind,
@@ -28,7 +29,7 @@ const TRUNCATED_NAME_LEN: usize = 15;
 /// One sample and when it was taken.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sampled {
-    pub at: SystemTime,
+    pub at: Moment,
     pub sample: CpuSample,
 }
 
@@ -200,7 +201,10 @@ pub fn spawn(
                 }
             };
             let Some(sample) = sample else { continue };
-            let at = SystemTime::now();
+            let at = Moment {
+                now: std::time::Instant::now(),
+                wall: SystemTime::now(),
+            };
             metrics.watchers.record_process_cpu(&reduce_for_metrics(
                 &sample.processes,
                 config.top,

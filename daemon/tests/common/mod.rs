@@ -115,6 +115,18 @@ pub async fn status(addr: SocketAddr) -> MeshStatus {
     MeshStatus::try_from(reply).expect("well-formed status")
 }
 
+/// A directory no other demo uses, for one demo's certificates (the demo
+/// removes what it wrote when it stops).
+pub fn demo_certs(base: u16) -> std::path::PathBuf {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    std::env::temp_dir().join(format!(
+        "meshd-test-certs-{}-{base}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ))
+}
+
 /// A started demo of `nodes` nodes and its plan.
 pub async fn start_demo(nodes: usize) -> (Demo, Plan) {
     start_demo_with(nodes, |_| {}).await
@@ -125,7 +137,7 @@ pub async fn start_demo(nodes: usize) -> (Demo, Plan) {
 pub async fn start_demo_with(nodes: usize, adjust: impl Fn(&mut Plan)) -> (Demo, Plan) {
     let mut last = None;
     for base in bases() {
-        let mut plan = Plan::new(nodes, base).expect("plan");
+        let mut plan = Plan::new(nodes, base, &demo_certs(base)).expect("plan");
         adjust(&mut plan);
         match Demo::start(plan.clone(), HOSTNAME).await {
             Ok(demo) => return (demo, plan),

@@ -1,0 +1,123 @@
+//! The report streams' way in over each cable: a listener on this end's
+//! address and port (TCP, beside the UDP probe socket on the same number)
+//! that serves only `meshd.v1.Peer`, with mutual TLS. Listeners follow the
+//! config; one whose address is not up yet (a port without its address at
+//! boot) is retried.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use meshd_model::peers::Path;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use super::tls::{MeshTls, incoming};
+use crate::config::Config;
+use crate::grpc::{PeerService, serve_cable};
+
+/// How long to wait before trying to bind a cable's listener again.
+const RETRY_AFTER: Duration = Duration::from_secs(5);
+
+/// One cable's listener: where, and how its streams are labelled.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct CableEnd {
+    pub addr: SocketAddr,
+    /// This end of the cable: its interface, or its address.
+    pub label: String,
+}
+
+impl CableEnd {
+    /// Every cable of `config`, as this end sees it.
+    pub fn all(config: &Config) -> Vec<CableEnd> {
+        config
+            .links
+            .iter()
+            .map(|link| CableEnd {
+                addr: link.local_probe_addr(&config.probe),
+                label: label(link.local_iface.as_deref(), link.local_address),
+            })
+            .collect()
+    }
+}
+
+/// How a cable is named in paths: its interface, else its address.
+pub fn label(iface: Option<&str>, address: std::net::IpAddr) -> String {
+    iface.map_or_else(|| address.to_string(), str::to_owned)
+}
+
+/// The running cable listeners.
+#[derive(Debug)]
+pub struct CableListeners {
+    tls: Option<MeshTls>,
+    /// Each cable's `Peer` service is this one on the cable's path.
+    service: PeerService,
+    shutdown: CancellationToken,
+    running: BTreeMap<CableEnd, CancellationToken>,
+}
+
+impl CableListeners {
+    pub fn new(
+        tls: Option<MeshTls>,
+        service: PeerService,
+        shutdown: CancellationToken,
+    ) -> Self {
+        Self {
+            tls,
+            service,
+            shutdown,
+            running: BTreeMap::new(),
+        }
+    }
+
+    /// Listens on each of `ends`: unchanged ones keep their listener.
+    pub fn follow(&mut self, ends: Vec<CableEnd>) {
+        self.running.retain(|end, stop| {
+            let keep = ends.contains(end);
+            if !keep {
+                stop.cancel();
+            }
+            keep
+        });
+        for end in ends {
+            if self.running.contains_key(&end) {
+                continue;
+            }
+            let stop = self.shutdown.child_token();
+            let tls = self.tls.as_ref().map(|t| t.server.clone());
+            let service = self.service.on(Path::Cable(end.label.clone()));
+            tokio::spawn(listen(end.clone(), tls, service, stop.clone()));
+            self.running.insert(end, stop);
+        }
+    }
+}
+
+async fn listen(
+    end: CableEnd,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    service: PeerService,
+    stop: CancellationToken,
+) {
+    let mut last_error = String::new();
+    let listener = loop {
+        match TcpListener::bind(end.addr).await {
+            Ok(listener) => break listener,
+            Err(error) => {
+                let error = error.to_string();
+                if error != last_error {
+                    tracing::warn!(addr = %end.addr, cable = %end.label, %error, "cannot listen for report streams on this cable yet; retrying every {RETRY_AFTER:?}");
+                    last_error = error;
+                }
+            }
+        }
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(RETRY_AFTER) => {}
+        }
+    };
+    let incoming = incoming(listener, tls, stop.clone());
+    if let Err(error) = serve_cable(incoming, service, stop).await {
+        tracing::warn!(addr = %end.addr, %error, "the cable's report listener stopped");
+    }
+}
