@@ -2,9 +2,11 @@
 //!
 //! Exit codes are a contract for scripts: 0 when what was asked about is
 //! healthy, 1 when something is degraded or down, 2 when the daemon could
-//! not be reached or gave an answer that makes no sense.
+//! not be reached or gave an answer that makes no sense. `meshctl certs`
+//! exits 1 when it refuses (an existing file, no CA, a bad node id).
 
 mod bundle;
+mod certs;
 mod checklist;
 mod client;
 mod doctor;
@@ -125,6 +127,40 @@ enum Command {
         #[arg(long)]
         node: Option<String>,
     },
+    /// The mesh's certificates: a CA, then one certificate per node, for
+    /// the mutual TLS between nodes. Run on an admin machine; copy ca.pem and
+    /// each node's pair to that node (the config's tls.ca, tls.cert, tls.key).
+    Certs {
+        /// The directory of the CA and the certificates.
+        #[arg(long, default_value_os_t = certs::default_dir())]
+        dir: PathBuf,
+        #[command(subcommand)]
+        action: CertsCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum CertsCommand {
+    /// Create the mesh's CA (ca.pem, and ca-key.pem which stays here).
+    /// Refuses to replace an existing one.
+    Init {
+        /// The CA's name, shown in its certificate.
+        #[arg(long, default_value = "meshd mesh CA")]
+        name: String,
+        /// Days the CA is valid.
+        #[arg(long, default_value_t = 3650)]
+        days: u32,
+    },
+    /// Issue a certificate for each node id (NODE.pem, NODE-key.pem).
+    /// Refuses to replace an existing one.
+    Issue {
+        /// Node ids, as in each node's `node.id`.
+        #[arg(required = true)]
+        nodes: Vec<String>,
+        /// Days the certificates are valid.
+        #[arg(long, default_value_t = 825)]
+        days: u32,
+    },
 }
 
 /// JACCL wants a cable between every pair of ranks; the ring only between
@@ -234,6 +270,19 @@ fn main() -> ExitCode {
             Command::Bundle { out, node } => bundle::run(&target, local_node(node)?, out)
                 .await
                 .map(|()| true),
+            Command::Certs { dir, action } => {
+                let action = match action {
+                    CertsCommand::Init { name, days } => certs::Action::Init { name, days },
+                    CertsCommand::Issue { nodes, days } => certs::Action::Issue { nodes, days },
+                };
+                Ok(match certs::run(&dir, action, std::time::SystemTime::now()) {
+                    Ok(()) => true,
+                    Err(err) => {
+                        eprintln!("meshctl certs: {err}");
+                        false
+                    }
+                })
+            }
         }
     });
     match outcome {

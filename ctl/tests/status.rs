@@ -79,8 +79,28 @@ async fn unhealthy_mesh_exits_one_and_shows_why() {
             address: "127.0.0.1:2".into(),
         },
     ];
+    // The mesh's certificates as an operator makes them.
+    let certs = tempfile::tempdir().expect("tempdir");
+    let dir = certs.path().to_str().expect("utf-8 path");
+    for args in [
+        &["certs", "--dir", dir, "init"][..],
+        &["certs", "--dir", dir, "issue", "ctl-test"][..],
+    ] {
+        let out = meshctl(args).await;
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    }
+    config.listen.mesh = Some("127.0.0.1:0".parse().expect("addr"));
+    config.tls.ca = Some(certs.path().join("ca.pem"));
+    config.tls.cert = Some(certs.path().join("ctl-test.pem"));
+    config.tls.key = Some(certs.path().join("ctl-test-key.pem"));
     let node = RunningNode::start(&config, HOSTNAME).await.expect("start");
     let addr = node.grpc_addr.to_string();
+    // The peers had `report.stale_after` to connect: now they are down.
+    let deadline = tokio::time::Instant::now() + config.report.stale_after * 4;
+    while node.state.current().alarms.is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "no alarm");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 
     let out = meshctl(&["--addr", &addr, "status"]).await;
     let stdout = text(&out.stdout);

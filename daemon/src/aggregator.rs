@@ -251,7 +251,6 @@ pub struct Aggregator {
     updates: broadcast::Sender<Arc<Encoded>>,
     event_counts: BTreeMap<EventKind, u64>,
     evaluation_times: DurationHistogram,
-    book_generation: u64,
     next_look: Instant,
     models: ModelTable,
     topology: MeshTopology,
@@ -293,7 +292,6 @@ impl Aggregator {
             updates: updates.clone(),
             event_counts: BTreeMap::new(),
             evaluation_times: DurationHistogram::new(&EVALUATION_BOUNDS),
-            book_generation: 0,
             next_look: Instant::now(),
             models: ModelTable::builtin(),
             topology: MeshTopology::default(),
@@ -328,22 +326,20 @@ impl Aggregator {
                 let waits = alarms.iter_mut().map(|rx| Box::pin(rx.changed()));
                 let _ = futures_select_all(waits).await;
             };
-            let urgent = tokio::select! {
+            tokio::select! {
                 () = shutdown.cancelled() => break,
-                () = tokio::time::sleep_until(deadline) => false,
+                () = tokio::time::sleep_until(deadline) => {}
                 changed = self.probe_snapshot.changed() => {
                     if changed.is_err() {
                         break;
                     }
-                    true
                 }
-                () = book_changed.notified() => false,
-                () = alarm_changed => false,
+                () = book_changed.notified() => {}
+                () = alarm_changed => {}
                 changed = self.feeds.facts.changed() => {
                     if changed.is_err() {
                         break;
                     }
-                    false
                 }
                 Some(reply) = self.replies.recv() => {
                     self.on_reply(reply);
@@ -355,12 +351,11 @@ impl Aggregator {
                     }
                     let config = configs.borrow_and_update().clone();
                     self.reconfigure(&config);
-                    false
                 }
-            };
+            }
             // A burst of wake-ups (many updates at once) is one look.
             tokio::time::sleep(MIN_LOOK_GAP).await;
-            self.look(urgent);
+            self.look(false);
         }
         tracing::debug!("aggregator stopped");
     }
@@ -431,16 +426,14 @@ impl Aggregator {
             now: started,
             wall: SystemTime::now(),
         };
-        let (peers, rejected, generation) = {
+        let (peers, rejected) = {
             let book = self
                 .feeds
                 .book
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            (book.views(moment.now), book.rejected().clone(), book.generation())
+            (book.views(moment.now), book.rejected().clone())
         };
-        let urgent = urgent || generation != self.book_generation;
-        self.book_generation = generation;
         let probes = self.probe_snapshot.borrow_and_update().clone();
         let facts = self.feeds.facts.borrow().clone();
         let counters = self.feeds.port_counters.borrow().clone();

@@ -177,6 +177,7 @@ impl RunningNode {
             book_changed,
             Path::Management,
             config.tls.insecure,
+            shutdown.clone(),
         );
         let mut tasks = JoinSet::new();
 

@@ -33,10 +33,25 @@ fn check_config(text: &str) -> (Option<i32>, String) {
     (out.status.code(), stderr)
 }
 
+const EXAMPLE: &str = include_str!("../../meshd.example.toml");
+
+/// Lets the examples' peers (elsewhere on a management network) be checked
+/// alone: a mesh listener and plain TCP, which no rule under test involves.
+const MESH_TAIL: &str = "\n[listen]\nmesh = \"10.0.0.1:7421\"\n\n[tls]\ninsecure = true\n";
+
 #[test]
-fn check_config_accepts_the_example() {
-    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../meshd.example.toml");
-    let out = meshd(&["check-config", example]);
+fn check_config_accepts_the_example_once_its_certificates_are_issued() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = write(dir.path(), "meshd.toml", EXAMPLE);
+    let certs = meshd_pki::store::CertDir::new(dir.path().join("tls"));
+    let now = std::time::SystemTime::now();
+    let month = Duration::from_secs(30 * 24 * 3600);
+    let ca = certs.init("example CA", now, month).expect("CA");
+    certs
+        .issue(&ca, "studio-1", &[], now, month)
+        .expect("certificate");
+
+    let out = meshd(&["check-config", &path]);
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -44,6 +59,37 @@ fn check_config_accepts_the_example() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains(": ok (node studio-1, 3 members"));
+}
+
+#[test]
+fn check_config_names_missing_certificates_and_how_to_make_them() {
+    let (code, stderr) = check_config(EXAMPLE);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("tls/ca.pem"), "{stderr}");
+    assert!(stderr.contains("meshctl certs"), "{stderr}");
+}
+
+#[test]
+fn check_config_refuses_a_certificate_issued_for_another_node() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = write(dir.path(), "meshd.toml", EXAMPLE);
+    let certs = meshd_pki::store::CertDir::new(dir.path().join("tls"));
+    let now = std::time::SystemTime::now();
+    let month = Duration::from_secs(30 * 24 * 3600);
+    let ca = certs.init("example CA", now, month).expect("CA");
+    let other = certs
+        .issue(&ca, "studio-2", &[], now, month)
+        .expect("certificate");
+    std::fs::rename(&other.cert, dir.path().join("tls/studio-1.pem")).expect("rename");
+    std::fs::rename(&other.key, dir.path().join("tls/studio-1-key.pem")).expect("rename");
+
+    let out = meshd(&["check-config", &path]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("studio-2") && stderr.contains("studio-1"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -59,7 +105,7 @@ fn check_config_names_an_unknown_key_and_its_line() {
 #[test]
 fn check_config_names_a_duplicate_peer_and_both_lines() {
     let (code, stderr) = check_config(
-        "[[peers]]\nid = \"b\"\naddress = \"10.0.0.2:7420\"\n\n[[peers]]\nid = \"b\"\naddress = \"10.0.0.3:7420\"\n",
+        &format!("[[peers]]\nid = \"b\"\naddress = \"10.0.0.2:7420\"\n\n[[peers]]\nid = \"b\"\naddress = \"10.0.0.3:7420\"\n{MESH_TAIL}"),
     );
     assert_eq!(code, Some(1));
     assert_eq!(
@@ -71,11 +117,11 @@ fn check_config_names_a_duplicate_peer_and_both_lines() {
 #[test]
 fn check_config_names_a_malformed_address_and_its_line() {
     let (code, stderr) = check_config(
-        "[listen]\ngrpc = \"0.0.0.0:7420\"\n\n[[peers]]\nid = \"b\"\naddress = \"10.0.0.2:99999\"\n",
+        "[listen]\ngrpc = \"0.0.0.0:7420\"\nmesh = \"10.0.0.1:7421\"\n\n[tls]\ninsecure = true\n\n[[peers]]\nid = \"b\"\naddress = \"10.0.0.2:99999\"\n",
     );
     assert_eq!(code, Some(1));
     assert!(
-        stderr.starts_with("meshd.toml:6: peers[0].address: "),
+        stderr.starts_with("meshd.toml:10: peers[0].address: "),
         "{stderr}"
     );
     assert!(stderr.contains("99999"), "{stderr}");

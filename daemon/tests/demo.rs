@@ -29,9 +29,19 @@ async fn three_nodes_answer_and_kill_revive_gives_a_new_incarnation() {
         assert_eq!(answer.quorum.configured.len(), 3);
     }
 
-    // Peers' addresses lead through the management proxies to the peer.
-    let a_to_b = plan.nodes[0].config.peers[0].address.parse().expect("addr");
-    assert_eq!(status(a_to_b).await.node.id.as_str(), "b");
+    // Peers' addresses lead through the management proxies to the peer's
+    // mesh listener, which proves with the mesh's certificate that it is b.
+    let a = &plan.nodes[0].config;
+    let a_to_b = a.peers[0].address.parse().expect("addr");
+    let tls = meshd::transport::tls::MeshTls::load(&a.tls, &a.node.id)
+        .expect("a's certificates")
+        .expect("the demo runs mutual TLS");
+    let b = &plan.nodes[1].id;
+    assert!(tls.connect(b, a_to_b).await.is_ok(), "a reaches b as b");
+    assert!(
+        tls.connect(&plan.nodes[2].id, a_to_b).await.is_err(),
+        "b's certificate does not pass for c"
+    );
 
     let before = demo.node(1).expect("b").identity.incarnation;
     assert_eq!(reply(&mut demo, "kill b").await, "ok: b killed");

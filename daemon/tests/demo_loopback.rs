@@ -103,10 +103,12 @@ struct Census {
     /// Ports of the plan this process has a socket on (listening for TCP).
     planned_found: BTreeSet<(Transport, u16)>,
     tcp_listeners: usize,
-    /// Connected TCP sockets whose far end is a management proxy.
-    to_management_proxies: BTreeSet<u16>,
-    /// UDP sockets on ports the plan does not fix: the probers and the
-    /// proxies' upstream sockets.
+    /// Proxies (management network and cables) a connected TCP socket
+    /// reaches: the report streams.
+    to_proxies: BTreeSet<u16>,
+    /// UDP sockets on ports the plan does not fix: none, since every cable
+    /// end probes from its own planned socket and the cable proxies talk to
+    /// the ends from their planned sides.
     udp_ephemeral: usize,
 }
 
@@ -116,7 +118,7 @@ fn census(sockets: &[Socket], plan: &Plan) -> Census {
         .into_iter()
         .map(|p| ((p.transport, p.addr.port()), p.what))
         .collect();
-    let management: BTreeSet<u16> = plan.tcp_proxies().iter().map(|p| p.listen.port()).collect();
+    let proxies: BTreeSet<u16> = plan.tcp_proxies().iter().map(|p| p.listen.port()).collect();
     let mut census = Census::default();
     for socket in sockets {
         let key = (socket.transport, socket.local.port());
@@ -128,8 +130,8 @@ fn census(sockets: &[Socket], plan: &Plan) -> Census {
                 }
             }
             Transport::Tcp => {
-                if management.contains(&socket.remote.port()) {
-                    census.to_management_proxies.insert(socket.remote.port());
+                if proxies.contains(&socket.remote.port()) {
+                    census.to_proxies.insert(socket.remote.port());
                 }
             }
             Transport::Udp if planned.contains_key(&key) => {
@@ -151,7 +153,9 @@ async fn an_eight_node_demo_binds_only_127_0_0_1() {
         .iter()
         .filter(|p| p.transport == Transport::Tcp)
         .count();
-    assert_eq!(planned_tcp, 2 * NODES + links);
+    // gRPC, metrics and the mesh listener of each node; each link end's
+    // cable listener, management proxy and cable proxy side.
+    assert_eq!(planned_tcp, 3 * NODES + 3 * links);
     assert_eq!(planned.len(), planned_tcp + 2 * links);
 
     let started = Instant::now();
@@ -170,11 +174,11 @@ async fn an_eight_node_demo_binds_only_127_0_0_1() {
             );
         }
         let census = census(&sockets, &plan);
-        // One prober per link and one upstream socket per proxy once probes
-        // flow; one reporter connection per ordered pair.
+        // One upstream socket per cable proxy side once probes flow; one
+        // report stream per ordered pair over the management network and
+        // one over their cable.
         let complete = census.planned_found.len() == planned.len()
-            && census.udp_ephemeral >= 2 * links
-            && census.to_management_proxies.len() == links;
+            && census.to_proxies.len() == 2 * links;
         if complete {
             break census;
         }
@@ -187,6 +191,10 @@ async fn an_eight_node_demo_binds_only_127_0_0_1() {
     assert_eq!(
         census.tcp_listeners, planned_tcp,
         "no listener besides the planned ones: {census:?}"
+    );
+    assert_eq!(
+        census.udp_ephemeral, 0,
+        "no UDP socket besides the planned ones: {census:?}"
     );
 
     tokio::time::timeout(Duration::from_secs(30), demo.stop())

@@ -54,8 +54,27 @@ async fn configured_peers_that_never_report_leave_the_node_without_quorum() {
     )
     .expect("peers")
     .peers;
+    let certs = tempfile::tempdir().expect("tempdir");
+    common::join_mesh(&mut config, certs.path());
     let node = start(&config).await;
-    let status = node.state.current();
+    // Peers get `report.stale_after` to connect before they are down and
+    // the missing quorum is an alarm.
+    let settled = tokio::time::Instant::now() + config.report.stale_after;
+    let deadline = settled + std::time::Duration::from_secs(10);
+    let status = loop {
+        let status = node.state.current();
+        if status.alarms.iter().any(|a| a.kind == AlarmKind::NoQuorum) {
+            break status;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no no_quorum alarm: {status:#?}"
+        );
+        if tokio::time::Instant::now() < settled {
+            assert!(status.alarms.is_empty(), "raised before it settled: {status:#?}");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
     assert!(!status.quorum.has_quorum);
     assert_eq!(status.quorum.leader, None);
     let states: Vec<(&str, NodeState)> = status

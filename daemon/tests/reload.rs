@@ -11,9 +11,29 @@ use meshd::config::Config;
 use meshd::node::RunningNode;
 use meshd_proto::domain::EventKind;
 
+/// The mesh listener's port, the same in every edit (changing it needs a
+/// restart).
+fn mesh_port() -> u16 {
+    static PORT: std::sync::OnceLock<u16> = std::sync::OnceLock::new();
+    *PORT.get_or_init(common::free_port)
+}
+
+/// Certificates beside the config, named relative to it as an operator
+/// would.
+fn write_certificates(dir: &std::path::Path) {
+    let certs = meshd_pki::store::CertDir::new(dir);
+    let now = std::time::SystemTime::now();
+    let month = Duration::from_secs(30 * 24 * 3600);
+    let ca = certs.init("reload test CA", now, month).expect("CA");
+    certs
+        .issue(&ca, "reload-test", &[], now, month)
+        .expect("certificate");
+}
+
 fn config_text(peers: &[&str]) -> String {
-    let mut text = String::from(
-        "[node]\nid = \"reload-test\"\n\n[listen]\ngrpc = \"127.0.0.1:0\"\nmetrics = \"127.0.0.1:0\"\n",
+    let mut text = format!(
+        "[node]\nid = \"reload-test\"\n\n[listen]\ngrpc = \"127.0.0.1:0\"\nmetrics = \"127.0.0.1:0\"\nmesh = \"127.0.0.1:{}\"\n\n[tls]\nca = \"ca.pem\"\ncert = \"reload-test.pem\"\nkey = \"reload-test-key.pem\"\n",
+        mesh_port()
     );
     for (i, peer) in peers.iter().enumerate() {
         text.push_str(&format!(
@@ -50,6 +70,7 @@ async fn wait_for(
 async fn edits_apply_without_restart_and_bad_edits_are_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("meshd.toml");
+    write_certificates(dir.path());
     std::fs::write(&path, config_text(&["b"])).expect("write");
     let config = Config::load(&path, HOSTNAME).expect("valid config");
     let mut node = RunningNode::start(&config, HOSTNAME).await.expect("start");

@@ -319,7 +319,27 @@ impl Lab {
         self.state.join(format!("{id}.log"))
     }
 
+    /// The mesh's CA and every node's certificate, made with `meshctl certs`
+    /// as an operator would, in the state directory's `tls/` (which the
+    /// configs name relative to themselves).
+    fn write_certificates(&self) -> Result<(), LabError> {
+        let dir = self.state.join(plan::TLS_DIR);
+        let dir = dir.to_string_lossy();
+        let meshctl = self.binaries.meshctl.to_string_lossy();
+        let name = format!("meshlab {} CA", self.plan.name);
+        command::run(
+            &meshctl,
+            &["certs", "--dir", &dir, "init", "--name", &name],
+            QUICK,
+        )?;
+        let mut issue = vec!["certs", "--dir", &dir, "issue"];
+        issue.extend(self.ids());
+        command::run(&meshctl, &issue, QUICK)?;
+        Ok(())
+    }
+
     fn write_configs(&self, options: &Options) -> Result<(), LabError> {
+        self.write_certificates()?;
         let alertmanager = options.alertmanager.then(plan::alertmanager_url);
         for id in self.ids() {
             let text = self

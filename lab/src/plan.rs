@@ -22,6 +22,10 @@ pub const MIN_NODES: usize = 2;
 pub const MAX_NODES: usize = 8;
 pub const GRPC_PORT: u16 = 7420;
 pub const METRICS_PORT: u16 = 9420;
+/// The mesh listener, where peers open their report streams.
+pub const MESH_PORT: u16 = 7421;
+/// The certificates' directory, beside the configs.
+pub const TLS_DIR: &str = "tls";
 pub const PROMETHEUS_PORT: u16 = 9090;
 pub const ALERTMANAGER_PORT: u16 = 9093;
 /// The management bridge inside the management namespace.
@@ -64,6 +68,10 @@ impl Node {
 
     pub fn metrics(&self) -> String {
         format!("{}:{METRICS_PORT}", self.mgmt_address)
+    }
+
+    pub fn mesh(&self) -> String {
+        format!("{}:{MESH_PORT}", self.mgmt_address)
     }
 }
 
@@ -221,16 +229,23 @@ impl Plan {
         let _ = writeln!(toml, "[node]\nid = \"{id}\"\n");
         // Every address of the namespace: meshctl's default 127.0.0.1 works
         // inside it, and peers come over the management network.
+        // Peers reach the mesh listener on the management network, with
+        // the certificates `lab up` issued.
         let _ = writeln!(
             toml,
-            "[listen]\ngrpc = \"0.0.0.0:{GRPC_PORT}\"\nmetrics = \"0.0.0.0:{METRICS_PORT}\"\n"
+            "[listen]\ngrpc = \"0.0.0.0:{GRPC_PORT}\"\nmetrics = \"0.0.0.0:{METRICS_PORT}\"\nmesh = \"{}\"\n",
+            me.mesh()
+        );
+        let _ = writeln!(
+            toml,
+            "[tls]\nca = \"{TLS_DIR}/ca.pem\"\ncert = \"{TLS_DIR}/{id}.pem\"\nkey = \"{TLS_DIR}/{id}-key.pem\"\n"
         );
         for peer in self.nodes.iter().filter(|n| n.id != me.id) {
             let _ = writeln!(
                 toml,
                 "[[peers]]\nid = \"{}\"\naddress = \"{}\"\n",
                 peer.id,
-                peer.grpc()
+                peer.mesh()
             );
         }
         for cable in &self.cables {
@@ -318,16 +333,21 @@ mod tests {
             )
             .unwrap();
         assert!(toml.contains("id = \"b\""));
+        assert!(toml.contains("mesh = \"10.78.0.2:7421\""), "{toml}");
         assert!(
-            toml.contains("id = \"a\"\naddress = \"10.78.0.1:7420\""),
+            toml.contains("cert = \"tls/b.pem\"\nkey = \"tls/b-key.pem\""),
             "{toml}"
         );
         assert!(
-            toml.contains("id = \"c\"\naddress = \"10.78.0.3:7420\""),
+            toml.contains("id = \"a\"\naddress = \"10.78.0.1:7421\""),
             "{toml}"
         );
         assert!(
-            !toml.contains("address = \"10.78.0.2:7420\""),
+            toml.contains("id = \"c\"\naddress = \"10.78.0.3:7421\""),
+            "{toml}"
+        );
+        assert!(
+            !toml.contains("address = \"10.78.0.2:7421\"\n"),
             "not itself: {toml}"
         );
         assert!(toml.contains(

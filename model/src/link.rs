@@ -27,6 +27,10 @@ pub const DEGRADED_AFTER: Duration = Duration::from_millis(500);
 /// A degraded link must look clean this long before it is called up; loss
 /// windows are 10 s, so anything shorter would chatter.
 pub const CLEAR_AFTER: Duration = Duration::from_secs(5);
+/// A flapping link that goes dark is reported down once it stayed dark
+/// this long: one more swing of the flap is not news, a cable that then
+/// died for good is (flapping never hides a link that stays down).
+pub const DOWN_WHILE_FLAPPING: Duration = Duration::from_secs(5);
 
 /// The lines the engine draws, from the config's thresholds.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -326,6 +330,8 @@ pub struct LinkTracker {
     /// flap window: the link's outages. A degradation is not one: it clears
     /// only after [`CLEAR_AFTER`] clean, so it cannot chatter.
     episodes: VecDeque<Instant>,
+    /// Enough outages within the flap window to call the link flapping.
+    flapping: bool,
     reported: LinkState,
     reported_since: Instant,
 }
@@ -337,6 +343,7 @@ impl LinkTracker {
             raw: LinkState::Unknown,
             raw_since: now,
             episodes: VecDeque::new(),
+            flapping: false,
             reported: LinkState::Unknown,
             reported_since: now,
         }
@@ -362,6 +369,7 @@ impl LinkTracker {
             (LinkState::Down, LinkState::Up | LinkState::Degraded) => UP_AFTER,
             (LinkState::Up, LinkState::Degraded) => DEGRADED_AFTER,
             (LinkState::Degraded, LinkState::Up) => CLEAR_AFTER,
+            (LinkState::Down, LinkState::Down) if self.flapping => DOWN_WHILE_FLAPPING,
             _ => return None,
         };
         self.raw_since.checked_add(wait)
@@ -390,11 +398,13 @@ impl LinkTracker {
         {
             self.episodes.pop_front();
         }
-        let flapping = self.episodes.len() >= rules.flap_episodes();
+        self.flapping = self.episodes.len() >= rules.flap_episodes();
         let reported = match self.settled {
-            // Flapping never hides a link that is down now.
+            LinkState::Down if self.flapping && held < DOWN_WHILE_FLAPPING => {
+                LinkState::Flapping
+            }
             LinkState::Down | LinkState::Unknown => self.settled,
-            _ if flapping => LinkState::Flapping,
+            _ if self.flapping => LinkState::Flapping,
             settled => settled,
         };
         if reported != self.reported {
@@ -421,6 +431,7 @@ impl LinkTracker {
     pub fn restart(&mut self, now: Instant) {
         self.hold_unknown(now);
         self.episodes.clear();
+        self.flapping = false;
     }
 }
 
@@ -773,18 +784,18 @@ mod tests {
             t.update(LinkState::Up, at(now - 1_000), &rules());
             reported.push(t.update(LinkState::Up, at(now), &rules()));
         }
-        // The second outage within the window makes it flapping while it
-        // is up; while it is down it is shown down.
+        // The second outage within the window makes it flapping; further
+        // swings, down and up, change nothing.
         assert_eq!(
             reported,
             [
                 LinkState::Down,
                 LinkState::Up,
-                LinkState::Down,
                 LinkState::Flapping,
-                LinkState::Down,
                 LinkState::Flapping,
-                LinkState::Down,
+                LinkState::Flapping,
+                LinkState::Flapping,
+                LinkState::Flapping,
                 LinkState::Flapping,
             ],
         );
@@ -793,6 +804,29 @@ mod tests {
             t.update(LinkState::Up, at(now + 61_000), &rules()),
             LinkState::Up
         );
+    }
+
+    #[test]
+    fn flapping_never_hides_a_link_that_stays_down() {
+        let mut t = LinkTracker::new(at(0));
+        let mut now = 0;
+        t.update(LinkState::Up, at(now), &rules());
+        for _ in 0..2 {
+            now += 100;
+            t.update(LinkState::Down, at(now), &rules());
+            now += 1_100;
+            t.update(LinkState::Up, at(now - 1_000), &rules());
+            t.update(LinkState::Up, at(now), &rules());
+        }
+        assert_eq!(t.state(), LinkState::Flapping);
+        let died = now + 100;
+        assert_eq!(
+            t.update(LinkState::Down, at(died), &rules()),
+            LinkState::Flapping
+        );
+        let due = t.pending_until().expect("a deadline to report it down");
+        assert_eq!(due, at(died) + DOWN_WHILE_FLAPPING);
+        assert_eq!(t.update(LinkState::Down, due, &rules()), LinkState::Down);
     }
 
     #[test]

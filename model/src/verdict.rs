@@ -210,6 +210,9 @@ pub struct Engine {
     node_since: BTreeMap<NodeId, (NodeState, Instant)>,
     links: BTreeMap<LinkKey, KnownLink>,
     alarm_since: BTreeMap<(AlarmKind, NodeId), Instant>,
+    /// The first evaluation: a peer not heard yet is only down once it had
+    /// `stale_after` to connect (it may be starting too).
+    started: Option<Instant>,
 }
 
 /// FNV-1a: node ids are a few bytes, where SipHash's setup costs more than
@@ -294,6 +297,7 @@ impl Engine {
             node_since: BTreeMap::new(),
             links: BTreeMap::new(),
             alarm_since: BTreeMap::new(),
+            started: None,
         }
     }
 
@@ -378,6 +382,7 @@ impl Engine {
 
     pub fn evaluate(&mut self, inputs: &MeshInputs, moment: Moment) -> Evaluation {
         let now = moment.now;
+        self.started.get_or_insert(now);
         self.sync_roster(&inputs.configured);
         let roster = std::mem::take(&mut self.roster);
         let positions = Positions::new(&roster);
@@ -541,8 +546,13 @@ impl Engine {
             let heard_directly =
                 age.is_some_and(|a| a < self.settings.suspect_after) && life.any_open;
             let alive = heard_directly || life.probes_answer || !life.hearers.is_empty();
-            let silent_everywhere =
-                !life.any_open || age.is_none_or(|a| a >= self.settings.stale_after);
+            let stale_after = self.settings.stale_after;
+            let silent_everywhere = match age {
+                None => self
+                    .started
+                    .is_none_or(|s| now.saturating_duration_since(s) >= stale_after),
+                Some(age) => !life.any_open || age >= stale_after,
+            };
             let state = if alive {
                 NodeState::Up
             } else if silent_everywhere {
@@ -890,7 +900,28 @@ impl Engine {
         let raised: BTreeSet<(AlarmKind, NodeId)> =
             alarms.iter().map(|a| (a.kind, a.node.clone())).collect();
         self.alarm_since.retain(|key, _| raised.contains(key));
+        alarms.retain(|a| {
+            self.settled_at(a.kind, &a.node)
+                .is_none_or(|at| at <= moment.now)
+        });
         alarms
+    }
+
+    /// When an alarm whose condition holds may be raised: conditions that a
+    /// start, a restart or a reconnecting stream shows for a moment must
+    /// hold for `stale_after` first (a path is stale no sooner). `None`:
+    /// raised at once.
+    fn settled_at(&self, kind: AlarmKind, node: &NodeId) -> Option<Instant> {
+        let settling = matches!(
+            kind,
+            AlarmKind::NoQuorum | AlarmKind::ManagementUnreachable | AlarmKind::MeshSaturated
+        );
+        if !settling {
+            return None;
+        }
+        self.alarm_since
+            .get(&(kind, node.clone()))
+            .and_then(|since| since.checked_add(self.settings.stale_after))
     }
 
     /// When something could change with no new input: a peer turning
@@ -906,8 +937,17 @@ impl Engine {
             .links
             .values()
             .filter_map(|l| l.tracker.pending_until());
+        let first_silence = self
+            .started
+            .and_then(|s| s.checked_add(self.settings.stale_after));
+        let settling = self
+            .alarm_since
+            .keys()
+            .filter_map(|(kind, node)| self.settled_at(*kind, node));
         peers
             .chain(links)
+            .chain(settling)
+            .chain(first_silence)
             .filter(|at| *at > now)
             .min()
             .map_or(idle, |at| at.min(idle))
@@ -1309,6 +1349,24 @@ mod tests {
             let moment = self.at(ms);
             engine.evaluate(&self.inputs(moment), moment).status
         }
+
+        /// Evaluates at `ms`, when settling alarms are not raised yet, and
+        /// again once they settled: the second status.
+        fn evaluate_settled(&self, engine: &mut Engine, ms: u64) -> MeshStatus {
+            let first = self.evaluate(engine, ms);
+            assert!(
+                first.alarms.iter().all(|a| !matches!(
+                    a.kind,
+                    AlarmKind::NoQuorum
+                        | AlarmKind::ManagementUnreachable
+                        | AlarmKind::MeshSaturated
+                )),
+                "raised before it settled: {:?}",
+                first.alarms
+            );
+            let settle = u64::try_from(settings().stale_after.as_millis()).expect("ms");
+            self.evaluate(engine, ms + settle)
+        }
     }
 
     fn link<'s>(status: &'s MeshStatus, x: &str, y: &str) -> &'s LinkVerdict {
@@ -1429,7 +1487,7 @@ mod tests {
         let mut mesh = Mesh::new(&["a", "b", "c", "d"]);
         mesh.management_cut.insert("c");
         let mut engine = Engine::new(settings());
-        let status = mesh.evaluate(&mut engine, 0);
+        let status = mesh.evaluate_settled(&mut engine, 0);
         assert_eq!(node_state(&status, "c"), NodeState::Up);
         assert!(
             status.links.iter().all(|l| l.state == LinkState::Up),
@@ -1446,12 +1504,34 @@ mod tests {
     }
 
     #[test]
+    fn a_peer_not_heard_since_the_start_is_down_only_once_it_had_time_to_connect() {
+        let mut mesh = Mesh::new(&["a", "b", "c"]);
+        mesh.kill("c", 5_000);
+        mesh.last_heard_ms.insert("c", u64::MAX);
+        let mut engine = Engine::new(settings());
+        let status = mesh.evaluate(&mut engine, 0);
+        assert_eq!(node_state(&status, "c"), NodeState::Suspect, "{status:#?}");
+        assert!(
+            status.links.iter().all(|l| l.state != LinkState::Down),
+            "no link is down on a start: {status:#?}"
+        );
+        let settle = u64::try_from(settings().stale_after.as_millis()).expect("ms");
+        let status = mesh.evaluate(&mut engine, settle);
+        assert_eq!(node_state(&status, "c"), NodeState::Down, "{status:#?}");
+        let c = status.nodes.iter().find(|n| n.id == id("c")).expect("c");
+        assert!(
+            c.evidence.iter().any(|e| e.contains("since this node started")),
+            "{c:?}"
+        );
+    }
+
+    #[test]
     fn a_two_node_mesh_sees_its_dead_peer_down_without_quorum() {
         let mut mesh = Mesh::new(&["a", "b"]);
         let mut engine = Engine::new(settings());
         mesh.evaluate(&mut engine, 0);
         mesh.kill("b", 700);
-        let status = mesh.evaluate(&mut engine, 100);
+        let status = mesh.evaluate_settled(&mut engine, 100);
         assert!(!status.quorum.has_quorum);
         assert_eq!(node_state(&status, "b"), NodeState::Down);
         assert_eq!(kinds(&status), vec![AlarmKind::NoQuorum]);
@@ -1511,6 +1591,16 @@ mod tests {
         }
         let status = engine.evaluate(&inputs, moment).status;
         assert_eq!(link(&status, "b", "c").state, LinkState::Up, "{status:#?}");
+        assert!(
+            !kinds(&status).contains(&AlarmKind::MeshSaturated),
+            "a moment late is not yet an alarm"
+        );
+        let later = mesh.at(100 + u64::try_from(settings().stale_after.as_millis()).expect("ms"));
+        let mut inputs = mesh.inputs(later);
+        for view in inputs.peers.values_mut() {
+            std::sync::Arc::make_mut(&mut view.report).lateness = Duration::from_millis(300);
+        }
+        let status = engine.evaluate(&inputs, later).status;
         assert!(kinds(&status).contains(&AlarmKind::MeshSaturated));
     }
 
@@ -1563,7 +1653,7 @@ mod tests {
         mesh.last_heard_ms.insert("c", u64::MAX);
         mesh.last_heard_ms.insert("d", u64::MAX);
         mesh.silence("a", "c", 5_000);
-        let status = mesh.evaluate(&mut Engine::new(settings()), 0);
+        let status = mesh.evaluate_settled(&mut Engine::new(settings()), 0);
         assert!(!status.quorum.has_quorum);
         assert!(status.links.iter().all(|l| l.state == LinkState::Unknown));
         assert_eq!(kinds(&status), vec![AlarmKind::NoQuorum]);

@@ -14,6 +14,7 @@ use meshd_proto::convert::update_from_wire;
 use meshd_proto::domain::{NodeIdentity, PeerReply, Refusal, RejectReason, StreamOpen};
 use meshd_proto::wire;
 use meshd_proto::wire::peer_server::Peer;
+use tokio_util::sync::CancellationToken;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
@@ -46,6 +47,9 @@ pub struct PeerService {
     /// Whether the mesh runs without TLS (then a stream's claimed id is
     /// taken at its word).
     insecure: bool,
+    /// Ends every open stream: the servers' graceful shutdown waits for
+    /// them, and a peer's stream never ends by itself.
+    shutdown: CancellationToken,
 }
 
 impl PeerService {
@@ -55,6 +59,7 @@ impl PeerService {
         changed: Arc<Notify>,
         path: Path,
         insecure: bool,
+        shutdown: CancellationToken,
     ) -> Self {
         Self {
             identity,
@@ -62,6 +67,7 @@ impl PeerService {
             changed,
             path,
             insecure,
+            shutdown,
         }
     }
 
@@ -120,7 +126,10 @@ impl PeerService {
                 .await;
             return;
         }
-        let first = tokio::time::timeout(IDLE_TIMEOUT, inbound.message()).await;
+        let first = tokio::select! {
+            () = self.shutdown.cancelled() => return,
+            first = tokio::time::timeout(IDLE_TIMEOUT, inbound.message()) => first,
+        };
         let open = match first {
             Ok(Ok(Some(wire::PeerMessage {
                 body: Some(wire::peer_message::Body::Open(open)),
@@ -174,7 +183,11 @@ impl PeerService {
         let bounds = open.rtt_bounds;
         let mut budget = RateBudget::new(UPDATES_PER_SECOND);
         loop {
-            let message = match tokio::time::timeout(IDLE_TIMEOUT, inbound.message()).await {
+            let next = tokio::select! {
+                () = self.shutdown.cancelled() => break,
+                next = tokio::time::timeout(IDLE_TIMEOUT, inbound.message()) => next,
+            };
+            let message = match next {
                 Ok(Ok(Some(message))) => message,
                 Ok(Ok(None)) | Ok(Err(_)) | Err(_) => break,
             };

@@ -176,8 +176,7 @@ pub async fn run(
         buf: vec![0; MAX_DATAGRAM_LEN + 1],
     };
     engine.follow(links).await;
-    let mut tick = tokio::time::interval(engine.settings.interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut tick = ticker(engine.settings.interval);
     loop {
         tokio::select! {
             () = shutdown.cancelled() => break,
@@ -191,8 +190,7 @@ pub async fn run(
                     // A new probe is a new measurement: start every link over.
                     engine.settings = settings;
                     engine.follow(Vec::new()).await;
-                    tick = tokio::time::interval(settings.interval);
-                    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                    tick = ticker(settings.interval);
                 }
                 engine.follow(links).await;
                 engine.publish(&snapshot, true);
@@ -223,6 +221,15 @@ pub async fn run(
         engine.metrics.probes.responder_stopped(link.local);
     }
     tracing::debug!("probing stopped");
+}
+
+/// The probe timer. Its first tick is one period away rather than at once:
+/// lateness is measured against a deadline the running loop set, never
+/// against the moment a busy start created the timer.
+fn ticker(period: Duration) -> tokio::time::Interval {
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick
 }
 
 impl Engine {

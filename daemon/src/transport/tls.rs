@@ -66,8 +66,14 @@ pub struct MeshTls {
     pub client: Arc<ClientConfig>,
 }
 
-fn read_pem(path: &Path) -> Result<String, TlsError> {
-    meshd_pki::store::read_pem(path).map_err(|e| TlsError::File(e.to_string()))
+/// The file of config key `key` (`tls.ca`, ...), its error naming both and
+/// what writes the mesh's files.
+fn read_pem(key: &str, path: &Path, node: &NodeId) -> Result<String, TlsError> {
+    meshd_pki::store::read_pem(path).map_err(|e| {
+        TlsError::File(format!(
+            "{key}: {e} (`meshctl certs init` makes the mesh's CA, `meshctl certs issue {node}` this node's certificate)"
+        ))
+    })
 }
 
 impl MeshTls {
@@ -89,7 +95,13 @@ impl MeshTls {
         let (Some(ca), Some(cert), Some(key)) = (&tls.ca, &tls.cert, &tls.key) else {
             return Err(TlsError::Missing);
         };
-        Self::from_pem(&read_pem(ca)?, &read_pem(cert)?, &read_pem(key)?, node).map(Some)
+        Self::from_pem(
+            &read_pem("tls.ca", ca, node)?,
+            &read_pem("tls.cert", cert, node)?,
+            &read_pem("tls.key", key, node)?,
+            node,
+        )
+        .map(Some)
     }
 
     /// From PEM text: the CA certificate(s) to trust (several while a CA is

@@ -18,13 +18,13 @@ use tokio::net::TcpStream;
 
 pub const HOSTNAME: &str = "test-host.local";
 
-/// Every gRPC service a node serves, sorted: exactly what reflection lists.
-pub const SERVED_SERVICES: [&str; 6] = [
+/// Every gRPC service a node's local listener serves, sorted: exactly what
+/// reflection lists. Peers talk `meshd.v1.Peer` on the mesh listener only.
+pub const SERVED_SERVICES: [&str; 5] = [
     "grpc.health.v1.Health",
     "grpc.reflection.v1.ServerReflection",
     "grpc.reflection.v1alpha.ServerReflection",
     "meshd.v1.Mesh",
-    "meshd.v1.Peer",
     "meshd.v1.Topology",
 ];
 
@@ -34,6 +34,24 @@ pub fn loopback_config() -> Config {
     config.listen.grpc = "127.0.0.1:0".parse().expect("addr");
     config.listen.metrics = "127.0.0.1:0".parse().expect("addr");
     config
+}
+
+/// Makes `config` a mesh member: a mesh listener on a loopback port the OS
+/// picks and a certificate of a fresh test CA in `certs` (which the caller
+/// owns and removes).
+pub fn join_mesh(config: &mut Config, certs: &std::path::Path) {
+    use meshd_pki::store::CertDir;
+    let dir = CertDir::new(certs);
+    let now = std::time::SystemTime::now();
+    let month = Duration::from_secs(30 * 24 * 3600);
+    let ca = dir.init("meshd test CA", now, month).expect("test CA");
+    let pair = dir
+        .issue(&ca, config.node.id.as_str(), &[], now, month)
+        .expect("node certificate");
+    config.listen.mesh = Some("127.0.0.1:0".parse().expect("addr"));
+    config.tls.ca = Some(dir.ca().cert);
+    config.tls.cert = Some(pair.cert);
+    config.tls.key = Some(pair.key);
 }
 
 pub async fn start(config: &Config) -> RunningNode {
