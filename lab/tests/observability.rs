@@ -88,8 +88,14 @@ fn prometheus_rules_and_alertmanager_pushes_fire_on_a_pulled_cable_and_resolve()
         alertmanager_link_down(&lab).filter(|a| !a.is_empty())
     });
     assert_eq!(pushed.len(), 1, "one alert for one cable: {pushed:#?}");
-    assert_eq!(pushed[0]["labels"]["source"], "meshd", "{pushed:#?}");
-    assert_eq!(pushed[0]["labels"]["severity"], "critical");
+    // The rule's labels exactly (Alertmanager merges the two into one);
+    // the poster is an annotation.
+    assert_eq!(
+        pushed[0]["labels"],
+        serde_json::json!({"alertname": "MeshLinkDown", "severity": "critical", "a": "a", "b": "b"}),
+        "{pushed:#?}"
+    );
+    assert_eq!(pushed[0]["annotations"]["meshd_posted_by"], "a", "{pushed:#?}");
     // Pushed by meshd's alert leader, not by Prometheus (which has no
     // Alertmanager configured).
     let posts = lab

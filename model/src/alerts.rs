@@ -145,7 +145,13 @@ pub fn alerts(status: &MeshStatus, role: Role) -> Vec<Alert> {
                     .insert("seen_by".to_owned(), seen_by.clone());
                 out.push(down);
             }
-            if status.quorum.configured.len() > 1 {
+            // The engine raises no_quorum once it settled: a node that
+            // starts, or restarts, is without quorum for a moment.
+            let no_quorum = status
+                .alarms
+                .iter()
+                .find(|a| a.kind == AlarmKind::NoQuorum && a.node == *me);
+            if let Some(no_quorum) = no_quorum {
                 let unheard: Vec<&str> = status
                     .quorum
                     .configured
@@ -164,7 +170,7 @@ pub fn alerts(status: &MeshStatus, role: Role) -> Vec<Alert> {
                         status.quorum.configured.len(),
                         unheard.join(", ")
                     ),
-                    status.evaluated_at,
+                    no_quorum.since,
                     me,
                 ));
             }
@@ -465,8 +471,23 @@ mod tests {
         s.quorum.has_quorum = false;
         s.quorum.leader = None;
         assert_eq!(Role::of(&s), Role::Minority);
+        // Without quorum but before the engine raised no_quorum (a start):
+        // no quorum page yet.
+        assert_eq!(names(&alerts(&s, Role::Minority)), ["MeshNodeDown"]);
+        s.alarms.push(Alarm {
+            kind: AlarmKind::NoQuorum,
+            severity: Severity::Warning,
+            node: id("a"),
+            subject: "quorum".into(),
+            summary: "no quorum".into(),
+            evidence: vec!["not heard: b".into()],
+            fix: None,
+            since: t(3),
+            updated: t(9),
+        });
         let out = alerts(&s, Role::Minority);
         assert_eq!(names(&out), ["MeshNodeDown", "MeshNoQuorum"]);
+        assert_eq!(out[1].starts_at, t(3), "since the alarm");
         assert!(out[0].annotations["seen_by"].contains("without quorum"));
         assert_eq!(
             out[0].labels,
