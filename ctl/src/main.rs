@@ -275,13 +275,15 @@ fn main() -> ExitCode {
                     CertsCommand::Init { name, days } => certs::Action::Init { name, days },
                     CertsCommand::Issue { nodes, days } => certs::Action::Issue { nodes, days },
                 };
-                Ok(match certs::run(&dir, action, std::time::SystemTime::now()) {
-                    Ok(()) => true,
-                    Err(err) => {
-                        eprintln!("meshctl certs: {err}");
-                        false
-                    }
-                })
+                Ok(
+                    match certs::run(&dir, action, std::time::SystemTime::now()) {
+                        Ok(()) => true,
+                        Err(err) => {
+                            eprintln!("meshctl certs: {err}");
+                            false
+                        }
+                    },
+                )
             }
         }
     });

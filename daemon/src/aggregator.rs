@@ -262,7 +262,11 @@ pub struct Aggregator {
 impl Aggregator {
     /// Looks once right away, so the first status a client reads is a real
     /// verdict, never an empty placeholder.
-    pub fn new(config: &Config, identity: NodeIdentity, feeds: Feeds) -> (Self, MeshState, Outgoing) {
+    pub fn new(
+        config: &Config,
+        identity: NodeIdentity,
+        feeds: Feeds,
+    ) -> (Self, MeshState, Outgoing) {
         let core = NodeCore::new(
             identity.clone(),
             config.members().into_iter().collect(),
@@ -271,8 +275,7 @@ impl Aggregator {
         );
         let (status, status_rx) = watch::channel(Arc::new(placeholder(&identity)));
         let (events, _) = broadcast::channel(EVENT_BUFFER);
-        let (published, published_rx) =
-            watch::channel(Arc::new(Published::placeholder(&identity)));
+        let (published, published_rx) = watch::channel(Arc::new(Published::placeholder(&identity)));
         let (identity_tx, identity_rx) = watch::channel(identity.clone());
         let (full, full_rx) = watch::channel(None);
         let (updates, _) = broadcast::channel(UPDATE_BUFFER);
@@ -314,7 +317,11 @@ impl Aggregator {
 
     /// Looks whenever an input changed or the core's deadline falls due,
     /// until `shutdown`; applies every new config published on `configs`.
-    pub async fn run(mut self, mut configs: watch::Receiver<Arc<Config>>, shutdown: CancellationToken) {
+    pub async fn run(
+        mut self,
+        mut configs: watch::Receiver<Arc<Config>>,
+        shutdown: CancellationToken,
+    ) {
         let book_changed = self.feeds.book_changed.clone();
         loop {
             let deadline = tokio::time::Instant::from_std(self.next_look);
@@ -395,9 +402,10 @@ impl Aggregator {
             settings::expected_links(config, &identity),
             settings::node(config),
         );
-        self.feeds
-            .probes
-            .apply(settings::probed_links(config, &identity), settings::prober(config));
+        self.feeds.probes.apply(
+            settings::probed_links(config, &identity),
+            settings::prober(config),
+        );
         self.feeds
             .book
             .lock()
@@ -445,8 +453,7 @@ impl Aggregator {
             .flat_map(|feed| feed.borrow_and_update().clone())
             .collect();
         let load = NodeLoad {
-            cpu_saturated: load.cpu_saturated
-                || probes.lateness >= meshd_model::linkstats::LATE,
+            cpu_saturated: load.cpu_saturated || probes.lateness >= meshd_model::linkstats::LATE,
             ..load
         };
         let decision = self.core.look(Look {
@@ -472,7 +479,10 @@ impl Aggregator {
             let sequence = update.sequence;
             // No stream is fine: no peer is connected right now.
             let _ = self.updates.send(Arc::new(Encoded::update(update)));
-            let full = self.core.full_update(moment).map(|f| Arc::new(Encoded::update(f)));
+            let full = self
+                .core
+                .full_update(moment)
+                .map(|f| Arc::new(Encoded::update(f)));
             debug_assert!(full.as_ref().is_none_or(|f| f.sequence == sequence));
             self.full.send_replace(full);
         }

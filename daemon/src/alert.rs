@@ -146,7 +146,9 @@ async fn exchange(target: &Target, path: &str, body: Option<Vec<u8>>) -> Result<
 }
 
 async fn post(target: &Target, posts: &[Post]) -> Result<(), PostError> {
-    exchange(target, &target.path, Some(body(posts)?)).await.map(drop)
+    exchange(target, &target.path, Some(body(posts)?))
+        .await
+        .map(drop)
 }
 
 /// Alertmanager API v2 `gettableAlert`, the parts reconciling needs.
@@ -278,7 +280,9 @@ impl AlertPusher {
             for destination in &self.destinations {
                 match active(&destination.target).await {
                     Ok(found) => posts.extend(self.state.reconcile(found, now)),
-                    Err(err) => tracing::debug!(alertmanager = %destination.target.authority, "cannot read the active alerts to take over: {err}"),
+                    Err(err) => {
+                        tracing::debug!(alertmanager = %destination.target.authority, "cannot read the active alerts to take over: {err}")
+                    }
                 }
             }
         }

@@ -95,7 +95,9 @@ impl RunningNode {
     pub async fn start(config: &Config, hostname: &str) -> Result<Self, StartError> {
         let tls = MeshTls::for_config(config)?;
         if config.tls.insecure && !config.peers.is_empty() {
-            tracing::warn!("tls.insecure: reports between nodes are neither encrypted nor authenticated; anyone on the management network can forge them");
+            tracing::warn!(
+                "tls.insecure: reports between nodes are neither encrypted nor authenticated; anyone on the management network can forge them"
+            );
         }
         let grpc_listener = bind("gRPC", config.listen.grpc).await?;
         let http_listener = bind("metrics", config.listen.metrics).await?;
@@ -222,7 +224,12 @@ impl RunningNode {
                 tls.as_ref().map(|t| t.server.clone()),
                 shutdown.clone(),
             );
-            tasks.spawn(grpc::serve_mesh(incoming, read_only, peer, shutdown.clone())?);
+            tasks.spawn(grpc::serve_mesh(
+                incoming,
+                read_only,
+                peer,
+                shutdown.clone(),
+            )?);
         }
         tasks.spawn({
             let router = crate::http::router(metrics, state.clone(), shutdown.clone());

@@ -104,9 +104,9 @@ fn check_config_names_an_unknown_key_and_its_line() {
 
 #[test]
 fn check_config_names_a_duplicate_peer_and_both_lines() {
-    let (code, stderr) = check_config(
-        &format!("[[peers]]\nid = \"b\"\naddress = \"10.0.0.2:7420\"\n\n[[peers]]\nid = \"b\"\naddress = \"10.0.0.3:7420\"\n{MESH_TAIL}"),
-    );
+    let (code, stderr) = check_config(&format!(
+        "[[peers]]\nid = \"b\"\naddress = \"10.0.0.2:7420\"\n\n[[peers]]\nid = \"b\"\naddress = \"10.0.0.3:7420\"\n{MESH_TAIL}"
+    ));
     assert_eq!(code, Some(1));
     assert_eq!(
         stderr.trim(),

@@ -177,8 +177,8 @@ async fn an_eight_node_demo_binds_only_127_0_0_1() {
         // One upstream socket per cable proxy side once probes flow; one
         // report stream per ordered pair over the management network and
         // one over their cable.
-        let complete = census.planned_found.len() == planned.len()
-            && census.to_proxies.len() == 2 * links;
+        let complete =
+            census.planned_found.len() == planned.len() && census.to_proxies.len() == 2 * links;
         if complete {
             break census;
         }

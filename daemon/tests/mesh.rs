@@ -164,9 +164,30 @@ async fn four_nodes_cut_kill_partition_and_heal() {
     command(&mut demo, "revive c").await;
     wait_all(&demo, SETTLE, "all up after revive", all_up).await;
 
-    // A 2+2 management partition: no side has quorum, nobody raises link or
-    // node alarms, and each says why.
+    // A 2+2 management partition: the reports also travel over the
+    // cables, so every node keeps quorum, nothing is down, and the split
+    // is a warning about the management network.
     command(&mut demo, "partition a,b c,d").await;
+    wait_all(
+        &demo,
+        SETTLE,
+        "quorum over the cables, management warnings",
+        |s| {
+            s.quorum.has_quorum
+                && s.nodes.iter().all(|n| n.state == NodeState::Up)
+                && s.links.iter().all(|l| l.state == LinkState::Up)
+                && !s.alarms.is_empty()
+                && s.alarms
+                    .iter()
+                    .all(|a| a.kind == AlarmKind::ManagementUnreachable)
+        },
+    )
+    .await;
+    // Cut the cables between the halves too: a real split. No side has
+    // quorum, nobody raises link or node alarms, and each says why.
+    for (x, y) in [("a", "c"), ("a", "d"), ("b", "c"), ("b", "d")] {
+        command(&mut demo, &format!("cut {x} {y}")).await;
+    }
     wait_all(&demo, SETTLE, "no quorum anywhere", |s| {
         !s.quorum.has_quorum
             && s.links.iter().all(|l| l.state == LinkState::Unknown)
@@ -196,20 +217,27 @@ async fn five_nodes_tell_a_dead_node_from_a_cut_cable_at_the_same_time() {
             && s.links.iter().filter(|l| l.blame == Blame::Link).count() == 1
     })
     .await;
-    // A 3+2 split: the three keep quorum and call the two down; the two
-    // have no quorum and raise nothing.
+    // A 3+2 management partition: every node keeps quorum over the
+    // cables; the three name d and e unreachable on the management
+    // network, and nobody is down.
     command(&mut demo, "heal").await;
     wait_all(&demo, SETTLE, "all up after heal", all_up).await;
     command(&mut demo, "partition a,b,c d,e").await;
-    wait_all(&demo, SETTLE, "majority keeps quorum", |s| {
+    wait_all(&demo, SETTLE, "quorum everywhere, d and e named", |s| {
         let majority = ["a", "b", "c"].contains(&s.node.id.as_str());
-        if majority {
-            s.quorum.has_quorum
-                && node(s, "d") == NodeState::Down
-                && node(s, "e") == NodeState::Down
-        } else {
-            !s.quorum.has_quorum && s.alarms.iter().all(|a| a.kind == AlarmKind::NoQuorum)
-        }
+        let mut named: Vec<&str> = s
+            .alarms
+            .iter()
+            .filter(|a| a.kind == AlarmKind::ManagementUnreachable)
+            .map(|a| a.node.as_str())
+            .collect();
+        named.sort_unstable();
+        s.quorum.has_quorum
+            && s.nodes.iter().all(|n| n.state == NodeState::Up)
+            && s.alarms
+                .iter()
+                .all(|a| a.kind == AlarmKind::ManagementUnreachable)
+            && (!majority || named == ["d", "e"])
     })
     .await;
     command(&mut demo, "heal").await;

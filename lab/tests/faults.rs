@@ -300,8 +300,7 @@ fn management_partitions_keep_quorum_over_the_cables_and_name_the_cut_off_nodes(
         },
     );
     expect(&lab, &["d"], "d keeps quorum over its cables", |s| {
-        everything_up(s)
-            && s.alarms.iter().all(|a| a.kind == "management_unreachable")
+        everything_up(s) && s.alarms.iter().all(|a| a.kind == "management_unreachable")
     });
     lab.heal_partition().expect("heal");
     settle(&lab, "all up after the 3+1 partition heals");

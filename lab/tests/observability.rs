@@ -95,7 +95,10 @@ fn prometheus_rules_and_alertmanager_pushes_fire_on_a_pulled_cable_and_resolve()
         serde_json::json!({"alertname": "MeshLinkDown", "severity": "critical", "a": "a", "b": "b"}),
         "{pushed:#?}"
     );
-    assert_eq!(pushed[0]["annotations"]["meshd_posted_by"], "a", "{pushed:#?}");
+    assert_eq!(
+        pushed[0]["annotations"]["meshd_posted_by"], "a",
+        "{pushed:#?}"
+    );
     // Pushed by meshd's alert leader, not by Prometheus (which has no
     // Alertmanager configured).
     let posts = lab

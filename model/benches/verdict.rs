@@ -157,9 +157,12 @@ fn inputs(n: usize, cut: bool, moment: Moment) -> MeshInputs {
                     report: Arc::new(report),
                     received_at: heard,
                     since: now - Duration::from_secs(600),
-                    paths: [(Path::Management, fresh), (Path::Cable("en2".into()), fresh)]
-                        .into_iter()
-                        .collect(),
+                    paths: [
+                        (Path::Management, fresh),
+                        (Path::Cable("en2".into()), fresh),
+                    ]
+                    .into_iter()
+                    .collect(),
                     duplicate: None,
                 },
             )

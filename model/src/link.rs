@@ -400,9 +400,7 @@ impl LinkTracker {
         }
         self.flapping = self.episodes.len() >= rules.flap_episodes();
         let reported = match self.settled {
-            LinkState::Down if self.flapping && held < DOWN_WHILE_FLAPPING => {
-                LinkState::Flapping
-            }
+            LinkState::Down if self.flapping && held < DOWN_WHILE_FLAPPING => LinkState::Flapping,
             LinkState::Down | LinkState::Unknown => self.settled,
             _ if self.flapping => LinkState::Flapping,
             settled => settled,

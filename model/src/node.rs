@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use meshd_proto::domain::{
-    Alarm, ClockOffset, Counter, Event, Incarnation, LinkObservation, MeshStatus, NodeId, NodeIdentity,
-    NodeLoad, PeerReply, RejectReason, ReportUpdate,
+    Alarm, ClockOffset, Counter, Event, Incarnation, LinkObservation, MeshStatus, NodeId,
+    NodeIdentity, NodeLoad, PeerReply, RejectReason, ReportUpdate,
 };
 use meshd_proto::facts::NodeFacts;
 

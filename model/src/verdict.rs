@@ -1137,6 +1137,27 @@ impl Judge<'_> {
                 ));
             }
         }
+        // An end whose daemon (re)started after the silence began was not
+        // there to answer: the silence is its start, not the cable, until
+        // its end had `down_after` to answer.
+        let down_after = rules.down_after;
+        for (node, since) in [&link.a.node, &link.b.node]
+            .into_iter()
+            .zip(link.ends_since)
+        {
+            if let Some(since) = since
+                && since > onset
+                && since
+                    .checked_add(down_after)
+                    .is_some_and(|until| self.now < until)
+            {
+                return Some(format!(
+                    "held: {node} started {} ago, after the silence began; its end has {} to answer",
+                    fmt_duration(self.now.saturating_duration_since(since)),
+                    fmt_duration(down_after)
+                ));
+            }
+        }
         None
     }
 }
@@ -1520,7 +1541,9 @@ mod tests {
         assert_eq!(node_state(&status, "c"), NodeState::Down, "{status:#?}");
         let c = status.nodes.iter().find(|n| n.id == id("c")).expect("c");
         assert!(
-            c.evidence.iter().any(|e| e.contains("since this node started")),
+            c.evidence
+                .iter()
+                .any(|e| e.contains("since this node started")),
             "{c:?}"
         );
     }
@@ -1557,6 +1580,37 @@ mod tests {
         let l = link(&status, "b", "c");
         assert_eq!(l.state, LinkState::Up, "{l:?}");
         assert_eq!(l.recent_changes, 0, "a restart is no flap: {l:?}");
+    }
+
+    #[test]
+    fn a_silence_from_before_a_peer_started_is_not_the_cables() {
+        let mut mesh = Mesh::new(&["a", "b", "c"]);
+        let mut engine = Engine::new(settings());
+        mesh.evaluate(&mut engine, 0);
+        // b starts now: a probed it before its daemon was there.
+        mesh.incarnation.insert("b", 2);
+        mesh.silence("a", "b", 900);
+        let started = mesh.at(1_000);
+        let with_b_since = |mesh: &Mesh, moment: Moment| {
+            let mut inputs = mesh.inputs(moment);
+            if let Some(b) = inputs.peers.get_mut(&id("b")) {
+                b.since = started.now;
+            }
+            inputs
+        };
+        let status = engine
+            .evaluate(&with_b_since(&mesh, started), started)
+            .status;
+        let l = link(&status, "a", "b");
+        assert_ne!(l.state, LinkState::Down, "{l:?}");
+        assert!(l.evidence.iter().any(|e| e.contains("started")), "{l:?}");
+        // Still silent once b had down_after to answer: the cable.
+        let down_after = u64::try_from(settings().link.down_after.as_millis()).expect("ms");
+        mesh.silence("a", "b", 900 + down_after + 100);
+        let later = mesh.at(1_000 + down_after + 100);
+        let status = engine.evaluate(&with_b_since(&mesh, later), later).status;
+        let l = link(&status, "a", "b");
+        assert_eq!((l.state, l.blame), (LinkState::Down, Blame::Link), "{l:?}");
     }
 
     #[test]

@@ -111,12 +111,12 @@ impl CertDir {
     ) -> Result<Pair, StoreError> {
         let pair = self.node(node);
         refuse_existing(&pair)?;
-        let Issued { cert_pem, key_pem } = ca
-            .issue(node, other_names, now, valid_for)
-            .map_err(|source| StoreError::Pki {
-                path: pair.cert.clone(),
-                source,
-            })?;
+        let Issued { cert_pem, key_pem } =
+            ca.issue(node, other_names, now, valid_for)
+                .map_err(|source| StoreError::Pki {
+                    path: pair.cert.clone(),
+                    source,
+                })?;
         self.write(&pair, &cert_pem, &key_pem)?;
         Ok(pair)
     }

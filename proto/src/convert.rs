@@ -11,8 +11,8 @@ use std::time::{Duration, SystemTime};
 use crate::domain::{
     Alarm, Blame, Counter, Event, EventDetail, EventKind, Incarnation, InterfaceState, LinkEnd,
     LinkMeasurement, LinkObservation, LinkState, LinkVerdict, LossWindow, MeshStatus, NodeId,
-    NodeIdentity, NodeState, NodeVerdict, Quorum, RdmaPortState,
-    RejectReason, RttHistogram, RttSummary, Severity, UnknownName,
+    NodeIdentity, NodeState, NodeVerdict, Quorum, RdmaPortState, RejectReason, RttHistogram,
+    RttSummary, Severity, UnknownName,
 };
 use crate::facts::{
     BridgeFact, Cable, CableEnd, CheckResult, CheckStatus, Gid, Ipv4Cidr, NodeFacts, OsKind,

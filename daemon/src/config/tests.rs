@@ -19,7 +19,8 @@ fn id(s: &str) -> NodeId {
 const MESH_TAIL: &str = "\n[listen]\nmesh = \"10.255.255.1:7420\"\n[tls]\ninsecure = true\n";
 
 fn parse(src: &str) -> Result<Config, ConfigError> {
-    let needs_tail = src.contains("[[peers]]") && !src.contains("[listen]") && !src.contains("[tls]");
+    let needs_tail =
+        src.contains("[[peers]]") && !src.contains("[listen]") && !src.contains("[tls]");
     let tail = if needs_tail { MESH_TAIL } else { "" };
     Config::parse(&format!("{src}{tail}"), "meshd.toml", HOST)
 }
@@ -155,7 +156,10 @@ fn embedded_default_is_valid_single_node_mesh_on_documented_ports() {
     assert_eq!(config.members(), vec![id("studio-1")]);
     assert_eq!(config.listen.grpc, "127.0.0.1:7420".parse().unwrap());
     assert_eq!(config.listen.metrics, "127.0.0.1:9420".parse().unwrap());
-    assert_eq!(config.listen.mesh, None, "a node alone listens on loopback only");
+    assert_eq!(
+        config.listen.mesh, None,
+        "a node alone listens on loopback only"
+    );
     assert_eq!(config.probe.port, 7421);
     assert_eq!(config.probe.interval, Duration::from_millis(100));
     assert_eq!(config.report.interval, Duration::from_secs(1));
@@ -678,8 +682,10 @@ fn duration_rules() {
     );
     // Bounds are inclusive.
     assert!(
-        parse("[probe]\ninterval = \"10ms\"\ntimeout = \"10s\"\n[thresholds]\ndown_after = \"10s\"\n")
-            .is_ok()
+        parse(
+            "[probe]\ninterval = \"10ms\"\ntimeout = \"10s\"\n[thresholds]\ndown_after = \"10s\"\n"
+        )
+        .is_ok()
     );
     assert!(parse("[report]\ninterval = \"500ms\"\nstale_after = \"1s\"\n").is_ok());
 }
@@ -980,7 +986,11 @@ fn load_reads_the_file_and_names_it_in_errors() {
     assert_eq!(config.node.id, id("studio-1"));
     // Relative paths are from the file's directory, absolute ones stay.
     assert_eq!(config.tls.ca, Some(dir.path().join("tls/ca.pem")));
-    std::fs::write(&path, "[tls]\ninsecure = false\nca = \"/etc/ca.pem\"\ncert = \"c.pem\"\nkey = \"k.pem\"\n").unwrap();
+    std::fs::write(
+        &path,
+        "[tls]\ninsecure = false\nca = \"/etc/ca.pem\"\ncert = \"c.pem\"\nkey = \"k.pem\"\n",
+    )
+    .unwrap();
     let config = Config::load(&path, HOST).unwrap();
     assert_eq!(config.tls.ca, Some(std::path::PathBuf::from("/etc/ca.pem")));
     assert_eq!(config.tls.key, Some(dir.path().join("k.pem")));
@@ -1011,10 +1021,16 @@ const ONE_PEER: &str = "[[peers]]\nid = \"b\"\naddress = \"10.0.0.2:7420\"\n";
 fn a_node_with_peers_needs_a_mesh_listener_and_certificates() {
     let ds = lines(&format!("[tls]\ninsecure = true\n{ONE_PEER}"));
     assert_eq!(ds.len(), 1, "{ds:?}");
-    assert!(ds[0].starts_with("meshd.toml: listen.mesh: a node with peers needs listen.mesh"), "{ds:?}");
+    assert!(
+        ds[0].starts_with("meshd.toml: listen.mesh: a node with peers needs listen.mesh"),
+        "{ds:?}"
+    );
 
     let src = format!("[listen]\nmesh = \"10.0.0.1:7420\"\n{ONE_PEER}");
-    let keys: Vec<_> = diagnostics(&src).into_iter().filter_map(|d| d.key).collect();
+    let keys: Vec<_> = diagnostics(&src)
+        .into_iter()
+        .filter_map(|d| d.key)
+        .collect();
     assert_eq!(keys, ["tls.ca", "tls.cert", "tls.key"]);
     assert_problem(&src, "tls.cert", "meshctl certs issue");
 
@@ -1023,8 +1039,10 @@ fn a_node_with_peers_needs_a_mesh_listener_and_certificates() {
     // Certificates and plain TCP contradict each other.
     assert_eq!(
         lines("[tls]\ninsecure = true\ncert = \"c.pem\"\n"),
-        ["meshd.toml:3: tls.cert: tls.insecure = true sends reports in the clear and would \
-          ignore this file; remove one of the two (see tls.insecure at line 2)"]
+        [
+            "meshd.toml:3: tls.cert: tls.insecure = true sends reports in the clear and would \
+          ignore this file; remove one of the two (see tls.insecure at line 2)"
+        ]
     );
     let ok = format!(
         "[listen]\nmesh = \"10.0.0.1:7420\"\n[tls]\nca = \"ca.pem\"\ncert = \"a.pem\"\nkey = \"a-key.pem\"\n{ONE_PEER}"
@@ -1062,8 +1080,10 @@ fn listeners_need_their_own_ports_and_peers_are_not_this_node() {
     );
     assert_eq!(
         ds,
-        ["meshd.toml:7: peers[0].address: \"10.0.0.1:7420\" is this node's own listener; give \
-          the peer's address on the management network (see listen.mesh at line 2)"]
+        [
+            "meshd.toml:7: peers[0].address: \"10.0.0.1:7420\" is this node's own listener; give \
+          the peer's address on the management network (see listen.mesh at line 2)"
+        ]
     );
 }
 
@@ -1071,9 +1091,11 @@ fn listeners_need_their_own_ports_and_peers_are_not_this_node() {
 fn timers_that_contradict_each_other_name_both_keys() {
     assert_eq!(
         lines("[probe]\ntimeout = \"1s\"\n[thresholds]\ndown_after = \"600ms\"\n"),
-        ["meshd.toml:2: probe.timeout: 1s is longer than thresholds.down_after (600ms); a link \
+        [
+            "meshd.toml:2: probe.timeout: 1s is longer than thresholds.down_after (600ms); a link \
           would be called down before any of its probes counted as lost (see \
-          thresholds.down_after at line 4)"]
+          thresholds.down_after at line 4)"
+        ]
     );
     assert_problem(
         "[probe]\ninterval = \"500ms\"\n[thresholds]\ndown_after = \"600ms\"\n",

@@ -359,7 +359,14 @@ fn own_address(c: &Config, address: &PeerAddress) -> Option<String> {
     };
     let at = SocketAddr::new(ip, address.port);
     if c.listen.mesh == Some(at) || c.listen.grpc == at {
-        return Some(if c.listen.grpc == at { "listen.grpc" } else { "listen.mesh" }.to_owned());
+        return Some(
+            if c.listen.grpc == at {
+                "listen.grpc"
+            } else {
+                "listen.mesh"
+            }
+            .to_owned(),
+        );
     }
     c.links
         .iter()

@@ -122,13 +122,11 @@ impl Demo {
                 .spawn(proxy.run(self.faults.clone(), self.proxy_shutdown.clone()));
         }
         for p in self.plan.tcp_proxies() {
-            let proxy = TcpProxy::bind(p)
-                .await
-                .map_err(|source| DemoError::Proxy {
-                    what: "TCP",
-                    addr: p.listen,
-                    source,
-                })?;
+            let proxy = TcpProxy::bind(p).await.map_err(|source| DemoError::Proxy {
+                what: "TCP",
+                addr: p.listen,
+                source,
+            })?;
             self.proxies
                 .spawn(proxy.run(self.faults.clone(), self.proxy_shutdown.clone()));
         }

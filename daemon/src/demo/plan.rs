@@ -491,7 +491,10 @@ mod tests {
         let b = &plan.nodes[1];
         assert_eq!(b.grpc().to_string(), "127.0.0.1:17402");
         assert_eq!(b.metrics().to_string(), "127.0.0.1:17412");
-        assert_eq!(b.mesh().map(|m| m.to_string()).as_deref(), Some("127.0.0.1:17422"));
+        assert_eq!(
+            b.mesh().map(|m| m.to_string()).as_deref(),
+            Some("127.0.0.1:17422")
+        );
         let to_c = &b.config.links[1];
         assert_eq!(to_c.peer.as_str(), "c");
         let probe = &b.config.probe;

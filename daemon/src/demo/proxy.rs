@@ -391,7 +391,11 @@ mod tests {
         let sent = 200;
         let mut answered = 0;
         for seq in 0..sent {
-            if cable.round_trip(seq, Duration::from_millis(100)).await.is_some() {
+            if cable
+                .round_trip(seq, Duration::from_millis(100))
+                .await
+                .is_some()
+            {
                 answered += 1;
             }
         }
@@ -522,14 +526,22 @@ mod tests {
     async fn the_management_relay_follows_partitions() {
         let (faults, addr, shutdown) = tcp_proxy(Gate::Management { from: 0, to: 1 }).await;
         let mut open = TcpStream::connect(addr).await.expect("connect");
-        assert_eq!(echo(&mut open, b"hello").await.as_deref(), Some(&b"hello"[..]));
+        assert_eq!(
+            echo(&mut open, b"hello").await.as_deref(),
+            Some(&b"hello"[..])
+        );
 
         faults.update_link(0, 1, |f| f.cut = true);
-        assert!(echo(&mut open, b"cable").await.is_some(), "a cut leaves it alone");
+        assert!(
+            echo(&mut open, b"cable").await.is_some(),
+            "a cut leaves it alone"
+        );
 
         faults.partition(&[vec![0], vec![1, 2]]);
         assert!(closed(&mut open).await);
-        let mut refused = TcpStream::connect(addr).await.expect("accepted, then closed");
+        let mut refused = TcpStream::connect(addr)
+            .await
+            .expect("accepted, then closed");
         assert_eq!(echo(&mut refused, b"again").await, None);
 
         // A partition that leaves the pair on the same side lets it through.
@@ -540,7 +552,10 @@ mod tests {
         faults.partition(&[vec![1], vec![0]]);
         faults.heal_all();
         let mut healed = TcpStream::connect(addr).await.expect("connect");
-        assert_eq!(echo(&mut healed, b"healed").await.as_deref(), Some(&b"healed"[..]));
+        assert_eq!(
+            echo(&mut healed, b"healed").await.as_deref(),
+            Some(&b"healed"[..])
+        );
         shutdown.cancel();
     }
 
@@ -550,10 +565,15 @@ mod tests {
         let mut open = TcpStream::connect(addr).await.expect("connect");
         assert!(echo(&mut open, b"over the cable").await.is_some());
         faults.partition(&[vec![0], vec![1]]);
-        assert!(echo(&mut open, b"still").await.is_some(), "a partition leaves it alone");
+        assert!(
+            echo(&mut open, b"still").await.is_some(),
+            "a partition leaves it alone"
+        );
         faults.update_link(1, 0, |f| f.cut = true);
         assert!(closed(&mut open).await);
-        let mut refused = TcpStream::connect(addr).await.expect("accepted, then closed");
+        let mut refused = TcpStream::connect(addr)
+            .await
+            .expect("accepted, then closed");
         assert_eq!(echo(&mut refused, b"cut").await, None);
         faults.update_link(0, 1, |f| f.cut = false);
         let mut healed = TcpStream::connect(addr).await.expect("connect");

@@ -14,10 +14,10 @@ use meshd_proto::convert::update_from_wire;
 use meshd_proto::domain::{NodeIdentity, PeerReply, Refusal, RejectReason, StreamOpen};
 use meshd_proto::wire;
 use meshd_proto::wire::peer_server::Peer;
-use tokio_util::sync::CancellationToken;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::aggregator::SharedBook;

@@ -134,7 +134,9 @@ fn initial_seq() -> u64 {
         .unwrap_or(1)
 }
 
-pub(super) async fn bind(spec: &ProbedLink) -> Result<(UdpSocket, SocketAddr, SocketAddr), ProbeError> {
+pub(super) async fn bind(
+    spec: &ProbedLink,
+) -> Result<(UdpSocket, SocketAddr, SocketAddr), ProbeError> {
     let (local, peer_addr) = spec.addresses()?;
     let socket = UdpSocket::bind(local)
         .await
@@ -399,11 +401,18 @@ impl Engine {
 }
 
 impl Link {
-    fn probe(&mut self, class: ProbeClass, settings: &ProberSettings, buf: &mut [u8], now: Instant) {
+    fn probe(
+        &mut self,
+        class: ProbeClass,
+        settings: &ProberSettings,
+        buf: &mut [u8],
+        now: Instant,
+    ) {
         self.stats.expire(now);
         let seq = self.next_seq;
         self.next_seq = self.next_seq.wrapping_add(1);
-        let Ok(datagram) = packet::encode(&Header::request(class, seq), len_of(settings, class), buf)
+        let Ok(datagram) =
+            packet::encode(&Header::request(class, seq), len_of(settings, class), buf)
         else {
             return;
         };
@@ -427,7 +436,12 @@ impl Link {
         }
     }
 
-    fn on_datagram(&mut self, received: stamp::Received, settings: &ProberSettings, buf: &mut [u8]) {
+    fn on_datagram(
+        &mut self,
+        received: stamp::Received,
+        settings: &ProberSettings,
+        buf: &mut [u8],
+    ) {
         let len = received.len;
         let Some(header) = buf.get(..len).map(packet::decode) else {
             return;
@@ -456,7 +470,14 @@ impl Link {
     /// Answers a request with a reply of the same size stamped with this
     /// node's receive and send times (the kernel's receive stamp, so this
     /// node's wake-up counts as its own delay, taken out of the RTT).
-    fn answer(&mut self, request: Header, len: usize, at: Instant, settings: &ProberSettings, buf: &mut [u8]) {
+    fn answer(
+        &mut self,
+        request: Header,
+        len: usize,
+        at: Instant,
+        settings: &ProberSettings,
+        buf: &mut [u8],
+    ) {
         let max = len_of(settings, ProbeClass::Mtu).max(len_of(settings, ProbeClass::Small));
         match responder::answer(&mut self.bucket, len, max, at) {
             Answer::Reply => {}
@@ -469,7 +490,9 @@ impl Link {
                 return;
             }
         }
-        let ns = |t: Instant| u64::try_from(t.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX);
+        let ns = |t: Instant| {
+            u64::try_from(t.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
+        };
         let reply = Header {
             kind: Kind::Reply,
             class: request.class,

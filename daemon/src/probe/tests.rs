@@ -175,7 +175,11 @@ async fn both_ends_of_a_cable_measure_it_then_see_loss_when_the_peer_stops() {
     b.stop.cancel();
     let silent = tokio::time::timeout(
         PATIENCE,
-        woken.wait_for(|s| s.links.get(&id("b")).is_some_and(|l| l.silence >= Duration::from_millis(500))),
+        woken.wait_for(|s| {
+            s.links
+                .get(&id("b"))
+                .is_some_and(|l| l.silence >= Duration::from_millis(500))
+        }),
     )
     .await;
     assert!(silent.is_ok_and(|r| r.is_ok()), "silence was not signalled");
@@ -216,10 +220,7 @@ async fn jumbo_mtu_probes_are_answered_and_counted_apart() {
 /// A raw socket standing where node a's cable expects node b.
 async fn fake_peer(at: u16, node_a_port: u16) -> UdpSocket {
     let socket = UdpSocket::bind((HERE, at)).await.expect("binds");
-    socket
-        .connect((HERE, node_a_port))
-        .await
-        .expect("connects");
+    socket.connect((HERE, node_a_port)).await.expect("connects");
     socket
 }
 
@@ -286,8 +287,7 @@ async fn datagrams_from_anyone_but_the_cables_peer_are_not_answered() {
     for _ in 0..20 {
         stranger.send_to(&request, (HERE, pa)).await.expect("sends");
     }
-    let nothing =
-        tokio::time::timeout(Duration::from_millis(300), stranger.recv(&mut reply)).await;
+    let nothing = tokio::time::timeout(Duration::from_millis(300), stranger.recv(&mut reply)).await;
     assert!(nothing.is_err(), "a stranger's request was answered");
     // The socket exists (its counters are exported) but heard nothing.
     assert_eq!(exported(&a.metrics, "a", pa, "answered"), Some(0));
@@ -346,7 +346,10 @@ async fn a_taken_port_names_the_address_and_is_retried_until_free() {
         "a cable without its socket has no statistics (and no verdict from this end)"
     );
     drop(taken);
-    wait_for(&a, "b", "probing once the port is free", |s| s.rtt.samples > 0).await;
+    wait_for(&a, "b", "probing once the port is free", |s| {
+        s.rtt.samples > 0
+    })
+    .await;
 }
 
 #[test]
@@ -368,7 +371,10 @@ async fn a_node_with_two_cables_on_one_address_tells_them_apart_by_port() {
     let [ab, ac, ba, absent] = free_ports().await;
     let a = start(
         "a",
-        vec![cable("a", "b", ports(ab, ba)), cable("a", "c", ports(ac, absent))],
+        vec![
+            cable("a", "b", ports(ab, ba)),
+            cable("a", "c", ports(ac, absent)),
+        ],
         fast_settings(),
     );
     let b = start("b", vec![cable("b", "a", ports(ba, ab))], fast_settings());
@@ -405,7 +411,11 @@ async fn a_new_config_keeps_unchanged_cables_and_drops_removed_ones() {
     })
     .await
     .expect("the removed cable is gone");
-    assert_eq!(exported(&a.metrics, "a", ac, "answered"), None, "its socket closed");
+    assert_eq!(
+        exported(&a.metrics, "a", ac, "answered"),
+        None,
+        "its socket closed"
+    );
     let after = wait_for(&a, "b", "statistics", |_| true).await;
     assert!(
         after.probes_sent_total >= before.probes_sent_total,

@@ -58,11 +58,7 @@ pub struct CableListeners {
 }
 
 impl CableListeners {
-    pub fn new(
-        tls: Option<MeshTls>,
-        service: PeerService,
-        shutdown: CancellationToken,
-    ) -> Self {
+    pub fn new(tls: Option<MeshTls>, service: PeerService, shutdown: CancellationToken) -> Self {
         Self {
             tls,
             service,

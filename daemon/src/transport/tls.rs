@@ -45,7 +45,9 @@ pub enum TlsError {
     /// A file that cannot be read, named in the message.
     #[error("{0}")]
     File(String),
-    #[error("the mesh's TLS files are not configured: set tls.ca, tls.cert and tls.key (see `meshctl certs`), or tls.insecure = true")]
+    #[error(
+        "the mesh's TLS files are not configured: set tls.ca, tls.cert and tls.key (see `meshctl certs`), or tls.insecure = true"
+    )]
     Missing,
     #[error("{0}")]
     Config(String),
@@ -134,20 +136,20 @@ impl MeshTls {
         let Some(leaf) = certs.first() else {
             return Err(TlsError::Config("tls.cert holds no certificate".to_owned()));
         };
-        let named = meshd_pki::common_name(leaf)
-            .map_err(|e| TlsError::Config(format!("tls.cert: {e}")))?;
+        let named =
+            meshd_pki::common_name(leaf).map_err(|e| TlsError::Config(format!("tls.cert: {e}")))?;
         if named != node.as_str() {
             return Err(TlsError::Config(format!(
                 "tls.cert is node {named:?}'s certificate, not this node's ({node}); \
                  issue one with `meshctl certs issue {node}`"
             )));
         }
-        let key = pem::parse(key_pem)
-            .map_err(|e| TlsError::Config(format!("tls.key: {e}")))?;
+        let key = pem::parse(key_pem).map_err(|e| TlsError::Config(format!("tls.key: {e}")))?;
         let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.into_contents()));
-        let client_verifier = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider())
-            .build()
-            .map_err(config_error)?;
+        let client_verifier =
+            WebPkiClientVerifier::builder_with_provider(roots.clone(), provider())
+                .build()
+                .map_err(config_error)?;
         let mut server = ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
             .map_err(config_error)?

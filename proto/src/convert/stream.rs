@@ -6,12 +6,12 @@
 use std::time::Duration;
 
 use super::{
-    Result, WireError, each, nanos, node_id, node_ids, required, reject_reason,
-    reject_reason_wire, time, timestamp,
+    Result, WireError, each, nanos, node_id, node_ids, reject_reason, reject_reason_wire, required,
+    time, timestamp,
 };
 use crate::domain::{
-    Alarm, ClockOffset, ClockSample, Incarnation, LinkEnd, LinkObservation, NodeIdentity,
-    NodeLoad, PeerMessage, PeerReply, Refusal, ReportUpdate, RttHistogram, StreamOpen,
+    Alarm, ClockOffset, ClockSample, Incarnation, LinkEnd, LinkObservation, NodeIdentity, NodeLoad,
+    PeerMessage, PeerReply, Refusal, ReportUpdate, RttHistogram, StreamOpen,
 };
 use crate::facts::NodeFacts;
 use crate::wire;
@@ -82,7 +82,11 @@ impl TryFrom<wire::StreamOpen> for StreamOpen {
             sender: NodeIdentity::try_from(required("sender", o.sender)?)
                 .map_err(|e| e.within("sender"))?,
             instance: o.instance,
-            rtt_bounds: o.rtt_bounds_ns.into_iter().map(Duration::from_nanos).collect(),
+            rtt_bounds: o
+                .rtt_bounds_ns
+                .into_iter()
+                .map(Duration::from_nanos)
+                .collect(),
         })
     }
 }
