@@ -65,21 +65,23 @@ struct Postable<'a> {
     ends_at: String,
 }
 
-fn rfc3339(t: SystemTime) -> String {
-    humantime::format_rfc3339_millis(t).to_string()
-}
-
-fn body(posts: &[Post]) -> Result<Vec<u8>, serde_json::Error> {
+/// The JSON body of a post, and how many alerts were left out because a
+/// time of theirs cannot be written (outside 1970-9999: the wire refuses
+/// such times, so only a broken clock makes one).
+fn body(posts: &[Post]) -> Result<(Vec<u8>, usize), serde_json::Error> {
     let postable: Vec<Postable<'_>> = posts
         .iter()
-        .map(|p| Postable {
-            labels: &p.alert.labels,
-            annotations: &p.alert.annotations,
-            starts_at: rfc3339(p.alert.starts_at),
-            ends_at: rfc3339(p.ends_at),
+        .filter_map(|p| {
+            Some(Postable {
+                labels: &p.alert.labels,
+                annotations: &p.alert.annotations,
+                starts_at: meshd_proto::time::rfc3339_millis(p.alert.starts_at)?,
+                ends_at: meshd_proto::time::rfc3339_millis(p.ends_at)?,
+            })
         })
         .collect();
-    serde_json::to_vec(&postable)
+    let left_out = posts.len() - postable.len();
+    Ok((serde_json::to_vec(&postable)?, left_out))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -99,7 +101,14 @@ enum PostError {
 }
 
 async fn post(target: &Target, posts: &[Post]) -> Result<(), PostError> {
-    let payload = body(posts)?;
+    let (payload, left_out) = body(posts)?;
+    if left_out > 0 {
+        tracing::warn!(
+            alertmanager = %target.authority,
+            left_out,
+            "alerts with a time outside 1970-9999 left out of the post"
+        );
+    }
     let exchange = async {
         let stream = TcpStream::connect(&target.authority)
             .await
@@ -282,6 +291,35 @@ impl AlertPusher {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn post_starting(starts_at: SystemTime) -> Post {
+        Post {
+            alert: meshd_model::alerts::Alert {
+                labels: [("alertname".to_owned(), "MeshCpuSpike".to_owned())].into(),
+                annotations: Default::default(),
+                starts_at,
+            },
+            ends_at: SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
+        }
+    }
+
+    /// An alarm `since` of -1 s or the year 10000 used to panic the alert
+    /// task; such an alert is left out of the post instead, and the rest go.
+    #[test]
+    fn an_alert_time_outside_1970_to_9999_is_left_out_not_a_panic() {
+        let fine = post_starting(SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000));
+        for bad in [
+            SystemTime::UNIX_EPOCH - Duration::from_secs(1),
+            SystemTime::UNIX_EPOCH + Duration::from_secs(253_402_300_800),
+        ] {
+            let posts = [post_starting(bad), fine.clone()];
+            let (payload, left_out) = body(&posts).expect("encoded");
+            let sent: serde_json::Value = serde_json::from_slice(&payload).expect("json");
+            assert_eq!(sent.as_array().map(Vec::len), Some(1));
+            assert_eq!(sent[0]["startsAt"], "2023-11-14T22:13:20.000Z");
+            assert_eq!(left_out, 1);
+        }
+    }
 
     #[test]
     fn targets_take_host_port_and_prefix() {
