@@ -208,6 +208,7 @@ enum_conversions!(RejectReason, RejectReason, reject_reason, reject_reason_wire,
     OldIncarnation => OldIncarnation,
     Stale => Stale,
     Malformed => Malformed,
+    ForeignAlarm => ForeignAlarm,
 });
 
 /// The wire name of a reject reason, for acks.

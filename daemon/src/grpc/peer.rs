@@ -62,13 +62,118 @@ impl Peer for PeerService {
             }
             Ok(report) => {
                 let sender = report.sender.id.clone();
+                let foreign = report.foreign_alarm().map(|(i, alarm)| {
+                    format!(
+                        "alarms[{i}].node: {} is not the sender {sender}; a node reports only its own alarms",
+                        alarm.node
+                    )
+                });
                 book.accept(report, now).map_err(|reason| {
                     tracing::debug!(%sender, %reason, "peer report refused");
-                    (reason, format!("report from {sender} refused"))
+                    let detail = match (reason, foreign) {
+                        (RejectReason::ForeignAlarm, Some(detail)) => detail,
+                        _ => format!("report from {sender} refused"),
+                    };
+                    (reason, detail)
                 })
             }
         };
         drop(book);
         Ok(Response::new(self.ack(verdict)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use meshd_model::intake::ReportBook;
+    use meshd_proto::domain::{Alarm, AlarmKind, Incarnation, NodeId, NodeLoad, Severity};
+
+    use super::*;
+
+    fn id(name: &str) -> NodeId {
+        NodeId::new(name).expect("id")
+    }
+
+    fn identity(name: &str) -> NodeIdentity {
+        NodeIdentity {
+            id: id(name),
+            incarnation: Incarnation(1),
+            version: "test".into(),
+            hostname: name.into(),
+        }
+    }
+
+    fn report_from(sender: &str, sequence: u64, alarm_about: &str) -> wire::PeerReport {
+        let now = SystemTime::now();
+        PeerReport {
+            sender: identity(sender),
+            sequence,
+            sent_at: now,
+            links: vec![],
+            alarms: vec![Alarm {
+                kind: AlarmKind::BridgeLoop,
+                severity: Severity::Critical,
+                node: id(alarm_about),
+                subject: "bridge0".into(),
+                summary: "bridge loop".into(),
+                evidence: vec![],
+                fix: Some("rm -rf /".into()),
+                since: now,
+                updated: now,
+            }],
+            hears: vec![],
+            load: NodeLoad::default(),
+            facts: None,
+        }
+        .into()
+    }
+
+    fn service() -> (PeerService, SharedBook) {
+        let members: BTreeSet<NodeId> = ["a", "b", "c"].into_iter().map(id).collect();
+        let book = Arc::new(Mutex::new(ReportBook::new(
+            id("a"),
+            members,
+            Duration::from_secs(5),
+        )));
+        (PeerService::new(identity("a"), book.clone()), book)
+    }
+
+    /// A report from b carrying an alarm about c is refused whole, with the
+    /// field named and the refusal counted; b's real report goes through.
+    #[tokio::test]
+    async fn an_alarm_about_another_node_is_refused_by_name_and_counted() {
+        let (service, book) = service();
+        let ack = service
+            .report(Request::new(report_from("b", 1, "c")))
+            .await
+            .expect("answered")
+            .into_inner();
+        assert!(!ack.accepted);
+        assert_eq!(ack.reject_reason, wire::RejectReason::ForeignAlarm as i32);
+        assert!(
+            ack.detail
+                .starts_with("alarms[0].node: c is not the sender b"),
+            "{}",
+            ack.detail
+        );
+        {
+            let book = book.lock().expect("book");
+            assert_eq!(book.rejected().get(&RejectReason::ForeignAlarm), Some(&1));
+            assert!(
+                book.latest().is_empty(),
+                "nothing of the forged report is kept"
+            );
+        }
+        let ack = service
+            .report(Request::new(report_from("b", 2, "b")))
+            .await
+            .expect("answered")
+            .into_inner();
+        assert!(ack.accepted, "{}", ack.detail);
+        assert_eq!(book.lock().expect("book").latest().len(), 1);
     }
 }
