@@ -32,6 +32,10 @@ pub use error::{ConfigError, Diagnostic, Problem};
 
 use locate::{Locator, line_of_offset};
 
+/// The largest config file read: a 256-node mesh with every link spelled
+/// out is about 100 KiB.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
 /// gRPC port for peers and meshctl.
 pub const DEFAULT_GRPC_PORT: u16 = 7420;
 /// HTTP port for `/metrics` and `/healthz`; 9xxx like other Prometheus exporters.
@@ -521,11 +525,20 @@ impl Config {
 
     /// Reads `path` and parses it; the path as given names the file in
     /// messages.
+    ///
+    /// The file must be a regular file of at most [`MAX_CONFIG_BYTES`]. A
+    /// symbolic link to one is followed (configs are often links into a
+    /// managed release directory); a FIFO, a device (a link to
+    /// `/dev/zero`), a socket or a directory is refused at once by name,
+    /// never read, so a reload can neither hang nor fill memory.
     pub fn load(path: &Path, hostname: &str) -> Result<Config, ConfigError> {
-        let source = std::fs::read_to_string(path).map_err(|error| ConfigError::Unreadable {
-            path: path.to_owned(),
-            error,
-        })?;
+        let source =
+            meshd_platform::file::read_regular_text(path, MAX_CONFIG_BYTES).map_err(|error| {
+                ConfigError::Unreadable {
+                    path: path.to_owned(),
+                    problem: error.problem,
+                }
+            })?;
         Config::parse(&source, &path.display().to_string(), hostname)
     }
 

@@ -978,3 +978,66 @@ fn load_reads_the_file_and_names_it_in_errors() {
     )));
     assert_eq!(err.diagnostics()[0].line, None);
 }
+
+/// Loads `path` on another thread, failing the test if that takes more than
+/// five seconds (a FIFO opened for a blocking read would never return).
+fn load_within_5s(path: &std::path::Path) -> Result<Config, ConfigError> {
+    let (done, result) = std::sync::mpsc::channel();
+    let path = path.to_owned();
+    std::thread::spawn(move || {
+        let _ = done.send(Config::load(&path, HOST));
+    });
+    result
+        .recv_timeout(std::time::Duration::from_secs(5))
+        .expect("Config::load returns within 5 s")
+}
+
+#[test]
+fn a_config_that_is_a_fifo_a_device_or_a_directory_fails_fast_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let zero = dir.path().join("zero.toml");
+    std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+    let fifo = dir.path().join("fifo.toml");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    for (path, named) in [
+        (&zero, "is a character device, not a regular file"),
+        (&fifo, "is a FIFO, not a regular file"),
+        (&dir.path().to_owned(), "is a directory, not a regular file"),
+    ] {
+        let err = load_within_5s(path).unwrap_err();
+        assert!(matches!(err, ConfigError::Unreadable { .. }), "{err}");
+        assert_eq!(
+            err.to_string(),
+            format!("{}: cannot read the config file: {named}", path.display())
+        );
+    }
+}
+
+#[test]
+fn a_config_over_1_mib_is_refused_and_a_link_to_a_regular_file_is_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = dir.path().join("big.toml");
+    let mut text = String::from("[node]\nid = \"studio-1\"\n");
+    text.push_str(&"# padding\n".repeat(200_000));
+    std::fs::write(&big, &text).unwrap();
+    let err = load_within_5s(&big).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "{}: cannot read the config file: larger than {MAX_CONFIG_BYTES} bytes",
+            big.display()
+        )
+    );
+
+    let real = dir.path().join("releases-meshd.toml");
+    std::fs::write(&real, "[node]\nid = \"studio-1\"\n").unwrap();
+    let link = dir.path().join("meshd.toml");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    assert_eq!(load_within_5s(&link).unwrap().node.id, id("studio-1"));
+}
