@@ -165,6 +165,7 @@ fn service(plan: Result<(Plan, Option<PathBuf>), InstallError>, dry_run: bool) -
         if let Some(binary) = &binary {
             check_binary(binary)?;
         }
+        install::require_strict_modes(&plan, root, binary.as_deref())?;
         for line in plan.apply(root, &mut runner)? {
             println!("{line}");
         }
