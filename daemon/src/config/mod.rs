@@ -11,6 +11,7 @@
 //! have to hunt for the offending entry.
 
 mod address;
+mod alertmanager;
 mod error;
 mod locate;
 pub mod reload;
@@ -28,6 +29,7 @@ use meshd_proto::domain::NodeId;
 use serde::Deserialize;
 
 pub use address::{AddressError, Host, PeerAddress};
+pub use alertmanager::{AlertmanagerConfig, AlertmanagerUrl, BasicAuth, parse_url};
 pub use error::{ConfigError, Diagnostic, Problem};
 
 use locate::{Locator, line_of_offset};
@@ -335,8 +337,8 @@ impl Default for Thresholds {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AlertingConfig {
-    /// Base URLs; empty means metrics only, no pushed alerts.
-    pub alertmanagers: Vec<String>,
+    /// Where alerts go; empty means metrics only, no pushed alerts.
+    pub alertmanagers: Vec<AlertmanagerConfig>,
     #[serde(with = "humantime_serde")]
     pub resend_interval: Duration,
 }
