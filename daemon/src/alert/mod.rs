@@ -27,6 +27,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::AlertmanagerConfig;
+use crate::logging::{REPEAT_INTERVAL, Throttle};
 use crate::metrics::{AlertPostOutcome, Metrics};
 use meshd_model::alerts::{AlertState, Post, alerts};
 
@@ -83,15 +84,10 @@ enum PostError {
     Timeout,
 }
 
-async fn post(target: &Target, posts: &[Post]) -> Result<(), PostError> {
+/// Posts `posts`; `Ok(n)` when Alertmanager took them, `n` of them left
+/// out because a time of theirs cannot be written.
+async fn post(target: &Target, posts: &[Post]) -> Result<usize, PostError> {
     let (payload, left_out) = body(posts)?;
-    if left_out > 0 {
-        tracing::warn!(
-            alertmanager = %target.authority,
-            left_out,
-            "alerts with a time outside 1970-9999 left out of the post"
-        );
-    }
     let payload = Bytes::from(payload);
     let exchange = async {
         let stream = TcpStream::connect(&target.authority)
@@ -107,6 +103,7 @@ async fn post(target: &Target, posts: &[Post]) -> Result<(), PostError> {
                 exchange(stream, target, payload).await
             }
         }
+        .map(|()| left_out)
     };
     tokio::time::timeout(POST_TIMEOUT, exchange)
         .await
@@ -166,6 +163,8 @@ pub struct AlertPusher {
     resend_every: Duration,
     state: AlertState,
     metrics: Arc<Metrics>,
+    /// Repeated warnings, by Alertmanager.
+    warnings: Throttle<String>,
 }
 
 impl std::fmt::Debug for AlertPusher {
@@ -204,6 +203,7 @@ impl AlertPusher {
             resend_every,
             state: AlertState::default(),
             metrics,
+            warnings: Throttle::new(REPEAT_INTERVAL),
         })
     }
 
@@ -260,7 +260,22 @@ impl AlertPusher {
                 continue;
             }
             match post(&destination.target, &batch).await {
-                Ok(()) => {
+                Ok(left_out) => {
+                    // Never expected (the wire refuses such times): one
+                    // line per interval however often a broken clock posts.
+                    if left_out > 0
+                        && let Some(suppressed) = self.warnings.admit(
+                            destination.target.authority.clone(),
+                            std::time::Instant::now(),
+                        )
+                    {
+                        tracing::warn!(
+                            alertmanager = %destination.target.authority,
+                            left_out,
+                            suppressed,
+                            "alerts with a time outside 1970-9999 left out of the post"
+                        );
+                    }
                     if destination.behind {
                         tracing::info!(alertmanager = %destination.target.authority, "alerts reach Alertmanager again");
                     }
