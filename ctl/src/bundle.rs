@@ -45,13 +45,22 @@ pub async fn run(target: &Target, node: NodeId, out: Option<PathBuf>) -> Result<
     };
 
     let with_status = daemon.0 == "status.json";
-    let staging = std::env::temp_dir().join(format!("meshctl-bundle-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&staging);
-    let result = write_and_pack(
-        &staging, &node, created, &recorded, &facts, daemon, &top, &out,
-    );
-    let _ = std::fs::remove_dir_all(&staging);
-    let manifest = result?;
+    // A private directory with a random name (mode 0700), removed on drop:
+    // nobody can guess it to plant a link before it is written.
+    let staging = tempfile::Builder::new()
+        .prefix("meshctl-bundle-")
+        .tempdir()
+        .map_err(|e| Unreachable(format!("cannot make a staging directory: {e}")))?;
+    let manifest = write_and_pack(
+        staging.path(),
+        &node,
+        created,
+        &recorded,
+        &facts,
+        daemon,
+        &top,
+        &out,
+    )?;
     let failed = manifest.commands.iter().filter(|c| !c.ok).count();
     println!(
         "wrote {} ({} commands, {} failed or missing; {} host files; {})",

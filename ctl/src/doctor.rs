@@ -111,20 +111,9 @@ fn open_bundles(
 ) -> Result<Vec<(NodeId, NodeFacts)>, Unreachable> {
     let unreadable = |e: BundleError| Unreachable(format!("cannot read the bundle: {e}"));
     if path.is_file() {
-        let into = std::env::temp_dir().join(format!("meshctl-doctor-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&into);
-        std::fs::create_dir_all(&into).map_err(|e| {
-            Unreachable(format!(
-                "cannot unpack {}: {}: {e}",
-                path.display(),
-                into.display()
-            ))
-        })?;
-        let result = bundle::unpack(path, &into)
-            .map_err(unreadable)
-            .and_then(|dir| Ok(vec![read_bundle(&dir, node)?]));
-        let _ = std::fs::remove_dir_all(&into);
-        return result;
+        // Unpacked into a private temporary directory, removed on return.
+        let unpacked = bundle::unpack(path).map_err(unreadable)?;
+        return Ok(vec![read_bundle(unpacked.dir(), node)?]);
     }
     if !path.is_dir() {
         return Err(Unreachable(format!(
@@ -164,6 +153,7 @@ fn is_bundle(dir: &Path) -> bool {
 /// applies its newer parsers), under the node id of its manifest, `node`,
 /// or the directory's name.
 fn read_bundle(dir: &Path, node: Option<NodeId>) -> Result<(NodeId, NodeFacts), Unreachable> {
+    bundle::check_dir(dir).map_err(|e| Unreachable(format!("cannot read the bundle: {e}")))?;
     let named = bundle::read_manifest(dir).ok().map(|m| m.node);
     let fallback = || {
         dir.file_name()

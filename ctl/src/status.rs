@@ -90,7 +90,8 @@ struct AlarmJson<'a> {
 }
 
 fn rfc3339(t: SystemTime) -> String {
-    humantime::format_rfc3339_millis(t).to_string()
+    meshd_proto::time::rfc3339_millis(t)
+        .unwrap_or_else(|| meshd_proto::time::OUT_OF_RANGE.to_owned())
 }
 
 fn ids(list: &[NodeId]) -> Vec<&str> {
@@ -531,6 +532,33 @@ mod tests {
         assert!(text.contains("health: healthy"), "{text}");
         assert!(text.contains("alarms\n  none"), "{text}");
         assert!(!text.contains("links"), "{text}");
+    }
+
+    /// Times a peer could once put in an alarm: one second before 1970 and
+    /// the year 10000. Formatting them used to panic `status --json` and
+    /// `bundle`; they read as out of range instead.
+    fn out_of_range_times() -> [SystemTime; 2] {
+        [
+            SystemTime::UNIX_EPOCH - Duration::from_secs(1),
+            SystemTime::UNIX_EPOCH + Duration::from_secs(253_402_300_800),
+        ]
+    }
+
+    #[test]
+    fn times_outside_1970_to_9999_never_panic_the_json_or_the_table() {
+        for when in out_of_range_times() {
+            let mut status = sample();
+            status.alarms[0].since = when;
+            status.nodes[0].since = when;
+            status.nodes[0].last_report_at = Some(when);
+            status.links[0].since = when;
+            status.evaluated_at = when;
+            let value: serde_json::Value =
+                serde_json::from_str(&to_json(&status).expect("json")).expect("parses");
+            assert_eq!(value["alarms"][0]["since"], "out of range");
+            assert_eq!(value["evaluated_at"], "out of range");
+            let _ = render(&status, t(130));
+        }
     }
 
     #[test]

@@ -18,7 +18,8 @@ struct EventJson<'a> {
 }
 
 pub fn line(event: &Event, json: bool) -> String {
-    let at = humantime::format_rfc3339_millis(event.at).to_string();
+    let at = meshd_proto::time::rfc3339_millis(event.at)
+        .unwrap_or_else(|| meshd_proto::time::OUT_OF_RANGE.to_owned());
     if json {
         let doc = EventJson {
             at,
@@ -111,6 +112,15 @@ mod tests {
             line(&event(), false),
             "2027-01-15T08:00:00.123Z  a        link_down        link b <-> c is down: b: no reply for 700.0ms"
         );
+    }
+
+    #[test]
+    fn an_event_time_outside_1970_to_9999_does_not_panic() {
+        let mut early = event();
+        early.at = SystemTime::UNIX_EPOCH - Duration::from_secs(1);
+        assert!(line(&early, false).starts_with("out of range"));
+        let doc: serde_json::Value = serde_json::from_str(&line(&early, true)).expect("json");
+        assert_eq!(doc["at"], "out of range");
     }
 
     #[test]

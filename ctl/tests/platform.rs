@@ -331,3 +331,59 @@ fn plan_covers_the_required_clusters_and_refuses_with_the_reason() {
         "lists known ids"
     );
 }
+
+/// A copy of a scenario bundle whose `file` is replaced by a symbolic link
+/// to `target`.
+fn bundle_with_link(file: &str, target: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let source = scenario("macbook-m5-max-rdma-disabled");
+    for entry in std::fs::read_dir(&source).expect("scenario") {
+        let entry = entry.expect("entry");
+        if entry.file_type().expect("type").is_file() {
+            std::fs::copy(entry.path(), dir.path().join(entry.file_name())).expect("copy");
+        }
+    }
+    let link = dir.path().join(file);
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(target, &link).expect("symlink");
+    dir
+}
+
+/// The bundle attacks of issue 14 through the binary: a file linked to
+/// `/dev/zero` used to make `doctor --from` read gigabytes, one linked to
+/// `/etc/hostname` was read and printed. Both are refused by name and
+/// nothing behind the link is read.
+#[test]
+fn doctor_refuses_a_bundle_whose_files_link_out_of_it() {
+    let zero = bundle_with_link("system_profiler_SPThunderboltDataType.json", "/dev/zero");
+    let out = meshctl(&["doctor", "--from", zero.path().to_str().expect("utf-8")]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(
+            "system_profiler_SPThunderboltDataType.json: refused: is a symbolic link; \
+             a bundle holds regular files and directories only"
+        ),
+        "{stderr}"
+    );
+
+    let host = bundle_with_link("sw_vers.txt", "/etc/hostname");
+    let out = meshctl(&[
+        "doctor",
+        "--from",
+        host.path().to_str().expect("utf-8"),
+        "--json",
+    ]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("sw_vers.txt: refused: is a symbolic link"),
+        "{stderr}"
+    );
+    if let Ok(hostname) = std::fs::read_to_string("/etc/hostname")
+        && !hostname.trim().is_empty()
+    {
+        let everything = format!("{}{stderr}", text(&out.stdout));
+        assert!(!everything.contains(hostname.trim()), "{everything}");
+    }
+}

@@ -37,6 +37,10 @@ enum Command {
         /// Log level when RUST_LOG is unset.
         #[arg(long, default_value = "info")]
         log_level: String,
+        /// Write the log to this file instead of stderr, rotated past 10 MiB
+        /// with four older files kept (the launchd service uses it).
+        #[arg(long)]
+        log_file: Option<PathBuf>,
     },
     /// Check a config file without starting; exits 1 and names every problem
     /// with its line when it is not valid.
@@ -82,6 +86,7 @@ enum Command {
     },
 }
 
+#[allow(clippy::print_stderr)]
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let hostname = gethostname::gethostname().to_string_lossy().into_owned();
@@ -91,8 +96,12 @@ fn main() -> ExitCode {
             config,
             log_format,
             log_level,
+            log_file,
         } => {
-            logging::init(log_format, &log_level);
+            if let Err(err) = logging::init(log_format, &log_level, log_file.as_deref()) {
+                eprintln!("meshd: {err}");
+                return ExitCode::FAILURE;
+            }
             match run(config, &hostname) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(err) => {
@@ -107,7 +116,10 @@ fn main() -> ExitCode {
             log_format,
             log_level,
         } => {
-            logging::init(log_format, &log_level);
+            if let Err(err) = logging::init(log_format, &log_level, None) {
+                eprintln!("meshd: {err}");
+                return ExitCode::FAILURE;
+            }
             run_demo(nodes, base_port, &hostname)
         }
         Command::Install {
@@ -165,6 +177,7 @@ fn service(plan: Result<(Plan, Option<PathBuf>), InstallError>, dry_run: bool) -
         if let Some(binary) = &binary {
             check_binary(binary)?;
         }
+        install::require_strict_modes(&plan, root, binary.as_deref())?;
         for line in plan.apply(root, &mut runner)? {
             println!("{line}");
         }

@@ -33,6 +33,8 @@ pub enum StartError {
     },
     #[error("cannot set up gRPC reflection: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
+    #[error("cannot set up alerting: {0}")]
+    Alerting(#[from] crate::alert::TargetError),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -149,6 +151,13 @@ impl RunningNode {
             metrics.clone(),
             &shutdown,
         );
+        // Before any task starts: an unreadable credential stops the start.
+        let pusher = AlertPusher::new(
+            identity.id.clone(),
+            &config.alerting.alertmanagers,
+            config.alerting.resend_interval,
+            metrics.clone(),
+        )?;
         let mut tasks = JoinSet::new();
 
         tasks.spawn({
@@ -166,12 +175,6 @@ impl RunningNode {
             }
         });
         tasks.spawn({
-            let pusher = AlertPusher::new(
-                identity.id.clone(),
-                &config.alerting.alertmanagers,
-                config.alerting.resend_interval,
-                metrics.clone(),
-            );
             let (status, shutdown) = (state.status.clone(), shutdown.clone());
             async move {
                 pusher.run(status, shutdown).await;

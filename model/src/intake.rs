@@ -94,6 +94,9 @@ impl ReportBook {
         if sender.id == self.local || !self.members.contains(&sender.id) {
             return Err(RejectReason::UnknownNode);
         }
+        if report.foreign_alarm().is_some() {
+            return Err(RejectReason::ForeignAlarm);
+        }
         if let Some(last) = self.latest.get(&sender.id) {
             let last_incarnation: Incarnation = last.report.sender.incarnation;
             if sender.incarnation < last_incarnation {

@@ -16,6 +16,7 @@
 pub mod bundle;
 pub mod command;
 pub mod counters;
+pub mod file;
 pub mod ibv;
 pub mod linux;
 pub mod macos;

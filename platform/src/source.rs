@@ -10,6 +10,7 @@ use std::time::Duration;
 use meshd_proto::facts::OsKind;
 
 use crate::command::{RunError, run_with_timeout, stderr_suffix};
+use crate::file::{FileError, list_beneath, read_beneath};
 use crate::ibv::RdmaDevice;
 use crate::verbs;
 
@@ -261,6 +262,9 @@ impl Source for LiveSource {
 /// A bundle directory: command outputs under their [`HostCommand::file_name`]
 /// (or `<file>.error` holding why the command failed when recorded), and
 /// host files under their own path below the directory (`sys/class/net/…`).
+/// Read as untrusted ([`crate::file::read_beneath`]): no symbolic link is
+/// followed, only regular files are read, each up to
+/// [`crate::bundle::MAX_FILE_BYTES`].
 #[derive(Debug, Clone)]
 pub struct ReplaySource {
     dir: PathBuf,
@@ -278,26 +282,39 @@ impl ReplaySource {
         &self.dir
     }
 
-    fn host_path(&self, path: &str) -> PathBuf {
-        self.dir.join(path.trim_start_matches('/'))
+    fn read(&self, relative: &Path) -> Result<Vec<u8>, FileError> {
+        read_beneath(&self.dir, relative, crate::bundle::MAX_FILE_BYTES)
+    }
+}
+
+/// A host path (`/sys/class/net`) as a path inside a bundle.
+fn host_path(path: &str) -> &Path {
+    Path::new(path.trim_start_matches('/'))
+}
+
+/// A bundle file's error for a [`Source`] caller, which tells a missing
+/// file (normal: not captured) from every other failure.
+fn as_io(err: FileError) -> std::io::Error {
+    if err.is_not_found() {
+        std::io::Error::new(std::io::ErrorKind::NotFound, err.to_string())
+    } else {
+        std::io::Error::other(err)
     }
 }
 
 impl Source for ReplaySource {
     fn capture(&self, command: HostCommand) -> Result<String, CaptureError> {
-        let output = self.dir.join(command.file_name());
-        match std::fs::read(&output) {
+        match self.read(Path::new(command.file_name())) {
             Ok(bytes) => return Ok(String::from_utf8_lossy(&bytes).into_owned()),
-            Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
-                return Err(CaptureError::Run(format!(
-                    "cannot read {}: {err}",
-                    output.display()
-                )));
+            Err(err) if !err.is_not_found() => {
+                return Err(CaptureError::Run(format!("cannot read {err}")));
             }
             Err(_) => {}
         }
-        match std::fs::read_to_string(self.dir.join(command.error_file_name())) {
-            Ok(recorded) => Err(CaptureError::Run(recorded.trim().to_owned())),
+        match self.read(Path::new(&command.error_file_name())) {
+            Ok(recorded) => Err(CaptureError::Run(
+                String::from_utf8_lossy(&recorded).trim().to_owned(),
+            )),
             Err(_) => Err(CaptureError::NotCaptured {
                 command: command.line(),
                 file: command.file_name().to_owned(),
@@ -306,11 +323,13 @@ impl Source for ReplaySource {
     }
 
     fn read_file(&self, path: &str) -> std::io::Result<String> {
-        std::fs::read_to_string(self.host_path(path))
+        let bytes = self.read(host_path(path)).map_err(as_io)?;
+        String::from_utf8(bytes)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
     }
 
     fn list_dir(&self, path: &str) -> std::io::Result<Vec<String>> {
-        list(&self.host_path(path))
+        list_beneath(&self.dir, host_path(path), crate::bundle::MAX_ENTRIES).map_err(as_io)
     }
 
     fn describe(&self) -> String {

@@ -18,7 +18,7 @@ use crate::facts::{
     BridgeFact, Cable, CableEnd, CheckResult, CheckStatus, Gid, Ipv4Cidr, NodeFacts, OsKind,
     PeerFact, PortFact, RdmaPortFact,
 };
-use crate::wire;
+use crate::{limits, wire};
 
 /// A wire message that does not make sense, with the path of the bad field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -67,8 +67,28 @@ fn optional_node_id(field: &str, id: String) -> Result<Option<NodeId>> {
     }
 }
 
+/// A wire time within [`crate::time`]'s range (1970 to 9999), refused
+/// otherwise: nothing downstream formats or adds to a time it cannot hold.
 fn time(field: &str, ts: Option<prost_types::Timestamp>) -> Result<SystemTime> {
     let ts = ts.ok_or_else(|| WireError::new(field, "missing"))?;
+    if !(0..=999_999_999).contains(&ts.nanos) {
+        return Err(WireError::new(
+            field,
+            format!("nanos {} is outside 0-999999999", ts.nanos),
+        ));
+    }
+    if ts.seconds < 0 {
+        return Err(WireError::new(
+            field,
+            format!("{} s is before 1970", ts.seconds),
+        ));
+    }
+    if ts.seconds > crate::time::LATEST_SECONDS {
+        return Err(WireError::new(
+            field,
+            format!("{} s is after 9999", ts.seconds),
+        ));
+    }
     SystemTime::try_from(ts).map_err(|e| WireError::new(field, format!("not a valid time: {e}")))
 }
 
@@ -87,6 +107,28 @@ fn each<W, D>(field: &str, items: Vec<W>, convert: impl Fn(W) -> Result<D>) -> R
         .enumerate()
         .map(|(i, item)| convert(item).map_err(|e| e.within(&format!("{field}[{i}]"))))
         .collect()
+}
+
+/// Refuses a list longer than `max` before any element is converted.
+fn at_most<T>(field: &str, items: &[T], max: usize) -> Result<()> {
+    if items.len() > max {
+        return Err(WireError::new(
+            field,
+            format!("{} entries, at most {max}", items.len()),
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses a text longer than `max` bytes.
+fn text_at_most(field: &str, text: String, max: usize) -> Result<String> {
+    if text.len() > max {
+        return Err(WireError::new(
+            field,
+            format!("{} bytes, at most {max}", text.len()),
+        ));
+    }
+    Ok(text)
 }
 
 fn non_empty(s: String) -> Option<String> {
@@ -166,6 +208,7 @@ enum_conversions!(RejectReason, RejectReason, reject_reason, reject_reason_wire,
     OldIncarnation => OldIncarnation,
     Stale => Stale,
     Malformed => Malformed,
+    ForeignAlarm => ForeignAlarm,
 });
 
 /// The wire name of a reject reason, for acks.
@@ -361,14 +404,34 @@ impl TryFrom<wire::LinkObservation> for LinkObservation {
 }
 
 impl From<PeerReport> for wire::PeerReport {
-    fn from(r: PeerReport) -> Self {
+    /// Trimmed to the caps of [`limits`], the most severe alarms first, so
+    /// that no peer refuses it.
+    fn from(mut r: PeerReport) -> Self {
+        if r.alarms.len() > limits::MAX_ALARMS_PER_REPORT {
+            r.alarms.sort_by_key(|a| std::cmp::Reverse(a.severity));
+        }
         Self {
             sender: Some(r.sender.into()),
             sequence: r.sequence,
             sent_at: timestamp(r.sent_at),
-            links: r.links.into_iter().map(Into::into).collect(),
-            alarms: r.alarms.into_iter().map(Into::into).collect(),
-            hears: r.hears.iter().map(ToString::to_string).collect(),
+            links: r
+                .links
+                .into_iter()
+                .take(limits::MAX_LINKS_PER_REPORT)
+                .map(Into::into)
+                .collect(),
+            alarms: r
+                .alarms
+                .into_iter()
+                .take(limits::MAX_ALARMS_PER_REPORT)
+                .map(Into::into)
+                .collect(),
+            hears: r
+                .hears
+                .iter()
+                .take(limits::MAX_HEARS_PER_REPORT)
+                .map(ToString::to_string)
+                .collect(),
             load: Some(wire::NodeLoad {
                 cpu_busy_ratio: r.load.cpu_busy_ratio,
                 cpu_saturated: r.load.cpu_saturated,
@@ -388,6 +451,9 @@ impl TryFrom<wire::PeerReport> for PeerReport {
                 format!("{} is outside 0-1", load.cpu_busy_ratio),
             ));
         }
+        at_most("links", &r.links, limits::MAX_LINKS_PER_REPORT)?;
+        at_most("alarms", &r.alarms, limits::MAX_ALARMS_PER_REPORT)?;
+        at_most("hears", &r.hears, limits::MAX_HEARS_PER_REPORT)?;
         Ok(Self {
             sender: NodeIdentity::try_from(required("sender", r.sender)?)
                 .map_err(|e| e.within("sender"))?,
@@ -467,15 +533,16 @@ impl TryFrom<wire::LinkEnd> for LinkEnd {
 }
 
 impl From<Alarm> for wire::Alarm {
+    /// Texts and evidence clipped to the caps of [`limits`].
     fn from(a: Alarm) -> Self {
         Self {
             kind: a.kind.as_str().to_owned(),
             severity: severity_wire(a.severity),
             node: a.node.to_string(),
-            subject: a.subject,
-            summary: a.summary,
-            evidence: a.evidence,
-            fix: a.fix.unwrap_or_default(),
+            subject: limits::clip(a.subject, limits::MAX_SUBJECT_BYTES),
+            summary: limits::clip(a.summary, limits::MAX_SUMMARY_BYTES),
+            evidence: limits::clip_evidence(a.evidence),
+            fix: limits::clip(a.fix.unwrap_or_default(), limits::MAX_FIX_BYTES),
             since: timestamp(a.since),
             updated: timestamp(a.updated),
         }
@@ -492,14 +559,29 @@ impl TryFrom<wire::Alarm> for Alarm {
                 .map_err(|e: UnknownName| WireError::new("kind", e.to_string()))?,
             severity: severity("severity", a.severity)?,
             node: node_id("node", a.node)?,
-            subject: a.subject,
-            summary: a.summary,
-            evidence: a.evidence,
-            fix: non_empty(a.fix),
+            subject: text_at_most("subject", a.subject, limits::MAX_SUBJECT_BYTES)?,
+            summary: text_at_most("summary", a.summary, limits::MAX_SUMMARY_BYTES)?,
+            evidence: evidence(a.evidence)?,
+            fix: non_empty(text_at_most("fix", a.fix, limits::MAX_FIX_BYTES)?),
             since: time("since", a.since)?,
             updated: time("updated", a.updated)?,
         })
     }
+}
+
+fn evidence(lines: Vec<String>) -> Result<Vec<String>> {
+    at_most("evidence", &lines, limits::MAX_EVIDENCE_LINES)?;
+    lines
+        .into_iter()
+        .enumerate()
+        .map(|(i, line)| {
+            text_at_most(
+                &format!("evidence[{i}]"),
+                line,
+                limits::MAX_EVIDENCE_LINE_BYTES,
+            )
+        })
+        .collect()
 }
 
 impl From<NodeVerdict> for wire::NodeVerdict {
@@ -1418,6 +1500,136 @@ mod tests {
         assert!(Alarm::try_from(wire::Alarm::default()).is_err());
         assert!(PeerReport::try_from(wire::PeerReport::default()).is_err());
         assert!(LinkObservation::try_from(wire::LinkObservation::default()).is_err());
+    }
+
+    fn wire_time(seconds: i64, nanos: i32) -> Option<prost_types::Timestamp> {
+        Some(prost_types::Timestamp { seconds, nanos })
+    }
+
+    #[test]
+    fn times_outside_1970_to_9999_are_refused_with_their_field() {
+        let good: wire::PeerReport = sample_report().into();
+        for (since, why) in [
+            (wire_time(-1, 0), "before 1970"),
+            (wire_time(253_402_300_800, 0), "after 9999"),
+            (wire_time(i64::MAX, 999_999_999), "after 9999"),
+            (wire_time(i64::MIN, 0), "before 1970"),
+            (wire_time(0, -1), "nanos"),
+            (wire_time(0, 1_000_000_000), "nanos"),
+        ] {
+            let mut report = good.clone();
+            report.alarms[0].since = since;
+            let err = PeerReport::try_from(report).expect_err(why);
+            assert_eq!(err.field, "alarms[0].since", "{why}");
+            assert!(err.problem.contains(why), "{why}: {err}");
+        }
+        let mut report = good.clone();
+        report.sent_at = wire_time(253_402_300_799, 999_999_999);
+        assert!(
+            PeerReport::try_from(report).is_ok(),
+            "the last second of 9999 is fine"
+        );
+    }
+
+    #[test]
+    fn lists_and_texts_over_their_caps_are_refused_by_field() {
+        let good: wire::PeerReport = sample_report().into();
+        let check = |change: &dyn Fn(&mut wire::PeerReport), field: &str| {
+            let mut report = good.clone();
+            change(&mut report);
+            let err = PeerReport::try_from(report).expect_err(field);
+            assert_eq!(err.field, field, "{err}");
+            assert!(err.problem.contains("at most"), "{err}");
+        };
+        check(
+            &|r| r.links = vec![r.links[0].clone(); limits::MAX_LINKS_PER_REPORT + 1],
+            "links",
+        );
+        check(
+            &|r| r.alarms = vec![r.alarms[0].clone(); limits::MAX_ALARMS_PER_REPORT + 1],
+            "alarms",
+        );
+        check(
+            &|r| r.hears = vec!["b".to_owned(); limits::MAX_HEARS_PER_REPORT + 1],
+            "hears",
+        );
+        check(
+            &|r| r.alarms[0].evidence = vec![String::new(); limits::MAX_EVIDENCE_LINES + 1],
+            "alarms[0].evidence",
+        );
+        check(
+            &|r| r.alarms[0].evidence = vec!["x".repeat(limits::MAX_EVIDENCE_LINE_BYTES + 1)],
+            "alarms[0].evidence[0]",
+        );
+        check(
+            &|r| r.alarms[0].summary = "x".repeat(limits::MAX_SUMMARY_BYTES + 1),
+            "alarms[0].summary",
+        );
+        check(
+            &|r| r.alarms[0].fix = "x".repeat(limits::MAX_FIX_BYTES + 1),
+            "alarms[0].fix",
+        );
+        check(
+            &|r| r.alarms[0].subject = "x".repeat(limits::MAX_SUBJECT_BYTES + 1),
+            "alarms[0].subject",
+        );
+    }
+
+    #[test]
+    fn a_sender_trims_its_report_to_the_caps_so_no_peer_refuses_it() {
+        let mut report = sample_report();
+        let mut alarm = report.alarms[0].clone();
+        alarm.summary = "s".repeat(10_000);
+        alarm.fix = Some("f".repeat(10_000));
+        alarm.evidence = vec!["e".repeat(10_000); 500];
+        alarm.severity = Severity::Info;
+        let mut critical = alarm.clone();
+        critical.severity = Severity::Critical;
+        report.alarms = vec![alarm; 100];
+        report.alarms.push(critical);
+        report.links = vec![report.links[0].clone(); 300];
+        let wire: wire::PeerReport = report.into();
+        assert_eq!(wire.alarms.len(), limits::MAX_ALARMS_PER_REPORT);
+        assert_eq!(wire.links.len(), limits::MAX_LINKS_PER_REPORT);
+        assert_eq!(
+            wire.alarms[0].severity,
+            wire::Severity::Critical as i32,
+            "the most severe alarm is kept"
+        );
+        let back = PeerReport::try_from(wire).expect("within the caps");
+        assert!(back.alarms[0].summary.ends_with('…'));
+        assert_eq!(back.alarms[0].evidence.len(), limits::MAX_EVIDENCE_LINES);
+    }
+
+    proptest::proptest! {
+        /// Any timestamp converts without a panic; it is accepted exactly
+        /// when it lies within 1970..=9999 with normalised nanos, and then
+        /// round-trips.
+        #[test]
+        fn any_timestamp_converts_without_panic_and_only_in_range_is_taken(
+            seconds in proptest::prop_oneof![
+                proptest::num::i64::ANY,
+                -10i64..10,
+                crate::time::LATEST_SECONDS - 10..crate::time::LATEST_SECONDS + 10,
+            ],
+            nanos in proptest::prop_oneof![proptest::num::i32::ANY, 0i32..1_000_000_000],
+        ) {
+            let ts = prost_types::Timestamp { seconds, nanos };
+            let valid = (0..=crate::time::LATEST_SECONDS).contains(&seconds)
+                && (0..1_000_000_000).contains(&nanos);
+            match time("t", Some(ts)) {
+                Ok(t) => {
+                    proptest::prop_assert!(valid);
+                    proptest::prop_assert!(crate::time::in_range(t));
+                    proptest::prop_assert_eq!(timestamp(t), Some(ts));
+                    proptest::prop_assert!(crate::time::rfc3339_millis(t).is_some());
+                }
+                Err(err) => {
+                    proptest::prop_assert!(!valid);
+                    proptest::prop_assert_eq!(err.field, "t");
+                }
+            }
+        }
     }
 
     #[test]

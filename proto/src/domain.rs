@@ -596,6 +596,18 @@ pub struct PeerReport {
     pub facts: Option<NodeFacts>,
 }
 
+impl PeerReport {
+    /// The first alarm that is not about the sender, with its index: a node
+    /// reports only its own alarms, so one naming another node is forged
+    /// (or a bug), and the report is refused ([`RejectReason::ForeignAlarm`]).
+    pub fn foreign_alarm(&self) -> Option<(usize, &Alarm)> {
+        self.alarms
+            .iter()
+            .enumerate()
+            .find(|(_, alarm)| alarm.node != self.sender.id)
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum RejectReason {
     UnknownNode,
@@ -603,6 +615,7 @@ pub enum RejectReason {
     OldIncarnation,
     Stale,
     Malformed,
+    ForeignAlarm,
 }
 named_enum!(RejectReason {
     UnknownNode => "unknown_node",
@@ -610,4 +623,5 @@ named_enum!(RejectReason {
     OldIncarnation => "old_incarnation",
     Stale => "stale",
     Malformed => "malformed",
+    ForeignAlarm => "foreign_alarm",
 });

@@ -11,6 +11,7 @@
 //! have to hunt for the offending entry.
 
 mod address;
+mod alertmanager;
 mod error;
 mod locate;
 pub mod reload;
@@ -28,9 +29,14 @@ use meshd_proto::domain::NodeId;
 use serde::Deserialize;
 
 pub use address::{AddressError, Host, PeerAddress};
+pub use alertmanager::{AlertmanagerConfig, AlertmanagerUrl, BasicAuth, parse_url};
 pub use error::{ConfigError, Diagnostic, Problem};
 
 use locate::{Locator, line_of_offset};
+
+/// The largest config file read: a 256-node mesh with every link spelled
+/// out is about 100 KiB.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
 /// gRPC port for peers and meshctl.
 pub const DEFAULT_GRPC_PORT: u16 = 7420;
@@ -331,8 +337,8 @@ impl Default for Thresholds {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AlertingConfig {
-    /// Base URLs; empty means metrics only, no pushed alerts.
-    pub alertmanagers: Vec<String>,
+    /// Where alerts go; empty means metrics only, no pushed alerts.
+    pub alertmanagers: Vec<AlertmanagerConfig>,
     #[serde(with = "humantime_serde")]
     pub resend_interval: Duration,
 }
@@ -521,11 +527,20 @@ impl Config {
 
     /// Reads `path` and parses it; the path as given names the file in
     /// messages.
+    ///
+    /// The file must be a regular file of at most [`MAX_CONFIG_BYTES`]. A
+    /// symbolic link to one is followed (configs are often links into a
+    /// managed release directory); a FIFO, a device (a link to
+    /// `/dev/zero`), a socket or a directory is refused at once by name,
+    /// never read, so a reload can neither hang nor fill memory.
     pub fn load(path: &Path, hostname: &str) -> Result<Config, ConfigError> {
-        let source = std::fs::read_to_string(path).map_err(|error| ConfigError::Unreadable {
-            path: path.to_owned(),
-            error,
-        })?;
+        let source =
+            meshd_platform::file::read_regular_text(path, MAX_CONFIG_BYTES).map_err(|error| {
+                ConfigError::Unreadable {
+                    path: path.to_owned(),
+                    problem: error.problem,
+                }
+            })?;
         Config::parse(&source, &path.display().to_string(), hostname)
     }
 

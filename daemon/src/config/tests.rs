@@ -1,4 +1,5 @@
 use std::io::Write;
+use std::path::Path;
 use std::time::Duration;
 
 use super::*;
@@ -79,7 +80,10 @@ fn example_parses_validates_and_shows_the_defaults() {
         config.peers[1].endpoint().unwrap().host,
         Host::Name("studio-3.local".into())
     );
-    assert_eq!(config.alerting.alertmanagers, ["http://127.0.0.1:9093"]);
+    assert_eq!(
+        config.alerting.alertmanagers,
+        [AlertmanagerConfig::url("http://127.0.0.1:9093")]
+    );
     // The example documents the defaults: it must not drift from them.
     assert_eq!(config.listen, ListenConfig::default());
     assert_eq!(config.probe, ProbeConfig::default());
@@ -827,12 +831,63 @@ fn watch_rules() {
 }
 
 #[test]
-fn https_alertmanagers_are_refused_for_now() {
-    assert_problem(
-        "[alerting]\nalertmanagers = [\"https://am:9093\"]\n",
-        "alerting.alertmanagers[0]",
-        "https is not supported yet",
+fn an_alertmanager_is_a_url_or_a_table_with_credentials_from_files() {
+    let config = parse(
+        r#"[alerting]
+alertmanagers = [
+  "http://am-1:9093",
+  { url = "https://am-2:9093", ca_file = "/etc/meshd/am-ca.pem", bearer_token_file = "/etc/meshd/am.token" },
+  { url = "https://am-3", basic_auth = { username = "meshd", password_file = "/etc/meshd/am.password" } },
+]
+"#,
+    )
+    .unwrap();
+    let ams = &config.alerting.alertmanagers;
+    assert_eq!(ams[0], AlertmanagerConfig::url("http://am-1:9093"));
+    assert_eq!(
+        ams[1].ca_file.as_deref(),
+        Some(Path::new("/etc/meshd/am-ca.pem"))
     );
+    assert_eq!(
+        ams[1].bearer_token_file.as_deref(),
+        Some(Path::new("/etc/meshd/am.token"))
+    );
+    assert_eq!(
+        ams[2].basic_auth,
+        Some(BasicAuth {
+            username: "meshd".into(),
+            password_file: "/etc/meshd/am.password".into()
+        })
+    );
+}
+
+#[test]
+fn alertmanager_credentials_never_sit_in_the_url_and_files_are_absolute() {
+    assert_problem(
+        "[alerting]\nalertmanagers = [\"https://meshd:s3cret@am:9093\"]\n",
+        "alerting.alertmanagers[0]",
+        "carries a user name or password, which would be logged and exported",
+    );
+    assert_problem(
+        "[alerting]\nalertmanagers = [{ url = \"https://am:9093\", bearer_token_file = \"am.token\" }]\n",
+        "alerting.alertmanagers[0].bearer_token_file",
+        "am.token is relative",
+    );
+    assert_problem(
+        "[alerting]\nalertmanagers = [{ url = \"http://am:9093\", ca_file = \"/ca.pem\" }]\n",
+        "alerting.alertmanagers[0].ca_file",
+        "a CA file applies to https only",
+    );
+    assert_problem(
+        "[alerting]\nalertmanagers = [{ url = \"https://am:9093\", bearer_token_file = \"/t\", \
+         basic_auth = { username = \"u\", password_file = \"/p\" } }]\n",
+        "alerting.alertmanagers[0]",
+        "basic_auth and bearer_token_file both set",
+    );
+    let ds = diagnostics(
+        "[alerting]\nalertmanagers = [{ url = \"https://am:9093\", password = \"x\" }]\n",
+    );
+    assert!(ds[0].message.contains("unknown key `password`"), "{ds:?}");
 }
 
 #[test]
@@ -848,22 +903,26 @@ alertmanagers = [
 "#;
     let got = lines(src);
     assert_eq!(got.len(), 4, "{got:#?}");
-    assert!(got[0].starts_with(
-        "meshd.toml:4: alerting.alertmanagers[1]: \"ftp://am-2\" is not a valid URL: it does not \
-         start with http:// or https://; use http:// or https:// and a host"
-    ));
-    assert!(got[1].starts_with(
-        "meshd.toml:5: alerting.alertmanagers[2]: \"http://\" is not a valid URL: it has no host"
-    ));
+    assert!(
+        got[0].starts_with(
+            "meshd.toml:4: alerting.alertmanagers[1]: \"ftp://am-2\" is not a valid Alertmanager \
+             URL: its scheme is \"ftp\"; use http:// or https://"
+        ),
+        "{}",
+        got[0]
+    );
+    assert!(
+        got[1].starts_with(
+            "meshd.toml:5: alerting.alertmanagers[2]: \"http://\" is not a valid Alertmanager URL:"
+        ),
+        "{}",
+        got[1]
+    );
     assert_eq!(
         got[2],
         "meshd.toml:6: alerting.alertmanagers[3]: duplicate Alertmanager \"http://AM-1:9093/\" (first at line 3)"
     );
-    assert!(
-        got[3].contains("its host or port is invalid: port 0"),
-        "{}",
-        got[3]
-    );
+    assert!(got[3].contains("port 0 cannot be reached"), "{}", got[3]);
 }
 
 #[test]
@@ -977,4 +1036,67 @@ fn load_reads_the_file_and_names_it_in_errors() {
         missing.display()
     )));
     assert_eq!(err.diagnostics()[0].line, None);
+}
+
+/// Loads `path` on another thread, failing the test if that takes more than
+/// five seconds (a FIFO opened for a blocking read would never return).
+fn load_within_5s(path: &std::path::Path) -> Result<Config, ConfigError> {
+    let (done, result) = std::sync::mpsc::channel();
+    let path = path.to_owned();
+    std::thread::spawn(move || {
+        let _ = done.send(Config::load(&path, HOST));
+    });
+    result
+        .recv_timeout(std::time::Duration::from_secs(5))
+        .expect("Config::load returns within 5 s")
+}
+
+#[test]
+fn a_config_that_is_a_fifo_a_device_or_a_directory_fails_fast_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let zero = dir.path().join("zero.toml");
+    std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+    let fifo = dir.path().join("fifo.toml");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    for (path, named) in [
+        (&zero, "is a character device, not a regular file"),
+        (&fifo, "is a FIFO, not a regular file"),
+        (&dir.path().to_owned(), "is a directory, not a regular file"),
+    ] {
+        let err = load_within_5s(path).unwrap_err();
+        assert!(matches!(err, ConfigError::Unreadable { .. }), "{err}");
+        assert_eq!(
+            err.to_string(),
+            format!("{}: cannot read the config file: {named}", path.display())
+        );
+    }
+}
+
+#[test]
+fn a_config_over_1_mib_is_refused_and_a_link_to_a_regular_file_is_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = dir.path().join("big.toml");
+    let mut text = String::from("[node]\nid = \"studio-1\"\n");
+    text.push_str(&"# padding\n".repeat(200_000));
+    std::fs::write(&big, &text).unwrap();
+    let err = load_within_5s(&big).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "{}: cannot read the config file: larger than {MAX_CONFIG_BYTES} bytes",
+            big.display()
+        )
+    );
+
+    let real = dir.path().join("releases-meshd.toml");
+    std::fs::write(&real, "[node]\nid = \"studio-1\"\n").unwrap();
+    let link = dir.path().join("meshd.toml");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    assert_eq!(load_within_5s(&link).unwrap().node.id, id("studio-1"));
 }

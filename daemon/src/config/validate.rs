@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use meshd_proto::domain::NodeId;
 
-use super::address::{self, PeerAddress, UrlError};
+use super::address::PeerAddress;
 use super::error::Problem;
+use super::parse_url;
 use super::{Config, LinkConfig, ProbeConfig};
 
 /// The verdict engine is benchmarked up to this many nodes (ARCHITECTURE.md, Targets).
@@ -534,40 +535,65 @@ fn check_ratio(p: &mut Vec<Problem>, key: &str, value: f64) -> bool {
 fn check_alerting(c: &Config, p: &mut Vec<Problem>) {
     let a = &c.alerting;
     let mut seen: HashMap<String, usize> = HashMap::new();
-    for (i, url) in a.alertmanagers.iter().enumerate() {
+    for (i, am) in a.alertmanagers.iter().enumerate() {
         let key = format!("alerting.alertmanagers[{i}]");
-        if url
-            .trim_start()
-            .to_ascii_lowercase()
-            .starts_with("https://")
-        {
-            p.push(Problem::new(
+        let url = &am.url;
+        match parse_url(url) {
+            Ok(parsed) => {
+                match seen.get(&parsed.normal_form()) {
+                    Some(first) => p.push(
+                        Problem::new(&key, format!("duplicate Alertmanager {url:?}"))
+                            .with_first(format!("alerting.alertmanagers[{first}]")),
+                    ),
+                    None => {
+                        seen.insert(parsed.normal_form(), i);
+                    }
+                }
+                if am.ca_file.is_some() && !parsed.tls {
+                    p.push(Problem::new(
+                        format!("{key}.ca_file"),
+                        format!("{url:?} is plain http; a CA file applies to https only"),
+                    ));
+                }
+            }
+            Err(e) => p.push(Problem::new(
                 &key,
                 format!(
-                    "{url:?}: https is not supported yet; reach Alertmanager over http on the management network (or through a local TLS-terminating proxy)"
+                    "{url:?} is not a valid Alertmanager URL: {e}; write it like \"http://127.0.0.1:9093\" or \"https://am.example:9093\""
                 ),
-            ));
-            continue;
+            )),
         }
-        match address::check_http_url(url) {
-            Ok(normal) => match seen.get(&normal) {
-                Some(first) => p.push(
-                    Problem::new(&key, format!("duplicate Alertmanager {url:?}"))
-                        .with_first(format!("alerting.alertmanagers[{first}]")),
-                ),
-                None => {
-                    seen.insert(normal, i);
-                }
-            },
-            Err(e) => {
-                let why = match e {
-                    UrlError::Authority(e) => format!("its host or port is invalid: {e}"),
-                    e => e.to_string(),
-                };
+        if am.basic_auth.is_some() && am.bearer_token_file.is_some() {
+            p.push(Problem::new(
+                &key,
+                "basic_auth and bearer_token_file both set; Alertmanager takes one Authorization, choose one",
+            ));
+        }
+        if let Some(auth) = &am.basic_auth
+            && auth.username.is_empty()
+        {
+            p.push(Problem::new(
+                format!("{key}.basic_auth.username"),
+                "empty; name the user Alertmanager (or its proxy) expects",
+            ));
+        }
+        let files = [
+            ("ca_file", am.ca_file.as_ref()),
+            (
+                "basic_auth.password_file",
+                am.basic_auth.as_ref().map(|b| &b.password_file),
+            ),
+            ("bearer_token_file", am.bearer_token_file.as_ref()),
+        ];
+        for (field, path) in files {
+            if let Some(path) = path
+                && !path.is_absolute()
+            {
                 p.push(Problem::new(
-                    &key,
+                    format!("{key}.{field}"),
                     format!(
-                        "{url:?} is not a valid URL: {why}; use http:// or https:// and a host, like \"http://127.0.0.1:9093\""
+                        "{} is relative; a service starts in /, so give the absolute path",
+                        path.display()
                     ),
                 ));
             }

@@ -14,7 +14,7 @@ use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 
-pub use mesh::MeshService;
+pub use mesh::{MAX_EVENT_STREAMS, MeshService};
 pub use peer::PeerService;
 pub use topology::TopologyService;
 

@@ -15,7 +15,14 @@ pub const DAEMONS_DIR: &str = "/Library/LaunchDaemons";
 /// Where Console.app looks for system logs; launchd does not create the
 /// directory, so install does.
 pub const LOG_DIR: &str = "/Library/Logs/meshd";
+/// meshd's log, which meshd writes and rotates itself (`--log-file`):
+/// launchd never reopens its output files, so newsyslog cannot rotate them
+/// (see `logging/rotate.rs`).
 pub const LOG_FILE: &str = "/Library/Logs/meshd/meshd.log";
+/// launchd's capture of stdout and stderr: only what comes before logging
+/// starts (a bad argument) or bypasses it (a panic), a line or two per
+/// start, throttled by [`THROTTLE_SECONDS`].
+pub const STDERR_FILE: &str = "/Library/Logs/meshd/meshd.stderr.log";
 /// Not Homebrew's `/opt/homebrew/etc` (Apple silicon only, and owned by a
 /// package manager): `/usr/local/etc` exists for system software on every Mac.
 pub const DEFAULT_CONFIG: &str = "/usr/local/etc/meshd/meshd.toml";
@@ -83,12 +90,14 @@ impl LaunchDaemon {
                 config.display().to_string(),
                 "--log-format".to_owned(),
                 "json".to_owned(),
+                "--log-file".to_owned(),
+                LOG_FILE.to_owned(),
             ],
             run_at_load: true,
             keep_alive: true,
             throttle_interval: THROTTLE_SECONDS,
-            standard_out_path: LOG_FILE.to_owned(),
-            standard_error_path: LOG_FILE.to_owned(),
+            standard_out_path: STDERR_FILE.to_owned(),
+            standard_error_path: STDERR_FILE.to_owned(),
             soft_resource_limits: ResourceLimits {
                 number_of_files: NUMBER_OF_FILES,
             },
@@ -155,11 +164,11 @@ mod tests {
         assert_eq!(string("ProcessType"), Some("Interactive"));
         assert_eq!(
             string("StandardOutPath"),
-            Some("/Library/Logs/meshd/meshd.log")
+            Some("/Library/Logs/meshd/meshd.stderr.log")
         );
         assert_eq!(
             string("StandardErrorPath"),
-            Some("/Library/Logs/meshd/meshd.log")
+            Some("/Library/Logs/meshd/meshd.stderr.log")
         );
         let args: Vec<&str> = dict
             .get("ProgramArguments")
@@ -176,7 +185,9 @@ mod tests {
                 "--config",
                 "/usr/local/etc/meshd/meshd.toml",
                 "--log-format",
-                "json"
+                "json",
+                "--log-file",
+                "/Library/Logs/meshd/meshd.log"
             ]
         );
         assert_eq!(dict.get("RunAtLoad"), Some(&plist::Value::Boolean(true)));

@@ -16,6 +16,7 @@ pub mod launchd;
 pub mod systemd;
 
 mod runner;
+mod strict;
 
 use meshd_platform::command::stderr_suffix;
 use std::fmt::Write as _;
@@ -26,6 +27,7 @@ use std::time::Duration;
 use meshd_proto::domain::NodeId;
 
 pub use runner::{CommandOutput, RecordingRunner, Runner, SystemRunner};
+pub use strict::require_strict_modes;
 
 /// Where the README has operators copy the binary before `meshd install`;
 /// the service files checked in under `launchd/` run this one.
@@ -623,6 +625,17 @@ pub enum InstallError {
     },
     #[error("the binary {} is not a file", path.display())]
     BinaryMissing { path: PathBuf },
+    #[error(
+        "the {what} {} is {problem}: meshd runs as root, so whoever can change it \
+         can run anything as root. Fix it with `{fix}`, then install again",
+        path.display()
+    )]
+    NotRootsAlone {
+        what: &'static str,
+        path: PathBuf,
+        problem: String,
+        fix: String,
+    },
     #[error("cannot find the running meshd executable (pass --binary): {0}")]
     CurrentExe(std::io::Error),
     #[error(

@@ -344,3 +344,84 @@ fn linux_needs_systemd_running() {
     )
     .expect("launchd always runs");
 }
+
+/// Files made here are owned by whoever runs the test; judging them as
+/// root's needs root (to own them, and to hand them to another user).
+fn running_as_root(test: &str) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let probe = tempfile::NamedTempFile::new().expect("tempfile");
+    let root = probe.as_file().metadata().expect("metadata").uid() == 0;
+    if !root {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{test} must run as root under CI"
+        );
+        eprintln!("skipped {test}: needs root to own and chown its files");
+    }
+    root
+}
+
+/// A file at `path` (absolute, as on the real system) under `root`.
+fn file_with_mode(root: &Path, path: &str, mode: u32) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let real = under(root, Path::new(path));
+    std::fs::create_dir_all(real.parent().expect("parent")).expect("mkdir");
+    std::fs::write(&real, "x").expect("write");
+    std::fs::set_permissions(&real, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    real
+}
+
+const BINARY: &str = "/usr/local/bin/meshd";
+const CONFIG: &str = "/etc/meshd/meshd.toml";
+
+#[test]
+fn install_refuses_a_binary_or_config_root_does_not_own_alone() {
+    if !running_as_root("install_refuses_a_binary_or_config_root_does_not_own_alone") {
+        return;
+    }
+    let root = tempfile::tempdir().expect("tempdir");
+    let root = root.path();
+    let plan = install(Platform::Linux);
+    let binary = Path::new(BINARY);
+    let real_binary = file_with_mode(root, BINARY, 0o755);
+    require_strict_modes(&plan, root, Some(binary)).expect("root's binary, config to be written");
+
+    file_with_mode(root, CONFIG, 0o666);
+    let err = require_strict_modes(&plan, root, Some(binary)).expect_err("world-writable");
+    assert_eq!(
+        err.to_string(),
+        "the config /etc/meshd/meshd.toml is writable by group and others (mode 0666): \
+         meshd runs as root, so whoever can change it can run anything as root. Fix it \
+         with `sudo chmod go-w /etc/meshd/meshd.toml`, then install again"
+    );
+
+    file_with_mode(root, CONFIG, 0o644);
+    std::os::unix::fs::chown(&real_binary, Some(65534), None).expect("chown");
+    let err = require_strict_modes(&plan, root, Some(binary)).expect_err("not root's");
+    assert_eq!(
+        err.to_string(),
+        "the binary /usr/local/bin/meshd is owned by uid 65534, not root: meshd runs as \
+         root, so whoever can change it can run anything as root. Fix it with \
+         `sudo chown root /usr/local/bin/meshd`, then install again"
+    );
+}
+
+#[test]
+fn install_checks_the_binary_that_a_link_points_at() {
+    if !running_as_root("install_checks_the_binary_that_a_link_points_at") {
+        return;
+    }
+    let root = tempfile::tempdir().expect("tempdir");
+    let root = root.path();
+    let target = file_with_mode(root, "/opt/meshd/meshd", 0o777);
+    let link = under(root, Path::new(BINARY));
+    std::fs::create_dir_all(link.parent().expect("parent")).expect("mkdir");
+    std::os::unix::fs::symlink(&target, &link).expect("symlink");
+    let err = require_strict_modes(&install(Platform::Linux), root, Some(Path::new(BINARY)))
+        .expect_err("target writable");
+    assert!(
+        err.to_string()
+            .contains("writable by group and others (mode 0777)"),
+        "{err}"
+    );
+}

@@ -117,7 +117,7 @@ metrics! {
     PEER_REPORT_AGE_SECONDS: "meshd_peer_report_age_seconds", Gauge, ["peer"], Some(Unit::Seconds),
         "Age of the latest accepted report of `peer`, on this node's clock.";
     REPORTS_REJECTED_TOTAL: "meshd_reports_rejected_total", Counter, ["reason"], None,
-        "Peer reports this node refused, by `reason` (unknown_node, replayed, old_incarnation, stale, malformed).";
+        "Peer reports this node refused, by `reason` (unknown_node, replayed, old_incarnation, stale, malformed, foreign_alarm).";
     REPORTS_SENT_TOTAL: "meshd_reports_sent_total", Counter, ["peer", "outcome"], None,
         "Reports this node pushed to `peer`, by `outcome` (accepted, rejected, failed).";
     NODE_CPU_BUSY_RATIO: "meshd_node_cpu_busy_ratio", Gauge, [], Some(Unit::Ratio),

@@ -28,6 +28,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, PlatformConfig};
+use crate::logging::{REPEAT_INTERVAL, Throttle};
 use crate::metrics::Metrics;
 use meshd_model::check_alarms::alarms_from_checks;
 
@@ -72,6 +73,8 @@ pub fn spawn(
         let (network_changed, mut network_changes) = tokio::sync::mpsc::channel(1);
         let _network_watch = (meshd_platform::this_os() == OsKind::Macos)
             .then(|| crate::watch::bridge::watch_network_config(network_changed));
+        // Network changes can make reads come fast; their warnings do not.
+        let mut warnings = Throttle::new(REPEAT_INTERVAL);
         loop {
             let started = Instant::now();
             let read = {
@@ -94,8 +97,10 @@ pub fn spawn(
                         .collect();
                     counters_tx.send_replace(Arc::new(counters));
                     let took = started.elapsed();
-                    if took > SLOW_READ {
-                        tracing::warn!(took = ?took, "reading platform facts was slow");
+                    if took > SLOW_READ
+                        && let Some(suppressed) = warnings.admit("slow", Instant::now())
+                    {
+                        tracing::warn!(took = ?took, suppressed, "reading platform facts was slow");
                     }
                     metrics.watchers.record_facts(took, facts.blind_spots.len());
                     for spot in &facts.blind_spots {
@@ -110,7 +115,11 @@ pub fn spawn(
                     ));
                     tx.send_replace(Some(Arc::new(facts)));
                 }
-                Err(err) => tracing::warn!("reading platform facts failed: {err}"),
+                Err(err) => {
+                    if let Some(suppressed) = warnings.admit("failed", Instant::now()) {
+                        tracing::warn!(suppressed, "reading platform facts failed: {err}");
+                    }
+                }
             }
             tokio::select! {
                 () = shutdown.cancelled() => return,

@@ -56,7 +56,8 @@ pub fn age(then: SystemTime, now: SystemTime) -> String {
 
 /// A wall-clock time, to the second, in UTC: "2026-11-29T12:00:03Z".
 pub fn utc(t: SystemTime) -> String {
-    humantime::format_rfc3339_seconds(t).to_string()
+    meshd_proto::time::rfc3339_seconds(t)
+        .unwrap_or_else(|| meshd_proto::time::OUT_OF_RANGE.to_owned())
 }
 
 /// A loss ratio (0–1) as a percentage: "0 %", "0.4 %", "12 %".
@@ -128,6 +129,10 @@ mod tests {
         );
         assert_eq!(age(now + Duration::from_secs(2), now), "just now");
         assert_eq!(utc(SystemTime::UNIX_EPOCH), "1970-01-01T00:00:00Z");
+        assert_eq!(
+            utc(SystemTime::UNIX_EPOCH - Duration::from_secs(1)),
+            "out of range"
+        );
     }
 
     #[test]
