@@ -116,8 +116,9 @@ enum Event {
 }
 
 impl Prober {
-    /// Binds a socket to the local end's address (so probes leave by that
-    /// cable, not by whatever the routing table prefers) and connects it to
+    /// Binds a socket to the local end's address and pins it to the cable's
+    /// interface (so probes leave by that cable, not by whatever the routing
+    /// table prefers: see `pin`), and connects it to
     /// the remote end's address and the probe port (so the kernel drops
     /// datagrams from anyone else).
     pub async fn bind(
@@ -135,6 +136,8 @@ impl Prober {
                 addr: bind_addr,
                 source,
             })?;
+        // Before connect, so the route connect picks is the cable's.
+        super::pin::pin_probe_socket(&socket, local.iface.as_deref(), local_ip);
         socket
             .connect(peer_addr)
             .await
