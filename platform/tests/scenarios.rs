@@ -910,3 +910,18 @@ fn a_member_without_its_thunderbolt_report_is_no_missing_cable() {
         }
     }
 }
+
+#[test]
+fn interface_mtus_come_from_ifconfig_on_a_mac() {
+    let dir = Path::new(SCENARIOS).join("intel-mac-bridge0-inactive-vm-bridge100");
+    let source = ReplaySource::open(&dir).expect("scenario");
+    let mtus = meshd_platform::interface_mtus(&source, OsKind::Macos);
+    assert_eq!(mtus.get("lo0"), Some(&16384));
+    assert_eq!(mtus.get("en2"), Some(&1500));
+    assert_eq!(mtus.get("p2p0"), Some(&2304));
+    assert_eq!(mtus.get("bridge0"), Some(&1500));
+    // Without an ifconfig capture every MTU is unknown, none guessed.
+    let empty = tempfile::tempdir().expect("tempdir");
+    let source = ReplaySource::open(empty.path()).expect("empty bundle");
+    assert!(meshd_platform::interface_mtus(&source, OsKind::Macos).is_empty());
+}
