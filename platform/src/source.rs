@@ -36,6 +36,11 @@ pub enum HostCommand {
     IbvDevices,
     /// `ibv_devinfo -v`: ports, state, width, speed, GID table.
     IbvDevinfo,
+    /// `socketfilterfw --getglobalstate`: whether the Application Firewall
+    /// is on, and blocking everything.
+    FirewallState,
+    /// `socketfilterfw --listapps`: its per-application rules.
+    FirewallRules,
     /// `ip -j -4 addr show`: IPv4 addresses per interface (Linux; sysfs has
     /// none).
     IpAddr,
@@ -44,6 +49,9 @@ pub enum HostCommand {
     /// stall it.
     InterfaceCounters,
 }
+
+/// The Application Firewall's command-line tool (macOS).
+pub const SOCKETFILTERFW: &str = "/usr/libexec/ApplicationFirewall/socketfilterfw";
 
 impl HostCommand {
     /// Every command: the macOS collector's in the order they are run,
@@ -59,13 +67,15 @@ impl HostCommand {
         HostCommand::RdmaCtl,
         HostCommand::IbvDevices,
         HostCommand::IbvDevinfo,
+        HostCommand::FirewallState,
+        HostCommand::FirewallRules,
         HostCommand::IpAddr,
         HostCommand::InterfaceCounters,
     ];
 
     /// The commands of the macOS platform, in the order they are run: the
-    /// first ten of [`HostCommand::ALL`].
-    pub const MACOS: &'static [HostCommand] = Self::ALL.split_at(10).0;
+    /// first twelve of [`HostCommand::ALL`].
+    pub const MACOS: &'static [HostCommand] = Self::ALL.split_at(12).0;
 
     /// The commands of the Linux platform (sysfs does the rest); `ibv_*`
     /// are the fallback where the verbs library cannot be loaded.
@@ -98,6 +108,8 @@ impl HostCommand {
             HostCommand::IbvDevinfo => "ibv_devinfo",
             HostCommand::IpAddr => "ip",
             HostCommand::InterfaceCounters => "netstat",
+            // Not on any PATH.
+            HostCommand::FirewallState | HostCommand::FirewallRules => SOCKETFILTERFW,
         }
     }
 
@@ -114,6 +126,8 @@ impl HostCommand {
             HostCommand::IbvDevinfo => &["-v"],
             HostCommand::IpAddr => &["-j", "-4", "addr", "show"],
             HostCommand::InterfaceCounters => &["-i", "-b", "-n"],
+            HostCommand::FirewallState => &["--getglobalstate"],
+            HostCommand::FirewallRules => &["--listapps"],
         }
     }
 
@@ -141,6 +155,8 @@ impl HostCommand {
             HostCommand::IbvDevinfo => "ibv_devinfo_v.txt",
             HostCommand::IpAddr => "ip_j_4_addr_show.json",
             HostCommand::InterfaceCounters => "netstat_ibn.txt",
+            HostCommand::FirewallState => "socketfilterfw_getglobalstate.txt",
+            HostCommand::FirewallRules => "socketfilterfw_listapps.txt",
         }
     }
 
@@ -425,7 +441,7 @@ mod tests {
         }
         assert_eq!(
             HostCommand::MACOS.last(),
-            Some(&HostCommand::IbvDevinfo),
+            Some(&HostCommand::FirewallRules),
             "MACOS is the macOS collector's commands"
         );
         let mut files: Vec<&str> = commands.iter().map(|c| c.file_name()).collect();

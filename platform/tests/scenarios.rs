@@ -13,7 +13,9 @@ use meshd_platform::mesh::checks::{Diagnosis, diagnose};
 use meshd_platform::mesh::models::ModelTable;
 use meshd_platform::source::{CaptureError, HostCommand, ReplaySource, Source};
 use meshd_proto::domain::{NodeId, RdmaPortState};
-use meshd_proto::facts::{BridgeFact, CheckResult, CheckStatus, NodeFacts, OsKind, PortFact};
+use meshd_proto::facts::{
+    BridgeFact, CheckResult, CheckStatus, FirewallFact, NodeFacts, OsKind, PortFact,
+};
 
 const SCENARIOS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/scenarios");
 /// The shared captures, and the ones this crate adds.
@@ -379,6 +381,58 @@ fn intel_mac_with_an_inactive_thunderbolt_bridge_and_a_vm_bridge() {
         ])
     );
     assert_eq!(facts.blind_spots, expected_blind_spots(scenario, &[]));
+}
+
+/// The named check of this scenario's only node.
+fn node_check(scenario: &str, name: &str) -> CheckResult {
+    let facts = replay(scenario);
+    let node = NodeId::new("mac").expect("id");
+    diagnose(&BTreeMap::from([(node, facts)]), &ModelTable::builtin())
+        .all_checks()
+        .find(|c| c.name == name)
+        .cloned()
+        .expect("the check ran")
+}
+
+#[test]
+fn a_firewall_without_a_meshd_rule_fails_and_one_that_is_off_passes() {
+    let scenario = "firewall-on-without-a-meshd-rule";
+    let facts = replay(scenario);
+    assert_eq!(
+        facts.firewall,
+        Some(FirewallFact {
+            enabled: Some(true),
+            block_all: Some(false),
+            meshd_rules: Some(vec![]),
+        })
+    );
+    assert_eq!(facts.blind_spots, expected_blind_spots(scenario, &[]));
+    let check = node_check(scenario, "firewall_allows_meshd");
+    assert_eq!(check.status, CheckStatus::Fail, "{check:#?}");
+    assert!(
+        check.evidence[0].contains("has no rule for meshd"),
+        "{check:#?}"
+    );
+    assert!(
+        check
+            .fix
+            .contains("socketfilterfw --add /usr/local/bin/meshd"),
+        "{check:#?}"
+    );
+
+    let scenario = "firewall-off";
+    let facts = replay(scenario);
+    assert_eq!(
+        facts.firewall,
+        Some(FirewallFact {
+            enabled: Some(false),
+            block_all: Some(false),
+            meshd_rules: None,
+        })
+    );
+    let check = node_check(scenario, "firewall_allows_meshd");
+    assert_eq!(check.status, CheckStatus::Pass, "{check:#?}");
+    assert_eq!(check.evidence, ["the Application Firewall is off"]);
 }
 
 #[test]
