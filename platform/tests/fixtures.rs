@@ -140,7 +140,10 @@ const CASES: &[(&str, Check)] = &[
     ("netstat_bi_IntelMac_en0-en1-fw0.txt", netstat_intel_mac),
     ("socketfilterfw_getglobalstate_enabled.txt", firewall_on),
     ("socketfilterfw_getglobalstate_disabled.txt", firewall_off),
-    ("socketfilterfw_getglobalstate_state-2.txt", firewall_block_all),
+    (
+        "socketfilterfw_getglobalstate_state-2.txt",
+        firewall_block_all,
+    ),
     (
         "socketfilterfw_getglobalstate_Sequoia_state-2.txt",
         firewall_block_all,

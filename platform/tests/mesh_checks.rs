@@ -11,8 +11,7 @@ use meshd_platform::mesh::models::ModelTable;
 use meshd_proto::domain::{NodeId, RdmaPortState};
 use meshd_proto::facts::{
     BridgeFact, Cable, CableEnd, CheckResult, CheckStatus, FirewallFact, FirewallRule, Gid,
-    Ipv4Cidr, NodeFacts, OsKind,
-    PeerFact, PortFact, RdmaPortFact,
+    Ipv4Cidr, NodeFacts, OsKind, PeerFact, PortFact, RdmaPortFact,
 };
 
 const G80: u64 = 80_000_000_000;

@@ -1263,7 +1263,9 @@ mod tests {
         let rule = bad.firewall.as_ref().expect("firewall").meshd_rules[0].clone();
         bad.firewall.as_mut().expect("firewall").meshd_rules = vec![rule; 65];
         assert_eq!(
-            NodeFacts::try_from(bad).expect_err("too many rules").to_string(),
+            NodeFacts::try_from(bad)
+                .expect_err("too many rules")
+                .to_string(),
             "firewall.meshd_rules: 65 rules; at most 64 are accepted"
         );
         let mut bad = wire;

@@ -108,13 +108,15 @@ fn count_line(line: &str) -> Option<usize> {
 /// state this parser does not know: `Some(None)`.
 fn state_line(line: &str) -> Option<Option<bool>> {
     let inner = line.strip_prefix('(')?.strip_suffix(')')?.trim();
-    Some(if inner.eq_ignore_ascii_case("allow incoming connections") {
-        Some(true)
-    } else if inner.eq_ignore_ascii_case("block incoming connections") {
-        Some(false)
-    } else {
-        None
-    })
+    Some(
+        if inner.eq_ignore_ascii_case("allow incoming connections") {
+            Some(true)
+        } else if inner.eq_ignore_ascii_case("block incoming connections") {
+            Some(false)
+        } else {
+            None
+        },
+    )
 }
 
 /// `3 :  /usr/local/bin/meshd`.
@@ -151,9 +153,7 @@ pub fn firewall_fact(
         Ok(rules) => Some(
             rules
                 .into_iter()
-                .filter(|r| {
-                    r.path.rsplit('/').next() == Some(MESHD_BINARY_NAME)
-                })
+                .filter(|r| r.path.rsplit('/').next() == Some(MESHD_BINARY_NAME))
                 .collect(),
         ),
         Err(error) => {
@@ -232,10 +232,7 @@ mod tests {
                 allowed: Some(true)
             }])
         );
-        assert_eq!(
-            parse_listapps("Total number of apps = 0\n"),
-            Ok(Vec::new())
-        );
+        assert_eq!(parse_listapps("Total number of apps = 0\n"), Ok(Vec::new()));
     }
 
     #[test]
@@ -257,7 +254,9 @@ mod tests {
             Err(ListAppsError::NoCount)
         );
         assert_eq!(
-            parse_listapps("Total number of apps = 3\n1 : /usr/local/bin/meshd\n (Allow incoming connections)\n"),
+            parse_listapps(
+                "Total number of apps = 3\n1 : /usr/local/bin/meshd\n (Allow incoming connections)\n"
+            ),
             Err(ListAppsError::CountMismatch { said: 3, listed: 1 })
         );
         assert_eq!(
@@ -269,7 +268,8 @@ mod tests {
     #[test]
     fn only_meshds_rules_are_kept_and_unknowns_are_named() {
         let listing = "Total number of apps = 3\n1 : /usr/sbin/smbd\n (Allow incoming connections)\n2 : /usr/local/bin/meshd\n (Block incoming connections)\n3 : /opt/meshd-tools/bin/meshdctl\n (Allow incoming connections)\n";
-        let (fact, blind) = firewall_fact(Some("Firewall is enabled. (State = 1)\n"), Some(listing));
+        let (fact, blind) =
+            firewall_fact(Some("Firewall is enabled. (State = 1)\n"), Some(listing));
         assert_eq!(
             fact,
             FirewallFact {
