@@ -331,3 +331,88 @@ fn plan_covers_the_required_clusters_and_refuses_with_the_reason() {
         "lists known ids"
     );
 }
+
+#[test]
+fn plan_writes_local_iface_where_a_nodes_hardware_ports_are_given() {
+    // The M5 Max MacBook Pro's ports: Thunderbolt 1 → en1, 2 → en6, 3 → en2.
+    let ports = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../platform/tests/scenarios/macbook-m5-max-rdma-disabled/networksetup_listallhardwareports.txt"
+    );
+    let given = format!("node2={ports}");
+    let out = meshctl(&[
+        "plan",
+        "--nodes",
+        "3",
+        "--model",
+        "m5-max-macbook-pro",
+        "--hardware-ports",
+        &given,
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let doc = json(&out);
+    let nodes = doc["nodes"].as_array().expect("nodes");
+    let links: toml::Table =
+        toml::from_str(nodes[1]["links_config"].as_str().expect("toml")).expect("valid TOML");
+    let ifaces: Vec<&str> = links["links"]
+        .as_array()
+        .expect("links")
+        .iter()
+        .map(|l| l["local_iface"].as_str().expect("local_iface written"))
+        .collect();
+    assert_eq!(ifaces.len(), 2);
+    for iface in &ifaces {
+        assert!(["en1", "en6", "en2"].contains(iface), "{ifaces:?}");
+    }
+    // The other nodes' ports are unknown: still a comment.
+    let node1 = nodes[0]["links_config"].as_str().expect("toml");
+    assert!(node1.contains("# local_iface = \"enX\""), "{node1}");
+    let cables = doc["cables"].as_array().expect("cables");
+    let node2_ends: Vec<&serde_json::Value> = cables
+        .iter()
+        .flat_map(|c| [&c["a"], &c["b"]])
+        .filter(|end| end["node"] == "node2")
+        .collect();
+    for end in node2_ends {
+        let port = end["port"].as_str().expect("port");
+        let expected = match port {
+            "Thunderbolt 1" => "en1",
+            "Thunderbolt 2" => "en6",
+            "Thunderbolt 3" => "en2",
+            other => panic!("unexpected port {other}"),
+        };
+        assert_eq!(end["iface"], expected, "{end}");
+    }
+
+    let out = meshctl(&[
+        "plan",
+        "--nodes",
+        "3",
+        "--model",
+        "m5-max-macbook-pro",
+        "--hardware-ports",
+        &format!("node9={ports}"),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("the plan has no node node9; its nodes are node1, node2, node3"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = meshctl(&[
+        "plan",
+        "--nodes",
+        "3",
+        "--model",
+        "m5-max-macbook-pro",
+        "--hardware-ports",
+        "node2",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("write NODE=FILE"),
+        "{}",
+        text(&out.stderr)
+    );
+}

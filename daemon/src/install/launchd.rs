@@ -18,7 +18,7 @@ pub const LOG_DIR: &str = "/Library/Logs/meshd";
 pub const LOG_FILE: &str = "/Library/Logs/meshd/meshd.log";
 /// Not Homebrew's `/opt/homebrew/etc` (Apple silicon only, and owned by a
 /// package manager): `/usr/local/etc` exists for system software on every Mac.
-pub const DEFAULT_CONFIG: &str = "/usr/local/etc/meshd/meshd.toml";
+pub const DEFAULT_CONFIG: &str = meshd_platform::MACOS_CONFIG_PATH;
 /// Seconds launchd waits before starting meshd again after it exits, so a
 /// broken config does not spin.
 pub const THROTTLE_SECONDS: u32 = 10;
