@@ -216,10 +216,18 @@ pub trait Source: Send + Sync {
     /// The RDMA devices as the read-only verbs library of `os` lists them;
     /// `None` where this source has no library to ask (a replay, a host
     /// without the library), and the `ibv_*` outputs are used instead.
-    fn rdma_devices(&self, os: OsKind) -> Option<Result<Vec<RdmaDevice>, String>> {
+    fn rdma_devices(&self, os: OsKind) -> Option<Result<VerbsDevices, String>> {
         let _ = os;
         None
     }
+}
+
+/// The RDMA devices a verbs library listed, and what it could not tell
+/// (optional calls it lacks), for the blind spots.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct VerbsDevices {
+    pub devices: Vec<RdmaDevice>,
+    pub unknown: Vec<String>,
 }
 
 /// This host.
@@ -254,10 +262,13 @@ impl Source for LiveSource {
         "live".to_owned()
     }
 
-    fn rdma_devices(&self, os: OsKind) -> Option<Result<Vec<RdmaDevice>, String>> {
+    fn rdma_devices(&self, os: OsKind) -> Option<Result<VerbsDevices, String>> {
         let library = verbs::library_for(os)?;
         match verbs::read_devices(library, verbs::DEFAULT_TIMEOUT) {
-            Ok(reading) if reading.problems.is_empty() => Some(Ok(reading.devices)),
+            Ok(reading) if reading.problems.is_empty() => Some(Ok(VerbsDevices {
+                devices: reading.devices,
+                unknown: reading.unknown,
+            })),
             // A device that could not be queried: the command-line tools
             // may still describe it.
             Ok(reading) => Some(Err(reading

@@ -11,7 +11,7 @@ use meshd_platform::ibv::{RdmaDevice, RdmaPort};
 use meshd_platform::macos;
 use meshd_platform::mesh::checks::{Diagnosis, diagnose};
 use meshd_platform::mesh::models::ModelTable;
-use meshd_platform::source::{CaptureError, HostCommand, ReplaySource, Source};
+use meshd_platform::source::{CaptureError, HostCommand, ReplaySource, Source, VerbsDevices};
 use meshd_proto::domain::{NodeId, RdmaPortState};
 use meshd_proto::facts::{
     BridgeFact, CheckResult, CheckStatus, FirewallFact, NodeFacts, OsKind, PortFact,
@@ -567,7 +567,7 @@ fn every_bundle_file_is_exactly_the_fixtures_the_readme_names() {
 /// the devices as verbs would list them.
 struct WithVerbs {
     commands: ReplaySource,
-    devices: Result<Vec<RdmaDevice>, String>,
+    devices: Result<VerbsDevices, String>,
 }
 
 impl Source for WithVerbs {
@@ -588,7 +588,7 @@ impl Source for WithVerbs {
     fn describe(&self) -> String {
         "live".to_owned()
     }
-    fn rdma_devices(&self, _: OsKind) -> Option<Result<Vec<RdmaDevice>, String>> {
+    fn rdma_devices(&self, _: OsKind) -> Option<Result<VerbsDevices, String>> {
         Some(self.devices.clone())
     }
 }
@@ -613,7 +613,10 @@ fn verbs_devices_replace_the_ibv_tools_and_their_failure_falls_back() {
     };
     let source = WithVerbs {
         commands: ReplaySource::open(&dir).expect("scenario"),
-        devices: Ok(vec![active]),
+        devices: Ok(VerbsDevices {
+            devices: vec![active.clone()],
+            unknown: Vec::new(),
+        }),
     };
     let facts = macos::collect(&source);
     assert!(
@@ -634,6 +637,37 @@ fn verbs_devices_replace_the_ibv_tools_and_their_failure_falls_back() {
     );
     assert_eq!(rdma.active_speed_bps, 80_000_000_000);
     assert_eq!(rdma.gid(1), Some("::ffff:10.254.0.1".parse().expect("gid")));
+
+    // A library without the optional calls: its devices are kept (no
+    // fallback to the tools), the GUID unknown, and the blind spots say so.
+    let lacking = "/usr/lib/librdma.dylib: no ibv_get_device_guid; node GUIDs unknown";
+    let source = WithVerbs {
+        commands: ReplaySource::open(&dir).expect("scenario"),
+        devices: Ok(VerbsDevices {
+            devices: vec![RdmaDevice {
+                node_guid: String::new(),
+                ..active
+            }],
+            unknown: vec![lacking.to_owned()],
+        }),
+    };
+    let facts = macos::collect(&source);
+    assert!(
+        facts.blind_spots.contains(&lacking.to_owned()),
+        "{:?}",
+        facts.blind_spots
+    );
+    let port = facts
+        .ports
+        .iter()
+        .find(|p| p.rdma_device == "rdma_en6")
+        .expect("en6");
+    assert_eq!(port.rdma_node_guid, "", "unknown, not guessed");
+    assert_eq!(
+        port.rdma.as_ref().expect("rdma").state,
+        RdmaPortState::Active,
+        "still from verbs"
+    );
 
     let source = WithVerbs {
         commands: ReplaySource::open(&dir).expect("scenario"),

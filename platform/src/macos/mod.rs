@@ -41,7 +41,11 @@ use self::system_profiler::{
 /// (live, macOS 26.2+), else from `ibv_devices` / `ibv_devinfo -v`.
 pub fn collect(source: &dyn Source) -> NodeFacts {
     match source.rdma_devices(OsKind::Macos) {
-        Some(Ok(devices)) => join(&MacosOutputs::capture_with_verbs(source, devices)),
+        Some(Ok(found)) => {
+            let mut facts = join(&MacosOutputs::capture_with_verbs(source, found.devices));
+            facts.blind_spots.extend(found.unknown);
+            facts
+        }
         Some(Err(why)) => {
             let mut facts = join(&MacosOutputs::capture(source));
             facts
