@@ -378,10 +378,10 @@ fn setup_steps(node: &str, cables: &[PlannedCable]) -> Vec<SetupStep> {
             local.port, local.address, far.node, far.port
         )));
     }
-    steps.push(SetupStep::Verify(
-        "networksetup -listallhardwareports  # note each Thunderbolt port's enX for local_iface"
-            .to_owned(),
-    ));
+    steps.push(SetupStep::Verify(format!(
+        "networksetup -listallhardwareports  # each Thunderbolt port's enX is its local_iface; \
+         `meshctl plan … --hardware-ports {node}=FILE` writes them into the [[links]]"
+    )));
     steps.push(SetupStep::Verify(
         "ibv_devinfo  # once every node is set up: one rdma_enX per cabled port, PORT_ACTIVE"
             .to_owned(),
