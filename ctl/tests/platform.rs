@@ -102,6 +102,12 @@ fn doctor_gives_each_scenario_its_pass_fail_set() {
         ("mac-mini-pasted-text-profiler", &[], 0),
         // bridge0 is up; whether its members are cabled is unknown.
         ("intel-mac-bridge0-inactive-vm-bridge100", &[], 0),
+        (
+            "firewall-on-without-a-meshd-rule",
+            &[("firewall_allows_meshd", "fail")],
+            1,
+        ),
+        ("firewall-off", &[("firewall_allows_meshd", "pass")], 0),
     ];
     for (name, decided, exit) in cases {
         let dir = scenario(name);
@@ -117,7 +123,7 @@ fn doctor_gives_each_scenario_its_pass_fail_set() {
             .into_keys()
             .map(|check| (check, "skipped".to_owned()))
             .collect();
-        assert_eq!(expected.len(), 7, "{name}: every node check runs: {doc:#}");
+        assert_eq!(expected.len(), 8, "{name}: every node check runs: {doc:#}");
         for (check, status) in *decided {
             expected.insert((*check).to_owned(), (*status).to_owned());
         }
