@@ -113,6 +113,12 @@ enum Command {
         /// List the known models and their Thunderbolt 5 ports.
         #[arg(long, exclusive = true)]
         list_models: bool,
+        /// A node's `networksetup -listallhardwareports` output, as
+        /// NODE=FILE (FILE `-` is standard input; repeat per node): its
+        /// `[[links]]` then get `local_iface` written, not left as a
+        /// comment. The enX of each port differs from Mac to Mac.
+        #[arg(long = "hardware-ports", value_name = "NODE=FILE")]
+        hardware_ports: Vec<String>,
     },
     /// Collect every platform command's raw output, this node's facts and
     /// checks, and the daemon's status into one .tar.gz for diagnosis
@@ -225,11 +231,12 @@ fn main() -> ExitCode {
                 backend,
                 json,
                 list_models,
+                hardware_ports,
             } => Ok(if list_models {
                 plan::list_models();
                 true
             } else {
-                plan::run(nodes, &models, backend, json)
+                plan::run(nodes, &models, backend, &hardware_ports, json)
             }),
             Command::Bundle { out, node } => bundle::run(&target, local_node(node)?, out)
                 .await

@@ -2,16 +2,30 @@
 //! data alone (no daemon, no Mac needed).
 
 use std::fmt::Write as _;
+use std::io::Read as _;
 
+use meshd_platform::MACOS_CONFIG_PATH;
+use meshd_platform::macos::networksetup::{HardwarePort, parse_hardware_ports};
 use meshd_platform::mesh::models::{Model, ModelTable, PortRdma};
 use meshd_platform::mesh::plan::{CablingPlan, SetupStep, plan};
 use serde_json::{Value, json};
 
 use crate::BackendArg;
 
+/// `networksetup -listallhardwareports` prints a few hundred bytes per
+/// port; a file far larger than this is not its output.
+const MAX_HARDWARE_PORTS_BYTES: u64 = 1 << 20;
+
 /// Prints the plan (or the refusal); true when there is a plan.
+/// `hardware_ports` are `NODE=FILE` (see the `--hardware-ports` flag).
 #[allow(clippy::print_stdout, clippy::print_stderr)]
-pub fn run(nodes: usize, model_ids: &[String], backend: BackendArg, json: bool) -> bool {
+pub fn run(
+    nodes: usize,
+    model_ids: &[String],
+    backend: BackendArg,
+    hardware_ports: &[String],
+    json: bool,
+) -> bool {
     let table = ModelTable::builtin();
     let models = match models_for(&table, nodes, model_ids) {
         Ok(models) => models,
@@ -20,8 +34,35 @@ pub fn run(nodes: usize, model_ids: &[String], backend: BackendArg, json: bool) 
             return false;
         }
     };
+    let given = match hardware_ports
+        .iter()
+        .map(|arg| read_hardware_ports(arg))
+        .collect::<Result<Vec<_>, String>>()
+    {
+        Ok(given) => given,
+        Err(why) => {
+            eprintln!("meshctl plan: {why}");
+            return false;
+        }
+    };
     match plan(&models, backend.into()) {
-        Ok(plan) => {
+        Ok(mut plan) => {
+            for (node, ports) in &given {
+                match plan.name_interfaces(node, ports) {
+                    Ok(missing) => {
+                        for port in missing {
+                            plan.warnings.push(format!(
+                                "{node}: the hardware ports given have no {port:?} with a \
+                                 device; its local_iface is left as a comment"
+                            ));
+                        }
+                    }
+                    Err(unknown) => {
+                        eprintln!("meshctl plan: --hardware-ports: {unknown}");
+                        return false;
+                    }
+                }
+            }
             if json {
                 println!("{:#}", to_json(&plan));
             } else {
@@ -38,6 +79,35 @@ pub fn run(nodes: usize, model_ids: &[String], backend: BackendArg, json: bool) 
             false
         }
     }
+}
+
+/// `NODE=FILE`: the node and its parsed hardware ports; FILE `-` is
+/// standard input.
+fn read_hardware_ports(arg: &str) -> Result<(String, Vec<HardwarePort>), String> {
+    let (node, file) = arg
+        .split_once('=')
+        .filter(|(node, file)| !node.is_empty() && !file.is_empty())
+        .ok_or_else(|| {
+            format!("--hardware-ports {arg:?}: write NODE=FILE, like node2=ports-node2.txt")
+        })?;
+    let mut text = String::new();
+    let read = if file == "-" {
+        std::io::stdin()
+            .take(MAX_HARDWARE_PORTS_BYTES)
+            .read_to_string(&mut text)
+    } else {
+        std::fs::File::open(file)
+            .and_then(|f| f.take(MAX_HARDWARE_PORTS_BYTES).read_to_string(&mut text))
+    };
+    read.map_err(|e| format!("--hardware-ports {node}={file}: cannot read it: {e}"))?;
+    let ports = parse_hardware_ports(&text);
+    if ports.is_empty() {
+        return Err(format!(
+            "--hardware-ports {node}={file}: no \"Hardware Port:\" blocks in it; give the \
+             output of `networksetup -listallhardwareports` on that Mac"
+        ));
+    }
+    Ok((node.to_owned(), ports))
 }
 
 /// One model for every node, or one per node.
@@ -149,7 +219,7 @@ fn render(plan: &CablingPlan) -> String {
             };
             let _ = writeln!(out, "{line}");
         }
-        let _ = writeln!(out, "  meshd config ([[links]] in /etc/meshd/meshd.toml):");
+        let _ = writeln!(out, "  meshd config ([[links]] in {MACOS_CONFIG_PATH}):");
         for line in node.links_config.lines() {
             let _ = writeln!(out, "    {line}");
         }
@@ -173,8 +243,8 @@ fn to_json(plan: &CablingPlan) -> Value {
             "links_config": n.links_config,
         })).collect::<Vec<_>>(),
         "cables": plan.cables.iter().map(|c| json!({
-            "a": { "node": c.a.node, "port": c.a.port, "address": c.a.address.to_string() },
-            "b": { "node": c.b.node, "port": c.b.port, "address": c.b.address.to_string() },
+            "a": { "node": c.a.node, "port": c.a.port, "iface": c.a.iface, "address": c.a.address.to_string() },
+            "b": { "node": c.b.node, "port": c.b.port, "iface": c.b.iface, "address": c.b.address.to_string() },
             "subnet": c.subnet.to_string(),
         })).collect::<Vec<_>>(),
     })

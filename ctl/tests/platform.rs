@@ -102,6 +102,12 @@ fn doctor_gives_each_scenario_its_pass_fail_set() {
         ("mac-mini-pasted-text-profiler", &[], 0),
         // bridge0 is up; whether its members are cabled is unknown.
         ("intel-mac-bridge0-inactive-vm-bridge100", &[], 0),
+        (
+            "firewall-on-without-a-meshd-rule",
+            &[("firewall_allows_meshd", "fail")],
+            1,
+        ),
+        ("firewall-off", &[("firewall_allows_meshd", "pass")], 0),
     ];
     for (name, decided, exit) in cases {
         let dir = scenario(name);
@@ -117,7 +123,7 @@ fn doctor_gives_each_scenario_its_pass_fail_set() {
             .into_keys()
             .map(|check| (check, "skipped".to_owned()))
             .collect();
-        assert_eq!(expected.len(), 7, "{name}: every node check runs: {doc:#}");
+        assert_eq!(expected.len(), 8, "{name}: every node check runs: {doc:#}");
         for (check, status) in *decided {
             expected.insert((*check).to_owned(), (*status).to_owned());
         }
@@ -386,4 +392,89 @@ fn doctor_refuses_a_bundle_whose_files_link_out_of_it() {
         let everything = format!("{}{stderr}", text(&out.stdout));
         assert!(!everything.contains(hostname.trim()), "{everything}");
     }
+}
+
+#[test]
+fn plan_writes_local_iface_where_a_nodes_hardware_ports_are_given() {
+    // The M5 Max MacBook Pro's ports: Thunderbolt 1 → en1, 2 → en6, 3 → en2.
+    let ports = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../platform/tests/scenarios/macbook-m5-max-rdma-disabled/networksetup_listallhardwareports.txt"
+    );
+    let given = format!("node2={ports}");
+    let out = meshctl(&[
+        "plan",
+        "--nodes",
+        "3",
+        "--model",
+        "m5-max-macbook-pro",
+        "--hardware-ports",
+        &given,
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let doc = json(&out);
+    let nodes = doc["nodes"].as_array().expect("nodes");
+    let links: toml::Table =
+        toml::from_str(nodes[1]["links_config"].as_str().expect("toml")).expect("valid TOML");
+    let ifaces: Vec<&str> = links["links"]
+        .as_array()
+        .expect("links")
+        .iter()
+        .map(|l| l["local_iface"].as_str().expect("local_iface written"))
+        .collect();
+    assert_eq!(ifaces.len(), 2);
+    for iface in &ifaces {
+        assert!(["en1", "en6", "en2"].contains(iface), "{ifaces:?}");
+    }
+    // The other nodes' ports are unknown: still a comment.
+    let node1 = nodes[0]["links_config"].as_str().expect("toml");
+    assert!(node1.contains("# local_iface = \"enX\""), "{node1}");
+    let cables = doc["cables"].as_array().expect("cables");
+    let node2_ends: Vec<&serde_json::Value> = cables
+        .iter()
+        .flat_map(|c| [&c["a"], &c["b"]])
+        .filter(|end| end["node"] == "node2")
+        .collect();
+    for end in node2_ends {
+        let port = end["port"].as_str().expect("port");
+        let expected = match port {
+            "Thunderbolt 1" => "en1",
+            "Thunderbolt 2" => "en6",
+            "Thunderbolt 3" => "en2",
+            other => panic!("unexpected port {other}"),
+        };
+        assert_eq!(end["iface"], expected, "{end}");
+    }
+
+    let out = meshctl(&[
+        "plan",
+        "--nodes",
+        "3",
+        "--model",
+        "m5-max-macbook-pro",
+        "--hardware-ports",
+        &format!("node9={ports}"),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("the plan has no node node9; its nodes are node1, node2, node3"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = meshctl(&[
+        "plan",
+        "--nodes",
+        "3",
+        "--model",
+        "m5-max-macbook-pro",
+        "--hardware-ports",
+        "node2",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("write NODE=FILE"),
+        "{}",
+        text(&out.stderr)
+    );
 }

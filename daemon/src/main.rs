@@ -225,12 +225,32 @@ fn run_demo(nodes: usize, base_port: u16, hostname: &str) -> ExitCode {
     }
 }
 
+/// The MTUs of this host's interfaces, which a config's probe sizes are
+/// checked against (the config of a node is checked on that node).
+fn this_host_mtus() -> std::collections::BTreeMap<String, u32> {
+    meshd_platform::interface_mtus(
+        &meshd_platform::source::LiveSource,
+        meshd_platform::this_os(),
+    )
+}
+
+/// Exits 1 on problems; warnings (what works but is likely wrong) go to
+/// stderr and leave the exit code 0.
 #[allow(clippy::print_stdout, clippy::print_stderr)]
 fn check_config(file: &std::path::Path, hostname: &str) -> ExitCode {
-    match Config::load(file, hostname) {
-        Ok(config) => {
+    match Config::load_with_advice(file, hostname, &this_host_mtus()) {
+        Ok(checked) => {
+            for warning in &checked.warnings {
+                eprintln!("warning: {warning}");
+            }
+            let config = &checked.config;
+            let warnings = match checked.warnings.len() {
+                0 => String::new(),
+                1 => ", 1 warning".to_owned(),
+                n => format!(", {n} warnings"),
+            };
             println!(
-                "{}: ok (node {}, {} members, {} static links)",
+                "{}: ok (node {}, {} members, {} static links{warnings})",
                 file.display(),
                 config.node.id,
                 config.members().len(),
@@ -247,7 +267,13 @@ fn check_config(file: &std::path::Path, hostname: &str) -> ExitCode {
 
 fn run(config_path: Option<PathBuf>, hostname: &str) -> anyhow::Result<()> {
     let config = match &config_path {
-        Some(path) => Config::load(path, hostname)?,
+        Some(path) => {
+            let checked = Config::load_with_advice(path, hostname, &this_host_mtus())?;
+            for warning in &checked.warnings {
+                tracing::warn!("config: {warning}");
+            }
+            checked.config
+        }
         None => {
             tracing::info!("no config file given: single-node mesh with the embedded defaults");
             Config::embedded_default(hostname)

@@ -98,8 +98,15 @@ impl RunningNode {
             metrics.clone(),
             shutdown.clone(),
         );
+        let facts_watch = facts::spawn(
+            identity.id.clone(),
+            configs.subscribe(),
+            metrics.clone(),
+            shutdown.clone(),
+        );
         let bridge_alarms = bridge::spawn(
             configs.subscribe(),
+            facts_watch.facts.clone(),
             identity.id.clone(),
             metrics.clone(),
             shutdown.clone(),
@@ -115,12 +122,6 @@ impl RunningNode {
         // The job watcher needs the mesh status, which exists only once the
         // aggregator does, and the aggregator needs the job alarms.
         let (job_alarms, job_alarms_rx) = tokio::sync::watch::channel(Vec::new());
-        let facts_watch = facts::spawn(
-            identity.id.clone(),
-            configs.subscribe(),
-            metrics.clone(),
-            shutdown.clone(),
-        );
         let feeds = Feeds {
             book: book.clone(),
             probes,

@@ -82,6 +82,34 @@ fn check_config_names_a_malformed_address_and_its_line() {
 }
 
 #[test]
+fn check_config_warns_about_link_local_cable_addresses_and_still_passes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = write(
+        dir.path(),
+        "meshd.toml",
+        "[[peers]]\nid = \"b\"\naddress = \"10.0.0.2:7420\"\n\n[[links]]\npeer = \"b\"\n\
+         local_address = \"169.254.12.1\"\npeer_address = \"10.254.0.2\"\n",
+    );
+    let out = meshd(&["check-config", &path]);
+    let stderr = String::from_utf8_lossy(&out.stderr).replace(&path, "meshd.toml");
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let warnings: Vec<&str> = stderr.lines().collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(
+        warnings[0].starts_with(
+            "warning: meshd.toml:7: links[0].local_address: 169.254.12.1 is IPv4 link-local"
+        ),
+        "{stderr}"
+    );
+    assert!(warnings[0].contains("`meshctl plan`"), "{stderr}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("1 static links, 1 warning)"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+#[test]
 fn check_config_reports_a_missing_file() {
     let out = meshd(&["check-config", "/nonexistent/meshd.toml"]);
     assert_eq!(out.status.code(), Some(1));

@@ -49,6 +49,10 @@ pub const OFFENDER_FIXES: &[(&str, &str)] = &[
         "turn off AirPlay Receiver: System Settings > General > AirDrop & Handoff",
     ),
     (
+        "ControlCenter",
+        "turn off AirPlay Receiver (it runs inside ControlCenter since macOS 12): System Settings > General > AirDrop & Handoff",
+    ),
+    (
         "identityservicesd",
         "sign the cluster Macs out of iCloud/iMessage/FaceTime, or give them separate Apple IDs",
     ),

@@ -24,9 +24,19 @@ pub mod mesh;
 pub mod source;
 pub mod verbs;
 
+use std::collections::BTreeMap;
+
 use meshd_proto::facts::{NodeFacts, OsKind};
 
 use crate::source::Source;
+
+/// meshd's config file on macOS: where `meshd install` writes it, the
+/// LaunchDaemon reads it and `meshctl plan` tells where the `[[links]]` go.
+/// `/usr/local/etc` is for system software on every Mac (Homebrew's
+/// `/opt/homebrew/etc` exists only on Apple silicon and belongs to it).
+pub const MACOS_CONFIG_PATH: &str = "/usr/local/etc/meshd/meshd.toml";
+/// meshd's config file on Linux (the systemd unit's).
+pub const LINUX_CONFIG_PATH: &str = "/etc/meshd/meshd.toml";
 
 /// The platform this binary runs on.
 pub fn this_os() -> OsKind {
@@ -34,6 +44,26 @@ pub fn this_os() -> OsKind {
         "macos" => OsKind::Macos,
         "linux" => OsKind::Linux,
         _ => OsKind::Other,
+    }
+}
+
+/// Every interface's MTU as `source` shows it (macOS `ifconfig -a`, Linux
+/// `/sys/class/net/<name>/mtu`), by interface name; interfaces whose MTU
+/// cannot be read are absent, so an absent name means unknown, never a
+/// default.
+pub fn interface_mtus(source: &dyn Source, os: OsKind) -> BTreeMap<String, u32> {
+    match os {
+        OsKind::Macos => source
+            .capture(source::HostCommand::Ifconfig)
+            .map(|text| {
+                macos::ifconfig::parse_ifconfig(&text)
+                    .into_iter()
+                    .filter_map(|i| Some((i.name, i.mtu?)))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        OsKind::Linux => linux::net::read_mtus(source),
+        OsKind::Other => BTreeMap::new(),
     }
 }
 

@@ -37,6 +37,11 @@ pub enum HostCommand {
     IbvDevices,
     /// `ibv_devinfo -v`: ports, state, width, speed, GID table.
     IbvDevinfo,
+    /// `socketfilterfw --getglobalstate`: whether the Application Firewall
+    /// is on, and blocking everything.
+    FirewallState,
+    /// `socketfilterfw --listapps`: its per-application rules.
+    FirewallRules,
     /// `ip -j -4 addr show`: IPv4 addresses per interface (Linux; sysfs has
     /// none).
     IpAddr,
@@ -45,6 +50,9 @@ pub enum HostCommand {
     /// stall it.
     InterfaceCounters,
 }
+
+/// The Application Firewall's command-line tool (macOS).
+pub const SOCKETFILTERFW: &str = "/usr/libexec/ApplicationFirewall/socketfilterfw";
 
 impl HostCommand {
     /// Every command: the macOS collector's in the order they are run,
@@ -60,13 +68,15 @@ impl HostCommand {
         HostCommand::RdmaCtl,
         HostCommand::IbvDevices,
         HostCommand::IbvDevinfo,
+        HostCommand::FirewallState,
+        HostCommand::FirewallRules,
         HostCommand::IpAddr,
         HostCommand::InterfaceCounters,
     ];
 
     /// The commands of the macOS platform, in the order they are run: the
-    /// first ten of [`HostCommand::ALL`].
-    pub const MACOS: &'static [HostCommand] = Self::ALL.split_at(10).0;
+    /// first twelve of [`HostCommand::ALL`].
+    pub const MACOS: &'static [HostCommand] = Self::ALL.split_at(12).0;
 
     /// The commands of the Linux platform (sysfs does the rest); `ibv_*`
     /// are the fallback where the verbs library cannot be loaded.
@@ -99,6 +109,8 @@ impl HostCommand {
             HostCommand::IbvDevinfo => "ibv_devinfo",
             HostCommand::IpAddr => "ip",
             HostCommand::InterfaceCounters => "netstat",
+            // Not on any PATH.
+            HostCommand::FirewallState | HostCommand::FirewallRules => SOCKETFILTERFW,
         }
     }
 
@@ -115,6 +127,8 @@ impl HostCommand {
             HostCommand::IbvDevinfo => &["-v"],
             HostCommand::IpAddr => &["-j", "-4", "addr", "show"],
             HostCommand::InterfaceCounters => &["-i", "-b", "-n"],
+            HostCommand::FirewallState => &["--getglobalstate"],
+            HostCommand::FirewallRules => &["--listapps"],
         }
     }
 
@@ -142,6 +156,8 @@ impl HostCommand {
             HostCommand::IbvDevinfo => "ibv_devinfo_v.txt",
             HostCommand::IpAddr => "ip_j_4_addr_show.json",
             HostCommand::InterfaceCounters => "netstat_ibn.txt",
+            HostCommand::FirewallState => "socketfilterfw_getglobalstate.txt",
+            HostCommand::FirewallRules => "socketfilterfw_listapps.txt",
         }
     }
 
@@ -201,10 +217,18 @@ pub trait Source: Send + Sync {
     /// The RDMA devices as the read-only verbs library of `os` lists them;
     /// `None` where this source has no library to ask (a replay, a host
     /// without the library), and the `ibv_*` outputs are used instead.
-    fn rdma_devices(&self, os: OsKind) -> Option<Result<Vec<RdmaDevice>, String>> {
+    fn rdma_devices(&self, os: OsKind) -> Option<Result<VerbsDevices, String>> {
         let _ = os;
         None
     }
+}
+
+/// The RDMA devices a verbs library listed, and what it could not tell
+/// (optional calls it lacks), for the blind spots.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct VerbsDevices {
+    pub devices: Vec<RdmaDevice>,
+    pub unknown: Vec<String>,
 }
 
 /// This host.
@@ -239,10 +263,13 @@ impl Source for LiveSource {
         "live".to_owned()
     }
 
-    fn rdma_devices(&self, os: OsKind) -> Option<Result<Vec<RdmaDevice>, String>> {
+    fn rdma_devices(&self, os: OsKind) -> Option<Result<VerbsDevices, String>> {
         let library = verbs::library_for(os)?;
         match verbs::read_devices(library, verbs::DEFAULT_TIMEOUT) {
-            Ok(reading) if reading.problems.is_empty() => Some(Ok(reading.devices)),
+            Ok(reading) if reading.problems.is_empty() => Some(Ok(VerbsDevices {
+                devices: reading.devices,
+                unknown: reading.unknown,
+            })),
             // A device that could not be queried: the command-line tools
             // may still describe it.
             Ok(reading) => Some(Err(reading
@@ -444,7 +471,7 @@ mod tests {
         }
         assert_eq!(
             HostCommand::MACOS.last(),
-            Some(&HostCommand::IbvDevinfo),
+            Some(&HostCommand::FirewallRules),
             "MACOS is the macOS collector's commands"
         );
         let mut files: Vec<&str> = commands.iter().map(|c| c.file_name()).collect();

@@ -11,12 +11,16 @@ use meshd_platform::macos::networksetup::{
     parse_all_services, parse_hardware_ports, parse_service_order, service_for_device,
 };
 use meshd_platform::macos::rdma_ctl::{RdmaCtlStatus, parse_rdma_ctl_status};
+use meshd_platform::macos::socketfilterfw::{
+    GlobalState, ListAppsError, firewall_fact, parse_global_state, parse_listapps,
+};
 use meshd_platform::macos::sw_vers::parse_sw_vers;
 use meshd_platform::macos::system_profiler::{
     ThunderboltBus, ThunderboltPort, ThunderboltSpeed, parse_thunderbolt, parse_thunderbolt_json,
     parse_thunderbolt_text,
 };
 use meshd_proto::domain::RdmaPortState;
+use meshd_proto::facts::FirewallRule;
 
 /// The team's shared captures, and the ones this crate adds (netstat, the
 /// MLX docs' M3 Ultra device list).
@@ -134,6 +138,24 @@ const CASES: &[(&str, Check)] = &[
         netstat_apple_silicon,
     ),
     ("netstat_bi_IntelMac_en0-en1-fw0.txt", netstat_intel_mac),
+    ("socketfilterfw_getglobalstate_enabled.txt", firewall_on),
+    ("socketfilterfw_getglobalstate_disabled.txt", firewall_off),
+    (
+        "socketfilterfw_getglobalstate_state-2.txt",
+        firewall_block_all,
+    ),
+    (
+        "socketfilterfw_getglobalstate_Sequoia_state-2.txt",
+        firewall_block_all,
+    ),
+    (
+        "socketfilterfw_listapps_nix-darwin-VM_9-apps.txt",
+        listapps_nine_rules,
+    ),
+    (
+        "socketfilterfw_listapps_ALF-layout_trimmed-to-1-of-7.txt",
+        listapps_cut_short,
+    ),
 ];
 
 #[test]
@@ -768,4 +790,51 @@ fn netstat_intel_mac(text: &str) {
     );
     // FireWire's 8-byte address is one column like a MAC.
     assert_eq!(parsed.get("fw0").map(|i| i.output_bytes), Some(Some(692)));
+}
+
+fn firewall_on(text: &str) {
+    assert_eq!(parse_global_state(text), GlobalState::On);
+}
+
+fn firewall_off(text: &str) {
+    assert_eq!(parse_global_state(text), GlobalState::Off);
+}
+
+/// Both wordings of state 2 (older "enabled", Sequoia's "blocking all
+/// non-essential incoming connections").
+fn firewall_block_all(text: &str) {
+    assert_eq!(parse_global_state(text), GlobalState::BlockAll);
+}
+
+fn listapps_nine_rules(text: &str) {
+    let rules = parse_listapps(text).expect("parses");
+    assert_eq!(rules.len(), 9);
+    assert_eq!(
+        rules[0],
+        FirewallRule {
+            path: "/usr/libexec/sshd-session".into(),
+            allowed: Some(false)
+        }
+    );
+    assert_eq!(
+        rules[8],
+        FirewallRule {
+            path: "/usr/sbin/smbd".into(),
+            allowed: Some(true)
+        }
+    );
+    assert_eq!(rules.iter().filter(|r| r.allowed == Some(false)).count(), 2);
+    // The list was read and has no rule for meshd: known, and empty.
+    let (fact, blind) = firewall_fact(Some("Firewall is enabled. (State = 1)\n"), Some(text));
+    assert_eq!(fact.meshd_rules, Some(vec![]));
+    assert!(blind.is_empty());
+}
+
+/// The author kept 1 of 7 rules: a listing cut short is refused, not read
+/// as a shorter list.
+fn listapps_cut_short(text: &str) {
+    assert_eq!(
+        parse_listapps(text),
+        Err(ListAppsError::CountMismatch { said: 7, listed: 1 })
+    );
 }

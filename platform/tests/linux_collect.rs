@@ -599,3 +599,18 @@ fn this_machine_is_read_honestly() {
     );
     println!("facts of this machine: {facts:#?}");
 }
+
+#[test]
+fn interface_mtus_are_read_from_sysfs_and_unreadable_ones_are_unknown() {
+    let bundle = Bundle::new();
+    bundle
+        .file("/sys/class/net/lo/mtu", "65536\n")
+        .file("/sys/class/net/veth-a/mtu", "9000\n")
+        .file("/sys/class/net/odd0/mtu", "lots\n")
+        .unreadable("/sys/class/net/gone0/mtu");
+    let mtus = meshd_platform::interface_mtus(&bundle.replay(), meshd_proto::facts::OsKind::Linux);
+    assert_eq!(
+        mtus.into_iter().collect::<Vec<_>>(),
+        [("lo".to_owned(), 65536), ("veth-a".to_owned(), 9000)]
+    );
+}

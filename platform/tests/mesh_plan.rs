@@ -319,3 +319,47 @@ fn links_config_is_toml_meshd_reads() {
             .contains("# local_iface = \"enX\"  # the Device of \"Thunderbolt 2\"")
     );
 }
+
+#[test]
+fn a_nodes_hardware_ports_name_its_interfaces_in_its_links() {
+    use meshd_platform::macos::networksetup::parse_hardware_ports;
+    let table = table();
+    let mac = table.by_id("m5-max-macbook-pro").unwrap();
+    let mut p = plan(&[mac; 3], Backend::Jaccl).unwrap();
+    let before = p.nodes[0].links_config.clone();
+    // Thunderbolt 1 → en1, 2 → en6, 3 → en2: not in en order.
+    let ports = parse_hardware_ports(
+        "Hardware Port: Thunderbolt 1\nDevice: en1\n\nHardware Port: Thunderbolt 2\nDevice: en6\n",
+    );
+    let missing = p
+        .name_interfaces("node2", &ports)
+        .expect("node2 is planned");
+    let node2_ends: Vec<(String, Option<String>)> = p
+        .cables
+        .iter()
+        .flat_map(|c| [&c.a, &c.b])
+        .filter(|e| e.node == "node2")
+        .map(|e| (e.port.clone(), e.iface.clone()))
+        .collect();
+    for (port, iface) in &node2_ends {
+        let expected = match port.as_str() {
+            "Thunderbolt 1" => Some("en1"),
+            "Thunderbolt 2" => Some("en6"),
+            _ => None,
+        };
+        assert_eq!(iface.as_deref(), expected, "{port}");
+        assert_eq!(missing.contains(port), expected.is_none(), "{port}");
+    }
+    let parsed: toml::Table = toml::from_str(&p.nodes[1].links_config).expect("valid TOML");
+    for link in parsed["links"].as_array().unwrap() {
+        let written = link.get("local_iface").and_then(|v| v.as_str());
+        assert!(matches!(written, Some("en1" | "en6")), "{link:?}");
+    }
+    // Other nodes are untouched; an unknown node is an error naming them.
+    assert_eq!(p.nodes[0].links_config, before);
+    let err = p.name_interfaces("node7", &ports).expect_err("no node7");
+    assert_eq!(
+        err.to_string(),
+        "the plan has no node node7; its nodes are node1, node2, node3"
+    );
+}

@@ -15,8 +15,8 @@ use crate::domain::{
     RejectReason, RttHistogram, RttSummary, Severity, UnknownName,
 };
 use crate::facts::{
-    BridgeFact, Cable, CableEnd, CheckResult, CheckStatus, Gid, Ipv4Cidr, NodeFacts, OsKind,
-    PeerFact, PortFact, RdmaPortFact,
+    BridgeFact, Cable, CableEnd, CheckResult, CheckStatus, FirewallFact, FirewallRule, Gid,
+    Ipv4Cidr, NodeFacts, OsKind, PeerFact, PortFact, RdmaPortFact,
 };
 use crate::{limits, wire};
 
@@ -821,8 +821,51 @@ impl From<NodeFacts> for wire::NodeFacts {
                 })
                 .collect(),
             bridges_read,
+            firewall: f.firewall.map(|fw| wire::FirewallFact {
+                enabled: fw.enabled,
+                block_all: fw.block_all,
+                rules_read: fw.meshd_rules.is_some(),
+                meshd_rules: fw
+                    .meshd_rules
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|r| wire::FirewallRule {
+                        path: r.path,
+                        allowed: r.allowed,
+                    })
+                    .collect(),
+            }),
         }
     }
+}
+
+/// More meshd rules than this is not a firewall a Mac has: refused rather
+/// than carried in every report.
+const MAX_FIREWALL_RULES: usize = 64;
+
+fn firewall_fact(fw: wire::FirewallFact) -> Result<FirewallFact> {
+    if fw.meshd_rules.len() > MAX_FIREWALL_RULES {
+        return Err(WireError::new(
+            "meshd_rules",
+            format!(
+                "{} rules; at most {MAX_FIREWALL_RULES} are accepted",
+                fw.meshd_rules.len()
+            ),
+        ));
+    }
+    let rules: Vec<FirewallRule> = fw
+        .meshd_rules
+        .into_iter()
+        .map(|r| FirewallRule {
+            path: r.path,
+            allowed: r.allowed,
+        })
+        .collect();
+    Ok(FirewallFact {
+        enabled: fw.enabled,
+        block_all: fw.block_all,
+        meshd_rules: (fw.rules_read || !rules.is_empty()).then_some(rules),
+    })
 }
 
 impl TryFrom<wire::NodeFacts> for NodeFacts {
@@ -856,6 +899,11 @@ impl TryFrom<wire::NodeFacts> for NodeFacts {
             checks: each("checks", f.checks, CheckResult::try_from)?,
             blind_spots: f.blind_spots,
             source: f.source,
+            firewall: f
+                .firewall
+                .map(firewall_fact)
+                .transpose()
+                .map_err(|e| e.within("firewall"))?,
         })
     }
 }
@@ -1264,6 +1312,14 @@ mod tests {
             }]),
             blind_spots: vec!["ibv_devinfo: timed out after 5s".into()],
             source: "live".into(),
+            firewall: Some(FirewallFact {
+                enabled: Some(true),
+                block_all: Some(false),
+                meshd_rules: Some(vec![FirewallRule {
+                    path: "/usr/local/bin/meshd".into(),
+                    allowed: Some(true),
+                }]),
+            }),
         }
     }
 
@@ -1284,6 +1340,15 @@ mod tests {
         assert_eq!(
             NodeFacts::try_from(bad).expect_err("bad gid").field,
             "ports[0].rdma.gids[0].address"
+        );
+        let mut bad = wire.clone();
+        let rule = bad.firewall.as_ref().expect("firewall").meshd_rules[0].clone();
+        bad.firewall.as_mut().expect("firewall").meshd_rules = vec![rule; 65];
+        assert_eq!(
+            NodeFacts::try_from(bad)
+                .expect_err("too many rules")
+                .to_string(),
+            "firewall.meshd_rules: 65 rules; at most 64 are accepted"
         );
         let mut bad = wire;
         bad.checks[0].status = 0;
@@ -1307,6 +1372,7 @@ mod tests {
         };
         let wire: wire::NodeFacts = blind.clone().into();
         assert!(!wire.bridges_read && !wire.ports[0].ipv4_read);
+        assert_eq!(wire.firewall, None);
         assert_eq!(wire.ports[0].linked, None);
         assert_eq!(NodeFacts::try_from(wire), Ok(blind));
     }

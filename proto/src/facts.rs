@@ -86,6 +86,35 @@ pub struct NodeFacts {
     pub blind_spots: Vec<String>,
     /// "live", or "replay:<dir>" when read from a bundle.
     pub source: String,
+    /// The macOS Application Firewall; `None` when it was not read (or
+    /// the node is not a Mac).
+    #[serde(default)]
+    pub firewall: Option<FirewallFact>,
+}
+
+/// The macOS Application Firewall as `socketfilterfw` shows it. Only the
+/// rules for meshd are kept: they are what the checks judge, and they keep
+/// a node's report small whatever else the Mac allows.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct FirewallFact {
+    /// On (`--getglobalstate` state 1 or 2); `None` when unknown.
+    pub enabled: Option<bool>,
+    /// State 2: every incoming connection is blocked whatever the rules
+    /// say; `None` when unknown.
+    pub block_all: Option<bool>,
+    /// The `--listapps` rules for binaries named `meshd`; `None` when the
+    /// list could not be read.
+    pub meshd_rules: Option<Vec<FirewallRule>>,
+}
+
+/// One application rule of the Application Firewall.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct FirewallRule {
+    /// The binary (or, since macOS 15, a bundle identifier).
+    pub path: String,
+    /// Incoming connections allowed (`true`) or blocked (`false`); `None`
+    /// for any other state the tool printed.
+    pub allowed: Option<bool>,
 }
 
 /// One Thunderbolt receptacle (macOS) or RDMA-capable NIC port (Linux).

@@ -21,6 +21,7 @@ mod validate;
 #[cfg(test)]
 mod tests;
 
+use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::Path;
 use std::time::Duration;
@@ -104,6 +105,9 @@ pub const DEFAULT_OFFENDERS: &[&str] = &[
     "rapportd",
     "ContinuityCaptureAgent",
     "AirPlayXPCHelper",
+    // Since macOS 12 the AirPlay receiver runs inside ControlCenter, so a
+    // Mac receiving AirPlay shows ControlCenter busy, not AirPlayXPCHelper.
+    "ControlCenter",
     "identityservicesd",
 ];
 /// MLX and exo ranks.
@@ -138,6 +142,14 @@ pub struct Config {
     pub alerting: AlertingConfig,
     pub watch: WatchConfig,
     pub platform: PlatformConfig,
+}
+
+/// A valid config and the advice it drew, each with its line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checked {
+    pub config: Config,
+    /// What works but is likely wrong; empty when nothing is.
+    pub warnings: Vec<Diagnostic>,
 }
 
 /// This node's identity, always resolved: from `[node] id` when given,
@@ -501,6 +513,20 @@ impl Config {
     /// On a TOML error there is exactly one diagnostic (parsing stops
     /// there); on rule violations there is one per problem, sorted by line.
     pub fn parse(source: &str, origin: &str, hostname: &str) -> Result<Config, ConfigError> {
+        Config::parse_with_advice(source, origin, hostname, &BTreeMap::new())
+            .map(|checked| checked.config)
+    }
+
+    /// [`Config::parse`], and the advice on what works but is likely
+    /// wrong, with lines: [`Config::warnings`], and what does not fit this
+    /// host's interfaces given their MTUs (`interface_mtus`, by name; see
+    /// `meshd_platform::interface_mtus`).
+    pub fn parse_with_advice(
+        source: &str,
+        origin: &str,
+        hostname: &str,
+        interface_mtus: &BTreeMap<String, u32>,
+    ) -> Result<Checked, ConfigError> {
         let doc = toml_edit::Document::parse(source).map_err(|e| {
             ConfigError::Toml(Diagnostic {
                 origin: origin.to_owned(),
@@ -513,16 +539,24 @@ impl Config {
         let file: ConfigFile = toml::from_str(source)
             .map_err(|e| ConfigError::Toml(serde_diagnostic(&e, origin, &locator)))?;
         let config = file.resolve(hostname);
+        let diagnostics = |problems: Vec<Problem>| {
+            let mut diagnostics: Vec<Diagnostic> = problems
+                .into_iter()
+                .map(|p| problem_diagnostic(p, origin, &locator))
+                .collect();
+            diagnostics.sort_by_key(|d| d.line.unwrap_or(usize::MAX));
+            diagnostics
+        };
         let problems = config.validate();
-        if problems.is_empty() {
-            return Ok(config);
+        if !problems.is_empty() {
+            return Err(ConfigError::Invalid(diagnostics(problems)));
         }
-        let mut diagnostics: Vec<Diagnostic> = problems
-            .into_iter()
-            .map(|p| problem_diagnostic(p, origin, &locator))
-            .collect();
-        diagnostics.sort_by_key(|d| d.line.unwrap_or(usize::MAX));
-        Err(ConfigError::Invalid(diagnostics))
+        let mut advice = config.warnings();
+        advice.extend(validate::interface_advice(&config, interface_mtus));
+        Ok(Checked {
+            warnings: diagnostics(advice),
+            config,
+        })
     }
 
     /// Reads `path` and parses it; the path as given names the file in
@@ -534,6 +568,15 @@ impl Config {
     /// `/dev/zero`), a socket or a directory is refused at once by name,
     /// never read, so a reload can neither hang nor fill memory.
     pub fn load(path: &Path, hostname: &str) -> Result<Config, ConfigError> {
+        Config::load_with_advice(path, hostname, &BTreeMap::new()).map(|checked| checked.config)
+    }
+
+    /// [`Config::load`] with [`Config::parse_with_advice`]'s advice.
+    pub fn load_with_advice(
+        path: &Path,
+        hostname: &str,
+        interface_mtus: &BTreeMap<String, u32>,
+    ) -> Result<Checked, ConfigError> {
         let source =
             meshd_platform::file::read_regular_text(path, MAX_CONFIG_BYTES).map_err(|error| {
                 ConfigError::Unreadable {
@@ -541,13 +584,32 @@ impl Config {
                     problem: error.problem,
                 }
             })?;
-        Config::parse(&source, &path.display().to_string(), hostname)
+        Config::parse_with_advice(
+            &source,
+            &path.display().to_string(),
+            hostname,
+            interface_mtus,
+        )
     }
 
-    /// Every rule the config breaks, in no particular order. Pure, so a
-    /// reload can be checked before anything is torn down.
+    /// Every rule the config breaks on this node, in no particular order.
+    /// Pure, so a reload can be checked before anything is torn down.
+    ///
+    /// The limits that depend on the OS (the largest probe) are this
+    /// binary's OS's: a node's config is checked and run on that node.
     pub fn validate(&self) -> Vec<Problem> {
-        validate::validate(self)
+        self.validate_for(meshd_platform::this_os())
+    }
+
+    /// Every rule the config breaks on a node running `os`.
+    pub fn validate_for(&self, os: meshd_proto::facts::OsKind) -> Vec<Problem> {
+        validate::validate(self, os)
+    }
+
+    /// What works but is likely wrong (cable addresses in 169.254/16);
+    /// never a reason to refuse the config.
+    pub fn warnings(&self) -> Vec<Problem> {
+        validate::advise(self)
     }
 
     /// The configured members of the mesh (this node and its peers), sorted,
@@ -591,7 +653,9 @@ fn serde_diagnostic(err: &toml::de::Error, origin: &str, locator: &Locator<'_>) 
     } else if message == "invalid socket address syntax" {
         format!("{message}; use ip:port, like \"0.0.0.0:{DEFAULT_GRPC_PORT}\"")
     } else if message == "invalid IP address syntax" {
-        format!("{message}; use an IPv4 or IPv6 address without a port, like \"169.254.10.1\"")
+        format!(
+            "{message}; use an IPv4 or IPv6 address without a port or scope, like \"10.254.0.1\""
+        )
     } else {
         message
     };

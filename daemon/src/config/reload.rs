@@ -80,6 +80,11 @@ impl ConfigReload {
             }
             Ok(mut config) => {
                 let current = self.configs.borrow().clone();
+                if config != *current {
+                    for warning in config.warnings() {
+                        tracing::warn!(path = %self.path.display(), "config: {warning}");
+                    }
+                }
                 for (what, restart) in restart_only(&current, &mut config) {
                     tracing::warn!(
                         ?trigger,

@@ -416,7 +416,7 @@ fn link_rules() {
     assert!(parse(&link(ok)).is_ok());
     assert!(
         parse(&link(
-            "peer = \"studio-2\"\nlocal_address = \"fe80::1\"\npeer_address = \"fe80::2\""
+            "peer = \"studio-2\"\nlocal_address = \"fd00::1\"\npeer_address = \"fd00::2\""
         ))
         .is_ok()
     );
@@ -686,7 +686,7 @@ fn probe_size_and_port_rules() {
         (
             "[probe]\nmtu_payload_bytes = 63",
             "probe.mtu_payload_bytes",
-            "use probe.payload_bytes (64) to 65507",
+            "use probe.payload_bytes (64) to ",
         ),
         (
             "[probe]\nmtu_payload_bytes = 65508",
@@ -698,7 +698,7 @@ fn probe_size_and_port_rules() {
     for (src, key, fragment) in cases {
         assert_problem(src, key, fragment);
     }
-    assert!(parse("[probe]\npayload_bytes = 32\nmtu_payload_bytes = 65507\n").is_ok());
+    assert!(parse("[probe]\npayload_bytes = 32\nmtu_payload_bytes = 9216\n").is_ok());
     let ds = diagnostics("[probe]\npayload_bytes = -1\n");
     assert_eq!(ds[0].key.as_deref(), Some("probe.payload_bytes"));
 }
@@ -1099,4 +1099,135 @@ fn a_config_over_1_mib_is_refused_and_a_link_to_a_regular_file_is_followed() {
     let link = dir.path().join("meshd.toml");
     std::os::unix::fs::symlink(&real, &link).unwrap();
     assert_eq!(load_within_5s(&link).unwrap().node.id, id("studio-1"));
+}
+
+/// The config is validated for the OS of the node that reads it; macOS
+/// sends no UDP payload above net.inet.udp.maxdgram (9216).
+#[test]
+fn the_largest_probe_depends_on_the_os() {
+    let mut config = Config::embedded_default(HOST);
+    config.probe.mtu_payload_bytes = 9216;
+    assert_eq!(config.validate_for(OsKind::Macos), vec![]);
+    config.probe.mtu_payload_bytes = 9217;
+    let problems = config.validate_for(OsKind::Macos);
+    assert_eq!(
+        problems.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        [
+            "probe.mtu_payload_bytes: 9217 is out of range on macos; use probe.payload_bytes (64) \
+          to 9216 (the largest UDP payload macOS sends (net.inet.udp.maxdgram))"
+        ]
+    );
+    assert_eq!(config.validate_for(OsKind::Linux), vec![]);
+    config.probe.mtu_payload_bytes = 65507;
+    assert_eq!(config.validate_for(OsKind::Linux), vec![]);
+    config.probe.mtu_payload_bytes = 65508;
+    assert_eq!(
+        config.validate_for(OsKind::Linux)[0].to_string(),
+        "probe.mtu_payload_bytes: 65508 is out of range on linux; use probe.payload_bytes (64) \
+         to 65507 (the largest UDP payload)"
+    );
+}
+
+fn link_config(local: &str, peer: &str) -> String {
+    format!(
+        "{TWO_PEERS}\n[[links]]\npeer = \"studio-2\"\nlocal_iface = \"en2\"\n\
+         local_address = \"{local}\"\npeer_address = \"{peer}\"\n"
+    )
+}
+
+fn advice(src: &str, mtus: &[(&str, u32)]) -> Vec<String> {
+    let mtus = mtus.iter().map(|(n, m)| ((*n).to_owned(), *m)).collect();
+    Config::parse_with_advice(src, "meshd.toml", HOST, &mtus)
+        .expect("valid")
+        .warnings
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+}
+
+#[test]
+fn link_local_ipv4_cable_addresses_are_warned_about_with_the_plan() {
+    let warnings = advice(&link_config("169.254.12.1", "169.254.12.2"), &[]);
+    assert_eq!(warnings.len(), 2, "{warnings:#?}");
+    assert!(
+        warnings[0].starts_with(
+            "meshd.toml:13: links[0].local_address: 169.254.12.1 is IPv4 link-local (169.254/16, \
+             what macOS self-assigns): the kernel ties no interface to it"
+        ),
+        "{warnings:#?}"
+    );
+    assert!(
+        warnings[0].ends_with(
+            "Give every cable its own /30 as `meshctl plan` prints: two addresses of \
+             10.254.0.0/24 with netmask 255.255.255.252 (10.254.0.1 and 10.254.0.2 on one end, \
+             the next on the other)"
+        ),
+        "{warnings:#?}"
+    );
+    assert!(
+        warnings[1].starts_with("meshd.toml:14: links[0].peer_address: 169.254.12.2 is IPv4"),
+        "{warnings:#?}"
+    );
+    // Warnings never refuse the config, and the plan's addressing draws none.
+    assert!(parse(&link_config("169.254.12.1", "169.254.12.2")).is_ok());
+    assert_eq!(
+        advice(&link_config("10.254.0.1", "10.254.0.2"), &[]),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn ipv6_link_local_cable_addresses_are_refused() {
+    assert_problem(
+        &link_config("fe80::1", "fe80::2"),
+        "links[0].local_address",
+        "fe80::1 is IPv6 link-local: it exists only together with an interface",
+    );
+    assert_problem(
+        &link_config("fd00::1", "fe80::2"),
+        "links[0].peer_address",
+        "give the cable its own IPv4 /30 as `meshctl plan` prints (10.254.0.1 and 10.254.0.2",
+    );
+    // A scope cannot even be written: the key is a plain address.
+    assert_problem(
+        &link_config("fe80::1%en2", "fe80::2"),
+        "links[0].local_address",
+        "without a port or scope",
+    );
+    assert!(parse(&link_config("fd00::1", "fd00::2")).is_ok());
+}
+
+#[test]
+fn probes_larger_than_the_links_interface_mtu_are_warned_about() {
+    let src = format!(
+        "{}\n[probe]\nmtu_payload_bytes = 8972\n",
+        link_config("10.254.0.1", "10.254.0.2")
+    );
+    assert_eq!(advice(&src, &[("en2", 9000)]), Vec::<String>::new());
+    assert_eq!(
+        advice(&src, &[("en2", 1500)]),
+        [
+            "meshd.toml:17: probe.mtu_payload_bytes: 8972 bytes plus 28 of IPv4 and UDP headers do \
+          not fit the MTU of en2 (1500), the interface of links[0]: MTU-sized probes would leave \
+          fragmented and test nothing; use at most 1472 (or raise en2's MTU)"
+        ]
+    );
+    // Unknown MTU (no such interface here): not judged.
+    assert_eq!(advice(&src, &[("en9", 1500)]), Vec::<String>::new());
+    // IPv6 headers are larger.
+    let v6 = format!(
+        "{}\n[probe]\nmtu_payload_bytes = 1460\n",
+        link_config("fd00::1", "fd00::2")
+    );
+    assert!(advice(&v6, &[("en2", 1500)])[0].contains("use at most 1452"));
+}
+
+#[test]
+fn the_example_draws_no_warnings() {
+    assert_eq!(
+        Config::parse_with_advice(EXAMPLE, "meshd.example.toml", HOST, &BTreeMap::new())
+            .expect("valid")
+            .warnings,
+        vec![]
+    );
 }

@@ -25,7 +25,7 @@ pub const LOG_FILE: &str = "/Library/Logs/meshd/meshd.log";
 pub const STDERR_FILE: &str = "/Library/Logs/meshd/meshd.stderr.log";
 /// Not Homebrew's `/opt/homebrew/etc` (Apple silicon only, and owned by a
 /// package manager): `/usr/local/etc` exists for system software on every Mac.
-pub const DEFAULT_CONFIG: &str = "/usr/local/etc/meshd/meshd.toml";
+pub const DEFAULT_CONFIG: &str = meshd_platform::MACOS_CONFIG_PATH;
 /// Seconds launchd waits before starting meshd again after it exits, so a
 /// broken config does not spin.
 pub const THROTTLE_SECONDS: u32 = 10;
@@ -36,6 +36,30 @@ pub const NUMBER_OF_FILES: u64 = 8192;
 /// (`system_profiler`, `networksetup`, `ifconfig`, `rdma_ctl`) are found
 /// however launchd is configured.
 pub const PATH: &str = "/usr/bin:/bin:/usr/sbin:/sbin";
+
+/// Folders of a user's home that macOS guards with TCC (privacy
+/// consent): a LaunchDaemon reading a file there fails with "Operation not
+/// permitted", since launchd's jobs hold no consent for them.
+const PROTECTED_FOLDERS: [&str; 3] = ["Documents", "Desktop", "Downloads"];
+
+/// The protected home folder (`Documents`, `Desktop`, `Downloads`) that
+/// `path` lies under, as `/Users/<name>/<folder>/…`; `None` elsewhere.
+pub fn protected_folder(path: &Path) -> Option<&'static str> {
+    let mut parts = path.components().map(|c| c.as_os_str());
+    let (Some(root), Some(users), Some(_user), Some(folder), Some(_inside)) = (
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+    ) else {
+        return None;
+    };
+    if root != "/" || users != "Users" {
+        return None;
+    }
+    PROTECTED_FOLDERS.into_iter().find(|f| folder == *f)
+}
 
 /// The plist path for [`LABEL`].
 pub fn plist_path() -> PathBuf {
@@ -231,6 +255,25 @@ mod tests {
         let xml = daemon.to_xml().expect("serializes");
         let back: LaunchDaemon = plist::from_bytes(xml.as_bytes()).expect("deserializes");
         assert_eq!(back, daemon);
+    }
+
+    #[test]
+    fn files_in_tcc_protected_home_folders_are_found() {
+        for (path, folder) in [
+            ("/Users/ops/Downloads/meshd", Some("Downloads")),
+            (
+                "/Users/ops/Desktop/meshd/target/release/meshd",
+                Some("Desktop"),
+            ),
+            ("/Users/ops/Documents/meshd.toml", Some("Documents")),
+            ("/Users/ops/bin/meshd", None),
+            ("/Users/ops/Downloads", None),
+            ("/usr/local/bin/meshd", None),
+            ("/Volumes/x/Users/ops/Downloads/meshd", None),
+            ("/Users/ops/src/Downloads/meshd", None),
+        ] {
+            assert_eq!(protected_folder(Path::new(path)), folder, "{path}");
+        }
     }
 
     #[test]

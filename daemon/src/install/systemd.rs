@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 pub const UNIT: &str = "meshd.service";
 /// Units installed by the administrator (not a package) live here.
 pub const UNITS_DIR: &str = "/etc/systemd/system";
-pub const DEFAULT_CONFIG: &str = "/etc/meshd/meshd.toml";
+pub const DEFAULT_CONFIG: &str = meshd_platform::LINUX_CONFIG_PATH;
 /// Seconds before a restart after meshd exits, so a broken config does not
 /// spin (it is retried forever: `StartLimitIntervalSec=0`).
 pub const RESTART_SECONDS: u32 = 5;

@@ -4,6 +4,7 @@
 
 mod manager;
 pub mod packet;
+pub mod pin;
 pub mod prober;
 pub mod responder;
 mod stamp;

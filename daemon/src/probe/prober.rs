@@ -113,10 +113,11 @@ enum Event {
 }
 
 impl Prober {
-    /// Binds a socket to the local end's address (so probes leave by that
-    /// cable, not by whatever the routing table prefers) and connects it to
-    /// the remote end's address and `peer_port`, its responder (so the
-    /// kernel drops datagrams from anyone else).
+    /// Binds a socket to the local end's address and pins it to the cable's
+    /// interface (so probes leave by that cable, not by whatever the routing
+    /// table prefers: see `pin`), and connects it to the remote end's address
+    /// and `peer_port`, its responder (so the kernel drops datagrams from
+    /// anyone else).
     pub async fn bind(
         local: LinkEnd,
         remote: LinkEnd,
@@ -133,6 +134,8 @@ impl Prober {
                 addr: bind_addr,
                 source,
             })?;
+        // Before connect, so the route connect picks is the cable's.
+        super::pin::pin_probe_socket(&socket, local.iface.as_deref(), local_ip);
         socket
             .connect(peer_addr)
             .await

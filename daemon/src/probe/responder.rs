@@ -136,6 +136,8 @@ impl Responder {
         let socket = UdpSocket::bind(addr)
             .await
             .map_err(|source| ProbeError::Bind { addr, source })?;
+        // Replies leave by the cable the address is on (see `pin`).
+        super::pin::pin_probe_socket(&socket, None, addr.ip());
         let local = socket
             .local_addr()
             .map_err(|source| ProbeError::Bind { addr, source })?;

@@ -10,13 +10,16 @@ pub mod ifconfig;
 pub mod netstat;
 pub mod networksetup;
 pub mod rdma_ctl;
+pub mod socketfilterfw;
 pub mod sw_vers;
 pub mod sysctl;
 pub mod system_profiler;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use meshd_proto::facts::{BridgeFact, Gid, NodeFacts, OsKind, PeerFact, PortFact, RdmaPortFact};
+use meshd_proto::facts::{
+    BridgeFact, FirewallFact, Gid, NodeFacts, OsKind, PeerFact, PortFact, RdmaPortFact,
+};
 
 use crate::ibv::{RdmaDevice, parse_ibv_devices, parse_ibv_devinfo};
 use crate::source::{CaptureError, HostCommand, Source};
@@ -38,7 +41,11 @@ use self::system_profiler::{
 /// (live, macOS 26.2+), else from `ibv_devices` / `ibv_devinfo -v`.
 pub fn collect(source: &dyn Source) -> NodeFacts {
     match source.rdma_devices(OsKind::Macos) {
-        Some(Ok(devices)) => join(&MacosOutputs::capture_with_verbs(source, devices)),
+        Some(Ok(found)) => {
+            let mut facts = join(&MacosOutputs::capture_with_verbs(source, found.devices));
+            facts.blind_spots.extend(found.unknown);
+            facts
+        }
         Some(Err(why)) => {
             let mut facts = join(&MacosOutputs::capture(source));
             facts
@@ -199,6 +206,7 @@ pub fn join(outputs: &MacosOutputs) -> NodeFacts {
         },
     };
 
+    let firewall = firewall(outputs, blind);
     let (ports, ports_complete) = ports(&parsed, blind);
     NodeFacts {
         os: OsKind::Macos,
@@ -213,7 +221,21 @@ pub fn join(outputs: &MacosOutputs) -> NodeFacts {
         checks: Vec::new(),
         blind_spots,
         source: String::new(),
+        firewall,
     }
+}
+
+/// The Application Firewall; `None` when neither of its outputs could be
+/// had.
+fn firewall(outputs: &MacosOutputs, blind: &mut Vec<String>) -> Option<FirewallFact> {
+    let state = outputs.text(HostCommand::FirewallState, blind);
+    let rules = outputs.text(HostCommand::FirewallRules, blind);
+    if state.is_none() && rules.is_none() {
+        return None;
+    }
+    let (fact, unknown) = socketfilterfw::firewall_fact(state, rules);
+    blind.extend(unknown);
+    Some(fact)
 }
 
 /// One port per Thunderbolt receptacle or "Thunderbolt N" hardware port,
@@ -516,7 +538,7 @@ mod tests {
         );
         assert!(!facts.rdma_devices_read);
         let blind: Vec<&str> = facts.blind_spots.iter().map(String::as_str).collect();
-        assert_eq!(blind.len(), 11, "{blind:#?}");
+        assert_eq!(blind.len(), 13, "{blind:#?}");
         assert_eq!(blind[0], "sw_vers: no ProductVersion line");
         assert_eq!(blind[1], "sw_vers: no BuildVersion line");
         assert_eq!(blind[2], "sysctl -n hw.model: printed no model");
@@ -535,6 +557,11 @@ mod tests {
             "rdma_ctl status: neither enabled nor disabled: \"Operation not permitted\""
         );
         assert_eq!(blind[10], "ibv_devinfo -v did not finish within 5s; killed");
+        assert_eq!(
+            blind[11],
+            "/usr/libexec/ApplicationFirewall/socketfilterfw --getglobalstate: not captured"
+        );
+        assert_eq!(facts.firewall, None, "neither firewall output: unknown");
     }
 
     #[test]

@@ -6,6 +6,8 @@ use std::net::Ipv4Addr;
 
 use meshd_proto::facts::Ipv4Cidr;
 
+use crate::macos::networksetup::HardwarePort;
+
 use super::models::{Model, ModelPort};
 use super::{Backend, JACCL_MAX_RANKS};
 
@@ -71,6 +73,54 @@ pub struct PlannedEnd {
     /// The hardware port: "Thunderbolt 2".
     pub port: String,
     pub address: Ipv4Addr,
+    /// The port's interface ("en6"), once that Mac's hardware ports are
+    /// known ([`CablingPlan::name_interfaces`]); the numbering differs per
+    /// Mac, so the model alone never tells.
+    pub iface: Option<String>,
+}
+
+/// [`CablingPlan::name_interfaces`] was given a node the plan does not have.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the plan has no node {node}; its nodes are {}", known.join(", "))]
+pub struct UnknownNode {
+    pub node: String,
+    pub known: Vec<String>,
+}
+
+impl CablingPlan {
+    /// Fills in the interfaces of `node`'s ends from that Mac's hardware
+    /// ports (`networksetup -listallhardwareports`), and its `[[links]]`
+    /// with them. Returns the planned ports the list does not have (their
+    /// `local_iface` stays a comment).
+    pub fn name_interfaces(
+        &mut self,
+        node: &str,
+        ports: &[HardwarePort],
+    ) -> Result<Vec<String>, UnknownNode> {
+        let Some(planned) = self.nodes.iter_mut().find(|n| n.name == node) else {
+            return Err(UnknownNode {
+                node: node.to_owned(),
+                known: self.nodes.iter().map(|n| n.name.clone()).collect(),
+            });
+        };
+        let mut missing = Vec::new();
+        for cable in &mut self.cables {
+            for end in [&mut cable.a, &mut cable.b] {
+                if end.node != node {
+                    continue;
+                }
+                end.iface = ports
+                    .iter()
+                    .find(|p| p.name == end.port && !p.device.is_empty())
+                    .map(|p| p.device.clone());
+                if end.iface.is_none() {
+                    missing.push(end.port.clone());
+                }
+            }
+        }
+        planned.links_config = links_config(node, &self.cables);
+        Ok(missing)
+    }
 }
 
 /// A node whose model has too few Thunderbolt 5 ports for the plan.
@@ -226,6 +276,7 @@ pub fn plan_in_range(
             node: names[node].clone(),
             port,
             address,
+            iface: None,
         }
     };
     let base = u32::from(range.network());
@@ -327,10 +378,10 @@ fn setup_steps(node: &str, cables: &[PlannedCable]) -> Vec<SetupStep> {
             local.port, local.address, far.node, far.port
         )));
     }
-    steps.push(SetupStep::Verify(
-        "networksetup -listallhardwareports  # note each Thunderbolt port's enX for local_iface"
-            .to_owned(),
-    ));
+    steps.push(SetupStep::Verify(format!(
+        "networksetup -listallhardwareports  # each Thunderbolt port's enX is its local_iface; \
+         `meshctl plan … --hardware-ports {node}=FILE` writes them into the [[links]]"
+    )));
     steps.push(SetupStep::Verify(
         "ibv_devinfo  # once every node is set up: one rdma_enX per cabled port, PORT_ACTIVE"
             .to_owned(),
@@ -346,27 +397,31 @@ fn setup_steps(node: &str, cables: &[PlannedCable]) -> Vec<SetupStep> {
 }
 
 /// The `[[links]]` entries of meshd's config for `node`. The enX of a
-/// hardware port is known only on the installed Mac, so `local_iface` is
-/// left as a comment naming the port.
+/// hardware port differs per Mac: where the node's hardware ports were
+/// given, `local_iface` is written; elsewhere it is a comment naming the
+/// port.
 fn links_config(node: &str, cables: &[PlannedCable]) -> String {
     let mut toml = String::new();
     for (local, far, cable) in ends_of(node, cables) {
+        let iface = match &local.iface {
+            Some(iface) => format!(
+                "local_iface = \"{iface}\"  # the Device of \"{}\"\n",
+                local.port
+            ),
+            None => format!(
+                "# local_iface = \"enX\"  # the Device of \"{}\" in `networksetup -listallhardwareports`\n",
+                local.port
+            ),
+        };
         toml.push_str(&format!(
             "# {node}/{} ↔ {}/{} ({})\n\
              [[links]]\n\
              peer = \"{}\"\n\
-             # local_iface = \"enX\"  # the Device of \"{}\" in `networksetup -listallhardwareports`\n\
+             {iface}\
              local_address = \"{}\"\n\
              peer_address = \"{}\"\n\
              expected_speed_gbps = {EXPECTED_SPEED_GBPS}\n\n",
-            local.port,
-            far.node,
-            far.port,
-            cable.subnet,
-            far.node,
-            local.port,
-            local.address,
-            far.address,
+            local.port, far.node, far.port, cable.subnet, far.node, local.address, far.address,
         ));
     }
     toml

@@ -8,6 +8,7 @@
 //! every scenario to that).
 
 mod bridge;
+mod firewall;
 mod links;
 mod mesh;
 mod rdma;
@@ -66,6 +67,16 @@ pub fn node_checks_seen_by_peers(
             on_node(name).skipped(reason, facts)
         });
     }
+    let name = "firewall_allows_meshd";
+    results.push(if facts.os == OsKind::Macos {
+        firewall::firewall_allows_meshd(on_node(name), facts)
+    } else {
+        let reason = format!(
+            "{} node: the Application Firewall is macOS's; this check applies to macOS",
+            facts.os
+        );
+        on_node(name).skipped(reason, facts)
+    });
     results
 }
 
