@@ -390,6 +390,7 @@ mod tests {
             identity: None,
             last_report_at: None,
             cpu_saturated: false,
+            boot: Default::default(),
         }
     }
 

@@ -273,6 +273,7 @@ mod tests {
                 identity: None,
                 last_report_at: None,
                 cpu_saturated: false,
+                boot: Default::default(),
             })
             .collect();
         let links = link

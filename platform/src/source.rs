@@ -43,11 +43,28 @@ pub enum HostCommand {
     /// the bridge storm watcher samples; numeric, so no name lookup can
     /// stall it.
     InterfaceCounters,
+    /// `sysctl hw.memsize vm.swapusage kern.memorystatus_vm_pressure_level
+    /// kern.bootsessionuuid kern.boottime`: memory size, swap, the kernel's
+    /// pressure level and which boot this is. All five exist on every
+    /// macOS meshd runs on; one unknown name would fail the whole command.
+    Sysctl,
+    /// `vm_stat`: page counts, wired memory among them.
+    VmStat,
+    /// `sysctl iogpu.wired_limit_mb`: how much the GPU may wire. Apple
+    /// silicon only, so on its own: it fails ("unknown oid") elsewhere.
+    GpuWiredLimit,
+    /// `pmset -g`: sleep, disk sleep, restart after power failure.
+    Pmset,
+    /// `networksetup -getinfo SERVICE`: how a network service gets its
+    /// address. Takes the service as its operand ([`Source::capture_for`]);
+    /// one read-only call per Thunderbolt port's service.
+    ServiceInfo,
 }
 
 impl HostCommand {
     /// Every command: the macOS collector's in the order they are run,
-    /// then Linux's `ip`, then the bridge watcher's.
+    /// then the one it runs per network service, then Linux's `ip`, then
+    /// the bridge watcher's.
     pub const ALL: &'static [HostCommand] = &[
         HostCommand::SwVers,
         HostCommand::HwModel,
@@ -59,13 +76,25 @@ impl HostCommand {
         HostCommand::RdmaCtl,
         HostCommand::IbvDevices,
         HostCommand::IbvDevinfo,
+        HostCommand::Sysctl,
+        HostCommand::VmStat,
+        HostCommand::GpuWiredLimit,
+        HostCommand::Pmset,
+        HostCommand::ServiceInfo,
         HostCommand::IpAddr,
         HostCommand::InterfaceCounters,
     ];
 
-    /// The commands of the macOS platform, in the order they are run: the
-    /// first ten of [`HostCommand::ALL`].
-    pub const MACOS: &'static [HostCommand] = Self::ALL.split_at(10).0;
+    /// The commands of the macOS platform that run once per read, in the
+    /// order they are run: the first fourteen of [`HostCommand::ALL`].
+    pub const MACOS: &'static [HostCommand] = Self::ALL.split_at(14).0;
+
+    /// What the memory watcher runs on macOS, every `watch.memory.interval`.
+    pub const MACOS_MEMORY: &'static [HostCommand] = &[
+        HostCommand::Sysctl,
+        HostCommand::VmStat,
+        HostCommand::GpuWiredLimit,
+    ];
 
     /// The commands of the Linux platform (sysfs does the rest); `ibv_*`
     /// are the fallback where the verbs library cannot be loaded.
@@ -98,12 +127,17 @@ impl HostCommand {
             HostCommand::IbvDevinfo => "ibv_devinfo",
             HostCommand::IpAddr => "ip",
             HostCommand::InterfaceCounters => "netstat",
+            HostCommand::Sysctl | HostCommand::GpuWiredLimit => "sysctl",
+            HostCommand::VmStat => "vm_stat",
+            HostCommand::Pmset => "pmset",
+            HostCommand::ServiceInfo => "networksetup",
         }
     }
 
+    /// The arguments, before the operand of a command that takes one.
     pub fn args(self) -> &'static [&'static str] {
         match self {
-            HostCommand::SwVers | HostCommand::IbvDevices => &[],
+            HostCommand::SwVers | HostCommand::IbvDevices | HostCommand::VmStat => &[],
             HostCommand::HwModel => &["-n", "hw.model"],
             HostCommand::Thunderbolt => &["SPThunderboltDataType", "-json"],
             HostCommand::HardwarePorts => &["-listallhardwareports"],
@@ -114,7 +148,22 @@ impl HostCommand {
             HostCommand::IbvDevinfo => &["-v"],
             HostCommand::IpAddr => &["-j", "-4", "addr", "show"],
             HostCommand::InterfaceCounters => &["-i", "-b", "-n"],
+            HostCommand::Sysctl => &[
+                "hw.memsize",
+                "vm.swapusage",
+                "kern.memorystatus_vm_pressure_level",
+                "kern.bootsessionuuid",
+                "kern.boottime",
+            ],
+            HostCommand::GpuWiredLimit => &["iogpu.wired_limit_mb"],
+            HostCommand::Pmset => &["-g"],
+            HostCommand::ServiceInfo => &["-getinfo"],
         }
+    }
+
+    /// Whether it is run with an operand ([`Source::capture_for`]).
+    pub fn takes_operand(self) -> bool {
+        self == HostCommand::ServiceInfo
     }
 
     /// `system_profiler` takes about a second when healthy; `ibv_devinfo`
@@ -141,7 +190,34 @@ impl HostCommand {
             HostCommand::IbvDevinfo => "ibv_devinfo_v.txt",
             HostCommand::IpAddr => "ip_j_4_addr_show.json",
             HostCommand::InterfaceCounters => "netstat_ibn.txt",
+            HostCommand::Sysctl => "sysctl_memory_boot.txt",
+            HostCommand::VmStat => "vm_stat.txt",
+            HostCommand::GpuWiredLimit => "sysctl_iogpu.wired_limit_mb.txt",
+            HostCommand::Pmset => "pmset_g.txt",
+            HostCommand::ServiceInfo => "networksetup_getinfo.txt",
         }
+    }
+
+    /// The bundle file of its output for `operand`
+    /// (`networksetup_getinfo_Thunderbolt_1.txt`): the operand with every
+    /// character but letters, digits, `.`, `-` made `_`, so no operand can
+    /// name another file.
+    pub fn file_name_for(self, operand: Option<&str>) -> String {
+        let Some(operand) = operand else {
+            return self.file_name().to_owned();
+        };
+        let safe: String = operand
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || matches!(c, '.' | '-') {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let stem = self.file_name().trim_end_matches(".txt");
+        format!("{stem}_{safe}.txt")
     }
 
     /// The command line, for messages and bundle manifests.
@@ -152,8 +228,15 @@ impl HostCommand {
             .join(" ")
     }
 
-    fn error_file_name(self) -> String {
-        format!("{}.error", self.file_name())
+    /// The command line with its operand, quoted when it has spaces.
+    pub fn line_for(self, operand: Option<&str>) -> String {
+        let args: Vec<String> = self
+            .args()
+            .iter()
+            .map(|a| (*a).to_owned())
+            .chain(operand.map(str::to_owned))
+            .collect();
+        crate::command::command_line(self.program(), &args)
     }
 }
 
@@ -187,8 +270,16 @@ pub trait Source: Send + Sync {
     /// The standard output of `command`.
     fn capture(&self, command: HostCommand) -> Result<String, CaptureError>;
 
+    /// The standard output of `command` run with `operand` as its last
+    /// argument (`networksetup -getinfo "Thunderbolt 1"`).
+    fn capture_for(&self, command: HostCommand, operand: &str) -> Result<String, CaptureError>;
+
     /// A file's text by its absolute path on the host ("/sys/class/net/eth0/operstate").
     fn read_file(&self, path: &str) -> std::io::Result<String>;
+
+    /// At most the first `max_bytes` of a file (invalid UTF-8 replaced),
+    /// for files that can be large (panic reports run to megabytes).
+    fn read_file_head(&self, path: &str, max_bytes: usize) -> std::io::Result<String>;
 
     /// The entry names of a directory by its absolute path on the host,
     /// sorted.
@@ -210,13 +301,18 @@ pub trait Source: Send + Sync {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct LiveSource;
 
-impl Source for LiveSource {
-    fn capture(&self, command: HostCommand) -> Result<String, CaptureError> {
-        let args: Vec<String> = command.args().iter().map(|a| (*a).to_owned()).collect();
+impl LiveSource {
+    fn run(command: HostCommand, operand: Option<&str>) -> Result<String, CaptureError> {
+        let args: Vec<String> = command
+            .args()
+            .iter()
+            .map(|a| (*a).to_owned())
+            .chain(operand.map(str::to_owned))
+            .collect();
         match run_with_timeout(command.program(), &args, command.timeout()) {
             Ok(out) if out.success => Ok(out.stdout),
             Ok(out) => Err(CaptureError::Failed {
-                command: command.line(),
+                command: command.line_for(operand),
                 status: out.status,
                 stderr: out.stderr,
             }),
@@ -225,9 +321,33 @@ impl Source for LiveSource {
             }
         }
     }
+}
+
+/// The first `max_bytes` of the file at `path`.
+fn read_head(path: &Path, max_bytes: usize) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(u64::try_from(max_bytes).unwrap_or(u64::MAX))
+        .read_to_end(&mut bytes)?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+impl Source for LiveSource {
+    fn capture(&self, command: HostCommand) -> Result<String, CaptureError> {
+        Self::run(command, None)
+    }
+
+    fn capture_for(&self, command: HostCommand, operand: &str) -> Result<String, CaptureError> {
+        Self::run(command, Some(operand))
+    }
 
     fn read_file(&self, path: &str) -> std::io::Result<String> {
         std::fs::read_to_string(path)
+    }
+
+    fn read_file_head(&self, path: &str, max_bytes: usize) -> std::io::Result<String> {
+        read_head(Path::new(path), max_bytes)
     }
 
     fn list_dir(&self, path: &str) -> std::io::Result<Vec<String>> {
@@ -283,9 +403,10 @@ impl ReplaySource {
     }
 }
 
-impl Source for ReplaySource {
-    fn capture(&self, command: HostCommand) -> Result<String, CaptureError> {
-        let output = self.dir.join(command.file_name());
+impl ReplaySource {
+    fn replay(&self, command: HostCommand, operand: Option<&str>) -> Result<String, CaptureError> {
+        let file = command.file_name_for(operand);
+        let output = self.dir.join(&file);
         match std::fs::read(&output) {
             Ok(bytes) => return Ok(String::from_utf8_lossy(&bytes).into_owned()),
             Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
@@ -296,17 +417,31 @@ impl Source for ReplaySource {
             }
             Err(_) => {}
         }
-        match std::fs::read_to_string(self.dir.join(command.error_file_name())) {
+        match std::fs::read_to_string(self.dir.join(format!("{file}.error"))) {
             Ok(recorded) => Err(CaptureError::Run(recorded.trim().to_owned())),
             Err(_) => Err(CaptureError::NotCaptured {
-                command: command.line(),
-                file: command.file_name().to_owned(),
+                command: command.line_for(operand),
+                file,
             }),
         }
+    }
+}
+
+impl Source for ReplaySource {
+    fn capture(&self, command: HostCommand) -> Result<String, CaptureError> {
+        self.replay(command, None)
+    }
+
+    fn capture_for(&self, command: HostCommand, operand: &str) -> Result<String, CaptureError> {
+        self.replay(command, Some(operand))
     }
 
     fn read_file(&self, path: &str) -> std::io::Result<String> {
         std::fs::read_to_string(self.host_path(path))
+    }
+
+    fn read_file_head(&self, path: &str, max_bytes: usize) -> std::io::Result<String> {
+        read_head(&self.host_path(path), max_bytes)
     }
 
     fn list_dir(&self, path: &str) -> std::io::Result<Vec<String>> {
@@ -332,6 +467,8 @@ fn list(dir: &Path) -> std::io::Result<Vec<String>> {
 pub enum Recorded {
     Command {
         command: HostCommand,
+        /// The operand of a command run with one.
+        operand: Option<String>,
         output: Result<String, String>,
     },
     File {
@@ -379,8 +516,30 @@ impl<S: Source> Source for Recorder<S> {
         let result = self.inner.capture(command);
         self.keep(Recorded::Command {
             command,
+            operand: None,
             output: result.clone().map_err(|e| e.to_string()),
         });
+        result
+    }
+
+    fn capture_for(&self, command: HostCommand, operand: &str) -> Result<String, CaptureError> {
+        let result = self.inner.capture_for(command, operand);
+        self.keep(Recorded::Command {
+            command,
+            operand: Some(operand.to_owned()),
+            output: result.clone().map_err(|e| e.to_string()),
+        });
+        result
+    }
+
+    fn read_file_head(&self, path: &str, max_bytes: usize) -> std::io::Result<String> {
+        let result = self.inner.read_file_head(path, max_bytes);
+        if let Ok(text) = &result {
+            self.keep(Recorded::File {
+                path: path.to_owned(),
+                text: text.clone(),
+            });
+        }
         result
     }
 
@@ -425,8 +584,18 @@ mod tests {
         }
         assert_eq!(
             HostCommand::MACOS.last(),
-            Some(&HostCommand::IbvDevinfo),
+            Some(&HostCommand::Pmset),
             "MACOS is the macOS collector's commands"
+        );
+        for command in HostCommand::MACOS_MEMORY {
+            assert!(HostCommand::MACOS.contains(command), "{command}");
+        }
+        assert!(
+            HostCommand::ALL
+                .iter()
+                .filter(|c| c.takes_operand())
+                .all(|c| !HostCommand::MACOS.contains(c)),
+            "the collector runs commands with an operand on their own"
         );
         let mut files: Vec<&str> = commands.iter().map(|c| c.file_name()).collect();
         files.sort_unstable();
@@ -481,6 +650,41 @@ mod tests {
     }
 
     #[test]
+    fn operands_name_their_own_bundle_files_and_heads_are_bounded() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = HostCommand::ServiceInfo.file_name_for(Some("Thunderbolt 1/../x"));
+        assert_eq!(file, "networksetup_getinfo_Thunderbolt_1_.._x.txt");
+        std::fs::write(dir.path().join(&file), "Manual Configuration\n").expect("write");
+        std::fs::create_dir_all(dir.path().join("var/log")).expect("mkdir");
+        std::fs::write(dir.path().join("var/log/big"), "x".repeat(10_000)).expect("write");
+        let recorder = Recorder::new(ReplaySource::open(dir.path()).expect("open"));
+        assert_eq!(
+            recorder
+                .capture_for(HostCommand::ServiceInfo, "Thunderbolt 1/../x")
+                .as_deref(),
+            Ok("Manual Configuration\n")
+        );
+        let missing = recorder
+            .capture_for(HostCommand::ServiceInfo, "Thunderbolt 2")
+            .expect_err("not captured");
+        assert_eq!(
+            missing.to_string(),
+            "networksetup -getinfo 'Thunderbolt 2': not in the bundle \
+             (no networksetup_getinfo_Thunderbolt_2.txt)"
+        );
+        assert_eq!(
+            recorder.read_file_head("/var/log/big", 100).expect("head").len(),
+            100
+        );
+        let seen = recorder.into_recorded();
+        assert!(matches!(
+            &seen[0],
+            Recorded::Command { operand: Some(o), .. } if o == "Thunderbolt 1/../x"
+        ));
+        assert!(matches!(&seen[2], Recorded::File { text, .. } if text.len() == 100));
+    }
+
+    #[test]
     fn a_recorder_keeps_what_passed_through() {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::write(dir.path().join("sw_vers.txt"), "ProductVersion: 26.2\n").expect("write");
@@ -494,6 +698,7 @@ mod tests {
             seen[0],
             Recorded::Command {
                 command: HostCommand::SwVers,
+                operand: None,
                 output: Ok("ProductVersion: 26.2\n".into())
             }
         );
