@@ -673,7 +673,10 @@ mod tests {
              (no networksetup_getinfo_Thunderbolt_2.txt)"
         );
         assert_eq!(
-            recorder.read_file_head("/var/log/big", 100).expect("head").len(),
+            recorder
+                .read_file_head("/var/log/big", 100)
+                .expect("head")
+                .len(),
             100
         );
         let seen = recorder.into_recorded();

@@ -14,14 +14,14 @@ use meshd_platform::macos::networksetup::{
 };
 use meshd_platform::macos::panic_report::parse_panic_report;
 use meshd_platform::macos::pmset::parse_pmset;
-use meshd_platform::macos::sysctl::parse_sysctl_values;
-use meshd_platform::macos::vm_stat::parse_vm_stat;
 use meshd_platform::macos::rdma_ctl::{RdmaCtlStatus, parse_rdma_ctl_status};
 use meshd_platform::macos::sw_vers::parse_sw_vers;
+use meshd_platform::macos::sysctl::parse_sysctl_values;
 use meshd_platform::macos::system_profiler::{
     ThunderboltBus, ThunderboltPort, ThunderboltSpeed, parse_thunderbolt, parse_thunderbolt_json,
     parse_thunderbolt_text,
 };
+use meshd_platform::macos::vm_stat::parse_vm_stat;
 use meshd_proto::domain::RdmaPortState;
 use meshd_proto::facts::{BootIdentity, Ipv4Method, MemoryFacts, MemoryPressure, PowerSettings};
 
@@ -168,7 +168,10 @@ const CASES: &[(&str, Check)] = &[
         "pmset_g_autorestart0_sleep1_iMac20,1-SMBIOS.txt",
         pmset_sleep_on,
     ),
-    ("pmset_g_autorestart0_OpenCore-guide.txt", pmset_no_autorestart),
+    (
+        "pmset_g_autorestart0_OpenCore-guide.txt",
+        pmset_no_autorestart,
+    ),
     (
         "networksetup_getinfo_Manual_router-null.txt",
         getinfo_manual,
@@ -854,8 +857,13 @@ fn sysctl_under_load(text: &str) {
     assert_eq!(memory.swap_used_bytes, Some(12_190_419_517));
     // This capture has no hw.memsize line: unknown, and said.
     assert_eq!(memory.total_bytes, None);
-    assert_eq!(blind, ["sysctl hw.memsize vm.swapusage kern.memorystatus_vm_pressure_level \
-                        kern.bootsessionuuid kern.boottime: no hw.memsize line"]);
+    assert_eq!(
+        blind,
+        [
+            "sysctl hw.memsize vm.swapusage kern.memorystatus_vm_pressure_level \
+                        kern.bootsessionuuid kern.boottime: no hw.memsize line"
+        ]
+    );
 }
 
 fn sysctl_memsize(text: &str) {
@@ -952,7 +960,10 @@ fn panic_full_cut_off(text: &str) {
     );
     // 2021-07-19 06:34:05 +0300.
     assert_eq!(report.at_unix, Some(1_626_665_645));
-    assert_eq!(report.boot_id, None, "paniclog version 13 names no boot session");
+    assert_eq!(
+        report.boot_id, None,
+        "paniclog version 13 names no boot session"
+    );
     // The bounded read cuts anywhere: the first kilobyte still gives the line.
     let cut = &text[..text.char_indices().nth(1024).map_or(text.len(), |(i, _)| i)];
     assert_eq!(
@@ -974,4 +985,3 @@ fn panic_string_iogpu(text: &str) {
         Some("7EDF3EA8-1F47-4E07-A28D-C02488B3E469")
     );
 }
-

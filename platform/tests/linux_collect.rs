@@ -55,14 +55,17 @@ impl Bundle {
     /// (tests/fixtures/linux/SOURCES.md), so only what a test leaves out
     /// is a blind spot.
     fn host(&self) -> &Self {
-        self.file("/proc/meminfo", &fixture("proc_meminfo_Ubuntu_4GB_with-swap.txt"))
-            .file(
-                "/proc/pressure/memory",
-                &fixture("proc_pressure_memory_small-stalls.txt"),
-            )
-            .file("/proc/stat", &fixture("proc_stat_2.4-kernel_2-cpus.txt"))
-            .file("/proc/sys/kernel/random/boot_id", BOOT_ID)
-            .dir("/sys/fs/pstore")
+        self.file(
+            "/proc/meminfo",
+            &fixture("proc_meminfo_Ubuntu_4GB_with-swap.txt"),
+        )
+        .file(
+            "/proc/pressure/memory",
+            &fixture("proc_pressure_memory_small-stalls.txt"),
+        )
+        .file("/proc/stat", &fixture("proc_stat_2.4-kernel_2-cpus.txt"))
+        .file("/proc/sys/kernel/random/boot_id", BOOT_ID)
+        .dir("/sys/fs/pstore")
     }
 
     fn replay(&self) -> ReplaySource {
@@ -659,14 +662,21 @@ fn memory_boot_and_panics_from_real_captures() {
             ..MemoryFacts::default()
         })
     );
-    assert_eq!(facts.panics, Some(PanicFacts { latest: None }), "pstore empty: no panic");
+    assert_eq!(
+        facts.panics,
+        Some(PanicFacts { latest: None }),
+        "pstore empty: no panic"
+    );
 
     // A kernel without PSI: the stalls alone are unknown.
     std::fs::remove_file(bundle.path("/proc/pressure/memory")).expect("rm");
     let facts = bundle.collect();
     let memory = facts.memory.clone().expect("meminfo still read");
     assert_eq!((memory.stall_some_bp, memory.stall_full_bp), (None, None));
-    assert_blind_spot(&facts, "memory pressure stalls unknown: cannot read /proc/pressure/memory");
+    assert_blind_spot(
+        &facts,
+        "memory pressure stalls unknown: cannot read /proc/pressure/memory",
+    );
 
     let hugepages = linux::memory::memory_from_meminfo(&linux::memory::parse_meminfo(&fixture(
         "proc_meminfo_SGI-UV_1G-hugepages_LKML.txt",
@@ -712,4 +722,3 @@ fn a_panic_kept_by_pstore_is_named_by_its_message() {
         ("dmesg-efi-170000000001001", "Panic#1 Part1")
     );
 }
-

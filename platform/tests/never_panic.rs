@@ -6,10 +6,10 @@
 use std::sync::OnceLock;
 
 use meshd_platform::ibv::{parse_ibv_devices, parse_ibv_devinfo};
-use meshd_platform::macos::ifconfig::parse_ifconfig;
 use meshd_platform::linux::boot::{parse_boot_id, parse_btime};
 use meshd_platform::linux::memory::{parse_meminfo, parse_pressure};
 use meshd_platform::linux::pstore::parse_record;
+use meshd_platform::macos::ifconfig::parse_ifconfig;
 use meshd_platform::macos::memory::{MemoryOutputs, boot_identity, memory_facts};
 use meshd_platform::macos::netstat::parse_netstat_interfaces;
 use meshd_platform::macos::networksetup::{
@@ -25,10 +25,10 @@ use meshd_platform::macos::sysctl::{
     parse_boottime, parse_hw_model, parse_pressure_level, parse_swap_usage, parse_sysctl_values,
     parse_uuid,
 };
-use meshd_platform::macos::vm_stat::parse_vm_stat;
 use meshd_platform::macos::system_profiler::{
     ThunderboltSpeed, parse_thunderbolt, parse_thunderbolt_json, parse_thunderbolt_text,
 };
+use meshd_platform::macos::vm_stat::parse_vm_stat;
 use meshd_platform::macos::{MacosOutputs, PanicOutputs, join};
 use meshd_platform::source::HostCommand;
 use proptest::prelude::*;

@@ -15,9 +15,9 @@ use crate::domain::{
     RejectReason, RttHistogram, RttSummary, Severity, UnknownName,
 };
 use crate::facts::{
-    BootIdentity, BridgeFact, Cable, CableEnd, CheckResult, CheckStatus, Gid, Ipv4Cidr,
-    Ipv4Method, MemoryFacts, MemoryPressure, NodeFacts, OsKind, PanicFacts, PanicReport, PeerFact,
-    PortFact, PowerSettings, RdmaPortFact,
+    BootIdentity, BridgeFact, Cable, CableEnd, CheckResult, CheckStatus, Gid, Ipv4Cidr, Ipv4Method,
+    MemoryFacts, MemoryPressure, NodeFacts, OsKind, PanicFacts, PanicReport, PeerFact, PortFact,
+    PowerSettings, RdmaPortFact,
 };
 use crate::wire;
 
@@ -1392,7 +1392,11 @@ mod tests {
             ..NodeFacts::default()
         };
         let wire: wire::NodeFacts = none_found.clone().into();
-        assert_eq!(NodeFacts::try_from(wire), Ok(none_found), "looked, found none");
+        assert_eq!(
+            NodeFacts::try_from(wire),
+            Ok(none_found),
+            "looked, found none"
+        );
 
         let mut long: wire::NodeFacts = sample_facts().into();
         long.latest_panic.as_mut().expect("panic").first_line = "x".repeat(513);
@@ -1402,7 +1406,10 @@ mod tests {
         );
         let mut long: wire::NodeFacts = sample_facts().into();
         long.boot.as_mut().expect("boot").id = "b".repeat(65);
-        assert_eq!(NodeFacts::try_from(long).expect_err("too long").field, "boot.id");
+        assert_eq!(
+            NodeFacts::try_from(long).expect_err("too long").field,
+            "boot.id"
+        );
         let mut many: wire::NodeFacts = sample_facts().into();
         many.power.as_mut().expect("power").sleep_prevented_by = vec!["p".into(); 33];
         assert_eq!(
@@ -1412,7 +1419,9 @@ mod tests {
         let mut bad: wire::NodeFacts = sample_facts().into();
         bad.memory.as_mut().expect("memory").pressure = Some(9);
         assert_eq!(
-            NodeFacts::try_from(bad).expect_err("unknown level").to_string(),
+            NodeFacts::try_from(bad)
+                .expect_err("unknown level")
+                .to_string(),
             "memory.pressure: unknown value 9"
         );
         let mut bad: wire::NodeFacts = sample_facts().into();

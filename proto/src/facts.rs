@@ -684,15 +684,28 @@ mod tests {
         };
         let a = boot(Some("40962879-B7EE-4F13-AF6E-E7266EF5E732"), Some(1_000));
         assert_eq!(
-            a.same_boot_as(&boot(Some("40962879-b7ee-4f13-af6e-e7266ef5e732"), Some(5_000))),
+            a.same_boot_as(&boot(
+                Some("40962879-b7ee-4f13-af6e-e7266ef5e732"),
+                Some(5_000)
+            )),
             Some(true),
             "the id decides, in either case"
         );
-        assert_eq!(a.same_boot_as(&boot(Some("other"), Some(1_000))), Some(false));
-        assert_eq!(a.same_boot_as(&boot(None, Some(1_030))), Some(true), "btime jitter");
+        assert_eq!(
+            a.same_boot_as(&boot(Some("other"), Some(1_000))),
+            Some(false)
+        );
+        assert_eq!(
+            a.same_boot_as(&boot(None, Some(1_030))),
+            Some(true),
+            "btime jitter"
+        );
         assert_eq!(a.same_boot_as(&boot(None, Some(1_061))), Some(false));
         assert_eq!(a.same_boot_as(&boot(None, None)), None);
-        assert_eq!(boot(Some("x"), None).same_boot_as(&boot(None, Some(1))), None);
+        assert_eq!(
+            boot(Some("x"), None).same_boot_as(&boot(None, Some(1))),
+            None
+        );
         assert!(!BootIdentity::default().is_known());
     }
 

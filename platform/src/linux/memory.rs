@@ -78,7 +78,10 @@ fn parse_percent_bp(text: &str) -> Option<u32> {
     let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
     if whole.is_empty()
         || fraction.len() > 2
-        || !whole.bytes().chain(fraction.bytes()).all(|b| b.is_ascii_digit())
+        || !whole
+            .bytes()
+            .chain(fraction.bytes())
+            .all(|b| b.is_ascii_digit())
     {
         return None;
     }
@@ -129,7 +132,10 @@ mod tests {
         assert_eq!(memory.locked_bytes, Some(0));
         assert_eq!(memory.swap_used_bytes, Some(1_048_576 * 1024));
         assert!(!info.contains_key("HugePages_Total"));
-        assert_eq!(memory_from_meminfo(&BTreeMap::new()), MemoryFacts::default());
+        assert_eq!(
+            memory_from_meminfo(&BTreeMap::new()),
+            MemoryFacts::default()
+        );
     }
 
     #[test]
@@ -137,7 +143,13 @@ mod tests {
         let stall = parse_pressure(
             "some avg10=12.34 avg60=0.00 avg300=0.00 total=0\nfull avg10=0.5 avg60=0.00\n",
         );
-        assert_eq!(stall, MemoryStall { some_bp: Some(1234), full_bp: Some(50) });
+        assert_eq!(
+            stall,
+            MemoryStall {
+                some_bp: Some(1234),
+                full_bp: Some(50)
+            }
+        );
         let odd = parse_pressure("some avg10=100.01\nfull avg10=x\n");
         assert_eq!(odd, MemoryStall::default());
         assert_eq!(parse_percent_bp("1.234"), None);

@@ -48,7 +48,10 @@ fn value<T>(
 }
 
 /// Memory facts from whatever of `outputs` was read; `None` when none was.
-pub fn memory_facts(outputs: MemoryOutputs<'_>, blind_spots: &mut Vec<String>) -> Option<MemoryFacts> {
+pub fn memory_facts(
+    outputs: MemoryOutputs<'_>,
+    blind_spots: &mut Vec<String>,
+) -> Option<MemoryFacts> {
     if outputs.sysctl.is_none() && outputs.vm_stat.is_none() && outputs.gpu_wired_limit.is_none() {
         return None;
     }
@@ -84,10 +87,7 @@ pub fn memory_facts(outputs: MemoryOutputs<'_>, blind_spots: &mut Vec<String>) -
             .and_then(|v| parse_unsigned(v))
             .and_then(|mb| mb.checked_mul(1 << 20));
         if memory.gpu_wired_limit_bytes.is_none() {
-            blind_spots.push(format!(
-                "{}: printed no limit",
-                HostCommand::GpuWiredLimit
-            ));
+            blind_spots.push(format!("{}: printed no limit", HostCommand::GpuWiredLimit));
         }
     }
     Some(memory)
@@ -178,10 +178,25 @@ mod tests {
         .expect("some");
         assert_eq!(memory, MemoryFacts::default());
         assert_eq!(blind.len(), 3, "{blind:?}");
-        assert!(blind[0].ends_with("hw.memsize reads \"lots\""), "{}", blind[0]);
+        assert!(
+            blind[0].ends_with("hw.memsize reads \"lots\""),
+            "{}",
+            blind[0]
+        );
         let boot = boot_identity(Some("kern.boottime: { sec = 5, usec = 0 }\n"), &mut blind);
-        assert_eq!(boot, BootIdentity { id: None, booted_at_unix: Some(5) });
-        assert!(blind.last().expect("named").contains("kern.bootsessionuuid"));
+        assert_eq!(
+            boot,
+            BootIdentity {
+                id: None,
+                booted_at_unix: Some(5)
+            }
+        );
+        assert!(
+            blind
+                .last()
+                .expect("named")
+                .contains("kern.bootsessionuuid")
+        );
         assert_eq!(boot_identity(None, &mut blind), BootIdentity::default());
     }
 }

@@ -187,7 +187,9 @@ impl MacosOutputs {
 /// The network services of the Thunderbolt hardware ports (found by
 /// device: users rename services), whose address configuration is asked
 /// for; none when the ports or the services were not listed.
-fn thunderbolt_services(captures: &BTreeMap<HostCommand, Result<String, CaptureError>>) -> Vec<String> {
+fn thunderbolt_services(
+    captures: &BTreeMap<HostCommand, Result<String, CaptureError>>,
+) -> Vec<String> {
     let text = |command| captures.get(&command).and_then(|c| c.as_deref().ok());
     let (Some(ports), Some(order)) = (
         text(HostCommand::HardwarePorts),
@@ -212,7 +214,9 @@ fn thunderbolt_services(captures: &BTreeMap<HostCommand, Result<String, CaptureE
 fn read_panic_reports(source: &dyn Source) -> PanicOutputs {
     let names = match source.list_dir(DIAGNOSTIC_REPORTS) {
         Ok(names) => names,
-        Err(err) => return PanicOutputs::Unlisted(format!("cannot list {DIAGNOSTIC_REPORTS}: {err}")),
+        Err(err) => {
+            return PanicOutputs::Unlisted(format!("cannot list {DIAGNOSTIC_REPORTS}: {err}"));
+        }
     };
     let Some(newest) = newest_panic_report(names.iter().map(String::as_str)) else {
         return PanicOutputs::None;
@@ -231,7 +235,9 @@ fn read_panic_reports(source: &dyn Source) -> PanicOutputs {
 fn panics(outputs: Option<&PanicOutputs>, blind_spots: &mut Vec<String>) -> Option<PanicFacts> {
     match outputs {
         None => {
-            blind_spots.push(format!("kernel panic reports: {DIAGNOSTIC_REPORTS} not read"));
+            blind_spots.push(format!(
+                "kernel panic reports: {DIAGNOSTIC_REPORTS} not read"
+            ));
             None
         }
         Some(PanicOutputs::Unlisted(why)) => {
@@ -360,15 +366,13 @@ pub fn join(outputs: &MacosOutputs) -> NodeFacts {
         },
         blind,
     );
-    let power = outputs
-        .text(HostCommand::Pmset, blind)
-        .and_then(|text| {
-            let power = parse_pmset(text);
-            if power.is_none() {
-                blind.push(format!("{}: no setting meshd reads", HostCommand::Pmset));
-            }
-            power
-        });
+    let power = outputs.text(HostCommand::Pmset, blind).and_then(|text| {
+        let power = parse_pmset(text);
+        if power.is_none() {
+            blind.push(format!("{}: no setting meshd reads", HostCommand::Pmset));
+        }
+        power
+    });
     let (mut ports, ports_complete) = ports(&parsed, blind);
     apply_ipv4_methods(&mut ports, outputs, parsed.service_order.as_deref(), blind);
     let panics = panics(outputs.panics.as_ref(), blind);
@@ -406,7 +410,10 @@ fn apply_ipv4_methods(
     let Some(order) = order else {
         return;
     };
-    for port in ports.iter_mut().filter(|p| !p.iface.is_empty() && p.receptacle != 0) {
+    for port in ports
+        .iter_mut()
+        .filter(|p| !p.iface.is_empty() && p.receptacle != 0)
+    {
         let Some(service) = service_for_device(order, &port.iface) else {
             continue;
         };

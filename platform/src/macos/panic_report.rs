@@ -69,9 +69,7 @@ pub fn parse_panic_report(file: &str, head: &str) -> Result<PanicReport, String>
             if let Some(kind) = header.get("bug_type").and_then(|v| v.as_str())
                 && kind != "210"
             {
-                return Err(format!(
-                    "{file}: bug type {kind}, not a kernel panic (210)"
-                ));
+                return Err(format!("{file}: bug type {kind}, not a kernel panic (210)"));
             }
             report.at_unix = header
                 .get("timestamp")
@@ -163,7 +161,8 @@ pub fn parse_report_time(text: &str) -> Option<u64> {
     if digits.len() != 4 || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    let offset = sign * (digits[..2].parse::<i64>().ok()? * 3600 + digits[2..].parse::<i64>().ok()? * 60);
+    let offset =
+        sign * (digits[..2].parse::<i64>().ok()? * 3600 + digits[2..].parse::<i64>().ok()? * 60);
     let local = days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second;
     u64::try_from(local - offset).ok()
 }
@@ -196,7 +195,12 @@ mod tests {
             parse_report_time("2026-03-11 11:45:15 -0700"),
             Some(1_773_254_715)
         );
-        for bad in ["", "2021-13-01 00:00:00 +0000", "2021-07-19 06:34:05", "x y z"] {
+        for bad in [
+            "",
+            "2021-13-01 00:00:00 +0000",
+            "2021-07-19 06:34:05",
+            "x y z",
+        ] {
             assert_eq!(parse_report_time(bad), None, "{bad}");
         }
     }
@@ -214,7 +218,10 @@ mod tests {
             Some("panic-full-2026-09-23-171933.0002.panic")
         );
         assert_eq!(newest_panic_report(["a.ips"]), None);
-        assert_eq!(name_timestamp("x-2026-09-23-171933"), Some("2026-09-23-171933"));
+        assert_eq!(
+            name_timestamp("x-2026-09-23-171933"),
+            Some("2026-09-23-171933")
+        );
         assert_eq!(name_timestamp("short"), None);
     }
 
@@ -244,17 +251,28 @@ mod tests {
                 .expect_err("a crash")
                 .contains("bug type 309")
         );
-        let no_string = parse_panic_report("x.panic", "{\"bug_type\":\"210\"}\n{\"build\":").expect("ok");
-        assert_eq!((no_string.first_line.as_str(), no_string.boot_id), ("", None));
+        let no_string =
+            parse_panic_report("x.panic", "{\"bug_type\":\"210\"}\n{\"build\":").expect("ok");
+        assert_eq!(
+            (no_string.first_line.as_str(), no_string.boot_id),
+            ("", None)
+        );
         let old = parse_panic_report(
             "Kernel_2016.panic",
             "Anonymous UUID: 46DA\n\n*** Panic Report ***\npanic(cpu 2 caller 0x1): \"Possible memory corruption\"\n",
         )
         .expect("old text report");
-        assert_eq!(old.first_line, "panic(cpu 2 caller 0x1): \"Possible memory corruption\"");
+        assert_eq!(
+            old.first_line,
+            "panic(cpu 2 caller 0x1): \"Possible memory corruption\""
+        );
         let long = format!("{{}}\n{{\"panicString\" : \"{}\"", "y".repeat(600));
         assert_eq!(
-            parse_panic_report("l.panic", &long).expect("ok").first_line.chars().count(),
+            parse_panic_report("l.panic", &long)
+                .expect("ok")
+                .first_line
+                .chars()
+                .count(),
             MAX_LINE_CHARS + 1
         );
     }

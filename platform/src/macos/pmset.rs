@@ -102,7 +102,10 @@ mod tests {
     #[test]
     fn unreadable_values_stay_unknown_and_other_text_is_none() {
         let settings = parse_pmset(" sleep x\n autorestart 2\n").expect("named");
-        assert_eq!((settings.sleep_minutes, settings.auto_restart), (None, None));
+        assert_eq!(
+            (settings.sleep_minutes, settings.auto_restart),
+            (None, None)
+        );
         assert_eq!(parse_pmset("pmset: command not found\n"), None);
         assert_eq!(parse_pmset(""), None);
     }

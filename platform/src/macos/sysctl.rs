@@ -115,8 +115,8 @@ fn parse_size(text: &str) -> Option<u64> {
         fraction.parse().ok()?
     };
     let unit_bytes = 1u64 << shift;
-    let fraction_bytes = (u128::from(fraction) * u128::from(unit_bytes) + u128::from(scale / 2))
-        / u128::from(scale);
+    let fraction_bytes =
+        (u128::from(fraction) * u128::from(unit_bytes) + u128::from(scale / 2)) / u128::from(scale);
     whole
         .checked_mul(unit_bytes)?
         .checked_add(u64::try_from(fraction_bytes).ok()?)
@@ -128,7 +128,9 @@ pub fn parse_boottime(value: &str) -> Option<u64> {
     let fields = value.trim_start().strip_prefix('{')?.split_once('}')?.0;
     fields.split(',').find_map(|field| {
         let (key, number) = field.split_once('=')?;
-        (key.trim() == "sec").then(|| parse_unsigned(number)).flatten()
+        (key.trim() == "sec")
+            .then(|| parse_unsigned(number))
+            .flatten()
     })
 }
 
@@ -165,7 +167,10 @@ mod tests {
         let values = parse_sysctl_values(
             "hw.memsize: 34359738368\nsysctl: unknown oid 'x'\nnot a line\nkern.x:  a b \n",
         );
-        assert_eq!(values.get("hw.memsize").map(String::as_str), Some("34359738368"));
+        assert_eq!(
+            values.get("hw.memsize").map(String::as_str),
+            Some("34359738368")
+        );
         assert_eq!(values.get("kern.x").map(String::as_str), Some("a b"));
         assert_eq!(values.len(), 2, "{values:?}");
     }

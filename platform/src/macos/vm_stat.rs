@@ -87,9 +87,6 @@ mod tests {
             u64::MAX
         ));
         assert_eq!(huge.wired_bytes(), None, "overflow is unknown, not a wrap");
-        assert_eq!(
-            parse_vm_stat("(page size of 0 bytes)\n").page_size,
-            None
-        );
+        assert_eq!(parse_vm_stat("(page size of 0 bytes)\n").page_size, None);
     }
 }
