@@ -245,6 +245,7 @@ mod tests {
             pid,
             cores,
             command: command.map(str::to_owned),
+            ..ProcessSample::default()
         }
     }
 

@@ -87,7 +87,9 @@ pub const DEFAULT_CPU_INTERVAL: Duration = Duration::from_secs(1);
 pub const DEFAULT_SPIKE_RATIO: f64 = 0.9;
 pub const DEFAULT_SPIKE_WINDOW: Duration = Duration::from_secs(10);
 pub const DEFAULT_TOP_PROCESSES: usize = 5;
-/// Continuity and screen-sharing agents reported to load Mac clusters.
+/// Continuity and screen-sharing agents reported to load Mac clusters;
+/// `coreaudiod` and `avconferenced` are what High Performance Screen
+/// Sharing (macOS 26) burns.
 pub const DEFAULT_OFFENDERS: &[&str] = &[
     "UniversalControl",
     "screensharingd",
@@ -98,6 +100,8 @@ pub const DEFAULT_OFFENDERS: &[&str] = &[
     "ContinuityCaptureAgent",
     "AirPlayXPCHelper",
     "identityservicesd",
+    "coreaudiod",
+    "avconferenced",
 ];
 /// MLX and exo ranks.
 pub const DEFAULT_JOB_PATTERNS: &[&str] = &["mlx", "exo"];

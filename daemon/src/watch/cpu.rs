@@ -52,13 +52,15 @@ impl Sampler {
     /// since a usage figure is a rate between two refreshes.
     pub fn sample(&mut self) -> Option<CpuSample> {
         self.system.refresh_cpu_usage();
-        // Processes only (no threads), CPU time every time, the command line
-        // once per process: that keeps a refresh to one small read per pid.
+        // Processes only (no threads), CPU time and resident memory every
+        // time (the orphan watcher names what a stray rank holds), the
+        // command line once per process: one small read per pid.
         self.system.refresh_processes_specifics(
             ProcessesToUpdate::All,
             true,
             ProcessRefreshKind::nothing()
                 .with_cpu()
+                .with_memory()
                 .with_cmd(UpdateKind::OnlyIfNotSet)
                 .without_tasks(),
         );
@@ -80,6 +82,8 @@ impl Sampler {
                     pid: pid.as_u32(),
                     cores: finite(f64::from(process.cpu_usage()) / 100.0).max(0.0),
                     command: command_line(cmd),
+                    parent: process.parent().map(|p| p.as_u32()),
+                    memory_bytes: Some(process.memory()),
                 }
             })
             .collect();

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! System-wide power settings:
-//!  SleepDisabled		1
+//!  SleepDisabled        1
 //! Currently in use:
 //!  standby              1
 //!  Sleep On Power Button 1
