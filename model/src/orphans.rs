@@ -1,9 +1,12 @@
 //! Orphaned ranks: when a job's launcher dies, its ranks can live on,
-//! re-parented to launchd or init (pid 1), holding memory and the RDMA
-//! device the next job needs. A job process seen under another parent and
-//! then under pid 1 for longer than the grace period is orphaned; one that
-//! was started by launchd or init in the first place (a job run as a
-//! service) is not. Pure: samples and their time come in, alarms go out.
+//! re-parented to launchd or init (pid 1; on Linux possibly a subreaper
+//! such as `systemd --user`), holding memory and the RDMA device the next
+//! job needs. The kernel re-parents a process only when its parent exits,
+//! so a job process whose parent changed since it was first seen, for
+//! longer than the grace period, is orphaned; one started by launchd or
+//! init in the first place (a job run as a service) is not. A rank
+//! orphaned before meshd first saw it is not known as one. Pure: samples
+//! and their time come in, alarms go out.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
@@ -14,8 +17,9 @@ use crate::cpu::ProcessSample;
 use crate::jobs::is_job;
 use crate::memory::gib;
 
-/// The pid orphans are re-parented to: launchd on macOS, init on Linux.
-const REAPER: u32 = 1;
+/// The pid orphans are re-parented to, unless a subreaper takes them:
+/// launchd on macOS, init on Linux.
+const INIT: u32 = 1;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct OrphanRules {
@@ -38,8 +42,9 @@ pub struct Orphans {
 struct Tracked {
     /// The parent it had when first seen; `None` when unknown then.
     first_parent: Option<u32>,
-    /// Since when it has been under pid 1, having had another parent.
+    /// Since when it has had another parent than its first.
     orphaned_since: Option<SystemTime>,
+    parent: Option<u32>,
     memory_bytes: Option<u64>,
 }
 
@@ -79,10 +84,13 @@ impl OrphanDetector {
             let tracked = self.tracked.entry(key.clone()).or_insert(Tracked {
                 first_parent: process.parent,
                 orphaned_since: None,
+                parent: process.parent,
                 memory_bytes: None,
             });
-            let adopted =
-                tracked.first_parent.is_some_and(|p| p != REAPER) && process.parent == Some(REAPER);
+            let adopted = tracked.first_parent.is_some()
+                && process.parent.is_some()
+                && process.parent != tracked.first_parent;
+            tracked.parent = process.parent;
             tracked.orphaned_since = if adopted {
                 tracked.orphaned_since.or(Some(now))
             } else {
@@ -142,8 +150,13 @@ impl OrphanDetector {
                     .first_parent
                     .map(|p| format!(", launched by pid {p}"))
                     .unwrap_or_default();
+                let now_under = match tracked.parent {
+                    Some(INIT) => "pid 1 (launchd/init)".to_owned(),
+                    Some(reaper) => format!("pid {reaper} (a subreaper)"),
+                    None => "another parent".to_owned(),
+                };
                 format!(
-                    "{name} (pid {pid}): under pid 1 (launchd/init) for {}s{was}; {memory}",
+                    "{name} (pid {pid}): re-parented to {now_under} {}s ago{was}; {memory}",
                     now.duration_since(*since).unwrap_or_default().as_secs()
                 )
             })
@@ -229,7 +242,7 @@ mod tests {
         );
         assert_eq!(
             alarm.evidence[0],
-            "python3 (pid 42): under pid 1 (launchd/init) for 30s, launched by pid 40; holds 38.0 GiB"
+            "python3 (pid 42): re-parented to pid 1 (launchd/init) 30s ago, launched by pid 40; holds 38.0 GiB"
         );
         assert!(alarm.fix.as_deref().expect("fix").contains("kill 42 43"));
         assert_eq!(alarm.since, t(5));
@@ -259,6 +272,19 @@ mod tests {
         d.update(&[daemon.clone()], t(0));
         daemon.parent = Some(1);
         assert!(d.update(&[daemon], t(100)).0.is_empty());
+    }
+
+    #[test]
+    fn a_subreaper_adopting_the_rank_is_named() {
+        let mut d = detector();
+        d.update(&[rank(42, 40, Some(1))], t(0));
+        d.update(&[rank(42, 977, Some(1))], t(1));
+        let (alarms, _) = d.update(&[rank(42, 977, Some(1))], t(31));
+        assert!(
+            alarms[0].evidence[0]
+                .starts_with("python3 (pid 42): re-parented to pid 977 (a subreaper) 30s ago"),
+            "{alarms:?}"
+        );
     }
 
     #[test]
