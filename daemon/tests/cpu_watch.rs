@@ -369,7 +369,7 @@ async fn a_rank_whose_launcher_exited_is_reported_orphaned() {
         .expect("a sleep binary");
     std::fs::copy(sleep, &rank).expect("copy sleep");
     let launcher = Command::new("sh")
-        .args(["-c", "\"$0\" 600 & echo $!; sleep 4"])
+        .args(["-c", "\"$0\" 600 >/dev/null 2>&1 & echo $!; sleep 4"])
         .arg(&rank)
         .stdout(Stdio::piped())
         .spawn()

@@ -8,7 +8,8 @@ use std::time::SystemTime;
 
 use meshd_proto::domain::{Alarm, NodeId};
 use sysinfo::{
-    CpuRefreshKind, ProcessRefreshKind, ProcessesToUpdate, RefreshKind, System, UpdateKind,
+    CpuRefreshKind, ProcessRefreshKind, ProcessStatus, ProcessesToUpdate, RefreshKind, System,
+    UpdateKind,
 };
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -72,6 +73,9 @@ impl Sampler {
             .system
             .processes()
             .iter()
+            // A zombie has exited: it holds no memory and runs nothing,
+            // though a parent that does not reap it keeps it listed.
+            .filter(|(_, process)| process.status() != ProcessStatus::Zombie)
             .map(|(pid, process)| {
                 let cmd = process.cmd();
                 ProcessSample {
