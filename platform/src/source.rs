@@ -608,6 +608,51 @@ mod tests {
         );
     }
 
+    /// meshd must stay a safe neighbour of the jobs it watches: a
+    /// GPU-counter poller bundled with one cluster tool is blamed for MLX
+    /// crashes, and failed RDMA connection attempts have wedged ports. No
+    /// command polls GPU or power counters, touches the RDMA device beyond
+    /// listing and querying it, or changes a setting.
+    #[test]
+    fn the_catalogue_is_read_only_and_polls_no_gpu_or_power_counters() {
+        const NEVER: &[&str] = &[
+            // GPU and power counters (IOReport underneath).
+            "powermetrics",
+            "ioreg",
+            // RDMA traffic, resets and configuration.
+            "ibv_rc_pingpong",
+            "ibv_ud_pingpong",
+            "ib_write_bw",
+            "ib_send_bw",
+            "perfquery",
+            "rdma",
+            "ibstat",
+            // Anything that acts as another user.
+            "sudo",
+        ];
+        for &command in HostCommand::ALL {
+            let program = command.program();
+            assert!(!NEVER.contains(&program), "{command} must not run");
+            let args = command.args();
+            let allowed = match program {
+                "sysctl" => args.iter().all(|a| !a.contains('=') && !a.starts_with('-'))
+                    || args == ["-n", "hw.model"],
+                "pmset" => args == ["-g"],
+                "rdma_ctl" => args == ["status"],
+                "networksetup" => args
+                    .iter()
+                    .all(|a| a.starts_with("-list") || a.starts_with("-get")),
+                "ip" => args.last() == Some(&"show"),
+                "ibv_devices" | "ibv_devinfo" | "sw_vers" | "vm_stat" | "ifconfig" | "netstat"
+                | "system_profiler" => args.iter().all(|a| {
+                    !a.contains('=') && !["up", "down", "-R", "--reset", "create", "destroy"].contains(a)
+                }),
+                other => panic!("{other}: a new program; say here why it is read-only"),
+            };
+            assert!(allowed, "{command} could change something");
+        }
+    }
+
     #[test]
     fn replay_reads_outputs_errors_and_files_and_names_what_is_missing() {
         let dir = tempfile::tempdir().expect("tempdir");
