@@ -310,11 +310,7 @@ fn alarm(reboot: &Reboot, now: SystemTime) -> Alarm {
             (
                 AlarmKind::KernelPanic,
                 Severity::Critical,
-                format!(
-                    "{node} rebooted {}: {}",
-                    panic_clause(report),
-                    report.first_line
-                ),
+                format!("{node} {}", reboot_evidence(reboot)),
                 "read the whole report on the node (/Library/Logs/DiagnosticReports on macOS, \
                  pstore on Linux); GPU memory panics (IOGPUMemory) follow wired limits raised \
                  with iogpu.wired_limit_mb and jobs that wire most of the memory: lower them, \
@@ -333,7 +329,7 @@ fn alarm(reboot: &Reboot, now: SystemTime) -> Alarm {
             (
                 AlarmKind::NodeRebooted,
                 Severity::Warning,
-                format!("{node} rebooted"),
+                format!("{node} {}", reboot_evidence(reboot)),
                 "if nobody restarted it, look for a power loss or a watchdog reset on the node \
                  (pmset -g log on macOS, journalctl -b -1 on Linux); relaunch the jobs it ran"
                     .to_owned(),
@@ -386,23 +382,36 @@ pub fn event(change: &BootChange, observer: &NodeId, at: SystemTime) -> Event {
 }
 
 /// Adds what the boots say to a status the engine made: each node's boot
-/// identity and, for a node that rebooted recently, that evidence; and
-/// keeps one of the identical `node_rebooted` / `kernel_panic` alarms the
-/// peers that saw the reboot each raise.
+/// identity and, for a node that rebooted recently, that evidence (from
+/// this node's own sightings, else from the alarm its peers raised: a
+/// node learns of its own reboot from them); and keeps one of the
+/// identical `node_rebooted` / `kernel_panic` alarms the peers that saw
+/// the reboot each raise.
 pub fn annotate(status: &mut MeshStatus, view: &BootView) {
+    let mut seen = BTreeSet::new();
+    status.alarms.retain(|a| {
+        !is_boot_alarm(a) || seen.insert((a.kind, a.node.clone(), a.subject.clone()))
+    });
+    let alarms = &status.alarms;
     for node in &mut status.nodes {
         if let Some(boot) = view.boots.get(&node.id) {
             node.boot = boot.clone();
         }
-        if let Some(evidence) = view.evidence.get(&node.id) {
-            node.evidence.push(evidence.clone());
+        let raised = || {
+            let alarm = alarms
+                .iter()
+                .find(|a| is_boot_alarm(a) && a.node == node.id)?;
+            let prefix = format!("{} ", node.id);
+            Some(alarm.summary.strip_prefix(&prefix)?.to_owned())
+        };
+        if let Some(evidence) = view.evidence.get(&node.id).cloned().or_else(raised) {
+            node.evidence.push(evidence);
         }
     }
-    let mut seen = BTreeSet::new();
-    status.alarms.retain(|a| {
-        !matches!(a.kind, AlarmKind::NodeRebooted | AlarmKind::KernelPanic)
-            || seen.insert((a.kind, a.node.clone(), a.subject.clone()))
-    });
+}
+
+fn is_boot_alarm(alarm: &Alarm) -> bool {
+    matches!(alarm.kind, AlarmKind::NodeRebooted | AlarmKind::KernelPanic)
 }
 
 #[cfg(test)]
@@ -660,10 +669,15 @@ mod tests {
             checks: vec![],
             measurements: vec![],
         };
+        let mut from_peers = status.clone();
         annotate(&mut status, &tracker.view(t(2)));
         assert_eq!(status.alarms.len(), 1);
         assert_eq!(status.nodes[0].boot.id.as_deref(), Some("B"));
         assert_eq!(status.nodes[0].evidence.len(), 2);
+        // The node that rebooted knows only what its peers raised.
+        annotate(&mut from_peers, &BootView::default());
+        assert_eq!(from_peers.nodes[0].evidence, status.nodes[0].evidence);
+        assert_eq!(from_peers.nodes[0].boot, BootIdentity::default(), "its facts say that");
         assert!(
             status.nodes[0].evidence[1].starts_with("rebooted"),
             "{:?}",
