@@ -15,6 +15,7 @@ use meshd::watch::{cpu, jobs};
 use meshd_proto::domain::{
     Alarm, AlarmKind, Incarnation, MeshStatus, NodeId, NodeIdentity, NodeState, NodeVerdict, Quorum,
 };
+use meshd_proto::facts::NodeFacts;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -259,21 +260,22 @@ fn peer_down_status() -> MeshStatus {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_busy_job_rank_with_a_dead_peer_is_reported_hung() {
-    let _serial = meshd_test_lock::exclusive();
-    let shutdown = CancellationToken::new();
-    let _stop = shutdown.clone().drop_guard();
-    let metrics = Arc::new(Metrics::new(&identity()));
-    let mut burner = Burner::start("mlx-rank0");
-    let pid = burner.pid();
-    let (_configs, configs) = configs_with(|c| {
-        c.watch.jobs = JobWatchConfig {
-            busy_cores: BUSY_CORES,
-            window: Duration::from_secs(2),
-            ..JobWatchConfig::default()
-        };
-    });
+/// The senders of a job watcher's inputs, held for the test's length: the
+/// watchers stop when the config's sender is dropped.
+struct JobInputs {
+    _configs: watch::Sender<Arc<meshd::config::Config>>,
+    _status: watch::Sender<Arc<MeshStatus>>,
+    _facts: watch::Sender<Option<Arc<NodeFacts>>>,
+}
+
+/// The real CPU sampler feeding a job watcher configured by `jobs`, on a
+/// mesh where peer b is down; returns the watcher's alarms.
+fn job_watcher(
+    jobs: JobWatchConfig,
+    metrics: &Arc<Metrics>,
+    shutdown: &CancellationToken,
+) -> (JobInputs, watch::Receiver<Vec<Alarm>>) {
+    let (configs_tx, configs) = configs_with(|c| c.watch.jobs = jobs);
     let watcher = cpu::spawn(
         identity().id,
         configs.clone(),
@@ -281,9 +283,9 @@ async fn a_busy_job_rank_with_a_dead_peer_is_reported_hung() {
         metrics.clone(),
         shutdown.clone(),
     );
-    let (_status_tx, status) = watch::channel(Arc::new(peer_down_status()));
-    let (_facts_tx, facts) = watch::channel(None);
-    let (alarms_tx, mut alarms) = watch::channel(Vec::new());
+    let (status_tx, status) = watch::channel(Arc::new(peer_down_status()));
+    let (facts_tx, facts) = watch::channel(None);
+    let (alarms_tx, alarms) = watch::channel(Vec::new());
     jobs::spawn(
         identity().id,
         configs,
@@ -295,6 +297,31 @@ async fn a_busy_job_rank_with_a_dead_peer_is_reported_hung() {
         alarms_tx,
         metrics.clone(),
         shutdown.clone(),
+    );
+    let inputs = JobInputs {
+        _configs: configs_tx,
+        _status: status_tx,
+        _facts: facts_tx,
+    };
+    (inputs, alarms)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_job_rank_with_a_dead_peer_is_reported_hung() {
+    let _serial = meshd_test_lock::exclusive();
+    let shutdown = CancellationToken::new();
+    let _stop = shutdown.clone().drop_guard();
+    let metrics = Arc::new(Metrics::new(&identity()));
+    let mut burner = Burner::start("mlx-rank0");
+    let pid = burner.pid();
+    let (_feeds, mut alarms) = job_watcher(
+        JobWatchConfig {
+            busy_cores: BUSY_CORES,
+            window: Duration::from_secs(2),
+            ..JobWatchConfig::default()
+        },
+        &metrics,
+        &shutdown,
     );
 
     let raised = until(&mut alarms, "job_hung", |a: &Vec<Alarm>| !a.is_empty()).await;
@@ -333,30 +360,13 @@ async fn a_rank_whose_launcher_exited_is_reported_orphaned() {
     let shutdown = CancellationToken::new();
     let _stop = shutdown.clone().drop_guard();
     let metrics = Arc::new(Metrics::new(&identity()));
-    let (_configs, configs) = configs_with(|c| {
-        c.watch.jobs.orphan_grace = Duration::from_secs(1);
-    });
-    let watcher = cpu::spawn(
-        identity().id,
-        configs.clone(),
-        Vec::new(),
-        metrics.clone(),
-        shutdown.clone(),
-    );
-    let (_status_tx, status) = watch::channel(Arc::new(peer_down_status()));
-    let (_facts_tx, facts) = watch::channel(None);
-    let (alarms_tx, mut alarms) = watch::channel(Vec::new());
-    jobs::spawn(
-        identity().id,
-        configs,
-        jobs::JobFeeds {
-            samples: watcher.samples,
-            status,
-            facts,
+    let (_feeds, mut alarms) = job_watcher(
+        JobWatchConfig {
+            orphan_grace: Duration::from_secs(1),
+            ..JobWatchConfig::default()
         },
-        alarms_tx,
-        metrics.clone(),
-        shutdown.clone(),
+        &metrics,
+        &shutdown,
     );
     // The launcher: a shell that starts a rank (a `sleep` named like one),
     // says its pid, and exits after the watcher has seen the pair.

@@ -104,7 +104,10 @@ fn memory_series_and_boots_across_a_restart_and_a_reboot() {
     });
     assert_ne!(lab.status("c").expect("c").incarnation, old_run);
     for view in &views {
-        assert_eq!(view.boot_of("c").and_then(|b| b.booted_at.clone()), booted_at);
+        assert_eq!(
+            view.boot_of("c").and_then(|b| b.booted_at.clone()),
+            booted_at
+        );
         assert!(
             !view.has_alarm("node_rebooted", "c") && !view.has_alarm("kernel_panic", "c"),
             "a restart is no reboot: {}",
@@ -115,8 +118,12 @@ fn memory_series_and_boots_across_a_restart_and_a_reboot() {
     // A reboot: c's own bundle, replayed with another boot id.
     let archive = lab.state_dir().join("c-bundle.tar.gz");
     let meshctl = lab.binaries.meshctl.to_string_lossy().into_owned();
-    lab.exec("c", &meshctl, &["bundle", "--out", &archive.to_string_lossy()])
-        .expect("meshctl bundle");
+    lab.exec(
+        "c",
+        &meshctl,
+        &["bundle", "--out", &archive.to_string_lossy()],
+    )
+    .expect("meshctl bundle");
     let unpacked = lab.state_dir().join("c-replay");
     std::fs::create_dir_all(&unpacked).expect("mkdir");
     let replay = meshd_platform::bundle::unpack(&archive, &unpacked).expect("unpack");
@@ -145,9 +152,16 @@ fn memory_series_and_boots_across_a_restart_and_a_reboot() {
             .iter()
             .filter(|a| a.kind == "node_rebooted")
             .collect();
-        assert_eq!(rebooted.len(), 1, "one alarm, however many peers raised it: {}", view.summary());
+        assert_eq!(
+            rebooted.len(),
+            1,
+            "one alarm, however many peers raised it: {}",
+            view.summary()
+        );
         assert!(
-            rebooted[0].summary.starts_with("c rebooted (no kernel panic report); now boot "),
+            rebooted[0]
+                .summary
+                .starts_with("c rebooted (no kernel panic report); now boot "),
             "{}",
             rebooted[0].summary
         );
@@ -161,7 +175,9 @@ fn memory_series_and_boots_across_a_restart_and_a_reboot() {
         );
         let c = view.nodes.iter().find(|n| n.id == "c").expect("c");
         assert!(
-            c.evidence.iter().any(|e| e.starts_with("rebooted (no kernel panic report)")),
+            c.evidence
+                .iter()
+                .any(|e| e.starts_with("rebooted (no kernel panic report)")),
             "{:?}",
             c.evidence
         );

@@ -389,9 +389,9 @@ pub fn event(change: &BootChange, observer: &NodeId, at: SystemTime) -> Event {
 /// the reboot each raise.
 pub fn annotate(status: &mut MeshStatus, view: &BootView) {
     let mut seen = BTreeSet::new();
-    status.alarms.retain(|a| {
-        !is_boot_alarm(a) || seen.insert((a.kind, a.node.clone(), a.subject.clone()))
-    });
+    status
+        .alarms
+        .retain(|a| !is_boot_alarm(a) || seen.insert((a.kind, a.node.clone(), a.subject.clone())));
     let alarms = &status.alarms;
     for node in &mut status.nodes {
         if let Some(boot) = view.boots.get(&node.id) {
@@ -677,7 +677,11 @@ mod tests {
         // The node that rebooted knows only what its peers raised.
         annotate(&mut from_peers, &BootView::default());
         assert_eq!(from_peers.nodes[0].evidence, status.nodes[0].evidence);
-        assert_eq!(from_peers.nodes[0].boot, BootIdentity::default(), "its facts say that");
+        assert_eq!(
+            from_peers.nodes[0].boot,
+            BootIdentity::default(),
+            "its facts say that"
+        );
         assert!(
             status.nodes[0].evidence[1].starts_with("rebooted"),
             "{:?}",

@@ -635,8 +635,10 @@ mod tests {
             assert!(!NEVER.contains(&program), "{command} must not run");
             let args = command.args();
             let allowed = match program {
-                "sysctl" => args.iter().all(|a| !a.contains('=') && !a.starts_with('-'))
-                    || args == ["-n", "hw.model"],
+                "sysctl" => {
+                    args.iter().all(|a| !a.contains('=') && !a.starts_with('-'))
+                        || args == ["-n", "hw.model"]
+                }
                 "pmset" => args == ["-g"],
                 "rdma_ctl" => args == ["status"],
                 "networksetup" => args
@@ -645,7 +647,8 @@ mod tests {
                 "ip" => args.last() == Some(&"show"),
                 "ibv_devices" | "ibv_devinfo" | "sw_vers" | "vm_stat" | "ifconfig" | "netstat"
                 | "system_profiler" => args.iter().all(|a| {
-                    !a.contains('=') && !["up", "down", "-R", "--reset", "create", "destroy"].contains(a)
+                    !a.contains('=')
+                        && !["up", "down", "-R", "--reset", "create", "destroy"].contains(a)
                 }),
                 other => panic!("{other}: a new program; say here why it is read-only"),
             };

@@ -722,3 +722,32 @@ fn a_panic_kept_by_pstore_is_named_by_its_message() {
         ("dmesg-efi-170000000001001", "Panic#1 Part1")
     );
 }
+
+#[test]
+fn data_counters_sum_what_moves_and_a_saturated_one_proves_nothing() {
+    use meshd_platform::linux::counters::read_data_counters;
+    let bundle = Bundle::new();
+    let port = "/sys/class/infiniband/mlx5_0/ports/1";
+    bundle
+        .file(&format!("{port}/counters/port_xmit_data"), "1000\n")
+        .file(&format!("{port}/counters/port_rcv_data"), "24\n")
+        .file(&format!("{port}/counters/symbol_error"), "3\n");
+    let replay = bundle.replay();
+    assert_eq!(read_data_counters(&replay, "mlx5_0", 1), Some(1024));
+    // rxe: no PortCounters, the driver's packet counts instead.
+    let rxe = "/sys/class/infiniband/rxe0/ports/1/hw_counters";
+    bundle
+        .file(&format!("{rxe}/sent_pkts"), "7\n")
+        .file(&format!("{rxe}/rcvd_pkts"), "8\n");
+    assert_eq!(read_data_counters(&replay, "rxe0", 1), Some(15));
+    // A 32-bit data counter stopped at its maximum: still, but not idle.
+    bundle.file(&format!("{port}/counters/port_xmit_data"), "4294967295\n");
+    assert_eq!(read_data_counters(&replay, "mlx5_0", 1), None);
+    bundle.file(&format!("{port}/counters/port_xmit_data"), "lots\n");
+    assert_eq!(read_data_counters(&replay, "mlx5_0", 1), None, "unreadable");
+    assert_eq!(
+        read_data_counters(&replay, "mlx5_9", 1),
+        None,
+        "no such device"
+    );
+}

@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::aggregator::{MeshState, SharedBook};
 use crate::config::{Config, settings};
 use crate::watch::facts::FactsFeed;
+use crate::watch::{Wake, next_wake, publish, ticks};
 
 /// Reports arrive several times a second and facts every few seconds; a
 /// look every second catches each change within a second of its arrival.
@@ -49,20 +50,11 @@ pub fn spawn(
         let mut tracker = BootTracker::new(settings::boot_rules(
             &configs.borrow_and_update().watch.boot,
         ));
-        let mut tick = tokio::time::interval(LOOK_EVERY);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                _ = tick.tick() => {}
-                changed = configs.changed() => {
-                    if changed.is_err() {
-                        return;
-                    }
-                    let config = configs.borrow_and_update().clone();
-                    tracker.set_rules(settings::boot_rules(&config.watch.boot));
-                    continue;
-                }
+        let mut tick = ticks(LOOK_EVERY);
+        while let Some(wake) = next_wake(&mut tick, &mut configs, &shutdown).await {
+            if let Wake::Reconfigured(config) = wake {
+                tracker.set_rules(settings::boot_rules(&config.watch.boot));
+                continue;
             }
             let members: BTreeSet<NodeId> = configs.borrow().members().into_iter().collect();
             tracker.retain(&members);
@@ -73,22 +65,11 @@ pub fn spawn(
                     .state
                     .announce(event(change, &inputs.identity.id, now));
             }
-            let active = tracker.alarms(now);
-            outputs.alarms.send_if_modified(|current| {
-                let changed = *current != active;
-                if changed {
-                    *current = active;
-                }
-                changed
-            });
+            publish(&outputs.alarms, tracker.alarms(now));
             let view = tracker.view(now);
-            outputs.view.send_if_modified(|current| {
-                let changed = **current != view;
-                if changed {
-                    *current = Arc::new(view);
-                }
-                changed
-            });
+            if **outputs.view.borrow() != view {
+                outputs.view.send_replace(Arc::new(view));
+            }
         }
     });
 }

@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, CpuWatchConfig, settings};
 use crate::metrics::Metrics;
+use crate::watch::{Wake, next_wake, publish, ticks};
 use meshd_model::cpu::{CpuSample, ProcessSample, SpikeDetector, reduce_for_metrics};
 
 /// Command lines are for matching job patterns and for evidence; a few
@@ -149,9 +150,7 @@ pub struct CpuWatch {
 }
 
 fn sample_every(config: &CpuWatchConfig) -> tokio::time::Interval {
-    let mut tick = tokio::time::interval(config.interval.max(sysinfo::MINIMUM_CPU_UPDATE_INTERVAL));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick
+    ticks(config.interval.max(sysinfo::MINIMUM_CPU_UPDATE_INTERVAL))
 }
 
 /// Starts sampling every `watch.cpu.interval`, following config reloads. `other_alarms` are the other
@@ -176,19 +175,12 @@ pub fn spawn(
         let mut config = configs.borrow_and_update().watch.cpu.clone();
         let mut detector = SpikeDetector::new(node, &settings::spike_rules(&config));
         let mut tick = sample_every(&config);
-        loop {
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                _ = tick.tick() => {}
-                changed = configs.changed() => {
-                    if changed.is_err() {
-                        return;
-                    }
-                    config = configs.borrow_and_update().watch.cpu.clone();
-                    detector.reconfigure(&settings::spike_rules(&config));
-                    tick = sample_every(&config);
-                    continue;
-                }
+        while let Some(wake) = next_wake(&mut tick, &mut configs, &shutdown).await {
+            if let Wake::Reconfigured(new) = wake {
+                config = new.watch.cpu.clone();
+                detector.reconfigure(&settings::spike_rules(&config));
+                tick = sample_every(&config);
+                continue;
             }
             // A process table scan reads one file (Linux) or one sysctl
             // (macOS) per process: milliseconds, kept off the runtime.
@@ -223,13 +215,7 @@ pub fn spawn(
                 .cloned()
                 .into_iter()
                 .collect();
-            alarms_tx.send_if_modified(|current| {
-                let changed = *current != active;
-                if changed {
-                    *current = active;
-                }
-                changed
-            });
+            publish(&alarms_tx, active);
             samples_tx.send_replace(Some(Arc::new(Sampled { at, sample })));
         }
     });

@@ -19,6 +19,7 @@ use crate::config::{Config, PlatformConfig, settings};
 use crate::metrics::Metrics;
 use crate::watch::cpu::Sampled;
 use crate::watch::facts::{FactsFeed, with_source};
+use crate::watch::publish;
 
 /// What the job watcher follows.
 #[derive(Debug)]
@@ -98,13 +99,7 @@ pub fn spawn(
             metrics
                 .watchers
                 .record_orphans(held.processes, held.memory_bytes);
-            alarms.send_if_modified(|current| {
-                let changed = *current != active;
-                if changed {
-                    *current = active;
-                }
-                changed
-            });
+            publish(&alarms, active);
         }
     });
 }

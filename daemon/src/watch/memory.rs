@@ -19,6 +19,7 @@ use crate::config::{Config, settings};
 use crate::metrics::Metrics;
 use crate::watch::cpu::Sampled;
 use crate::watch::facts::with_source;
+use crate::watch::{Wake, next_wake, publish, ticks};
 
 /// Runs until shutdown; publishes the active memory alarms.
 pub fn spawn(
@@ -32,20 +33,13 @@ pub fn spawn(
     tokio::spawn(async move {
         let mut config = configs.borrow_and_update().clone();
         let mut judge = MemoryWatch::new(node, settings::memory_rules(&config.watch.memory));
-        let mut tick = interval(&config);
-        loop {
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                _ = tick.tick() => {}
-                changed = configs.changed() => {
-                    if changed.is_err() {
-                        return;
-                    }
-                    config = configs.borrow_and_update().clone();
-                    judge.reconfigure(settings::memory_rules(&config.watch.memory));
-                    tick = interval(&config);
-                    continue;
-                }
+        let mut tick = ticks(config.watch.memory.interval);
+        while let Some(wake) = next_wake(&mut tick, &mut configs, &shutdown).await {
+            if let Wake::Reconfigured(new) = wake {
+                config = new;
+                judge.reconfigure(settings::memory_rules(&config.watch.memory));
+                tick = ticks(config.watch.memory.interval);
+                continue;
             }
             let platform = config.platform.clone();
             // `vm_stat` and `sysctl` are processes: off the runtime.
@@ -83,21 +77,11 @@ pub fn spawn(
                     .map(|p| p.name.clone())
                     .collect(),
             });
-            let active = judge.update(memory.as_ref(), jobs.as_ref(), SystemTime::now());
-            alarms_tx.send_if_modified(|current| {
-                let changed = *current != active;
-                if changed {
-                    *current = active;
-                }
-                changed
-            });
+            publish(
+                &alarms_tx,
+                judge.update(memory.as_ref(), jobs.as_ref(), SystemTime::now()),
+            );
         }
     });
     alarms
-}
-
-fn interval(config: &Config) -> tokio::time::Interval {
-    let mut tick = tokio::time::interval(config.watch.memory.interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick
 }
