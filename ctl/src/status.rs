@@ -62,6 +62,17 @@ struct NodeJson<'a> {
     evidence: &'a [String],
     last_report_at: Option<String>,
     cpu_saturated: bool,
+    /// Which boot of its host the node is in; `null` when unknown. It
+    /// changes when the host reboots, not when meshd restarts.
+    boot: Option<BootJson<'a>>,
+}
+
+#[derive(Debug, Serialize)]
+struct BootJson<'a> {
+    /// macOS `kern.bootsessionuuid`, Linux `boot_id`; `null` when unknown.
+    id: Option<&'a str>,
+    /// When the host booted; `null` when unknown.
+    booted_at: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -135,6 +146,13 @@ impl<'a> From<&'a NodeVerdict> for NodeJson<'a> {
             evidence: &n.evidence,
             last_report_at: n.last_report_at.map(rfc3339),
             cpu_saturated: n.cpu_saturated,
+            boot: n.boot.is_known().then(|| BootJson {
+                id: n.boot.id.as_deref(),
+                booted_at: n
+                    .boot
+                    .booted_at_unix
+                    .map(|s| rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(s))),
+            }),
         }
     }
 }
@@ -391,6 +409,7 @@ mod tests {
             identity: None,
             last_report_at: None,
             cpu_saturated: false,
+            boot: Default::default(),
         }
     }
 
@@ -473,6 +492,20 @@ mod tests {
             serde_json::json!({
                 "id": "c", "state": "up", "since": "2027-01-15T08:00:00.000Z",
                 "evidence": ["c evidence"], "last_report_at": null, "cpu_saturated": false,
+                "boot": null,
+            })
+        );
+        let mut booted = sample();
+        booted.nodes[0].boot = meshd_proto::facts::BootIdentity {
+            id: Some("40962879-B7EE-4F13-AF6E-E7266EF5E732".into()),
+            booted_at_unix: Some(1_790_421_415),
+        };
+        let value = serde_json::to_value(StatusJson::from(&booted)).expect("json");
+        assert_eq!(
+            value["nodes"][0]["boot"],
+            serde_json::json!({
+                "id": "40962879-B7EE-4F13-AF6E-E7266EF5E732",
+                "booted_at": "2026-09-26T06:16:55.000Z",
             })
         );
         assert_eq!(value["links"][1]["a"], "a");

@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{Config, settings};
 use crate::probe::ProbeManager;
 use crate::watch::facts::{FactsFeed, PortCounters};
+use meshd_model::boot::{self, BootView};
 use meshd_model::events;
 use meshd_model::histogram::DurationHistogram;
 use meshd_model::intake::{Received, ReportBook};
@@ -168,6 +169,8 @@ pub struct Feeds {
     pub facts: FactsFeed,
     /// This node's ports' error counters.
     pub port_counters: watch::Receiver<PortCounters>,
+    /// Every member's boot, and what happened to those that rebooted.
+    pub boots: watch::Receiver<Arc<BootView>>,
 }
 
 /// What the aggregator publishes for the reporter.
@@ -352,6 +355,7 @@ impl Aggregator {
                 .collect(),
         };
         let mut status = self.engine.evaluate(&inputs, now);
+        boot::annotate(&mut status, &self.feeds.boots.borrow());
         self.evaluation_times.observe(started.elapsed());
         self.refresh_topology(&inputs, local_facts.clone(), now);
         status.cables.clone_from(&self.topology.cables);

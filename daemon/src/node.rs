@@ -21,7 +21,7 @@ use crate::grpc::{self, MeshService, PeerService, Services, TopologyService};
 use crate::metrics::Metrics;
 use crate::probe::ProbeManager;
 use crate::reporter::Reporter;
-use crate::watch::{bridge, cpu, facts, jobs, load};
+use crate::watch::{boot, bridge, cpu, facts, jobs, load, memory};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -119,9 +119,19 @@ impl RunningNode {
             metrics.clone(),
             shutdown.clone(),
         );
-        // The job watcher needs the mesh status, which exists only once the
-        // aggregator does, and the aggregator needs the job alarms.
-        let (job_alarms, job_alarms_rx) = tokio::sync::watch::channel(Vec::new());
+        // The job and boot watchers need the mesh status and state, which
+        // exist only once the aggregator does, and the aggregator needs
+        // their alarms (and the boots).
+        let (job_alarms, job_alarms_rx) = watch::channel(Vec::new());
+        let (boot_alarms, boot_alarms_rx) = watch::channel(Vec::new());
+        let (boot_view, boot_view_rx) = watch::channel(Arc::default());
+        let memory_alarms = memory::spawn(
+            identity.id.clone(),
+            configs.subscribe(),
+            cpu_watch.samples.clone(),
+            metrics.clone(),
+            shutdown.clone(),
+        );
         let feeds = Feeds {
             book: book.clone(),
             probes,
@@ -131,18 +141,38 @@ impl RunningNode {
                 cpu_watch.alarms.clone(),
                 job_alarms_rx,
                 facts_watch.alarms,
+                memory_alarms,
+                boot_alarms_rx,
             ],
-            facts: facts_watch.facts,
+            facts: facts_watch.facts.clone(),
             port_counters: facts_watch.counters,
+            boots: boot_view_rx,
         };
         let (aggregator, state, outgoing) = Aggregator::new(config, identity.clone(), feeds);
         jobs::spawn(
             identity.id.clone(),
             configs.subscribe(),
-            cpu_watch.samples,
-            state.status.clone(),
+            jobs::JobFeeds {
+                samples: cpu_watch.samples,
+                status: state.status.clone(),
+                facts: facts_watch.facts.clone(),
+            },
             job_alarms,
             metrics.clone(),
+            shutdown.clone(),
+        );
+        boot::spawn(
+            configs.subscribe(),
+            boot::BootInputs {
+                identity: identity.clone(),
+                book: book.clone(),
+                local_facts: facts_watch.facts,
+                state: state.clone(),
+            },
+            boot::BootOutputs {
+                alarms: boot_alarms,
+                view: boot_view,
+            },
             shutdown.clone(),
         );
         let reporter = Reporter::start(

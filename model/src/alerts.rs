@@ -39,6 +39,12 @@ fn alert_name(kind: AlarmKind) -> Option<&'static str> {
         AlarmKind::RdmaDisabled => Some("MeshRdmaDisabled"),
         AlarmKind::LinkSpeedLow => Some("MeshLinkSpeedLow"),
         AlarmKind::JobHung => Some("MeshJobHung"),
+        AlarmKind::MemoryPressure => Some("MeshMemoryPressure"),
+        AlarmKind::WiredMemoryLeak => Some("MeshWiredMemoryLeak"),
+        AlarmKind::NodeRebooted => Some("MeshNodeRebooted"),
+        AlarmKind::KernelPanic => Some("MeshKernelPanic"),
+        AlarmKind::JobOrphaned => Some("MeshJobOrphaned"),
+        AlarmKind::JobStalled => Some("MeshJobStalled"),
     }
 }
 
@@ -239,6 +245,7 @@ mod tests {
                 identity: None,
                 last_report_at: None,
                 cpu_saturated: false,
+                boot: Default::default(),
             }],
             links: vec![LinkVerdict {
                 a: LinkEnd::node_only(id("a")),

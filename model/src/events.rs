@@ -188,6 +188,7 @@ mod tests {
                 identity: None,
                 last_report_at: None,
                 cpu_saturated: false,
+                boot: Default::default(),
             }],
             links: vec![LinkVerdict {
                 a: LinkEnd::node_only(id("a")),

@@ -245,6 +245,7 @@ mod tests {
             pid,
             cores,
             command: command.map(str::to_owned),
+            ..ProcessSample::default()
         }
     }
 
@@ -273,6 +274,7 @@ mod tests {
                 identity: None,
                 last_report_at: None,
                 cpu_saturated: false,
+                boot: Default::default(),
             })
             .collect();
         let links = link

@@ -3,6 +3,7 @@
 //! quorum testable (and fast) without a network.
 
 pub mod alerts;
+pub mod boot;
 pub mod bridge;
 pub mod check_alarms;
 pub mod cpu;
@@ -15,6 +16,9 @@ pub mod jobs;
 pub mod link;
 pub mod link_facts;
 pub mod linkstats;
+pub mod memory;
+pub mod orphans;
 pub mod quorum;
+pub mod stall;
 pub mod topology;
 pub mod verdict;

@@ -413,6 +413,9 @@ impl Engine {
             } else {
                 received.is_some_and(|r| r.report.load.cpu_saturated)
             },
+            // From the facts, which the engine does not see:
+            // `crate::boot::annotate` fills it in.
+            boot: Default::default(),
         }
     }
 

@@ -125,18 +125,19 @@ pub fn write_dir(
     };
     for item in recorded {
         match item {
-            Recorded::Command { command, output } => {
+            Recorded::Command {
+                command,
+                operand,
+                output,
+            } => {
+                let name = command.file_name_for(operand.as_deref());
                 let (file, text, ok) = match output {
-                    Ok(text) => (command.file_name().to_owned(), text.clone(), true),
-                    Err(why) => (
-                        format!("{}.error", command.file_name()),
-                        format!("{why}\n"),
-                        false,
-                    ),
+                    Ok(text) => (name, text.clone(), true),
+                    Err(why) => (format!("{name}.error"), format!("{why}\n"), false),
                 };
                 write(&dir.join(&file), &text)?;
                 manifest.commands.push(CapturedCommand {
-                    command: command.line(),
+                    command: command.line_for(operand.as_deref()),
                     file,
                     ok,
                 });

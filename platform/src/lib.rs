@@ -26,7 +26,7 @@ pub mod verbs;
 
 use std::collections::BTreeMap;
 
-use meshd_proto::facts::{NodeFacts, OsKind};
+use meshd_proto::facts::{MemoryFacts, NodeFacts, OsKind};
 
 use crate::source::Source;
 
@@ -86,4 +86,22 @@ pub fn collect(source: &dyn Source, os: OsKind) -> NodeFacts {
     facts.os = os;
     facts.source = source.describe();
     facts
+}
+
+/// This node's memory alone, as the memory watcher reads it every few
+/// seconds (the facts read includes it too); `None` when nothing about it
+/// could be read, with the reasons in `blind_spots`.
+pub fn read_memory(
+    source: &dyn Source,
+    os: OsKind,
+    blind_spots: &mut Vec<String>,
+) -> Option<MemoryFacts> {
+    match os {
+        OsKind::Macos => macos::memory::read_memory(source, blind_spots),
+        OsKind::Linux => linux::memory::read_memory(source, blind_spots),
+        OsKind::Other => {
+            blind_spots.push("memory unknown: OS not recognised".to_owned());
+            None
+        }
+    }
 }

@@ -49,6 +49,22 @@ pub enum HostCommand {
     /// the bridge storm watcher samples; numeric, so no name lookup can
     /// stall it.
     InterfaceCounters,
+    /// `sysctl hw.memsize vm.swapusage kern.memorystatus_vm_pressure_level
+    /// kern.bootsessionuuid kern.boottime`: memory size, swap, the kernel's
+    /// pressure level and which boot this is. All five exist on every
+    /// macOS meshd runs on; one unknown name would fail the whole command.
+    Sysctl,
+    /// `vm_stat`: page counts, wired memory among them.
+    VmStat,
+    /// `sysctl iogpu.wired_limit_mb`: how much the GPU may wire. Apple
+    /// silicon only, so on its own: it fails ("unknown oid") elsewhere.
+    GpuWiredLimit,
+    /// `pmset -g`: sleep, disk sleep, restart after power failure.
+    Pmset,
+    /// `networksetup -getinfo SERVICE`: how a network service gets its
+    /// address. Takes the service as its operand ([`Source::capture_for`]);
+    /// one read-only call per Thunderbolt port's service.
+    ServiceInfo,
 }
 
 /// The Application Firewall's command-line tool (macOS).
@@ -56,7 +72,8 @@ pub const SOCKETFILTERFW: &str = "/usr/libexec/ApplicationFirewall/socketfilterf
 
 impl HostCommand {
     /// Every command: the macOS collector's in the order they are run,
-    /// then Linux's `ip`, then the bridge watcher's.
+    /// then the one it runs per network service, then Linux's `ip`, then
+    /// the bridge watcher's.
     pub const ALL: &'static [HostCommand] = &[
         HostCommand::SwVers,
         HostCommand::HwModel,
@@ -70,13 +87,25 @@ impl HostCommand {
         HostCommand::IbvDevinfo,
         HostCommand::FirewallState,
         HostCommand::FirewallRules,
+        HostCommand::Sysctl,
+        HostCommand::VmStat,
+        HostCommand::GpuWiredLimit,
+        HostCommand::Pmset,
+        HostCommand::ServiceInfo,
         HostCommand::IpAddr,
         HostCommand::InterfaceCounters,
     ];
 
-    /// The commands of the macOS platform, in the order they are run: the
-    /// first twelve of [`HostCommand::ALL`].
-    pub const MACOS: &'static [HostCommand] = Self::ALL.split_at(12).0;
+    /// The commands of the macOS platform that run once per read, in the
+    /// order they are run: the first sixteen of [`HostCommand::ALL`].
+    pub const MACOS: &'static [HostCommand] = Self::ALL.split_at(16).0;
+
+    /// What the memory watcher runs on macOS, every `watch.memory.interval`.
+    pub const MACOS_MEMORY: &'static [HostCommand] = &[
+        HostCommand::Sysctl,
+        HostCommand::VmStat,
+        HostCommand::GpuWiredLimit,
+    ];
 
     /// The commands of the Linux platform (sysfs does the rest); `ibv_*`
     /// are the fallback where the verbs library cannot be loaded.
@@ -111,12 +140,17 @@ impl HostCommand {
             HostCommand::InterfaceCounters => "netstat",
             // Not on any PATH.
             HostCommand::FirewallState | HostCommand::FirewallRules => SOCKETFILTERFW,
+            HostCommand::Sysctl | HostCommand::GpuWiredLimit => "sysctl",
+            HostCommand::VmStat => "vm_stat",
+            HostCommand::Pmset => "pmset",
+            HostCommand::ServiceInfo => "networksetup",
         }
     }
 
+    /// The arguments, before the operand of a command that takes one.
     pub fn args(self) -> &'static [&'static str] {
         match self {
-            HostCommand::SwVers | HostCommand::IbvDevices => &[],
+            HostCommand::SwVers | HostCommand::IbvDevices | HostCommand::VmStat => &[],
             HostCommand::HwModel => &["-n", "hw.model"],
             HostCommand::Thunderbolt => &["SPThunderboltDataType", "-json"],
             HostCommand::HardwarePorts => &["-listallhardwareports"],
@@ -129,7 +163,22 @@ impl HostCommand {
             HostCommand::InterfaceCounters => &["-i", "-b", "-n"],
             HostCommand::FirewallState => &["--getglobalstate"],
             HostCommand::FirewallRules => &["--listapps"],
+            HostCommand::Sysctl => &[
+                "hw.memsize",
+                "vm.swapusage",
+                "kern.memorystatus_vm_pressure_level",
+                "kern.bootsessionuuid",
+                "kern.boottime",
+            ],
+            HostCommand::GpuWiredLimit => &["iogpu.wired_limit_mb"],
+            HostCommand::Pmset => &["-g"],
+            HostCommand::ServiceInfo => &["-getinfo"],
         }
+    }
+
+    /// Whether it is run with an operand ([`Source::capture_for`]).
+    pub fn takes_operand(self) -> bool {
+        self == HostCommand::ServiceInfo
     }
 
     /// `system_profiler` takes about a second when healthy; `ibv_devinfo`
@@ -158,7 +207,34 @@ impl HostCommand {
             HostCommand::InterfaceCounters => "netstat_ibn.txt",
             HostCommand::FirewallState => "socketfilterfw_getglobalstate.txt",
             HostCommand::FirewallRules => "socketfilterfw_listapps.txt",
+            HostCommand::Sysctl => "sysctl_memory_boot.txt",
+            HostCommand::VmStat => "vm_stat.txt",
+            HostCommand::GpuWiredLimit => "sysctl_iogpu.wired_limit_mb.txt",
+            HostCommand::Pmset => "pmset_g.txt",
+            HostCommand::ServiceInfo => "networksetup_getinfo.txt",
         }
+    }
+
+    /// The bundle file of its output for `operand`
+    /// (`networksetup_getinfo_Thunderbolt_1.txt`): the operand with every
+    /// character but letters, digits, `.`, `-` made `_`, so no operand can
+    /// name another file.
+    pub fn file_name_for(self, operand: Option<&str>) -> String {
+        let Some(operand) = operand else {
+            return self.file_name().to_owned();
+        };
+        let safe: String = operand
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || matches!(c, '.' | '-') {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let stem = self.file_name().trim_end_matches(".txt");
+        format!("{stem}_{safe}.txt")
     }
 
     /// The command line, for messages and bundle manifests.
@@ -169,8 +245,15 @@ impl HostCommand {
             .join(" ")
     }
 
-    fn error_file_name(self) -> String {
-        format!("{}.error", self.file_name())
+    /// The command line with its operand, quoted when it has spaces.
+    pub fn line_for(self, operand: Option<&str>) -> String {
+        let args: Vec<String> = self
+            .args()
+            .iter()
+            .map(|a| (*a).to_owned())
+            .chain(operand.map(str::to_owned))
+            .collect();
+        crate::command::command_line(self.program(), &args)
     }
 }
 
@@ -204,8 +287,16 @@ pub trait Source: Send + Sync {
     /// The standard output of `command`.
     fn capture(&self, command: HostCommand) -> Result<String, CaptureError>;
 
+    /// The standard output of `command` run with `operand` as its last
+    /// argument (`networksetup -getinfo "Thunderbolt 1"`).
+    fn capture_for(&self, command: HostCommand, operand: &str) -> Result<String, CaptureError>;
+
     /// A file's text by its absolute path on the host ("/sys/class/net/eth0/operstate").
     fn read_file(&self, path: &str) -> std::io::Result<String>;
+
+    /// At most the first `max_bytes` of a file (invalid UTF-8 replaced),
+    /// for files that can be large (panic reports run to megabytes).
+    fn read_file_head(&self, path: &str, max_bytes: usize) -> std::io::Result<String>;
 
     /// The entry names of a directory by its absolute path on the host,
     /// sorted.
@@ -235,13 +326,18 @@ pub struct VerbsDevices {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct LiveSource;
 
-impl Source for LiveSource {
-    fn capture(&self, command: HostCommand) -> Result<String, CaptureError> {
-        let args: Vec<String> = command.args().iter().map(|a| (*a).to_owned()).collect();
+impl LiveSource {
+    fn run(command: HostCommand, operand: Option<&str>) -> Result<String, CaptureError> {
+        let args: Vec<String> = command
+            .args()
+            .iter()
+            .map(|a| (*a).to_owned())
+            .chain(operand.map(str::to_owned))
+            .collect();
         match run_with_timeout(command.program(), &args, command.timeout()) {
             Ok(out) if out.success => Ok(out.stdout),
             Ok(out) => Err(CaptureError::Failed {
-                command: command.line(),
+                command: command.line_for(operand),
                 status: out.status,
                 stderr: out.stderr,
             }),
@@ -250,9 +346,33 @@ impl Source for LiveSource {
             }
         }
     }
+}
+
+/// The first `max_bytes` of the file at `path`.
+fn read_head(path: &Path, max_bytes: usize) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(u64::try_from(max_bytes).unwrap_or(u64::MAX))
+        .read_to_end(&mut bytes)?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+impl Source for LiveSource {
+    fn capture(&self, command: HostCommand) -> Result<String, CaptureError> {
+        Self::run(command, None)
+    }
+
+    fn capture_for(&self, command: HostCommand, operand: &str) -> Result<String, CaptureError> {
+        Self::run(command, Some(operand))
+    }
 
     fn read_file(&self, path: &str) -> std::io::Result<String> {
         std::fs::read_to_string(path)
+    }
+
+    fn read_file_head(&self, path: &str, max_bytes: usize) -> std::io::Result<String> {
+        read_head(Path::new(path), max_bytes)
     }
 
     fn list_dir(&self, path: &str) -> std::io::Result<Vec<String>> {
@@ -329,30 +449,49 @@ fn as_io(err: FileError) -> std::io::Error {
     }
 }
 
-impl Source for ReplaySource {
-    fn capture(&self, command: HostCommand) -> Result<String, CaptureError> {
-        match self.read(Path::new(command.file_name())) {
+impl ReplaySource {
+    fn replay(&self, command: HostCommand, operand: Option<&str>) -> Result<String, CaptureError> {
+        let file = command.file_name_for(operand);
+        match self.read(Path::new(&file)) {
             Ok(bytes) => return Ok(String::from_utf8_lossy(&bytes).into_owned()),
             Err(err) if !err.is_not_found() => {
                 return Err(CaptureError::Run(format!("cannot read {err}")));
             }
             Err(_) => {}
         }
-        match self.read(Path::new(&command.error_file_name())) {
+        match self.read(Path::new(&format!("{file}.error"))) {
             Ok(recorded) => Err(CaptureError::Run(
                 String::from_utf8_lossy(&recorded).trim().to_owned(),
             )),
             Err(_) => Err(CaptureError::NotCaptured {
-                command: command.line(),
-                file: command.file_name().to_owned(),
+                command: command.line_for(operand),
+                file,
             }),
         }
+    }
+}
+
+impl Source for ReplaySource {
+    fn capture(&self, command: HostCommand) -> Result<String, CaptureError> {
+        self.replay(command, None)
+    }
+
+    fn capture_for(&self, command: HostCommand, operand: &str) -> Result<String, CaptureError> {
+        self.replay(command, Some(operand))
     }
 
     fn read_file(&self, path: &str) -> std::io::Result<String> {
         let bytes = self.read(host_path(path)).map_err(as_io)?;
         String::from_utf8(bytes)
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    }
+
+    fn read_file_head(&self, path: &str, max_bytes: usize) -> std::io::Result<String> {
+        // A bundle's file is read whole within the bundle's cap: a recorded
+        // head is no longer than the head asked for.
+        let bytes = self.read(host_path(path)).map_err(as_io)?;
+        let head = &bytes[..bytes.len().min(max_bytes)];
+        Ok(String::from_utf8_lossy(head).into_owned())
     }
 
     fn list_dir(&self, path: &str) -> std::io::Result<Vec<String>> {
@@ -378,6 +517,8 @@ fn list(dir: &Path) -> std::io::Result<Vec<String>> {
 pub enum Recorded {
     Command {
         command: HostCommand,
+        /// The operand of a command run with one.
+        operand: Option<String>,
         output: Result<String, String>,
     },
     File {
@@ -425,8 +566,30 @@ impl<S: Source> Source for Recorder<S> {
         let result = self.inner.capture(command);
         self.keep(Recorded::Command {
             command,
+            operand: None,
             output: result.clone().map_err(|e| e.to_string()),
         });
+        result
+    }
+
+    fn capture_for(&self, command: HostCommand, operand: &str) -> Result<String, CaptureError> {
+        let result = self.inner.capture_for(command, operand);
+        self.keep(Recorded::Command {
+            command,
+            operand: Some(operand.to_owned()),
+            output: result.clone().map_err(|e| e.to_string()),
+        });
+        result
+    }
+
+    fn read_file_head(&self, path: &str, max_bytes: usize) -> std::io::Result<String> {
+        let result = self.inner.read_file_head(path, max_bytes);
+        if let Ok(text) = &result {
+            self.keep(Recorded::File {
+                path: path.to_owned(),
+                text: text.clone(),
+            });
+        }
         result
     }
 
@@ -471,8 +634,18 @@ mod tests {
         }
         assert_eq!(
             HostCommand::MACOS.last(),
-            Some(&HostCommand::FirewallRules),
+            Some(&HostCommand::Pmset),
             "MACOS is the macOS collector's commands"
+        );
+        for command in HostCommand::MACOS_MEMORY {
+            assert!(HostCommand::MACOS.contains(command), "{command}");
+        }
+        assert!(
+            HostCommand::ALL
+                .iter()
+                .filter(|c| c.takes_operand())
+                .all(|c| !HostCommand::MACOS.contains(c)),
+            "the collector runs commands with an operand on their own"
         );
         let mut files: Vec<&str> = commands.iter().map(|c| c.file_name()).collect();
         files.sort_unstable();
@@ -483,6 +656,54 @@ mod tests {
                 .iter()
                 .all(|c| c.timeout() <= Duration::from_secs(10))
         );
+    }
+
+    /// meshd must stay a safe neighbour of the jobs it watches: a
+    /// GPU-counter poller bundled with one cluster tool is blamed for MLX
+    /// crashes, and failed RDMA connection attempts have wedged ports. No
+    /// command polls GPU or power counters, touches the RDMA device beyond
+    /// listing and querying it, or changes a setting.
+    #[test]
+    fn the_catalogue_is_read_only_and_polls_no_gpu_or_power_counters() {
+        const NEVER: &[&str] = &[
+            // GPU and power counters (IOReport underneath).
+            "powermetrics",
+            "ioreg",
+            // RDMA traffic, resets and configuration.
+            "ibv_rc_pingpong",
+            "ibv_ud_pingpong",
+            "ib_write_bw",
+            "ib_send_bw",
+            "perfquery",
+            "rdma",
+            "ibstat",
+            // Anything that acts as another user.
+            "sudo",
+        ];
+        for &command in HostCommand::ALL {
+            let program = command.program();
+            assert!(!NEVER.contains(&program), "{command} must not run");
+            let args = command.args();
+            let allowed = match program {
+                "sysctl" => {
+                    args.iter().all(|a| !a.contains('=') && !a.starts_with('-'))
+                        || args == ["-n", "hw.model"]
+                }
+                "pmset" => args == ["-g"],
+                "rdma_ctl" => args == ["status"],
+                "networksetup" => args
+                    .iter()
+                    .all(|a| a.starts_with("-list") || a.starts_with("-get")),
+                "ip" => args.last() == Some(&"show"),
+                "ibv_devices" | "ibv_devinfo" | "sw_vers" | "vm_stat" | "ifconfig" | "netstat"
+                | "system_profiler" => args.iter().all(|a| {
+                    !a.contains('=')
+                        && !["up", "down", "-R", "--reset", "create", "destroy"].contains(a)
+                }),
+                other => panic!("{other}: a new program; say here why it is read-only"),
+            };
+            assert!(allowed, "{command} could change something");
+        }
     }
 
     #[test]
@@ -527,6 +748,44 @@ mod tests {
     }
 
     #[test]
+    fn operands_name_their_own_bundle_files_and_heads_are_bounded() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = HostCommand::ServiceInfo.file_name_for(Some("Thunderbolt 1/../x"));
+        assert_eq!(file, "networksetup_getinfo_Thunderbolt_1_.._x.txt");
+        std::fs::write(dir.path().join(&file), "Manual Configuration\n").expect("write");
+        std::fs::create_dir_all(dir.path().join("var/log")).expect("mkdir");
+        std::fs::write(dir.path().join("var/log/big"), "x".repeat(10_000)).expect("write");
+        let recorder = Recorder::new(ReplaySource::open(dir.path()).expect("open"));
+        assert_eq!(
+            recorder
+                .capture_for(HostCommand::ServiceInfo, "Thunderbolt 1/../x")
+                .as_deref(),
+            Ok("Manual Configuration\n")
+        );
+        let missing = recorder
+            .capture_for(HostCommand::ServiceInfo, "Thunderbolt 2")
+            .expect_err("not captured");
+        assert_eq!(
+            missing.to_string(),
+            "networksetup -getinfo 'Thunderbolt 2': not in the bundle \
+             (no networksetup_getinfo_Thunderbolt_2.txt)"
+        );
+        assert_eq!(
+            recorder
+                .read_file_head("/var/log/big", 100)
+                .expect("head")
+                .len(),
+            100
+        );
+        let seen = recorder.into_recorded();
+        assert!(matches!(
+            &seen[0],
+            Recorded::Command { operand: Some(o), .. } if o == "Thunderbolt 1/../x"
+        ));
+        assert!(matches!(&seen[2], Recorded::File { text, .. } if text.len() == 100));
+    }
+
+    #[test]
     fn a_recorder_keeps_what_passed_through() {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::write(dir.path().join("sw_vers.txt"), "ProductVersion: 26.2\n").expect("write");
@@ -540,6 +799,7 @@ mod tests {
             seen[0],
             Recorded::Command {
                 command: HostCommand::SwVers,
+                operand: None,
                 output: Ok("ProductVersion: 26.2\n".into())
             }
         );

@@ -11,7 +11,7 @@ use meshd_platform::mesh::models::ModelTable;
 use meshd_proto::domain::{NodeId, RdmaPortState};
 use meshd_proto::facts::{
     BridgeFact, Cable, CableEnd, CheckResult, CheckStatus, FirewallFact, FirewallRule, Gid,
-    Ipv4Cidr, NodeFacts, OsKind, PeerFact, PortFact, RdmaPortFact,
+    Ipv4Cidr, Ipv4Method, NodeFacts, OsKind, PeerFact, PortFact, PowerSettings, RdmaPortFact,
 };
 
 const G80: u64 = 80_000_000_000;
@@ -95,6 +95,7 @@ fn healthy(n: usize) -> BTreeMap<NodeId, NodeFacts> {
                 port.linked = Some(true);
                 port.iface_up = Some(true);
                 port.ipv4 = Some(vec![Ipv4Cidr::new(ip, 30).unwrap()]);
+                port.ipv4_method = Some(Ipv4Method::Manual);
                 port.peer = Some(PeerFact {
                     domain_uuid: uuid(j, port_for(j, i)),
                     model: ULTRA.to_owned(),
@@ -141,6 +142,13 @@ fn healthy(n: usize) -> BTreeMap<NodeId, NodeFacts> {
                         path: "/usr/local/bin/meshd".to_owned(),
                         allowed: Some(true),
                     }]),
+                }),
+                power: Some(PowerSettings {
+                    sleep_minutes: Some(0),
+                    disk_sleep_minutes: Some(0),
+                    auto_restart: Some(true),
+                    sleep_disabled: None,
+                    sleep_prevented_by: vec![],
                 }),
                 ..NodeFacts::default()
             };
@@ -226,7 +234,7 @@ fn healthy_four_node_mesh_passes_every_check() {
         }
     );
     let results = all_checks(&facts, &members(4));
-    assert_eq!(results.len(), 4 * 8 + 7);
+    assert_eq!(results.len(), 4 * 11 + 7);
     assert_eq!(not_passing(&results), []);
     for r in &results {
         assert!(r.fix.is_empty(), "{r:?}");
@@ -422,11 +430,19 @@ fn active_bridge_fails_and_the_fix_uses_the_service_found_by_device() {
     let results = all_checks(&facts, &members(4));
     assert_eq!(
         not_passing(&results),
-        [(
-            "thunderbolt_bridge_inactive".to_owned(),
-            on(3),
-            CheckStatus::Fail
-        )]
+        [
+            (
+                "thunderbolt_bridge_inactive".to_owned(),
+                on(3),
+                CheckStatus::Fail
+            ),
+            // Its service is on: the drift that brings it back.
+            (
+                "thunderbolt_bridge_service_off".to_owned(),
+                on(3),
+                CheckStatus::Warn
+            )
+        ]
     );
     let bridge = results
         .iter()

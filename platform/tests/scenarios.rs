@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use meshd_platform::bundle;
 use meshd_platform::ibv::{RdmaDevice, RdmaPort};
 use meshd_platform::macos;
+use meshd_platform::macos::NO_RDMA_TRAFFIC_COUNTER;
 use meshd_platform::mesh::checks::{Diagnosis, diagnose};
 use meshd_platform::mesh::models::ModelTable;
 use meshd_platform::source::{CaptureError, HostCommand, ReplaySource, Source, VerbsDevices};
@@ -36,7 +37,8 @@ fn replay(scenario: &str) -> NodeFacts {
 }
 
 /// One "not in the bundle" blind spot per command the scenario has no file
-/// for, in command order, then `extra`.
+/// for, in command order, then `extra`, then the panic reports no scenario
+/// holds and the RDMA traffic counter macOS does not have.
 fn expected_blind_spots(scenario: &str, extra: &[&str]) -> Vec<String> {
     let dir = Path::new(SCENARIOS).join(scenario);
     HostCommand::MACOS
@@ -50,6 +52,12 @@ fn expected_blind_spots(scenario: &str, extra: &[&str]) -> Vec<String> {
             .to_string()
         })
         .chain(extra.iter().map(|s| (*s).to_owned()))
+        .chain([
+            "kernel panic reports unknown: cannot list /Library/Logs/DiagnosticReports: No such \
+             file or directory (os error 2)"
+                .to_owned(),
+            NO_RDMA_TRAFFIC_COUNTER.to_owned(),
+        ])
         .collect()
 }
 
@@ -579,8 +587,14 @@ impl Source for WithVerbs {
         );
         self.commands.capture(command)
     }
+    fn capture_for(&self, command: HostCommand, operand: &str) -> Result<String, CaptureError> {
+        self.commands.capture_for(command, operand)
+    }
     fn read_file(&self, path: &str) -> std::io::Result<String> {
         self.commands.read_file(path)
+    }
+    fn read_file_head(&self, path: &str, max_bytes: usize) -> std::io::Result<String> {
+        self.commands.read_file_head(path, max_bytes)
     }
     fn list_dir(&self, path: &str) -> std::io::Result<Vec<String>> {
         self.commands.list_dir(path)

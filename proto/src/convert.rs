@@ -15,8 +15,9 @@ use crate::domain::{
     RejectReason, RttHistogram, RttSummary, Severity, UnknownName,
 };
 use crate::facts::{
-    BridgeFact, Cable, CableEnd, CheckResult, CheckStatus, FirewallFact, FirewallRule, Gid,
-    Ipv4Cidr, NodeFacts, OsKind, PeerFact, PortFact, RdmaPortFact,
+    BootIdentity, BridgeFact, Cable, CableEnd, CheckResult, CheckStatus, FirewallFact,
+    FirewallRule, Gid, Ipv4Cidr, Ipv4Method, MemoryFacts, MemoryPressure, NodeFacts, OsKind,
+    PanicFacts, PanicReport, PeerFact, PortFact, PowerSettings, RdmaPortFact,
 };
 use crate::{limits, wire};
 
@@ -135,6 +136,28 @@ fn non_empty(s: String) -> Option<String> {
     if s.is_empty() { None } else { Some(s) }
 }
 
+/// A peer's free text where a short one is expected: refused, naming the
+/// field, when longer than `max` characters.
+fn bounded(field: &str, s: String, max: usize) -> Result<String> {
+    let chars = s.chars().count();
+    if chars > max {
+        return Err(WireError::new(
+            field,
+            format!("{chars} characters; at most {max} are accepted"),
+        ));
+    }
+    Ok(s)
+}
+
+/// Longest boot id accepted (a UUID is 36 characters).
+const MAX_BOOT_ID_CHARS: usize = 64;
+/// Longest panic report file name and first line accepted.
+const MAX_PANIC_FILE_CHARS: usize = 255;
+const MAX_PANIC_LINE_CHARS: usize = 512;
+/// Most processes named as holding sleep off, and the longest name.
+const MAX_SLEEP_PREVENTERS: usize = 32;
+const MAX_PROCESS_NAME_CHARS: usize = 64;
+
 fn timestamp(t: SystemTime) -> Option<prost_types::Timestamp> {
     Some(t.into())
 }
@@ -186,6 +209,14 @@ enum_conversions!(EventKind, EventKind, event_kind, event_kind_wire, {
     AlarmCleared => AlarmCleared,
     ConfigReloaded => ConfigReloaded,
     ConfigRejected => ConfigRejected,
+    NodeRestarted => NodeRestarted,
+    NodeRebooted => NodeRebooted,
+});
+enum_conversions!(MemoryPressure, MemoryPressure, memory_pressure, memory_pressure_wire, {
+    Normal => Normal, Warning => Warning, Critical => Critical,
+});
+enum_conversions!(Ipv4Method, Ipv4Method, ipv4_method, ipv4_method_wire, {
+    Manual => Manual, Dhcp => Dhcp, Bootp => Bootp, ManualWithDhcpRouter => ManualWithDhcpRouter,
 });
 
 enum_conversions!(InterfaceState, InterfaceState, interface_state, interface_state_wire, {
@@ -594,6 +625,7 @@ impl From<NodeVerdict> for wire::NodeVerdict {
             identity: n.identity.map(Into::into),
             last_report_at: n.last_report_at.map(Into::into),
             cpu_saturated: n.cpu_saturated,
+            boot: boot_wire(n.boot),
         }
     }
 }
@@ -613,6 +645,7 @@ impl TryFrom<wire::NodeVerdict> for NodeVerdict {
                 .map_err(|e| e.within("identity"))?,
             last_report_at: optional_time("last_report_at", n.last_report_at)?,
             cpu_saturated: n.cpu_saturated,
+            boot: boot_identity(n.boot).map_err(|e| e.within("boot"))?,
         })
     }
 }
@@ -821,6 +854,22 @@ impl From<NodeFacts> for wire::NodeFacts {
                 })
                 .collect(),
             bridges_read,
+            boot: boot_wire(f.boot),
+            memory: f.memory.map(memory_wire),
+            power: f.power.map(|p| wire::PowerSettings {
+                sleep_minutes: p.sleep_minutes,
+                disk_sleep_minutes: p.disk_sleep_minutes,
+                auto_restart: p.auto_restart,
+                sleep_disabled: p.sleep_disabled,
+                sleep_prevented_by: p.sleep_prevented_by,
+            }),
+            panics_read: f.panics.is_some(),
+            latest_panic: f.panics.and_then(|p| p.latest).map(|r| wire::PanicReport {
+                file: r.file,
+                at_unix: r.at_unix,
+                first_line: r.first_line,
+                boot_id: r.boot_id.unwrap_or_default(),
+            }),
             firewall: f.firewall.map(|fw| wire::FirewallFact {
                 enabled: fw.enabled,
                 block_all: fw.block_all,
@@ -868,6 +917,101 @@ fn firewall_fact(fw: wire::FirewallFact) -> Result<FirewallFact> {
     })
 }
 
+/// An unknown boot is no message at all.
+fn boot_wire(b: BootIdentity) -> Option<wire::BootIdentity> {
+    b.is_known().then(|| wire::BootIdentity {
+        id: b.id.unwrap_or_default(),
+        booted_at_unix: b.booted_at_unix,
+    })
+}
+
+fn boot_identity(b: Option<wire::BootIdentity>) -> Result<BootIdentity> {
+    let Some(b) = b else {
+        return Ok(BootIdentity::default());
+    };
+    Ok(BootIdentity {
+        id: non_empty(bounded("id", b.id, MAX_BOOT_ID_CHARS)?),
+        booted_at_unix: b.booted_at_unix,
+    })
+}
+
+fn memory_wire(m: MemoryFacts) -> wire::MemoryFacts {
+    wire::MemoryFacts {
+        total_bytes: m.total_bytes,
+        wired_bytes: m.wired_bytes,
+        locked_bytes: m.locked_bytes,
+        swap_total_bytes: m.swap_total_bytes,
+        swap_used_bytes: m.swap_used_bytes,
+        pressure: m.pressure.map(memory_pressure_wire),
+        stall_some_bp: m.stall_some_bp,
+        stall_full_bp: m.stall_full_bp,
+        gpu_wired_limit_bytes: m.gpu_wired_limit_bytes,
+    }
+}
+
+fn memory_facts(m: wire::MemoryFacts) -> Result<MemoryFacts> {
+    Ok(MemoryFacts {
+        total_bytes: m.total_bytes,
+        wired_bytes: m.wired_bytes,
+        locked_bytes: m.locked_bytes,
+        swap_total_bytes: m.swap_total_bytes,
+        swap_used_bytes: m.swap_used_bytes,
+        pressure: m
+            .pressure
+            .map(|raw| memory_pressure("pressure", raw))
+            .transpose()?,
+        stall_some_bp: m.stall_some_bp,
+        stall_full_bp: m.stall_full_bp,
+        gpu_wired_limit_bytes: m.gpu_wired_limit_bytes,
+    })
+}
+
+fn power_settings(p: wire::PowerSettings) -> Result<PowerSettings> {
+    if p.sleep_prevented_by.len() > MAX_SLEEP_PREVENTERS {
+        return Err(WireError::new(
+            "sleep_prevented_by",
+            format!(
+                "{} names; at most {MAX_SLEEP_PREVENTERS} are accepted",
+                p.sleep_prevented_by.len()
+            ),
+        ));
+    }
+    Ok(PowerSettings {
+        sleep_minutes: p.sleep_minutes,
+        disk_sleep_minutes: p.disk_sleep_minutes,
+        auto_restart: p.auto_restart,
+        sleep_disabled: p.sleep_disabled,
+        sleep_prevented_by: p
+            .sleep_prevented_by
+            .into_iter()
+            .enumerate()
+            .map(|(i, name)| {
+                bounded(
+                    &format!("sleep_prevented_by[{i}]"),
+                    name,
+                    MAX_PROCESS_NAME_CHARS,
+                )
+            })
+            .collect::<Result<_>>()?,
+    })
+}
+
+fn panic_facts(read: bool, latest: Option<wire::PanicReport>) -> Result<Option<PanicFacts>> {
+    let latest = latest
+        .map(|r| -> Result<PanicReport> {
+            Ok(PanicReport {
+                file: bounded("file", r.file, MAX_PANIC_FILE_CHARS)?,
+                at_unix: r.at_unix,
+                first_line: bounded("first_line", r.first_line, MAX_PANIC_LINE_CHARS)?,
+                boot_id: non_empty(bounded("boot_id", r.boot_id, MAX_BOOT_ID_CHARS)?),
+            })
+        })
+        .transpose()
+        .map_err(|e| e.within("latest_panic"))?;
+    // A report is knowledge even from a peer that did not set the flag.
+    Ok((read || latest.is_some()).then_some(PanicFacts { latest }))
+}
+
 impl TryFrom<wire::NodeFacts> for NodeFacts {
     type Error = WireError;
     fn try_from(f: wire::NodeFacts) -> Result<Self> {
@@ -904,6 +1048,18 @@ impl TryFrom<wire::NodeFacts> for NodeFacts {
                 .map(firewall_fact)
                 .transpose()
                 .map_err(|e| e.within("firewall"))?,
+            boot: boot_identity(f.boot).map_err(|e| e.within("boot"))?,
+            memory: f
+                .memory
+                .map(memory_facts)
+                .transpose()
+                .map_err(|e| e.within("memory"))?,
+            power: f
+                .power
+                .map(power_settings)
+                .transpose()
+                .map_err(|e| e.within("power"))?,
+            panics: panic_facts(f.panics_read, f.latest_panic)?,
         })
     }
 }
@@ -952,6 +1108,7 @@ impl From<PortFact> for wire::PortFact {
                 active_mtu: r.active_mtu,
                 max_mtu: r.max_mtu,
             }),
+            ipv4_method: p.ipv4_method.map(ipv4_method_wire),
         }
     }
 }
@@ -1021,6 +1178,10 @@ impl TryFrom<wire::PortFact> for PortFact {
             ipv4: ipv4_read.then_some(ipv4),
             iface_up: p.iface_up,
             rdma,
+            ipv4_method: p
+                .ipv4_method
+                .map(|raw| ipv4_method("ipv4_method", raw))
+                .transpose()?,
         })
     }
 }
@@ -1146,6 +1307,10 @@ mod tests {
                     identity: Some(identity),
                     last_report_at: Some(at(99)),
                     cpu_saturated: false,
+                    boot: BootIdentity {
+                        id: Some("40962879-B7EE-4F13-AF6E-E7266EF5E732".into()),
+                        booted_at_unix: Some(1_790_421_415),
+                    },
                 },
                 NodeVerdict {
                     id: id("c"),
@@ -1155,6 +1320,7 @@ mod tests {
                     identity: None,
                     last_report_at: None,
                     cpu_saturated: false,
+                    boot: BootIdentity::default(),
                 },
             ],
             links: vec![LinkVerdict {
@@ -1263,6 +1429,7 @@ mod tests {
                     usable_for_rdma: true,
                     ipv4: Some(vec!["169.254.0.1/30".parse().expect("cidr")]),
                     iface_up: Some(true),
+                    ipv4_method: Some(Ipv4Method::Manual),
                     rdma: Some(RdmaPortFact {
                         port: 1,
                         state: RdmaPortState::Active,
@@ -1312,6 +1479,34 @@ mod tests {
             }]),
             blind_spots: vec!["ibv_devinfo: timed out after 5s".into()],
             source: "live".into(),
+            boot: BootIdentity {
+                id: Some("40962879-B7EE-4F13-AF6E-E7266EF5E732".into()),
+                booted_at_unix: Some(1_790_421_415),
+            },
+            memory: Some(MemoryFacts {
+                total_bytes: Some(51_539_607_552),
+                wired_bytes: Some(4_449_812_480),
+                swap_total_bytes: Some(13_958_643_712),
+                swap_used_bytes: Some(12_190_348_574),
+                pressure: Some(MemoryPressure::Warning),
+                gpu_wired_limit_bytes: Some(0),
+                ..MemoryFacts::default()
+            }),
+            power: Some(PowerSettings {
+                sleep_minutes: Some(1),
+                disk_sleep_minutes: Some(10),
+                auto_restart: None,
+                sleep_disabled: Some(false),
+                sleep_prevented_by: vec!["sharingd".into(), "coreaudiod".into()],
+            }),
+            panics: Some(PanicFacts {
+                latest: Some(PanicReport {
+                    file: "panic-full-2026-03-11-114515.0002.panic".into(),
+                    at_unix: Some(1_773_225_915),
+                    first_line: "panic(cpu 6 caller 0xfffffe0048cc402c): watchdog timeout".into(),
+                    boot_id: Some("7EDF3EA8-1F47-4E07-A28D-C02488B3E469".into()),
+                }),
+            }),
             firewall: Some(FirewallFact {
                 enabled: Some(true),
                 block_all: Some(false),
@@ -1321,6 +1516,58 @@ mod tests {
                 }]),
             }),
         }
+    }
+
+    #[test]
+    fn unknown_memory_boot_and_panics_stay_unknown_and_long_peer_text_is_refused() {
+        let blind = NodeFacts::default();
+        let wire: wire::NodeFacts = blind.clone().into();
+        assert!(wire.boot.is_none() && wire.memory.is_none() && !wire.panics_read);
+        assert_eq!(NodeFacts::try_from(wire), Ok(blind));
+
+        let none_found = NodeFacts {
+            panics: Some(PanicFacts { latest: None }),
+            ..NodeFacts::default()
+        };
+        let wire: wire::NodeFacts = none_found.clone().into();
+        assert_eq!(
+            NodeFacts::try_from(wire),
+            Ok(none_found),
+            "looked, found none"
+        );
+
+        let mut long: wire::NodeFacts = sample_facts().into();
+        long.latest_panic.as_mut().expect("panic").first_line = "x".repeat(513);
+        assert_eq!(
+            NodeFacts::try_from(long).expect_err("too long").field,
+            "latest_panic.first_line"
+        );
+        let mut long: wire::NodeFacts = sample_facts().into();
+        long.boot.as_mut().expect("boot").id = "b".repeat(65);
+        assert_eq!(
+            NodeFacts::try_from(long).expect_err("too long").field,
+            "boot.id"
+        );
+        let mut many: wire::NodeFacts = sample_facts().into();
+        many.power.as_mut().expect("power").sleep_prevented_by = vec!["p".into(); 33];
+        assert_eq!(
+            NodeFacts::try_from(many).expect_err("too many").field,
+            "power.sleep_prevented_by"
+        );
+        let mut bad: wire::NodeFacts = sample_facts().into();
+        bad.memory.as_mut().expect("memory").pressure = Some(9);
+        assert_eq!(
+            NodeFacts::try_from(bad)
+                .expect_err("unknown level")
+                .to_string(),
+            "memory.pressure: unknown value 9"
+        );
+        let mut bad: wire::NodeFacts = sample_facts().into();
+        bad.ports[0].ipv4_method = Some(0);
+        assert_eq!(
+            NodeFacts::try_from(bad).expect_err("unspecified").field,
+            "ports[0].ipv4_method"
+        );
     }
 
     #[test]

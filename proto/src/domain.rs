@@ -6,7 +6,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::{Duration, SystemTime};
 
-use crate::facts::{Cable, CheckResult, NodeFacts};
+use crate::facts::{BootIdentity, Cable, CheckResult, NodeFacts};
 
 /// Longest node id accepted: fits a DNS label, and keeps metric labels short.
 pub const NODE_ID_MAX_LEN: usize = 63;
@@ -215,6 +215,8 @@ pub enum EventKind {
     AlarmCleared,
     ConfigReloaded,
     ConfigRejected,
+    NodeRestarted,
+    NodeRebooted,
 }
 named_enum!(EventKind {
     LinkDown => "link_down",
@@ -230,6 +232,8 @@ named_enum!(EventKind {
     AlarmCleared => "alarm_cleared",
     ConfigReloaded => "config_reloaded",
     ConfigRejected => "config_rejected",
+    NodeRestarted => "node_restarted",
+    NodeRebooted => "node_rebooted",
 });
 
 /// What an alarm is about. The wire carries the name (`as_str`); a name
@@ -250,6 +254,21 @@ pub enum AlarmKind {
     RdmaDisabled,
     /// A cable negotiated less than it should.
     LinkSpeedLow,
+    /// The kernel says memory is critically short.
+    MemoryPressure,
+    /// Far more memory wired than the live jobs account for, with no job
+    /// running: only a reboot frees it.
+    WiredMemoryLeak,
+    /// A peer's host booted again (raised by every peer that saw both
+    /// boots; the alarm's node is the one that rebooted).
+    NodeRebooted,
+    /// A peer's host booted again after a kernel panic (raised like
+    /// `NodeRebooted`).
+    KernelPanic,
+    /// A job rank whose launcher is gone (re-parented to launchd/init).
+    JobOrphaned,
+    /// A job rank whose RDMA ports move no data although the mesh is up.
+    JobStalled,
 }
 named_enum!(AlarmKind {
     NoQuorum => "no_quorum",
@@ -259,6 +278,12 @@ named_enum!(AlarmKind {
     JobHung => "job_hung",
     RdmaDisabled => "rdma_disabled",
     LinkSpeedLow => "link_speed_low",
+    MemoryPressure => "memory_pressure",
+    WiredMemoryLeak => "wired_memory_leak",
+    NodeRebooted => "node_rebooted",
+    KernelPanic => "kernel_panic",
+    JobOrphaned => "job_orphaned",
+    JobStalled => "job_stalled",
 });
 
 /// One end of a link: the node and, where known, its interface, address and
@@ -315,6 +340,9 @@ pub struct NodeVerdict {
     pub identity: Option<NodeIdentity>,
     pub last_report_at: Option<SystemTime>,
     pub cpu_saturated: bool,
+    /// Which boot of its host the node is in, from its latest facts;
+    /// unknown parts stay `None`.
+    pub boot: BootIdentity,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -95,7 +95,9 @@ pub const DEFAULT_CPU_INTERVAL: Duration = Duration::from_secs(1);
 pub const DEFAULT_SPIKE_RATIO: f64 = 0.9;
 pub const DEFAULT_SPIKE_WINDOW: Duration = Duration::from_secs(10);
 pub const DEFAULT_TOP_PROCESSES: usize = 5;
-/// Continuity and screen-sharing agents reported to load Mac clusters.
+/// Continuity and screen-sharing agents reported to load Mac clusters;
+/// `coreaudiod` and `avconferenced` are what High Performance Screen
+/// Sharing (macOS 26) burns.
 pub const DEFAULT_OFFENDERS: &[&str] = &[
     "UniversalControl",
     "screensharingd",
@@ -109,11 +111,38 @@ pub const DEFAULT_OFFENDERS: &[&str] = &[
     // Mac receiving AirPlay shows ControlCenter busy, not AirPlayXPCHelper.
     "ControlCenter",
     "identityservicesd",
+    "coreaudiod",
+    "avconferenced",
 ];
 /// MLX and exo ranks.
 pub const DEFAULT_JOB_PATTERNS: &[&str] = &["mlx", "exo"];
 pub const DEFAULT_JOB_BUSY_CORES: f64 = 0.9;
 pub const DEFAULT_JOB_WINDOW: Duration = Duration::from_secs(10);
+/// A launcher that stops its ranks takes a moment; a rank still under
+/// launchd/init after this is orphaned.
+pub const DEFAULT_ORPHAN_GRACE: Duration = Duration::from_secs(30);
+/// A rank at most this busy is blocked rather than working.
+pub const DEFAULT_JOB_IDLE_CORES: f64 = 0.05;
+/// RDMA data still for this long under a spinning or blocked rank is a
+/// stall: long enough for a collective that waits on a slow rank.
+pub const DEFAULT_STALL_WINDOW: Duration = Duration::from_secs(60);
+
+/// Memory changes slowly next to links; `vm_stat` and `sysctl` every few
+/// seconds cost nothing measurable.
+pub const DEFAULT_MEMORY_INTERVAL: Duration = Duration::from_secs(5);
+/// A quarter of physical memory wired with no job running is far above
+/// what an idle Mac wires (a few GiB: the kernel and the GPU's own).
+pub const DEFAULT_WIRED_LEAK_RATIO: f64 = 0.25;
+/// A job that just exited may still be unwinding its wired buffers.
+pub const DEFAULT_LEAK_WINDOW: Duration = Duration::from_secs(120);
+/// Critical pressure held this long is more than a burst at model load.
+pub const DEFAULT_PRESSURE_WINDOW: Duration = Duration::from_secs(30);
+/// Linux: every task stalled on memory 10 % of the time is thrashing.
+pub const DEFAULT_STALL_CRITICAL_RATIO: f64 = 0.1;
+
+/// A reboot stays an alarm this long: long enough to be seen and paged,
+/// short enough not to linger.
+pub const DEFAULT_REBOOT_ALARM_FOR: Duration = Duration::from_secs(15 * 60);
 
 /// Alertmanager's own default repeat is much longer; 30 s keeps an alert
 /// alive well within its `resolve_timeout`.
@@ -365,13 +394,16 @@ impl Default for AlertingConfig {
 }
 
 /// Local watchers: bridge loops and broadcast storms, CPU spikes and the
-/// processes behind them, hung jobs.
+/// processes behind them, hung, orphaned and stalled jobs, memory, and the
+/// peers' reboots.
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct WatchConfig {
     pub bridge: BridgeWatchConfig,
     pub cpu: CpuWatchConfig,
     pub jobs: JobWatchConfig,
+    pub memory: MemoryWatchConfig,
+    pub boot: BootWatchConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -442,6 +474,15 @@ pub struct JobWatchConfig {
     /// ...for this long while a peer or link of the mesh is down.
     #[serde(with = "humantime_serde")]
     pub window: Duration,
+    /// A job process re-parented to launchd/init for this long is orphaned.
+    #[serde(with = "humantime_serde")]
+    pub orphan_grace: Duration,
+    /// A job process at most this busy (in cores) is blocked.
+    pub idle_cores: f64,
+    /// A spinning or blocked job over RDMA ports whose data counters stay
+    /// still this long, with the mesh up, is stalled (Linux).
+    #[serde(with = "humantime_serde")]
+    pub stall_window: Duration,
 }
 
 impl Default for JobWatchConfig {
@@ -453,6 +494,59 @@ impl Default for JobWatchConfig {
                 .collect(),
             busy_cores: DEFAULT_JOB_BUSY_CORES,
             window: DEFAULT_JOB_WINDOW,
+            orphan_grace: DEFAULT_ORPHAN_GRACE,
+            idle_cores: DEFAULT_JOB_IDLE_CORES,
+            stall_window: DEFAULT_STALL_WINDOW,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MemoryWatchConfig {
+    /// How often memory is read (macOS `vm_stat` and `sysctl`, Linux
+    /// `/proc/meminfo` and `/proc/pressure/memory`).
+    #[serde(with = "humantime_serde")]
+    pub interval: Duration,
+    /// Share of physical memory (0-1) wired while no job process runs that
+    /// is a leak...
+    pub wired_leak_ratio: f64,
+    /// ...when it lasts this long.
+    #[serde(with = "humantime_serde")]
+    pub leak_window: Duration,
+    /// Critical memory pressure held this long raises `memory_pressure`.
+    #[serde(with = "humantime_serde")]
+    pub pressure_window: Duration,
+    /// Linux: the share (0-1) of the last 10 s in which every task stalled
+    /// on memory (PSI `full avg10`) that is critical pressure.
+    pub stall_critical_ratio: f64,
+}
+
+impl Default for MemoryWatchConfig {
+    fn default() -> Self {
+        Self {
+            interval: DEFAULT_MEMORY_INTERVAL,
+            wired_leak_ratio: DEFAULT_WIRED_LEAK_RATIO,
+            leak_window: DEFAULT_LEAK_WINDOW,
+            pressure_window: DEFAULT_PRESSURE_WINDOW,
+            stall_critical_ratio: DEFAULT_STALL_CRITICAL_RATIO,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BootWatchConfig {
+    /// How long `node_rebooted` and `kernel_panic` stay raised after a
+    /// peer's host booted again.
+    #[serde(with = "humantime_serde")]
+    pub alarm_for: Duration,
+}
+
+impl Default for BootWatchConfig {
+    fn default() -> Self {
+        Self {
+            alarm_for: DEFAULT_REBOOT_ALARM_FOR,
         }
     }
 }

@@ -94,6 +94,17 @@ fn example_parses_validates_and_shows_the_defaults() {
         AlertingConfig::default().resend_interval
     );
     assert_eq!(config.platform, PlatformConfig::default());
+    assert_eq!(config.watch, WatchConfig::default());
+    assert!(
+        config.watch.cpu.offenders.iter().any(|o| o == "coreaudiod")
+            && config
+                .watch
+                .cpu
+                .offenders
+                .iter()
+                .any(|o| o == "avconferenced"),
+        "High Performance Screen Sharing's offenders are listed"
+    );
     assert_eq!(config.links[0].rdma_device.as_deref(), Some("rdma_en2"));
 }
 

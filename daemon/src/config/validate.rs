@@ -193,7 +193,66 @@ fn check_watch(c: &Config, p: &mut Vec<Problem>) {
         ));
     }
     check_duration(p, "watch.jobs.window", w.jobs.window, WATCH_WINDOW_RANGE);
+    check_duration(
+        p,
+        "watch.jobs.orphan_grace",
+        w.jobs.orphan_grace,
+        WATCH_WINDOW_RANGE,
+    );
+    check_duration(
+        p,
+        "watch.jobs.stall_window",
+        w.jobs.stall_window,
+        WATCH_WINDOW_RANGE,
+    );
+    if !(w.jobs.idle_cores >= 0.0 && w.jobs.idle_cores < w.jobs.busy_cores) {
+        p.push(Problem::new(
+            "watch.jobs.idle_cores",
+            format!(
+                "{} is out of range; use 0 or more and less than watch.jobs.busy_cores ({})",
+                w.jobs.idle_cores, w.jobs.busy_cores
+            ),
+        ));
+    }
+    check_duration(
+        p,
+        "watch.memory.interval",
+        w.memory.interval,
+        WATCH_INTERVAL_RANGE,
+    );
+    check_ratio(
+        p,
+        "watch.memory.wired_leak_ratio",
+        w.memory.wired_leak_ratio,
+    );
+    check_duration(
+        p,
+        "watch.memory.leak_window",
+        w.memory.leak_window,
+        WATCH_WINDOW_RANGE,
+    );
+    check_duration(
+        p,
+        "watch.memory.pressure_window",
+        w.memory.pressure_window,
+        WATCH_WINDOW_RANGE,
+    );
+    check_ratio(
+        p,
+        "watch.memory.stall_critical_ratio",
+        w.memory.stall_critical_ratio,
+    );
+    check_duration(
+        p,
+        "watch.boot.alarm_for",
+        w.boot.alarm_for,
+        REBOOT_ALARM_RANGE,
+    );
 }
+
+/// A reboot alarm shorter than a minute is missed; one longer than a day
+/// is noise.
+const REBOOT_ALARM_RANGE: (Duration, Duration) = (s(60), s(86_400));
 
 fn check_mesh(c: &Config, p: &mut Vec<Problem>) {
     // Port 0 asks the OS for any free port: two of those never collide.

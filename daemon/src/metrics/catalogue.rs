@@ -29,6 +29,7 @@ pub enum Unit {
     Ratio,
     BitsPerSecond,
     Cores,
+    Bytes,
 }
 
 impl Unit {
@@ -39,6 +40,7 @@ impl Unit {
             Unit::Ratio => "_ratio",
             Unit::BitsPerSecond => "_bits_per_second",
             Unit::Cores => "_cores",
+            Unit::Bytes => "_bytes",
         }
     }
 }
@@ -144,6 +146,28 @@ metrics! {
         "How long the last read of this node's platform facts took (commands such as system_profiler, and sysfs).";
     FACTS_BLIND_SPOTS: "meshd_facts_blind_spots", Gauge, [], None,
         "Platform facts this node could not read on its last read (a command missing, failing or timing out); `meshctl doctor` names them.";
+    BOOT_TIME_SECONDS: "meshd_boot_time_seconds", Gauge, [], Some(Unit::Seconds),
+        "When this node's host booted, in seconds since the Unix epoch (macOS kern.boottime, Linux btime); it changes on a reboot, not on a meshd restart.";
+    MEMORY_TOTAL_BYTES: "meshd_memory_total_bytes", Gauge, [], Some(Unit::Bytes),
+        "Physical memory of this node (macOS hw.memsize, Linux MemTotal).";
+    MEMORY_WIRED_BYTES: "meshd_memory_wired_bytes", Gauge, [], Some(Unit::Bytes),
+        "Memory the kernel will not page out (macOS wired pages, Linux Unevictable, which includes Mlocked); wired memory with no job running is a leak only a reboot frees.";
+    MEMORY_LOCKED_BYTES: "meshd_memory_locked_bytes", Gauge, [], Some(Unit::Bytes),
+        "Linux: memory locked by processes with mlock(2) (Mlocked).";
+    MEMORY_SWAP_USED_BYTES: "meshd_memory_swap_used_bytes", Gauge, [], Some(Unit::Bytes),
+        "Swap in use on this node.";
+    MEMORY_SWAP_TOTAL_BYTES: "meshd_memory_swap_total_bytes", Gauge, [], Some(Unit::Bytes),
+        "Swap this node has (macOS grows it as needed).";
+    MEMORY_GPU_WIRED_LIMIT_BYTES: "meshd_memory_gpu_wired_limit_bytes", Gauge, [], Some(Unit::Bytes),
+        "macOS: how much memory the GPU may wire (iogpu.wired_limit_mb); 0 is macOS's own default.";
+    MEMORY_PRESSURE_LEVEL: "meshd_memory_pressure_level", Gauge, ["level"], None,
+        "macOS: 1 for the kernel's memory pressure level (level=normal|warning|critical), 0 for the others.";
+    MEMORY_STALL_RATIO: "meshd_memory_stall_ratio", Gauge, ["scope"], Some(Unit::Ratio),
+        "Linux: share (0-1) of the last 10 s in which some (scope=some) or every (scope=full) runnable task waited for memory (PSI avg10).";
+    JOB_ORPHANED_PROCESSES: "meshd_job_orphaned_processes", Gauge, [], None,
+        "Job processes on this node whose launcher is gone (re-parented to launchd/init for longer than watch.jobs.orphan_grace).";
+    JOB_ORPHANED_MEMORY_BYTES: "meshd_job_orphaned_memory_bytes", Gauge, [], Some(Unit::Bytes),
+        "Resident memory the orphaned job processes hold.";
 }
 
 #[cfg(test)]

@@ -102,7 +102,11 @@ pub fn spawn(
                     {
                         tracing::warn!(took = ?took, suppressed, "reading platform facts was slow");
                     }
-                    metrics.watchers.record_facts(took, facts.blind_spots.len());
+                    metrics.watchers.record_facts(
+                        took,
+                        facts.blind_spots.len(),
+                        facts.boot.booted_at_unix,
+                    );
                     for spot in &facts.blind_spots {
                         tracing::debug!(blind_spot = %spot, "platform fact not available");
                     }
@@ -160,31 +164,45 @@ fn error_counters(totals: Vec<Counter>) -> Vec<Counter> {
         .collect()
 }
 
+/// Runs `read` on where this node's platform text comes from: this host,
+/// or `platform.replay_dir` (with the OS its files name). `Err` names a
+/// replay directory that vanished since the config was validated.
+pub fn with_source<T>(
+    platform: &PlatformConfig,
+    read: impl FnOnce(&dyn Source, OsKind) -> T,
+) -> Result<T, String> {
+    match &platform.replay_dir {
+        None => Ok(read(&LiveSource, meshd_platform::this_os())),
+        Some(dir) => match ReplaySource::open(dir) {
+            Ok(source) => {
+                let os = meshd_platform::bundle::os_of(source.dir());
+                Ok(read(&source, os))
+            }
+            Err(err) => Err(format!(
+                "cannot read the replay directory {}: {err}",
+                dir.display()
+            )),
+        },
+    }
+}
+
 /// One read of this node's facts, with its own checks. A replay directory
 /// that vanished since the config was validated becomes a blind spot, not
 /// a crash.
 pub fn read_facts(node: &NodeId, platform: &PlatformConfig, models: &ModelTable) -> Reading {
-    let mut reading = match &platform.replay_dir {
-        None => read_from(&LiveSource, meshd_platform::this_os()),
-        Some(dir) => match ReplaySource::open(dir) {
-            Ok(source) => {
-                let os = meshd_platform::bundle::os_of(source.dir());
-                read_from(&source, os)
-            }
-            Err(err) => Reading {
-                facts: NodeFacts {
-                    os: OsKind::Other,
-                    source: format!("replay:{}", dir.display()),
-                    blind_spots: vec![format!(
-                        "cannot read the replay directory {}: {err}",
-                        dir.display()
-                    )],
-                    ..NodeFacts::default()
-                },
-                counter_samples: BTreeMap::new(),
-            },
+    let mut reading = with_source(platform, read_from).unwrap_or_else(|why| Reading {
+        facts: NodeFacts {
+            os: OsKind::Other,
+            source: platform
+                .replay_dir
+                .as_ref()
+                .map(|dir| format!("replay:{}", dir.display()))
+                .unwrap_or_default(),
+            blind_spots: vec![why],
+            ..NodeFacts::default()
         },
-    };
+        counter_samples: BTreeMap::new(),
+    });
     reading.facts.checks = node_checks(node, &reading.facts, models);
     reading
 }

@@ -1,13 +1,16 @@
-//! Linux facts from sysfs (`/sys/class/infiniband`, `/sys/class/net`),
-//! procfs and `ip -j -4 addr show`, all read through a [`Source`] so that a
-//! bundle directory replays them. The read-only verbs library
+//! Linux facts from sysfs (`/sys/class/infiniband`, `/sys/class/net`,
+//! `/sys/fs/pstore`), procfs (memory, boot) and `ip -j -4 addr show`, all
+//! read through a [`Source`] so that a bundle directory replays them. The read-only verbs library
 //! ([`crate::verbs`]) is not needed here: sysfs already has every port's
 //! state, rate and GID table.
 
 pub mod addresses;
+pub mod boot;
 pub mod counters;
 pub mod infiniband;
+pub mod memory;
 pub mod net;
+pub mod pstore;
 pub mod values;
 
 use meshd_proto::facts::NodeFacts;
@@ -76,6 +79,9 @@ pub fn collect(source: &dyn Source) -> NodeFacts {
             net::SYS_CLASS_NET
         )),
     }
+    facts.boot = boot::read_boot(source, &mut facts.blind_spots);
+    facts.memory = memory::read_memory(source, &mut facts.blind_spots);
+    facts.panics = pstore::read_panics(source, &mut facts.blind_spots);
     facts
 }
 

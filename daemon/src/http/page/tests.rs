@@ -123,6 +123,7 @@ fn healthy(n: usize) -> MeshStatus {
                 identity: Some(identity(name)),
                 last_report_at: Some(at(99)),
                 cpu_saturated: false,
+                boot: Default::default(),
             })
             .collect(),
         links,
