@@ -390,6 +390,7 @@ mod tests {
             identity: None,
             last_report_at: None,
             cpu_saturated: false,
+            fix: None,
         }
     }
 
@@ -410,6 +411,7 @@ mod tests {
             },
             blamed_node: None,
             recent_changes: 0,
+            fix: None,
         }
     }
 

@@ -244,6 +244,7 @@ fn peer_down_status() -> MeshStatus {
         identity: None,
         last_report_at: None,
         cpu_saturated: false,
+        fix: None,
     };
     MeshStatus {
         node: identity(),

@@ -239,6 +239,7 @@ mod tests {
                 identity: None,
                 last_report_at: None,
                 cpu_saturated: false,
+                fix: None,
             }],
             links: vec![LinkVerdict {
                 a: LinkEnd::node_only(id("a")),
@@ -249,6 +250,7 @@ mod tests {
                 blame,
                 blamed_node: None,
                 recent_changes: 1,
+                fix: None,
             }],
             alarms,
             cables: vec![],

@@ -273,6 +273,7 @@ mod tests {
                 identity: None,
                 last_report_at: None,
                 cpu_saturated: false,
+                fix: None,
             })
             .collect();
         let links = link
@@ -285,6 +286,7 @@ mod tests {
                 blame: Blame::Link,
                 blamed_node: None,
                 recent_changes: 0,
+                fix: None,
             })
             .into_iter()
             .collect();

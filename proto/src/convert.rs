@@ -512,6 +512,7 @@ impl From<NodeVerdict> for wire::NodeVerdict {
             identity: n.identity.map(Into::into),
             last_report_at: n.last_report_at.map(Into::into),
             cpu_saturated: n.cpu_saturated,
+            fix: n.fix.unwrap_or_default(),
         }
     }
 }
@@ -531,6 +532,7 @@ impl TryFrom<wire::NodeVerdict> for NodeVerdict {
                 .map_err(|e| e.within("identity"))?,
             last_report_at: optional_time("last_report_at", n.last_report_at)?,
             cpu_saturated: n.cpu_saturated,
+            fix: non_empty(n.fix),
         })
     }
 }
@@ -546,6 +548,7 @@ impl From<LinkVerdict> for wire::LinkVerdict {
             blame: blame_wire(l.blame),
             blamed_node: l.blamed_node.map(|n| n.to_string()).unwrap_or_default(),
             recent_changes: l.recent_changes,
+            fix: l.fix.unwrap_or_default(),
         }
     }
 }
@@ -564,6 +567,7 @@ impl TryFrom<wire::LinkVerdict> for LinkVerdict {
             blame: blame("blame", l.blame)?,
             blamed_node: optional_node_id("blamed_node", l.blamed_node)?,
             recent_changes: l.recent_changes,
+            fix: non_empty(l.fix),
         })
     }
 }
@@ -1016,6 +1020,7 @@ mod tests {
                     identity: Some(identity),
                     last_report_at: Some(at(99)),
                     cpu_saturated: false,
+                    fix: None,
                 },
                 NodeVerdict {
                     id: id("c"),
@@ -1025,6 +1030,7 @@ mod tests {
                     identity: None,
                     last_report_at: None,
                     cpu_saturated: false,
+                    fix: Some("bring c back".into()),
                 },
             ],
             links: vec![LinkVerdict {
@@ -1042,6 +1048,7 @@ mod tests {
                 blame: Blame::Node,
                 blamed_node: Some(id("c")),
                 recent_changes: 1,
+                fix: Some("bring c back".into()),
             }],
             alarms: vec![Alarm {
                 kind: crate::domain::AlarmKind::BridgeLoop,

@@ -315,6 +315,8 @@ pub struct NodeVerdict {
     pub identity: Option<NodeIdentity>,
     pub last_report_at: Option<SystemTime>,
     pub cpu_saturated: bool,
+    /// What to do about a node that is not up, in one line.
+    pub fix: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -328,6 +330,8 @@ pub struct LinkVerdict {
     pub blame: Blame,
     pub blamed_node: Option<NodeId>,
     pub recent_changes: u32,
+    /// What to do about a link that is not up, in one line.
+    pub fix: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

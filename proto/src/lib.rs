@@ -9,6 +9,7 @@
 pub mod convert;
 pub mod domain;
 pub mod facts;
+pub mod human;
 
 /// Generated protobuf types and gRPC stubs of package `meshd.v1`.
 #[allow(
