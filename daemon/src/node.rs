@@ -25,11 +25,13 @@ use crate::watch::{bridge, cpu, facts, jobs, load};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    #[error("cannot listen for {what} on {addr}: {source}")]
+    /// The io error is part of the message, not a `source`, so that an
+    /// error chain prints it once.
+    #[error("cannot listen for {what} on {addr}: {error}{}", listen_hint(*what, error))]
     Listen {
         what: &'static str,
         addr: SocketAddr,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("cannot set up gRPC reflection: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
@@ -185,7 +187,7 @@ impl RunningNode {
         };
         tasks.spawn(grpc::serve(grpc_listener, services, shutdown.clone())?);
         tasks.spawn({
-            let router = crate::http::router(metrics, state.clone(), shutdown.clone());
+            let router = crate::http::router(metrics, state.clone(), shutdown.clone(), grpc_addr);
             let shutdown = shutdown.clone();
             async move {
                 axum::serve(http_listener, router)
@@ -258,7 +260,21 @@ impl RunningNode {
 async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, StartError> {
     TcpListener::bind(addr)
         .await
-        .map_err(|source| StartError::Listen { what, addr, source })
+        .map_err(|error| StartError::Listen { what, addr, error })
+}
+
+/// What to do when a port is taken: the usual culprit is a meshd already
+/// running, as a service or by hand.
+fn listen_hint(what: &str, error: &std::io::Error) -> String {
+    if error.kind() != std::io::ErrorKind::AddrInUse {
+        return String::new();
+    }
+    let key = if what == "gRPC" { "grpc" } else { "metrics" };
+    format!(
+        "; another meshd (or another program) holds the port: stop it (`sudo systemctl stop \
+         meshd`, or `sudo launchctl bootout system/io.meshd.agent`), or give this one another \
+         port with listen.{key} in its config"
+    )
 }
 
 fn local_addr(
@@ -268,5 +284,5 @@ fn local_addr(
 ) -> Result<SocketAddr, StartError> {
     listener
         .local_addr()
-        .map_err(|source| StartError::Listen { what, addr, source })
+        .map_err(|error| StartError::Listen { what, addr, error })
 }

@@ -55,7 +55,11 @@ fn node_fix(node: &NodeVerdict) -> Option<String> {
 fn node_fallback_evidence(node: &NodeVerdict, at: SystemTime) -> String {
     match node.last_report_at {
         Some(last) => format!("last report {} ago", since(at, last)),
-        None => format!("{} since {} ago, never heard", node.state, since(at, node.since)),
+        None => format!(
+            "{} since {} ago, never heard",
+            node.state,
+            since(at, node.since)
+        ),
     }
 }
 
@@ -147,7 +151,10 @@ fn link_fix(link: &LinkVerdict, has_quorum: bool, suspects: &[NodeId]) -> Option
             "bring {node} back (see its line under nodes); the cable needs nothing"
         ));
     }
-    if let Some(node) = [&a.node, &b.node].into_iter().find(|n| suspects.contains(n)) {
+    if let Some(node) = [&a.node, &b.node]
+        .into_iter()
+        .find(|n| suspects.contains(n))
+    {
         return Some(format!(
             "wait: {node} is suspect and this verdict waits for its own; if it stays \
              suspect, check {node}'s management network"
@@ -233,8 +240,7 @@ mod tests {
     use std::time::Duration;
 
     use meshd_proto::domain::{
-        Incarnation, LinkObservation, LossWindow, NodeIdentity, NodeLoad, PeerReport,
-        RdmaPortState,
+        Incarnation, LinkObservation, LossWindow, NodeIdentity, NodeLoad, PeerReport, RdmaPortState,
     };
 
     use super::*;
@@ -468,7 +474,11 @@ mod tests {
         let status = engine.evaluate(&inputs(&["c"], t(10_000)), t(10_000));
         let c = status.nodes.iter().find(|n| n.id == id("c")).expect("c");
         assert_eq!(c.state, NodeState::Down, "{status:?}");
-        assert!(c.fix.as_deref().is_some_and(|f| f.starts_with("bring c back")));
+        assert!(
+            c.fix
+                .as_deref()
+                .is_some_and(|f| f.starts_with("bring c back"))
+        );
         for node in status.nodes.iter().filter(|n| n.state == NodeState::Up) {
             assert_eq!(node.fix, None, "{node:?}");
         }

@@ -20,6 +20,7 @@ pub mod ibv;
 pub mod linux;
 pub mod macos;
 pub mod mesh;
+pub mod paths;
 pub mod source;
 pub mod verbs;
 

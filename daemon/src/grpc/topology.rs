@@ -55,6 +55,25 @@ impl Topology for TopologyService {
         } else {
             node_ids("ranks", request.ranks)?
         };
+        let strangers: Vec<&str> = ranks
+            .iter()
+            .filter(|rank| !status.quorum.configured.contains(rank))
+            .map(NodeId::as_str)
+            .collect();
+        if !strangers.is_empty() {
+            return Err(Status::invalid_argument(format!(
+                "ranks: {} {} not a member of the mesh; its members are {}",
+                strangers.join(", "),
+                if strangers.len() == 1 { "is" } else { "are" },
+                status
+                    .quorum
+                    .configured
+                    .iter()
+                    .map(NodeId::as_str)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
         let ssh = request
             .ssh
             .into_iter()

@@ -12,6 +12,7 @@
 //! it: it is the operator's.
 
 pub mod default_config;
+pub mod docs;
 pub mod launchd;
 pub mod systemd;
 
@@ -184,6 +185,11 @@ pub enum Step {
         path: PathBuf,
         contents: String,
     },
+    /// Writes (or replaces) the shell completions and man pages; listed by
+    /// path only, not by contents, in a dry run.
+    WriteDocs {
+        files: Vec<docs::DocFile>,
+    },
     /// Removes a file; one that is not there is fine.
     RemoveFile {
         path: PathBuf,
@@ -276,6 +282,10 @@ impl Plan {
                 Step::Run(CommandSpec::new("systemctl", &["restart", systemd::UNIT])),
             ],
         };
+        let mut steps = steps;
+        steps.push(Step::WriteDocs {
+            files: docs::files(),
+        });
         Ok(Plan {
             action: Action::Install,
             platform,
@@ -310,6 +320,12 @@ impl Plan {
                 Step::Run(CommandSpec::new("systemctl", &["daemon-reload"])),
             ],
         };
+        let mut steps = steps;
+        steps.extend(
+            docs::files()
+                .into_iter()
+                .map(|file| Step::RemoveFile { path: file.path }),
+        );
         Plan {
             action: Action::Uninstall,
             platform,
@@ -377,6 +393,16 @@ impl Plan {
                             path.display()
                         );
                         file_block(&mut out, path, contents);
+                    }
+                }
+                Step::WriteDocs { files } => {
+                    let _ = writeln!(
+                        out,
+                        "{n}. write {} shell completions and man pages (mode {FILE_MODE:04o}):",
+                        files.len()
+                    );
+                    for file in files {
+                        let _ = writeln!(out, "   {}", file.path.display());
                     }
                 }
                 Step::RemoveFile { path } => {
@@ -475,6 +501,22 @@ fn apply_step(step: &Step, root: &Path, runner: &mut dyn Runner) -> Result<Strin
                     path.display()
                 )
             })
+        }
+        Step::WriteDocs { files } => {
+            for file in files {
+                write_replacing(&under(root, &file.path), &file.contents).map_err(|source| {
+                    InstallError::Io {
+                        action: "write",
+                        path: file.path.clone(),
+                        source,
+                    }
+                })?;
+            }
+            Ok(format!(
+                "wrote {} shell completions and man pages under {}",
+                files.len(),
+                docs::SHARE_DIR
+            ))
         }
         Step::RemoveFile { path } => match std::fs::remove_file(under(root, path)) {
             Ok(()) => Ok(format!("removed {}", path.display())),

@@ -344,3 +344,35 @@ fn linux_needs_systemd_running() {
     )
     .expect("launchd always runs");
 }
+
+#[test]
+fn install_writes_completions_and_man_pages_and_uninstall_removes_them() {
+    for platform in [Platform::Linux, Platform::MacOs] {
+        let root = tempfile::tempdir().expect("tempdir");
+        let plan = install(platform);
+        assert!(
+            plan.describe(root.path())
+                .contains("   /usr/local/share/man/man1/meshctl.1\n"),
+            "the dry run lists the pages"
+        );
+        plan.apply(root.path(), &mut RecordingRunner::default())
+            .expect("install");
+        for path in [
+            "/usr/local/share/bash-completion/completions/meshctl",
+            "/usr/local/share/zsh/site-functions/_meshd",
+            "/usr/local/share/man/man1/meshctl-status.1",
+        ] {
+            assert!(!read(root.path(), path).is_empty(), "{path}");
+        }
+        Plan::uninstall(platform)
+            .apply(root.path(), &mut RecordingRunner::default())
+            .expect("uninstall");
+        for file in docs::files() {
+            assert!(
+                !under(root.path(), &file.path).exists(),
+                "{} left behind",
+                file.path.display()
+            );
+        }
+    }
+}

@@ -2,7 +2,7 @@
 //! a person reads them.
 
 use std::fmt;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 /// Writes `text` with every character that means something in HTML (or
 /// in an attribute value) replaced by its entity. Everything the status
@@ -84,6 +84,8 @@ pub fn clip(text: &str, max: usize) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]
@@ -112,10 +114,7 @@ mod tests {
         assert_eq!(age(now - Duration::from_millis(300), now), "300ms ago");
         assert_eq!(age(now - Duration::from_secs(42), now), "42s ago");
         assert_eq!(age(now - Duration::from_secs(600), now), "10m00s ago");
-        assert_eq!(
-            age(now - Duration::from_secs(3 * 86_400), now),
-            "3d00h ago"
-        );
+        assert_eq!(age(now - Duration::from_secs(3 * 86_400), now), "3d00h ago");
         assert_eq!(age(now + Duration::from_secs(2), now), "just now");
         assert_eq!(utc(SystemTime::UNIX_EPOCH), "1970-01-01T00:00:00Z");
     }
