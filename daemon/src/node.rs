@@ -77,14 +77,52 @@ pub fn identity(config: &Config, hostname: &str, started: SystemTime) -> NodeIde
     }
 }
 
-impl RunningNode {
+/// A node whose ports are taken but which does not run yet: peers that
+/// connect meanwhile wait in the listen queue instead of being refused.
+/// The demo binds every node before starting any, so that no node's first
+/// reports fail (and warn) for want of a peer that is still starting.
+#[derive(Debug)]
+pub struct BoundNode {
+    grpc_listener: TcpListener,
+    http_listener: TcpListener,
+    grpc_addr: SocketAddr,
+    metrics_addr: SocketAddr,
+}
+
+impl BoundNode {
     /// Binds both listeners before anything runs, so a taken port fails the
     /// start with a clear error instead of a half-started node.
-    pub async fn start(config: &Config, hostname: &str) -> Result<Self, StartError> {
+    pub async fn bind(config: &Config) -> Result<Self, StartError> {
         let grpc_listener = bind("gRPC", config.listen.grpc).await?;
         let http_listener = bind("metrics", config.listen.metrics).await?;
-        let grpc_addr = local_addr("gRPC", config.listen.grpc, &grpc_listener)?;
-        let metrics_addr = local_addr("metrics", config.listen.metrics, &http_listener)?;
+        Ok(Self {
+            grpc_addr: local_addr("gRPC", config.listen.grpc, &grpc_listener)?,
+            metrics_addr: local_addr("metrics", config.listen.metrics, &http_listener)?,
+            grpc_listener,
+            http_listener,
+        })
+    }
+}
+
+impl RunningNode {
+    /// Binds the node's ports, then starts it.
+    pub async fn start(config: &Config, hostname: &str) -> Result<Self, StartError> {
+        Self::start_bound(BoundNode::bind(config).await?, config, hostname).await
+    }
+
+    /// Starts a node on the ports it has bound (`config.listen` was used
+    /// for that).
+    pub async fn start_bound(
+        bound: BoundNode,
+        config: &Config,
+        hostname: &str,
+    ) -> Result<Self, StartError> {
+        let BoundNode {
+            grpc_listener,
+            http_listener,
+            grpc_addr,
+            metrics_addr,
+        } = bound;
 
         let identity = identity(config, hostname, SystemTime::now());
         let metrics = Arc::new(Metrics::new(&identity));

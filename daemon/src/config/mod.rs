@@ -571,7 +571,7 @@ fn serde_diagnostic(err: &toml::de::Error, origin: &str, locator: &Locator<'_>) 
     } else if message == "invalid socket address syntax" {
         format!("{message}; use ip:port, like \"0.0.0.0:{DEFAULT_GRPC_PORT}\"")
     } else if message == "invalid IP address syntax" {
-        format!("{message}; use an IPv4 or IPv6 address without a port, like \"169.254.10.1\"")
+        format!("{message}; use an IPv4 or IPv6 address without a port, like \"10.254.0.1\"")
     } else {
         message
     };
