@@ -57,6 +57,7 @@ pub struct RunningNode {
     pub state: MeshState,
     /// The config in force; every component follows it.
     configs: watch::Sender<Arc<Config>>,
+    metrics: Arc<Metrics>,
     shutdown: CancellationToken,
     tasks: JoinSet<Result<(), ServeError>>,
 }
@@ -225,7 +226,8 @@ impl RunningNode {
         };
         tasks.spawn(grpc::serve(grpc_listener, services, shutdown.clone())?);
         tasks.spawn({
-            let router = crate::http::router(metrics, state.clone(), shutdown.clone(), grpc_addr);
+            let router =
+                crate::http::router(metrics.clone(), state.clone(), shutdown.clone(), grpc_addr);
             let shutdown = shutdown.clone();
             async move {
                 axum::serve(http_listener, router)
@@ -249,6 +251,7 @@ impl RunningNode {
             metrics_addr,
             state,
             configs,
+            metrics,
             shutdown,
             tasks,
         })
@@ -265,6 +268,7 @@ impl RunningNode {
             state: self.state.clone(),
             node: self.identity.id.clone(),
             hangups,
+            metrics: self.metrics.clone(),
         };
         let shutdown = self.shutdown.clone();
         self.tasks.spawn(async move {

@@ -149,7 +149,7 @@ fn the_cli_prints_where_to_look_answers_commands_and_quits() {
     }
     let _serial = meshd_test_lock::exclusive();
     let Child {
-        mut process,
+        process,
         mut stdin,
         mut lines,
         banner,
