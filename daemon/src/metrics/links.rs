@@ -17,9 +17,7 @@ const BITS_PER_BYTE: f64 = 8.0;
 pub fn write(out: &mut Exposition, links: &[LinkObservation]) {
     // The same order every scrape, whatever order the links came in.
     let mut links: Vec<&LinkObservation> = links.iter().collect();
-    links.sort_by(|x, y| {
-        (&x.remote.node, &x.local.iface).cmp(&(&y.remote.node, &y.local.iface))
-    });
+    links.sort_by(|x, y| (&x.remote.node, &x.local.iface).cmp(&(&y.remote.node, &y.local.iface)));
     let ends: Vec<[String; 2]> = links
         .iter()
         .map(|o| {
@@ -29,7 +27,12 @@ pub fn write(out: &mut Exposition, links: &[LinkObservation]) {
             ]
         })
         .collect();
-    let each = || links.iter().copied().zip(ends.iter().map(|[p, i]| [p.as_str(), i.as_str()]));
+    let each = || {
+        links
+            .iter()
+            .copied()
+            .zip(ends.iter().map(|[p, i]| [p.as_str(), i.as_str()]))
+    };
 
     let mut family = out.family(&c::LINK_RTT_SECONDS);
     for (o, end) in each() {

@@ -254,12 +254,18 @@ mod tests {
 
         metrics.config.refused();
         let text = metrics.render(&published);
-        assert!(text.contains("meshd_config_last_reload_successful 0\n"), "{text}");
+        assert!(
+            text.contains("meshd_config_last_reload_successful 0\n"),
+            "{text}"
+        );
         metrics
             .config
             .reloaded(SystemTime::UNIX_EPOCH + Duration::from_secs(2_000_000_000));
         let text = metrics.render(&published);
-        assert!(text.contains("meshd_config_last_reload_successful 1\n"), "{text}");
+        assert!(
+            text.contains("meshd_config_last_reload_successful 1\n"),
+            "{text}"
+        );
         assert!(
             text.contains("meshd_config_last_reload_success_timestamp_seconds 2000000000\n"),
             "{text}"
@@ -276,7 +282,11 @@ mod tests {
         // The series, without their values (the process's own move).
         let series = |text: &str| -> Vec<String> {
             text.lines()
-                .map(|l| l.rsplit_once(' ').map_or(l, |(series, _)| series).to_owned())
+                .map(|l| {
+                    l.rsplit_once(' ')
+                        .map_or(l, |(series, _)| series)
+                        .to_owned()
+                })
                 .collect()
         };
         let first = metrics.render(&published);
