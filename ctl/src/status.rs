@@ -320,6 +320,13 @@ fn short_state(state: LinkState) -> &'static str {
     }
 }
 
+/// A table as text, to be interleaved with details.
+fn table_text(rows: &[Vec<String>]) -> String {
+    let mut text = String::new();
+    table(&mut text, rows);
+    text
+}
+
 /// Evidence lines and the fix under an item, indented by four.
 fn details(out: &mut String, evidence: &[String], fix: Option<&str>) {
     for fact in evidence {
@@ -367,33 +374,45 @@ pub fn render(status: &MeshStatus, now: SystemTime) -> String {
     }
 
     let _ = writeln!(out, "\nnodes");
-    let mut rows = vec![vec![
+    let up = |n: &NodeVerdict| n.state == NodeState::Up;
+    // Evidence in the table for nodes that are up; under the row, with the
+    // fix, for the others.
+    let rows: Vec<Vec<String>> = std::iter::once(vec![
         "NODE".into(),
         "STATE".into(),
         "SINCE".into(),
         "EVIDENCE".into(),
-    ]];
-    let up = |n: &&NodeVerdict| n.state == NodeState::Up;
-    rows.extend(status.nodes.iter().filter(up).map(|n| {
+    ])
+    .chain(status.nodes.iter().map(|n| {
         vec![
             n.id.to_string(),
             n.state.to_string(),
             ago(now, n.since),
-            n.evidence.join("; "),
+            if up(n) {
+                n.evidence.join("; ")
+            } else {
+                String::new()
+            },
         ]
-    }));
-    table(&mut out, &rows);
-    for node in status.nodes.iter().filter(|n| !up(n)) {
-        table(
-            &mut out,
-            &[vec![
-                node.id.to_string(),
-                node.state.to_string(),
-                ago(now, node.since),
-                String::new(),
-            ]],
-        );
-        details(&mut out, &node.evidence, node.fix.as_deref());
+    }))
+    .collect();
+    let rendered = table_text(&rows);
+    let mut lines = rendered.lines();
+    if let Some(header) = lines.next() {
+        let _ = writeln!(out, "{header}");
+    }
+    // A row of the table may wrap: its details follow its last line.
+    let mut nodes = status.nodes.iter();
+    for line in lines {
+        if !line.starts_with("   ")
+            && let Some(node) = nodes.next()
+            && !up(node)
+        {
+            let _ = writeln!(out, "{line}");
+            details(&mut out, &node.evidence, node.fix.as_deref());
+            continue;
+        }
+        let _ = writeln!(out, "{line}");
     }
 
     let troubled: Vec<&LinkVerdict> = status
@@ -427,9 +446,8 @@ pub fn render(status: &MeshStatus, now: SystemTime) -> String {
         }))
         .collect();
         // One table for the column widths; each row then gets its details.
-        let mut heading = String::new();
-        table(&mut heading, &rows);
-        let mut lines = heading.lines();
+        let rendered = table_text(&rows);
+        let mut lines = rendered.lines();
         if let Some(header) = lines.next() {
             let _ = writeln!(out, "{header}");
         }
@@ -478,9 +496,8 @@ pub fn render(status: &MeshStatus, now: SystemTime) -> String {
             ]
         }))
         .collect();
-        let mut heading = String::new();
-        table(&mut heading, &rows);
-        let mut lines = heading.lines();
+        let rendered = table_text(&rows);
+        let mut lines = rendered.lines();
         if let Some(header) = lines.next() {
             let _ = writeln!(out, "{header}");
         }
@@ -693,7 +710,9 @@ mod tests {
         };
         let text = render(&status, t(130));
         assert!(
-            text.contains("  c  down  2m10s\n    - last report 42s ago\n    fix: bring c back\n"),
+            text.contains(
+                "  c     down   2m10s\n    - last report 42s ago\n    fix: bring c back\n"
+            ),
             "{text}"
         );
     }
