@@ -481,3 +481,66 @@ fn the_readme_uses_the_plans_addresses() {
         );
     }
 }
+
+/// Every message meshctl gives when it cannot do what was asked has an
+/// entry in the README's troubleshooting section: the ones produced here,
+/// taken from meshctl's own stderr, and those that need a daemon by the
+/// words the tests in `status.rs` see.
+#[test]
+fn the_readme_troubleshoots_the_messages_meshctl_gives() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .expect("README");
+    let troubleshooting = readme
+        .split("## Troubleshooting")
+        .nth(1)
+        .expect("a troubleshooting section");
+    let empty = tempfile::tempdir().expect("tempdir");
+    let produced: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["--addr", "no-port-here", "status"],
+            "needs a host and a port",
+        ),
+        (
+            vec!["doctor", "--from", empty.path().to_str().expect("utf-8")],
+            "holds no bundle",
+        ),
+        (
+            vec!["plan", "--nodes", "6", "--model", "m4-max-studio"],
+            "cannot plan this cluster",
+        ),
+        (
+            vec!["plan", "--names", "a,a", "--model", "m4-max-studio"],
+            "is named twice",
+        ),
+        (
+            vec!["doctor", "--from", "/nonexistent/x.tar.gz"],
+            "is neither a bundle directory nor a .tar.gz",
+        ),
+        (
+            vec!["--addr", "127.0.0.1:1", "status"],
+            "cannot reach meshd at",
+        ),
+    ];
+    for (args, words) in produced {
+        let stderr = text(&meshctl(&args).stderr);
+        assert!(stderr.contains(words), "meshctl {args:?} said {stderr}");
+        assert!(
+            troubleshooting.contains(words),
+            "no troubleshooting entry for {words:?} ({stderr})"
+        );
+    }
+    for words in [
+        "that is meshd's HTTP port",
+        "answers plain HTTP, not gRPC",
+        "is not a member of the mesh",
+        "did not answer within",
+        "sent a malformed status",
+        "needs an RDMA device at both ends",
+    ] {
+        assert!(
+            troubleshooting.contains(words),
+            "no troubleshooting entry for {words:?}"
+        );
+    }
+}
