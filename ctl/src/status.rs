@@ -196,43 +196,6 @@ fn link_matrix(status: &MeshStatus) -> BTreeMap<(&NodeId, &NodeId), LinkState> {
     cells
 }
 
-/// "1 link down, 2 links degraded, 1 node suspect, 3 alarms": what makes
-/// the status unhealthy, worst first.
-fn troubles(status: &MeshStatus) -> String {
-    let mut parts = Vec::new();
-    let plural = |n: usize, what: &str| {
-        if n == 1 {
-            format!("1 {what}")
-        } else {
-            format!("{n} {what}s")
-        }
-    };
-    for state in [
-        LinkState::Down,
-        LinkState::Flapping,
-        LinkState::Degraded,
-        LinkState::Unknown,
-    ] {
-        let n = status.links.iter().filter(|l| l.state == state).count();
-        if n > 0 {
-            parts.push(format!("{} {state}", plural(n, "link")));
-        }
-    }
-    for state in [NodeState::Down, NodeState::Suspect] {
-        let n = status.nodes.iter().filter(|v| v.state == state).count();
-        if n > 0 {
-            parts.push(format!("{} {state}", plural(n, "node")));
-        }
-    }
-    if !status.alarms.is_empty() {
-        parts.push(plural(status.alarms.len(), "alarm"));
-    }
-    if !status.quorum.has_quorum {
-        parts.insert(0, "no quorum".to_owned());
-    }
-    parts.join(", ")
-}
-
 /// The link matrix, with node ids as column headings when that fits in
 /// [`WIDTH`]; otherwise numbered columns and short states.
 fn matrix(out: &mut String, status: &MeshStatus) {
@@ -320,11 +283,36 @@ fn short_state(state: LinkState) -> &'static str {
     }
 }
 
-/// A table as text, to be interleaved with details.
-fn table_text(rows: &[Vec<String>]) -> String {
-    let mut text = String::new();
-    table(&mut text, rows);
-    text
+/// A table whose rows after the header are `items`, each followed by what
+/// `details` writes for it (after the row's wrapped lines, if any).
+fn table_with_details<T>(
+    out: &mut String,
+    rows: &[Vec<String>],
+    items: &[T],
+    details: impl Fn(&mut String, &T),
+) {
+    let mut rendered = String::new();
+    table(&mut rendered, rows);
+    let mut lines = rendered.lines();
+    if let Some(header) = lines.next() {
+        let _ = writeln!(out, "{header}");
+    }
+    let mut items = items.iter();
+    let mut pending = None;
+    for line in lines {
+        // A row starts at column 2; the wrapped rest of its last column is
+        // indented further.
+        if !line.starts_with("   ") {
+            if let Some(item) = pending.take() {
+                details(out, item);
+            }
+            pending = items.next();
+        }
+        let _ = writeln!(out, "{line}");
+    }
+    if let Some(item) = pending {
+        details(out, item);
+    }
 }
 
 /// Evidence lines and the fix under an item, indented by four.
@@ -369,7 +357,7 @@ pub fn render(status: &MeshStatus, now: SystemTime) -> String {
         hanging(
             &mut out,
             "health: ",
-            &format!("UNHEALTHY: {}", troubles(status)),
+            &format!("UNHEALTHY: {}", status.troubles().join(", ")),
         );
     }
 
@@ -396,24 +384,11 @@ pub fn render(status: &MeshStatus, now: SystemTime) -> String {
         ]
     }))
     .collect();
-    let rendered = table_text(&rows);
-    let mut lines = rendered.lines();
-    if let Some(header) = lines.next() {
-        let _ = writeln!(out, "{header}");
-    }
-    // A row of the table may wrap: its details follow its last line.
-    let mut nodes = status.nodes.iter();
-    for line in lines {
-        if !line.starts_with("   ")
-            && let Some(node) = nodes.next()
-            && !up(node)
-        {
-            let _ = writeln!(out, "{line}");
-            details(&mut out, &node.evidence, node.fix.as_deref());
-            continue;
+    table_with_details(&mut out, &rows, &status.nodes, |out, node| {
+        if !up(node) {
+            details(out, &node.evidence, node.fix.as_deref());
         }
-        let _ = writeln!(out, "{line}");
-    }
+    });
 
     let troubled: Vec<&LinkVerdict> = status
         .links
@@ -445,16 +420,9 @@ pub fn render(status: &MeshStatus, now: SystemTime) -> String {
             ]
         }))
         .collect();
-        // One table for the column widths; each row then gets its details.
-        let rendered = table_text(&rows);
-        let mut lines = rendered.lines();
-        if let Some(header) = lines.next() {
-            let _ = writeln!(out, "{header}");
-        }
-        for (line, link) in lines.zip(&troubled) {
-            let _ = writeln!(out, "{line}");
-            details(&mut out, &link.evidence, link.fix.as_deref());
-        }
+        table_with_details(&mut out, &rows, &troubled, |out, link| {
+            details(out, &link.evidence, link.fix.as_deref());
+        });
     }
 
     if status.alarms.is_empty() {
@@ -496,16 +464,10 @@ pub fn render(status: &MeshStatus, now: SystemTime) -> String {
             ]
         }))
         .collect();
-        let rendered = table_text(&rows);
-        let mut lines = rendered.lines();
-        if let Some(header) = lines.next() {
-            let _ = writeln!(out, "{header}");
-        }
-        for (line, alarm) in lines.zip(&alarms) {
-            let _ = writeln!(out, "{line}");
-            hanging(&mut out, "    ", &alarm.summary);
-            details(&mut out, &alarm.evidence, alarm.fix.as_deref());
-        }
+        table_with_details(&mut out, &rows, &alarms, |out, alarm| {
+            hanging(out, "    ", &alarm.summary);
+            details(out, &alarm.evidence, alarm.fix.as_deref());
+        });
     }
 
     if !status.checks.is_empty() {
