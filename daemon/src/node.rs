@@ -25,11 +25,13 @@ use crate::watch::{boot, bridge, cpu, facts, jobs, load, memory};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    #[error("cannot listen for {what} on {addr}: {source}")]
+    /// The io error is part of the message, not a `source`, so that an
+    /// error chain prints it once.
+    #[error("cannot listen for {what} on {addr}: {error}{}", listen_hint(*what, error))]
     Listen {
         what: &'static str,
         addr: SocketAddr,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("cannot set up gRPC reflection: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
@@ -57,6 +59,7 @@ pub struct RunningNode {
     pub state: MeshState,
     /// The config in force; every component follows it.
     configs: watch::Sender<Arc<Config>>,
+    metrics: Arc<Metrics>,
     shutdown: CancellationToken,
     tasks: JoinSet<Result<(), ServeError>>,
 }
@@ -77,14 +80,52 @@ pub fn identity(config: &Config, hostname: &str, started: SystemTime) -> NodeIde
     }
 }
 
-impl RunningNode {
+/// A node whose ports are taken but which does not run yet: peers that
+/// connect meanwhile wait in the listen queue instead of being refused.
+/// The demo binds every node before starting any, so that no node's first
+/// reports fail (and warn) for want of a peer that is still starting.
+#[derive(Debug)]
+pub struct BoundNode {
+    grpc_listener: TcpListener,
+    http_listener: TcpListener,
+    grpc_addr: SocketAddr,
+    metrics_addr: SocketAddr,
+}
+
+impl BoundNode {
     /// Binds both listeners before anything runs, so a taken port fails the
     /// start with a clear error instead of a half-started node.
-    pub async fn start(config: &Config, hostname: &str) -> Result<Self, StartError> {
+    pub async fn bind(config: &Config) -> Result<Self, StartError> {
         let grpc_listener = bind("gRPC", config.listen.grpc).await?;
         let http_listener = bind("metrics", config.listen.metrics).await?;
-        let grpc_addr = local_addr("gRPC", config.listen.grpc, &grpc_listener)?;
-        let metrics_addr = local_addr("metrics", config.listen.metrics, &http_listener)?;
+        Ok(Self {
+            grpc_addr: local_addr("gRPC", config.listen.grpc, &grpc_listener)?,
+            metrics_addr: local_addr("metrics", config.listen.metrics, &http_listener)?,
+            grpc_listener,
+            http_listener,
+        })
+    }
+}
+
+impl RunningNode {
+    /// Binds the node's ports, then starts it.
+    pub async fn start(config: &Config, hostname: &str) -> Result<Self, StartError> {
+        Self::start_bound(BoundNode::bind(config).await?, config, hostname).await
+    }
+
+    /// Starts a node on the ports it has bound (`config.listen` was used
+    /// for that).
+    pub async fn start_bound(
+        bound: BoundNode,
+        config: &Config,
+        hostname: &str,
+    ) -> Result<Self, StartError> {
+        let BoundNode {
+            grpc_listener,
+            http_listener,
+            grpc_addr,
+            metrics_addr,
+        } = bound;
 
         let identity = identity(config, hostname, SystemTime::now());
         let metrics = Arc::new(Metrics::new(&identity));
@@ -219,7 +260,8 @@ impl RunningNode {
         };
         tasks.spawn(grpc::serve(grpc_listener, services, shutdown.clone())?);
         tasks.spawn({
-            let router = crate::http::router(metrics, state.clone(), shutdown.clone());
+            let router =
+                crate::http::router(metrics.clone(), state.clone(), shutdown.clone(), grpc_addr);
             let shutdown = shutdown.clone();
             async move {
                 axum::serve(http_listener, router)
@@ -243,6 +285,7 @@ impl RunningNode {
             metrics_addr,
             state,
             configs,
+            metrics,
             shutdown,
             tasks,
         })
@@ -259,6 +302,7 @@ impl RunningNode {
             state: self.state.clone(),
             node: self.identity.id.clone(),
             hangups,
+            metrics: self.metrics.clone(),
         };
         let shutdown = self.shutdown.clone();
         self.tasks.spawn(async move {
@@ -292,7 +336,21 @@ impl RunningNode {
 async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, StartError> {
     TcpListener::bind(addr)
         .await
-        .map_err(|source| StartError::Listen { what, addr, source })
+        .map_err(|error| StartError::Listen { what, addr, error })
+}
+
+/// What to do when a port is taken: the usual culprit is a meshd already
+/// running, as a service or by hand.
+fn listen_hint(what: &str, error: &std::io::Error) -> String {
+    if error.kind() != std::io::ErrorKind::AddrInUse {
+        return String::new();
+    }
+    let key = if what == "gRPC" { "grpc" } else { "metrics" };
+    format!(
+        "; another meshd (or another program) holds the port: stop it (`sudo systemctl stop \
+         meshd`, or `sudo launchctl bootout system/io.meshd.agent`), or give this one another \
+         port with listen.{key} in its config"
+    )
 }
 
 fn local_addr(
@@ -302,5 +360,5 @@ fn local_addr(
 ) -> Result<SocketAddr, StartError> {
     listener
         .local_addr()
-        .map_err(|source| StartError::Listen { what, addr, source })
+        .map_err(|error| StartError::Listen { what, addr, error })
 }

@@ -246,6 +246,7 @@ fn peer_down_status() -> MeshStatus {
         last_report_at: None,
         cpu_saturated: false,
         boot: Default::default(),
+        fix: None,
     };
     MeshStatus {
         node: identity(),

@@ -207,7 +207,7 @@ async fn the_demo_serves_a_valid_jaccl_hostfile_and_refuses_bad_requests() {
     assert!(
         refused
             .message()
-            .contains("ranks[1]: zz is not a configured member"),
+            .contains("ranks[1]: zz is not a member of the mesh"),
         "{refused:?}"
     );
     let refused = topology

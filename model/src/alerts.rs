@@ -246,6 +246,7 @@ mod tests {
                 last_report_at: None,
                 cpu_saturated: false,
                 boot: Default::default(),
+                fix: None,
             }],
             links: vec![LinkVerdict {
                 a: LinkEnd::node_only(id("a")),
@@ -256,6 +257,7 @@ mod tests {
                 blame,
                 blamed_node: None,
                 recent_changes: 1,
+                fix: None,
             }],
             alarms,
             cables: vec![],

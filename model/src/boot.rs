@@ -661,6 +661,7 @@ mod tests {
                 last_report_at: None,
                 cpu_saturated: false,
                 boot: BootIdentity::default(),
+                fix: None,
             }],
             links: vec![],
             // This node's own and two peers' copies.

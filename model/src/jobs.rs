@@ -275,6 +275,7 @@ mod tests {
                 last_report_at: None,
                 cpu_saturated: false,
                 boot: Default::default(),
+                fix: None,
             })
             .collect();
         let links = link
@@ -287,6 +288,7 @@ mod tests {
                 blame: Blame::Link,
                 blamed_node: None,
                 recent_changes: 0,
+                fix: None,
             })
             .into_iter()
             .collect();

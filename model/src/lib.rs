@@ -2,6 +2,7 @@
 //! observations and a `now` and returns verdicts, which is what makes the
 //! quorum testable (and fast) without a network.
 
+pub mod advice;
 pub mod alerts;
 pub mod boot;
 pub mod bridge;

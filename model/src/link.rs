@@ -82,16 +82,10 @@ pub struct Assessment {
     pub evidence: Vec<String>,
 }
 
-/// A round-trip time or silence as evidence and the mesh page write it:
-/// "85µs", "1.2ms", "3.4s".
+/// A round-trip time or silence as evidence and the mesh page write it, in
+/// meshd's one duration format: "85µs", "1.2ms", "3.4s".
 pub fn fmt_duration(d: Duration) -> String {
-    if d >= Duration::from_secs(1) {
-        format!("{:.1}s", d.as_secs_f64())
-    } else if d >= Duration::from_millis(1) {
-        format!("{:.1}ms", d.as_secs_f64() * 1e3)
-    } else {
-        format!("{}µs", d.as_micros())
-    }
+    meshd_proto::human::duration(d)
 }
 
 fn percent(ratio: f64) -> String {
@@ -109,11 +103,17 @@ pub fn assess(ends: &[EndView<'_>], rules: &LinkRules) -> Assessment {
     let mut evidence = Vec::new();
     let silent: Vec<&EndView<'_>> = ends.iter().filter(|e| e.silent(rules)).collect();
     for end in &silent {
+        // Probes count as lost only once their timeout has passed, so early
+        // in a silence none may be lost yet: say so only when some are.
+        let lost = match end.observation.consecutive_lost {
+            0 => String::new(),
+            1 => " (1 probe lost)".to_owned(),
+            n => format!(" ({n} probes lost in a row)"),
+        };
         evidence.push(format!(
-            "{}: no reply for {} ({} probes lost in a row){}",
+            "{}: no reply for {}{lost}{}",
             end.node,
             fmt_duration(end.silence()),
-            end.observation.consecutive_lost,
             if end.saturated { ", CPU saturated" } else { "" }
         ));
     }
@@ -393,8 +393,8 @@ mod tests {
         assert_eq!(
             verdict.evidence,
             vec![
-                "a: no reply for 700.0ms (7 probes lost in a row)".to_owned(),
-                "b: no reply for 650.0ms (7 probes lost in a row)".to_owned(),
+                "a: no reply for 700ms (7 probes lost in a row)".to_owned(),
+                "b: no reply for 650ms (7 probes lost in a row)".to_owned(),
             ]
         );
     }

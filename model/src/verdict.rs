@@ -173,10 +173,7 @@ fn age(now: SystemTime, then: SystemTime) -> Duration {
 }
 
 fn fmt_age(d: Duration) -> String {
-    humantime::format_duration(Duration::from_millis(
-        u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
-    ))
-    .to_string()
+    meshd_proto::human::duration(d)
 }
 
 /// FNV-1a: node ids are a few bytes, where SipHash's setup costs more than
@@ -336,7 +333,7 @@ impl Engine {
         let mut alarms = super::bridge::escalate_bridge_loops(alarms);
         alarms.extend(self.no_quorum_alarm(inputs, &quorum, now));
 
-        MeshStatus {
+        super::advice::advised(MeshStatus {
             node: inputs.local.clone(),
             evaluated_at: now,
             quorum,
@@ -346,7 +343,7 @@ impl Engine {
             cables: Vec::new(),
             checks: Vec::new(),
             measurements: Vec::new(),
-        }
+        })
     }
 
     /// Up when this node hears the peer directly or most of the quorum does;
@@ -416,6 +413,7 @@ impl Engine {
             // From the facts, which the engine does not see:
             // `crate::boot::annotate` fills it in.
             boot: Default::default(),
+            fix: None,
         }
     }
 
@@ -656,6 +654,7 @@ fn judge_link(
             .flatten(),
         blame,
         recent_changes: link.tracker.recent_changes(),
+        fix: None,
     }
 }
 

@@ -21,6 +21,7 @@ pub mod ibv;
 pub mod linux;
 pub mod macos;
 pub mod mesh;
+pub mod paths;
 pub mod source;
 pub mod verbs;
 
@@ -29,14 +30,6 @@ use std::collections::BTreeMap;
 use meshd_proto::facts::{MemoryFacts, NodeFacts, OsKind};
 
 use crate::source::Source;
-
-/// meshd's config file on macOS: where `meshd install` writes it, the
-/// LaunchDaemon reads it and `meshctl plan` tells where the `[[links]]` go.
-/// `/usr/local/etc` is for system software on every Mac (Homebrew's
-/// `/opt/homebrew/etc` exists only on Apple silicon and belongs to it).
-pub const MACOS_CONFIG_PATH: &str = "/usr/local/etc/meshd/meshd.toml";
-/// meshd's config file on Linux (the systemd unit's).
-pub const LINUX_CONFIG_PATH: &str = "/etc/meshd/meshd.toml";
 
 /// The platform this binary runs on.
 pub fn this_os() -> OsKind {

@@ -626,6 +626,7 @@ impl From<NodeVerdict> for wire::NodeVerdict {
             last_report_at: n.last_report_at.map(Into::into),
             cpu_saturated: n.cpu_saturated,
             boot: boot_wire(n.boot),
+            fix: n.fix.unwrap_or_default(),
         }
     }
 }
@@ -646,6 +647,7 @@ impl TryFrom<wire::NodeVerdict> for NodeVerdict {
             last_report_at: optional_time("last_report_at", n.last_report_at)?,
             cpu_saturated: n.cpu_saturated,
             boot: boot_identity(n.boot).map_err(|e| e.within("boot"))?,
+            fix: non_empty(n.fix),
         })
     }
 }
@@ -661,6 +663,7 @@ impl From<LinkVerdict> for wire::LinkVerdict {
             blame: blame_wire(l.blame),
             blamed_node: l.blamed_node.map(|n| n.to_string()).unwrap_or_default(),
             recent_changes: l.recent_changes,
+            fix: l.fix.unwrap_or_default(),
         }
     }
 }
@@ -679,6 +682,7 @@ impl TryFrom<wire::LinkVerdict> for LinkVerdict {
             blame: blame("blame", l.blame)?,
             blamed_node: optional_node_id("blamed_node", l.blamed_node)?,
             recent_changes: l.recent_changes,
+            fix: non_empty(l.fix),
         })
     }
 }
@@ -1311,6 +1315,7 @@ mod tests {
                         id: Some("40962879-B7EE-4F13-AF6E-E7266EF5E732".into()),
                         booted_at_unix: Some(1_790_421_415),
                     },
+                    fix: None,
                 },
                 NodeVerdict {
                     id: id("c"),
@@ -1321,6 +1326,7 @@ mod tests {
                     last_report_at: None,
                     cpu_saturated: false,
                     boot: BootIdentity::default(),
+                    fix: Some("bring c back".into()),
                 },
             ],
             links: vec![LinkVerdict {
@@ -1338,6 +1344,7 @@ mod tests {
                 blame: Blame::Node,
                 blamed_node: Some(id("c")),
                 recent_changes: 1,
+                fix: Some("bring c back".into()),
             }],
             alarms: vec![Alarm {
                 kind: crate::domain::AlarmKind::BridgeLoop,

@@ -343,6 +343,8 @@ pub struct NodeVerdict {
     /// Which boot of its host the node is in, from its latest facts;
     /// unknown parts stay `None`.
     pub boot: BootIdentity,
+    /// What to do about a node that is not up, in one line.
+    pub fix: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -356,6 +358,8 @@ pub struct LinkVerdict {
     pub blame: Blame,
     pub blamed_node: Option<NodeId>,
     pub recent_changes: u32,
+    /// What to do about a link that is not up, in one line.
+    pub fix: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -393,6 +397,48 @@ impl MeshStatus {
             && self.nodes.iter().all(|n| n.state == NodeState::Up)
             && self.links.iter().all(|l| l.state == LinkState::Up)
             && self.alarms.iter().all(|a| a.severity == Severity::Info)
+    }
+
+    /// What keeps the status from being healthy, counted, worst first:
+    /// "no quorum", "1 node down", "2 links degraded", "1 alarm". Empty when
+    /// it is healthy.
+    pub fn troubles(&self) -> Vec<String> {
+        let counted = |n: usize, what: &str, state: &dyn fmt::Display| {
+            format!("{n} {what}{} {state}", if n == 1 { "" } else { "s" })
+        };
+        let mut troubles = Vec::new();
+        if !self.quorum.has_quorum {
+            troubles.push("no quorum".to_owned());
+        }
+        for state in [NodeState::Down, NodeState::Suspect] {
+            let n = self.nodes.iter().filter(|v| v.state == state).count();
+            if n > 0 {
+                troubles.push(counted(n, "node", &state));
+            }
+        }
+        for state in [
+            LinkState::Down,
+            LinkState::Flapping,
+            LinkState::Degraded,
+            LinkState::Unknown,
+        ] {
+            let n = self.links.iter().filter(|l| l.state == state).count();
+            if n > 0 {
+                troubles.push(counted(n, "link", &state));
+            }
+        }
+        let alarms = self
+            .alarms
+            .iter()
+            .filter(|a| a.severity != Severity::Info)
+            .count();
+        if alarms > 0 {
+            troubles.push(format!(
+                "{alarms} alarm{}",
+                if alarms == 1 { "" } else { "s" }
+            ));
+        }
+        troubles
     }
 }
 

@@ -9,6 +9,7 @@
 pub mod convert;
 pub mod domain;
 pub mod facts;
+pub mod human;
 pub mod limits;
 pub mod time;
 

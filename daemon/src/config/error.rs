@@ -82,11 +82,12 @@ pub enum ConfigError {
     /// error-chain printers do not repeat it.
     #[error("{}: cannot read the config file: {problem}", path.display())]
     Unreadable { path: PathBuf, problem: FileProblem },
-    /// TOML syntax error, a value of the wrong type, or an unknown key: the
-    /// file could not be turned into a config at all, so there is one error.
+    /// A TOML syntax error, or the one value of the wrong type or unknown
+    /// key in the file: it could not be turned into a config at all.
     #[error("{0}")]
     Toml(Diagnostic),
-    /// The file parsed but breaks rules; all of them are listed, by line.
+    /// Several values of the wrong type or unknown keys, or (once every value
+    /// reads) the rules the file breaks: all of them, by line.
     #[error("{}", Lines(.0))]
     Invalid(Vec<Diagnostic>),
 }

@@ -16,6 +16,7 @@ mod error;
 mod locate;
 pub mod reload;
 pub mod settings;
+mod types;
 mod validate;
 
 #[cfg(test)]
@@ -604,8 +605,9 @@ impl Config {
     }
 
     /// Parses and validates `source`. `origin` is only used in messages.
-    /// On a TOML error there is exactly one diagnostic (parsing stops
-    /// there); on rule violations there is one per problem, sorted by line.
+    /// A syntax error is one diagnostic (parsing stops there); values of the
+    /// wrong type or shape are all listed, and once every value reads, every
+    /// rule violation is; each sorted by line.
     pub fn parse(source: &str, origin: &str, hostname: &str) -> Result<Config, ConfigError> {
         Config::parse_with_advice(source, origin, hostname, &BTreeMap::new())
             .map(|checked| checked.config)
@@ -630,8 +632,19 @@ impl Config {
             })
         })?;
         let locator = Locator::new(source, &doc);
-        let file: ConfigFile = toml::from_str(source)
-            .map_err(|e| ConfigError::Toml(serde_diagnostic(&e, origin, &locator)))?;
+        let file: ConfigFile = toml::from_str(source).map_err(|first| {
+            // serde stops at the first wrong value; name every one.
+            let mut all: Vec<Diagnostic> = std::iter::once(&first)
+                .chain(&types::errors(source))
+                .map(|e| serde_diagnostic(e, origin, &locator))
+                .collect();
+            all.sort_by_key(|d| d.line.unwrap_or(usize::MAX));
+            all.dedup();
+            match <[Diagnostic; 1]>::try_from(all) {
+                Ok([one]) => ConfigError::Toml(one),
+                Err(many) => ConfigError::Invalid(many),
+            }
+        })?;
         let config = file.resolve(hostname);
         let diagnostics = |problems: Vec<Problem>| {
             let mut diagnostics: Vec<Diagnostic> = problems

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::aggregator::MeshState;
 use crate::config::Config;
+use crate::metrics::Metrics;
 
 /// Editors write a file in several steps; wait for them to finish.
 const SETTLE: Duration = Duration::from_millis(200);
@@ -27,6 +28,8 @@ pub struct ConfigReload {
     pub state: MeshState,
     pub node: NodeId,
     pub hangups: Hangups,
+    /// Whether the last read succeeded, and when the config in force was read.
+    pub metrics: Arc<Metrics>,
 }
 
 /// Why a reload was asked for, for the log.
@@ -64,6 +67,7 @@ impl ConfigReload {
         let now = SystemTime::now();
         match Config::load(&self.path, &self.hostname) {
             Err(err) => {
+                self.metrics.config.refused();
                 let problems = err.to_string();
                 tracing::error!(path = %self.path.display(), ?trigger, "config refused, the running config stays in force:\n{problems}");
                 self.state.announce(Event {
@@ -79,6 +83,7 @@ impl ConfigReload {
                 });
             }
             Ok(mut config) => {
+                self.metrics.config.reloaded(now);
                 let current = self.configs.borrow().clone();
                 if config != *current {
                     for warning in config.warnings() {

@@ -113,7 +113,12 @@ fn member(field: &str, id: String, members: &[NodeId]) -> Result<NodeId, Status>
     let id = NodeId::new(id).map_err(|e| Status::invalid_argument(format!("{field}: {e}")))?;
     if members.binary_search(&id).is_err() {
         return Err(Status::invalid_argument(format!(
-            "{field}: {id} is not a configured member of this mesh"
+            "{field}: {id} is not a member of the mesh; its members are {}",
+            members
+                .iter()
+                .map(NodeId::as_str)
+                .collect::<Vec<_>>()
+                .join(", ")
         )));
     }
     Ok(id)
@@ -171,7 +176,7 @@ mod tests {
         assert_eq!(err.code(), tonic::Code::InvalidArgument);
         assert_eq!(
             err.message(),
-            "ranks[1]: zz is not a configured member of this mesh"
+            "ranks[1]: zz is not a member of the mesh; its members are a, b, c"
         );
 
         let err = member_ranks(vec!["a".into(), "a".into()], &members()).expect_err("twice");

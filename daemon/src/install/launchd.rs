@@ -10,7 +10,21 @@ use serde::{Deserialize, Serialize};
 /// The job's label, and the plist's name under `/Library/LaunchDaemons`.
 /// `launchctl kickstart -k system/io.meshd.agent` restarts it.
 pub const LABEL: &str = "io.meshd.agent";
-/// System daemons live here; launchd loads them at boot, as root.
+/// System daemons live here; launchd loads them at boot.
+///
+/// meshd's LaunchDaemon has no `UserName`, so it runs as root, unlike the
+/// systemd unit (a dynamic user without capabilities). The reason is the
+/// CPU and job watchers: they must see the CPU time of every process
+/// (`screensharingd` runs as root, `sharingd` and the JACCL ranks as the
+/// logged-in user), and macOS gives a process the task information of
+/// another user's processes only when it runs as root (`proc_pidinfo`
+/// answers EPERM; `top` and `ps` get it by being setuid root, and tools
+/// running as an ordinary user read 0 % for those processes). Running as a
+/// dedicated user would blind the watchers that name what loads a node.
+/// Everything else meshd does on a Mac (`system_profiler`, `networksetup
+/// -list…`, `ifconfig`, `netstat`, `rdma_ctl status`, the read-only verbs
+/// queries, ports above 1024) is a read that an ordinary user may do as
+/// far as is known; that has not been run on a Mac yet.
 pub const DAEMONS_DIR: &str = "/Library/LaunchDaemons";
 /// Where Console.app looks for system logs; launchd does not create the
 /// directory, so install does.
@@ -23,9 +37,7 @@ pub const LOG_FILE: &str = "/Library/Logs/meshd/meshd.log";
 /// starts (a bad argument) or bypasses it (a panic), a line or two per
 /// start, throttled by [`THROTTLE_SECONDS`].
 pub const STDERR_FILE: &str = "/Library/Logs/meshd/meshd.stderr.log";
-/// Not Homebrew's `/opt/homebrew/etc` (Apple silicon only, and owned by a
-/// package manager): `/usr/local/etc` exists for system software on every Mac.
-pub const DEFAULT_CONFIG: &str = meshd_platform::MACOS_CONFIG_PATH;
+pub const DEFAULT_CONFIG: &str = meshd_platform::paths::MACOS_CONFIG;
 /// Seconds launchd waits before starting meshd again after it exits, so a
 /// broken config does not spin.
 pub const THROTTLE_SECONDS: u32 = 10;

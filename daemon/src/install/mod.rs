@@ -12,6 +12,7 @@
 //! it: it is the operator's.
 
 pub mod default_config;
+pub mod docs;
 pub mod firewall;
 pub mod launchctl;
 pub mod launchd;
@@ -176,6 +177,11 @@ pub enum Step {
         path: PathBuf,
         contents: String,
     },
+    /// Writes (or replaces) the shell completions and man pages; listed by
+    /// path only, not by contents, in a dry run.
+    WriteDocs {
+        files: Vec<docs::DocFile>,
+    },
     /// Removes a file; one that is not there is fine.
     RemoveFile {
         path: PathBuf,
@@ -285,6 +291,10 @@ impl Plan {
                 Step::Run(CommandSpec::new("systemctl", &["restart", systemd::UNIT])),
             ],
         };
+        let mut steps = steps;
+        steps.push(Step::WriteDocs {
+            files: docs::files(),
+        });
         Ok(Plan {
             action: Action::Install,
             platform,
@@ -319,6 +329,12 @@ impl Plan {
                 Step::Run(CommandSpec::new("systemctl", &["daemon-reload"])),
             ],
         };
+        let mut steps = steps;
+        steps.extend(
+            docs::files()
+                .into_iter()
+                .map(|file| Step::RemoveFile { path: file.path }),
+        );
         Plan {
             action: Action::Uninstall,
             platform,
@@ -386,6 +402,16 @@ impl Plan {
                             path.display()
                         );
                         file_block(&mut out, path, contents);
+                    }
+                }
+                Step::WriteDocs { files } => {
+                    let _ = writeln!(
+                        out,
+                        "{n}. write {} shell completions and man pages (mode {FILE_MODE:04o}):",
+                        files.len()
+                    );
+                    for file in files {
+                        let _ = writeln!(out, "   {}", file.path.display());
                     }
                 }
                 Step::RemoveFile { path } => {
@@ -506,6 +532,22 @@ fn apply_step(
                     path.display()
                 )
             }
+        }
+        Step::WriteDocs { files } => {
+            for file in files {
+                write_replacing(&under(root, &file.path), &file.contents).map_err(|source| {
+                    InstallError::Io {
+                        action: "write",
+                        path: file.path.clone(),
+                        source,
+                    }
+                })?;
+            }
+            format!(
+                "wrote {} shell completions and man pages under {}",
+                files.len(),
+                docs::SHARE_DIR
+            )
         }
         Step::RemoveFile { path } => match std::fs::remove_file(under(root, path)) {
             Ok(()) => format!("removed {}", path.display()),
@@ -677,8 +719,8 @@ pub enum InstallError {
     #[error("the binary {} is not a file", path.display())]
     BinaryMissing { path: PathBuf },
     #[error(
-        "the {what} {} is {problem}: meshd runs as root, so whoever can change it \
-         can run anything as root. Fix it with `{fix}`, then install again",
+        "the {what} {} is {problem}: the service runs or reads it (as root on macOS), so \
+         whoever can change it controls the service. Fix it with `{fix}`, then install again",
         path.display()
     )]
     NotRootsAlone {

@@ -1,7 +1,8 @@
-//! The files a root service runs and reads must be root's alone, as sshd's
+//! The files the service runs and reads must be root's alone, as sshd's
 //! StrictModes demands of its keys: a binary or config that another user
-//! owns, or that group or others may write, lets that user run anything as
-//! root at the next start. Install refuses them, naming the path and the
+//! owns, or that group or others may write, lets that user control the
+//! service at its next start (and run anything as root on macOS, where it
+//! runs as root; the systemd unit runs it as a user of its own). Install refuses them, naming the path and the
 //! command that fixes it.
 //!
 //! Only the files themselves are judged, not their directories: Homebrew

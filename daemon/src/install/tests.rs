@@ -729,8 +729,8 @@ fn install_refuses_a_binary_or_config_root_does_not_own_alone() {
     assert_eq!(
         err.to_string(),
         "the config /etc/meshd/meshd.toml is writable by group and others (mode 0666): \
-         meshd runs as root, so whoever can change it can run anything as root. Fix it \
-         with `sudo chmod go-w /etc/meshd/meshd.toml`, then install again"
+         the service runs or reads it (as root on macOS), so whoever can change it controls \
+         the service. Fix it with `sudo chmod go-w /etc/meshd/meshd.toml`, then install again"
     );
 
     file_with_mode(root, CONFIG, 0o644);
@@ -738,9 +738,9 @@ fn install_refuses_a_binary_or_config_root_does_not_own_alone() {
     let err = require_strict_modes(&plan, root, Some(binary)).expect_err("not root's");
     assert_eq!(
         err.to_string(),
-        "the binary /usr/local/bin/meshd is owned by uid 65534, not root: meshd runs as \
-         root, so whoever can change it can run anything as root. Fix it with \
-         `sudo chown root /usr/local/bin/meshd`, then install again"
+        "the binary /usr/local/bin/meshd is owned by uid 65534, not root: the service runs \
+         or reads it (as root on macOS), so whoever can change it controls the service. Fix \
+         it with `sudo chown root /usr/local/bin/meshd`, then install again"
     );
 }
 
@@ -762,4 +762,36 @@ fn install_checks_the_binary_that_a_link_points_at() {
             .contains("writable by group and others (mode 0777)"),
         "{err}"
     );
+}
+
+#[test]
+fn install_writes_completions_and_man_pages_and_uninstall_removes_them() {
+    for platform in [Platform::Linux, Platform::MacOs] {
+        let root = tempfile::tempdir().expect("tempdir");
+        let plan = install(platform);
+        assert!(
+            plan.describe(root.path())
+                .contains("   /usr/local/share/man/man1/meshctl.1\n"),
+            "the dry run lists the pages"
+        );
+        plan.apply(root.path(), &mut RecordingRunner::default())
+            .expect("install");
+        for path in [
+            "/usr/local/share/bash-completion/completions/meshctl",
+            "/usr/local/share/zsh/site-functions/_meshd",
+            "/usr/local/share/man/man1/meshctl-status.1",
+        ] {
+            assert!(!read(root.path(), path).is_empty(), "{path}");
+        }
+        Plan::uninstall(platform)
+            .apply(root.path(), &mut RecordingRunner::default())
+            .expect("uninstall");
+        for file in docs::files() {
+            assert!(
+                !under(root.path(), &file.path).exists(),
+                "{} left behind",
+                file.path.display()
+            );
+        }
+    }
 }

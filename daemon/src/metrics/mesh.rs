@@ -11,6 +11,7 @@ use meshd_proto::facts::CheckStatus;
 
 use super::catalogue as c;
 use super::exposition::{Exposition, HistogramValues, LabelValues, Vanishing, as_f64, count, flag};
+use super::links::unix_seconds;
 use super::lock;
 use crate::aggregator::Published;
 
@@ -111,13 +112,9 @@ impl MeshSeries {
             .sample(&[], count(members * members.saturating_sub(1) / 2));
         out.family(&c::LINKS_OBSERVED)
             .sample(&[], count(published.links_observed));
-        let mut family = out.family(&c::PEER_REPORT_AGE_SECONDS);
+        let mut family = out.family(&c::PEER_LAST_REPORT_TIMESTAMP_SECONDS);
         for (peer, received) in &published.peer_reports {
-            let age = status
-                .evaluated_at
-                .duration_since(received.at)
-                .unwrap_or_default();
-            family.sample(&[peer.as_str()], age.as_secs_f64());
+            family.sample(&[peer.as_str()], unix_seconds(received.at));
         }
         let mut family = out.family(&c::REPORTS_REJECTED_TOTAL);
         for reason in RejectReason::ALL {

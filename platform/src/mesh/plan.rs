@@ -39,7 +39,7 @@ pub struct CablingPlan {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlannedNode {
-    /// "node1" … "nodeN".
+    /// As given, or "node1" … "nodeN".
     pub name: String,
     pub model_id: String,
     pub model_name: String,
@@ -136,6 +136,8 @@ pub struct PortShortfall {
 pub enum PlanRefusal {
     #[error("a plan needs at least 2 nodes; got {0}")]
     TooFewNodes(usize),
+    #[error("{names} names for {nodes} nodes; name every node once")]
+    NamesMismatch { names: usize, nodes: usize },
     #[error("{nodes} nodes: a JACCL mesh has at most {max} ranks; plan at most {max} nodes")]
     TooManyNodes { nodes: usize, max: usize },
     #[error("{}", shortfall_reason(*.backend, *.nodes, *.needed, .short, *.ring_fits))]
@@ -190,21 +192,40 @@ fn shortfall_reason(
     reason
 }
 
-/// A plan with the /30s taken from [`DEFAULT_LINK_RANGE`].
+/// A plan with the /30s taken from [`DEFAULT_LINK_RANGE`], its nodes named
+/// node1…N.
 pub fn plan(nodes: &[&Model], backend: Backend) -> Result<CablingPlan, PlanRefusal> {
-    plan_in_range(nodes, backend, DEFAULT_LINK_RANGE)
+    plan_in_range(
+        &default_names(nodes.len()),
+        nodes,
+        backend,
+        DEFAULT_LINK_RANGE,
+    )
 }
 
-/// A plan for `nodes` (one model per node, mixed allowed), named node1…N:
-/// a full mesh for `jaccl` (N(N−1)/2 cables), a ring for `jaccl-ring` (N
-/// cables, 2 ports per node; 1 cable for 2 nodes). Usable ports are taken
-/// first; unreliable ones only when needed, with a warning naming them.
+/// "node1" … "nodeN".
+pub fn default_names(n: usize) -> Vec<String> {
+    (1..=n).map(|i| format!("node{i}")).collect()
+}
+
+/// A plan for `nodes` (one model per node, mixed allowed), called by
+/// `names` in order: a full mesh for `jaccl` (N(N−1)/2 cables), a ring for
+/// `jaccl-ring` (N cables, 2 ports per node; 1 cable for 2 nodes). Usable
+/// ports are taken first; unreliable ones only when needed, with a warning
+/// naming them.
 pub fn plan_in_range(
+    names: &[String],
     nodes: &[&Model],
     backend: Backend,
     range: Ipv4Cidr,
 ) -> Result<CablingPlan, PlanRefusal> {
     let n = nodes.len();
+    if names.len() != n {
+        return Err(PlanRefusal::NamesMismatch {
+            names: names.len(),
+            nodes: n,
+        });
+    }
     if n < 2 {
         return Err(PlanRefusal::TooFewNodes(n));
     }
@@ -214,12 +235,11 @@ pub fn plan_in_range(
             max: JACCL_MAX_RANKS,
         });
     }
-    let names: Vec<String> = (1..=n).map(|i| format!("node{i}")).collect();
     let pairs = cabled_pairs(n, backend);
     let needed = ports_needed(n, backend);
     let short: Vec<PortShortfall> = nodes
         .iter()
-        .zip(&names)
+        .zip(names)
         .filter(|(model, _)| model.ports.len() < needed)
         .map(|(model, name)| PortShortfall {
             node: name.clone(),
@@ -257,7 +277,7 @@ pub fn plan_in_range(
         .map(|m| m.ports_by_preference().into_iter().take(needed).collect())
         .collect();
     let mut warnings = Vec::new();
-    for ((model, ports), name) in nodes.iter().zip(&chosen).zip(&names) {
+    for ((model, ports), name) in nodes.iter().zip(&chosen).zip(names) {
         for port in ports {
             if let Some(reason) = port.unreliable_reason() {
                 warnings.push(format!(
@@ -298,7 +318,7 @@ pub fn plan_in_range(
 
     let planned_nodes = nodes
         .iter()
-        .zip(&names)
+        .zip(names)
         .map(|(model, name)| PlannedNode {
             name: name.clone(),
             model_id: model.id.clone(),
