@@ -7,7 +7,9 @@ use meshd_platform::counters::{CounterChange, CounterGroup, CounterSample, Count
 use meshd_platform::linux::{self, counters::read_port_counters, net::read_bridges};
 use meshd_platform::source::ReplaySource;
 use meshd_proto::domain::{Counter, RdmaPortState};
-use meshd_proto::facts::{BridgeFact, Gid, Ipv4Cidr, NodeFacts, PortFact, RdmaPortFact};
+use meshd_proto::facts::{
+    BridgeFact, Gid, Ipv4Cidr, NodeFacts, PortFact, RdmaPortFact, RdmaReader,
+};
 
 /// A bundle directory being filled with host files.
 struct Bundle(tempfile::TempDir);
@@ -188,6 +190,7 @@ fn mlx5_roce_ports_with_their_interfaces_gids_speeds_and_addresses() {
                     link_layer: String::new(),
                     active_mtu: None,
                     max_mtu: None,
+                    reader: Some(RdmaReader::Sysfs),
                 }),
                 ..PortFact::default()
             },
@@ -211,6 +214,7 @@ fn mlx5_roce_ports_with_their_interfaces_gids_speeds_and_addresses() {
                     link_layer: String::new(),
                     active_mtu: None,
                     max_mtu: None,
+                    reader: Some(RdmaReader::Sysfs),
                 }),
                 ..PortFact::default()
             },
@@ -430,6 +434,7 @@ fn what_cannot_be_read_is_a_blind_spot_and_never_a_guess() {
             link_layer: String::new(),
             active_mtu: None,
             max_mtu: None,
+            reader: Some(RdmaReader::Sysfs),
         })
     );
     let spots = facts.blind_spots.join("\n");

@@ -16,7 +16,7 @@ use crate::domain::{
 };
 use crate::facts::{
     BridgeFact, Cable, CableEnd, CheckResult, CheckStatus, Gid, Ipv4Cidr, NodeFacts, OsKind,
-    PeerFact, PortFact, RdmaPortFact,
+    PeerFact, PortFact, RdmaPortFact, RdmaReader,
 };
 use crate::wire;
 
@@ -167,6 +167,28 @@ enum_conversions!(RejectReason, RejectReason, reject_reason, reject_reason_wire,
     Stale => Stale,
     Malformed => Malformed,
 });
+
+/// The reader of an RDMA port: unspecified (an older sender) and numbers
+/// this build does not know (a newer one) are an unknown reader, not an
+/// error.
+fn rdma_reader(raw: i32) -> Option<RdmaReader> {
+    match wire::RdmaReader::try_from(raw) {
+        Ok(wire::RdmaReader::Verbs) => Some(RdmaReader::Verbs),
+        Ok(wire::RdmaReader::Sysfs) => Some(RdmaReader::Sysfs),
+        Ok(wire::RdmaReader::IbvDevinfo) => Some(RdmaReader::IbvDevinfo),
+        Ok(wire::RdmaReader::Unspecified) | Err(_) => None,
+    }
+}
+
+fn rdma_reader_wire(reader: Option<RdmaReader>) -> i32 {
+    let wire = match reader {
+        Some(RdmaReader::Verbs) => wire::RdmaReader::Verbs,
+        Some(RdmaReader::Sysfs) => wire::RdmaReader::Sysfs,
+        Some(RdmaReader::IbvDevinfo) => wire::RdmaReader::IbvDevinfo,
+        None => wire::RdmaReader::Unspecified,
+    };
+    wire as i32
+}
 
 /// The wire name of a reject reason, for acks.
 pub fn reject_reason_to_wire(reason: RejectReason) -> i32 {
@@ -821,6 +843,7 @@ impl From<PortFact> for wire::PortFact {
                 link_layer: r.link_layer,
                 active_mtu: r.active_mtu,
                 max_mtu: r.max_mtu,
+                reader: rdma_reader_wire(r.reader),
             }),
         }
     }
@@ -871,6 +894,7 @@ impl TryFrom<wire::PortFact> for PortFact {
                     link_layer: r.link_layer,
                     active_mtu: r.active_mtu,
                     max_mtu: r.max_mtu,
+                    reader: rdma_reader(r.reader),
                 })
             })
             .transpose()
@@ -1144,6 +1168,7 @@ mod tests {
                         link_layer: "Thunderbolt".into(),
                         active_mtu: Some(4096),
                         max_mtu: Some(4096),
+                        reader: Some(RdmaReader::Verbs),
                     }),
                 },
                 PortFact {
@@ -1211,6 +1236,16 @@ mod tests {
                 .to_string(),
             "checks[0].status: unspecified"
         );
+    }
+
+    #[test]
+    fn an_unspecified_or_newer_rdma_reader_is_unknown_not_an_error() {
+        for raw in [0, 99] {
+            let mut wire: wire::NodeFacts = sample_facts().into();
+            wire.ports[0].rdma.as_mut().expect("rdma").reader = raw;
+            let facts = NodeFacts::try_from(wire).expect("still valid");
+            assert_eq!(facts.ports[0].rdma.as_ref().expect("rdma").reader, None);
+        }
     }
 
     #[test]
