@@ -233,7 +233,7 @@ fn vm(command: VmCmd) -> anyhow::Result<()> {
         println!("{}", packages.dir.display());
         return Ok(());
     }
-    let image = vm::Image::build(&cache, &binaries)?;
+    let image = vm::Image::build(&cache, &binaries, &[])?;
     match command {
         VmCmd::Fetch => {}
         VmCmd::Doctor => {

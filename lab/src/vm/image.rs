@@ -23,8 +23,14 @@ const LIMIT: Duration = Duration::from_secs(60);
 /// PATH when it wants the real one.
 pub const IPROUTE2_DIR: &str = "/opt/iproute2/bin";
 
-/// Writes the initramfs of `packages` with `binaries` to `path`.
-pub fn build(packages: &Packages, binaries: &Binaries, path: &Path) -> Result<(), VmError> {
+/// Writes the initramfs of `packages` with `binaries` and `extra` (guest
+/// path, host file) to `path`.
+pub fn build(
+    packages: &Packages,
+    binaries: &Binaries,
+    extra: &[(String, PathBuf)],
+    path: &Path,
+) -> Result<(), VmError> {
     let mut files = Files::default();
     let busybox = packages.root("busybox-static").join("bin/busybox");
     files.add("/bin/busybox", &busybox, 0o755);
@@ -69,6 +75,9 @@ pub fn build(packages: &Packages, binaries: &Binaries, path: &Path) -> Result<()
             format!("/usr/local/bin/{name}"),
             without_debug_info(binary, &stripped.path().join(name))?,
         ));
+    }
+    for (guest, host) in extra {
+        files.add(guest, host, 0o755);
     }
     let driver = providers.join("etc/libibverbs.d/rxe.driver");
     files.add("/etc/libibverbs.d/rxe.driver", &driver, 0o644);

@@ -191,8 +191,13 @@ pub struct Image {
 
 impl Image {
     /// Fetches the packages into `cache` (unless there already) and writes
-    /// the initramfs with `binaries` to a temporary file.
-    pub fn build(cache: &Path, binaries: &Binaries) -> Result<Self, VmError> {
+    /// the initramfs with `binaries`, and each host file of `extra` at its
+    /// guest path, to a temporary file.
+    pub fn build(
+        cache: &Path,
+        binaries: &Binaries,
+        extra: &[(String, PathBuf)],
+    ) -> Result<Self, VmError> {
         std::fs::create_dir_all(cache).map_err(VmError::file(cache))?;
         let packages = packages::prepare(cache)?;
         let dir = tempfile::Builder::new()
@@ -200,7 +205,7 @@ impl Image {
             .tempdir()
             .map_err(VmError::file(Path::new("/tmp")))?;
         let initramfs = dir.path().join("initramfs.cpio");
-        image::build(&packages, binaries, &initramfs)?;
+        image::build(&packages, binaries, extra, &initramfs)?;
         Ok(Self {
             packages,
             cache: cache.to_path_buf(),

@@ -21,11 +21,9 @@ pub fn prefer_verbs(ports: &mut [PortFact], devices: &[RdmaDevice]) -> Vec<Strin
             continue;
         };
         let number = sysfs.port;
-        let listed = devices
-            .iter()
-            .find(|d| d.name == port.rdma_device)
-            .and_then(|d| d.ports.iter().find(|p| p.port == number));
-        let Some(verbs) = listed else {
+        let device = devices.iter().find(|d| d.name == port.rdma_device);
+        let listed = device.and_then(|d| d.ports.iter().find(|p| p.port == number).map(|p| (d, p)));
+        let Some((device, verbs)) = listed else {
             problems.push(format!(
                 "{}: in {} but not listed by the verbs library; read from sysfs",
                 port.name,
@@ -41,6 +39,8 @@ pub fn prefer_verbs(ports: &mut [PortFact], devices: &[RdmaDevice]) -> Vec<Strin
             )
         }));
         port.rdma = Some(verbs.fact(RdmaReader::Verbs));
+        // Only the library has the node GUID.
+        port.rdma_node_guid.clone_from(&device.node_guid);
     }
     for device in devices {
         for verbs in &device.ports {
@@ -167,6 +167,7 @@ mod tests {
         assert_eq!(rdma.active_mtu, Some(1024));
         assert_eq!(rdma.gid(1), Some(gid("::ffff:10.0.0.1")));
         assert_eq!(ports[0].iface, "eth0", "sysfs still pairs the interface");
+        assert_eq!(ports[0].rdma_node_guid, "505400fffe6d0001");
     }
 
     #[test]
