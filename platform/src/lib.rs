@@ -22,6 +22,7 @@ pub mod macos;
 pub mod mesh;
 pub mod source;
 pub mod verbs;
+pub mod verbs_probe;
 
 use meshd_proto::facts::{NodeFacts, OsKind};
 

@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use crate::domain::{
     Alarm, Blame, Counter, Event, EventDetail, EventKind, Incarnation, InterfaceState, LinkEnd,
     LinkMeasurement, LinkObservation, LinkState, LinkVerdict, LossWindow, MeshStatus, NodeId,
-    NodeIdentity, NodeLoad, NodeState, NodeVerdict, PeerReport, Quorum, RdmaPortState,
+    NodeIdentity, NodeLoad, NodeState, NodeVerdict, PeerReport, Quorum, RdmaPortState, RdmaProbe,
     RejectReason, RttHistogram, RttSummary, Severity, UnknownName,
 };
 use crate::facts::{
@@ -347,6 +347,13 @@ impl From<LinkObservation> for wire::LinkObservation {
             error_counters: o.error_counters.into_iter().map(Into::into).collect(),
             silence_ns: nanos(o.silence),
             consecutive_lost: o.consecutive_lost,
+            rdma_probe: o.rdma_probe.map(|p| wire::RdmaProbe {
+                last_rtt_ns: p.last_rtt.map_or(0, nanos),
+                consecutive_failures: p.consecutive_failures,
+                last_ok_at: p.last_ok_at.map(Into::into),
+                probes_sent_total: p.probes_sent_total,
+                probes_failed_total: p.probes_failed_total,
+            }),
         }
     }
 }
@@ -378,6 +385,19 @@ impl TryFrom<wire::LinkObservation> for LinkObservation {
             error_counters: o.error_counters.into_iter().map(Counter::from).collect(),
             silence: Duration::from_nanos(o.silence_ns),
             consecutive_lost: o.consecutive_lost,
+            rdma_probe: o
+                .rdma_probe
+                .map(|p| -> Result<RdmaProbe> {
+                    Ok(RdmaProbe {
+                        last_rtt: (p.last_rtt_ns > 0).then(|| Duration::from_nanos(p.last_rtt_ns)),
+                        consecutive_failures: p.consecutive_failures,
+                        last_ok_at: optional_time("last_ok_at", p.last_ok_at)?,
+                        probes_sent_total: p.probes_sent_total,
+                        probes_failed_total: p.probes_failed_total,
+                    })
+                })
+                .transpose()
+                .map_err(|e| e.within("rdma_probe"))?,
         })
     }
 }
@@ -1400,6 +1420,13 @@ mod tests {
                 }],
                 silence: Duration::from_millis(90),
                 consecutive_lost: 0,
+                rdma_probe: Some(RdmaProbe {
+                    last_rtt: Some(Duration::from_micros(12)),
+                    consecutive_failures: 0,
+                    last_ok_at: Some(at(199)),
+                    probes_sent_total: 60,
+                    probes_failed_total: 2,
+                }),
             }],
             alarms: status.alarms.clone(),
             hears: vec![id("b"), id("c")],

@@ -163,6 +163,7 @@ mod tests {
             }],
             silence: Duration::ZERO,
             consecutive_lost: 0,
+            rdma_probe: None,
         };
         let published = Published {
             report: Arc::new(ReportBody {

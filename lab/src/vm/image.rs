@@ -60,15 +60,17 @@ pub fn build(
         ),
         ("/usr/bin/rdma".into(), iproute2.join("usr/bin/rdma")),
         (format!("{IPROUTE2_DIR}/ip"), iproute2.join("bin/ip")),
-        (
-            "/usr/bin/ibv_devinfo".into(),
-            utils.join("usr/bin/ibv_devinfo"),
-        ),
-        (
-            "/usr/bin/ibv_devices".into(),
-            utils.join("usr/bin/ibv_devices"),
-        ),
     ];
+    // The references meshd is compared with: the device reports, and
+    // rdma-core's own UC and RC ping-pong.
+    for tool in [
+        "ibv_devinfo",
+        "ibv_devices",
+        "ibv_uc_pingpong",
+        "ibv_rc_pingpong",
+    ] {
+        elves.push((format!("/usr/bin/{tool}"), utils.join("usr/bin").join(tool)));
+    }
     let stripped = tempfile::tempdir().map_err(VmError::file(Path::new("/tmp")))?;
     for (name, binary) in [("meshd", &binaries.meshd), ("meshctl", &binaries.meshctl)] {
         elves.push((
