@@ -108,6 +108,7 @@ fn observation(from: usize, to: usize, cut: bool, at: SystemTime) -> LinkObserva
         error_counters: vec![],
         silence,
         consecutive_lost: if cut { 20 } else { 0 },
+        rdma_probe: None,
     }
 }
 

@@ -84,5 +84,6 @@ pub fn healthy_observation(from: &str, to: &str) -> LinkObservation {
         error_counters: vec![],
         silence: Duration::from_millis(50),
         consecutive_lost: 0,
+        rdma_probe: None,
     }
 }

@@ -14,6 +14,11 @@ pub const MEDIUM_WINDOW: Duration = Duration::from_secs(10);
 /// 10 s window. Degraded needs at least this many lost, whatever the ratio.
 pub const MIN_LOST_FOR_DEGRADED: u64 = 3;
 
+/// The active RDMA probe (about one a second) must miss this many in a
+/// row before the RDMA path counts as failing: one lost UC message is not
+/// a broken queue pair.
+pub const RDMA_PROBE_FAILURES_FOR_DEGRADED: u32 = 3;
+
 /// Fewer RTT samples than this say nothing about a p99.
 const MIN_RTT_SAMPLES: u64 = 20;
 
@@ -232,6 +237,16 @@ fn degradation(
             o.rdma_port_state
         ));
     }
+    // Reached only while IP probes get through (a link silent on both ends
+    // is down before this): the RDMA path fails on its own.
+    if let Some(rdma) = &o.rdma_probe
+        && rdma.consecutive_failures >= RDMA_PROBE_FAILURES_FOR_DEGRADED
+    {
+        evidence.push(format!(
+            "{node}: RDMA probes fail ({} in a row) while IP probes get through",
+            rdma.consecutive_failures
+        ));
+    }
 }
 
 /// Turns raw assessments into the reported verdict: down at once (the
@@ -346,7 +361,7 @@ fn settle(settled: LinkState, raw: LinkState, held: Duration) -> LinkState {
 
 #[cfg(test)]
 mod tests {
-    use meshd_proto::domain::{LossWindow, RttSummary};
+    use meshd_proto::domain::{LossWindow, RdmaProbe, RttSummary};
 
     use super::*;
 
@@ -526,6 +541,50 @@ mod tests {
             assert_eq!(verdict.state, LinkState::Degraded, "{a:?}");
             assert_eq!(verdict.evidence.len(), 1, "{verdict:?}");
         }
+    }
+
+    #[test]
+    fn a_failing_rdma_path_beside_a_working_ip_path_is_degraded_naming_rdma() {
+        let probe = |failures| RdmaProbe {
+            last_rtt: Some(Duration::from_micros(30)),
+            consecutive_failures: failures,
+            last_ok_at: None,
+            probes_sent_total: 20,
+            probes_failed_total: u64::from(failures),
+        };
+        let failing = LinkObservation {
+            rdma_probe: Some(probe(RDMA_PROBE_FAILURES_FOR_DEGRADED)),
+            ..healthy()
+        };
+        let b = healthy();
+        let verdict = assess(&[view("a", &failing), view("b", &b)], &rules());
+        assert_eq!(verdict.state, LinkState::Degraded);
+        assert_eq!(
+            verdict.evidence,
+            ["a: RDMA probes fail (3 in a row) while IP probes get through"]
+        );
+
+        let a_miss = LinkObservation {
+            rdma_probe: Some(probe(RDMA_PROBE_FAILURES_FOR_DEGRADED - 1)),
+            ..healthy()
+        };
+        assert_eq!(
+            assess(&[view("a", &a_miss), view("b", &b)], &rules()).state,
+            LinkState::Up
+        );
+
+        // Both paths dead: a pulled cable, down rather than degraded.
+        let (a, b) = (
+            LinkObservation {
+                rdma_probe: Some(probe(10)),
+                ..silent(2_000)
+            },
+            silent(2_000),
+        );
+        assert_eq!(
+            assess(&[view("a", &a), view("b", &b)], &rules()).state,
+            LinkState::Down
+        );
     }
 
     #[test]

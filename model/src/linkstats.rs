@@ -395,6 +395,7 @@ impl LinkStats {
             error_counters: Vec::new(),
             silence,
             consecutive_lost: self.consecutive_lost,
+            rdma_probe: None,
         }
     }
 

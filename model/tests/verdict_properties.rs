@@ -377,6 +377,7 @@ fn observation(
         error_counters: vec![],
         silence: Duration::from_millis(silence_ms),
         consecutive_lost: u32::try_from(lost).unwrap_or(u32::MAX),
+        rdma_probe: None,
     }
 }
 
@@ -728,6 +729,7 @@ fn any_observation() -> impl Strategy<Value = LinkObservation> {
                 error_counters: vec![],
                 silence,
                 consecutive_lost,
+                rdma_probe: None,
             },
         )
 }

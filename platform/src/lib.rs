@@ -24,6 +24,7 @@ pub mod mesh;
 pub mod paths;
 pub mod source;
 pub mod verbs;
+pub mod verbs_probe;
 
 use std::collections::BTreeMap;
 

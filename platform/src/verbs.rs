@@ -121,20 +121,34 @@ pub fn read_devices(library: &str, timeout: Duration) -> Result<VerbsReading, Ve
 /// finally returns.
 static ABANDONED: Mutex<Vec<(String, Arc<AtomicBool>)>> = Mutex::new(Vec::new());
 
+/// Refuses a new call into `library` while an earlier one that was given
+/// up on has not returned.
+pub(crate) fn refuse_if_hung(library: &str) -> Result<(), VerbsError> {
+    let mut abandoned = ABANDONED.lock().unwrap_or_else(|e| e.into_inner());
+    abandoned.retain(|(_, returned)| !returned.load(Ordering::Acquire));
+    if abandoned.iter().any(|(held, _)| held == library) {
+        return Err(VerbsError::StillHung {
+            library: library.to_owned(),
+        });
+    }
+    Ok(())
+}
+
+/// Records a thread inside `library` that was given up on; `returned` is
+/// set when it comes back.
+pub(crate) fn abandon(library: &str, returned: Arc<AtomicBool>) {
+    ABANDONED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((library.to_owned(), returned));
+}
+
 fn run_with_deadline<T: Send + 'static>(
     library: &str,
     timeout: Duration,
     work: impl FnOnce() -> Result<T, VerbsError> + Send + 'static,
 ) -> Result<T, VerbsError> {
-    {
-        let mut abandoned = ABANDONED.lock().unwrap_or_else(|e| e.into_inner());
-        abandoned.retain(|(_, returned)| !returned.load(Ordering::Acquire));
-        if abandoned.iter().any(|(held, _)| held == library) {
-            return Err(VerbsError::StillHung {
-                library: library.to_owned(),
-            });
-        }
-    }
+    refuse_if_hung(library)?;
     let returned = Arc::new(AtomicBool::new(false));
     let (answer, answered) = mpsc::sync_channel(1);
     let flag = Arc::clone(&returned);
@@ -152,10 +166,7 @@ fn run_with_deadline<T: Send + 'static>(
     match answered.recv_timeout(timeout) {
         Ok(result) => result,
         Err(RecvTimeoutError::Timeout) => {
-            ABANDONED
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push((library.to_owned(), returned));
+            abandon(library, returned);
             Err(VerbsError::TimedOut {
                 library: library.to_owned(),
                 after: timeout,
@@ -170,7 +181,7 @@ fn run_with_deadline<T: Send + 'static>(
 
 /// `struct ibv_device`: only its leading fields are read.
 #[repr(C)]
-struct IbvDeviceHead {
+pub(crate) struct IbvDeviceHead {
     _ops: [*mut c_void; 2],
     _node_type: c_int,
     transport_type: c_int,
@@ -235,15 +246,16 @@ const _: () = {
 
 /// An output buffer with room to spare after `T` (see the module doc).
 #[repr(C)]
-struct Padded<T> {
-    value: T,
+pub(crate) struct Padded<T> {
+    pub(crate) value: T,
     slack: [u8; 256],
 }
 
 impl<T> Padded<T> {
-    fn zeroed() -> Self {
-        // SAFETY: only instantiated with the integer-only `repr(C)` structs
-        // above, for which all-zero bytes are a valid value.
+    pub(crate) fn zeroed() -> Self {
+        // SAFETY: only instantiated with `repr(C)` structs of integers and
+        // raw pointers (here and in `verbs_probe`), for which all-zero
+        // bytes are a valid value.
         unsafe { std::mem::zeroed() }
     }
 }
@@ -359,7 +371,7 @@ impl Verbs {
 
 /// rdma-core returns an errno value from the query calls and -1 with
 /// `errno` set from the others.
-fn failure_reason(code: c_int) -> String {
+pub(crate) fn failure_reason(code: c_int) -> String {
     if code > 0 {
         std::io::Error::from_raw_os_error(code).to_string()
     } else {

@@ -9,7 +9,7 @@ use meshd_platform::source::ReplaySource;
 use meshd_proto::domain::{Counter, RdmaPortState};
 use meshd_proto::facts::{
     BootIdentity, BridgeFact, Gid, Ipv4Cidr, MemoryFacts, NodeFacts, PanicFacts, PanicReport,
-    PortFact, RdmaPortFact,
+    PortFact, RdmaPortFact, RdmaReader,
 };
 
 /// A bundle directory being filled with host files.
@@ -218,6 +218,7 @@ fn mlx5_roce_ports_with_their_interfaces_gids_speeds_and_addresses() {
                     link_layer: String::new(),
                     active_mtu: None,
                     max_mtu: None,
+                    reader: Some(RdmaReader::Sysfs),
                 }),
                 ..PortFact::default()
             },
@@ -241,6 +242,7 @@ fn mlx5_roce_ports_with_their_interfaces_gids_speeds_and_addresses() {
                     link_layer: String::new(),
                     active_mtu: None,
                     max_mtu: None,
+                    reader: Some(RdmaReader::Sysfs),
                 }),
                 ..PortFact::default()
             },
@@ -461,6 +463,7 @@ fn what_cannot_be_read_is_a_blind_spot_and_never_a_guess() {
             link_layer: String::new(),
             active_mtu: None,
             max_mtu: None,
+            reader: Some(RdmaReader::Sysfs),
         })
     );
     let spots = facts.blind_spots.join("\n");

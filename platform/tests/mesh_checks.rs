@@ -78,6 +78,7 @@ fn rdma_port(state: RdmaPortState, active_speed_bps: u64, gids: Vec<Gid>) -> Rdm
         link_layer: "Thunderbolt".into(),
         active_mtu: Some(4096),
         max_mtu: Some(4096),
+        reader: None,
     }
 }
 

@@ -11,13 +11,13 @@ use std::time::{Duration, SystemTime};
 use crate::domain::{
     Alarm, Blame, Counter, Event, EventDetail, EventKind, Incarnation, InterfaceState, LinkEnd,
     LinkMeasurement, LinkObservation, LinkState, LinkVerdict, LossWindow, MeshStatus, NodeId,
-    NodeIdentity, NodeLoad, NodeState, NodeVerdict, PeerReport, Quorum, RdmaPortState,
+    NodeIdentity, NodeLoad, NodeState, NodeVerdict, PeerReport, Quorum, RdmaPortState, RdmaProbe,
     RejectReason, RttHistogram, RttSummary, Severity, UnknownName,
 };
 use crate::facts::{
     BootIdentity, BridgeFact, Cable, CableEnd, CheckResult, CheckStatus, FirewallFact,
     FirewallRule, Gid, Ipv4Cidr, Ipv4Method, MemoryFacts, MemoryPressure, NodeFacts, OsKind,
-    PanicFacts, PanicReport, PeerFact, PortFact, PowerSettings, RdmaPortFact,
+    PanicFacts, PanicReport, PeerFact, PortFact, PowerSettings, RdmaPortFact, RdmaReader,
 };
 use crate::{limits, wire};
 
@@ -242,6 +242,28 @@ enum_conversions!(RejectReason, RejectReason, reject_reason, reject_reason_wire,
     ForeignAlarm => ForeignAlarm,
 });
 
+/// The reader of an RDMA port: unspecified (an older sender) and numbers
+/// this build does not know (a newer one) are an unknown reader, not an
+/// error.
+fn rdma_reader(raw: i32) -> Option<RdmaReader> {
+    match wire::RdmaReader::try_from(raw) {
+        Ok(wire::RdmaReader::Verbs) => Some(RdmaReader::Verbs),
+        Ok(wire::RdmaReader::Sysfs) => Some(RdmaReader::Sysfs),
+        Ok(wire::RdmaReader::IbvDevinfo) => Some(RdmaReader::IbvDevinfo),
+        Ok(wire::RdmaReader::Unspecified) | Err(_) => None,
+    }
+}
+
+fn rdma_reader_wire(reader: Option<RdmaReader>) -> i32 {
+    let wire = match reader {
+        Some(RdmaReader::Verbs) => wire::RdmaReader::Verbs,
+        Some(RdmaReader::Sysfs) => wire::RdmaReader::Sysfs,
+        Some(RdmaReader::IbvDevinfo) => wire::RdmaReader::IbvDevinfo,
+        None => wire::RdmaReader::Unspecified,
+    };
+    wire as i32
+}
+
 /// The wire name of a reject reason, for acks.
 pub fn reject_reason_to_wire(reason: RejectReason) -> i32 {
     reject_reason_wire(reason)
@@ -399,6 +421,13 @@ impl From<LinkObservation> for wire::LinkObservation {
             error_counters: o.error_counters.into_iter().map(Into::into).collect(),
             silence_ns: nanos(o.silence),
             consecutive_lost: o.consecutive_lost,
+            rdma_probe: o.rdma_probe.map(|p| wire::RdmaProbe {
+                last_rtt_ns: p.last_rtt.map_or(0, nanos),
+                consecutive_failures: p.consecutive_failures,
+                last_ok_at: p.last_ok_at.map(Into::into),
+                probes_sent_total: p.probes_sent_total,
+                probes_failed_total: p.probes_failed_total,
+            }),
         }
     }
 }
@@ -430,6 +459,19 @@ impl TryFrom<wire::LinkObservation> for LinkObservation {
             error_counters: o.error_counters.into_iter().map(Counter::from).collect(),
             silence: Duration::from_nanos(o.silence_ns),
             consecutive_lost: o.consecutive_lost,
+            rdma_probe: o
+                .rdma_probe
+                .map(|p| -> Result<RdmaProbe> {
+                    Ok(RdmaProbe {
+                        last_rtt: (p.last_rtt_ns > 0).then(|| Duration::from_nanos(p.last_rtt_ns)),
+                        consecutive_failures: p.consecutive_failures,
+                        last_ok_at: optional_time("last_ok_at", p.last_ok_at)?,
+                        probes_sent_total: p.probes_sent_total,
+                        probes_failed_total: p.probes_failed_total,
+                    })
+                })
+                .transpose()
+                .map_err(|e| e.within("rdma_probe"))?,
         })
     }
 }
@@ -1111,6 +1153,7 @@ impl From<PortFact> for wire::PortFact {
                 link_layer: r.link_layer,
                 active_mtu: r.active_mtu,
                 max_mtu: r.max_mtu,
+                reader: rdma_reader_wire(r.reader),
             }),
             ipv4_method: p.ipv4_method.map(ipv4_method_wire),
         }
@@ -1162,6 +1205,7 @@ impl TryFrom<wire::PortFact> for PortFact {
                     link_layer: r.link_layer,
                     active_mtu: r.active_mtu,
                     max_mtu: r.max_mtu,
+                    reader: rdma_reader(r.reader),
                 })
             })
             .transpose()
@@ -1448,6 +1492,7 @@ mod tests {
                         link_layer: "Thunderbolt".into(),
                         active_mtu: Some(4096),
                         max_mtu: Some(4096),
+                        reader: Some(RdmaReader::Verbs),
                     }),
                 },
                 PortFact {
@@ -1615,6 +1660,16 @@ mod tests {
     }
 
     #[test]
+    fn an_unspecified_or_newer_rdma_reader_is_unknown_not_an_error() {
+        for raw in [0, 99] {
+            let mut wire: wire::NodeFacts = sample_facts().into();
+            wire.ports[0].rdma.as_mut().expect("rdma").reader = raw;
+            let facts = NodeFacts::try_from(wire).expect("still valid");
+            assert_eq!(facts.ports[0].rdma.as_ref().expect("rdma").reader, None);
+        }
+    }
+
+    #[test]
     fn unknown_facts_stay_unknown_on_the_wire() {
         let blind = NodeFacts {
             os: OsKind::Macos,
@@ -1767,6 +1822,13 @@ mod tests {
                 }],
                 silence: Duration::from_millis(90),
                 consecutive_lost: 0,
+                rdma_probe: Some(RdmaProbe {
+                    last_rtt: Some(Duration::from_micros(12)),
+                    consecutive_failures: 0,
+                    last_ok_at: Some(at(199)),
+                    probes_sent_total: 60,
+                    probes_failed_total: 2,
+                }),
             }],
             alarms: status.alarms.clone(),
             hears: vec![id("b"), id("c")],

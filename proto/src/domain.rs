@@ -603,6 +603,22 @@ pub struct LinkObservation {
     /// Time since the last reply, as measured when the observation was made.
     pub silence: Duration,
     pub consecutive_lost: u32,
+    /// The opt-in active RDMA probe over this cable; `None` when it is off,
+    /// paused, or has not reached the peer's queue pair yet.
+    pub rdma_probe: Option<RdmaProbe>,
+}
+
+/// What the active RDMA probe of one link measured: one queue pair
+/// exchanging a small message with the peer's about once a second.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RdmaProbe {
+    /// Round trip of the last answered probe.
+    pub last_rtt: Option<Duration>,
+    /// Probes unanswered, or that could not be sent, in a row up to now.
+    pub consecutive_failures: u32,
+    pub last_ok_at: Option<SystemTime>,
+    pub probes_sent_total: u64,
+    pub probes_failed_total: u64,
 }
 
 impl LinkObservation {

@@ -429,6 +429,39 @@ pub struct RdmaPortFact {
     pub active_mtu: Option<u32>,
     #[serde(default)]
     pub max_mtu: Option<u32>,
+    /// What read the port; `None` when the sender did not say (an older
+    /// peer or bundle).
+    #[serde(default)]
+    pub reader: Option<RdmaReader>,
+}
+
+/// Where an RDMA port's facts came from (`doctor --json`: `"reader":
+/// "verbs"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RdmaReader {
+    /// The verbs library, queried in-process.
+    Verbs,
+    /// Linux sysfs (`/sys/class/infiniband`).
+    Sysfs,
+    /// `ibv_devices` and `ibv_devinfo -v` output.
+    IbvDevinfo,
+}
+
+impl RdmaReader {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RdmaReader::Verbs => "verbs",
+            RdmaReader::Sysfs => "sysfs",
+            RdmaReader::IbvDevinfo => "ibv_devinfo",
+        }
+    }
+}
+
+impl fmt::Display for RdmaReader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl RdmaPortFact {
@@ -647,6 +680,7 @@ mod tests {
                     link_layer: "Thunderbolt".into(),
                     active_mtu: Some(4096),
                     max_mtu: None,
+                    reader: Some(RdmaReader::Verbs),
                 }),
                 ..PortFact::default()
             }],
@@ -656,6 +690,7 @@ mod tests {
         assert_eq!(json["os"], "macos");
         assert_eq!(json["ports"][0]["ipv4"][0], "169.254.0.1/30");
         assert_eq!(json["ports"][0]["rdma"]["state"], "active");
+        assert_eq!(json["ports"][0]["rdma"]["reader"], "verbs");
         let back: NodeFacts = serde_json::from_value(json).expect("deserializes");
         assert_eq!(back, facts);
     }

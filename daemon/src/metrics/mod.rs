@@ -177,6 +177,7 @@ mod tests {
             }],
             silence: Duration::ZERO,
             consecutive_lost: 0,
+            rdma_probe: None,
         };
         let published = Published {
             report: Arc::new(ReportBody {

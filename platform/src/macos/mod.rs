@@ -24,8 +24,8 @@ pub mod vm_stat;
 use std::collections::{BTreeMap, BTreeSet};
 
 use meshd_proto::facts::{
-    BridgeFact, FirewallFact, Gid, NodeFacts, OsKind, PanicFacts, PanicReport, PeerFact, PortFact,
-    RdmaPortFact,
+    BridgeFact, FirewallFact, NodeFacts, OsKind, PanicFacts, PanicReport, PeerFact, PortFact,
+    RdmaPortFact, RdmaReader,
 };
 
 use crate::ibv::{RdmaDevice, parse_ibv_devices, parse_ibv_devinfo};
@@ -288,6 +288,8 @@ struct Parsed {
     interfaces: Option<Vec<Interface>>,
     listed_devices: Option<Vec<RdmaDevice>>,
     described_devices: Option<Vec<RdmaDevice>>,
+    /// What described the devices.
+    reader: RdmaReader,
 }
 
 /// The node's facts from the command outputs. What an output would have
@@ -353,6 +355,10 @@ pub fn join(outputs: &MacosOutputs) -> NodeFacts {
         listed_devices: match &outputs.verbs {
             Some(devices) => Some(devices.clone()),
             None => outputs.parsed(HostCommand::IbvDevices, parse_ibv_devices, blind),
+        },
+        reader: match &outputs.verbs {
+            Some(_) => RdmaReader::Verbs,
+            None => RdmaReader::IbvDevinfo,
         },
         described_devices: match &outputs.verbs {
             Some(devices) => Some(devices.clone()),
@@ -558,7 +564,11 @@ fn ports(parsed: &Parsed, blind_spots: &mut Vec<String>) -> (Vec<PortFact>, bool
     }
     for port in &mut ports {
         apply_interface(port, parsed.interfaces.as_deref(), blind_spots);
-        port.rdma = rdma_port(parsed.described_devices.as_deref(), &port.rdma_device);
+        port.rdma = rdma_port(
+            parsed.described_devices.as_deref(),
+            &port.rdma_device,
+            parsed.reader,
+        );
     }
     (ports, complete)
 }
@@ -645,28 +655,20 @@ fn apply_interface(
     }
 }
 
-/// Port 1 of `device` as `ibv_devinfo` describes it; macOS RDMA devices
-/// have exactly one port.
-fn rdma_port(described: Option<&[RdmaDevice]>, device: &str) -> Option<RdmaPortFact> {
+/// Port 1 of `device` as the verbs library or `ibv_devinfo` describes it;
+/// macOS RDMA devices have exactly one port.
+fn rdma_port(
+    described: Option<&[RdmaDevice]>,
+    device: &str,
+    reader: RdmaReader,
+) -> Option<RdmaPortFact> {
     let port = described?
         .iter()
         .find(|d| d.name == device)?
         .ports
         .iter()
         .find(|p| p.port == 1)?;
-    Some(RdmaPortFact {
-        port: port.port,
-        state: port.state,
-        active_speed_bps: port.active_speed_bps().unwrap_or(0),
-        gids: port
-            .gids
-            .iter()
-            .map(|&(index, address)| Gid { index, address })
-            .collect(),
-        link_layer: port.link_layer.clone(),
-        active_mtu: port.active_mtu,
-        max_mtu: port.max_mtu,
-    })
+    Some(port.fact(reader))
 }
 
 /// Every bridge interface with the network service found by its device
