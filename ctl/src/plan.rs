@@ -47,9 +47,9 @@ pub fn run(request: &Request) -> Result<bool, Failure> {
     match plan_in_range(&names, &models, request.backend.into(), DEFAULT_LINK_RANGE) {
         Ok(mut plan) => {
             for (node, ports) in &given {
-                let missing = plan.name_interfaces(node, ports).map_err(|unknown| {
-                    Failure::Usage(format!("--hardware-ports: {unknown}"))
-                })?;
+                let missing = plan
+                    .name_interfaces(node, ports)
+                    .map_err(|unknown| Failure::Usage(format!("--hardware-ports: {unknown}")))?;
                 for port in missing {
                     plan.warnings.push(format!(
                         "{node}: the hardware ports given have no {port:?} with a device; its \
@@ -119,7 +119,11 @@ fn read_hardware_ports(arg: &str) -> Result<(String, Vec<HardwarePort>), Failure
         std::fs::File::open(file)
             .and_then(|f| f.take(MAX_HARDWARE_PORTS_BYTES).read_to_string(&mut text))
     };
-    read.map_err(|e| Failure::Usage(format!("--hardware-ports {node}={file}: cannot read it: {e}")))?;
+    read.map_err(|e| {
+        Failure::Usage(format!(
+            "--hardware-ports {node}={file}: cannot read it: {e}"
+        ))
+    })?;
     let ports = parse_hardware_ports(&text);
     if ports.is_empty() {
         return Err(Failure::Usage(format!(

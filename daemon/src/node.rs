@@ -27,7 +27,10 @@ use crate::watch::{boot, bridge, cpu, facts, jobs, load, memory};
 pub enum StartError {
     /// The io error is part of the message, not a `source`, so that an
     /// error chain prints it once.
-    #[error("cannot listen for {what} on {addr}: {error}{}", listen_hint(*what, error))]
+    #[error(
+        "cannot listen for {what} on {addr}: {error}{}",
+        listen_hint(what, error)
+    )]
     Listen {
         what: &'static str,
         addr: SocketAddr,

@@ -315,7 +315,12 @@ fn check_tree(dir: &Path, depth: usize, seen: &mut Seen) -> Result<(), BundleErr
         seen.entry(&path, depth)?;
         // Of the entry itself: a DirEntry's metadata does not follow links.
         let meta = entry.metadata().map_err(io_at(&path))?;
-        match rustix::fs::FileType::from_raw_mode(meta.mode()) {
+        // mode_t is 16 bits on macOS, 32 on Linux.
+        let file_type = rustix::fs::RawMode::try_from(meta.mode()).map_or(
+            rustix::fs::FileType::Unknown,
+            rustix::fs::FileType::from_raw_mode,
+        );
+        match file_type {
             rustix::fs::FileType::Directory => check_tree(&path, depth + 1, seen)?,
             rustix::fs::FileType::RegularFile => seen.file(&path, meta.len())?,
             other => return Err(not_allowed(&path, kind_name(other))),

@@ -798,7 +798,7 @@ impl Queue {
         init.value.sq_sig_all = 1;
         queue.qp = unsafe { (queue.verbs.create_qp)(queue.pd, &mut init.value) };
         queue.check_created(queue.qp.is_null(), "ibv_create_qp")?;
-        queue.to_init(place)?;
+        queue.enter_init(place)?;
         queue.arm()?;
         Ok(queue)
     }
@@ -841,7 +841,7 @@ impl Queue {
     }
 
     /// RESET → INIT, with every receive buffer posted.
-    fn to_init(&mut self, place: &Place) -> Result<(), VerbsError> {
+    fn enter_init(&mut self, place: &Place) -> Result<(), VerbsError> {
         let mut attr = Padded::<IbvQpAttr>::zeroed();
         attr.value.qp_state = QPS_INIT;
         attr.value.pkey_index = 0;
@@ -868,7 +868,7 @@ impl Queue {
             reset.value.qp_state = QPS_RESET;
             self.modify(&mut reset, QP_STATE)?;
             self.peer = None;
-            self.to_init(place)?;
+            self.enter_init(place)?;
         }
         let mut rtr = Padded::<IbvQpAttr>::zeroed();
         rtr.value.qp_state = QPS_RTR;
