@@ -627,7 +627,7 @@ mod tests {
             value["nodes"][0]["boot"],
             serde_json::json!({
                 "id": "40962879-B7EE-4F13-AF6E-E7266EF5E732",
-                "booted_at": "2026-09-26T06:16:55.000Z",
+                "booted_at": "2026-09-26T11:16:55.000Z",
             })
         );
         assert_eq!(value["links"][1]["a"], "a");

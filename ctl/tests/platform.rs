@@ -60,6 +60,7 @@ fn doctor_gives_each_scenario_its_pass_fail_set() {
             &[
                 ("rdma_enabled", "pass"),
                 ("thunderbolt_bridge_inactive", "fail"),
+                ("thunderbolt_bridge_service_off", "warn"),
             ],
             1,
         ),
@@ -101,7 +102,12 @@ fn doctor_gives_each_scenario_its_pass_fail_set() {
         // every cabled port is known.
         ("mac-mini-pasted-text-profiler", &[], 0),
         // bridge0 is up; whether its members are cabled is unknown.
-        ("intel-mac-bridge0-inactive-vm-bridge100", &[], 0),
+        // Its Thunderbolt Bridge service is enabled: a warning.
+        (
+            "intel-mac-bridge0-inactive-vm-bridge100",
+            &[("thunderbolt_bridge_service_off", "warn")],
+            0,
+        ),
         (
             "firewall-on-without-a-meshd-rule",
             &[("firewall_allows_meshd", "fail")],
@@ -123,7 +129,7 @@ fn doctor_gives_each_scenario_its_pass_fail_set() {
             .into_keys()
             .map(|check| (check, "skipped".to_owned()))
             .collect();
-        assert_eq!(expected.len(), 8, "{name}: every node check runs: {doc:#}");
+        assert_eq!(expected.len(), 11, "{name}: every node check runs: {doc:#}");
         for (check, status) in *decided {
             expected.insert((*check).to_owned(), (*status).to_owned());
         }

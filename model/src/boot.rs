@@ -261,7 +261,7 @@ fn time(unix: u64) -> String {
     humantime::format_rfc3339_seconds(at).to_string()
 }
 
-/// "boot 40962879… since 2026-09-26T06:16:55Z".
+/// "boot 40962879… since 2026-09-26T11:16:55Z".
 fn describe(boot: &BootIdentity) -> String {
     let id = boot
         .id

@@ -10,7 +10,7 @@ use std::time::Duration;
 use meshd_proto::facts::OsKind;
 
 use crate::command::{RunError, run_with_timeout, stderr_suffix};
-use crate::file::{FileError, list_beneath, read_beneath};
+use crate::file::{FileError, FileProblem, list_beneath, read_beneath};
 use crate::ibv::RdmaDevice;
 use crate::verbs;
 
@@ -440,12 +440,16 @@ fn host_path(path: &str) -> &Path {
 }
 
 /// A bundle file's error for a [`Source`] caller, which tells a missing
-/// file (normal: not captured) from every other failure.
+/// file (normal: not captured) from every other failure. An I/O error is
+/// passed on as the live source would give it, without the bundle's own
+/// path (callers name the host path they asked for); a refusal keeps it.
 fn as_io(err: FileError) -> std::io::Error {
-    if err.is_not_found() {
-        std::io::Error::new(std::io::ErrorKind::NotFound, err.to_string())
-    } else {
-        std::io::Error::other(err)
+    match err.problem {
+        FileProblem::Io(source) => source,
+        problem => std::io::Error::other(FileError {
+            path: err.path,
+            problem,
+        }),
     }
 }
 
@@ -695,6 +699,9 @@ mod tests {
                     .iter()
                     .all(|a| a.starts_with("-list") || a.starts_with("-get")),
                 "ip" => args.last() == Some(&"show"),
+                // The Application Firewall's two queries; `--add` and
+                // `--unblockapp` are run by `meshd install` alone.
+                SOCKETFILTERFW => args == ["--getglobalstate"] || args == ["--listapps"],
                 "ibv_devices" | "ibv_devinfo" | "sw_vers" | "vm_stat" | "ifconfig" | "netstat"
                 | "system_profiler" => args.iter().all(|a| {
                     !a.contains('=')

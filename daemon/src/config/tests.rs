@@ -278,7 +278,10 @@ fn wrong_types_name_the_key_and_line() {
 fn missing_required_keys_are_named() {
     assert_eq!(
         lines("[[peers]]\nid = \"b\"\n\n[[peers]]\nid = \"c\"\n"),
-        ["meshd.toml:1: peers[0].address: required key is missing"]
+        [
+            "meshd.toml:1: peers[0].address: required key is missing",
+            "meshd.toml:4: peers[1].address: required key is missing"
+        ]
     );
     assert_eq!(
         lines(&format!(

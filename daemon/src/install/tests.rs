@@ -774,8 +774,12 @@ fn install_writes_completions_and_man_pages_and_uninstall_removes_them() {
                 .contains("   /usr/local/share/man/man1/meshctl.1\n"),
             "the dry run lists the pages"
         );
-        plan.apply(root.path(), &mut RecordingRunner::default())
-            .expect("install");
+        // A Mac with no meshd job yet, and the firewall off.
+        let runner = || match platform {
+            Platform::MacOs => mac(false),
+            Platform::Linux => RecordingRunner::default(),
+        };
+        plan.apply(root.path(), &mut runner()).expect("install");
         for path in [
             "/usr/local/share/bash-completion/completions/meshctl",
             "/usr/local/share/zsh/site-functions/_meshd",
@@ -784,7 +788,7 @@ fn install_writes_completions_and_man_pages_and_uninstall_removes_them() {
             assert!(!read(root.path(), path).is_empty(), "{path}");
         }
         Plan::uninstall(platform)
-            .apply(root.path(), &mut RecordingRunner::default())
+            .apply(root.path(), &mut runner())
             .expect("uninstall");
         for file in docs::files() {
             assert!(
