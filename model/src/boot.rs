@@ -411,7 +411,7 @@ pub fn annotate(status: &mut MeshStatus, view: &BootView) {
 }
 
 fn is_boot_alarm(alarm: &Alarm) -> bool {
-    matches!(alarm.kind, AlarmKind::NodeRebooted | AlarmKind::KernelPanic)
+    alarm.kind.raised_by_peers()
 }
 
 #[cfg(test)]

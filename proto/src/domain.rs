@@ -286,6 +286,15 @@ named_enum!(AlarmKind {
     JobStalled => "job_stalled",
 });
 
+impl AlarmKind {
+    /// Raised by a node's peers about it, not by the node itself (a host
+    /// cannot see its own reboot while it is down): a report may carry
+    /// these about another node.
+    pub fn raised_by_peers(self) -> bool {
+        matches!(self, AlarmKind::NodeRebooted | AlarmKind::KernelPanic)
+    }
+}
+
 /// One end of a link: the node and, where known, its interface, address and
 /// RDMA device on the cable.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -688,13 +697,15 @@ pub struct PeerReport {
 
 impl PeerReport {
     /// The first alarm that is not about the sender, with its index: a node
-    /// reports only its own alarms, so one naming another node is forged
-    /// (or a bug), and the report is refused ([`RejectReason::ForeignAlarm`]).
+    /// reports only its own alarms, except those its peers raise about it
+    /// ([`AlarmKind::raised_by_peers`]), so any other naming another node is
+    /// forged (or a bug), and the report is refused
+    /// ([`RejectReason::ForeignAlarm`]).
     pub fn foreign_alarm(&self) -> Option<(usize, &Alarm)> {
         self.alarms
             .iter()
             .enumerate()
-            .find(|(_, alarm)| alarm.node != self.sender.id)
+            .find(|(_, alarm)| alarm.node != self.sender.id && !alarm.kind.raised_by_peers())
     }
 }
 

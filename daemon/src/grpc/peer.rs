@@ -139,7 +139,12 @@ mod tests {
         }
     }
 
-    fn report_from(sender: &str, sequence: u64, alarm_about: &str) -> wire::PeerReport {
+    fn report_from(
+        sender: &str,
+        sequence: u64,
+        kind: AlarmKind,
+        alarm_about: &str,
+    ) -> wire::PeerReport {
         let now = SystemTime::now();
         PeerReport {
             sender: identity(sender),
@@ -147,7 +152,7 @@ mod tests {
             sent_at: now,
             links: vec![],
             alarms: vec![Alarm {
-                kind: AlarmKind::BridgeLoop,
+                kind,
                 severity: Severity::Critical,
                 node: id(alarm_about),
                 subject: "bridge0".into(),
@@ -180,7 +185,12 @@ mod tests {
     async fn an_alarm_about_another_node_is_refused_by_name_and_counted() {
         let (service, book) = service();
         let ack = service
-            .report(Request::new(report_from("b", 1, "c")))
+            .report(Request::new(report_from(
+                "b",
+                1,
+                AlarmKind::BridgeLoop,
+                "c",
+            )))
             .await
             .expect("answered")
             .into_inner();
@@ -201,11 +211,38 @@ mod tests {
             );
         }
         let ack = service
-            .report(Request::new(report_from("b", 2, "b")))
+            .report(Request::new(report_from(
+                "b",
+                2,
+                AlarmKind::BridgeLoop,
+                "b",
+            )))
             .await
             .expect("answered")
             .into_inner();
         assert!(ack.accepted, "{}", ack.detail);
         assert_eq!(book.lock().expect("book").latest().len(), 1);
+    }
+
+    /// A reboot or kernel panic is raised by the peers of the node that
+    /// rebooted: b may report one about c.
+    #[tokio::test]
+    async fn a_reboot_seen_by_a_peer_is_no_foreign_alarm() {
+        let (service, book) = service();
+        for (sequence, kind) in [(1, AlarmKind::NodeRebooted), (2, AlarmKind::KernelPanic)] {
+            let ack = service
+                .report(Request::new(report_from("b", sequence, kind, "c")))
+                .await
+                .expect("answered")
+                .into_inner();
+            assert!(ack.accepted, "{kind}: {}", ack.detail);
+        }
+        assert_eq!(
+            book.lock()
+                .expect("book")
+                .rejected()
+                .get(&RejectReason::ForeignAlarm),
+            None
+        );
     }
 }
