@@ -12,13 +12,13 @@ use meshd_platform::mesh::models::ModelTable;
 use meshd_platform::source::{LiveSource, Recorder};
 use meshd_proto::domain::NodeId;
 
-use crate::client::{self, Target, Unreachable};
+use crate::client::{self, Target};
+use crate::outcome::{Failure, emit};
 use crate::status;
 
 /// Writes the bundle to `out` (default: `meshd-bundle-<node>-<time>.tar.gz`
 /// here) and prints where it went.
-#[allow(clippy::print_stdout)]
-pub async fn run(target: &Target, node: NodeId, out: Option<PathBuf>) -> Result<(), Unreachable> {
+pub async fn run(target: &Target, node: NodeId, out: Option<PathBuf>) -> Result<(), Failure> {
     let now = SystemTime::now();
     let created = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let top = format!("meshd-bundle-{node}-{created}");
@@ -33,7 +33,7 @@ pub async fn run(target: &Target, node: NodeId, out: Option<PathBuf>) -> Result<
             (facts, recorder.into_recorded())
         })
         .await
-        .map_err(|e| Unreachable(format!("reading this host's facts failed: {e}")))?
+        .map_err(|e| Failure::Refused(format!("reading this host's facts failed: {e}")))?
     };
     // The daemon's view is useful but optional: a bundle is most needed
     // when the daemon is down.
@@ -41,20 +41,30 @@ pub async fn run(target: &Target, node: NodeId, out: Option<PathBuf>) -> Result<
         Ok(s) => status::to_json(&s)
             .map(|json| ("status.json", json))
             .unwrap_or_else(|e| ("status.error", format!("cannot encode the status: {e}\n"))),
-        Err(Unreachable(why)) => ("status.error", format!("{why}\n")),
+        Err(why) => ("status.error", format!("{}\n", why.message())),
     };
 
     let with_status = daemon.0 == "status.json";
-    let staging = std::env::temp_dir().join(format!("meshctl-bundle-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&staging);
-    let result = write_and_pack(
-        &staging, &node, created, &recorded, &facts, daemon, &top, &out,
-    );
-    let _ = std::fs::remove_dir_all(&staging);
-    let manifest = result?;
+    // A private directory with a random name (mode 0700), removed on drop:
+    // nobody can guess it to plant a link before it is written.
+    let staging = tempfile::Builder::new()
+        .prefix("meshctl-bundle-")
+        .tempdir()
+        .map_err(|e| Failure::Refused(format!("cannot make a staging directory: {e}")))?;
+    let manifest = write_and_pack(
+        staging.path(),
+        &node,
+        created,
+        &recorded,
+        &facts,
+        daemon,
+        &top,
+        &out,
+    )?;
     let failed = manifest.commands.iter().filter(|c| !c.ok).count();
-    println!(
-        "wrote {} ({} commands, {} failed or missing; {} host files; {})",
+    emit(&format!(
+        "wrote {} ({} commands, {} failed or missing; {} host files; {})\n\
+         read it anywhere with: meshctl doctor --from {}\n",
         out.display(),
         manifest.commands.len(),
         failed,
@@ -63,13 +73,9 @@ pub async fn run(target: &Target, node: NodeId, out: Option<PathBuf>) -> Result<
             "with the daemon's status"
         } else {
             "without the daemon's status"
-        }
-    );
-    println!(
-        "read it anywhere with: meshctl doctor --from {}",
+        },
         out.display()
-    );
-    Ok(())
+    ))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -82,8 +88,8 @@ fn write_and_pack(
     daemon: (&str, String),
     top: &str,
     out: &Path,
-) -> Result<bundle::Manifest, Unreachable> {
-    let failed = |e: bundle::BundleError| Unreachable(format!("cannot write the bundle: {e}"));
+) -> Result<bundle::Manifest, Failure> {
+    let failed = |e: bundle::BundleError| Failure::Refused(format!("cannot write the bundle: {e}"));
     let manifest = bundle::write_dir(staging, node.as_str(), created, recorded, facts, &[daemon])
         .map_err(failed)?;
     bundle::pack(staging, top, out).map_err(failed)?;

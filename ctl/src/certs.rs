@@ -3,7 +3,7 @@
 //! Run it on an admin machine, not on the nodes: the CA's key signs every
 //! node the mesh will trust.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use meshd_pki::store::{CertDir, StoreError};
@@ -36,19 +36,18 @@ pub enum CertsError {
 
 /// Runs `action` in `dir`, printing what was written; `now` is when the
 /// certificates start to be valid.
-#[allow(clippy::print_stdout)]
 pub fn run(dir: &Path, action: Action, now: SystemTime) -> Result<(), CertsError> {
     let store = CertDir::new(dir);
     match action {
         Action::Init { name, days } => {
             store.init(&name, now, validity(days)?)?;
             let ca = store.ca();
-            println!(
-                "wrote the mesh's CA {:?}, valid {days} days:\n  {}  (copy to every node: tls.ca)\n  {}  (keep here, off the nodes: it signs certificates)",
+            say(&format!(
+                "wrote the mesh's CA {:?}, valid {days} days:\n  {}  (copy to every node: tls.ca)\n  {}  (keep here, off the nodes: it signs certificates)\n",
                 name,
                 ca.cert.display(),
                 ca.key.display(),
-            );
+            ));
         }
         Action::Issue { nodes, days } => {
             let valid_for = validity(days)?;
@@ -69,15 +68,21 @@ pub fn run(dir: &Path, action: Action, now: SystemTime) -> Result<(), CertsError
             let ca = store.load_ca()?;
             for id in &ids {
                 let pair = store.issue(&ca, id.as_str(), &[], now, valid_for)?;
-                println!(
-                    "wrote node {id}'s certificate, valid {days} days:\n  {}  (tls.cert on {id})\n  {}  (tls.key on {id}, mode 0600)",
+                say(&format!(
+                    "wrote node {id}'s certificate, valid {days} days:\n  {}  (tls.cert on {id})\n  {}  (tls.key on {id}, mode 0600)\n",
                     pair.cert.display(),
                     pair.key.display(),
-                );
+                ));
             }
         }
     }
     Ok(())
+}
+
+/// What was written, for the operator: the files exist whether or not
+/// anyone reads this (a closed pipe is not a failure).
+fn say(text: &str) {
+    let _ = crate::outcome::emit(text);
 }
 
 fn validity(days: u32) -> Result<Duration, CertsError> {
@@ -85,12 +90,6 @@ fn validity(days: u32) -> Result<Duration, CertsError> {
         return Err(CertsError::NoDays);
     }
     Ok(DAY * days)
-}
-
-/// The directory `meshctl certs` uses when not told: `tls` here, which the
-/// example config's relative paths name once copied beside it.
-pub fn default_dir() -> PathBuf {
-    PathBuf::from("tls")
 }
 
 #[cfg(test)]

@@ -6,7 +6,10 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use meshd_proto::domain::NodeId;
 use meshd_proto::facts::{CheckResult, CheckStatus};
+
+use crate::layout::{WIDTH, hanging};
 
 /// Which checks to list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,53 +50,93 @@ pub fn any_failed(checks: &[CheckResult]) -> bool {
     checks.iter().any(|c| c.status == CheckStatus::Fail)
 }
 
-/// The checks grouped under their node (mesh-wide ones last, under "mesh"),
-/// in the order given within each group.
-pub fn render(out: &mut String, checks: &[CheckResult], show: Show) {
-    let mut groups: BTreeMap<(bool, String), Vec<&CheckResult>> = BTreeMap::new();
-    for check in checks {
-        if show == Show::Attention && !matches!(check.status, CheckStatus::Fail | CheckStatus::Warn)
-        {
-            continue;
-        }
-        let key = match &check.node {
-            Some(node) => (false, node.to_string()),
-            None => (true, "mesh".to_owned()),
-        };
-        groups.entry(key).or_default().push(check);
+/// Node ids as a group heading: "a", or "4 nodes: a, b, c, d".
+fn heading(nodes: &[&NodeId]) -> String {
+    let names: Vec<&str> = nodes.iter().map(|n| n.as_str()).collect();
+    match names.as_slice() {
+        [one] => (*one).to_owned(),
+        many => format!("{} nodes: {}", many.len(), many.join(", ")),
     }
-    let width = checks.iter().map(|c| c.name.len()).max().unwrap_or(0);
-    for ((_, group), list) in groups {
-        let _ = writeln!(out, "  {group}");
-        for check in list {
-            let first = check.evidence.first().map_or("", String::as_str);
-            let _ = writeln!(
-                out,
-                "    {}  {:width$}  {first}",
-                label(check.status),
-                check.name
-            );
-            let indent = " ".repeat(4 + 4 + 2 + width + 2);
-            // The blind spots are listed once per node above the checks.
-            for more in check
-                .evidence
-                .iter()
-                .skip(1)
-                .filter(|e| !e.starts_with("blind spot: "))
-            {
-                let _ = writeln!(out, "{indent}{more}");
-            }
-            if check.status != CheckStatus::Pass && !check.fix.is_empty() {
-                let _ = writeln!(out, "{indent}fix: {}", check.fix);
-            }
+}
+
+/// The checks under headings: each result that several nodes share word
+/// for word (same check, status, evidence and fix) once, under the list of
+/// those nodes; a node's own results under its id; the mesh-wide ones last,
+/// under "mesh". Within a heading, in the order given.
+pub fn render(out: &mut String, checks: &[CheckResult], show: Show) {
+    let shown: Vec<&CheckResult> = checks
+        .iter()
+        .filter(|c| show == Show::All || matches!(c.status, CheckStatus::Fail | CheckStatus::Warn))
+        .collect();
+    // Each distinct result of a node check, with the nodes that have it.
+    let mut sharing: Vec<(&CheckResult, Vec<&NodeId>)> = Vec::new();
+    for check in &shown {
+        let Some(node) = &check.node else { continue };
+        let same = |seen: &CheckResult| {
+            seen.name == check.name
+                && seen.status == check.status
+                && seen.evidence == check.evidence
+                && seen.fix == check.fix
+        };
+        match sharing.iter_mut().find(|(seen, _)| same(seen)) {
+            Some((_, nodes)) => nodes.push(node),
+            None => sharing.push((check, vec![node])),
         }
+    }
+    let mut groups: BTreeMap<Vec<&NodeId>, Vec<&CheckResult>> = BTreeMap::new();
+    for (check, mut nodes) in sharing {
+        nodes.sort();
+        nodes.dedup();
+        groups.entry(nodes).or_default().push(check);
+    }
+    let mesh: Vec<&CheckResult> = shown.iter().copied().filter(|c| c.node.is_none()).collect();
+    let width = shown.iter().map(|c| c.name.len()).max().unwrap_or(0);
+    for (nodes, list) in &groups {
+        hanging(out, "  ", &heading(nodes));
+        for check in list {
+            item(out, check, width);
+        }
+    }
+    if !mesh.is_empty() {
+        let _ = writeln!(out, "  mesh");
+        for check in mesh {
+            item(out, check, width);
+        }
+    }
+}
+
+/// One check: its status and name, with its first piece of evidence on the
+/// same line when it fits in [`WIDTH`]; the evidence and the fix under it.
+fn item(out: &mut String, check: &CheckResult, width: usize) {
+    let lead = format!("    {}  {:width$}", label(check.status), check.name);
+    let indent = "          ";
+    // The blind spots are listed once per node above the checks.
+    let mut evidence = check
+        .evidence
+        .iter()
+        .enumerate()
+        .filter(|(i, e)| *i == 0 || !e.starts_with("blind spot: "))
+        .map(|(_, e)| e.as_str())
+        .peekable();
+    match evidence.peek() {
+        Some(first) if lead.chars().count() + 2 + first.chars().count() <= WIDTH => {
+            let _ = writeln!(out, "{lead}  {first}");
+            evidence.next();
+        }
+        _ => {
+            let _ = writeln!(out, "{}", lead.trim_end());
+        }
+    }
+    for more in evidence {
+        hanging(out, indent, more);
+    }
+    if check.status != CheckStatus::Pass && !check.fix.is_empty() {
+        hanging(out, &format!("{indent}fix: "), &check.fix);
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use meshd_proto::domain::NodeId;
-
     use super::*;
 
     fn check(
@@ -161,5 +204,36 @@ mod tests {
 
         assert_eq!(summary(&checks), "2 pass, 0 warn, 1 fail, 0 skipped");
         assert!(any_failed(&checks));
+    }
+
+    #[test]
+    fn results_shared_word_for_word_are_listed_once_for_all_their_nodes() {
+        let no_device = |node| {
+            check(
+                Some(node),
+                "rdma_enabled",
+                CheckStatus::Warn,
+                &["no RDMA device"],
+            )
+        };
+        let checks = vec![
+            no_device("d"),
+            no_device("a"),
+            no_device("c"),
+            no_device("b"),
+            check(
+                Some("b"),
+                "link_speed",
+                CheckStatus::Warn,
+                &["40 Gb/s on en2"],
+            ),
+        ];
+        let mut out = String::new();
+        render(&mut out, &checks, Show::Attention);
+        assert_eq!(out.matches("rdma_enabled").count(), 1, "{out}");
+        let shared = out.find("  4 nodes: a, b, c, d\n").expect("shared heading");
+        let own = out.find("  b\n").expect("b's own heading");
+        assert!(shared < own, "{out}");
+        assert!(out.contains("WARN  link_speed    40 Gb/s on en2"), "{out}");
     }
 }

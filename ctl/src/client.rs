@@ -10,15 +10,11 @@ use meshd_proto::wire::mesh_client::MeshClient;
 use meshd_proto::wire::topology_client::TopologyClient;
 use tonic::transport::{Channel, Endpoint};
 
-pub const DEFAULT_ADDR: &str = "127.0.0.1:7420";
+use crate::outcome::Failure;
 
 /// Connecting plus one call must finish within this, so an unreachable
 /// daemon is reported in under 3 seconds.
 const DEADLINE: Duration = Duration::from_millis(2500);
-
-/// Why a command could not get an answer; the message names the address.
-#[derive(Debug)]
-pub struct Unreachable(pub String);
 
 /// A meshd gRPC address as the user wrote it and as tonic needs it.
 #[derive(Debug, Clone)]
@@ -28,6 +24,9 @@ pub struct Target {
 }
 
 impl Target {
+    /// meshd's gRPC port when `listen.grpc` is not set.
+    pub const DEFAULT_GRPC_PORT: u16 = 7420;
+
     pub fn parse(addr: &str) -> Result<Self, String> {
         let addr = addr.trim();
         let uri = if addr.contains("://") {
@@ -58,15 +57,15 @@ impl fmt::Display for Target {
 
 /// `per_call`: a deadline for each call, or none for streams that are
 /// meant to run until the user stops them.
-async fn connect(target: &Target, per_call: Option<Duration>) -> Result<Channel, Unreachable> {
+async fn connect(target: &Target, per_call: Option<Duration>) -> Result<Channel, Failure> {
     let mut endpoint = Endpoint::from_shared(target.uri.clone())
-        .map_err(|e| Unreachable(format!("bad address {target}: {e}")))?
+        .map_err(|e| Failure::Usage(format!("bad address {target}: {e}")))?
         .connect_timeout(DEADLINE);
     if let Some(deadline) = per_call {
         endpoint = endpoint.timeout(deadline);
     }
     endpoint.connect().await.map_err(|e| {
-        Unreachable(format!(
+        Failure::Unreachable(format!(
             "cannot reach meshd at {target}: {}",
             root_cause(&e)
         ))
@@ -76,71 +75,84 @@ async fn connect(target: &Target, per_call: Option<Duration>) -> Result<Channel,
 /// Runs one call under [`DEADLINE`], connecting included.
 async fn bounded<T>(
     target: &Target,
-    call: impl Future<Output = Result<T, Unreachable>>,
-) -> Result<T, Unreachable> {
+    call: impl Future<Output = Result<T, Failure>>,
+) -> Result<T, Failure> {
     tokio::time::timeout(DEADLINE, call).await.map_err(|_| {
-        Unreachable(format!(
+        Failure::Unreachable(format!(
             "meshd at {target} did not answer within {DEADLINE:?}"
         ))
     })?
 }
 
 /// Asks for a JACCL hostfile; a refusal (no cable map yet, a missing
-/// cable) comes back with the daemon's reason.
+/// cable, a rank that is not a member) comes back with the daemon's reason.
 pub async fn hostfile(
     target: &Target,
     request: wire::GetHostfileRequest,
-) -> Result<wire::Hostfile, Unreachable> {
+) -> Result<wire::Hostfile, Failure> {
     bounded(target, async {
         let mut client = TopologyClient::new(connect(target, Some(DEADLINE)).await?);
         client
             .get_hostfile(request)
             .await
             .map(tonic::Response::into_inner)
-            .map_err(|s| {
-                Unreachable(format!(
-                    "meshd at {target} cannot build a hostfile: {}",
-                    s.message()
-                ))
+            .map_err(|s| match s.code() {
+                tonic::Code::InvalidArgument | tonic::Code::FailedPrecondition => Failure::Refused(
+                    format!("meshd at {target} cannot build a hostfile: {}", s.message()),
+                ),
+                _ => call_failed(target, &s, "cannot build a hostfile"),
             })
     })
     .await
 }
 
+/// A call that failed on the way, not on its merits: meshd unreachable, or
+/// not meshd's gRPC port at all.
+fn call_failed(target: &Target, status: &tonic::Status, doing: &str) -> Failure {
+    // meshd's own HTTP port says so, naming the node's gRPC address.
+    if status.message().starts_with("that is meshd's HTTP port") {
+        return Failure::Unreachable(format!("{target}: {}", status.message()));
+    }
+    // tonic turns an HTTP answer without gRPC into an error "grpc-status
+    // header missing, mapped from HTTP status code 404": a web server (such
+    // as meshd's own metrics port) answered instead of gRPC.
+    if status.message().contains("mapped from HTTP status code") {
+        return Failure::Unreachable(format!(
+            "{target} answers plain HTTP, not gRPC: that is an HTTP port (meshd's metrics \
+             port, 9420 by default, serves /metrics and the mesh page); meshctl needs meshd's \
+             gRPC port, {} by default (listen.grpc): --addr HOST:{}",
+            Target::DEFAULT_GRPC_PORT,
+            Target::DEFAULT_GRPC_PORT
+        ));
+    }
+    Failure::Unreachable(format!("meshd at {target} {doing}: {}", status.message()))
+}
+
 /// Fetches and checks the status; everything within [`DEADLINE`].
-pub async fn status(target: &Target) -> Result<MeshStatus, Unreachable> {
+pub async fn status(target: &Target) -> Result<MeshStatus, Failure> {
     bounded(target, async {
         let mut client = MeshClient::new(connect(target, Some(DEADLINE)).await?);
         let reply = client
             .get_status(wire::GetStatusRequest {})
             .await
-            .map_err(|s| {
-                Unreachable(format!(
-                    "meshd at {target} answered with an error: {}",
-                    s.message()
-                ))
-            })?;
-        MeshStatus::try_from(reply.into_inner())
-            .map_err(|e| Unreachable(format!("meshd at {target} sent a malformed status: {e}")))
+            .map_err(|s| call_failed(target, &s, "answered with an error"))?;
+        MeshStatus::try_from(reply.into_inner()).map_err(|e| {
+            Failure::Unreachable(format!("meshd at {target} sent a malformed status: {e}"))
+        })
     })
     .await
 }
 
 /// Opens the event stream; connecting is bounded by [`DEADLINE`], the
 /// stream itself runs until meshd or the user ends it.
-pub async fn events(target: &Target) -> Result<tonic::Streaming<wire::Event>, Unreachable> {
+pub async fn events(target: &Target) -> Result<tonic::Streaming<wire::Event>, Failure> {
     bounded(target, async {
         let mut client = MeshClient::new(connect(target, None).await?);
         client
             .watch_events(wire::WatchEventsRequest {})
             .await
             .map(tonic::Response::into_inner)
-            .map_err(|s| {
-                Unreachable(format!(
-                    "meshd at {target} refused the event stream: {}",
-                    s.message()
-                ))
-            })
+            .map_err(|s| call_failed(target, &s, "refused the event stream"))
     })
     .await
 }

@@ -16,7 +16,8 @@ use meshd_proto::facts::{Cable, CheckResult, NodeFacts};
 use serde::Serialize;
 
 use crate::checklist::{self, Show};
-use crate::client::{self, Target, Unreachable};
+use crate::client::{self, Target};
+use crate::outcome::{Failure, emit};
 
 /// Where the facts come from.
 #[derive(Debug, Clone)]
@@ -46,8 +47,7 @@ struct DoctorJson<'a> {
 }
 
 /// Prints the checklist; `Ok(true)` when no check failed.
-#[allow(clippy::print_stdout)]
-pub async fn run(target: &Target, scope: Scope, json: bool) -> Result<bool, Unreachable> {
+pub async fn run(target: &Target, scope: Scope, json: bool) -> Result<bool, Failure> {
     let models = ModelTable::builtin();
     let (nodes, cables, checks) = match scope {
         Scope::Mesh => {
@@ -59,7 +59,7 @@ pub async fn run(target: &Target, scope: Scope, json: bool) -> Result<bool, Unre
                 meshd_platform::collect(&LiveSource, meshd_platform::this_os())
             })
             .await
-            .map_err(|e| Unreachable(format!("reading this host's facts failed: {e}")))?;
+            .map_err(|e| Failure::Refused(format!("reading this host's facts failed: {e}")))?;
             offline(vec![(node, facts)], &models)
         }
         Scope::Replay { path, node } => {
@@ -75,10 +75,10 @@ pub async fn run(target: &Target, scope: Scope, json: bool) -> Result<bool, Unre
             checks: &checks,
         };
         let text = serde_json::to_string_pretty(&doc)
-            .map_err(|e| Unreachable(format!("cannot encode the checks as JSON: {e}")))?;
-        println!("{text}");
+            .map_err(|e| Failure::Refused(format!("cannot encode the checks as JSON: {e}")))?;
+        emit(&format!("{text}\n"))?;
     } else {
-        print!("{}", render(&nodes, &cables, &checks));
+        emit(&render(&nodes, &cables, &checks))?;
     }
     Ok(!checklist::any_failed(&checks))
 }
@@ -104,56 +104,78 @@ fn offline(
 }
 
 /// The bundles at `path`: one bundle (a directory or a `.tar.gz`), or a
-/// directory whose subdirectories are bundles (one per node).
-fn open_bundles(
-    path: &Path,
-    node: Option<NodeId>,
-) -> Result<Vec<(NodeId, NodeFacts)>, Unreachable> {
-    let unreadable = |e: BundleError| Unreachable(format!("cannot read the bundle: {e}"));
+/// directory holding bundles (directories or `.tar.gz` archives, one per
+/// node).
+fn open_bundles(path: &Path, node: Option<NodeId>) -> Result<Vec<(NodeId, NodeFacts)>, Failure> {
     if path.is_file() {
-        let into = std::env::temp_dir().join(format!("meshctl-doctor-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&into);
-        std::fs::create_dir_all(&into).map_err(|e| {
-            Unreachable(format!(
-                "cannot unpack {}: {}: {e}",
-                path.display(),
-                into.display()
-            ))
-        })?;
-        let result = bundle::unpack(path, &into)
-            .map_err(unreadable)
-            .and_then(|dir| Ok(vec![read_bundle(&dir, node)?]));
-        let _ = std::fs::remove_dir_all(&into);
-        return result;
+        return Ok(vec![read_archive(path, node)?]);
     }
     if !path.is_dir() {
-        return Err(Unreachable(format!(
+        return Err(Failure::Usage(format!(
             "{} is neither a bundle directory nor a .tar.gz from `meshctl bundle`",
             path.display()
         )));
     }
-    let subdirs: Vec<PathBuf> = std::fs::read_dir(path)
-        .map_err(|e| Unreachable(format!("cannot list {}: {e}", path.display())))?
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.is_dir() && is_bundle(p))
-        .collect();
-    if is_bundle(path) || subdirs.is_empty() {
+    if is_bundle(path) {
         return Ok(vec![read_bundle(path, node)?]);
     }
-    let mut bundles = subdirs
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
+        .map_err(|e| Failure::Refused(format!("cannot list {}: {e}", path.display())))?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .collect();
+    entries.sort();
+    let members: Vec<&PathBuf> = entries
         .iter()
-        .map(|dir| read_bundle(dir, None))
+        .filter(|p| (p.is_dir() && is_bundle(p)) || is_archive(p))
+        .collect();
+    if members.is_empty() {
+        // A capture whose commands say nothing about its OS is still one
+        // node's capture; a directory with nothing in it is no bundle.
+        if entries.iter().any(|p| p.is_file()) {
+            return Ok(vec![read_bundle(path, node)?]);
+        }
+        return Err(Failure::Refused(format!(
+            "{} holds no bundle: neither bundle directories nor .tar.gz archives from \
+             `meshctl bundle`",
+            path.display()
+        )));
+    }
+    let mut bundles = members
+        .iter()
+        .map(|member| {
+            if member.is_dir() {
+                read_bundle(member, None)
+            } else {
+                read_archive(member, None)
+            }
+        })
         .collect::<Result<Vec<_>, _>>()?;
     bundles.sort_by(|a, b| a.0.cmp(&b.0));
     if let Some(twice) = bundles.windows(2).find(|w| w[0].0 == w[1].0) {
-        return Err(Unreachable(format!(
-            "{}: two bundles of node {}",
+        return Err(Failure::Refused(format!(
+            "{}: two bundles of node {}; keep one per node",
             path.display(),
             twice[0].0
         )));
     }
     Ok(bundles)
+}
+
+fn is_archive(path: &Path) -> bool {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+    path.is_file() && name.is_some_and(|n| n.ends_with(".tar.gz") || n.ends_with(".tgz"))
+}
+
+/// A `.tar.gz` from `meshctl bundle`, unpacked into a private temporary
+/// directory that is removed however reading ends.
+fn read_archive(path: &Path, node: Option<NodeId>) -> Result<(NodeId, NodeFacts), Failure> {
+    let unpacked = bundle::unpack(path).map_err(refused_bundle)?;
+    read_bundle(unpacked.dir(), node)
+}
+
+fn refused_bundle(err: BundleError) -> Failure {
+    Failure::Refused(format!("cannot read the bundle: {err}"))
 }
 
 fn is_bundle(dir: &Path) -> bool {
@@ -163,7 +185,8 @@ fn is_bundle(dir: &Path) -> bool {
 /// One bundle's facts, re-read from its raw outputs (so a newer meshctl
 /// applies its newer parsers), under the node id of its manifest, `node`,
 /// or the directory's name.
-fn read_bundle(dir: &Path, node: Option<NodeId>) -> Result<(NodeId, NodeFacts), Unreachable> {
+fn read_bundle(dir: &Path, node: Option<NodeId>) -> Result<(NodeId, NodeFacts), Failure> {
+    bundle::check_dir(dir).map_err(refused_bundle)?;
     let named = bundle::read_manifest(dir).ok().map(|m| m.node);
     let fallback = || {
         dir.file_name()
@@ -182,7 +205,7 @@ fn read_bundle(dir: &Path, node: Option<NodeId>) -> Result<(NodeId, NodeFacts), 
         }
     };
     let facts = bundle::replay_facts(dir)
-        .map_err(|e| Unreachable(format!("cannot open {}: {e}", dir.display())))?;
+        .map_err(|e| Failure::Refused(format!("cannot open {}: {e}", dir.display())))?;
     Ok((node, facts))
 }
 

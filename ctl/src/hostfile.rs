@@ -8,8 +8,10 @@ use std::path::PathBuf;
 use meshd_platform::mesh::hostfile::{Hostfile, to_mlx_json, validate_mlx_hostfile};
 use meshd_proto::wire;
 
-use crate::BackendArg;
-use crate::client::{self, Target, Unreachable};
+use meshctl::cli::BackendArg;
+
+use crate::client::{self, Target};
+use crate::outcome::{Failure, emit, note};
 
 #[derive(Debug)]
 pub struct Request {
@@ -21,12 +23,7 @@ pub struct Request {
 }
 
 /// Prints (or writes to `out`) the hostfile.
-#[allow(clippy::print_stdout, clippy::print_stderr)]
-pub async fn run(
-    target: &Target,
-    request: Request,
-    out: Option<PathBuf>,
-) -> Result<(), Unreachable> {
+pub async fn run(target: &Target, request: Request, out: Option<PathBuf>) -> Result<(), Failure> {
     let ssh = request
         .ssh
         .iter()
@@ -34,7 +31,7 @@ pub async fn run(
             Some((name, host)) if !name.is_empty() && !host.is_empty() => {
                 Ok((name.to_owned(), host.to_owned()))
             }
-            _ => Err(Unreachable(format!(
+            _ => Err(Failure::Usage(format!(
                 "--ssh {pair:?}: use NAME=HOST, like studio-1=admin@10.0.0.1"
             ))),
         })
@@ -49,27 +46,28 @@ pub async fn run(
         rank0_ip: request.rank0_ip.unwrap_or_default(),
     };
     let reply = client::hostfile(target, wire_request).await?;
-    let hostfile = Hostfile::try_from(reply)
-        .map_err(|e| Unreachable(format!("meshd at {target} sent a malformed hostfile: {e}")))?;
+    let hostfile = Hostfile::try_from(reply).map_err(|e| {
+        Failure::Unreachable(format!("meshd at {target} sent a malformed hostfile: {e}"))
+    })?;
     let json = to_mlx_json(&hostfile);
     let problems = validate_mlx_hostfile(&json);
     if !problems.is_empty() {
-        return Err(Unreachable(format!(
+        return Err(Failure::Unreachable(format!(
             "meshd at {target} built a hostfile mlx.launch would reject: {}",
             problems.join("; ")
         )));
     }
     for warning in &hostfile.warnings {
-        eprintln!("meshctl hostfile: warning: {warning}");
+        note(&format!("hostfile: warning: {warning}"));
     }
     let text = format!("{json:#}\n");
     match out {
         Some(path) => {
             std::fs::write(&path, text)
-                .map_err(|e| Unreachable(format!("cannot write {}: {e}", path.display())))?;
-            eprintln!("wrote {}", path.display());
+                .map_err(|e| Failure::Refused(format!("cannot write {}: {e}", path.display())))?;
+            note(&format!("wrote {}", path.display()));
+            Ok(())
         }
-        None => print!("{text}"),
+        None => emit(&text),
     }
-    Ok(())
 }

@@ -1,9 +1,8 @@
 //! `meshctl`: ask a meshd node what is broken in the mesh.
 //!
-//! Exit codes are a contract for scripts: 0 when what was asked about is
-//! healthy, 1 when something is degraded or down, 2 when the daemon could
-//! not be reached or gave an answer that makes no sense. `meshctl certs`
-//! exits 1 when it refuses (an existing file, no CA, a bad node id).
+//! Exit codes are a contract for scripts, one table for every command
+//! (`meshctl::cli`, and `meshctl --help`): 0 healthy or done, 1 unhealthy
+//! or refused, 2 meshd unreachable, 64 wrong usage.
 
 mod bundle;
 mod certs;
@@ -11,214 +10,68 @@ mod checklist;
 mod client;
 mod doctor;
 mod hostfile;
+mod layout;
+mod outcome;
 mod plan;
 mod status;
 mod watch;
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::Parser;
+use meshctl::cli::{CertsCommand, Cli, Command, EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE};
 use meshd_proto::domain::NodeId;
 
-use crate::client::{Target, Unreachable};
-
-#[derive(Debug, Parser)]
-#[command(
-    name = "meshctl",
-    version,
-    about = "Ask a meshd node what is broken in the mesh"
-)]
-struct Cli {
-    /// meshd gRPC address, HOST:PORT or http://HOST:PORT.
-    #[arg(long, global = true, env = "MESHCTL_ADDR", default_value = client::DEFAULT_ADDR)]
-    addr: String,
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Debug, Subcommand)]
-enum Command {
-    /// The mesh as the answering node sees it: quorum, nodes, a matrix of
-    /// link states, active alarms.
-    Status {
-        /// Print the stable JSON document instead of tables.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Stream verdict changes (links down, degraded, flapping, recovered;
-    /// nodes down and up; quorum lost and regained; alarms) until Ctrl-C.
-    Watch {
-        /// One JSON object per line instead of text.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Platform checks with evidence and fixes: RDMA enabled, every cable of
-    /// the full mesh present at 80 Gb/s, one subnet per cable, GIDs,
-    /// Thunderbolt Bridge off, same macOS everywhere. This node by default
-    /// (read here, no daemon needed). Exits 1 when a check fails.
-    Doctor {
-        /// Read a bundle (directory or .tar.gz from `meshctl bundle`), or a
-        /// directory of bundles (one per node: mesh-wide checks too),
-        /// instead of this host.
-        #[arg(long, value_name = "PATH", conflicts_with = "mesh")]
-        from: Option<PathBuf>,
-        /// Every node's checks and the mesh-wide ones, from the daemon.
-        #[arg(long)]
-        mesh: bool,
-        /// The node id to report this host (or a bundle without a manifest)
-        /// as. Default: the first label of the host name.
-        #[arg(long)]
-        node: Option<String>,
-        /// JSON instead of a checklist.
-        #[arg(long)]
-        json: bool,
-    },
-    /// An MLX hostfile (`mlx.launch --hostfile`) from the live cable map.
-    Hostfile {
-        #[arg(long, value_enum, default_value_t = BackendArg::Jaccl)]
-        backend: BackendArg,
-        /// ssh destination of a node, NAME=HOST; repeatable. Default: the node id.
-        #[arg(long = "ssh", value_name = "NAME=HOST")]
-        ssh: Vec<String>,
-        /// Node ids in rank order, comma-separated. Default: every member by id.
-        #[arg(long, value_delimiter = ',')]
-        ranks: Vec<String>,
-        /// An address of rank 0 that every rank reaches. Default: rank 0's
-        /// management address from the daemon's config.
-        #[arg(long)]
-        rank0_ip: Option<String>,
-        /// Write the hostfile here instead of standard output.
-        #[arg(long)]
-        out: Option<PathBuf>,
-    },
-    /// A cabling plan for a new cluster: which port of which Mac to cable to
-    /// which, a /30 per cable, and the commands to configure each node.
-    /// Refuses (exit 1) when the ports cannot make the mesh.
-    Plan {
-        /// Number of Macs.
-        #[arg(long)]
-        nodes: usize,
-        /// Model id (see `--list-models`): once for all nodes, or once per
-        /// node in order for a mixed cluster.
-        #[arg(
-            long = "model",
-            value_name = "MODEL",
-            required_unless_present = "list_models"
-        )]
-        models: Vec<String>,
-        #[arg(long, value_enum, default_value_t = BackendArg::Jaccl)]
-        backend: BackendArg,
-        /// JSON instead of tables.
-        #[arg(long)]
-        json: bool,
-        /// List the known models and their Thunderbolt 5 ports.
-        #[arg(long, exclusive = true)]
-        list_models: bool,
-    },
-    /// Collect every platform command's raw output, this node's facts and
-    /// checks, and the daemon's status into one .tar.gz for diagnosis
-    /// elsewhere (`meshctl doctor --from FILE`).
-    Bundle {
-        /// Where to write it. Default: ./meshd-bundle-<node>-<time>.tar.gz.
-        #[arg(long)]
-        out: Option<PathBuf>,
-        /// The node id to record. Default: the first label of the host name.
-        #[arg(long)]
-        node: Option<String>,
-    },
-    /// The mesh's certificates: a CA, then one certificate per node, for
-    /// the mutual TLS between nodes. Run on an admin machine; copy ca.pem and
-    /// each node's pair to that node (the config's tls.ca, tls.cert, tls.key).
-    Certs {
-        /// The directory of the CA and the certificates.
-        #[arg(long, default_value_os_t = certs::default_dir())]
-        dir: PathBuf,
-        #[command(subcommand)]
-        action: CertsCommand,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-enum CertsCommand {
-    /// Create the mesh's CA (ca.pem, and ca-key.pem which stays here).
-    /// Refuses to replace an existing one.
-    Init {
-        /// The CA's name, shown in its certificate.
-        #[arg(long, default_value = "meshd mesh CA")]
-        name: String,
-        /// Days the CA is valid.
-        #[arg(long, default_value_t = 3650)]
-        days: u32,
-    },
-    /// Issue a certificate for each node id (NODE.pem, NODE-key.pem).
-    /// Refuses to replace an existing one.
-    Issue {
-        /// Node ids, as in each node's `node.id`.
-        #[arg(required = true)]
-        nodes: Vec<String>,
-        /// Days the certificates are valid.
-        #[arg(long, default_value_t = 825)]
-        days: u32,
-    },
-}
-
-/// JACCL wants a cable between every pair of ranks; the ring only between
-/// neighbours.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum BackendArg {
-    Jaccl,
-    JacclRing,
-}
-
-impl From<BackendArg> for meshd_platform::mesh::Backend {
-    fn from(backend: BackendArg) -> Self {
-        match backend {
-            BackendArg::Jaccl => Self::Jaccl,
-            BackendArg::JacclRing => Self::JacclRing,
-        }
-    }
-}
+use crate::client::Target;
+use crate::outcome::{Failure, note};
 
 /// The node id for this host: as given, else from the host name.
-fn local_node(given: Option<String>) -> Result<NodeId, Unreachable> {
+fn local_node(given: Option<String>) -> Result<NodeId, Failure> {
     match given {
-        Some(name) => NodeId::new(name).map_err(|e| Unreachable(format!("--node: {e}"))),
+        Some(name) => NodeId::new(name).map_err(|e| Failure::Usage(format!("--node: {e}"))),
         None => Ok(NodeId::from_hostname(
             &gethostname::gethostname().to_string_lossy(),
         )),
     }
 }
 
-/// The answer was obtained and says the mesh is not healthy.
-const EXIT_UNHEALTHY: u8 = 1;
-/// The daemon could not be reached or its answer was unusable.
-const EXIT_UNREACHABLE: u8 = 2;
-
-#[allow(clippy::print_stderr)]
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let target = match Target::parse(&cli.addr) {
-        Ok(target) => target,
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
         Err(err) => {
-            eprintln!("meshctl: {err}");
-            return ExitCode::from(EXIT_UNREACHABLE);
+            // --help and --version are answers, not mistakes.
+            let code = if err.use_stderr() {
+                EXIT_USAGE
+            } else {
+                EXIT_OK
+            };
+            let _ = err.print();
+            return ExitCode::from(code);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
+    let outcome = Target::parse(&cli.addr)
+        .map_err(Failure::Usage)
+        .and_then(|target| run(cli.command, &target));
+    match outcome {
+        Ok(true) => ExitCode::from(EXIT_OK),
+        Ok(false) => ExitCode::from(EXIT_UNHEALTHY),
+        Err(failure) => {
+            note(failure.message());
+            ExitCode::from(failure.exit_code())
+        }
+    }
+}
+
+/// Runs one command; `Ok(healthy)`.
+fn run(command: Command, target: &Target) -> Result<bool, Failure> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-    {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            eprintln!("meshctl: cannot start the async runtime: {err}");
-            return ExitCode::from(EXIT_UNREACHABLE);
-        }
-    };
-    let outcome = runtime.block_on(async {
-        match cli.command {
-            Command::Status { json } => status::run(&target, json).await,
-            Command::Watch { json } => watch::run(&target, json).await.map(|()| true),
+        .map_err(|err| Failure::Unreachable(format!("cannot start the async runtime: {err}")))?;
+    runtime.block_on(async {
+        match command {
+            Command::Status { json } => status::run(target, json).await,
+            Command::Watch { json } => watch::run(target, json).await.map(|()| true),
             Command::Doctor {
                 from,
                 mesh,
@@ -235,7 +88,7 @@ fn main() -> ExitCode {
                         node: local_node(node)?,
                     },
                 };
-                doctor::run(&target, scope, json).await
+                doctor::run(target, scope, json).await
             }
             Command::Hostfile {
                 backend,
@@ -244,7 +97,7 @@ fn main() -> ExitCode {
                 rank0_ip,
                 out,
             } => hostfile::run(
-                &target,
+                target,
                 hostfile::Request {
                     backend,
                     ssh,
@@ -255,19 +108,7 @@ fn main() -> ExitCode {
             )
             .await
             .map(|()| true),
-            Command::Plan {
-                nodes,
-                models,
-                backend,
-                json,
-                list_models,
-            } => Ok(if list_models {
-                plan::list_models();
-                true
-            } else {
-                plan::run(nodes, &models, backend, json)
-            }),
-            Command::Bundle { out, node } => bundle::run(&target, local_node(node)?, out)
+            Command::Bundle { out, node } => bundle::run(target, local_node(node)?, out)
                 .await
                 .map(|()| true),
             Command::Certs { dir, action } => {
@@ -275,24 +116,54 @@ fn main() -> ExitCode {
                     CertsCommand::Init { name, days } => certs::Action::Init { name, days },
                     CertsCommand::Issue { nodes, days } => certs::Action::Issue { nodes, days },
                 };
-                Ok(
-                    match certs::run(&dir, action, std::time::SystemTime::now()) {
-                        Ok(()) => true,
-                        Err(err) => {
-                            eprintln!("meshctl certs: {err}");
-                            false
-                        }
-                    },
-                )
+                certs::run(&dir, action, std::time::SystemTime::now())
+                    .map_err(|err| Failure::Refused(format!("certs: {err}")))?;
+                Ok(true)
+            }
+            Command::Plan {
+                nodes,
+                names,
+                models,
+                backend,
+                json,
+                list_models,
+                hardware_ports,
+            } => {
+                if list_models {
+                    plan::list_models().map(|()| true)
+                } else {
+                    plan::run(&plan::Request {
+                        nodes,
+                        names,
+                        models,
+                        backend,
+                        hardware_ports,
+                        json,
+                    })
+                }
             }
         }
-    });
-    match outcome {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::from(EXIT_UNHEALTHY),
-        Err(Unreachable(message)) => {
-            eprintln!("meshctl: {message}");
-            ExitCode::from(EXIT_UNREACHABLE)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use meshctl::cli::EXIT_UNREACHABLE;
+
+    use super::*;
+
+    #[test]
+    fn the_exit_code_table_is_the_one_documented() {
+        assert_eq!(
+            [EXIT_OK, EXIT_UNHEALTHY, EXIT_UNREACHABLE, EXIT_USAGE],
+            [0, 1, 2, 64]
+        );
+        for (failure, code) in [
+            (Failure::Usage(String::new()), 64),
+            (Failure::Refused(String::new()), 1),
+            (Failure::Unreachable(String::new()), 2),
+        ] {
+            assert_eq!(failure.exit_code(), code);
         }
     }
 }

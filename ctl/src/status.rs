@@ -5,23 +5,27 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
-use meshd_proto::domain::{Alarm, LinkState, LinkVerdict, MeshStatus, NodeId, NodeVerdict};
+use meshd_proto::domain::{
+    Alarm, LinkState, LinkVerdict, MeshStatus, NodeId, NodeState, NodeVerdict,
+};
 use meshd_proto::facts::{Cable, CheckResult};
+use meshd_proto::human;
 use serde::Serialize;
 
 use crate::checklist::{self, Show};
-use crate::client::{self, Target, Unreachable};
+use crate::client::{self, Target};
+use crate::layout::{WIDTH, hanging, table};
+use crate::outcome::{Failure, emit};
 
 /// Prints the status; `Ok(healthy)` decides the exit code.
-#[allow(clippy::print_stdout)]
-pub async fn run(target: &Target, json: bool) -> Result<bool, Unreachable> {
+pub async fn run(target: &Target, json: bool) -> Result<bool, Failure> {
     let status = client::status(target).await?;
     if json {
         let text = to_json(&status)
-            .map_err(|e| Unreachable(format!("cannot encode the status as JSON: {e}")))?;
-        println!("{text}");
+            .map_err(|e| Failure::Refused(format!("cannot encode the status as JSON: {e}")))?;
+        emit(&format!("{text}\n"))?;
     } else {
-        print!("{}", render(&status, SystemTime::now()));
+        emit(&render(&status, SystemTime::now()))?;
     }
     Ok(status.is_healthy())
 }
@@ -62,6 +66,19 @@ struct NodeJson<'a> {
     evidence: &'a [String],
     last_report_at: Option<String>,
     cpu_saturated: bool,
+    /// What to do about a node that is not up; null while it is up.
+    fix: Option<&'a str>,
+    /// Which boot of its host the node is in; `null` when unknown. It
+    /// changes when the host reboots, not when meshd restarts.
+    boot: Option<BootJson<'a>>,
+}
+
+#[derive(Debug, Serialize)]
+struct BootJson<'a> {
+    /// macOS `kern.bootsessionuuid`, Linux `boot_id`; `null` when unknown.
+    id: Option<&'a str>,
+    /// When the host booted; `null` when unknown.
+    booted_at: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -75,6 +92,8 @@ struct LinkJson<'a> {
     blamed_node: Option<&'a str>,
     since: String,
     evidence: &'a [String],
+    /// What to do about a link that is not up; null while it is up.
+    fix: Option<&'a str>,
 }
 
 #[derive(Debug, Serialize)]
@@ -90,7 +109,8 @@ struct AlarmJson<'a> {
 }
 
 fn rfc3339(t: SystemTime) -> String {
-    humantime::format_rfc3339_millis(t).to_string()
+    meshd_proto::time::rfc3339_millis(t)
+        .unwrap_or_else(|| meshd_proto::time::OUT_OF_RANGE.to_owned())
 }
 
 fn ids(list: &[NodeId]) -> Vec<&str> {
@@ -134,6 +154,14 @@ impl<'a> From<&'a NodeVerdict> for NodeJson<'a> {
             evidence: &n.evidence,
             last_report_at: n.last_report_at.map(rfc3339),
             cpu_saturated: n.cpu_saturated,
+            boot: n.boot.is_known().then(|| BootJson {
+                id: n.boot.id.as_deref(),
+                booted_at: n
+                    .boot
+                    .booted_at_unix
+                    .map(|s| rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(s))),
+            }),
+            fix: n.fix.as_deref(),
         }
     }
 }
@@ -150,6 +178,7 @@ impl<'a> From<&'a LinkVerdict> for LinkJson<'a> {
             blamed_node: l.blamed_node.as_ref().map(NodeId::as_str),
             since: rfc3339(l.since),
             evidence: &l.evidence,
+            fix: l.fix.as_deref(),
         }
     }
 }
@@ -169,36 +198,9 @@ impl<'a> From<&'a Alarm> for AlarmJson<'a> {
     }
 }
 
-/// "12s", "3m", "2h": how long ago, coarse enough to read at a glance.
+/// How long ago `then` was, in meshd's one duration format.
 fn ago(now: SystemTime, then: SystemTime) -> String {
-    let d = now.duration_since(then).unwrap_or(Duration::ZERO).as_secs();
-    match d {
-        0..60 => format!("{d}s"),
-        60..3600 => format!("{}m", d / 60),
-        3600..86400 => format!("{}h", d / 3600),
-        _ => format!("{}d", d / 86400),
-    }
-}
-
-/// Left-aligned columns, two spaces apart.
-fn table(out: &mut String, rows: &[Vec<String>]) {
-    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..columns)
-        .map(|c| {
-            rows.iter()
-                .filter_map(|r| r.get(c))
-                .map(|s| s.chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    for row in rows {
-        let mut line = String::from(" ");
-        for (cell, width) in row.iter().zip(&widths) {
-            let _ = write!(line, " {cell:<width$} ");
-        }
-        let _ = writeln!(out, "{}", line.trim_end());
-    }
+    human::duration(now.duration_since(then).unwrap_or(Duration::ZERO))
 }
 
 /// The worst state among the links between each pair of nodes.
@@ -213,152 +215,289 @@ fn link_matrix(status: &MeshStatus) -> BTreeMap<(&NodeId, &NodeId), LinkState> {
     cells
 }
 
+/// The link matrix, with node ids as column headings when that fits in
+/// [`WIDTH`]; otherwise numbered columns and short states.
+fn matrix(out: &mut String, status: &MeshStatus) {
+    let cells = link_matrix(status);
+    let names: Vec<&NodeId> = status.nodes.iter().map(|n| &n.id).collect();
+    let cell = |row: &NodeId, col: &NodeId, short: bool| {
+        if row == col {
+            return "-".to_owned();
+        }
+        match cells.get(&(row, col)) {
+            None => "·".to_owned(),
+            Some(state) if short => short_state(*state).to_owned(),
+            Some(state) => state.to_string(),
+        }
+    };
+    let widest = |short: bool| {
+        names
+            .iter()
+            .flat_map(|r| names.iter().map(move |c| (r, c)))
+            .map(|(r, c)| cell(r, c, short).chars().count())
+            .max()
+            .unwrap_or(0)
+    };
+    let label = names
+        .iter()
+        .map(|n| n.as_str().chars().count())
+        .max()
+        .unwrap_or(0);
+    let name_columns = names
+        .iter()
+        .map(|n| n.as_str().chars().count().max(widest(false)) + 2)
+        .sum::<usize>();
+    let mut rows = Vec::new();
+    if 2 + label + 2 + name_columns <= WIDTH {
+        rows.push(
+            std::iter::once(String::new())
+                .chain(names.iter().map(|n| n.to_string()))
+                .collect::<Vec<_>>(),
+        );
+        for row in &names {
+            rows.push(
+                std::iter::once(row.to_string())
+                    .chain(names.iter().map(|col| cell(row, col, false)))
+                    .collect(),
+            );
+        }
+    } else {
+        rows.push(
+            std::iter::once(String::new())
+                .chain((1..=names.len()).map(|i| i.to_string()))
+                .collect(),
+        );
+        for (i, row) in names.iter().enumerate() {
+            rows.push(
+                std::iter::once(format!("{} {row}", i + 1))
+                    .chain(names.iter().map(|col| cell(row, col, true)))
+                    .collect(),
+            );
+        }
+    }
+    // The matrix has no free-text column: an empty one keeps every cell
+    // aligned instead of wrapping the last.
+    for row in &mut rows {
+        row.push(String::new());
+    }
+    table(out, &rows);
+    if rows
+        .first()
+        .is_some_and(|r| r.get(1).is_some_and(|c| c == "1"))
+    {
+        let _ = writeln!(
+            out,
+            "  (columns in row order; deg degraded, flap flapping, ? unknown)"
+        );
+    }
+}
+
+fn short_state(state: LinkState) -> &'static str {
+    match state {
+        LinkState::Up => "up",
+        LinkState::Down => "down",
+        LinkState::Degraded => "deg",
+        LinkState::Flapping => "flap",
+        LinkState::Unknown => "?",
+    }
+}
+
+/// A table whose rows after the header are `items`, each followed by what
+/// `details` writes for it (after the row's wrapped lines, if any).
+fn table_with_details<T>(
+    out: &mut String,
+    rows: &[Vec<String>],
+    items: &[T],
+    details: impl Fn(&mut String, &T),
+) {
+    let mut rendered = String::new();
+    table(&mut rendered, rows);
+    let mut lines = rendered.lines();
+    if let Some(header) = lines.next() {
+        let _ = writeln!(out, "{header}");
+    }
+    let mut items = items.iter();
+    let mut pending = None;
+    for line in lines {
+        // A row starts at column 2; the wrapped rest of its last column is
+        // indented further.
+        if !line.starts_with("   ") {
+            if let Some(item) = pending.take() {
+                details(out, item);
+            }
+            pending = items.next();
+        }
+        let _ = writeln!(out, "{line}");
+    }
+    if let Some(item) = pending {
+        details(out, item);
+    }
+}
+
+/// Evidence lines and the fix under an item, indented by four.
+fn details(out: &mut String, evidence: &[String], fix: Option<&str>) {
+    for fact in evidence {
+        hanging(out, "    - ", fact);
+    }
+    if let Some(fix) = fix {
+        hanging(out, "    fix: ", fix);
+    }
+}
+
 pub fn render(status: &MeshStatus, now: SystemTime) -> String {
     let mut out = String::new();
     let q = &status.quorum;
-    let _ = writeln!(
-        out,
-        "meshd {} on {} (incarnation {}), evaluated {} ago",
-        status.node.version,
-        status.node.id,
-        status.node.incarnation.0,
-        ago(now, status.evaluated_at)
+    hanging(
+        &mut out,
+        "",
+        &format!(
+            "meshd {} on {} (incarnation {}), evaluated {} ago",
+            status.node.version,
+            status.node.id,
+            status.node.incarnation.0,
+            ago(now, status.evaluated_at)
+        ),
     );
-    let _ = writeln!(
-        out,
-        "quorum: {}, {} of {} members fresh ({}), leader {}",
-        if q.has_quorum { "yes" } else { "NO" },
-        q.members.len(),
-        q.configured.len(),
-        ids(&q.members).join(", "),
-        q.leader.as_ref().map_or("none", NodeId::as_str)
+    hanging(
+        &mut out,
+        "quorum: ",
+        &format!(
+            "{}, {} of {} members fresh ({}), leader {}",
+            if q.has_quorum { "yes" } else { "NO" },
+            q.members.len(),
+            q.configured.len(),
+            ids(&q.members).join(", "),
+            q.leader.as_ref().map_or("none", NodeId::as_str)
+        ),
     );
-    let _ = writeln!(
-        out,
-        "health: {}",
-        if status.is_healthy() {
-            "healthy"
-        } else {
-            "UNHEALTHY"
-        }
-    );
+    if status.is_healthy() {
+        let _ = writeln!(out, "health: healthy");
+    } else {
+        hanging(
+            &mut out,
+            "health: ",
+            &format!("UNHEALTHY: {}", status.troubles().join(", ")),
+        );
+    }
 
     let _ = writeln!(out, "\nnodes");
-    let mut rows = vec![vec![
+    let up = |n: &NodeVerdict| n.state == NodeState::Up;
+    // Evidence in the table for nodes that are up; under the row, with the
+    // fix, for the others.
+    let rows: Vec<Vec<String>> = std::iter::once(vec![
         "NODE".into(),
         "STATE".into(),
         "SINCE".into(),
         "EVIDENCE".into(),
-    ]];
-    rows.extend(status.nodes.iter().map(|n| {
+    ])
+    .chain(status.nodes.iter().map(|n| {
         vec![
             n.id.to_string(),
             n.state.to_string(),
             ago(now, n.since),
-            n.evidence.join("; "),
+            if up(n) {
+                n.evidence.join("; ")
+            } else {
+                String::new()
+            },
         ]
-    }));
-    table(&mut out, &rows);
+    }))
+    .collect();
+    table_with_details(&mut out, &rows, &status.nodes, |out, node| {
+        if !up(node) {
+            details(out, &node.evidence, node.fix.as_deref());
+        }
+    });
 
+    let troubled: Vec<&LinkVerdict> = status
+        .links
+        .iter()
+        .filter(|l| l.state != LinkState::Up)
+        .collect();
     if !status.links.is_empty() {
         let _ = writeln!(out, "\nlinks");
-        let cells = link_matrix(status);
-        let names: Vec<&NodeId> = status.nodes.iter().map(|n| &n.id).collect();
-        let mut rows = vec![
-            std::iter::once(String::new())
-                .chain(names.iter().map(|n| n.to_string()))
-                .collect::<Vec<_>>(),
-        ];
-        for row in &names {
-            let mut line = vec![row.to_string()];
-            for col in &names {
-                line.push(if row == col {
-                    "-".to_owned()
-                } else {
-                    cells
-                        .get(&(*row, *col))
-                        .map_or("·".to_owned(), |s| s.to_string())
-                });
-            }
-            rows.push(line);
-        }
-        table(&mut out, &rows);
-        let troubled: Vec<&LinkVerdict> = status
-            .links
-            .iter()
-            .filter(|l| l.state != LinkState::Up)
-            .collect();
-        if !troubled.is_empty() {
-            let _ = writeln!(out);
-            let mut rows = vec![vec![
-                "LINK".into(),
-                "STATE".into(),
-                "BLAME".into(),
-                "SINCE".into(),
-                "EVIDENCE".into(),
-            ]];
-            rows.extend(troubled.iter().map(|l| {
-                vec![
-                    format!("{} <-> {}", l.a, l.b),
-                    l.state.to_string(),
-                    l.blamed_node
-                        .as_ref()
-                        .map_or_else(|| l.blame.to_string(), |n| format!("node {n}")),
-                    ago(now, l.since),
-                    l.evidence.join("; "),
-                ]
-            }));
-            table(&mut out, &rows);
-        }
+        matrix(&mut out, status);
+    }
+    if !troubled.is_empty() {
+        let _ = writeln!(out, "\nlinks not up");
+        let rows: Vec<Vec<String>> = std::iter::once(vec![
+            "LINK".into(),
+            "STATE".into(),
+            "BLAME".into(),
+            "SINCE".into(),
+            String::new(),
+        ])
+        .chain(troubled.iter().map(|l| {
+            vec![
+                format!("{} <-> {}", l.a, l.b),
+                l.state.to_string(),
+                l.blamed_node
+                    .as_ref()
+                    .map_or_else(|| l.blame.to_string(), |n| format!("node {n}")),
+                ago(now, l.since),
+                String::new(),
+            ]
+        }))
+        .collect();
+        table_with_details(&mut out, &rows, &troubled, |out, link| {
+            details(out, &link.evidence, link.fix.as_deref());
+        });
     }
 
-    let _ = writeln!(out, "\nalarms");
     if status.alarms.is_empty() {
-        let _ = writeln!(out, "  none");
+        let besides = troubled.len()
+            + status
+                .nodes
+                .iter()
+                .filter(|n| n.state != NodeState::Up)
+                .count();
+        let _ = writeln!(
+            out,
+            "\nalarms: {}",
+            if besides == 0 {
+                "none"
+            } else {
+                "none besides the links and nodes above"
+            }
+        );
     } else {
-        let mut rows = vec![vec![
+        let _ = writeln!(out, "\nalarms");
+        let mut alarms: Vec<&Alarm> = status.alarms.iter().collect();
+        alarms.sort_by(|a, b| b.severity.cmp(&a.severity).then(a.since.cmp(&b.since)));
+        let rows: Vec<Vec<String>> = std::iter::once(vec![
             "SEVERITY".into(),
             "NODE".into(),
             "KIND".into(),
             "SUBJECT".into(),
             "SINCE".into(),
-            "SUMMARY".into(),
-        ]];
-        let mut alarms: Vec<&Alarm> = status.alarms.iter().collect();
-        alarms.sort_by(|a, b| b.severity.cmp(&a.severity).then(a.since.cmp(&b.since)));
-        for alarm in alarms {
-            rows.push(vec![
+            String::new(),
+        ])
+        .chain(alarms.iter().map(|alarm| {
+            vec![
                 alarm.severity.to_string(),
                 alarm.node.to_string(),
                 alarm.kind.to_string(),
                 alarm.subject.clone(),
                 ago(now, alarm.since),
-                alarm.summary.clone(),
-            ]);
-            // Evidence and fix go under the summary, in its column.
-            let under_summary = |text: String| {
-                let mut row = vec![String::new(); 5];
-                row.push(text);
-                row
-            };
-            rows.extend(
-                alarm
-                    .evidence
-                    .iter()
-                    .map(|fact| under_summary(format!("- {fact}"))),
-            );
-            if let Some(fix) = &alarm.fix {
-                rows.push(under_summary(format!("fix: {fix}")));
-            }
-        }
-        table(&mut out, &rows);
+                String::new(),
+            ]
+        }))
+        .collect();
+        table_with_details(&mut out, &rows, &alarms, |out, alarm| {
+            hanging(out, "    ", &alarm.summary);
+            details(out, &alarm.evidence, alarm.fix.as_deref());
+        });
     }
 
     if !status.checks.is_empty() {
-        let _ = writeln!(
-            out,
-            "\nchecks: {} (`meshctl doctor --mesh` lists them all)",
-            checklist::summary(&status.checks)
+        let _ = writeln!(out);
+        hanging(
+            &mut out,
+            "checks: ",
+            &format!(
+                "{} (`meshctl doctor --mesh` lists them all)",
+                checklist::summary(&status.checks)
+            ),
         );
         checklist::render(&mut out, &status.checks, Show::Attention);
     }
@@ -367,9 +506,8 @@ pub fn render(status: &MeshStatus, now: SystemTime) -> String {
 
 #[cfg(test)]
 mod tests {
-    use meshd_proto::domain::{
-        Blame, Incarnation, LinkEnd, NodeIdentity, NodeState, Quorum, Severity,
-    };
+    use meshd_proto::domain::{Blame, Incarnation, LinkEnd, NodeIdentity, Quorum, Severity};
+    use meshd_proto::facts::CheckStatus;
 
     use super::*;
 
@@ -390,6 +528,8 @@ mod tests {
             identity: None,
             last_report_at: None,
             cpu_saturated: false,
+            boot: Default::default(),
+            fix: None,
         }
     }
 
@@ -410,6 +550,7 @@ mod tests {
             },
             blamed_node: None,
             recent_changes: 0,
+            fix: (state != LinkState::Up).then(|| "reseat or replace the cable".to_owned()),
         }
     }
 
@@ -472,11 +613,28 @@ mod tests {
             serde_json::json!({
                 "id": "c", "state": "up", "since": "2027-01-15T08:00:00.000Z",
                 "evidence": ["c evidence"], "last_report_at": null, "cpu_saturated": false,
+                "fix": null,
+                "boot": null,
+            })
+        );
+        let mut booted = sample();
+        booted.nodes[0].boot = meshd_proto::facts::BootIdentity {
+            id: Some("40962879-B7EE-4F13-AF6E-E7266EF5E732".into()),
+            booted_at_unix: Some(1_790_421_415),
+        };
+        let value = serde_json::to_value(StatusJson::from(&booted)).expect("json");
+        assert_eq!(
+            value["nodes"][0]["boot"],
+            serde_json::json!({
+                "id": "40962879-B7EE-4F13-AF6E-E7266EF5E732",
+                "booted_at": "2026-09-26T11:16:55.000Z",
             })
         );
         assert_eq!(value["links"][1]["a"], "a");
         assert_eq!(value["links"][1]["b"], "c");
         assert_eq!(value["links"][1]["state"], "down");
+        assert_eq!(value["links"][1]["fix"], "reseat or replace the cable");
+        assert_eq!(value["links"][0]["fix"], serde_json::Value::Null);
         assert_eq!(value["alarms"][0]["kind"], "cpu_spike");
         assert_eq!(value["alarms"][0]["node"], "b");
         assert_eq!(value["alarms"][0]["severity"], "warning");
@@ -484,13 +642,16 @@ mod tests {
     }
 
     #[test]
-    fn table_shows_matrix_troubled_links_and_alarms() {
+    fn table_shows_matrix_troubled_links_with_fixes_and_alarms() {
         let text = render(&sample(), t(130));
         assert!(
             text.contains("quorum: yes, 3 of 3 members fresh (a, b, c), leader a"),
             "{text}"
         );
-        assert!(text.contains("health: UNHEALTHY"), "{text}");
+        assert!(
+            text.contains("health: UNHEALTHY: 1 link down, 1 alarm"),
+            "{text}"
+        );
         let matrix: Vec<&str> = text
             .lines()
             .skip_while(|l| *l != "links")
@@ -508,15 +669,119 @@ mod tests {
             ],
             "{text}"
         );
-        assert!(
-            text.contains("a/en2 <-> c  down   link   2m     loss 100% over 1s"),
+        let troubled: Vec<&str> = text
+            .lines()
+            .skip_while(|l| *l != "links not up")
+            .skip(1)
+            .take(4)
+            .collect();
+        assert_eq!(
+            troubled,
+            vec![
+                "  LINK         STATE  BLAME  SINCE",
+                "  a/en2 <-> c  down   link   2m00s",
+                "    - loss 100% over 1s",
+                "    fix: reseat or replace the cable",
+            ],
             "{text}"
         );
         assert!(
-            text.contains("warning   b     cpu_spike  cpu      1m     CPU 97% for 30s"),
+            text.contains("  warning   b     cpu_spike  cpu      1m30s\n    CPU 97% for 30s\n"),
             "{text}"
         );
-        assert!(text.contains("fix: turn off Universal Control"), "{text}");
+        assert!(
+            text.contains("    fix: turn off Universal Control"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_node_not_up_gets_its_evidence_and_fix_under_it() {
+        let mut status = sample();
+        status.nodes[2] = NodeVerdict {
+            state: NodeState::Down,
+            evidence: vec!["last report 42s ago".into()],
+            fix: Some("bring c back".into()),
+            ..node("c", NodeState::Down)
+        };
+        let text = render(&status, t(130));
+        assert!(
+            text.contains(
+                "  c     down   2m10s\n    - last report 42s ago\n    fix: bring c back\n"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn no_alarm_with_a_link_down_does_not_read_as_all_clear() {
+        let mut status = sample();
+        status.alarms.clear();
+        let text = render(&status, t(130));
+        assert!(
+            text.contains("alarms: none besides the links and nodes above"),
+            "{text}"
+        );
+    }
+
+    /// A worst case for width: eight long node names, long evidence and
+    /// fixes, a check shared by every node. Nothing is wider than 80
+    /// columns, and wrapped text never splits a word.
+    #[test]
+    fn everything_fits_in_80_columns() {
+        let names: Vec<String> = (1..=8).map(|i| format!("studio-{i:02}")).collect();
+        let mut status = sample();
+        status.quorum.configured = names.iter().map(|n| id(n)).collect();
+        status.quorum.members = status.quorum.configured.clone();
+        status.nodes = names.iter().map(|n| node(n, NodeState::Up)).collect();
+        status.nodes[7] = NodeVerdict {
+            evidence: vec!["no report from studio-08 since this node started".into()],
+            fix: Some(
+                "bring studio-08 back: check that it is on and awake, then that meshd runs \
+                 there (`sudo launchctl print system/io.meshd.agent`, or `systemctl status \
+                 meshd`)"
+                    .into(),
+            ),
+            ..node("studio-08", NodeState::Down)
+        };
+        status.links = vec![LinkVerdict {
+            state: LinkState::Degraded,
+            evidence: vec![
+                "studio-01: 12% of MTU-sized probes lost over 10s (12 of 100)".into(),
+                "studio-02: RTT p99 4.2ms against a baseline of 85µs".into(),
+            ],
+            fix: Some(
+                "give both ends of studio-01/en2 <-> studio-02/en3 the same MTU \
+                 (`ifconfig IFACE mtu 1500`): full-size probes are lost, small ones pass"
+                    .into(),
+            ),
+            ..link("studio-01", "studio-02", LinkState::Flapping)
+        }];
+        status.checks = names
+            .iter()
+            .map(|n| CheckResult {
+                name: "thunderbolt_bridge_inactive".into(),
+                node: Some(id(n)),
+                status: CheckStatus::Warn,
+                evidence: vec![
+                    "bridge0 is up and a member has link although the service is off".into(),
+                ],
+                fix: "sudo ifconfig bridge0 down (macOS re-creates it on hotplug)".into(),
+            })
+            .collect();
+        let text = render(&status, t(130));
+        for line in text.lines() {
+            assert!(line.chars().count() <= WIDTH, "{line:?} in\n{text}");
+        }
+        assert!(text.contains("8 nodes: studio-01, studio-02"), "{text}");
+        assert_eq!(text.matches("thunderbolt_bridge_inactive").count(), 1);
+        assert!(text.contains("(columns in row order"), "{text}");
+        // Every word of the fix survives wrapping whole.
+        let fix = status.nodes[7].fix.clone().unwrap_or_default();
+        let words: Vec<&str> = text.split_whitespace().collect();
+        for word in fix.split_whitespace() {
+            assert!(words.contains(&word), "{word:?} cut in\n{text}");
+        }
     }
 
     #[test]
@@ -529,15 +794,42 @@ mod tests {
         status.quorum.members.truncate(1);
         let text = render(&status, t(100));
         assert!(text.contains("health: healthy"), "{text}");
-        assert!(text.contains("alarms\n  none"), "{text}");
+        assert!(text.contains("alarms: none\n"), "{text}");
         assert!(!text.contains("links"), "{text}");
     }
 
+    /// Times a peer could once put in an alarm: one second before 1970 and
+    /// the year 10000. Formatting them used to panic `status --json` and
+    /// `bundle`; they read as out of range instead.
+    fn out_of_range_times() -> [SystemTime; 2] {
+        [
+            SystemTime::UNIX_EPOCH - Duration::from_secs(1),
+            SystemTime::UNIX_EPOCH + Duration::from_secs(253_402_300_800),
+        ]
+    }
+
     #[test]
-    fn ago_is_coarse() {
+    fn times_outside_1970_to_9999_never_panic_the_json_or_the_table() {
+        for when in out_of_range_times() {
+            let mut status = sample();
+            status.alarms[0].since = when;
+            status.nodes[0].since = when;
+            status.nodes[0].last_report_at = Some(when);
+            status.links[0].since = when;
+            status.evaluated_at = when;
+            let value: serde_json::Value =
+                serde_json::from_str(&to_json(&status).expect("json")).expect("parses");
+            assert_eq!(value["alarms"][0]["since"], "out of range");
+            assert_eq!(value["evaluated_at"], "out of range");
+            let _ = render(&status, t(130));
+        }
+    }
+
+    #[test]
+    fn durations_use_meshds_one_format() {
         assert_eq!(ago(t(59), t(0)), "59s");
-        assert_eq!(ago(t(3599), t(0)), "59m");
-        assert_eq!(ago(t(7200), t(0)), "2h");
-        assert_eq!(ago(t(0), t(5)), "0s", "a future time is now");
+        assert_eq!(ago(t(3599), t(0)), "59m59s");
+        assert_eq!(ago(t(7200), t(0)), "2h00m");
+        assert_eq!(ago(t(0), t(5)), "0µs", "a future time is now");
     }
 }

@@ -6,7 +6,8 @@ use std::io::Write;
 use meshd_proto::domain::Event;
 use serde::Serialize;
 
-use crate::client::{self, Target, Unreachable};
+use crate::client::{self, Target};
+use crate::outcome::{Failure, note};
 
 #[derive(Debug, Serialize)]
 struct EventJson<'a> {
@@ -18,7 +19,8 @@ struct EventJson<'a> {
 }
 
 pub fn line(event: &Event, json: bool) -> String {
-    let at = humantime::format_rfc3339_millis(event.at).to_string();
+    let at = meshd_proto::time::rfc3339_millis(event.at)
+        .unwrap_or_else(|| meshd_proto::time::OUT_OF_RANGE.to_owned());
     if json {
         let doc = EventJson {
             at,
@@ -39,10 +41,10 @@ pub fn line(event: &Event, json: bool) -> String {
 }
 
 /// Streams until interrupted; returns Ok only for a clean Ctrl-C.
-pub async fn run(target: &Target, json: bool) -> Result<(), Unreachable> {
+pub async fn run(target: &Target, json: bool) -> Result<(), Failure> {
     let mut stream = client::events(target).await?;
     if !json {
-        eprintln_info(&format!("watching meshd at {target}; Ctrl-C to stop"));
+        note(&format!("watching meshd at {target}; Ctrl-C to stop"));
     }
     loop {
         let next = tokio::select! {
@@ -52,12 +54,12 @@ pub async fn run(target: &Target, json: bool) -> Result<(), Unreachable> {
         let event = match next {
             Ok(Some(event)) => event,
             Ok(None) => {
-                return Err(Unreachable(format!(
+                return Err(Failure::Unreachable(format!(
                     "meshd at {target} ended the event stream (stopped?)"
                 )));
             }
             Err(status) => {
-                return Err(Unreachable(format!(
+                return Err(Failure::Unreachable(format!(
                     "event stream from {target} broke: {}",
                     status.message()
                 )));
@@ -66,7 +68,7 @@ pub async fn run(target: &Target, json: bool) -> Result<(), Unreachable> {
         let text = match Event::try_from(event) {
             Ok(event) => line(&event, json),
             Err(err) => {
-                eprintln_info(&format!("skipping a malformed event from {target}: {err}"));
+                note(&format!("skipping a malformed event from {target}: {err}"));
                 continue;
             }
         };
@@ -79,11 +81,6 @@ pub async fn run(target: &Target, json: bool) -> Result<(), Unreachable> {
             return Ok(());
         }
     }
-}
-
-#[allow(clippy::print_stderr)]
-fn eprintln_info(message: &str) {
-    eprintln!("meshctl: {message}");
 }
 
 #[cfg(test)]
@@ -100,7 +97,7 @@ mod tests {
             observer: NodeId::new("a").expect("id"),
             kind: EventKind::LinkDown,
             subject: "b <-> c".into(),
-            summary: "link b <-> c is down: b: no reply for 700.0ms".into(),
+            summary: "link b <-> c is down: b: no reply for 700ms".into(),
             detail: None,
         }
     }
@@ -109,8 +106,17 @@ mod tests {
     fn human_lines_carry_time_observer_kind_and_summary() {
         assert_eq!(
             line(&event(), false),
-            "2027-01-15T08:00:00.123Z  a        link_down        link b <-> c is down: b: no reply for 700.0ms"
+            "2027-01-15T08:00:00.123Z  a        link_down        link b <-> c is down: b: no reply for 700ms"
         );
+    }
+
+    #[test]
+    fn an_event_time_outside_1970_to_9999_does_not_panic() {
+        let mut early = event();
+        early.at = SystemTime::UNIX_EPOCH - Duration::from_secs(1);
+        assert!(line(&early, false).starts_with("out of range"));
+        let doc: serde_json::Value = serde_json::from_str(&line(&early, true)).expect("json");
+        assert_eq!(doc["at"], "out of range");
     }
 
     #[test]

@@ -60,6 +60,7 @@ fn doctor_gives_each_scenario_its_pass_fail_set() {
             &[
                 ("rdma_enabled", "pass"),
                 ("thunderbolt_bridge_inactive", "fail"),
+                ("thunderbolt_bridge_service_off", "warn"),
             ],
             1,
         ),
@@ -101,7 +102,18 @@ fn doctor_gives_each_scenario_its_pass_fail_set() {
         // every cabled port is known.
         ("mac-mini-pasted-text-profiler", &[], 0),
         // bridge0 is up; whether its members are cabled is unknown.
-        ("intel-mac-bridge0-inactive-vm-bridge100", &[], 0),
+        // Its Thunderbolt Bridge service is enabled: a warning.
+        (
+            "intel-mac-bridge0-inactive-vm-bridge100",
+            &[("thunderbolt_bridge_service_off", "warn")],
+            0,
+        ),
+        (
+            "firewall-on-without-a-meshd-rule",
+            &[("firewall_allows_meshd", "fail")],
+            1,
+        ),
+        ("firewall-off", &[("firewall_allows_meshd", "pass")], 0),
     ];
     for (name, decided, exit) in cases {
         let dir = scenario(name);
@@ -117,7 +129,7 @@ fn doctor_gives_each_scenario_its_pass_fail_set() {
             .into_keys()
             .map(|check| (check, "skipped".to_owned()))
             .collect();
-        assert_eq!(expected.len(), 7, "{name}: every node check runs: {doc:#}");
+        assert_eq!(expected.len(), 11, "{name}: every node check runs: {doc:#}");
         for (check, status) in *decided {
             expected.insert((*check).to_owned(), (*status).to_owned());
         }
@@ -136,7 +148,7 @@ fn doctor_text_shows_evidence_fixes_and_what_was_not_seen() {
     assert!(stdout.contains("not seen here:"), "{stdout}");
     assert!(
         stdout.contains(
-            "FAIL  thunderbolt_bridge_inactive  bridge0 (Thunderbolt members en2, en3, en4"
+            "FAIL  thunderbolt_bridge_inactive\n          bridge0 (Thunderbolt members en2, en3, en4;"
         ),
         "{stdout}"
     );
@@ -256,7 +268,11 @@ fn a_bundle_of_this_host_replays_anywhere() {
     );
 
     let out = meshctl(&["doctor", "--from", "/nonexistent/bundle.tar.gz"]);
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        out.status.code(),
+        Some(64),
+        "a path that is not there is usage"
+    );
     assert!(text(&out.stderr).contains("neither a bundle directory nor a .tar.gz"));
 }
 
@@ -321,13 +337,363 @@ fn plan_covers_the_required_clusters_and_refuses_with_the_reason() {
         "--model",
         "m3-ultra-studio",
     ]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(64));
     assert!(text(&out.stderr).contains("one model for all nodes, or one per node"));
 
     let out = meshctl(&["plan", "--nodes", "3", "--model", "no-such-mac"]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(64));
     assert!(
         text(&out.stderr).contains("m3-ultra-studio"),
         "lists known ids"
     );
+}
+
+/// A copy of a scenario bundle whose `file` is replaced by a symbolic link
+/// to `target`.
+fn bundle_with_link(file: &str, target: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let source = scenario("macbook-m5-max-rdma-disabled");
+    for entry in std::fs::read_dir(&source).expect("scenario") {
+        let entry = entry.expect("entry");
+        if entry.file_type().expect("type").is_file() {
+            std::fs::copy(entry.path(), dir.path().join(entry.file_name())).expect("copy");
+        }
+    }
+    let link = dir.path().join(file);
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(target, &link).expect("symlink");
+    dir
+}
+
+/// The bundle attacks of issue 14 through the binary: a file linked to
+/// `/dev/zero` used to make `doctor --from` read gigabytes, one linked to
+/// `/etc/hostname` was read and printed. Both are refused by name and
+/// nothing behind the link is read.
+#[test]
+fn doctor_refuses_a_bundle_whose_files_link_out_of_it() {
+    let zero = bundle_with_link("system_profiler_SPThunderboltDataType.json", "/dev/zero");
+    let out = meshctl(&["doctor", "--from", zero.path().to_str().expect("utf-8")]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "system_profiler_SPThunderboltDataType.json: refused: is a symbolic link; \
+             a bundle holds regular files and directories only"
+        ),
+        "{stderr}"
+    );
+
+    let host = bundle_with_link("sw_vers.txt", "/etc/hostname");
+    let out = meshctl(&[
+        "doctor",
+        "--from",
+        host.path().to_str().expect("utf-8"),
+        "--json",
+    ]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("sw_vers.txt: refused: is a symbolic link"),
+        "{stderr}"
+    );
+    if let Ok(hostname) = std::fs::read_to_string("/etc/hostname")
+        && !hostname.trim().is_empty()
+    {
+        let everything = format!("{}{stderr}", text(&out.stdout));
+        assert!(!everything.contains(hostname.trim()), "{everything}");
+    }
+}
+
+#[test]
+fn plan_writes_local_iface_where_a_nodes_hardware_ports_are_given() {
+    // The M5 Max MacBook Pro's ports: Thunderbolt 1 → en1, 2 → en6, 3 → en2.
+    let ports = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../platform/tests/scenarios/macbook-m5-max-rdma-disabled/networksetup_listallhardwareports.txt"
+    );
+    let given = format!("node2={ports}");
+    let out = meshctl(&[
+        "plan",
+        "--nodes",
+        "3",
+        "--model",
+        "m5-max-macbook-pro",
+        "--hardware-ports",
+        &given,
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let doc = json(&out);
+    let nodes = doc["nodes"].as_array().expect("nodes");
+    let links: toml::Table =
+        toml::from_str(nodes[1]["links_config"].as_str().expect("toml")).expect("valid TOML");
+    let ifaces: Vec<&str> = links["links"]
+        .as_array()
+        .expect("links")
+        .iter()
+        .map(|l| l["local_iface"].as_str().expect("local_iface written"))
+        .collect();
+    assert_eq!(ifaces.len(), 2);
+    for iface in &ifaces {
+        assert!(["en1", "en6", "en2"].contains(iface), "{ifaces:?}");
+    }
+    // The other nodes' ports are unknown: still a comment.
+    let node1 = nodes[0]["links_config"].as_str().expect("toml");
+    assert!(node1.contains("# local_iface = \"enX\""), "{node1}");
+    let cables = doc["cables"].as_array().expect("cables");
+    let node2_ends: Vec<&serde_json::Value> = cables
+        .iter()
+        .flat_map(|c| [&c["a"], &c["b"]])
+        .filter(|end| end["node"] == "node2")
+        .collect();
+    for end in node2_ends {
+        let port = end["port"].as_str().expect("port");
+        let expected = match port {
+            "Thunderbolt 1" => "en1",
+            "Thunderbolt 2" => "en6",
+            "Thunderbolt 3" => "en2",
+            other => panic!("unexpected port {other}"),
+        };
+        assert_eq!(end["iface"], expected, "{end}");
+    }
+
+    let out = meshctl(&[
+        "plan",
+        "--nodes",
+        "3",
+        "--model",
+        "m5-max-macbook-pro",
+        "--hardware-ports",
+        &format!("node9={ports}"),
+    ]);
+    assert_eq!(out.status.code(), Some(64));
+    assert!(
+        text(&out.stderr).contains("the plan has no node node9; its nodes are node1, node2, node3"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = meshctl(&[
+        "plan",
+        "--nodes",
+        "3",
+        "--model",
+        "m5-max-macbook-pro",
+        "--hardware-ports",
+        "node2",
+    ]);
+    assert_eq!(out.status.code(), Some(64));
+    assert!(
+        text(&out.stderr).contains("write NODE=FILE"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// Bundle archives of two nodes in one folder: read as a mesh of those two
+/// nodes; a folder with no bundle is refused, not read as a bogus node.
+#[test]
+fn doctor_reads_a_folder_of_bundle_archives() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for node in ["lab-1", "lab-2"] {
+        let archive = dir.path().join(format!("meshd-bundle-{node}.tar.gz"));
+        let out = meshctl(&[
+            "--addr",
+            "127.0.0.1:1",
+            "bundle",
+            "--node",
+            node,
+            "--out",
+            archive.to_str().expect("utf-8"),
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    }
+    let out = meshctl(&[
+        "doctor",
+        "--from",
+        dir.path().to_str().expect("utf-8"),
+        "--json",
+    ]);
+    let doc = json(&out);
+    let nodes: Vec<&str> = doc["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .map(|n| n["node"].as_str().expect("node"))
+        .collect();
+    assert_eq!(nodes, ["lab-1", "lab-2"], "{doc:#}");
+    assert!(
+        doc["checks"]
+            .as_array()
+            .expect("checks")
+            .iter()
+            .any(|c| c["node"].is_null()),
+        "mesh-wide checks too"
+    );
+
+    let empty = tempfile::tempdir().expect("tempdir");
+    let out = meshctl(&["doctor", "--from", empty.path().to_str().expect("utf-8")]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("holds no bundle"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn plan_lists_models_alone_and_names_the_nodes_with_the_mac_config_path() {
+    let out = meshctl(&["plan", "--list-models"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("m4-max-studio"));
+
+    let out = meshctl(&[
+        "plan",
+        "--names",
+        "studio-1,studio-2,studio-3",
+        "--model",
+        "m4-max-studio",
+    ]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(stdout.contains("on studio-2 (Mac Studio"), "{stdout}");
+    assert!(stdout.contains("peer = \"studio-3\""), "{stdout}");
+    assert!(
+        stdout.contains("[[links]] in /usr/local/etc/meshd/meshd.toml"),
+        "the Mac's config path: {stdout}"
+    );
+    assert!(!stdout.contains("/etc/meshd/meshd.toml)"), "{stdout}");
+
+    let out = meshctl(&[
+        "plan",
+        "--nodes",
+        "2",
+        "--names",
+        "a,b,c",
+        "--model",
+        "m4-max-studio",
+    ]);
+    assert_eq!(out.status.code(), Some(64));
+    let out = meshctl(&["plan", "--names", "a,a", "--model", "m4-max-studio"]);
+    assert_eq!(out.status.code(), Some(64));
+    assert!(text(&out.stderr).contains("a is named twice"));
+}
+
+/// `meshctl plan --json | head -c 100`: the reader goes away mid-output and
+/// meshctl ends quietly with its own exit code, no panic.
+#[test]
+fn a_closed_pipe_is_not_a_panic() {
+    use std::io::Read;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_meshctl"))
+        .args([
+            "plan",
+            "--nodes",
+            "7",
+            "--model",
+            "m3-ultra-studio",
+            "--json",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("meshctl runs");
+    let mut stdout = child.stdout.take().expect("stdout");
+    let mut first = [0_u8; 100];
+    stdout.read_exact(&mut first).expect("some output");
+    drop(stdout);
+    let out = child.wait_with_output().expect("meshctl exits");
+    let stderr = text(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+}
+
+/// The README shows the plan's addressing scheme, not another one: every
+/// address command it gives for the three-Studio example is in the plan.
+#[test]
+fn the_readme_uses_the_plans_addresses() {
+    let out = meshctl(&[
+        "plan",
+        "--names",
+        "studio-1,studio-2,studio-3",
+        "--model",
+        "m4-max-studio",
+    ]);
+    let plan = text(&out.stdout);
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .expect("README");
+    let shown: Vec<&str> = readme
+        .lines()
+        .filter(|l| l.contains("networksetup -setmanual"))
+        .collect();
+    assert!(!shown.is_empty(), "the README shows the address commands");
+    for line in shown {
+        let command = line.split('#').next().unwrap_or_default().trim();
+        assert!(
+            plan.contains(command),
+            "{command:?} is not in the plan:\n{plan}"
+        );
+    }
+}
+
+/// Every message meshctl gives when it cannot do what was asked has an
+/// entry in the README's troubleshooting section: the ones produced here,
+/// taken from meshctl's own stderr, and those that need a daemon by the
+/// words the tests in `status.rs` see.
+#[test]
+fn the_readme_troubleshoots_the_messages_meshctl_gives() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .expect("README");
+    let troubleshooting = readme
+        .split("## Troubleshooting")
+        .nth(1)
+        .expect("a troubleshooting section");
+    let empty = tempfile::tempdir().expect("tempdir");
+    let produced: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["--addr", "no-port-here", "status"],
+            "needs a host and a port",
+        ),
+        (
+            vec!["doctor", "--from", empty.path().to_str().expect("utf-8")],
+            "holds no bundle",
+        ),
+        (
+            vec!["plan", "--nodes", "6", "--model", "m4-max-studio"],
+            "cannot plan this cluster",
+        ),
+        (
+            vec!["plan", "--names", "a,a", "--model", "m4-max-studio"],
+            "is named twice",
+        ),
+        (
+            vec!["doctor", "--from", "/nonexistent/x.tar.gz"],
+            "is neither a bundle directory nor a .tar.gz",
+        ),
+        (
+            vec!["--addr", "127.0.0.1:1", "status"],
+            "cannot reach meshd at",
+        ),
+    ];
+    for (args, words) in produced {
+        let stderr = text(&meshctl(&args).stderr);
+        assert!(stderr.contains(words), "meshctl {args:?} said {stderr}");
+        assert!(
+            troubleshooting.contains(words),
+            "no troubleshooting entry for {words:?} ({stderr})"
+        );
+    }
+    for words in [
+        "that is meshd's HTTP port",
+        "answers plain HTTP, not gRPC",
+        "is not a member of the mesh",
+        "did not answer within",
+        "sent a malformed status",
+        "needs an RDMA device at both ends",
+    ] {
+        assert!(
+            troubleshooting.contains(words),
+            "no troubleshooting entry for {words:?}"
+        );
+    }
 }

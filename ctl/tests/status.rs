@@ -111,6 +111,11 @@ async fn unhealthy_mesh_exits_one_and_shows_why() {
     );
     assert!(stdout.contains("no_quorum"), "{stdout}");
     assert!(stdout.contains("not heard: peer-b, peer-c"), "{stdout}");
+    assert!(stdout.contains("    fix: bring peer-b back"), "{stdout}");
+    assert!(
+        stdout.lines().all(|l| l.chars().count() <= 80),
+        "80 columns: {stdout}"
+    );
 
     let out = meshctl(&["--addr", &addr, "status", "--json"]).await;
     assert_eq!(out.status.code(), Some(1));
@@ -119,6 +124,13 @@ async fn unhealthy_mesh_exits_one_and_shows_why() {
     assert_eq!(doc["quorum"]["leader"], serde_json::Value::Null);
     assert_eq!(doc["nodes"][0]["id"], "ctl-test");
     assert_eq!(doc["nodes"][1]["state"], "down");
+    assert!(
+        doc["nodes"][1]["fix"]
+            .as_str()
+            .is_some_and(|f| f.starts_with("bring peer-b back")),
+        "{doc:#}"
+    );
+    assert_eq!(doc["nodes"][0]["fix"], serde_json::Value::Null);
     assert_eq!(doc["alarms"][0]["kind"], "no_quorum");
     assert_eq!(doc["alarms"][0]["severity"], "warning");
 
@@ -140,9 +152,60 @@ async fn unreachable_daemon_exits_two_naming_the_address() {
 }
 
 #[tokio::test]
-async fn malformed_address_exits_two_with_a_hint() {
+async fn malformed_address_is_a_usage_error_with_a_hint() {
     let out = meshctl(&["--addr", "no-port-here", "status"]).await;
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(64));
     let stderr = text(&out.stderr);
     assert!(stderr.contains("needs a host and a port"), "{stderr}");
+}
+
+#[tokio::test]
+async fn unknown_flags_are_usage_errors_and_help_is_not() {
+    let out = meshctl(&["status", "--no-such-flag"]).await;
+    assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
+    let out = meshctl(&["--help"]).await;
+    assert_eq!(out.status.code(), Some(0));
+    let help = text(&out.stdout);
+    assert!(help.contains("Exit codes:"), "{help}");
+    assert!(help.contains("64  wrong usage"), "{help}");
+}
+
+/// meshctl pointed at the metrics port is told which port it needs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metrics_port_is_named_as_the_wrong_port() {
+    let node = RunningNode::start(&loopback_config(), HOSTNAME)
+        .await
+        .expect("start");
+    let out = meshctl(&["--addr", &node.metrics_addr.to_string(), "status"]).await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(stderr.contains("that is meshd's HTTP port"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("gRPC is on {}", node.grpc_addr)),
+        "names the node's own gRPC address: {stderr}"
+    );
+    node.shutdown();
+    node.wait().await.expect("clean stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rank_that_is_no_member_is_named_and_refused() {
+    let node = RunningNode::start(&loopback_config(), HOSTNAME)
+        .await
+        .expect("start");
+    let addr = node.grpc_addr.to_string();
+    let out = meshctl(&["--addr", &addr, "hostfile", "--ranks", "ctl-test,zz"]).await;
+    let stderr = text(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "refused, not unreachable: {stderr}"
+    );
+    assert!(
+        stderr.contains("zz is not a member of the mesh; its members are ctl-test"),
+        "{stderr}"
+    );
+    node.shutdown();
+    node.wait().await.expect("clean stop");
 }

@@ -31,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{Config, settings};
 use crate::probe::{ProbeSnapshot, Probes};
 use crate::watch::facts::{FactsFeed, PortCounters};
+use meshd_model::boot::{self, BootView};
 
 /// Events kept for slow `WatchEvents` clients before they are told they
 /// fell behind.
@@ -234,6 +235,8 @@ pub struct Feeds {
     pub facts: FactsFeed,
     /// This node's ports' error counters.
     pub port_counters: watch::Receiver<PortCounters>,
+    /// Every member's boot, and what happened to those that rebooted.
+    pub boots: watch::Receiver<Arc<BootView>>,
 }
 
 #[derive(Debug)]
@@ -471,6 +474,7 @@ impl Aggregator {
         self.next_look = decision.next_look.max(started + MIN_LOOK_GAP);
 
         let mut status = decision.status;
+        boot::annotate(&mut status, &self.feeds.boots.borrow());
         self.refresh_topology(&peers, facts.clone(), moment.now);
         status.cables.clone_from(&self.topology.cables);
         status.checks.clone_from(&self.topology.checks);

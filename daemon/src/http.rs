@@ -3,12 +3,13 @@
 
 mod page;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use axum::Router;
-use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tokio_util::sync::CancellationToken;
@@ -27,8 +28,14 @@ struct HttpState {
 }
 
 /// `shutdown` ends the mesh page's live streams, which would otherwise
-/// hold a graceful stop open.
-pub fn router(metrics: Arc<Metrics>, mesh: MeshState, shutdown: CancellationToken) -> Router {
+/// hold a graceful stop open. `grpc` is where this node serves gRPC, named
+/// to a gRPC client that knocked here instead.
+pub fn router(
+    metrics: Arc<Metrics>,
+    mesh: MeshState,
+    shutdown: CancellationToken,
+    grpc: SocketAddr,
+) -> Router {
     Router::new()
         .route("/metrics", get(render_metrics))
         .route("/healthz", get(healthz))
@@ -37,6 +44,54 @@ pub fn router(metrics: Arc<Metrics>, mesh: MeshState, shutdown: CancellationToke
             mesh: mesh.clone(),
         })
         .merge(page::router(mesh, shutdown, stall_after()))
+        .fallback(move |request: Request| async move { elsewhere(&request, grpc) })
+}
+
+/// Anything not served here: a 404, except that a gRPC client (meshctl
+/// given the metrics port) gets a gRPC error it shows as is, naming the
+/// port it wanted.
+fn elsewhere(request: &Request, grpc: SocketAddr) -> Response {
+    let is_grpc = request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/grpc"));
+    if !is_grpc {
+        return StatusCode::NOT_FOUND.into_response();
+    }
+    let message = grpc_wrong_port(grpc);
+    // A trailers-only gRPC response: the status travels in the headers.
+    let mut response = StatusCode::OK.into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/grpc"),
+    );
+    headers.insert("grpc-status", HeaderValue::from_static("12"));
+    if let Ok(value) = HeaderValue::from_str(&percent_encode(&message)) {
+        headers.insert("grpc-message", value);
+    }
+    response
+}
+
+/// What a gRPC client on the metrics port is told.
+pub fn grpc_wrong_port(grpc: SocketAddr) -> String {
+    format!(
+        "that is meshd's HTTP port (metrics and the mesh page); gRPC is on {grpc} \
+         (listen.grpc): use --addr HOST:{}",
+        grpc.port()
+    )
+}
+
+/// gRPC's percent-encoding of `grpc-message`: printable ASCII but `%` as
+/// is, every other byte as `%XX`.
+fn percent_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b' '..=b'~' if b != b'%' => char::from(b).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 fn stall_after() -> Duration {

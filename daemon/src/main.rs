@@ -5,85 +5,30 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::Parser;
+use meshd::cli::{Cli, Command, EXIT_FAILED, EXIT_OK, EXIT_USAGE};
 use meshd::config::Config;
 use meshd::config::reload::Hangups;
 use meshd::demo;
 use meshd::install::{self, InstallError, InstallOptions, Plan, Platform, SystemRunner};
-use meshd::logging::{self, LogFormat};
+use meshd::logging;
 use meshd::node::RunningNode;
 
-#[derive(Debug, Parser)]
-#[command(
-    name = "meshd",
-    version,
-    about = "Watches an RDMA / Thunderbolt mesh with its peers"
-)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Debug, Subcommand)]
-enum Command {
-    /// Run the agent until SIGINT or SIGTERM.
-    Run {
-        /// TOML config file; without it, a single-node mesh named after this
-        /// host on the default ports.
-        #[arg(long, short, env = "MESHD_CONFIG")]
-        config: Option<PathBuf>,
-        #[arg(long, value_enum, default_value = "human")]
-        log_format: LogFormat,
-        /// Log level when RUST_LOG is unset.
-        #[arg(long, default_value = "info")]
-        log_level: String,
-    },
-    /// Check a config file without starting; exits 1 and names every problem
-    /// with its line when it is not valid.
-    CheckConfig { file: PathBuf },
-    /// Run a whole mesh of N nodes in this process on loopback, and inject
-    /// faults with commands on standard input (type `help`).
-    Demo {
-        /// Nodes in the mesh, 2 to 8; named a, b, c, ...
-        #[arg(long, default_value_t = demo::plan::DEFAULT_NODES)]
-        nodes: usize,
-        /// First of the ports the demo uses on 127.0.0.1 (up to base + 387):
-        /// node k's gRPC is base+k, its metrics base+10+k.
-        #[arg(long, default_value_t = demo::plan::DEFAULT_BASE_PORT)]
-        base_port: u16,
-        #[arg(long, value_enum, default_value = "human")]
-        log_format: LogFormat,
-        /// Log level when RUST_LOG is unset; logs go to stderr, the demo's
-        /// own lines to stdout.
-        #[arg(long, default_value = "warn")]
-        log_level: String,
-    },
-    /// Install meshd as a system service (a LaunchDaemon on macOS, a
-    /// systemd unit on Linux), write a default config if there is none
-    /// (never overwriting one), and start it. Needs root.
-    Install {
-        /// Print the files and commands, change nothing (no root needed).
-        #[arg(long)]
-        dry_run: bool,
-        /// Config file the service reads [default: /usr/local/etc/meshd/meshd.toml
-        /// on macOS, /etc/meshd/meshd.toml on Linux].
-        #[arg(long)]
-        config: Option<PathBuf>,
-        /// The meshd executable the service runs [default: this one].
-        #[arg(long)]
-        binary: Option<PathBuf>,
-    },
-    /// Stop the service and remove its plist or unit; the config and the
-    /// logs are kept. Needs root.
-    Uninstall {
-        /// Print the steps, change nothing.
-        #[arg(long)]
-        dry_run: bool,
-    },
-}
-
+#[allow(clippy::print_stderr)]
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            // --help and --version are answers, not mistakes.
+            let code = if err.use_stderr() {
+                EXIT_USAGE
+            } else {
+                EXIT_OK
+            };
+            let _ = err.print();
+            return ExitCode::from(code);
+        }
+    };
     let hostname = gethostname::gethostname().to_string_lossy().into_owned();
     match cli.command {
         Command::CheckConfig { file } => check_config(&file, &hostname),
@@ -91,13 +36,17 @@ fn main() -> ExitCode {
             config,
             log_format,
             log_level,
+            log_file,
         } => {
-            logging::init(log_format, &log_level);
+            if let Err(err) = logging::init(log_format, &log_level, log_file.as_deref()) {
+                eprintln!("meshd: {err}");
+                return ExitCode::from(EXIT_FAILED);
+            }
             match run(config, &hostname) {
-                Ok(()) => ExitCode::SUCCESS,
+                Ok(()) => ExitCode::from(EXIT_OK),
                 Err(err) => {
-                    tracing::error!("{err:#}");
-                    ExitCode::FAILURE
+                    tracing::error!("{}", once_each(&err));
+                    ExitCode::from(EXIT_FAILED)
                 }
             }
         }
@@ -107,7 +56,10 @@ fn main() -> ExitCode {
             log_format,
             log_level,
         } => {
-            logging::init(log_format, &log_level);
+            if let Err(err) = logging::init(log_format, &log_level, None) {
+                eprintln!("meshd: {err}");
+                return ExitCode::from(EXIT_FAILED);
+            }
             run_demo(nodes, base_port, &hostname)
         }
         Command::Install {
@@ -165,18 +117,34 @@ fn service(plan: Result<(Plan, Option<PathBuf>), InstallError>, dry_run: bool) -
         if let Some(binary) = &binary {
             check_binary(binary)?;
         }
+        install::require_strict_modes(&plan, root, binary.as_deref())?;
         for line in plan.apply(root, &mut runner)? {
             println!("{line}");
         }
         Ok(())
     });
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => ExitCode::from(EXIT_OK),
         Err(err) => {
             eprintln!("meshd: {err}");
-            ExitCode::FAILURE
+            ExitCode::from(EXIT_FAILED)
         }
     }
+}
+
+/// An error and its causes on one line, each said once: a cause whose text
+/// its parent already quotes (thiserror's `{0}` next to `#[from]`) is not
+/// repeated.
+fn once_each(err: &anyhow::Error) -> String {
+    let mut line = err.to_string();
+    for cause in err.chain().skip(1) {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+    }
+    line
 }
 
 /// A real install needs the binary it points the service at.
@@ -210,41 +178,67 @@ fn run_demo(nodes: usize, base_port: u16, hostname: &str) -> ExitCode {
             })
         });
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => ExitCode::from(EXIT_OK),
         Err(err) => {
-            eprintln!("meshd demo: {err:#}");
-            ExitCode::FAILURE
+            eprintln!("meshd demo: {}", once_each(&err));
+            ExitCode::from(EXIT_FAILED)
         }
     }
 }
 
+/// The MTUs of this host's interfaces, which a config's probe sizes are
+/// checked against (the config of a node is checked on that node).
+fn this_host_mtus() -> std::collections::BTreeMap<String, u32> {
+    meshd_platform::interface_mtus(
+        &meshd_platform::source::LiveSource,
+        meshd_platform::this_os(),
+    )
+}
+
+/// Exits 1 on problems; warnings (what works but is likely wrong) go to
+/// stderr and leave the exit code 0.
 #[allow(clippy::print_stdout, clippy::print_stderr)]
 fn check_config(file: &std::path::Path, hostname: &str) -> ExitCode {
-    match Config::load(file, hostname) {
-        Ok(config) => {
-            if let Err(err) = meshd::transport::tls::MeshTls::for_config(&config) {
-                eprintln!("{}: tls: {err}", file.display());
-                return ExitCode::FAILURE;
+    match Config::load_with_advice(file, hostname, &this_host_mtus()) {
+        Ok(checked) => {
+            for warning in &checked.warnings {
+                eprintln!("warning: {warning}");
             }
+            let config = &checked.config;
+            if let Err(err) = meshd::transport::tls::MeshTls::for_config(config) {
+                eprintln!("{}: {err}", file.display());
+                return ExitCode::from(EXIT_FAILED);
+            }
+            let warnings = match checked.warnings.len() {
+                0 => String::new(),
+                1 => ", 1 warning".to_owned(),
+                n => format!(", {n} warnings"),
+            };
             println!(
-                "{}: ok (node {}, {} members, {} static links)",
+                "{}: ok (node {}, {} members, {} static links{warnings})",
                 file.display(),
                 config.node.id,
                 config.members().len(),
                 config.links.len()
             );
-            ExitCode::SUCCESS
+            ExitCode::from(EXIT_OK)
         }
         Err(err) => {
             eprintln!("{err}");
-            ExitCode::FAILURE
+            ExitCode::from(EXIT_FAILED)
         }
     }
 }
 
 fn run(config_path: Option<PathBuf>, hostname: &str) -> anyhow::Result<()> {
     let config = match &config_path {
-        Some(path) => Config::load(path, hostname)?,
+        Some(path) => {
+            let checked = Config::load_with_advice(path, hostname, &this_host_mtus())?;
+            for warning in &checked.warnings {
+                tracing::warn!("config: {warning}");
+            }
+            checked.config
+        }
         None => {
             tracing::info!("no config file given: single-node mesh with the embedded defaults");
             Config::embedded_default(hostname)

@@ -26,20 +26,27 @@ use crate::probe::Probes;
 use crate::transport::cables::{CableEnd, CableListeners, label};
 use crate::transport::streams::{Route, Streams};
 use crate::transport::tls::{self, MeshTls, TlsError};
-use crate::watch::{bridge, cpu, facts, jobs, load};
+use crate::watch::{boot, bridge, cpu, facts, jobs, load, memory};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    #[error("cannot listen for {what} on {addr}: {source}")]
+    /// The io error is part of the message, not a `source`, so that an
+    /// error chain prints it once.
+    #[error(
+        "cannot listen for {what} on {addr}: {error}{}",
+        listen_hint(what, error)
+    )]
     Listen {
         what: &'static str,
         addr: SocketAddr,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("cannot set up gRPC reflection: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
     #[error("cannot set up TLS: {0}")]
     Tls(#[from] TlsError),
+    #[error("cannot set up alerting: {0}")]
+    Alerting(#[from] crate::alert::TargetError),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -65,6 +72,7 @@ pub struct RunningNode {
     pub state: MeshState,
     /// The config in force; every component follows it.
     configs: watch::Sender<Arc<Config>>,
+    metrics: Arc<Metrics>,
     shutdown: CancellationToken,
     tasks: JoinSet<Result<(), ServeError>>,
 }
@@ -88,29 +96,77 @@ pub fn identity(config: &Config, hostname: &str, started: SystemTime) -> NodeIde
     }
 }
 
-impl RunningNode {
-    /// Binds every listener and loads the certificates before anything
+/// A node whose ports are taken and whose certificates are loaded but
+/// which does not run yet: peers that connect meanwhile wait in the listen
+/// queue instead of being refused. The demo binds every node before
+/// starting any, so that no node's first streams fail (and warn) for want
+/// of a peer that is still starting.
+#[derive(Debug)]
+pub struct BoundNode {
+    tls: Option<MeshTls>,
+    grpc_listener: TcpListener,
+    http_listener: TcpListener,
+    mesh_listener: Option<TcpListener>,
+    grpc_addr: SocketAddr,
+    metrics_addr: SocketAddr,
+    mesh_addr: Option<SocketAddr>,
+}
+
+impl BoundNode {
+    /// Loads the certificates and binds every listener before anything
     /// runs, so a taken port or a bad certificate fails the start with a
     /// clear error instead of a half-started node.
-    pub async fn start(config: &Config, hostname: &str) -> Result<Self, StartError> {
+    pub async fn bind(config: &Config) -> Result<Self, StartError> {
         let tls = MeshTls::for_config(config)?;
+        let grpc_listener = bind("gRPC", config.listen.grpc).await?;
+        let http_listener = bind("metrics", config.listen.metrics).await?;
+        let (mesh_listener, mesh_addr) = match config.listen.mesh {
+            Some(addr) => {
+                let listener = bind("the mesh", addr).await?;
+                let local = local_addr("the mesh", addr, &listener)?;
+                (Some(listener), Some(local))
+            }
+            None => (None, None),
+        };
+        Ok(Self {
+            tls,
+            grpc_addr: local_addr("gRPC", config.listen.grpc, &grpc_listener)?,
+            metrics_addr: local_addr("metrics", config.listen.metrics, &http_listener)?,
+            grpc_listener,
+            http_listener,
+            mesh_listener,
+            mesh_addr,
+        })
+    }
+}
+
+impl RunningNode {
+    /// Binds the node's ports, then starts it.
+    pub async fn start(config: &Config, hostname: &str) -> Result<Self, StartError> {
+        Self::start_bound(BoundNode::bind(config).await?, config, hostname).await
+    }
+
+    /// Starts a node on the ports it has bound (`config.listen` was used
+    /// for that).
+    pub async fn start_bound(
+        bound: BoundNode,
+        config: &Config,
+        hostname: &str,
+    ) -> Result<Self, StartError> {
+        let BoundNode {
+            tls,
+            grpc_listener,
+            http_listener,
+            mesh_listener,
+            grpc_addr,
+            metrics_addr,
+            mesh_addr,
+        } = bound;
         if config.tls.insecure && !config.peers.is_empty() {
             tracing::warn!(
                 "tls.insecure: reports between nodes are neither encrypted nor authenticated; anyone on the management network can forge them"
             );
         }
-        let grpc_listener = bind("gRPC", config.listen.grpc).await?;
-        let http_listener = bind("metrics", config.listen.metrics).await?;
-        let mesh_listener = match config.listen.mesh {
-            Some(addr) => Some((addr, bind("the mesh", addr).await?)),
-            None => None,
-        };
-        let grpc_addr = local_addr("gRPC", config.listen.grpc, &grpc_listener)?;
-        let metrics_addr = local_addr("metrics", config.listen.metrics, &http_listener)?;
-        let mesh_addr = match &mesh_listener {
-            Some((addr, listener)) => Some(local_addr("the mesh", *addr, listener)?),
-            None => None,
-        };
 
         let identity = identity(config, hostname, SystemTime::now());
         let metrics = Arc::new(Metrics::new(&identity));
@@ -126,8 +182,15 @@ impl RunningNode {
             metrics.clone(),
             shutdown.clone(),
         );
+        let facts_watch = facts::spawn(
+            identity.id.clone(),
+            configs.subscribe(),
+            metrics.clone(),
+            shutdown.clone(),
+        );
         let bridge_alarms = bridge::spawn(
             configs.subscribe(),
+            facts_watch.facts.clone(),
             identity.id.clone(),
             metrics.clone(),
             shutdown.clone(),
@@ -140,12 +203,16 @@ impl RunningNode {
             metrics.clone(),
             shutdown.clone(),
         );
-        // The job watcher needs the mesh status, which exists only once the
-        // aggregator does, and the aggregator needs the job alarms.
-        let (job_alarms, job_alarms_rx) = tokio::sync::watch::channel(Vec::new());
-        let facts_watch = facts::spawn(
+        // The job and boot watchers need the mesh status and state, which
+        // exist only once the aggregator does, and the aggregator needs
+        // their alarms (and the boots).
+        let (job_alarms, job_alarms_rx) = watch::channel(Vec::new());
+        let (boot_alarms, boot_alarms_rx) = watch::channel(Vec::new());
+        let (boot_view, boot_view_rx) = watch::channel(Arc::default());
+        let memory_alarms = memory::spawn(
             identity.id.clone(),
             configs.subscribe(),
+            cpu_watch.samples.clone(),
             metrics.clone(),
             shutdown.clone(),
         );
@@ -159,18 +226,38 @@ impl RunningNode {
                 cpu_watch.alarms.clone(),
                 job_alarms_rx,
                 facts_watch.alarms,
+                memory_alarms,
+                boot_alarms_rx,
             ],
-            facts: facts_watch.facts,
+            facts: facts_watch.facts.clone(),
             port_counters: facts_watch.counters,
+            boots: boot_view_rx,
         };
         let (aggregator, state, outgoing) = Aggregator::new(config, identity.clone(), feeds);
         jobs::spawn(
             identity.id.clone(),
             configs.subscribe(),
-            cpu_watch.samples,
-            state.status.clone(),
+            jobs::JobFeeds {
+                samples: cpu_watch.samples,
+                status: state.status.clone(),
+                facts: facts_watch.facts.clone(),
+            },
             job_alarms,
             metrics.clone(),
+            shutdown.clone(),
+        );
+        boot::spawn(
+            configs.subscribe(),
+            boot::BootInputs {
+                identity: identity.clone(),
+                book: book.clone(),
+                local_facts: facts_watch.facts,
+                state: state.clone(),
+            },
+            boot::BootOutputs {
+                alarms: boot_alarms,
+                view: boot_view,
+            },
             shutdown.clone(),
         );
         let peer = PeerService::new(
@@ -181,6 +268,13 @@ impl RunningNode {
             config.tls.insecure,
             shutdown.clone(),
         );
+        // Before any task starts: an unreadable credential stops the start.
+        let pusher = AlertPusher::new(
+            identity.id.clone(),
+            &config.alerting.alertmanagers,
+            config.alerting.resend_interval,
+            metrics.clone(),
+        )?;
         let mut tasks = JoinSet::new();
 
         tasks.spawn({
@@ -197,12 +291,6 @@ impl RunningNode {
             shutdown.clone(),
         ));
         tasks.spawn({
-            let pusher = AlertPusher::new(
-                identity.id.clone(),
-                &config.alerting.alertmanagers,
-                config.alerting.resend_interval,
-                metrics.clone(),
-            );
             let (status, shutdown) = (state.status.clone(), shutdown.clone());
             async move {
                 pusher.run(status, shutdown).await;
@@ -218,7 +306,7 @@ impl RunningNode {
             read_only.clone(),
             shutdown.clone(),
         )?);
-        if let Some((_, listener)) = mesh_listener {
+        if let Some(listener) = mesh_listener {
             let incoming = tls::incoming(
                 listener,
                 tls.as_ref().map(|t| t.server.clone()),
@@ -232,7 +320,8 @@ impl RunningNode {
             )?);
         }
         tasks.spawn({
-            let router = crate::http::router(metrics, state.clone(), shutdown.clone());
+            let router =
+                crate::http::router(metrics.clone(), state.clone(), shutdown.clone(), grpc_addr);
             let shutdown = shutdown.clone();
             async move {
                 axum::serve(http_listener, router)
@@ -258,6 +347,7 @@ impl RunningNode {
             metrics_addr,
             state,
             configs,
+            metrics,
             shutdown,
             tasks,
         })
@@ -274,6 +364,7 @@ impl RunningNode {
             state: self.state.clone(),
             node: self.identity.id.clone(),
             hangups,
+            metrics: self.metrics.clone(),
         };
         let shutdown = self.shutdown.clone();
         self.tasks.spawn(async move {
@@ -307,7 +398,21 @@ impl RunningNode {
 async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, StartError> {
     TcpListener::bind(addr)
         .await
-        .map_err(|source| StartError::Listen { what, addr, source })
+        .map_err(|error| StartError::Listen { what, addr, error })
+}
+
+/// What to do when a port is taken: the usual culprit is a meshd already
+/// running, as a service or by hand.
+fn listen_hint(what: &str, error: &std::io::Error) -> String {
+    if error.kind() != std::io::ErrorKind::AddrInUse {
+        return String::new();
+    }
+    let key = if what == "gRPC" { "grpc" } else { "metrics" };
+    format!(
+        "; another meshd (or another program) holds the port: stop it (`sudo systemctl stop \
+         meshd`, or `sudo launchctl bootout system/io.meshd.agent`), or give this one another \
+         port with listen.{key} in its config"
+    )
 }
 
 fn local_addr(
@@ -317,7 +422,7 @@ fn local_addr(
 ) -> Result<SocketAddr, StartError> {
     listener
         .local_addr()
-        .map_err(|source| StartError::Listen { what, addr, source })
+        .map_err(|error| StartError::Listen { what, addr, error })
 }
 
 /// Where this node's report streams go, for `config`: each peer's

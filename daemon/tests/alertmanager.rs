@@ -127,7 +127,9 @@ async fn a_cut_cable_fires_in_alertmanager_and_heal_resolves_it() {
 
     let (mut demo, _) = common::start_demo_with(4, |plan| {
         for node in &mut plan.nodes {
-            node.config.alerting.alertmanagers = vec![format!("http://{addr}")];
+            node.config.alerting.alertmanagers = vec![meshd::config::AlertmanagerConfig::url(
+                format!("http://{addr}"),
+            )];
         }
     })
     .await;

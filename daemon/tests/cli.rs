@@ -128,6 +128,34 @@ fn check_config_names_a_malformed_address_and_its_line() {
 }
 
 #[test]
+fn check_config_warns_about_link_local_cable_addresses_and_still_passes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = write(
+        dir.path(),
+        "meshd.toml",
+        "[[peers]]\nid = \"b\"\naddress = \"10.0.0.2:7420\"\n\n[[links]]\npeer = \"b\"\n\
+         local_address = \"169.254.12.1\"\npeer_address = \"10.254.0.2\"\n",
+    );
+    let out = meshd(&["check-config", &path]);
+    let stderr = String::from_utf8_lossy(&out.stderr).replace(&path, "meshd.toml");
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let warnings: Vec<&str> = stderr.lines().collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(
+        warnings[0].starts_with(
+            "warning: meshd.toml:7: links[0].local_address: 169.254.12.1 is IPv4 link-local"
+        ),
+        "{stderr}"
+    );
+    assert!(warnings[0].contains("`meshctl plan`"), "{stderr}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("1 static links, 1 warning)"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+#[test]
 fn check_config_reports_a_missing_file() {
     let out = meshd(&["check-config", "/nonexistent/meshd.toml"]);
     assert_eq!(out.status.code(), Some(1));
@@ -202,4 +230,78 @@ fn run_serves_until_sigterm_and_logs_json() {
     logs.read_to_string(&mut rest).expect("read rest");
     assert!(rest.contains("\"signal\":\"SIGTERM\""), "{rest}");
     assert!(rest.contains("\"message\":\"stopped\""), "{rest}");
+}
+
+/// Values of the wrong type or shape all show at once, each with its line:
+/// an address that is no address, a port that is no number, a bad entry
+/// among the links.
+#[test]
+fn check_config_lists_every_wrong_value_with_its_line() {
+    let (code, stderr) = check_config(
+        "[listen]\ngrpc = \"not-an-address\"\n\n[probe]\nport = \"x\"\n\n\
+         [[links]]\npeer = \"b\"\nlocal_address = \"10.0.0.1\"\npeer_address = \"nowhere\"\n\n\
+         [[links]]\npeer = \"c\"\nlocal_address = 7\npeer_address = \"10.0.0.6\"\n",
+    );
+    assert_eq!(code, Some(1));
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 4, "{stderr}");
+    assert!(
+        lines[0].starts_with("meshd.toml:2: listen.grpc: "),
+        "{stderr}"
+    );
+    assert!(
+        lines[1].starts_with("meshd.toml:5: probe.port: "),
+        "{stderr}"
+    );
+    assert!(
+        lines[2].starts_with("meshd.toml:10: links[0].peer_address: "),
+        "{stderr}"
+    );
+    assert!(
+        lines[3].starts_with("meshd.toml:14: links[1].local_address: "),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn usage_errors_exit_64_and_help_exits_0() {
+    let out = meshd(&["run", "--no-such-flag"]);
+    assert_eq!(out.status.code(), Some(64));
+    let out = meshd(&["--help"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("64  wrong usage"));
+}
+
+/// A second meshd on a taken port says so once, with what to do.
+#[test]
+fn a_port_in_use_is_named_once_with_the_way_out() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = taken.local_addr().expect("addr").port();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write(
+        dir.path(),
+        "meshd.toml",
+        &format!(
+            "[node]\nid = \"busy\"\n\n[listen]\ngrpc = \"127.0.0.1:{port}\"\nmetrics = \"127.0.0.1:{}\"\n",
+            free_port()
+        ),
+    );
+    let out = meshd(&["run", "--config", &config]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let error = stderr
+        .lines()
+        .find(|l| l.contains("cannot listen"))
+        .unwrap_or_else(|| panic!("no error line in {stderr}"));
+    assert_eq!(
+        error.matches("Address already in use").count(),
+        1,
+        "said once: {error}"
+    );
+    assert!(
+        error.contains("another meshd (or another program) holds the port"),
+        "{error}"
+    );
+    assert!(error.contains("listen.grpc"), "{error}");
+    drop(taken);
 }

@@ -15,6 +15,7 @@ use meshd::watch::{cpu, jobs};
 use meshd_proto::domain::{
     Alarm, AlarmKind, Incarnation, MeshStatus, NodeId, NodeIdentity, NodeState, NodeVerdict, Quorum,
 };
+use meshd_proto::facts::NodeFacts;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -244,6 +245,8 @@ fn peer_down_status() -> MeshStatus {
         identity: None,
         last_report_at: None,
         cpu_saturated: false,
+        boot: Default::default(),
+        fix: None,
     };
     MeshStatus {
         node: identity(),
@@ -258,6 +261,52 @@ fn peer_down_status() -> MeshStatus {
     }
 }
 
+/// The senders of a job watcher's inputs, held for the test's length: the
+/// watchers stop when the config's sender is dropped.
+struct JobInputs {
+    _configs: watch::Sender<Arc<meshd::config::Config>>,
+    _status: watch::Sender<Arc<MeshStatus>>,
+    _facts: watch::Sender<Option<Arc<NodeFacts>>>,
+}
+
+/// The real CPU sampler feeding a job watcher configured by `jobs`, on a
+/// mesh where peer b is down; returns the watcher's alarms.
+fn job_watcher(
+    jobs: JobWatchConfig,
+    metrics: &Arc<Metrics>,
+    shutdown: &CancellationToken,
+) -> (JobInputs, watch::Receiver<Vec<Alarm>>) {
+    let (configs_tx, configs) = configs_with(|c| c.watch.jobs = jobs);
+    let watcher = cpu::spawn(
+        identity().id,
+        configs.clone(),
+        Vec::new(),
+        metrics.clone(),
+        shutdown.clone(),
+    );
+    let (status_tx, status) = watch::channel(Arc::new(peer_down_status()));
+    let (facts_tx, facts) = watch::channel(None);
+    let (alarms_tx, alarms) = watch::channel(Vec::new());
+    jobs::spawn(
+        identity().id,
+        configs,
+        jobs::JobFeeds {
+            samples: watcher.samples,
+            status,
+            facts,
+        },
+        alarms_tx,
+        metrics.clone(),
+        shutdown.clone(),
+    );
+    let inputs = JobInputs {
+        _configs: configs_tx,
+        _status: status_tx,
+        _facts: facts_tx,
+    };
+    (inputs, alarms)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_job_rank_with_a_dead_peer_is_reported_hung() {
     let _serial = meshd_test_lock::exclusive();
@@ -266,30 +315,14 @@ async fn a_busy_job_rank_with_a_dead_peer_is_reported_hung() {
     let metrics = Arc::new(Metrics::new(&identity()));
     let mut burner = Burner::start("mlx-rank0");
     let pid = burner.pid();
-    let (_configs, configs) = configs_with(|c| {
-        c.watch.jobs = JobWatchConfig {
+    let (_feeds, mut alarms) = job_watcher(
+        JobWatchConfig {
             busy_cores: BUSY_CORES,
             window: Duration::from_secs(2),
             ..JobWatchConfig::default()
-        };
-    });
-    let watcher = cpu::spawn(
-        identity().id,
-        configs.clone(),
-        Vec::new(),
-        metrics.clone(),
-        shutdown.clone(),
-    );
-    let (_status_tx, status) = watch::channel(Arc::new(peer_down_status()));
-    let (alarms_tx, mut alarms) = watch::channel(Vec::new());
-    jobs::spawn(
-        identity().id,
-        configs,
-        watcher.samples,
-        status,
-        alarms_tx,
-        metrics.clone(),
-        shutdown.clone(),
+        },
+        &metrics,
+        &shutdown,
     );
 
     let raised = until(&mut alarms, "job_hung", |a: &Vec<Alarm>| !a.is_empty()).await;
@@ -317,6 +350,77 @@ async fn a_busy_job_rank_with_a_dead_peer_is_reported_hung() {
 
     burner.stop();
     until(&mut alarms, "job_hung to clear", Vec::is_empty).await;
+}
+
+/// A rank whose launcher exits is re-parented by the kernel (to init, or
+/// to a subreaper): the job watcher names it and what it holds once the
+/// grace period has passed, and lets it go when it is killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rank_whose_launcher_exited_is_reported_orphaned() {
+    let _serial = meshd_test_lock::exclusive();
+    let shutdown = CancellationToken::new();
+    let _stop = shutdown.clone().drop_guard();
+    let metrics = Arc::new(Metrics::new(&identity()));
+    let (_feeds, mut alarms) = job_watcher(
+        JobWatchConfig {
+            orphan_grace: Duration::from_secs(1),
+            ..JobWatchConfig::default()
+        },
+        &metrics,
+        &shutdown,
+    );
+    // The launcher: a shell that starts a rank (a `sleep` named like one),
+    // says its pid, and exits after the watcher has seen the pair.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rank = dir.path().join("mlx-orphan-rank");
+    let sleep = ["/usr/bin/sleep", "/bin/sleep"]
+        .into_iter()
+        .map(Path::new)
+        .find(|p| p.exists())
+        .expect("a sleep binary");
+    std::fs::copy(sleep, &rank).expect("copy sleep");
+    let launcher = Command::new("sh")
+        .args(["-c", "\"$0\" 600 >/dev/null 2>&1 & echo $!; sleep 4"])
+        .arg(&rank)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("launcher");
+    let out = tokio::task::spawn_blocking(move || launcher.wait_with_output())
+        .await
+        .expect("join")
+        .expect("launcher output");
+    let pid: u32 = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("the rank's pid");
+    let kill = move || {
+        let _ = Command::new("kill").arg(pid.to_string()).status();
+    };
+    let raised = until(&mut alarms, "job_orphaned", |a: &Vec<Alarm>| {
+        a.iter().any(|a| a.kind == AlarmKind::JobOrphaned)
+    })
+    .await;
+    let alarm = raised
+        .iter()
+        .find(|a| a.kind == AlarmKind::JobOrphaned)
+        .expect("orphan");
+    let evidence = alarm.evidence.join("; ");
+    kill();
+    assert_eq!(alarm.subject, "mlx-orphan-rank");
+    assert!(
+        evidence.starts_with(&format!("mlx-orphan-rank (pid {pid}): re-parented to pid ")),
+        "{evidence}"
+    );
+    assert!(
+        evidence.contains("holds "),
+        "its memory is named: {evidence}"
+    );
+    let text = metrics.render(&meshd::aggregator::Published::placeholder(&identity()));
+    assert!(text.contains("meshd_job_orphaned_processes 1"), "{text}");
+    until(&mut alarms, "job_orphaned to clear", |a: &Vec<Alarm>| {
+        a.iter().all(|a| a.kind != AlarmKind::JobOrphaned)
+    })
+    .await;
 }
 
 /// The whole way from a watcher to the operator: a busy `UniversalControl`

@@ -156,7 +156,7 @@ fn spawn_demo(nodes: usize) -> Child {
 fn the_cli_prints_where_to_look_answers_commands_and_quits() {
     let _serial = meshd_test_lock::exclusive();
     let Child {
-        mut process,
+        process,
         mut stdin,
         mut lines,
         banner,
@@ -186,8 +186,12 @@ fn the_cli_prints_where_to_look_answers_commands_and_quits() {
         lines.next().and_then(Result::ok).as_deref(),
         Some("ok: stopping")
     );
-    let status = process.wait().expect("exit");
-    assert!(status.success(), "{status:?}");
+    let output = process.wait_with_output().expect("exit");
+    assert!(output.status.success(), "{:?}", output.status);
+    // Every node's ports are bound before any starts: no node warns about a
+    // peer that is still starting, before the banner or after.
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("WARN"), "warnings:\n{stderr}");
 }
 
 #[test]

@@ -299,3 +299,105 @@ async fn watch_streams_every_event_live_while_the_channel_serves_other_calls() {
     }
     stop(node).await;
 }
+
+/// Past [`meshd::grpc::MAX_EVENT_STREAMS`] open event streams (from any
+/// number of connections) a new one is refused with RESOURCE_EXHAUSTED,
+/// the node keeps answering everything else, and a stream that closes
+/// frees its place.
+#[tokio::test]
+async fn event_streams_beyond_the_cap_are_refused_and_a_closed_one_frees_its_place() {
+    use meshd::grpc::MAX_EVENT_STREAMS;
+    let node = start(&loopback_config()).await;
+    let mut open = Vec::new();
+    // Several connections, as many clients would open them.
+    for _ in 0..4 {
+        let mut client = MeshClient::new(channel(node.grpc_addr).await);
+        for _ in 0..MAX_EVENT_STREAMS / 4 {
+            let stream = client
+                .watch_events(wire::WatchEventsRequest {})
+                .await
+                .expect("within the cap")
+                .into_inner();
+            open.push(stream);
+        }
+    }
+    let mut client = MeshClient::new(channel(node.grpc_addr).await);
+    let refused = client
+        .watch_events(wire::WatchEventsRequest {})
+        .await
+        .expect_err("one past the cap");
+    assert_eq!(
+        refused.code(),
+        tonic::Code::ResourceExhausted,
+        "{refused:?}"
+    );
+    assert!(
+        refused
+            .message()
+            .contains(&format!("already serves {MAX_EVENT_STREAMS} event streams")),
+        "{refused:?}"
+    );
+    client
+        .get_status(wire::GetStatusRequest {})
+        .await
+        .expect("status still answers at the cap");
+
+    drop(open.pop());
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match client.watch_events(wire::WatchEventsRequest {}).await {
+            Ok(_) => break,
+            Err(status) if status.code() == tonic::Code::ResourceExhausted => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "a closed stream never freed its place"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            Err(other) => panic!("unexpected refusal: {other:?}"),
+        }
+    }
+    stop(node).await;
+}
+
+/// Peak resident memory of this test process (the node runs inside it),
+/// from /proc; `None` where there is no procfs.
+fn peak_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// 8000 made-up ranks for the ring backend used to be laid out as an
+/// 8000 x 8000 matrix before any rank was checked (1.5 GB); they are now
+/// refused at the first made-up rank, before anything is built. The peak memory is printed
+/// for the record, not asserted.
+#[tokio::test]
+async fn a_hostfile_request_for_thousands_of_made_up_ranks_is_refused_before_any_work() {
+    use meshd_proto::wire::topology_client::TopologyClient;
+    let node = start(&loopback_config()).await;
+    let mut topology = TopologyClient::new(channel(node.grpc_addr).await);
+    let before = peak_rss_kib();
+    let refused = topology
+        .get_hostfile(wire::GetHostfileRequest {
+            backend: wire::HostfileBackend::JacclRing as i32,
+            ranks: (0..8000).map(|i| format!("n{i}")).collect(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("made-up ranks");
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+    assert!(
+        refused
+            .message()
+            .starts_with("ranks[0]: n0 is not a member of the mesh; its members are "),
+        "{refused:?}"
+    );
+    eprintln!(
+        "peak RSS of the test process around an 8000-rank GetHostfile: {before:?} KiB before, {:?} KiB after",
+        peak_rss_kib()
+    );
+    stop(node).await;
+}

@@ -240,6 +240,8 @@ fn substitute(expr: &str) -> String {
         ("$__rate_interval", "5s"),
         ("$__interval", "5s"),
         ("$__range", "1m"),
+        ("${job}", "meshd"),
+        ("$job", "meshd"),
         ("${node}", "a"),
         ("$node", "a"),
         ("${peer}", "b"),
@@ -253,7 +255,8 @@ fn substitute(expr: &str) -> String {
     filled
 }
 
-fn dashboard_queries() -> Vec<(String, String)> {
+/// Every dashboard file, parsed, with its file name.
+fn dashboards() -> Vec<(String, Value)> {
     let dir = repo().join("dashboards/grafana");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .expect("dashboards/grafana")
@@ -262,22 +265,98 @@ fn dashboard_queries() -> Vec<(String, String)> {
         .collect();
     files.sort();
     assert!(files.len() >= 3, "dashboards: {files:?}");
+    files
+        .iter()
+        .map(|file| {
+            let text = std::fs::read_to_string(file).expect("dashboard");
+            let json: Value = serde_json::from_str(&text)
+                .unwrap_or_else(|err| panic!("{}: {err}", file.display()));
+            let name = file
+                .file_name()
+                .expect("name")
+                .to_string_lossy()
+                .into_owned();
+            (name, json)
+        })
+        .collect()
+}
+
+fn dashboard_queries() -> Vec<(String, String)> {
     let mut queries = Vec::new();
-    for file in files {
-        let text = std::fs::read_to_string(&file).expect("dashboard");
-        let json: Value =
-            serde_json::from_str(&text).unwrap_or_else(|err| panic!("{}: {err}", file.display()));
+    for (name, json) in dashboards() {
         let mut found = Vec::new();
         exprs(&json, &mut found);
-        assert!(!found.is_empty(), "{} has no queries", file.display());
-        let name = file
-            .file_name()
-            .expect("name")
-            .to_string_lossy()
-            .into_owned();
+        assert!(!found.is_empty(), "{name} has no queries");
         queries.extend(found.into_iter().map(|e| (name.clone(), e)));
     }
     queries
+}
+
+/// Every panel, wherever it sits (rows nest panels).
+fn panels(value: &Value, found: &mut Vec<Value>) {
+    if let Some(list) = value["panels"].as_array() {
+        for panel in list {
+            if panel["type"] != "row" {
+                found.push(panel.clone());
+            }
+            panels(panel, found);
+        }
+    }
+}
+
+/// The dashboards follow whatever job scrapes meshd, say in what unit each
+/// panel is, judge nodes and links by the views with quorum only, and
+/// draw RTT from the exact gauges. No Prometheus needed.
+#[test]
+fn dashboards_have_a_job_variable_units_quorum_filters_and_exact_rtt() {
+    for (name, json) in dashboards() {
+        let variables: Vec<&str> = json["templating"]["list"]
+            .as_array()
+            .expect("templating")
+            .iter()
+            .filter_map(|v| v["name"].as_str())
+            .collect();
+        assert!(
+            variables.contains(&"job"),
+            "{name}: no job variable: {variables:?}"
+        );
+        let text = json.to_string();
+        assert!(
+            !text.contains("job=\\\"meshd\\\""),
+            "{name} hard-codes job=\"meshd\""
+        );
+        let mut all = Vec::new();
+        panels(&json, &mut all);
+        for panel in &all {
+            let title = panel["title"].as_str().unwrap_or_default();
+            let unit = panel["fieldConfig"]["defaults"]["unit"].as_str();
+            assert!(
+                unit.is_some_and(|u| !u.is_empty()),
+                "{name}: {title:?} has no unit"
+            );
+            let mut queries = Vec::new();
+            exprs(panel, &mut queries);
+            for expr in &queries {
+                assert!(
+                    expr.contains("job=~\"$job\"") || !expr.contains("meshd_"),
+                    "{name}: {title:?} does not select $job: {expr}"
+                );
+                assert!(
+                    !(expr.contains("histogram_quantile") && expr.contains("meshd_link_rtt")),
+                    "{name}: {title:?} estimates RTT from buckets: {expr}"
+                );
+                for verdict in ["meshd_node_state", "meshd_link_state"] {
+                    if name == "meshd-overview.json" && expr.contains(verdict) {
+                        assert!(
+                            expr.matches(verdict).count()
+                                == expr.matches("meshd_quorum_has_quorum").count(),
+                            "{name}: {title:?} does not filter every view on quorum: {expr}"
+                        );
+                    }
+                }
+            }
+        }
+    }
 }
 
 async fn alert_states(server: &Server, name: &str, a: &str, b: &str) -> Vec<String> {

@@ -133,3 +133,62 @@ async fn edits_apply_without_restart_and_bad_edits_are_refused() {
     assert!(node.state.current().quorum.has_quorum);
     stop(node).await;
 }
+
+/// A config swapped for a link to `/dev/zero` or for a FIFO with no
+/// writer used to exhaust memory or hang the reload (and the runtime
+/// thread it ran on). Each is refused at once by name, announced, and the
+/// running config stays in force; a good file afterwards applies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_replaced_by_a_device_or_a_fifo_is_refused_without_hanging() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("meshd.toml");
+    std::fs::write(&path, config_text(&["b"])).expect("write");
+    let config = Config::load(&path, HOSTNAME).expect("valid config");
+    let mut node = RunningNode::start(&config, HOSTNAME).await.expect("start");
+    let mut events = node.state.subscribe_events();
+    node.watch_config(
+        path.clone(),
+        HOSTNAME.to_owned(),
+        meshd::config::reload::Hangups::install(),
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let swap = dir.path().join("swap");
+    for (make, named) in [
+        (
+            Box::new(|at: &std::path::Path| std::os::unix::fs::symlink("/dev/zero", at))
+                as Box<dyn Fn(&std::path::Path) -> std::io::Result<()>>,
+            "is a character device, not a regular file",
+        ),
+        (
+            Box::new(|at: &std::path::Path| {
+                std::process::Command::new("mkfifo")
+                    .arg(at)
+                    .status()
+                    .map(|_| ())
+            }),
+            "is a FIFO, not a regular file",
+        ),
+    ] {
+        make(&swap).expect("made");
+        std::fs::rename(&swap, &path).expect("swapped in");
+        let refused = loop {
+            let event = tokio::time::timeout(Duration::from_secs(10), events.recv())
+                .await
+                .expect("refused within 10 s, not hung")
+                .expect("stream open");
+            if event.kind == EventKind::ConfigRejected {
+                break event;
+            }
+        };
+        assert!(refused.summary.contains(named), "{}", refused.summary);
+        assert_eq!(node.state.current().quorum.configured.len(), 2);
+    }
+
+    save(&path, &config_text(&[]));
+    wait_for(&node, "back to one member", |s| {
+        s.quorum.configured.len() == 1
+    })
+    .await;
+    stop(node).await;
+}

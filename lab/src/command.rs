@@ -71,6 +71,20 @@ pub fn run(program: &str, args: &[&str], limit: Duration) -> Result<String, Comm
     }
 }
 
+/// Runs a command that must succeed in directory `dir` (through `env -C`,
+/// so the deadline and error handling stay those of [`run`]).
+pub fn run_in(
+    dir: &std::path::Path,
+    program: &str,
+    args: &[&str],
+    limit: Duration,
+) -> Result<String, CommandError> {
+    let dir = dir.to_string_lossy();
+    let mut full = vec!["-C", dir.as_ref(), program];
+    full.extend_from_slice(args);
+    run("env", &full, limit)
+}
+
 /// Waits for `child` to exit for at most `limit`: its status, or `None`
 /// when it is still running.
 pub fn wait_until(child: &mut Child, limit: Duration) -> std::io::Result<Option<ExitStatus>> {

@@ -11,6 +11,7 @@ pub mod lab;
 pub mod observe;
 pub mod plan;
 pub mod status;
+pub mod vm;
 
 pub use lab::{Binaries, Lab, LabError, Options};
 pub use plan::Plan;

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
-use meshd_lab::{Binaries, Lab, Options, Plan, lab};
+use meshd_lab::{Binaries, Lab, Options, Plan, lab, vm};
 
 /// The longest a timed fault (a storm, a hog) may be held from here.
 const MAX_HOLD_SECS: u64 = 600;
@@ -53,6 +53,26 @@ enum Cmd {
     /// Inject or remove a fault.
     #[command(subcommand)]
     Fault(Fault),
+    /// Soft-RoCE VMs (qemu, no root needed): see lab/README.md, "VMs".
+    #[command(subcommand)]
+    Vm(VmCmd),
+}
+
+#[derive(Debug, Subcommand)]
+enum VmCmd {
+    /// Fetch and unpack the Debian packages the VMs are made of (into
+    /// target/vm-cache), unless they are there already.
+    Fetch,
+    /// Boot one VM, add rxe0 on its cable and print `meshctl doctor --json`.
+    Doctor,
+    /// Boot one VM (or, with --pair, two joined by a cable) and run each
+    /// SCRIPT in it: `a:SCRIPT` or `b:SCRIPT` picks the VM (default a).
+    Run {
+        #[arg(long)]
+        pair: bool,
+        #[arg(required = true)]
+        scripts: Vec<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -199,9 +219,58 @@ fn fault(lab: &mut Lab, fault: Fault) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The VM commands; they need qemu, not root.
+#[allow(clippy::print_stdout)]
+fn vm(command: VmCmd) -> anyhow::Result<()> {
+    if let Some(reason) = vm::missing_prerequisite() {
+        bail!("VMs cannot run here: {reason}");
+    }
+    let binaries = Binaries::beside_current_exe()?;
+    let profile_dir = binaries.meshd.parent().unwrap_or(std::path::Path::new("."));
+    let cache = vm::cache_beside(profile_dir);
+    if let VmCmd::Fetch = command {
+        let packages = vm::packages::prepare(&cache)?;
+        println!("{}", packages.dir.display());
+        return Ok(());
+    }
+    let image = vm::Image::build(&cache, &binaries, &[])?;
+    match command {
+        VmCmd::Fetch => {}
+        VmCmd::Doctor => {
+            let mut vms = vm::Vms::one(&image)?;
+            let a = vms.vm("a");
+            a.run(&format!(
+                "rdma link add rxe0 type rxe netdev {}",
+                vm::CABLE_IFACE
+            ))?;
+            let out = a.exec("meshctl doctor --json", Duration::from_secs(60))?;
+            print!("{}", out.text);
+        }
+        VmCmd::Run { pair, scripts } => {
+            let mut vms = if pair {
+                vm::Vms::pair(&image)?
+            } else {
+                vm::Vms::one(&image)?
+            };
+            for script in scripts {
+                let (name, script) = match script.split_once(':') {
+                    Some((name @ ("a" | "b"), rest)) => (name.to_owned(), rest.to_owned()),
+                    _ => ("a".to_owned(), script),
+                };
+                let out = vms.vm(&name).exec(&script, Duration::from_secs(300))?;
+                println!("{name}$ {script}\n{}(exit {})", out.text, out.code);
+            }
+        }
+    }
+    Ok(())
+}
+
 #[allow(clippy::print_stdout)]
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    if let Cmd::Vm(command) = cli.command {
+        return vm(command);
+    }
     if let Some(reason) = meshd_lab::missing_prerequisite() {
         bail!("the lab cannot run here: {reason}");
     }
@@ -263,6 +332,7 @@ fn main() -> anyhow::Result<()> {
             let mut lab = Lab::attach(&cli.name, Binaries::beside_current_exe()?)?;
             fault(&mut lab, f)?;
         }
+        Cmd::Vm(_) => unreachable!("handled before the lab's prerequisites"),
     }
     Ok(())
 }

@@ -26,6 +26,17 @@ pub struct Quorum {
 pub struct NodeView {
     pub id: String,
     pub state: String,
+    #[serde(default)]
+    pub evidence: Vec<String>,
+    /// Which boot of its host the node is in; `None` when unknown.
+    #[serde(default)]
+    pub boot: Option<BootView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct BootView {
+    pub id: Option<String>,
+    pub booted_at: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -74,6 +85,11 @@ impl Status {
         self.quorum.has_quorum
             && self.nodes.iter().all(|n| n.state == "up")
             && self.links.iter().all(|l| l.state == "up")
+    }
+
+    /// The boot this view holds for node `id`.
+    pub fn boot_of(&self, id: &str) -> Option<&BootView> {
+        self.nodes.iter().find(|n| n.id == id)?.boot.as_ref()
     }
 
     pub fn has_alarm(&self, kind: &str, node: &str) -> bool {
@@ -132,7 +148,8 @@ mod tests {
       "incarnation": "1795971600000000000", "version": "0.1.0", "added_later": 1,
       "quorum": { "has_quorum": true, "members": ["studio-1"], "configured": ["studio-1"], "leader": "studio-1" },
       "nodes": [ { "id": "studio-1", "state": "up", "since": "x", "evidence": ["this node"],
-                   "last_report_at": null, "cpu_saturated": false } ],
+                   "last_report_at": null, "cpu_saturated": false,
+                   "boot": { "id": "40962879-B7EE-4F13-AF6E-E7266EF5E732", "booted_at": "x" } } ],
       "links": [ { "a": "studio-1", "b": "studio-2", "a_iface": "en2", "b_iface": null,
                    "state": "down", "blame": "link", "blamed_node": null, "since": "x", "evidence": ["e"] } ],
       "alarms": [ { "kind": "no_quorum", "node": "studio-1", "severity": "warning", "subject": "quorum",

@@ -75,6 +75,12 @@ fn alarm_alert(kind: AlarmKind) -> Option<(&'static str, bool)> {
         AlarmKind::ClockSkew => ("MeshClockSkew", true),
         AlarmKind::DuplicateNodeId => ("MeshDuplicateNodeId", true),
         AlarmKind::MeshSaturated => ("MeshSaturated", false),
+        AlarmKind::MemoryPressure => ("MeshMemoryPressure", true),
+        AlarmKind::WiredMemoryLeak => ("MeshWiredMemoryLeak", true),
+        AlarmKind::NodeRebooted => ("MeshNodeRebooted", true),
+        AlarmKind::KernelPanic => ("MeshKernelPanic", true),
+        AlarmKind::JobOrphaned => ("MeshJobOrphaned", true),
+        AlarmKind::JobStalled => ("MeshJobStalled", true),
     })
 }
 
@@ -379,6 +385,8 @@ mod tests {
                 identity: None,
                 last_report_at: None,
                 cpu_saturated: false,
+                boot: Default::default(),
+                fix: None,
             }],
             links: vec![LinkVerdict {
                 a: LinkEnd::node_only(id("a")),
@@ -389,6 +397,7 @@ mod tests {
                 blame,
                 blamed_node: None,
                 recent_changes: 1,
+                fix: None,
             }],
             alarms,
             cables: vec![],

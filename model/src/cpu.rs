@@ -51,8 +51,22 @@ pub const OFFENDER_FIXES: &[(&str, &str)] = &[
         "turn off AirPlay Receiver: System Settings > General > AirDrop & Handoff",
     ),
     (
+        "ControlCenter",
+        "turn off AirPlay Receiver (it runs inside ControlCenter since macOS 12): System Settings > General > AirDrop & Handoff",
+    ),
+    (
         "identityservicesd",
         "sign the cluster Macs out of iCloud/iMessage/FaceTime, or give them separate Apple IDs",
+    ),
+    // High Performance Screen Sharing (macOS 26) streams audio: coreaudiod
+    // at 150-180 % and avconferenced at ~15 % while a session is open.
+    (
+        "coreaudiod",
+        "close High Performance Screen Sharing sessions to this Mac, or use standard Screen Sharing",
+    ),
+    (
+        "avconferenced",
+        "close High Performance Screen Sharing sessions to this Mac, or use standard Screen Sharing",
     ),
 ];
 
@@ -62,13 +76,17 @@ const GENERIC_FIX: &str =
     "check what the named processes are doing; stop or renice anything that is not part of the job";
 
 /// One process in a sample.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct ProcessSample {
     pub name: String,
     pub pid: u32,
     /// CPU in cores: 1.0 is one full core.
     pub cores: f64,
     pub command: Option<String>,
+    /// Its parent's pid; `None` when unknown.
+    pub parent: Option<u32>,
+    /// Resident memory; `None` when unknown.
+    pub memory_bytes: Option<u64>,
 }
 
 /// One look at the CPU.
@@ -398,7 +416,7 @@ mod tests {
             name: name.to_owned(),
             pid,
             cores,
-            command: None,
+            ..ProcessSample::default()
         }
     }
 

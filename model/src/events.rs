@@ -188,6 +188,8 @@ mod tests {
                 identity: None,
                 last_report_at: None,
                 cpu_saturated: false,
+                boot: Default::default(),
+                fix: None,
             }],
             links: vec![LinkVerdict {
                 a: LinkEnd::node_only(id("a")),
@@ -198,6 +200,7 @@ mod tests {
                 blame: Blame::None,
                 blamed_node: None,
                 recent_changes: 0,
+                fix: None,
             }],
             alarms,
             cables: vec![],

@@ -100,5 +100,6 @@ pub fn healthy_observation(from: &str, to: &str) -> LinkObservation {
         silence: Duration::from_millis(50),
         consecutive_lost: 0,
         lateness: Duration::ZERO,
+        rdma_probe: None,
     }
 }

@@ -249,6 +249,7 @@ mod tests {
             pid,
             cores,
             command: command.map(str::to_owned),
+            ..ProcessSample::default()
         }
     }
 
@@ -277,6 +278,8 @@ mod tests {
                 identity: None,
                 last_report_at: None,
                 cpu_saturated: false,
+                boot: Default::default(),
+                fix: None,
             })
             .collect();
         let links = link
@@ -289,6 +292,7 @@ mod tests {
                 blame: Blame::Link,
                 blamed_node: None,
                 recent_changes: 0,
+                fix: None,
             })
             .into_iter()
             .collect();

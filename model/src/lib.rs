@@ -2,7 +2,9 @@
 //! observations and a `now` and returns verdicts, which is what makes the
 //! quorum testable (and fast) without a network.
 
+pub mod advice;
 pub mod alerts;
+pub mod boot;
 pub mod bridge;
 pub mod check_alarms;
 pub mod clock;
@@ -14,11 +16,14 @@ pub mod histogram;
 pub mod jobs;
 pub mod link;
 pub mod linkstats;
+pub mod memory;
 pub mod node;
 pub mod observation;
+pub mod orphans;
 pub mod outbox;
 pub mod peers;
 pub mod quorum;
+pub mod stall;
 pub mod time;
 pub mod topology;
 pub mod verdict;

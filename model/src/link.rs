@@ -16,6 +16,11 @@ pub const MEDIUM_WINDOW: Duration = Duration::from_secs(10);
 /// 10 s window. Degraded needs at least this many lost, whatever the ratio.
 pub const MIN_LOST_FOR_DEGRADED: u64 = 3;
 
+/// The active RDMA probe (about one a second) must miss this many in a
+/// row before the RDMA path counts as failing: one lost UC message is not
+/// a broken queue pair.
+pub const RDMA_PROBE_FAILURES_FOR_DEGRADED: u32 = 3;
+
 /// Fewer RTT samples than this say nothing about a p99.
 const MIN_RTT_SAMPLES: u64 = 20;
 
@@ -103,16 +108,10 @@ pub struct Assessment {
     pub evidence: Vec<String>,
 }
 
-/// A round-trip time or silence as evidence and the mesh page write it:
-/// "85µs", "1.2ms", "3.4s".
+/// A round-trip time or silence as evidence and the mesh page write it, in
+/// meshd's one duration format: "85µs", "1.2ms", "3.4s".
 pub fn fmt_duration(d: Duration) -> String {
-    if d >= Duration::from_secs(1) {
-        format!("{:.1}s", d.as_secs_f64())
-    } else if d >= Duration::from_millis(1) {
-        format!("{:.1}ms", d.as_secs_f64() * 1e3)
-    } else {
-        format!("{}µs", d.as_micros())
-    }
+    meshd_proto::human::duration(d)
 }
 
 fn percent(ratio: f64) -> String {
@@ -130,12 +129,15 @@ pub fn assess(ends: &[EndView<'_>], rules: &LinkRules) -> Assessment {
     let mut evidence = Vec::new();
     let silent: Vec<&EndView<'_>> = ends.iter().filter(|e| e.silent(rules)).collect();
     for end in &silent {
-        let in_a_row = match end.observation.consecutive_lost {
+        // Probes count as lost only once their timeout has passed, so early
+        // in a silence none may be lost yet: say so only when some are.
+        let lost = match end.observation.consecutive_lost {
             0 => String::new(),
-            n => format!(", {n} probes lost in a row"),
+            1 => " (1 probe lost)".to_owned(),
+            n => format!(" ({n} probes lost in a row)"),
         };
         evidence.push(format!(
-            "{}: no reply for {}{in_a_row}",
+            "{}: no reply for {}{lost}",
             end.node,
             fmt_duration(end.silence()),
         ));
@@ -275,6 +277,16 @@ fn degradation(
         evidence.push(format!(
             "{node}: RDMA port is {} while IP probes get through",
             o.rdma_port_state
+        ));
+    }
+    // Reached only while IP probes get through (a link silent on both ends
+    // is down before this): the RDMA path fails on its own.
+    if let Some(rdma) = &o.rdma_probe
+        && rdma.consecutive_failures >= RDMA_PROBE_FAILURES_FOR_DEGRADED
+    {
+        evidence.push(format!(
+            "{node}: RDMA probes fail ({} in a row) while IP probes get through",
+            rdma.consecutive_failures
         ));
     }
 }
@@ -452,7 +464,7 @@ fn settle(settled: LinkState, raw: LinkState, held: Duration) -> LinkState {
 
 #[cfg(test)]
 mod tests {
-    use meshd_proto::domain::{LossWindow, RttSummary};
+    use meshd_proto::domain::{LossWindow, RdmaProbe, RttSummary};
 
     use super::*;
 
@@ -499,8 +511,8 @@ mod tests {
         assert_eq!(
             verdict.evidence,
             vec![
-                "a: no reply for 700.0ms, 7 probes lost in a row".to_owned(),
-                "b: no reply for 650.0ms, 7 probes lost in a row".to_owned(),
+                "a: no reply for 700ms (7 probes lost in a row)".to_owned(),
+                "b: no reply for 650ms (7 probes lost in a row)".to_owned(),
             ]
         );
     }
@@ -634,6 +646,50 @@ mod tests {
             assert_eq!(verdict.state, LinkState::Degraded, "{a:?}");
             assert_eq!(verdict.evidence.len(), 1, "{verdict:?}");
         }
+    }
+
+    #[test]
+    fn a_failing_rdma_path_beside_a_working_ip_path_is_degraded_naming_rdma() {
+        let probe = |failures| RdmaProbe {
+            last_rtt: Some(Duration::from_micros(30)),
+            consecutive_failures: failures,
+            last_ok_at: None,
+            probes_sent_total: 20,
+            probes_failed_total: u64::from(failures),
+        };
+        let failing = LinkObservation {
+            rdma_probe: Some(probe(RDMA_PROBE_FAILURES_FOR_DEGRADED)),
+            ..healthy()
+        };
+        let b = healthy();
+        let verdict = assess(&[view("a", &failing), view("b", &b)], &rules());
+        assert_eq!(verdict.state, LinkState::Degraded);
+        assert_eq!(
+            verdict.evidence,
+            ["a: RDMA probes fail (3 in a row) while IP probes get through"]
+        );
+
+        let a_miss = LinkObservation {
+            rdma_probe: Some(probe(RDMA_PROBE_FAILURES_FOR_DEGRADED - 1)),
+            ..healthy()
+        };
+        assert_eq!(
+            assess(&[view("a", &a_miss), view("b", &b)], &rules()).state,
+            LinkState::Up
+        );
+
+        // Both paths dead: a pulled cable, down rather than degraded.
+        let (a, b) = (
+            LinkObservation {
+                rdma_probe: Some(probe(10)),
+                ..silent(2_000)
+            },
+            silent(2_000),
+        );
+        assert_eq!(
+            assess(&[view("a", &a), view("b", &b)], &rules()).state,
+            LinkState::Down
+        );
     }
 
     #[test]

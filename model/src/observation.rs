@@ -143,6 +143,7 @@ mod tests {
                 link_layer: "Thunderbolt".into(),
                 active_mtu: None,
                 max_mtu: None,
+                reader: None,
             }),
             ..PortFact::default()
         }

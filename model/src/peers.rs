@@ -435,8 +435,8 @@ impl PeerBook {
                 resync: true,
             };
         }
-        if let Err(problem) = check_update(&node, &update) {
-            let refused = self.refuse(refusal(RejectReason::Malformed, problem));
+        if let Err((reason, problem)) = check_update(&node, &update) {
+            let refused = self.refuse(refusal(reason, problem));
             return Answer {
                 refusal: Some(refused),
                 clock,
@@ -529,18 +529,18 @@ impl PeerBook {
 }
 
 /// A node speaks only for itself: its links start at it, its alarms are
-/// about it.
-fn check_update(sender: &NodeId, update: &ReportUpdate) -> Result<(), String> {
+/// about it (except those its peers raise about it: a reboot, a panic).
+fn check_update(sender: &NodeId, update: &ReportUpdate) -> Result<(), (RejectReason, String)> {
     if let Some(link) = update.links.iter().find(|l| l.local.node != *sender) {
-        return Err(format!(
-            "links: {sender} reports a link of {}",
-            link.local.node
+        return Err((
+            RejectReason::Malformed,
+            format!("links: {sender} reports a link of {}", link.local.node),
         ));
     }
-    if let Some(alarm) = update.alarms.iter().flatten().find(|a| a.node != *sender) {
-        return Err(format!(
-            "alarms: {sender} raises an alarm about {}",
-            alarm.node
+    if let Some((index, alarm)) = update.foreign_alarm(sender) {
+        return Err((
+            RejectReason::ForeignAlarm,
+            format!("alarms[{index}]: {sender} raises an alarm about {}", alarm.node),
         ));
     }
     Ok(())

@@ -460,7 +460,7 @@ impl Engine {
             .collect();
         let next_deadline = self.next_deadline(inputs, now);
         Evaluation {
-            status: MeshStatus {
+            status: super::advice::advised(MeshStatus {
                 node: inputs.local.clone(),
                 evaluated_at: moment.wall,
                 quorum,
@@ -470,7 +470,7 @@ impl Engine {
                 cables: Vec::new(),
                 checks: Vec::new(),
                 measurements: Vec::new(),
-            },
+            }),
             hears,
             heard_on_management,
             next_deadline,
@@ -603,6 +603,10 @@ impl Engine {
             } else {
                 view.is_some_and(|v| v.report.load.cpu_saturated)
             },
+            // From the facts, which the engine does not see:
+            // `crate::boot::annotate` fills it in.
+            boot: Default::default(),
+            fix: None,
         }
     }
 
@@ -1096,6 +1100,7 @@ impl Judge<'_> {
                 .flatten(),
             blame,
             recent_changes: link.tracker.recent_changes(),
+            fix: None,
         }
     }
 

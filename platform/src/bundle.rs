@@ -11,14 +11,24 @@
 //!   holding why it failed.
 //! - host files under their own path (`sys/class/net/en2/operstate`).
 //! - anything else the caller adds (`status.json` from the daemon).
+//!
+//! A bundle comes from another machine, so reading one trusts nothing in
+//! it: an archive is unpacked into a fresh private temporary directory,
+//! taking only regular files and directories within caps on entry size,
+//! total size, entry count and depth ([`unpack`]); a bundle directory is
+//! checked against the same caps before it is read ([`check_dir`]); and
+//! every file is read through [`crate::file`], which follows no symbolic
+//! link and reads at most [`MAX_FILE_BYTES`].
 
 use std::fs;
-use std::io;
+use std::io::{self, Read};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
 use meshd_proto::facts::{NodeFacts, OsKind};
 use serde::{Deserialize, Serialize};
 
+use crate::file::{FileError, kind_name, read_beneath};
 use crate::ibv::{parse_ibv_devices, parse_ibv_devinfo};
 use crate::source::{HostCommand, Recorded, ReplaySource};
 
@@ -26,6 +36,21 @@ pub const MANIFEST_FILE: &str = "manifest.json";
 pub const FACTS_FILE: &str = "facts.json";
 /// Bumped when the layout changes incompatibly.
 pub const FORMAT_VERSION: u32 = 1;
+
+/// One file of a bundle: command outputs and host files are kilobytes
+/// (`system_profiler`'s Thunderbolt report, the largest, is tens of them).
+pub const MAX_FILE_BYTES: u64 = 4 << 20;
+/// All files of a bundle together.
+pub const MAX_TOTAL_BYTES: u64 = 64 << 20;
+/// Files and directories in a bundle; a Linux node with RDMA counters has
+/// a few hundred.
+pub const MAX_ENTRIES: usize = 4096;
+/// Path components below the bundle's top (`sys/class/infiniband/mlx5_0/
+/// ports/1/counters/port_rcv_data` is 8, under an archive's top directory 9).
+pub const MAX_DEPTH: usize = 16;
+/// What gzip may expand to: the files plus tar's headers (512 bytes an
+/// entry, and long names).
+const MAX_ARCHIVE_BYTES: u64 = MAX_TOTAL_BYTES + 2048 * MAX_ENTRIES as u64;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -57,6 +82,18 @@ pub enum BundleError {
     Io { path: PathBuf, source: io::Error },
     #[error("{path}: not a meshd bundle: {problem}")]
     Invalid { path: PathBuf, problem: String },
+    /// Something a bundle may not hold, or more of it than the caps allow.
+    #[error("{path}: refused: {problem}")]
+    Refused { path: PathBuf, problem: String },
+    #[error(transparent)]
+    File(#[from] FileError),
+}
+
+fn refused(path: &Path, problem: impl Into<String>) -> BundleError {
+    BundleError::Refused {
+        path: path.to_owned(),
+        problem: problem.into(),
+    }
 }
 
 fn io_at(path: &Path) -> impl FnOnce(io::Error) -> BundleError + '_ {
@@ -88,18 +125,19 @@ pub fn write_dir(
     };
     for item in recorded {
         match item {
-            Recorded::Command { command, output } => {
+            Recorded::Command {
+                command,
+                operand,
+                output,
+            } => {
+                let name = command.file_name_for(operand.as_deref());
                 let (file, text, ok) = match output {
-                    Ok(text) => (command.file_name().to_owned(), text.clone(), true),
-                    Err(why) => (
-                        format!("{}.error", command.file_name()),
-                        format!("{why}\n"),
-                        false,
-                    ),
+                    Ok(text) => (name, text.clone(), true),
+                    Err(why) => (format!("{name}.error"), format!("{why}\n"), false),
                 };
                 write(&dir.join(&file), &text)?;
                 manifest.commands.push(CapturedCommand {
-                    command: command.line(),
+                    command: command.line_for(operand.as_deref()),
                     file,
                     ok,
                 });
@@ -157,8 +195,8 @@ fn inside(path: &str) -> Option<PathBuf> {
 /// The manifest of a bundle directory, if it has a readable one.
 pub fn read_manifest(dir: &Path) -> Result<Manifest, BundleError> {
     let path = dir.join(MANIFEST_FILE);
-    let text = fs::read_to_string(&path).map_err(io_at(&path))?;
-    let manifest: Manifest = serde_json::from_str(&text).map_err(|e| BundleError::Invalid {
+    let bytes = read_beneath(dir, Path::new(MANIFEST_FILE), MAX_FILE_BYTES)?;
+    let manifest: Manifest = serde_json::from_slice(&bytes).map_err(|e| BundleError::Invalid {
         path: path.clone(),
         problem: e.to_string(),
     })?;
@@ -183,14 +221,16 @@ pub fn os_of(dir: &Path) -> OsKind {
     if let Ok(manifest) = read_manifest(dir) {
         return manifest.os;
     }
+    // Present is enough (not followed: a link is refused when read).
+    let present = |path: PathBuf| path.symlink_metadata().is_ok();
     let has = |command: &HostCommand| {
-        dir.join(command.file_name()).exists()
-            || dir.join(format!("{}.error", command.file_name())).exists()
+        present(dir.join(command.file_name()))
+            || present(dir.join(format!("{}.error", command.file_name())))
     };
     if HostCommand::ALL.iter().filter(|c| c.macos_only()).any(has) || names_macos_rdma_devices(dir)
     {
         OsKind::Macos
-    } else if dir.join("sys").exists() || dir.join("proc").exists() {
+    } else if present(dir.join("sys")) || present(dir.join("proc")) {
         OsKind::Linux
     } else {
         OsKind::Other
@@ -212,26 +252,89 @@ fn names_macos_rdma_devices(dir: &Path) -> bool {
         (HostCommand::IbvDevinfo, parse_ibv_devinfo),
     ]
     .into_iter()
-    .filter_map(|(command, parse)| Some(parse(&read_capped(&dir.join(command.file_name()))?)))
+    .filter_map(|(command, parse)| {
+        let bytes = read_beneath(dir, Path::new(command.file_name()), MAX_FILE_BYTES).ok()?;
+        Some(parse(&String::from_utf8_lossy(&bytes)))
+    })
     .flatten()
     .any(|device| macos_name(&device.name))
 }
 
-/// A bundle file's text, at most [`MAX_SNIFFED_BYTES`] of it; `None` when
-/// it cannot be read.
-fn read_capped(path: &Path) -> Option<String> {
-    use std::io::Read;
-    let mut bytes = Vec::new();
-    fs::File::open(path)
-        .ok()?
-        .take(MAX_SNIFFED_BYTES)
-        .read_to_end(&mut bytes)
-        .ok()?;
-    Some(String::from_utf8_lossy(&bytes).into_owned())
+/// Checks a bundle directory before it is read: regular files and
+/// directories only (no symbolic link, FIFO, device or socket anywhere),
+/// within [`MAX_FILE_BYTES`], [`MAX_TOTAL_BYTES`], [`MAX_ENTRIES`] and
+/// [`MAX_DEPTH`]. Nothing is followed and no file is opened.
+pub fn check_dir(dir: &Path) -> Result<(), BundleError> {
+    let mut seen = Seen::default();
+    check_tree(dir, 1, &mut seen)
 }
 
-/// Device lists are a few hundred bytes; a bundle is untrusted.
-const MAX_SNIFFED_BYTES: u64 = 1 << 20;
+#[derive(Debug, Default)]
+struct Seen {
+    entries: usize,
+    bytes: u64,
+}
+
+impl Seen {
+    fn entry(&mut self, path: &Path, depth: usize) -> Result<(), BundleError> {
+        self.entries += 1;
+        if self.entries > MAX_ENTRIES {
+            return Err(refused(path, format!("more than {MAX_ENTRIES} entries")));
+        }
+        if depth > MAX_DEPTH {
+            return Err(refused(
+                path,
+                format!("nested deeper than {MAX_DEPTH} levels"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn file(&mut self, path: &Path, size: u64) -> Result<(), BundleError> {
+        if size > MAX_FILE_BYTES {
+            return Err(refused(
+                path,
+                format!("{size} bytes, more than the {MAX_FILE_BYTES} a bundle file may have"),
+            ));
+        }
+        self.bytes = self.bytes.saturating_add(size);
+        if self.bytes > MAX_TOTAL_BYTES {
+            return Err(refused(
+                path,
+                format!("the bundle holds more than {MAX_TOTAL_BYTES} bytes"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn check_tree(dir: &Path, depth: usize, seen: &mut Seen) -> Result<(), BundleError> {
+    for entry in fs::read_dir(dir).map_err(io_at(dir))? {
+        let entry = entry.map_err(io_at(dir))?;
+        let path = entry.path();
+        seen.entry(&path, depth)?;
+        // Of the entry itself: a DirEntry's metadata does not follow links.
+        let meta = entry.metadata().map_err(io_at(&path))?;
+        // mode_t is 16 bits on macOS, 32 on Linux.
+        let file_type = rustix::fs::RawMode::try_from(meta.mode()).map_or(
+            rustix::fs::FileType::Unknown,
+            rustix::fs::FileType::from_raw_mode,
+        );
+        match file_type {
+            rustix::fs::FileType::Directory => check_tree(&path, depth + 1, seen)?,
+            rustix::fs::FileType::RegularFile => seen.file(&path, meta.len())?,
+            other => return Err(not_allowed(&path, kind_name(other))),
+        }
+    }
+    Ok(())
+}
+
+fn not_allowed(path: &Path, kind: &str) -> BundleError {
+    refused(
+        path,
+        format!("is {kind}; a bundle holds regular files and directories only"),
+    )
+}
 
 /// A bundle directory's facts, re-read from its raw outputs (so a newer
 /// reader applies its newer parsers) for the OS [`os_of`] finds.
@@ -253,35 +356,153 @@ pub fn pack(dir: &Path, top: &str, out: &Path) -> Result<(), BundleError> {
     Ok(())
 }
 
-/// Unpacks a `.tar.gz` made by [`pack`] into `into`, refusing entries that
-/// would land outside it, and returns the bundle directory inside.
-pub fn unpack(archive: &Path, into: &Path) -> Result<PathBuf, BundleError> {
+/// An unpacked bundle in its own private temporary directory (random name,
+/// mode 0700), removed when this is dropped.
+#[derive(Debug)]
+pub struct Unpacked {
+    dir: PathBuf,
+    _temporary: tempfile::TempDir,
+}
+
+impl Unpacked {
+    /// The bundle directory (the archive's top directory, or the temporary
+    /// directory itself for an archive without one).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+/// Unpacks a `.tar.gz` made by [`pack`] into a new private temporary
+/// directory. Only regular files and directories are taken, at relative
+/// paths without `..`, within [`MAX_FILE_BYTES`], [`MAX_TOTAL_BYTES`],
+/// [`MAX_ENTRIES`] and [`MAX_DEPTH`]; the first entry that breaks a rule
+/// refuses the whole archive, naming the entry.
+pub fn unpack(archive: &Path) -> Result<Unpacked, BundleError> {
+    let temporary = tempfile::Builder::new()
+        .prefix("meshd-bundle-")
+        .tempdir()
+        .map_err(io_at(&std::env::temp_dir()))?;
+    let dir = unpack_into(archive, temporary.path())?;
+    Ok(Unpacked {
+        dir,
+        _temporary: temporary,
+    })
+}
+
+fn unpack_into(archive: &Path, into: &Path) -> Result<PathBuf, BundleError> {
     let file = fs::File::open(archive).map_err(io_at(archive))?;
-    let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(file));
-    let entries = tar.entries().map_err(io_at(archive))?;
-    for entry in entries {
+    let gzip = Capped {
+        inner: flate2::read::GzDecoder::new(file),
+        left: MAX_ARCHIVE_BYTES,
+    };
+    let mut tar = tar::Archive::new(gzip);
+    let mut seen = Seen::default();
+    for entry in tar.entries().map_err(io_at(archive))? {
         let mut entry = entry.map_err(io_at(archive))?;
-        // `unpack_in` refuses absolute paths and `..`; it returns false for
-        // an entry it skipped.
-        let unpacked = entry.unpack_in(into).map_err(io_at(archive))?;
-        if !unpacked {
-            return Err(BundleError::Invalid {
-                path: archive.to_owned(),
-                problem: "an entry points outside the bundle".to_owned(),
-            });
+        let name = entry.path().map_err(io_at(archive))?.into_owned();
+        let at = |problem: String| refused(archive, format!("entry {}: {problem}", name.display()));
+        let relative = relative_inside(&name).ok_or_else(|| {
+            at("an absolute path or one with `..`, which could land outside the bundle".to_owned())
+        })?;
+        seen.entry(&relative, relative.components().count())
+            .map_err(|e| at(refusal_problem(e)))?;
+        let target = into.join(&relative);
+        match entry.header().entry_type() {
+            tar::EntryType::Directory => fs::create_dir_all(&target).map_err(io_at(&target))?,
+            tar::EntryType::Regular => {
+                let size = entry.header().size().map_err(io_at(archive))?;
+                seen.file(&relative, size)
+                    .map_err(|e| at(refusal_problem(e)))?;
+                if let Some(parent) = target.parent() {
+                    fs::create_dir_all(parent).map_err(io_at(parent))?;
+                }
+                // A second entry of the same name is refused, never merged.
+                let mut out = fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(&target)
+                    .map_err(io_at(&target))?;
+                io::copy(&mut (&mut entry).take(size), &mut out).map_err(io_at(archive))?;
+            }
+            other => {
+                return Err(at(format!(
+                    "is {}; a bundle holds regular files and directories only",
+                    entry_kind(other)
+                )));
+            }
         }
     }
     let mut dirs = fs::read_dir(into)
         .map_err(io_at(into))?
         .filter_map(Result::ok)
-        .filter(|e| e.path().is_dir());
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()));
+    let has_manifest = |dir: &Path| {
+        dir.join(MANIFEST_FILE)
+            .symlink_metadata()
+            .is_ok_and(|m| m.is_file())
+    };
     match (dirs.next(), dirs.next()) {
-        (Some(only), None) if only.path().join(MANIFEST_FILE).is_file() => Ok(only.path()),
-        _ if into.join(MANIFEST_FILE).is_file() => Ok(into.to_owned()),
+        (Some(only), None) if has_manifest(&only.path()) => Ok(only.path()),
+        _ if has_manifest(into) => Ok(into.to_owned()),
         _ => Err(BundleError::Invalid {
             path: archive.to_owned(),
             problem: format!("no {MANIFEST_FILE} at its top"),
         }),
+    }
+}
+
+/// The problem of a refusal, to be told again about an archive entry.
+fn refusal_problem(err: BundleError) -> String {
+    match err {
+        BundleError::Refused { problem, .. } => problem,
+        other => other.to_string(),
+    }
+}
+
+/// An archive path as a relative path of plain names (`./` dropped);
+/// `None` for an absolute path, one with `..`, or an empty one.
+fn relative_inside(name: &Path) -> Option<PathBuf> {
+    let mut relative = PathBuf::new();
+    for component in name.components() {
+        match component {
+            Component::Normal(part) => relative.push(part),
+            Component::CurDir => {}
+            Component::ParentDir | Component::RootDir | Component::Prefix(_) => return None,
+        }
+    }
+    (!relative.as_os_str().is_empty()).then_some(relative)
+}
+
+fn entry_kind(kind: tar::EntryType) -> &'static str {
+    match kind {
+        tar::EntryType::Symlink => "a symbolic link",
+        tar::EntryType::Link => "a hard link",
+        tar::EntryType::Char => "a character device",
+        tar::EntryType::Block => "a block device",
+        tar::EntryType::Fifo => "a FIFO",
+        tar::EntryType::GNUSparse => "a sparse file",
+        _ => "an entry of another kind",
+    }
+}
+
+/// A reader that fails, rather than ends, past `left` bytes: gzip can
+/// expand a small archive a thousandfold, and the tar reader buffers
+/// whole long-name headers, so what is decompressed is capped before
+/// anything reads it.
+struct Capped<R> {
+    inner: R,
+    left: u64,
+}
+
+impl<R: Read> Read for Capped<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.left = self.left.checked_sub(n as u64).ok_or_else(|| {
+            io::Error::other(format!(
+                "more than {MAX_ARCHIVE_BYTES} bytes once decompressed"
+            ))
+        })?;
+        Ok(n)
     }
 }
 
@@ -362,14 +583,15 @@ mod tests {
         let out = tempfile::tempdir().expect("tempdir");
         let archive = out.path().join("b.tar.gz");
         pack(bundle.path(), "meshd-bundle-b", &archive).expect("packed");
-        let into = tempfile::tempdir().expect("tempdir");
-        let dir = unpack(&archive, into.path()).expect("unpacked");
+        let unpacked = unpack(&archive).expect("unpacked");
+        let dir = unpacked.dir();
         assert!(dir.ends_with("meshd-bundle-b"));
         assert_eq!(
             fs::read_to_string(dir.join("rdma_ctl_status.txt")).expect("file"),
             "enabled\n"
         );
-        assert_eq!(read_manifest(&dir).expect("manifest").node, "b");
+        assert_eq!(read_manifest(dir).expect("manifest").node, "b");
+        check_dir(dir).expect("a bundle we wrote passes the checks");
     }
 
     #[test]
@@ -377,8 +599,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let archive = dir.path().join("x.tar.gz");
         fs::write(&archive, "not gzip").expect("write");
-        let into = tempfile::tempdir().expect("tempdir");
-        assert!(unpack(&archive, into.path()).is_err());
+        assert!(unpack(&archive).is_err());
         fs::write(dir.path().join(MANIFEST_FILE), "{\"format\": 99}").expect("write");
         let err = read_manifest(dir.path()).expect_err("bad manifest");
         assert!(err.to_string().contains("not a meshd bundle"), "{err}");

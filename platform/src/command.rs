@@ -29,6 +29,17 @@ impl CommandOutput {
             stderr: String::new(),
         }
     }
+
+    /// A command that exited with `code` and printed `stderr`.
+    pub fn failed(code: i32, stderr: &str) -> CommandOutput {
+        CommandOutput {
+            success: code == 0,
+            status: format!("exit status: {code}"),
+            code: Some(code),
+            stdout: String::new(),
+            stderr: stderr.to_owned(),
+        }
+    }
 }
 
 /// A command that could not be run to completion.

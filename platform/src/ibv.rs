@@ -5,6 +5,7 @@
 use std::net::Ipv6Addr;
 
 use meshd_proto::domain::RdmaPortState;
+use meshd_proto::facts::{Gid, RdmaPortFact, RdmaReader};
 
 /// One RDMA device ("rdma_en2" on macOS, "mlx5_0" on Linux).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -43,6 +44,24 @@ impl RdmaPort {
     /// Width × lane speed, when both are known.
     pub fn active_speed_bps(&self) -> Option<u64> {
         Some(u64::from(self.active_width_lanes?) * self.active_lane_speed_bps?)
+    }
+
+    /// The port as a node fact, read by `reader`.
+    pub fn fact(&self, reader: RdmaReader) -> RdmaPortFact {
+        RdmaPortFact {
+            port: self.port,
+            state: self.state,
+            active_speed_bps: self.active_speed_bps().unwrap_or(0),
+            gids: self
+                .gids
+                .iter()
+                .map(|&(index, address)| Gid { index, address })
+                .collect(),
+            link_layer: self.link_layer.clone(),
+            active_mtu: self.active_mtu,
+            max_mtu: self.max_mtu,
+            reader: Some(reader),
+        }
     }
 }
 

@@ -16,14 +16,19 @@
 pub mod bundle;
 pub mod command;
 pub mod counters;
+pub mod file;
 pub mod ibv;
 pub mod linux;
 pub mod macos;
 pub mod mesh;
+pub mod paths;
 pub mod source;
 pub mod verbs;
+pub mod verbs_probe;
 
-use meshd_proto::facts::{NodeFacts, OsKind};
+use std::collections::BTreeMap;
+
+use meshd_proto::facts::{MemoryFacts, NodeFacts, OsKind};
 
 use crate::source::Source;
 
@@ -33,6 +38,26 @@ pub fn this_os() -> OsKind {
         "macos" => OsKind::Macos,
         "linux" => OsKind::Linux,
         _ => OsKind::Other,
+    }
+}
+
+/// Every interface's MTU as `source` shows it (macOS `ifconfig -a`, Linux
+/// `/sys/class/net/<name>/mtu`), by interface name; interfaces whose MTU
+/// cannot be read are absent, so an absent name means unknown, never a
+/// default.
+pub fn interface_mtus(source: &dyn Source, os: OsKind) -> BTreeMap<String, u32> {
+    match os {
+        OsKind::Macos => source
+            .capture(source::HostCommand::Ifconfig)
+            .map(|text| {
+                macos::ifconfig::parse_ifconfig(&text)
+                    .into_iter()
+                    .filter_map(|i| Some((i.name, i.mtu?)))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        OsKind::Linux => linux::net::read_mtus(source),
+        OsKind::Other => BTreeMap::new(),
     }
 }
 
@@ -55,4 +80,22 @@ pub fn collect(source: &dyn Source, os: OsKind) -> NodeFacts {
     facts.os = os;
     facts.source = source.describe();
     facts
+}
+
+/// This node's memory alone, as the memory watcher reads it every few
+/// seconds (the facts read includes it too); `None` when nothing about it
+/// could be read, with the reasons in `blind_spots`.
+pub fn read_memory(
+    source: &dyn Source,
+    os: OsKind,
+    blind_spots: &mut Vec<String>,
+) -> Option<MemoryFacts> {
+    match os {
+        OsKind::Macos => macos::memory::read_memory(source, blind_spots),
+        OsKind::Linux => linux::memory::read_memory(source, blind_spots),
+        OsKind::Other => {
+            blind_spots.push("memory unknown: OS not recognised".to_owned());
+            None
+        }
+    }
 }

@@ -10,6 +10,7 @@ use std::time::Duration;
 use meshd_proto::facts::OsKind;
 
 use crate::command::{RunError, run_with_timeout, stderr_suffix};
+use crate::file::{FileError, FileProblem, list_beneath, read_beneath};
 use crate::ibv::RdmaDevice;
 use crate::verbs;
 
@@ -36,6 +37,11 @@ pub enum HostCommand {
     IbvDevices,
     /// `ibv_devinfo -v`: ports, state, width, speed, GID table.
     IbvDevinfo,
+    /// `socketfilterfw --getglobalstate`: whether the Application Firewall
+    /// is on, and blocking everything.
+    FirewallState,
+    /// `socketfilterfw --listapps`: its per-application rules.
+    FirewallRules,
     /// `ip -j -4 addr show`: IPv4 addresses per interface (Linux; sysfs has
     /// none).
     IpAddr,
@@ -43,11 +49,31 @@ pub enum HostCommand {
     /// the bridge storm watcher samples; numeric, so no name lookup can
     /// stall it.
     InterfaceCounters,
+    /// `sysctl hw.memsize vm.swapusage kern.memorystatus_vm_pressure_level
+    /// kern.bootsessionuuid kern.boottime`: memory size, swap, the kernel's
+    /// pressure level and which boot this is. All five exist on every
+    /// macOS meshd runs on; one unknown name would fail the whole command.
+    Sysctl,
+    /// `vm_stat`: page counts, wired memory among them.
+    VmStat,
+    /// `sysctl iogpu.wired_limit_mb`: how much the GPU may wire. Apple
+    /// silicon only, so on its own: it fails ("unknown oid") elsewhere.
+    GpuWiredLimit,
+    /// `pmset -g`: sleep, disk sleep, restart after power failure.
+    Pmset,
+    /// `networksetup -getinfo SERVICE`: how a network service gets its
+    /// address. Takes the service as its operand ([`Source::capture_for`]);
+    /// one read-only call per Thunderbolt port's service.
+    ServiceInfo,
 }
+
+/// The Application Firewall's command-line tool (macOS).
+pub const SOCKETFILTERFW: &str = "/usr/libexec/ApplicationFirewall/socketfilterfw";
 
 impl HostCommand {
     /// Every command: the macOS collector's in the order they are run,
-    /// then Linux's `ip`, then the bridge watcher's.
+    /// then the one it runs per network service, then Linux's `ip`, then
+    /// the bridge watcher's.
     pub const ALL: &'static [HostCommand] = &[
         HostCommand::SwVers,
         HostCommand::HwModel,
@@ -59,13 +85,27 @@ impl HostCommand {
         HostCommand::RdmaCtl,
         HostCommand::IbvDevices,
         HostCommand::IbvDevinfo,
+        HostCommand::FirewallState,
+        HostCommand::FirewallRules,
+        HostCommand::Sysctl,
+        HostCommand::VmStat,
+        HostCommand::GpuWiredLimit,
+        HostCommand::Pmset,
+        HostCommand::ServiceInfo,
         HostCommand::IpAddr,
         HostCommand::InterfaceCounters,
     ];
 
-    /// The commands of the macOS platform, in the order they are run: the
-    /// first ten of [`HostCommand::ALL`].
-    pub const MACOS: &'static [HostCommand] = Self::ALL.split_at(10).0;
+    /// The commands of the macOS platform that run once per read, in the
+    /// order they are run: the first sixteen of [`HostCommand::ALL`].
+    pub const MACOS: &'static [HostCommand] = Self::ALL.split_at(16).0;
+
+    /// What the memory watcher runs on macOS, every `watch.memory.interval`.
+    pub const MACOS_MEMORY: &'static [HostCommand] = &[
+        HostCommand::Sysctl,
+        HostCommand::VmStat,
+        HostCommand::GpuWiredLimit,
+    ];
 
     /// The commands of the Linux platform (sysfs does the rest); `ibv_*`
     /// are the fallback where the verbs library cannot be loaded.
@@ -98,12 +138,19 @@ impl HostCommand {
             HostCommand::IbvDevinfo => "ibv_devinfo",
             HostCommand::IpAddr => "ip",
             HostCommand::InterfaceCounters => "netstat",
+            // Not on any PATH.
+            HostCommand::FirewallState | HostCommand::FirewallRules => SOCKETFILTERFW,
+            HostCommand::Sysctl | HostCommand::GpuWiredLimit => "sysctl",
+            HostCommand::VmStat => "vm_stat",
+            HostCommand::Pmset => "pmset",
+            HostCommand::ServiceInfo => "networksetup",
         }
     }
 
+    /// The arguments, before the operand of a command that takes one.
     pub fn args(self) -> &'static [&'static str] {
         match self {
-            HostCommand::SwVers | HostCommand::IbvDevices => &[],
+            HostCommand::SwVers | HostCommand::IbvDevices | HostCommand::VmStat => &[],
             HostCommand::HwModel => &["-n", "hw.model"],
             HostCommand::Thunderbolt => &["SPThunderboltDataType", "-json"],
             HostCommand::HardwarePorts => &["-listallhardwareports"],
@@ -114,7 +161,24 @@ impl HostCommand {
             HostCommand::IbvDevinfo => &["-v"],
             HostCommand::IpAddr => &["-j", "-4", "addr", "show"],
             HostCommand::InterfaceCounters => &["-i", "-b", "-n"],
+            HostCommand::FirewallState => &["--getglobalstate"],
+            HostCommand::FirewallRules => &["--listapps"],
+            HostCommand::Sysctl => &[
+                "hw.memsize",
+                "vm.swapusage",
+                "kern.memorystatus_vm_pressure_level",
+                "kern.bootsessionuuid",
+                "kern.boottime",
+            ],
+            HostCommand::GpuWiredLimit => &["iogpu.wired_limit_mb"],
+            HostCommand::Pmset => &["-g"],
+            HostCommand::ServiceInfo => &["-getinfo"],
         }
+    }
+
+    /// Whether it is run with an operand ([`Source::capture_for`]).
+    pub fn takes_operand(self) -> bool {
+        self == HostCommand::ServiceInfo
     }
 
     /// `system_profiler` takes about a second when healthy; `ibv_devinfo`
@@ -141,7 +205,36 @@ impl HostCommand {
             HostCommand::IbvDevinfo => "ibv_devinfo_v.txt",
             HostCommand::IpAddr => "ip_j_4_addr_show.json",
             HostCommand::InterfaceCounters => "netstat_ibn.txt",
+            HostCommand::FirewallState => "socketfilterfw_getglobalstate.txt",
+            HostCommand::FirewallRules => "socketfilterfw_listapps.txt",
+            HostCommand::Sysctl => "sysctl_memory_boot.txt",
+            HostCommand::VmStat => "vm_stat.txt",
+            HostCommand::GpuWiredLimit => "sysctl_iogpu.wired_limit_mb.txt",
+            HostCommand::Pmset => "pmset_g.txt",
+            HostCommand::ServiceInfo => "networksetup_getinfo.txt",
         }
+    }
+
+    /// The bundle file of its output for `operand`
+    /// (`networksetup_getinfo_Thunderbolt_1.txt`): the operand with every
+    /// character but letters, digits, `.`, `-` made `_`, so no operand can
+    /// name another file.
+    pub fn file_name_for(self, operand: Option<&str>) -> String {
+        let Some(operand) = operand else {
+            return self.file_name().to_owned();
+        };
+        let safe: String = operand
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || matches!(c, '.' | '-') {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let stem = self.file_name().trim_end_matches(".txt");
+        format!("{stem}_{safe}.txt")
     }
 
     /// The command line, for messages and bundle manifests.
@@ -152,8 +245,15 @@ impl HostCommand {
             .join(" ")
     }
 
-    fn error_file_name(self) -> String {
-        format!("{}.error", self.file_name())
+    /// The command line with its operand, quoted when it has spaces.
+    pub fn line_for(self, operand: Option<&str>) -> String {
+        let args: Vec<String> = self
+            .args()
+            .iter()
+            .map(|a| (*a).to_owned())
+            .chain(operand.map(str::to_owned))
+            .collect();
+        crate::command::command_line(self.program(), &args)
     }
 }
 
@@ -187,8 +287,16 @@ pub trait Source: Send + Sync {
     /// The standard output of `command`.
     fn capture(&self, command: HostCommand) -> Result<String, CaptureError>;
 
+    /// The standard output of `command` run with `operand` as its last
+    /// argument (`networksetup -getinfo "Thunderbolt 1"`).
+    fn capture_for(&self, command: HostCommand, operand: &str) -> Result<String, CaptureError>;
+
     /// A file's text by its absolute path on the host ("/sys/class/net/eth0/operstate").
     fn read_file(&self, path: &str) -> std::io::Result<String>;
+
+    /// At most the first `max_bytes` of a file (invalid UTF-8 replaced),
+    /// for files that can be large (panic reports run to megabytes).
+    fn read_file_head(&self, path: &str, max_bytes: usize) -> std::io::Result<String>;
 
     /// The entry names of a directory by its absolute path on the host,
     /// sorted.
@@ -200,23 +308,36 @@ pub trait Source: Send + Sync {
     /// The RDMA devices as the read-only verbs library of `os` lists them;
     /// `None` where this source has no library to ask (a replay, a host
     /// without the library), and the `ibv_*` outputs are used instead.
-    fn rdma_devices(&self, os: OsKind) -> Option<Result<Vec<RdmaDevice>, String>> {
+    fn rdma_devices(&self, os: OsKind) -> Option<Result<VerbsDevices, String>> {
         let _ = os;
         None
     }
+}
+
+/// The RDMA devices a verbs library listed, and what it could not tell
+/// (optional calls it lacks), for the blind spots.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct VerbsDevices {
+    pub devices: Vec<RdmaDevice>,
+    pub unknown: Vec<String>,
 }
 
 /// This host.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct LiveSource;
 
-impl Source for LiveSource {
-    fn capture(&self, command: HostCommand) -> Result<String, CaptureError> {
-        let args: Vec<String> = command.args().iter().map(|a| (*a).to_owned()).collect();
+impl LiveSource {
+    fn run(command: HostCommand, operand: Option<&str>) -> Result<String, CaptureError> {
+        let args: Vec<String> = command
+            .args()
+            .iter()
+            .map(|a| (*a).to_owned())
+            .chain(operand.map(str::to_owned))
+            .collect();
         match run_with_timeout(command.program(), &args, command.timeout()) {
             Ok(out) if out.success => Ok(out.stdout),
             Ok(out) => Err(CaptureError::Failed {
-                command: command.line(),
+                command: command.line_for(operand),
                 status: out.status,
                 stderr: out.stderr,
             }),
@@ -225,9 +346,33 @@ impl Source for LiveSource {
             }
         }
     }
+}
+
+/// The first `max_bytes` of the file at `path`.
+fn read_head(path: &Path, max_bytes: usize) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(u64::try_from(max_bytes).unwrap_or(u64::MAX))
+        .read_to_end(&mut bytes)?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+impl Source for LiveSource {
+    fn capture(&self, command: HostCommand) -> Result<String, CaptureError> {
+        Self::run(command, None)
+    }
+
+    fn capture_for(&self, command: HostCommand, operand: &str) -> Result<String, CaptureError> {
+        Self::run(command, Some(operand))
+    }
 
     fn read_file(&self, path: &str) -> std::io::Result<String> {
         std::fs::read_to_string(path)
+    }
+
+    fn read_file_head(&self, path: &str, max_bytes: usize) -> std::io::Result<String> {
+        read_head(Path::new(path), max_bytes)
     }
 
     fn list_dir(&self, path: &str) -> std::io::Result<Vec<String>> {
@@ -238,10 +383,13 @@ impl Source for LiveSource {
         "live".to_owned()
     }
 
-    fn rdma_devices(&self, os: OsKind) -> Option<Result<Vec<RdmaDevice>, String>> {
+    fn rdma_devices(&self, os: OsKind) -> Option<Result<VerbsDevices, String>> {
         let library = verbs::library_for(os)?;
         match verbs::read_devices(library, verbs::DEFAULT_TIMEOUT) {
-            Ok(reading) if reading.problems.is_empty() => Some(Ok(reading.devices)),
+            Ok(reading) if reading.problems.is_empty() => Some(Ok(VerbsDevices {
+                devices: reading.devices,
+                unknown: reading.unknown,
+            })),
             // A device that could not be queried: the command-line tools
             // may still describe it.
             Ok(reading) => Some(Err(reading
@@ -261,6 +409,9 @@ impl Source for LiveSource {
 /// A bundle directory: command outputs under their [`HostCommand::file_name`]
 /// (or `<file>.error` holding why the command failed when recorded), and
 /// host files under their own path below the directory (`sys/class/net/…`).
+/// Read as untrusted ([`crate::file::read_beneath`]): no symbolic link is
+/// followed, only regular files are read, each up to
+/// [`crate::bundle::MAX_FILE_BYTES`].
 #[derive(Debug, Clone)]
 pub struct ReplaySource {
     dir: PathBuf,
@@ -278,39 +429,77 @@ impl ReplaySource {
         &self.dir
     }
 
-    fn host_path(&self, path: &str) -> PathBuf {
-        self.dir.join(path.trim_start_matches('/'))
+    fn read(&self, relative: &Path) -> Result<Vec<u8>, FileError> {
+        read_beneath(&self.dir, relative, crate::bundle::MAX_FILE_BYTES)
+    }
+}
+
+/// A host path (`/sys/class/net`) as a path inside a bundle.
+fn host_path(path: &str) -> &Path {
+    Path::new(path.trim_start_matches('/'))
+}
+
+/// A bundle file's error for a [`Source`] caller, which tells a missing
+/// file (normal: not captured) from every other failure. An I/O error is
+/// passed on as the live source would give it, without the bundle's own
+/// path (callers name the host path they asked for); a refusal keeps it.
+fn as_io(err: FileError) -> std::io::Error {
+    match err.problem {
+        FileProblem::Io(source) => source,
+        problem => std::io::Error::other(FileError {
+            path: err.path,
+            problem,
+        }),
+    }
+}
+
+impl ReplaySource {
+    fn replay(&self, command: HostCommand, operand: Option<&str>) -> Result<String, CaptureError> {
+        let file = command.file_name_for(operand);
+        match self.read(Path::new(&file)) {
+            Ok(bytes) => return Ok(String::from_utf8_lossy(&bytes).into_owned()),
+            Err(err) if !err.is_not_found() => {
+                return Err(CaptureError::Run(format!("cannot read {err}")));
+            }
+            Err(_) => {}
+        }
+        match self.read(Path::new(&format!("{file}.error"))) {
+            Ok(recorded) => Err(CaptureError::Run(
+                String::from_utf8_lossy(&recorded).trim().to_owned(),
+            )),
+            Err(_) => Err(CaptureError::NotCaptured {
+                command: command.line_for(operand),
+                file,
+            }),
+        }
     }
 }
 
 impl Source for ReplaySource {
     fn capture(&self, command: HostCommand) -> Result<String, CaptureError> {
-        let output = self.dir.join(command.file_name());
-        match std::fs::read(&output) {
-            Ok(bytes) => return Ok(String::from_utf8_lossy(&bytes).into_owned()),
-            Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
-                return Err(CaptureError::Run(format!(
-                    "cannot read {}: {err}",
-                    output.display()
-                )));
-            }
-            Err(_) => {}
-        }
-        match std::fs::read_to_string(self.dir.join(command.error_file_name())) {
-            Ok(recorded) => Err(CaptureError::Run(recorded.trim().to_owned())),
-            Err(_) => Err(CaptureError::NotCaptured {
-                command: command.line(),
-                file: command.file_name().to_owned(),
-            }),
-        }
+        self.replay(command, None)
+    }
+
+    fn capture_for(&self, command: HostCommand, operand: &str) -> Result<String, CaptureError> {
+        self.replay(command, Some(operand))
     }
 
     fn read_file(&self, path: &str) -> std::io::Result<String> {
-        std::fs::read_to_string(self.host_path(path))
+        let bytes = self.read(host_path(path)).map_err(as_io)?;
+        String::from_utf8(bytes)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    }
+
+    fn read_file_head(&self, path: &str, max_bytes: usize) -> std::io::Result<String> {
+        // A bundle's file is read whole within the bundle's cap: a recorded
+        // head is no longer than the head asked for.
+        let bytes = self.read(host_path(path)).map_err(as_io)?;
+        let head = &bytes[..bytes.len().min(max_bytes)];
+        Ok(String::from_utf8_lossy(head).into_owned())
     }
 
     fn list_dir(&self, path: &str) -> std::io::Result<Vec<String>> {
-        list(&self.host_path(path))
+        list_beneath(&self.dir, host_path(path), crate::bundle::MAX_ENTRIES).map_err(as_io)
     }
 
     fn describe(&self) -> String {
@@ -332,6 +521,8 @@ fn list(dir: &Path) -> std::io::Result<Vec<String>> {
 pub enum Recorded {
     Command {
         command: HostCommand,
+        /// The operand of a command run with one.
+        operand: Option<String>,
         output: Result<String, String>,
     },
     File {
@@ -379,8 +570,30 @@ impl<S: Source> Source for Recorder<S> {
         let result = self.inner.capture(command);
         self.keep(Recorded::Command {
             command,
+            operand: None,
             output: result.clone().map_err(|e| e.to_string()),
         });
+        result
+    }
+
+    fn capture_for(&self, command: HostCommand, operand: &str) -> Result<String, CaptureError> {
+        let result = self.inner.capture_for(command, operand);
+        self.keep(Recorded::Command {
+            command,
+            operand: Some(operand.to_owned()),
+            output: result.clone().map_err(|e| e.to_string()),
+        });
+        result
+    }
+
+    fn read_file_head(&self, path: &str, max_bytes: usize) -> std::io::Result<String> {
+        let result = self.inner.read_file_head(path, max_bytes);
+        if let Ok(text) = &result {
+            self.keep(Recorded::File {
+                path: path.to_owned(),
+                text: text.clone(),
+            });
+        }
         result
     }
 
@@ -425,8 +638,18 @@ mod tests {
         }
         assert_eq!(
             HostCommand::MACOS.last(),
-            Some(&HostCommand::IbvDevinfo),
+            Some(&HostCommand::Pmset),
             "MACOS is the macOS collector's commands"
+        );
+        for command in HostCommand::MACOS_MEMORY {
+            assert!(HostCommand::MACOS.contains(command), "{command}");
+        }
+        assert!(
+            HostCommand::ALL
+                .iter()
+                .filter(|c| c.takes_operand())
+                .all(|c| !HostCommand::MACOS.contains(c)),
+            "the collector runs commands with an operand on their own"
         );
         let mut files: Vec<&str> = commands.iter().map(|c| c.file_name()).collect();
         files.sort_unstable();
@@ -437,6 +660,57 @@ mod tests {
                 .iter()
                 .all(|c| c.timeout() <= Duration::from_secs(10))
         );
+    }
+
+    /// meshd must stay a safe neighbour of the jobs it watches: a
+    /// GPU-counter poller bundled with one cluster tool is blamed for MLX
+    /// crashes, and failed RDMA connection attempts have wedged ports. No
+    /// command polls GPU or power counters, touches the RDMA device beyond
+    /// listing and querying it, or changes a setting.
+    #[test]
+    fn the_catalogue_is_read_only_and_polls_no_gpu_or_power_counters() {
+        const NEVER: &[&str] = &[
+            // GPU and power counters (IOReport underneath).
+            "powermetrics",
+            "ioreg",
+            // RDMA traffic, resets and configuration.
+            "ibv_rc_pingpong",
+            "ibv_ud_pingpong",
+            "ib_write_bw",
+            "ib_send_bw",
+            "perfquery",
+            "rdma",
+            "ibstat",
+            // Anything that acts as another user.
+            "sudo",
+        ];
+        for &command in HostCommand::ALL {
+            let program = command.program();
+            assert!(!NEVER.contains(&program), "{command} must not run");
+            let args = command.args();
+            let allowed = match program {
+                "sysctl" => {
+                    args.iter().all(|a| !a.contains('=') && !a.starts_with('-'))
+                        || args == ["-n", "hw.model"]
+                }
+                "pmset" => args == ["-g"],
+                "rdma_ctl" => args == ["status"],
+                "networksetup" => args
+                    .iter()
+                    .all(|a| a.starts_with("-list") || a.starts_with("-get")),
+                "ip" => args.last() == Some(&"show"),
+                // The Application Firewall's two queries; `--add` and
+                // `--unblockapp` are run by `meshd install` alone.
+                SOCKETFILTERFW => args == ["--getglobalstate"] || args == ["--listapps"],
+                "ibv_devices" | "ibv_devinfo" | "sw_vers" | "vm_stat" | "ifconfig" | "netstat"
+                | "system_profiler" => args.iter().all(|a| {
+                    !a.contains('=')
+                        && !["up", "down", "-R", "--reset", "create", "destroy"].contains(a)
+                }),
+                other => panic!("{other}: a new program; say here why it is read-only"),
+            };
+            assert!(allowed, "{command} could change something");
+        }
     }
 
     #[test]
@@ -481,6 +755,44 @@ mod tests {
     }
 
     #[test]
+    fn operands_name_their_own_bundle_files_and_heads_are_bounded() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = HostCommand::ServiceInfo.file_name_for(Some("Thunderbolt 1/../x"));
+        assert_eq!(file, "networksetup_getinfo_Thunderbolt_1_.._x.txt");
+        std::fs::write(dir.path().join(&file), "Manual Configuration\n").expect("write");
+        std::fs::create_dir_all(dir.path().join("var/log")).expect("mkdir");
+        std::fs::write(dir.path().join("var/log/big"), "x".repeat(10_000)).expect("write");
+        let recorder = Recorder::new(ReplaySource::open(dir.path()).expect("open"));
+        assert_eq!(
+            recorder
+                .capture_for(HostCommand::ServiceInfo, "Thunderbolt 1/../x")
+                .as_deref(),
+            Ok("Manual Configuration\n")
+        );
+        let missing = recorder
+            .capture_for(HostCommand::ServiceInfo, "Thunderbolt 2")
+            .expect_err("not captured");
+        assert_eq!(
+            missing.to_string(),
+            "networksetup -getinfo 'Thunderbolt 2': not in the bundle \
+             (no networksetup_getinfo_Thunderbolt_2.txt)"
+        );
+        assert_eq!(
+            recorder
+                .read_file_head("/var/log/big", 100)
+                .expect("head")
+                .len(),
+            100
+        );
+        let seen = recorder.into_recorded();
+        assert!(matches!(
+            &seen[0],
+            Recorded::Command { operand: Some(o), .. } if o == "Thunderbolt 1/../x"
+        ));
+        assert!(matches!(&seen[2], Recorded::File { text, .. } if text.len() == 100));
+    }
+
+    #[test]
     fn a_recorder_keeps_what_passed_through() {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::write(dir.path().join("sw_vers.txt"), "ProductVersion: 26.2\n").expect("write");
@@ -494,6 +806,7 @@ mod tests {
             seen[0],
             Recorded::Command {
                 command: HostCommand::SwVers,
+                operand: None,
                 output: Ok("ProductVersion: 26.2\n".into())
             }
         );

@@ -5,7 +5,11 @@
 //! Only these calls are made: `ibv_get_device_list`, `ibv_get_device_name`,
 //! `ibv_get_device_guid`, `ibv_open_device`, `ibv_query_device`,
 //! `ibv_query_port`, `ibv_query_gid`, `ibv_close_device`,
-//! `ibv_free_device_list`. Nothing allocates protection domains, queue
+//! `ibv_free_device_list`. `ibv_get_device_guid` and `ibv_query_device`
+//! are optional: MLX's JACCL never calls them, so a library may lack them;
+//! without them the node GUIDs are unknown, and only port 1 of each device
+//! is read (JACCL uses port 1, and every verbs device has one), with the
+//! reason in [`VerbsReading::unknown`]. Nothing allocates protection domains, queue
 //! pairs, memory regions or completion queues: Apple's RDMA budget is tiny
 //! and failed allocations have wedged ports (ARCHITECTURE.md, Field facts).
 //!
@@ -101,6 +105,9 @@ fn on_device(device: &Option<String>) -> String {
 pub struct VerbsReading {
     pub devices: Vec<RdmaDevice>,
     pub problems: Vec<VerbsError>,
+    /// What this library cannot tell, because an optional call is missing
+    /// from it (one line per call, naming what stays unknown).
+    pub unknown: Vec<String>,
 }
 
 /// Lists the RDMA devices of `library` with their ports and GIDs, giving
@@ -114,20 +121,34 @@ pub fn read_devices(library: &str, timeout: Duration) -> Result<VerbsReading, Ve
 /// finally returns.
 static ABANDONED: Mutex<Vec<(String, Arc<AtomicBool>)>> = Mutex::new(Vec::new());
 
+/// Refuses a new call into `library` while an earlier one that was given
+/// up on has not returned.
+pub(crate) fn refuse_if_hung(library: &str) -> Result<(), VerbsError> {
+    let mut abandoned = ABANDONED.lock().unwrap_or_else(|e| e.into_inner());
+    abandoned.retain(|(_, returned)| !returned.load(Ordering::Acquire));
+    if abandoned.iter().any(|(held, _)| held == library) {
+        return Err(VerbsError::StillHung {
+            library: library.to_owned(),
+        });
+    }
+    Ok(())
+}
+
+/// Records a thread inside `library` that was given up on; `returned` is
+/// set when it comes back.
+pub(crate) fn abandon(library: &str, returned: Arc<AtomicBool>) {
+    ABANDONED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((library.to_owned(), returned));
+}
+
 fn run_with_deadline<T: Send + 'static>(
     library: &str,
     timeout: Duration,
     work: impl FnOnce() -> Result<T, VerbsError> + Send + 'static,
 ) -> Result<T, VerbsError> {
-    {
-        let mut abandoned = ABANDONED.lock().unwrap_or_else(|e| e.into_inner());
-        abandoned.retain(|(_, returned)| !returned.load(Ordering::Acquire));
-        if abandoned.iter().any(|(held, _)| held == library) {
-            return Err(VerbsError::StillHung {
-                library: library.to_owned(),
-            });
-        }
-    }
+    refuse_if_hung(library)?;
     let returned = Arc::new(AtomicBool::new(false));
     let (answer, answered) = mpsc::sync_channel(1);
     let flag = Arc::clone(&returned);
@@ -145,10 +166,7 @@ fn run_with_deadline<T: Send + 'static>(
     match answered.recv_timeout(timeout) {
         Ok(result) => result,
         Err(RecvTimeoutError::Timeout) => {
-            ABANDONED
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push((library.to_owned(), returned));
+            abandon(library, returned);
             Err(VerbsError::TimedOut {
                 library: library.to_owned(),
                 after: timeout,
@@ -163,7 +181,7 @@ fn run_with_deadline<T: Send + 'static>(
 
 /// `struct ibv_device`: only its leading fields are read.
 #[repr(C)]
-struct IbvDeviceHead {
+pub(crate) struct IbvDeviceHead {
     _ops: [*mut c_void; 2],
     _node_type: c_int,
     transport_type: c_int,
@@ -228,15 +246,16 @@ const _: () = {
 
 /// An output buffer with room to spare after `T` (see the module doc).
 #[repr(C)]
-struct Padded<T> {
-    value: T,
+pub(crate) struct Padded<T> {
+    pub(crate) value: T,
     slack: [u8; 256],
 }
 
 impl<T> Padded<T> {
-    fn zeroed() -> Self {
-        // SAFETY: only instantiated with the integer-only `repr(C)` structs
-        // above, for which all-zero bytes are a valid value.
+    pub(crate) fn zeroed() -> Self {
+        // SAFETY: only instantiated with `repr(C)` structs of integers and
+        // raw pointers (here and in `verbs_probe`), for which all-zero
+        // bytes are a valid value.
         unsafe { std::mem::zeroed() }
     }
 }
@@ -264,14 +283,20 @@ struct Verbs {
     get_device_list: GetDeviceList,
     free_device_list: FreeDeviceList,
     get_device_name: GetDeviceName,
-    get_device_guid: GetDeviceGuid,
+    /// Optional: see the module doc.
+    get_device_guid: Option<GetDeviceGuid>,
     open_device: OpenDevice,
     close_device: CloseDevice,
-    query_device: QueryDevice,
+    /// Optional: see the module doc.
+    query_device: Option<QueryDevice>,
     query_port: QueryPort,
     query_gid: QueryGid,
     _library: Library,
 }
+
+/// What stays unknown without each optional call.
+const WITHOUT_GET_DEVICE_GUID: &str = "node GUIDs unknown";
+const WITHOUT_QUERY_DEVICE: &str = "port counts unknown; only port 1 of each device was read";
 
 impl Verbs {
     fn load(name: &str) -> Result<Verbs, VerbsError> {
@@ -281,18 +306,23 @@ impl Verbs {
             library: name.to_owned(),
             reason: err.to_string(),
         })?;
-        macro_rules! symbol {
+        macro_rules! optional {
             ($symbol:literal) => {
                 // SAFETY: the type is the function's prototype in
                 // rdma-core's verbs.h; the pointer is copied out and used
                 // only while `library` is kept in the returned struct.
-                *unsafe { library.get(concat!($symbol, "\0").as_bytes()) }.map_err(|err| {
-                    VerbsError::Symbol {
+                unsafe { library.get(concat!($symbol, "\0").as_bytes()) }
+                    .map(|f| *f)
+                    .map_err(|err| VerbsError::Symbol {
                         library: name.to_owned(),
                         symbol: $symbol,
                         reason: err.to_string(),
-                    }
-                })?
+                    })
+            };
+        }
+        macro_rules! symbol {
+            ($symbol:literal) => {
+                optional!($symbol)?
             };
         }
         Ok(Verbs {
@@ -300,14 +330,33 @@ impl Verbs {
             get_device_list: symbol!("ibv_get_device_list"),
             free_device_list: symbol!("ibv_free_device_list"),
             get_device_name: symbol!("ibv_get_device_name"),
-            get_device_guid: symbol!("ibv_get_device_guid"),
+            get_device_guid: optional!("ibv_get_device_guid").ok(),
             open_device: symbol!("ibv_open_device"),
             close_device: symbol!("ibv_close_device"),
-            query_device: symbol!("ibv_query_device"),
+            query_device: optional!("ibv_query_device").ok(),
             query_port: symbol!("ibv_query_port"),
             query_gid: symbol!("ibv_query_gid"),
             _library: library,
         })
+    }
+
+    /// One line per optional call this library lacks, naming it and what
+    /// stays unknown.
+    fn unknown(&self) -> Vec<String> {
+        let mut unknown = Vec::new();
+        if self.get_device_guid.is_none() {
+            unknown.push(format!(
+                "{}: no ibv_get_device_guid; {WITHOUT_GET_DEVICE_GUID}",
+                self.name
+            ));
+        }
+        if self.query_device.is_none() {
+            unknown.push(format!(
+                "{}: no ibv_query_device; {WITHOUT_QUERY_DEVICE}",
+                self.name
+            ));
+        }
+        unknown
     }
 
     fn call_failed(&self, call: &'static str, device: &str, code: c_int) -> VerbsError {
@@ -322,7 +371,7 @@ impl Verbs {
 
 /// rdma-core returns an errno value from the query calls and -1 with
 /// `errno` set from the others.
-fn failure_reason(code: c_int) -> String {
+pub(crate) fn failure_reason(code: c_int) -> String {
     if code > 0 {
         std::io::Error::from_raw_os_error(code).to_string()
     } else {
@@ -361,7 +410,10 @@ fn enumerate(library: &str) -> Result<VerbsReading, VerbsError> {
     // (NULL-terminated), alive until `ibv_free_device_list` in
     // `DeviceList::drop`, which happens after this slice's last use.
     let devices = unsafe { std::slice::from_raw_parts(list.list, count) };
-    let mut reading = VerbsReading::default();
+    let mut reading = VerbsReading {
+        unknown: verbs.unknown(),
+        ..VerbsReading::default()
+    };
     for &device in devices.iter().filter(|d| !d.is_null()) {
         reading
             .devices
@@ -414,14 +466,19 @@ fn read_device(
             CStr::from_ptr(name).to_string_lossy().into_owned()
         }
     };
-    // SAFETY: as above; the GUID is returned by value, in network order.
-    let guid = u64::from_be(unsafe { (verbs.get_device_guid)(device) });
+    let node_guid = match verbs.get_device_guid {
+        // SAFETY: as above; the GUID is returned by value, in network order.
+        Some(get_device_guid) => {
+            format!("{:016x}", u64::from_be(unsafe { get_device_guid(device) }))
+        }
+        None => String::new(),
+    };
     // SAFETY: every entry of the list is a `struct ibv_device`, whose
     // leading fields `IbvDeviceHead` mirrors.
     let transport_type = unsafe { (*device).transport_type };
     let mut found = RdmaDevice {
         name,
-        node_guid: format!("{guid:016x}"),
+        node_guid,
         transport: transport_name(transport_type),
         ports: Vec::new(),
     };
@@ -437,14 +494,22 @@ fn read_device(
         return found;
     }
     let opened = OpenedDevice { verbs, context };
-    let mut attr = Padded::<IbvDeviceAttr>::zeroed();
-    // SAFETY: an open context and a zeroed buffer larger than the struct.
-    let code = unsafe { (verbs.query_device)(opened.context, &mut attr.value) };
-    if code != 0 {
-        problems.push(verbs.call_failed("ibv_query_device", &found.name, code));
-        return found;
-    }
-    for port in 1..=attr.value.phys_port_cnt {
+    let ports = match verbs.query_device {
+        Some(query_device) => {
+            let mut attr = Padded::<IbvDeviceAttr>::zeroed();
+            // SAFETY: an open context and a zeroed buffer larger than the
+            // struct.
+            let code = unsafe { query_device(opened.context, &mut attr.value) };
+            if code != 0 {
+                problems.push(verbs.call_failed("ibv_query_device", &found.name, code));
+                return found;
+            }
+            attr.value.phys_port_cnt
+        }
+        // Port 1 exists on every device (see the module doc).
+        None => 1,
+    };
+    for port in 1..=ports {
         match read_port(&opened, port, &found.name) {
             Ok(read) => found.ports.push(read),
             Err(err) => problems.push(err),
@@ -588,6 +653,40 @@ mod tests {
             err.to_string()
                 .starts_with("cannot load the verbs library libmeshd-no-such-verbs.so.1: "),
             "{err}"
+        );
+    }
+
+    /// A library without the optional calls is kept, and says what stays
+    /// unknown; rdma-core's has them all.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn optional_calls_missing_are_named_not_fatal() {
+        let library = match Verbs::load("libibverbs.so.1") {
+            Ok(library) => library,
+            Err(err) => {
+                assert_ne!(
+                    std::env::var("CI").as_deref(),
+                    Ok("true"),
+                    "CI installs libibverbs1: {err}"
+                );
+                println!("skipped: {err}");
+                return;
+            }
+        };
+        assert!(library.get_device_guid.is_some() && library.query_device.is_some());
+        assert_eq!(library.unknown(), Vec::<String>::new());
+        let lacking = Verbs {
+            get_device_guid: None,
+            query_device: None,
+            ..library
+        };
+        assert_eq!(
+            lacking.unknown(),
+            [
+                "libibverbs.so.1: no ibv_get_device_guid; node GUIDs unknown",
+                "libibverbs.so.1: no ibv_query_device; port counts unknown; only port 1 of each \
+                 device was read",
+            ]
         );
     }
 

@@ -6,17 +6,29 @@ use std::net::Ipv6Addr;
 
 use meshd_platform::ibv::{RdmaDevice, parse_ibv_devices, parse_ibv_devinfo};
 use meshd_platform::macos::ifconfig::{Interface, parse_ifconfig};
+use meshd_platform::macos::memory::{MemoryOutputs, boot_identity, memory_facts};
 use meshd_platform::macos::netstat::parse_netstat_interfaces;
 use meshd_platform::macos::networksetup::{
-    parse_all_services, parse_hardware_ports, parse_service_order, service_for_device,
+    parse_all_services, parse_hardware_ports, parse_service_info, parse_service_order,
+    service_for_device,
 };
+use meshd_platform::macos::panic_report::parse_panic_report;
+use meshd_platform::macos::pmset::parse_pmset;
 use meshd_platform::macos::rdma_ctl::{RdmaCtlStatus, parse_rdma_ctl_status};
+use meshd_platform::macos::socketfilterfw::{
+    GlobalState, ListAppsError, firewall_fact, parse_global_state, parse_listapps,
+};
 use meshd_platform::macos::sw_vers::parse_sw_vers;
+use meshd_platform::macos::sysctl::parse_sysctl_values;
 use meshd_platform::macos::system_profiler::{
     ThunderboltBus, ThunderboltPort, ThunderboltSpeed, parse_thunderbolt, parse_thunderbolt_json,
     parse_thunderbolt_text,
 };
+use meshd_platform::macos::vm_stat::parse_vm_stat;
 use meshd_proto::domain::RdmaPortState;
+use meshd_proto::facts::{
+    BootIdentity, FirewallRule, Ipv4Method, MemoryFacts, MemoryPressure, PowerSettings,
+};
 
 /// The team's shared captures, and the ones this crate adds (netstat, the
 /// MLX docs' M3 Ultra device list).
@@ -134,6 +146,72 @@ const CASES: &[(&str, Check)] = &[
         netstat_apple_silicon,
     ),
     ("netstat_bi_IntelMac_en0-en1-fw0.txt", netstat_intel_mac),
+    ("socketfilterfw_getglobalstate_enabled.txt", firewall_on),
+    ("socketfilterfw_getglobalstate_disabled.txt", firewall_off),
+    (
+        "socketfilterfw_getglobalstate_state-2.txt",
+        firewall_block_all,
+    ),
+    (
+        "socketfilterfw_getglobalstate_Sequoia_state-2.txt",
+        firewall_block_all,
+    ),
+    (
+        "socketfilterfw_listapps_nix-darwin-VM_9-apps.txt",
+        listapps_nine_rules,
+    ),
+    (
+        "socketfilterfw_listapps_ALF-layout_trimmed-to-1-of-7.txt",
+        listapps_cut_short,
+    ),
+    (
+        "vm_stat_MacMini-AppleSilicon_32GB_16K-pages.txt",
+        vm_stat_apple_silicon,
+    ),
+    ("vm_stat_IntelMac_4K-pages_wazuh-22113.txt", vm_stat_intel),
+    (
+        "sysctl_pressure-warning_swap_48GiB-Mac-under-load.txt",
+        sysctl_under_load,
+    ),
+    (
+        "sysctl_hw.model-hw.memsize_MacMini-M2Pro-32GB.txt",
+        sysctl_memsize,
+    ),
+    ("sysctl_iogpu_raised-wired-limit.txt", sysctl_gpu_limit),
+    (
+        "sysctl_kern.boottime-bootsessionuuid_after-a-panic.txt",
+        sysctl_boot,
+    ),
+    ("pmset_g_macOS26.3_M-series_AC.txt", pmset_m_series),
+    (
+        "pmset_g_SleepDisabled_sleep-prevented.txt",
+        pmset_sleep_disabled,
+    ),
+    (
+        "pmset_g_autorestart0_sleep1_iMac20,1-SMBIOS.txt",
+        pmset_sleep_on,
+    ),
+    (
+        "pmset_g_autorestart0_OpenCore-guide.txt",
+        pmset_no_autorestart,
+    ),
+    (
+        "networksetup_getinfo_Manual_router-null.txt",
+        getinfo_manual,
+    ),
+    ("networksetup_getinfo_Manual_Wi-Fi.txt", getinfo_manual),
+    (
+        "networksetup_getinfo_DHCP_self-assigned-169.254.txt",
+        getinfo_dhcp,
+    ),
+    (
+        "panic-full_iPhoneOS14.6_cut-by-the-author.ips",
+        panic_full_cut_off,
+    ),
+    (
+        "panicString_IOGPUMemory_macOS26.4_MacMini-M4_omlx-862.txt",
+        panic_string_iogpu,
+    ),
 ];
 
 #[test]
@@ -768,4 +846,212 @@ fn netstat_intel_mac(text: &str) {
     );
     // FireWire's 8-byte address is one column like a MAC.
     assert_eq!(parsed.get("fw0").map(|i| i.output_bytes), Some(Some(692)));
+}
+
+fn firewall_on(text: &str) {
+    assert_eq!(parse_global_state(text), GlobalState::On);
+}
+
+fn firewall_off(text: &str) {
+    assert_eq!(parse_global_state(text), GlobalState::Off);
+}
+
+/// Both wordings of state 2 (older "enabled", Sequoia's "blocking all
+/// non-essential incoming connections").
+fn firewall_block_all(text: &str) {
+    assert_eq!(parse_global_state(text), GlobalState::BlockAll);
+}
+
+fn listapps_nine_rules(text: &str) {
+    let rules = parse_listapps(text).expect("parses");
+    assert_eq!(rules.len(), 9);
+    assert_eq!(
+        rules[0],
+        FirewallRule {
+            path: "/usr/libexec/sshd-session".into(),
+            allowed: Some(false)
+        }
+    );
+    assert_eq!(
+        rules[8],
+        FirewallRule {
+            path: "/usr/sbin/smbd".into(),
+            allowed: Some(true)
+        }
+    );
+    assert_eq!(rules.iter().filter(|r| r.allowed == Some(false)).count(), 2);
+    // The list was read and has no rule for meshd: known, and empty.
+    let (fact, blind) = firewall_fact(Some("Firewall is enabled. (State = 1)\n"), Some(text));
+    assert_eq!(fact.meshd_rules, Some(vec![]));
+    assert!(blind.is_empty());
+}
+
+/// The author kept 1 of 7 rules: a listing cut short is refused, not read
+/// as a shorter list.
+fn listapps_cut_short(text: &str) {
+    assert_eq!(
+        parse_listapps(text),
+        Err(ListAppsError::CountMismatch { said: 7, listed: 1 })
+    );
+}
+
+fn vm_stat_apple_silicon(text: &str) {
+    let stat = parse_vm_stat(text);
+    assert_eq!(stat.page_size, Some(16_384));
+    assert_eq!(stat.wired_bytes(), Some(127_718 * 16_384));
+    assert_eq!(stat.pages.get("Translation faults"), Some(&5_220_385_534));
+    assert_eq!(stat.pages.len(), 22);
+}
+
+fn vm_stat_intel(text: &str) {
+    let stat = parse_vm_stat(text);
+    assert_eq!(stat.page_size, Some(4096));
+    // 2.7 GiB wired on an Intel Mac.
+    assert_eq!(stat.wired_bytes(), Some(715_958 * 4096));
+    assert_eq!(stat.pages.get("Pages occupied by compressor"), Some(&0));
+}
+
+fn sysctl_under_load(text: &str) {
+    let mut blind = Vec::new();
+    let memory = memory_facts(
+        MemoryOutputs {
+            sysctl: Some(text),
+            ..MemoryOutputs::default()
+        },
+        &mut blind,
+    )
+    .expect("memory");
+    assert_eq!(memory.pressure, Some(MemoryPressure::Warning));
+    assert_eq!(memory.swap_total_bytes, Some(13_312 << 20));
+    // 11625.69 MiB.
+    assert_eq!(memory.swap_used_bytes, Some(12_190_419_517));
+    // This capture has no hw.memsize line: unknown, and said.
+    assert_eq!(memory.total_bytes, None);
+    assert_eq!(
+        blind,
+        [
+            "sysctl hw.memsize vm.swapusage kern.memorystatus_vm_pressure_level \
+                        kern.bootsessionuuid kern.boottime: no hw.memsize line"
+        ]
+    );
+}
+
+fn sysctl_memsize(text: &str) {
+    let values = parse_sysctl_values(text);
+    assert_eq!(values["hw.memsize"], "34359738368");
+    assert_eq!(values["hw.model"], "Mac14,12");
+}
+
+fn sysctl_gpu_limit(text: &str) {
+    let mut blind = Vec::new();
+    let memory = memory_facts(
+        MemoryOutputs {
+            gpu_wired_limit: Some(text),
+            ..MemoryOutputs::default()
+        },
+        &mut blind,
+    )
+    .expect("memory");
+    assert_eq!(
+        memory,
+        MemoryFacts {
+            gpu_wired_limit_bytes: Some(118_000 << 20),
+            ..MemoryFacts::default()
+        }
+    );
+    assert!(blind.is_empty(), "{blind:?}");
+}
+
+fn sysctl_boot(text: &str) {
+    let mut blind = Vec::new();
+    assert_eq!(
+        boot_identity(Some(text), &mut blind),
+        BootIdentity {
+            id: Some("40962879-B7EE-4F13-AF6E-E7266EF5E732".into()),
+            booted_at_unix: Some(1_790_421_415),
+        }
+    );
+    assert!(blind.is_empty(), "{blind:?}");
+}
+
+fn pmset_m_series(text: &str) {
+    assert_eq!(
+        parse_pmset(text),
+        Some(PowerSettings {
+            sleep_minutes: Some(0),
+            disk_sleep_minutes: Some(0),
+            // A MacBook: no autorestart line.
+            auto_restart: None,
+            sleep_disabled: None,
+            sleep_prevented_by: vec![],
+        })
+    );
+}
+
+fn pmset_sleep_disabled(text: &str) {
+    let power = parse_pmset(text).expect("pmset");
+    assert_eq!(power.sleep_disabled, Some(true));
+    assert_eq!(power.sleep_minutes, Some(0));
+    assert_eq!(power.sleep_prevented_by.len(), 8);
+    assert_eq!(power.sleep_prevented_by[5], "coreaudiod");
+}
+
+fn pmset_sleep_on(text: &str) {
+    let power = parse_pmset(text).expect("pmset");
+    assert_eq!(
+        (power.sleep_minutes, power.disk_sleep_minutes),
+        (Some(1), Some(10))
+    );
+    assert_eq!(power.sleep_prevented_by, ["sharingd", "coreaudiod"]);
+    assert_eq!(power.auto_restart, None);
+}
+
+fn pmset_no_autorestart(text: &str) {
+    let power = parse_pmset(text).expect("pmset");
+    assert_eq!(power.auto_restart, Some(false));
+    assert_eq!(power.sleep_minutes, Some(0));
+    assert_eq!(power.sleep_prevented_by, ["screensharingd"]);
+}
+
+fn getinfo_manual(text: &str) {
+    assert_eq!(parse_service_info(text), Some(Ipv4Method::Manual));
+}
+
+fn getinfo_dhcp(text: &str) {
+    assert_eq!(parse_service_info(text), Some(Ipv4Method::Dhcp));
+}
+
+fn panic_full_cut_off(text: &str) {
+    let report = parse_panic_report("panic-full-2021-07-19-063405.000.ips", text).expect("panic");
+    assert_eq!(
+        report.first_line,
+        "panic(cpu 1 caller 0xfffffff01a3072d4): Kernel data abort. at pc 0xfffffff01a655334, \
+         lr 0xfffffff01a655320 (saved state: 0xffffffe815c4b3a0)"
+    );
+    // 2021-07-19 06:34:05 +0300.
+    assert_eq!(report.at_unix, Some(1_626_665_645));
+    assert_eq!(
+        report.boot_id, None,
+        "paniclog version 13 names no boot session"
+    );
+    // The bounded read cuts anywhere: the first kilobyte still gives the line.
+    let cut = &text[..text.char_indices().nth(1024).map_or(text.len(), |(i, _)| i)];
+    assert_eq!(
+        parse_panic_report("p", cut).expect("cut").first_line,
+        report.first_line
+    );
+}
+
+fn panic_string_iogpu(text: &str) {
+    // The decoded panic string, as Console and the issue show it.
+    let report = parse_panic_report("panic-full.panic", text).expect("panic");
+    assert_eq!(
+        report.first_line,
+        "panic(cpu 7 caller 0xfffffe004418be28): \"completeMemory() prepare count underflow\" \
+         @IOGPUMemory.cpp:550"
+    );
+    assert_eq!(
+        report.boot_id.as_deref(),
+        Some("7EDF3EA8-1F47-4E07-A28D-C02488B3E469")
+    );
 }

@@ -7,7 +7,10 @@ use meshd_platform::counters::{CounterChange, CounterGroup, CounterSample, Count
 use meshd_platform::linux::{self, counters::read_port_counters, net::read_bridges};
 use meshd_platform::source::ReplaySource;
 use meshd_proto::domain::{Counter, RdmaPortState};
-use meshd_proto::facts::{BridgeFact, Gid, Ipv4Cidr, NodeFacts, PortFact, RdmaPortFact};
+use meshd_proto::facts::{
+    BootIdentity, BridgeFact, Gid, Ipv4Cidr, MemoryFacts, NodeFacts, PanicFacts, PanicReport,
+    PortFact, RdmaPortFact, RdmaReader,
+};
 
 /// A bundle directory being filled with host files.
 struct Bundle(tempfile::TempDir);
@@ -48,10 +51,36 @@ impl Bundle {
         linux::collect(&ReplaySource::open(self.0.path()).expect("open"))
     }
 
+    /// Memory, pressure, boot and an empty pstore, from real captures
+    /// (tests/fixtures/linux/SOURCES.md), so only what a test leaves out
+    /// is a blind spot.
+    fn host(&self) -> &Self {
+        self.file(
+            "/proc/meminfo",
+            &fixture("proc_meminfo_Ubuntu_4GB_with-swap.txt"),
+        )
+        .file(
+            "/proc/pressure/memory",
+            &fixture("proc_pressure_memory_small-stalls.txt"),
+        )
+        .file("/proc/stat", &fixture("proc_stat_2.4-kernel_2-cpus.txt"))
+        .file("/proc/sys/kernel/random/boot_id", BOOT_ID)
+        .dir("/sys/fs/pstore")
+    }
+
     fn replay(&self) -> ReplaySource {
         ReplaySource::open(self.0.path()).expect("open")
     }
 }
+
+const LINUX_FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/linux");
+
+fn fixture(name: &str) -> String {
+    std::fs::read_to_string(Path::new(LINUX_FIXTURES).join(name)).expect("fixture")
+}
+
+/// A boot id as the kernel prints it (`proc_do_uuid`: lower-case UUID).
+const BOOT_ID: &str = "033acd7c-b7ab-43a2-b973-1ccc461ffdd2\n";
 
 fn gid(index: u32, address: &str) -> Gid {
     Gid {
@@ -82,6 +111,7 @@ const ZERO_GID: &str = "0000:0000:0000:0000:0000:0000:0000:0000\n";
 /// `lifespan`.
 fn mlx5_roce_host() -> Bundle {
     let bundle = Bundle::new();
+    bundle.host();
     bundle
         .file("/proc/sys/kernel/osrelease", "6.1.0-18-amd64\n")
         .file("/sys/class/dmi/id/product_name", "PowerEdge R750\n");
@@ -188,6 +218,7 @@ fn mlx5_roce_ports_with_their_interfaces_gids_speeds_and_addresses() {
                     link_layer: String::new(),
                     active_mtu: None,
                     max_mtu: None,
+                    reader: Some(RdmaReader::Sysfs),
                 }),
                 ..PortFact::default()
             },
@@ -211,6 +242,7 @@ fn mlx5_roce_ports_with_their_interfaces_gids_speeds_and_addresses() {
                     link_layer: String::new(),
                     active_mtu: None,
                     max_mtu: None,
+                    reader: Some(RdmaReader::Sysfs),
                 }),
                 ..PortFact::default()
             },
@@ -317,6 +349,7 @@ fn unreadable_counters_are_named_and_missing_groups_are_not_problems() {
 #[test]
 fn infiniband_ports_pair_with_their_ipoib_interface() {
     let bundle = Bundle::new();
+    bundle.host();
     let port = "/sys/class/infiniband/mlx5_2/ports/1";
     bundle
         .file("/proc/sys/kernel/osrelease", "5.14.0-362.el9.x86_64\n")
@@ -430,6 +463,7 @@ fn what_cannot_be_read_is_a_blind_spot_and_never_a_guess() {
             link_layer: String::new(),
             active_mtu: None,
             max_mtu: None,
+            reader: Some(RdmaReader::Sysfs),
         })
     );
     let spots = facts.blind_spots.join("\n");
@@ -444,10 +478,16 @@ fn what_cannot_be_read_is_a_blind_spot_and_never_a_guess() {
         "mlx5_0/1: unreadable GID entries in /sys/class/infiniband/mlx5_0/ports/1/gids: 1 (",
         "mlx5_0/1: no paired network interface",
         "bridges unknown: cannot list /sys/class/net",
+        "boot id unknown: cannot read /proc/sys/kernel/random/boot_id",
+        "boot time unknown: cannot read /proc/stat",
+        "memory unknown: cannot read /proc/meminfo",
+        "kernel panics unknown: cannot list /sys/fs/pstore",
     ] {
         assert!(spots.contains(expected), "missing {expected:?} in\n{spots}");
     }
-    assert_eq!(facts.blind_spots.len(), 10, "{spots}");
+    assert_eq!(facts.blind_spots.len(), 14, "{spots}");
+    assert!(!facts.boot.is_known());
+    assert_eq!((facts.memory, facts.panics), (None, None));
 }
 
 #[test]
@@ -598,4 +638,134 @@ fn this_machine_is_read_honestly() {
         facts.bridges
     );
     println!("facts of this machine: {facts:#?}");
+}
+
+#[test]
+fn interface_mtus_are_read_from_sysfs_and_unreadable_ones_are_unknown() {
+    let bundle = Bundle::new();
+    bundle
+        .file("/sys/class/net/lo/mtu", "65536\n")
+        .file("/sys/class/net/veth-a/mtu", "9000\n")
+        .file("/sys/class/net/odd0/mtu", "lots\n")
+        .unreadable("/sys/class/net/gone0/mtu");
+    let mtus = meshd_platform::interface_mtus(&bundle.replay(), meshd_proto::facts::OsKind::Linux);
+    assert_eq!(
+        mtus.into_iter().collect::<Vec<_>>(),
+        [("lo".to_owned(), 65536), ("veth-a".to_owned(), 9000)]
+    );
+}
+
+#[test]
+fn memory_boot_and_panics_from_real_captures() {
+    let bundle = Bundle::new();
+    bundle.host().dir("/sys/class/net");
+    let facts = bundle.collect();
+    assert_eq!(
+        facts.boot,
+        BootIdentity {
+            id: Some("033acd7c-b7ab-43a2-b973-1ccc461ffdd2".into()),
+            booted_at_unix: Some(1_062_315_585),
+        }
+    );
+    assert_eq!(
+        facts.memory,
+        Some(MemoryFacts {
+            total_bytes: Some(4_060_612 * 1024),
+            wired_bytes: Some(0),
+            locked_bytes: Some(0),
+            swap_total_bytes: Some(3_317_380 * 1024),
+            swap_used_bytes: Some(0),
+            stall_some_bp: Some(5),
+            stall_full_bp: Some(5),
+            ..MemoryFacts::default()
+        })
+    );
+    assert_eq!(
+        facts.panics,
+        Some(PanicFacts { latest: None }),
+        "pstore empty: no panic"
+    );
+
+    // A kernel without PSI: the stalls alone are unknown.
+    std::fs::remove_file(bundle.path("/proc/pressure/memory")).expect("rm");
+    let facts = bundle.collect();
+    let memory = facts.memory.clone().expect("meminfo still read");
+    assert_eq!((memory.stall_some_bp, memory.stall_full_bp), (None, None));
+    assert_blind_spot(
+        &facts,
+        "memory pressure stalls unknown: cannot read /proc/pressure/memory",
+    );
+
+    let hugepages = linux::memory::memory_from_meminfo(&linux::memory::parse_meminfo(&fixture(
+        "proc_meminfo_SGI-UV_1G-hugepages_LKML.txt",
+    )));
+    assert_eq!(hugepages.total_bytes, Some(32_395_508 * 1024));
+    assert_eq!(hugepages.swap_used_bytes, Some(0), "no swap at all");
+}
+
+#[test]
+fn a_panic_kept_by_pstore_is_named_by_its_message() {
+    let bundle = Bundle::new();
+    bundle.host().dir("/sys/class/net");
+    // The parts of one panic, as efi_pstore writes them: Part1 holds the
+    // newest lines, and here the panic message is in Part3.
+    for part in 1..=3 {
+        bundle.file(
+            &format!("/sys/fs/pstore/dmesg-efi-17000000000{part}001"),
+            &fixture(&format!(
+                "pstore_dmesg-efi_ath11k-resume-panic_Panic1-Part{part}.txt"
+            )),
+        );
+    }
+    let facts = bundle.collect();
+    assert_eq!(
+        facts.panics,
+        Some(PanicFacts {
+            latest: Some(PanicReport {
+                file: "dmesg-efi-170000000003001".into(),
+                at_unix: None,
+                first_line: "Kernel panic - not syncing: ath11k_pci 0000:01:00.0: unrecoverable \
+                             failure"
+                    .into(),
+                boot_id: None,
+            }),
+        })
+    );
+    // Without the part that has the message, Part1 names the dump.
+    std::fs::remove_file(bundle.path("/sys/fs/pstore/dmesg-efi-170000000003001")).expect("rm");
+    let facts = bundle.collect();
+    let latest = facts.panics.expect("read").latest.expect("a record");
+    assert_eq!(
+        (latest.file.as_str(), latest.first_line.as_str()),
+        ("dmesg-efi-170000000001001", "Panic#1 Part1")
+    );
+}
+
+#[test]
+fn data_counters_sum_what_moves_and_a_saturated_one_proves_nothing() {
+    use meshd_platform::linux::counters::read_data_counters;
+    let bundle = Bundle::new();
+    let port = "/sys/class/infiniband/mlx5_0/ports/1";
+    bundle
+        .file(&format!("{port}/counters/port_xmit_data"), "1000\n")
+        .file(&format!("{port}/counters/port_rcv_data"), "24\n")
+        .file(&format!("{port}/counters/symbol_error"), "3\n");
+    let replay = bundle.replay();
+    assert_eq!(read_data_counters(&replay, "mlx5_0", 1), Some(1024));
+    // rxe: no PortCounters, the driver's packet counts instead.
+    let rxe = "/sys/class/infiniband/rxe0/ports/1/hw_counters";
+    bundle
+        .file(&format!("{rxe}/sent_pkts"), "7\n")
+        .file(&format!("{rxe}/rcvd_pkts"), "8\n");
+    assert_eq!(read_data_counters(&replay, "rxe0", 1), Some(15));
+    // A 32-bit data counter stopped at its maximum: still, but not idle.
+    bundle.file(&format!("{port}/counters/port_xmit_data"), "4294967295\n");
+    assert_eq!(read_data_counters(&replay, "mlx5_0", 1), None);
+    bundle.file(&format!("{port}/counters/port_xmit_data"), "lots\n");
+    assert_eq!(read_data_counters(&replay, "mlx5_0", 1), None, "unreadable");
+    assert_eq!(
+        read_data_counters(&replay, "mlx5_9", 1),
+        None,
+        "no such device"
+    );
 }

@@ -10,8 +10,8 @@ use meshd_platform::mesh::checks::{mesh_checks, node_checks};
 use meshd_platform::mesh::models::ModelTable;
 use meshd_proto::domain::{NodeId, RdmaPortState};
 use meshd_proto::facts::{
-    BridgeFact, Cable, CableEnd, CheckResult, CheckStatus, Gid, Ipv4Cidr, NodeFacts, OsKind,
-    PeerFact, PortFact, RdmaPortFact,
+    BridgeFact, Cable, CableEnd, CheckResult, CheckStatus, FirewallFact, FirewallRule, Gid,
+    Ipv4Cidr, Ipv4Method, NodeFacts, OsKind, PeerFact, PortFact, PowerSettings, RdmaPortFact,
 };
 
 const G80: u64 = 80_000_000_000;
@@ -78,6 +78,7 @@ fn rdma_port(state: RdmaPortState, active_speed_bps: u64, gids: Vec<Gid>) -> Rdm
         link_layer: "Thunderbolt".into(),
         active_mtu: Some(4096),
         max_mtu: Some(4096),
+        reader: None,
     }
 }
 
@@ -95,6 +96,7 @@ fn healthy(n: usize) -> BTreeMap<NodeId, NodeFacts> {
                 port.linked = Some(true);
                 port.iface_up = Some(true);
                 port.ipv4 = Some(vec![Ipv4Cidr::new(ip, 30).unwrap()]);
+                port.ipv4_method = Some(Ipv4Method::Manual);
                 port.peer = Some(PeerFact {
                     domain_uuid: uuid(j, port_for(j, i)),
                     model: ULTRA.to_owned(),
@@ -134,6 +136,21 @@ fn healthy(n: usize) -> BTreeMap<NodeId, NodeFacts> {
                 ports_complete: true,
                 ports,
                 source: "test".to_owned(),
+                firewall: Some(FirewallFact {
+                    enabled: Some(true),
+                    block_all: Some(false),
+                    meshd_rules: Some(vec![FirewallRule {
+                        path: "/usr/local/bin/meshd".to_owned(),
+                        allowed: Some(true),
+                    }]),
+                }),
+                power: Some(PowerSettings {
+                    sleep_minutes: Some(0),
+                    disk_sleep_minutes: Some(0),
+                    auto_restart: Some(true),
+                    sleep_disabled: None,
+                    sleep_prevented_by: vec![],
+                }),
                 ..NodeFacts::default()
             };
             (name(i), facts)
@@ -218,7 +235,7 @@ fn healthy_four_node_mesh_passes_every_check() {
         }
     );
     let results = all_checks(&facts, &members(4));
-    assert_eq!(results.len(), 4 * 7 + 7);
+    assert_eq!(results.len(), 4 * 11 + 7);
     assert_eq!(not_passing(&results), []);
     for r in &results {
         assert!(r.fix.is_empty(), "{r:?}");
@@ -414,11 +431,19 @@ fn active_bridge_fails_and_the_fix_uses_the_service_found_by_device() {
     let results = all_checks(&facts, &members(4));
     assert_eq!(
         not_passing(&results),
-        [(
-            "thunderbolt_bridge_inactive".to_owned(),
-            on(3),
-            CheckStatus::Fail
-        )]
+        [
+            (
+                "thunderbolt_bridge_inactive".to_owned(),
+                on(3),
+                CheckStatus::Fail
+            ),
+            // Its service is on: the drift that brings it back.
+            (
+                "thunderbolt_bridge_service_off".to_owned(),
+                on(3),
+                CheckStatus::Warn
+            )
+        ]
     );
     let bridge = results
         .iter()
@@ -1078,5 +1103,100 @@ fn a_peer_seen_offering_no_rdma_service_has_rdma_off() {
     assert_eq!(
         rdma.evidence[0],
         "n1/Thunderbolt 2 sees this Mac not offer the RDMA service (rdma_ctl status not read): RDMA is disabled"
+    );
+}
+
+#[test]
+fn the_firewall_must_let_meshd_be_reached() {
+    let mac = |firewall: Option<FirewallFact>| NodeFacts {
+        os: OsKind::Macos,
+        firewall,
+        ..NodeFacts::default()
+    };
+    let on = |block_all, rules: Option<Vec<(&str, Option<bool>)>>| {
+        mac(Some(FirewallFact {
+            enabled: Some(true),
+            block_all,
+            meshd_rules: rules.map(|rules| {
+                rules
+                    .into_iter()
+                    .map(|(path, allowed)| FirewallRule {
+                        path: path.into(),
+                        allowed,
+                    })
+                    .collect()
+            }),
+        }))
+    };
+    let result = |facts: &NodeFacts| {
+        check(
+            &node_checks(&id("x"), facts, &ModelTable::builtin()),
+            "firewall_allows_meshd",
+        )
+        .clone()
+    };
+    const MESHD: &str = "/usr/local/bin/meshd";
+
+    let allowed = result(&on(Some(false), Some(vec![(MESHD, Some(true))])));
+    assert_eq!(allowed.status, CheckStatus::Pass, "{allowed:?}");
+    assert_eq!(
+        allowed.evidence,
+        ["the Application Firewall allows incoming connections to /usr/local/bin/meshd"]
+    );
+
+    let blocked = result(&on(Some(false), Some(vec![(MESHD, Some(false))])));
+    assert_eq!(blocked.status, CheckStatus::Fail, "{blocked:?}");
+    assert!(
+        blocked
+            .fix
+            .contains("socketfilterfw --unblockapp /usr/local/bin/meshd"),
+        "{blocked:?}"
+    );
+
+    // An old binary still allowed does not excuse the one that is blocked.
+    let mixed = result(&on(
+        Some(false),
+        Some(vec![("/opt/meshd/meshd", Some(true)), (MESHD, Some(false))]),
+    ));
+    assert_eq!(mixed.status, CheckStatus::Fail, "{mixed:?}");
+
+    let everything_blocked = result(&on(Some(true), Some(vec![(MESHD, Some(true))])));
+    assert_eq!(everything_blocked.status, CheckStatus::Fail);
+    assert!(
+        everything_blocked
+            .fix
+            .contains("socketfilterfw --setblockall off"),
+        "{everything_blocked:?}"
+    );
+
+    let no_rule = result(&on(Some(false), Some(vec![])));
+    assert_eq!(no_rule.status, CheckStatus::Fail, "{no_rule:?}");
+
+    // Unknowns are never a verdict.
+    for unknown in [
+        mac(None),
+        on(Some(false), None),
+        on(Some(false), Some(vec![(MESHD, None)])),
+        mac(Some(FirewallFact::default())),
+    ] {
+        let skipped = result(&unknown);
+        assert_eq!(skipped.status, CheckStatus::Skipped, "{skipped:?}");
+    }
+
+    let off = result(&mac(Some(FirewallFact {
+        enabled: Some(false),
+        ..FirewallFact::default()
+    })));
+    assert_eq!(off.status, CheckStatus::Pass, "{off:?}");
+
+    let linux = NodeFacts {
+        os: OsKind::Linux,
+        ..NodeFacts::default()
+    };
+    let skipped = result(&linux);
+    assert_eq!(skipped.status, CheckStatus::Skipped);
+    assert!(
+        skipped.evidence[0].contains("this check applies to macOS"),
+        "{skipped:?}"
     );
 }

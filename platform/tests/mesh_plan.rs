@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use meshd_platform::mesh::Backend;
 use meshd_platform::mesh::models::{Model, ModelTable};
 use meshd_platform::mesh::plan::{
-    CablingPlan, DEFAULT_LINK_RANGE, PlanRefusal, SetupStep, plan, plan_in_range,
+    CablingPlan, DEFAULT_LINK_RANGE, PlanRefusal, SetupStep, default_names, plan, plan_in_range,
 };
 use meshd_proto::facts::Ipv4Cidr;
 
@@ -243,7 +243,7 @@ fn refusals_for_size_and_range() {
     let refusal = plan(&[ultra; 9], Backend::Jaccl).unwrap_err();
     assert_eq!(refusal, PlanRefusal::TooManyNodes { nodes: 9, max: 8 });
     let small: Ipv4Cidr = "10.1.1.0/28".parse().unwrap();
-    let refusal = plan_in_range(&[ultra; 4], Backend::Jaccl, small).unwrap_err();
+    let refusal = plan_in_range(&default_names(4), &[ultra; 4], Backend::Jaccl, small).unwrap_err();
     assert_eq!(
         refusal.to_string(),
         "10.1.1.0/28 holds 4 /30s, but the plan has 6 cables; pick a larger range"
@@ -317,5 +317,77 @@ fn links_config_is_toml_meshd_reads() {
         p.nodes[1]
             .links_config
             .contains("# local_iface = \"enX\"  # the Device of \"Thunderbolt 2\"")
+    );
+}
+
+#[test]
+fn a_nodes_hardware_ports_name_its_interfaces_in_its_links() {
+    use meshd_platform::macos::networksetup::parse_hardware_ports;
+    let table = table();
+    let mac = table.by_id("m5-max-macbook-pro").unwrap();
+    let mut p = plan(&[mac; 3], Backend::Jaccl).unwrap();
+    let before = p.nodes[0].links_config.clone();
+    // Thunderbolt 1 → en1, 2 → en6, 3 → en2: not in en order.
+    let ports = parse_hardware_ports(
+        "Hardware Port: Thunderbolt 1\nDevice: en1\n\nHardware Port: Thunderbolt 2\nDevice: en6\n",
+    );
+    let missing = p
+        .name_interfaces("node2", &ports)
+        .expect("node2 is planned");
+    let node2_ends: Vec<(String, Option<String>)> = p
+        .cables
+        .iter()
+        .flat_map(|c| [&c.a, &c.b])
+        .filter(|e| e.node == "node2")
+        .map(|e| (e.port.clone(), e.iface.clone()))
+        .collect();
+    for (port, iface) in &node2_ends {
+        let expected = match port.as_str() {
+            "Thunderbolt 1" => Some("en1"),
+            "Thunderbolt 2" => Some("en6"),
+            _ => None,
+        };
+        assert_eq!(iface.as_deref(), expected, "{port}");
+        assert_eq!(missing.contains(port), expected.is_none(), "{port}");
+    }
+    let parsed: toml::Table = toml::from_str(&p.nodes[1].links_config).expect("valid TOML");
+    for link in parsed["links"].as_array().unwrap() {
+        let written = link.get("local_iface").and_then(|v| v.as_str());
+        assert!(matches!(written, Some("en1" | "en6")), "{link:?}");
+    }
+    // Other nodes are untouched; an unknown node is an error naming them.
+    assert_eq!(p.nodes[0].links_config, before);
+    let err = p.name_interfaces("node7", &ports).expect_err("no node7");
+    assert_eq!(
+        err.to_string(),
+        "the plan has no node node7; its nodes are node1, node2, node3"
+    );
+}
+
+#[test]
+fn a_plan_names_the_nodes_it_is_given() {
+    let table = ModelTable::builtin();
+    let studio = table.by_id("m4-max-studio").expect("model");
+    let names: Vec<String> = ["studio-1", "studio-2", "studio-3"]
+        .map(str::to_owned)
+        .to_vec();
+    let plan = plan_in_range(&names, &[studio; 3], Backend::Jaccl, DEFAULT_LINK_RANGE)
+        .expect("3 studios fit");
+    let planned: Vec<&str> = plan.nodes.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(planned, ["studio-1", "studio-2", "studio-3"]);
+    assert_eq!(plan.cables[0].a.node, "studio-1");
+    assert_eq!(plan.cables[2].b.node, "studio-3");
+    assert!(plan.nodes[0].links_config.contains("peer = \"studio-2\""));
+
+    let refusal = plan_in_range(
+        &names[..2],
+        &[studio; 3],
+        Backend::Jaccl,
+        DEFAULT_LINK_RANGE,
+    )
+    .unwrap_err();
+    assert_eq!(
+        refusal.to_string(),
+        "2 names for 3 nodes; name every node once"
     );
 }

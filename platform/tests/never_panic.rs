@@ -6,25 +6,38 @@
 use std::sync::OnceLock;
 
 use meshd_platform::ibv::{parse_ibv_devices, parse_ibv_devinfo};
+use meshd_platform::linux::boot::{parse_boot_id, parse_btime};
+use meshd_platform::linux::memory::{parse_meminfo, parse_pressure};
+use meshd_platform::linux::pstore::parse_record;
 use meshd_platform::macos::ifconfig::parse_ifconfig;
+use meshd_platform::macos::memory::{MemoryOutputs, boot_identity, memory_facts};
 use meshd_platform::macos::netstat::parse_netstat_interfaces;
 use meshd_platform::macos::networksetup::{
-    parse_all_services, parse_hardware_ports, parse_service_order,
+    parse_all_services, parse_hardware_ports, parse_service_info, parse_service_order,
 };
+use meshd_platform::macos::panic_report::{
+    newest_panic_report, parse_panic_report, parse_report_time,
+};
+use meshd_platform::macos::pmset::parse_pmset;
 use meshd_platform::macos::rdma_ctl::parse_rdma_ctl_status;
 use meshd_platform::macos::sw_vers::parse_sw_vers;
-use meshd_platform::macos::sysctl::parse_hw_model;
+use meshd_platform::macos::sysctl::{
+    parse_boottime, parse_hw_model, parse_pressure_level, parse_swap_usage, parse_sysctl_values,
+    parse_uuid,
+};
 use meshd_platform::macos::system_profiler::{
     ThunderboltSpeed, parse_thunderbolt, parse_thunderbolt_json, parse_thunderbolt_text,
 };
-use meshd_platform::macos::{MacosOutputs, join};
+use meshd_platform::macos::vm_stat::parse_vm_stat;
+use meshd_platform::macos::{MacosOutputs, PanicOutputs, join};
 use meshd_platform::source::HostCommand;
 use proptest::prelude::*;
 use serde_json::Value;
 
-const FIXTURE_DIRS: [&str; 2] = [
+const FIXTURE_DIRS: [&str; 3] = [
     concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/macos"),
     concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/macos"),
+    concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/linux"),
 ];
 
 fn every_parser(text: &str) {
@@ -42,6 +55,34 @@ fn every_parser(text: &str) {
     let _ = parse_thunderbolt_json(text);
     let _ = parse_thunderbolt_text(text);
     let _ = parse_netstat_interfaces(text);
+    let _ = parse_vm_stat(text).wired_bytes();
+    let values = parse_sysctl_values(text);
+    for value in values.values() {
+        let _ = parse_swap_usage(value);
+        let _ = parse_boottime(value);
+        let _ = parse_pressure_level(value);
+        let _ = parse_uuid(value);
+    }
+    let mut blind = Vec::new();
+    let _ = memory_facts(
+        MemoryOutputs {
+            sysctl: Some(text),
+            vm_stat: Some(text),
+            gpu_wired_limit: Some(text),
+        },
+        &mut blind,
+    );
+    let _ = boot_identity(Some(text), &mut blind);
+    let _ = parse_pmset(text);
+    let _ = parse_service_info(text);
+    let _ = parse_panic_report("x.panic", text);
+    let _ = parse_report_time(text);
+    let _ = newest_panic_report(text.lines());
+    let _ = parse_meminfo(text);
+    let _ = parse_pressure(text);
+    let _ = parse_btime(text);
+    let _ = parse_boot_id(text);
+    let _ = parse_record(text);
 }
 
 fn fixtures() -> &'static [String] {
@@ -177,13 +218,22 @@ proptest! {
         ),
     ) {
         let fixtures = fixtures();
+        let pick = |(index, edits): &(prop::sample::Index, Vec<(usize, usize, String)>)| {
+            mutated(&fixtures[index.index(fixtures.len())], edits)
+        };
         let outputs = HostCommand::MACOS.iter().zip(&texts).fold(
             MacosOutputs::default(),
-            |outputs, (&command, (index, edits))| {
-                let text = mutated(&fixtures[index.index(fixtures.len())], edits);
-                outputs.with(command, Ok(text))
-            },
+            |outputs, (&command, picked)| outputs.with(command, Ok(pick(picked))),
         );
+        // Every Thunderbolt service the hardware ports may name, and a
+        // panic report made of the same texts.
+        let outputs = (1..=6).fold(outputs, |outputs, n| {
+            outputs.with_service_info(&format!("Thunderbolt {n}"), Ok(pick(&texts[n % texts.len()])))
+        });
+        let outputs = outputs.with_panics(PanicOutputs::Newest {
+            file: "panic-full-2026-01-01-000000.0002.panic".to_owned(),
+            head: Ok(pick(&texts[0])),
+        });
         let _ = join(&outputs);
     }
 }

@@ -9,11 +9,14 @@ use std::path::{Path, PathBuf};
 use meshd_platform::bundle;
 use meshd_platform::ibv::{RdmaDevice, RdmaPort};
 use meshd_platform::macos;
+use meshd_platform::macos::NO_RDMA_TRAFFIC_COUNTER;
 use meshd_platform::mesh::checks::{Diagnosis, diagnose};
 use meshd_platform::mesh::models::ModelTable;
-use meshd_platform::source::{CaptureError, HostCommand, ReplaySource, Source};
+use meshd_platform::source::{CaptureError, HostCommand, ReplaySource, Source, VerbsDevices};
 use meshd_proto::domain::{NodeId, RdmaPortState};
-use meshd_proto::facts::{BridgeFact, CheckResult, CheckStatus, NodeFacts, OsKind, PortFact};
+use meshd_proto::facts::{
+    BridgeFact, CheckResult, CheckStatus, FirewallFact, NodeFacts, OsKind, PortFact,
+};
 
 const SCENARIOS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/scenarios");
 /// The shared captures, and the ones this crate adds.
@@ -34,7 +37,8 @@ fn replay(scenario: &str) -> NodeFacts {
 }
 
 /// One "not in the bundle" blind spot per command the scenario has no file
-/// for, in command order, then `extra`.
+/// for, in command order, then `extra`, then the panic reports no scenario
+/// holds and the RDMA traffic counter macOS does not have.
 fn expected_blind_spots(scenario: &str, extra: &[&str]) -> Vec<String> {
     let dir = Path::new(SCENARIOS).join(scenario);
     HostCommand::MACOS
@@ -48,6 +52,12 @@ fn expected_blind_spots(scenario: &str, extra: &[&str]) -> Vec<String> {
             .to_string()
         })
         .chain(extra.iter().map(|s| (*s).to_owned()))
+        .chain([
+            "kernel panic reports unknown: cannot list /Library/Logs/DiagnosticReports: No such \
+             file or directory (os error 2)"
+                .to_owned(),
+            NO_RDMA_TRAFFIC_COUNTER.to_owned(),
+        ])
         .collect()
 }
 
@@ -381,6 +391,58 @@ fn intel_mac_with_an_inactive_thunderbolt_bridge_and_a_vm_bridge() {
     assert_eq!(facts.blind_spots, expected_blind_spots(scenario, &[]));
 }
 
+/// The named check of this scenario's only node.
+fn node_check(scenario: &str, name: &str) -> CheckResult {
+    let facts = replay(scenario);
+    let node = NodeId::new("mac").expect("id");
+    diagnose(&BTreeMap::from([(node, facts)]), &ModelTable::builtin())
+        .all_checks()
+        .find(|c| c.name == name)
+        .cloned()
+        .expect("the check ran")
+}
+
+#[test]
+fn a_firewall_without_a_meshd_rule_fails_and_one_that_is_off_passes() {
+    let scenario = "firewall-on-without-a-meshd-rule";
+    let facts = replay(scenario);
+    assert_eq!(
+        facts.firewall,
+        Some(FirewallFact {
+            enabled: Some(true),
+            block_all: Some(false),
+            meshd_rules: Some(vec![]),
+        })
+    );
+    assert_eq!(facts.blind_spots, expected_blind_spots(scenario, &[]));
+    let check = node_check(scenario, "firewall_allows_meshd");
+    assert_eq!(check.status, CheckStatus::Fail, "{check:#?}");
+    assert!(
+        check.evidence[0].contains("has no rule for meshd"),
+        "{check:#?}"
+    );
+    assert!(
+        check
+            .fix
+            .contains("socketfilterfw --add /usr/local/bin/meshd"),
+        "{check:#?}"
+    );
+
+    let scenario = "firewall-off";
+    let facts = replay(scenario);
+    assert_eq!(
+        facts.firewall,
+        Some(FirewallFact {
+            enabled: Some(false),
+            block_all: Some(false),
+            meshd_rules: None,
+        })
+    );
+    let check = node_check(scenario, "firewall_allows_meshd");
+    assert_eq!(check.status, CheckStatus::Pass, "{check:#?}");
+    assert_eq!(check.evidence, ["the Application Firewall is off"]);
+}
+
 #[test]
 fn pasted_text_profiler_output_is_read() {
     let scenario = "mac-mini-pasted-text-profiler";
@@ -513,7 +575,7 @@ fn every_bundle_file_is_exactly_the_fixtures_the_readme_names() {
 /// the devices as verbs would list them.
 struct WithVerbs {
     commands: ReplaySource,
-    devices: Result<Vec<RdmaDevice>, String>,
+    devices: Result<VerbsDevices, String>,
 }
 
 impl Source for WithVerbs {
@@ -525,8 +587,14 @@ impl Source for WithVerbs {
         );
         self.commands.capture(command)
     }
+    fn capture_for(&self, command: HostCommand, operand: &str) -> Result<String, CaptureError> {
+        self.commands.capture_for(command, operand)
+    }
     fn read_file(&self, path: &str) -> std::io::Result<String> {
         self.commands.read_file(path)
+    }
+    fn read_file_head(&self, path: &str, max_bytes: usize) -> std::io::Result<String> {
+        self.commands.read_file_head(path, max_bytes)
     }
     fn list_dir(&self, path: &str) -> std::io::Result<Vec<String>> {
         self.commands.list_dir(path)
@@ -534,7 +602,7 @@ impl Source for WithVerbs {
     fn describe(&self) -> String {
         "live".to_owned()
     }
-    fn rdma_devices(&self, _: OsKind) -> Option<Result<Vec<RdmaDevice>, String>> {
+    fn rdma_devices(&self, _: OsKind) -> Option<Result<VerbsDevices, String>> {
         Some(self.devices.clone())
     }
 }
@@ -559,7 +627,10 @@ fn verbs_devices_replace_the_ibv_tools_and_their_failure_falls_back() {
     };
     let source = WithVerbs {
         commands: ReplaySource::open(&dir).expect("scenario"),
-        devices: Ok(vec![active]),
+        devices: Ok(VerbsDevices {
+            devices: vec![active.clone()],
+            unknown: Vec::new(),
+        }),
     };
     let facts = macos::collect(&source);
     assert!(
@@ -580,6 +651,37 @@ fn verbs_devices_replace_the_ibv_tools_and_their_failure_falls_back() {
     );
     assert_eq!(rdma.active_speed_bps, 80_000_000_000);
     assert_eq!(rdma.gid(1), Some("::ffff:10.254.0.1".parse().expect("gid")));
+
+    // A library without the optional calls: its devices are kept (no
+    // fallback to the tools), the GUID unknown, and the blind spots say so.
+    let lacking = "/usr/lib/librdma.dylib: no ibv_get_device_guid; node GUIDs unknown";
+    let source = WithVerbs {
+        commands: ReplaySource::open(&dir).expect("scenario"),
+        devices: Ok(VerbsDevices {
+            devices: vec![RdmaDevice {
+                node_guid: String::new(),
+                ..active
+            }],
+            unknown: vec![lacking.to_owned()],
+        }),
+    };
+    let facts = macos::collect(&source);
+    assert!(
+        facts.blind_spots.contains(&lacking.to_owned()),
+        "{:?}",
+        facts.blind_spots
+    );
+    let port = facts
+        .ports
+        .iter()
+        .find(|p| p.rdma_device == "rdma_en6")
+        .expect("en6");
+    assert_eq!(port.rdma_node_guid, "", "unknown, not guessed");
+    assert_eq!(
+        port.rdma.as_ref().expect("rdma").state,
+        RdmaPortState::Active,
+        "still from verbs"
+    );
 
     let source = WithVerbs {
         commands: ReplaySource::open(&dir).expect("scenario"),
@@ -909,4 +1011,19 @@ fn a_member_without_its_thunderbolt_report_is_no_missing_cable() {
             assert!(!text.ends_with(": no cable"), "{text}");
         }
     }
+}
+
+#[test]
+fn interface_mtus_come_from_ifconfig_on_a_mac() {
+    let dir = Path::new(SCENARIOS).join("intel-mac-bridge0-inactive-vm-bridge100");
+    let source = ReplaySource::open(&dir).expect("scenario");
+    let mtus = meshd_platform::interface_mtus(&source, OsKind::Macos);
+    assert_eq!(mtus.get("lo0"), Some(&16384));
+    assert_eq!(mtus.get("en2"), Some(&1500));
+    assert_eq!(mtus.get("p2p0"), Some(&2304));
+    assert_eq!(mtus.get("bridge0"), Some(&1500));
+    // Without an ifconfig capture every MTU is unknown, none guessed.
+    let empty = tempfile::tempdir().expect("tempdir");
+    let source = ReplaySource::open(empty.path()).expect("empty bundle");
+    assert!(meshd_platform::interface_mtus(&source, OsKind::Macos).is_empty());
 }

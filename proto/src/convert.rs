@@ -11,14 +11,15 @@ use std::time::{Duration, SystemTime};
 use crate::domain::{
     Alarm, Blame, Counter, Event, EventDetail, EventKind, Incarnation, InterfaceState, LinkEnd,
     LinkMeasurement, LinkObservation, LinkState, LinkVerdict, LossWindow, MeshStatus, NodeId,
-    NodeIdentity, NodeState, NodeVerdict, Quorum, RdmaPortState, RejectReason, RttHistogram,
-    RttSummary, Severity, UnknownName,
+    NodeIdentity, NodeLoad, NodeState, NodeVerdict, Quorum, RdmaPortState, RdmaProbe,
+    RejectReason, RttHistogram, RttSummary, Severity, UnknownName,
 };
 use crate::facts::{
-    BridgeFact, Cable, CableEnd, CheckResult, CheckStatus, Gid, Ipv4Cidr, NodeFacts, OsKind,
-    PeerFact, PortFact, RdmaPortFact,
+    BootIdentity, BridgeFact, Cable, CableEnd, CheckResult, CheckStatus, FirewallFact,
+    FirewallRule, Gid, Ipv4Cidr, Ipv4Method, MemoryFacts, MemoryPressure, NodeFacts, OsKind,
+    PanicFacts, PanicReport, PeerFact, PortFact, PowerSettings, RdmaPortFact, RdmaReader,
 };
-use crate::wire;
+use crate::{limits, wire};
 
 mod stream;
 
@@ -71,8 +72,28 @@ fn optional_node_id(field: &str, id: String) -> Result<Option<NodeId>> {
     }
 }
 
+/// A wire time within [`crate::time`]'s range (1970 to 9999), refused
+/// otherwise: nothing downstream formats or adds to a time it cannot hold.
 fn time(field: &str, ts: Option<prost_types::Timestamp>) -> Result<SystemTime> {
     let ts = ts.ok_or_else(|| WireError::new(field, "missing"))?;
+    if !(0..=999_999_999).contains(&ts.nanos) {
+        return Err(WireError::new(
+            field,
+            format!("nanos {} is outside 0-999999999", ts.nanos),
+        ));
+    }
+    if ts.seconds < 0 {
+        return Err(WireError::new(
+            field,
+            format!("{} s is before 1970", ts.seconds),
+        ));
+    }
+    if ts.seconds > crate::time::LATEST_SECONDS {
+        return Err(WireError::new(
+            field,
+            format!("{} s is after 9999", ts.seconds),
+        ));
+    }
     SystemTime::try_from(ts).map_err(|e| WireError::new(field, format!("not a valid time: {e}")))
 }
 
@@ -93,9 +114,53 @@ fn each<W, D>(field: &str, items: Vec<W>, convert: impl Fn(W) -> Result<D>) -> R
         .collect()
 }
 
+/// Refuses a list longer than `max` before any element is converted.
+fn at_most<T>(field: &str, items: &[T], max: usize) -> Result<()> {
+    if items.len() > max {
+        return Err(WireError::new(
+            field,
+            format!("{} entries, at most {max}", items.len()),
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses a text longer than `max` bytes.
+fn text_at_most(field: &str, text: String, max: usize) -> Result<String> {
+    if text.len() > max {
+        return Err(WireError::new(
+            field,
+            format!("{} bytes, at most {max}", text.len()),
+        ));
+    }
+    Ok(text)
+}
+
 fn non_empty(s: String) -> Option<String> {
     if s.is_empty() { None } else { Some(s) }
 }
+
+/// A peer's free text where a short one is expected: refused, naming the
+/// field, when longer than `max` characters.
+fn bounded(field: &str, s: String, max: usize) -> Result<String> {
+    let chars = s.chars().count();
+    if chars > max {
+        return Err(WireError::new(
+            field,
+            format!("{chars} characters; at most {max} are accepted"),
+        ));
+    }
+    Ok(s)
+}
+
+/// Longest boot id accepted (a UUID is 36 characters).
+const MAX_BOOT_ID_CHARS: usize = 64;
+/// Longest panic report file name and first line accepted.
+const MAX_PANIC_FILE_CHARS: usize = 255;
+const MAX_PANIC_LINE_CHARS: usize = 512;
+/// Most processes named as holding sleep off, and the longest name.
+const MAX_SLEEP_PREVENTERS: usize = 32;
+const MAX_PROCESS_NAME_CHARS: usize = 64;
 
 fn timestamp(t: SystemTime) -> Option<prost_types::Timestamp> {
     Some(t.into())
@@ -148,6 +213,14 @@ enum_conversions!(EventKind, EventKind, event_kind, event_kind_wire, {
     AlarmCleared => AlarmCleared,
     ConfigReloaded => ConfigReloaded,
     ConfigRejected => ConfigRejected,
+    NodeRestarted => NodeRestarted,
+    NodeRebooted => NodeRebooted,
+});
+enum_conversions!(MemoryPressure, MemoryPressure, memory_pressure, memory_pressure_wire, {
+    Normal => Normal, Warning => Warning, Critical => Critical,
+});
+enum_conversions!(Ipv4Method, Ipv4Method, ipv4_method, ipv4_method_wire, {
+    Manual => Manual, Dhcp => Dhcp, Bootp => Bootp, ManualWithDhcpRouter => ManualWithDhcpRouter,
 });
 
 enum_conversions!(InterfaceState, InterfaceState, interface_state, interface_state_wire, {
@@ -172,7 +245,30 @@ enum_conversions!(RejectReason, RejectReason, reject_reason, reject_reason_wire,
     NotAuthenticated => NotAuthenticated,
     OverLimit => OverLimit,
     IncarnationAhead => IncarnationAhead,
+    ForeignAlarm => ForeignAlarm,
 });
+
+/// The reader of an RDMA port: unspecified (an older sender) and numbers
+/// this build does not know (a newer one) are an unknown reader, not an
+/// error.
+fn rdma_reader(raw: i32) -> Option<RdmaReader> {
+    match wire::RdmaReader::try_from(raw) {
+        Ok(wire::RdmaReader::Verbs) => Some(RdmaReader::Verbs),
+        Ok(wire::RdmaReader::Sysfs) => Some(RdmaReader::Sysfs),
+        Ok(wire::RdmaReader::IbvDevinfo) => Some(RdmaReader::IbvDevinfo),
+        Ok(wire::RdmaReader::Unspecified) | Err(_) => None,
+    }
+}
+
+fn rdma_reader_wire(reader: Option<RdmaReader>) -> i32 {
+    let wire = match reader {
+        Some(RdmaReader::Verbs) => wire::RdmaReader::Verbs,
+        Some(RdmaReader::Sysfs) => wire::RdmaReader::Sysfs,
+        Some(RdmaReader::IbvDevinfo) => wire::RdmaReader::IbvDevinfo,
+        None => wire::RdmaReader::Unspecified,
+    };
+    wire as i32
+}
 
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
@@ -322,6 +418,13 @@ impl From<LinkObservation> for wire::LinkObservation {
             silence_ns: nanos(o.silence),
             consecutive_lost: o.consecutive_lost,
             lateness_ns: nanos(o.lateness),
+            rdma_probe: o.rdma_probe.map(|p| wire::RdmaProbe {
+                last_rtt_ns: p.last_rtt.map_or(0, nanos),
+                consecutive_failures: p.consecutive_failures,
+                last_ok_at: p.last_ok_at.map(Into::into),
+                probes_sent_total: p.probes_sent_total,
+                probes_failed_total: p.probes_failed_total,
+            }),
         }
     }
 }
@@ -354,6 +457,19 @@ impl TryFrom<wire::LinkObservation> for LinkObservation {
             silence: Duration::from_nanos(o.silence_ns),
             consecutive_lost: o.consecutive_lost,
             lateness: Duration::from_nanos(o.lateness_ns),
+            rdma_probe: o
+                .rdma_probe
+                .map(|p| -> Result<RdmaProbe> {
+                    Ok(RdmaProbe {
+                        last_rtt: (p.last_rtt_ns > 0).then(|| Duration::from_nanos(p.last_rtt_ns)),
+                        consecutive_failures: p.consecutive_failures,
+                        last_ok_at: optional_time("last_ok_at", p.last_ok_at)?,
+                        probes_sent_total: p.probes_sent_total,
+                        probes_failed_total: p.probes_failed_total,
+                    })
+                })
+                .transpose()
+                .map_err(|e| e.within("rdma_probe"))?,
         })
     }
 }
@@ -416,15 +532,16 @@ impl TryFrom<wire::LinkEnd> for LinkEnd {
 }
 
 impl From<Alarm> for wire::Alarm {
+    /// Texts and evidence clipped to the caps of [`limits`].
     fn from(a: Alarm) -> Self {
         Self {
             kind: a.kind.as_str().to_owned(),
             severity: severity_wire(a.severity),
             node: a.node.to_string(),
-            subject: a.subject,
-            summary: a.summary,
-            evidence: a.evidence,
-            fix: a.fix.unwrap_or_default(),
+            subject: limits::clip(a.subject, limits::MAX_SUBJECT_BYTES),
+            summary: limits::clip(a.summary, limits::MAX_SUMMARY_BYTES),
+            evidence: limits::clip_evidence(a.evidence),
+            fix: limits::clip(a.fix.unwrap_or_default(), limits::MAX_FIX_BYTES),
             since: timestamp(a.since),
             updated: timestamp(a.updated),
         }
@@ -441,14 +558,29 @@ impl TryFrom<wire::Alarm> for Alarm {
                 .map_err(|e: UnknownName| WireError::new("kind", e.to_string()))?,
             severity: severity("severity", a.severity)?,
             node: node_id("node", a.node)?,
-            subject: a.subject,
-            summary: a.summary,
-            evidence: a.evidence,
-            fix: non_empty(a.fix),
+            subject: text_at_most("subject", a.subject, limits::MAX_SUBJECT_BYTES)?,
+            summary: text_at_most("summary", a.summary, limits::MAX_SUMMARY_BYTES)?,
+            evidence: evidence(a.evidence)?,
+            fix: non_empty(text_at_most("fix", a.fix, limits::MAX_FIX_BYTES)?),
             since: time("since", a.since)?,
             updated: time("updated", a.updated)?,
         })
     }
+}
+
+fn evidence(lines: Vec<String>) -> Result<Vec<String>> {
+    at_most("evidence", &lines, limits::MAX_EVIDENCE_LINES)?;
+    lines
+        .into_iter()
+        .enumerate()
+        .map(|(i, line)| {
+            text_at_most(
+                &format!("evidence[{i}]"),
+                line,
+                limits::MAX_EVIDENCE_LINE_BYTES,
+            )
+        })
+        .collect()
 }
 
 impl From<NodeVerdict> for wire::NodeVerdict {
@@ -461,6 +593,8 @@ impl From<NodeVerdict> for wire::NodeVerdict {
             identity: n.identity.map(Into::into),
             last_report_at: n.last_report_at.map(Into::into),
             cpu_saturated: n.cpu_saturated,
+            boot: boot_wire(n.boot),
+            fix: n.fix.unwrap_or_default(),
         }
     }
 }
@@ -480,6 +614,8 @@ impl TryFrom<wire::NodeVerdict> for NodeVerdict {
                 .map_err(|e| e.within("identity"))?,
             last_report_at: optional_time("last_report_at", n.last_report_at)?,
             cpu_saturated: n.cpu_saturated,
+            boot: boot_identity(n.boot).map_err(|e| e.within("boot"))?,
+            fix: non_empty(n.fix),
         })
     }
 }
@@ -495,6 +631,7 @@ impl From<LinkVerdict> for wire::LinkVerdict {
             blame: blame_wire(l.blame),
             blamed_node: l.blamed_node.map(|n| n.to_string()).unwrap_or_default(),
             recent_changes: l.recent_changes,
+            fix: l.fix.unwrap_or_default(),
         }
     }
 }
@@ -513,6 +650,7 @@ impl TryFrom<wire::LinkVerdict> for LinkVerdict {
             blame: blame("blame", l.blame)?,
             blamed_node: optional_node_id("blamed_node", l.blamed_node)?,
             recent_changes: l.recent_changes,
+            fix: non_empty(l.fix),
         })
     }
 }
@@ -688,8 +826,162 @@ impl From<NodeFacts> for wire::NodeFacts {
                 })
                 .collect(),
             bridges_read,
+            boot: boot_wire(f.boot),
+            memory: f.memory.map(memory_wire),
+            power: f.power.map(|p| wire::PowerSettings {
+                sleep_minutes: p.sleep_minutes,
+                disk_sleep_minutes: p.disk_sleep_minutes,
+                auto_restart: p.auto_restart,
+                sleep_disabled: p.sleep_disabled,
+                sleep_prevented_by: p.sleep_prevented_by,
+            }),
+            panics_read: f.panics.is_some(),
+            latest_panic: f.panics.and_then(|p| p.latest).map(|r| wire::PanicReport {
+                file: r.file,
+                at_unix: r.at_unix,
+                first_line: r.first_line,
+                boot_id: r.boot_id.unwrap_or_default(),
+            }),
+            firewall: f.firewall.map(|fw| wire::FirewallFact {
+                enabled: fw.enabled,
+                block_all: fw.block_all,
+                rules_read: fw.meshd_rules.is_some(),
+                meshd_rules: fw
+                    .meshd_rules
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|r| wire::FirewallRule {
+                        path: r.path,
+                        allowed: r.allowed,
+                    })
+                    .collect(),
+            }),
         }
     }
+}
+
+/// More meshd rules than this is not a firewall a Mac has: refused rather
+/// than carried in every report.
+const MAX_FIREWALL_RULES: usize = 64;
+
+fn firewall_fact(fw: wire::FirewallFact) -> Result<FirewallFact> {
+    if fw.meshd_rules.len() > MAX_FIREWALL_RULES {
+        return Err(WireError::new(
+            "meshd_rules",
+            format!(
+                "{} rules; at most {MAX_FIREWALL_RULES} are accepted",
+                fw.meshd_rules.len()
+            ),
+        ));
+    }
+    let rules: Vec<FirewallRule> = fw
+        .meshd_rules
+        .into_iter()
+        .map(|r| FirewallRule {
+            path: r.path,
+            allowed: r.allowed,
+        })
+        .collect();
+    Ok(FirewallFact {
+        enabled: fw.enabled,
+        block_all: fw.block_all,
+        meshd_rules: (fw.rules_read || !rules.is_empty()).then_some(rules),
+    })
+}
+
+/// An unknown boot is no message at all.
+fn boot_wire(b: BootIdentity) -> Option<wire::BootIdentity> {
+    b.is_known().then(|| wire::BootIdentity {
+        id: b.id.unwrap_or_default(),
+        booted_at_unix: b.booted_at_unix,
+    })
+}
+
+fn boot_identity(b: Option<wire::BootIdentity>) -> Result<BootIdentity> {
+    let Some(b) = b else {
+        return Ok(BootIdentity::default());
+    };
+    Ok(BootIdentity {
+        id: non_empty(bounded("id", b.id, MAX_BOOT_ID_CHARS)?),
+        booted_at_unix: b.booted_at_unix,
+    })
+}
+
+fn memory_wire(m: MemoryFacts) -> wire::MemoryFacts {
+    wire::MemoryFacts {
+        total_bytes: m.total_bytes,
+        wired_bytes: m.wired_bytes,
+        locked_bytes: m.locked_bytes,
+        swap_total_bytes: m.swap_total_bytes,
+        swap_used_bytes: m.swap_used_bytes,
+        pressure: m.pressure.map(memory_pressure_wire),
+        stall_some_bp: m.stall_some_bp,
+        stall_full_bp: m.stall_full_bp,
+        gpu_wired_limit_bytes: m.gpu_wired_limit_bytes,
+    }
+}
+
+fn memory_facts(m: wire::MemoryFacts) -> Result<MemoryFacts> {
+    Ok(MemoryFacts {
+        total_bytes: m.total_bytes,
+        wired_bytes: m.wired_bytes,
+        locked_bytes: m.locked_bytes,
+        swap_total_bytes: m.swap_total_bytes,
+        swap_used_bytes: m.swap_used_bytes,
+        pressure: m
+            .pressure
+            .map(|raw| memory_pressure("pressure", raw))
+            .transpose()?,
+        stall_some_bp: m.stall_some_bp,
+        stall_full_bp: m.stall_full_bp,
+        gpu_wired_limit_bytes: m.gpu_wired_limit_bytes,
+    })
+}
+
+fn power_settings(p: wire::PowerSettings) -> Result<PowerSettings> {
+    if p.sleep_prevented_by.len() > MAX_SLEEP_PREVENTERS {
+        return Err(WireError::new(
+            "sleep_prevented_by",
+            format!(
+                "{} names; at most {MAX_SLEEP_PREVENTERS} are accepted",
+                p.sleep_prevented_by.len()
+            ),
+        ));
+    }
+    Ok(PowerSettings {
+        sleep_minutes: p.sleep_minutes,
+        disk_sleep_minutes: p.disk_sleep_minutes,
+        auto_restart: p.auto_restart,
+        sleep_disabled: p.sleep_disabled,
+        sleep_prevented_by: p
+            .sleep_prevented_by
+            .into_iter()
+            .enumerate()
+            .map(|(i, name)| {
+                bounded(
+                    &format!("sleep_prevented_by[{i}]"),
+                    name,
+                    MAX_PROCESS_NAME_CHARS,
+                )
+            })
+            .collect::<Result<_>>()?,
+    })
+}
+
+fn panic_facts(read: bool, latest: Option<wire::PanicReport>) -> Result<Option<PanicFacts>> {
+    let latest = latest
+        .map(|r| -> Result<PanicReport> {
+            Ok(PanicReport {
+                file: bounded("file", r.file, MAX_PANIC_FILE_CHARS)?,
+                at_unix: r.at_unix,
+                first_line: bounded("first_line", r.first_line, MAX_PANIC_LINE_CHARS)?,
+                boot_id: non_empty(bounded("boot_id", r.boot_id, MAX_BOOT_ID_CHARS)?),
+            })
+        })
+        .transpose()
+        .map_err(|e| e.within("latest_panic"))?;
+    // A report is knowledge even from a peer that did not set the flag.
+    Ok((read || latest.is_some()).then_some(PanicFacts { latest }))
 }
 
 impl TryFrom<wire::NodeFacts> for NodeFacts {
@@ -723,6 +1015,23 @@ impl TryFrom<wire::NodeFacts> for NodeFacts {
             checks: each("checks", f.checks, CheckResult::try_from)?,
             blind_spots: f.blind_spots,
             source: f.source,
+            firewall: f
+                .firewall
+                .map(firewall_fact)
+                .transpose()
+                .map_err(|e| e.within("firewall"))?,
+            boot: boot_identity(f.boot).map_err(|e| e.within("boot"))?,
+            memory: f
+                .memory
+                .map(memory_facts)
+                .transpose()
+                .map_err(|e| e.within("memory"))?,
+            power: f
+                .power
+                .map(power_settings)
+                .transpose()
+                .map_err(|e| e.within("power"))?,
+            panics: panic_facts(f.panics_read, f.latest_panic)?,
         })
     }
 }
@@ -770,7 +1079,9 @@ impl From<PortFact> for wire::PortFact {
                 link_layer: r.link_layer,
                 active_mtu: r.active_mtu,
                 max_mtu: r.max_mtu,
+                reader: rdma_reader_wire(r.reader),
             }),
+            ipv4_method: p.ipv4_method.map(ipv4_method_wire),
         }
     }
 }
@@ -820,6 +1131,7 @@ impl TryFrom<wire::PortFact> for PortFact {
                     link_layer: r.link_layer,
                     active_mtu: r.active_mtu,
                     max_mtu: r.max_mtu,
+                    reader: rdma_reader(r.reader),
                 })
             })
             .transpose()
@@ -840,6 +1152,10 @@ impl TryFrom<wire::PortFact> for PortFact {
             ipv4: ipv4_read.then_some(ipv4),
             iface_up: p.iface_up,
             rdma,
+            ipv4_method: p
+                .ipv4_method
+                .map(|raw| ipv4_method("ipv4_method", raw))
+                .transpose()?,
         })
     }
 }
@@ -968,6 +1284,11 @@ mod tests {
                     identity: Some(identity),
                     last_report_at: Some(at(99)),
                     cpu_saturated: false,
+                    boot: BootIdentity {
+                        id: Some("40962879-B7EE-4F13-AF6E-E7266EF5E732".into()),
+                        booted_at_unix: Some(1_790_421_415),
+                    },
+                    fix: None,
                 },
                 NodeVerdict {
                     id: id("c"),
@@ -977,6 +1298,8 @@ mod tests {
                     identity: None,
                     last_report_at: None,
                     cpu_saturated: false,
+                    boot: BootIdentity::default(),
+                    fix: Some("bring c back".into()),
                 },
             ],
             links: vec![LinkVerdict {
@@ -994,6 +1317,7 @@ mod tests {
                 blame: Blame::Node,
                 blamed_node: Some(id("c")),
                 recent_changes: 1,
+                fix: Some("bring c back".into()),
             }],
             alarms: vec![Alarm {
                 kind: crate::domain::AlarmKind::BridgeLoop,
@@ -1085,6 +1409,7 @@ mod tests {
                     usable_for_rdma: true,
                     ipv4: Some(vec!["169.254.0.1/30".parse().expect("cidr")]),
                     iface_up: Some(true),
+                    ipv4_method: Some(Ipv4Method::Manual),
                     rdma: Some(RdmaPortFact {
                         port: 1,
                         state: RdmaPortState::Active,
@@ -1096,6 +1421,7 @@ mod tests {
                         link_layer: "Thunderbolt".into(),
                         active_mtu: Some(4096),
                         max_mtu: Some(4096),
+                        reader: Some(RdmaReader::Verbs),
                     }),
                 },
                 PortFact {
@@ -1134,7 +1460,95 @@ mod tests {
             }]),
             blind_spots: vec!["ibv_devinfo: timed out after 5s".into()],
             source: "live".into(),
+            boot: BootIdentity {
+                id: Some("40962879-B7EE-4F13-AF6E-E7266EF5E732".into()),
+                booted_at_unix: Some(1_790_421_415),
+            },
+            memory: Some(MemoryFacts {
+                total_bytes: Some(51_539_607_552),
+                wired_bytes: Some(4_449_812_480),
+                swap_total_bytes: Some(13_958_643_712),
+                swap_used_bytes: Some(12_190_348_574),
+                pressure: Some(MemoryPressure::Warning),
+                gpu_wired_limit_bytes: Some(0),
+                ..MemoryFacts::default()
+            }),
+            power: Some(PowerSettings {
+                sleep_minutes: Some(1),
+                disk_sleep_minutes: Some(10),
+                auto_restart: None,
+                sleep_disabled: Some(false),
+                sleep_prevented_by: vec!["sharingd".into(), "coreaudiod".into()],
+            }),
+            panics: Some(PanicFacts {
+                latest: Some(PanicReport {
+                    file: "panic-full-2026-03-11-114515.0002.panic".into(),
+                    at_unix: Some(1_773_225_915),
+                    first_line: "panic(cpu 6 caller 0xfffffe0048cc402c): watchdog timeout".into(),
+                    boot_id: Some("7EDF3EA8-1F47-4E07-A28D-C02488B3E469".into()),
+                }),
+            }),
+            firewall: Some(FirewallFact {
+                enabled: Some(true),
+                block_all: Some(false),
+                meshd_rules: Some(vec![FirewallRule {
+                    path: "/usr/local/bin/meshd".into(),
+                    allowed: Some(true),
+                }]),
+            }),
         }
+    }
+
+    #[test]
+    fn unknown_memory_boot_and_panics_stay_unknown_and_long_peer_text_is_refused() {
+        let blind = NodeFacts::default();
+        let wire: wire::NodeFacts = blind.clone().into();
+        assert!(wire.boot.is_none() && wire.memory.is_none() && !wire.panics_read);
+        assert_eq!(NodeFacts::try_from(wire), Ok(blind));
+
+        let none_found = NodeFacts {
+            panics: Some(PanicFacts { latest: None }),
+            ..NodeFacts::default()
+        };
+        let wire: wire::NodeFacts = none_found.clone().into();
+        assert_eq!(
+            NodeFacts::try_from(wire),
+            Ok(none_found),
+            "looked, found none"
+        );
+
+        let mut long: wire::NodeFacts = sample_facts().into();
+        long.latest_panic.as_mut().expect("panic").first_line = "x".repeat(513);
+        assert_eq!(
+            NodeFacts::try_from(long).expect_err("too long").field,
+            "latest_panic.first_line"
+        );
+        let mut long: wire::NodeFacts = sample_facts().into();
+        long.boot.as_mut().expect("boot").id = "b".repeat(65);
+        assert_eq!(
+            NodeFacts::try_from(long).expect_err("too long").field,
+            "boot.id"
+        );
+        let mut many: wire::NodeFacts = sample_facts().into();
+        many.power.as_mut().expect("power").sleep_prevented_by = vec!["p".into(); 33];
+        assert_eq!(
+            NodeFacts::try_from(many).expect_err("too many").field,
+            "power.sleep_prevented_by"
+        );
+        let mut bad: wire::NodeFacts = sample_facts().into();
+        bad.memory.as_mut().expect("memory").pressure = Some(9);
+        assert_eq!(
+            NodeFacts::try_from(bad)
+                .expect_err("unknown level")
+                .to_string(),
+            "memory.pressure: unknown value 9"
+        );
+        let mut bad: wire::NodeFacts = sample_facts().into();
+        bad.ports[0].ipv4_method = Some(0);
+        assert_eq!(
+            NodeFacts::try_from(bad).expect_err("unspecified").field,
+            "ports[0].ipv4_method"
+        );
     }
 
     #[test]
@@ -1155,6 +1569,15 @@ mod tests {
             NodeFacts::try_from(bad).expect_err("bad gid").field,
             "ports[0].rdma.gids[0].address"
         );
+        let mut bad = wire.clone();
+        let rule = bad.firewall.as_ref().expect("firewall").meshd_rules[0].clone();
+        bad.firewall.as_mut().expect("firewall").meshd_rules = vec![rule; 65];
+        assert_eq!(
+            NodeFacts::try_from(bad)
+                .expect_err("too many rules")
+                .to_string(),
+            "firewall.meshd_rules: 65 rules; at most 64 are accepted"
+        );
         let mut bad = wire;
         bad.checks[0].status = 0;
         assert_eq!(
@@ -1163,6 +1586,16 @@ mod tests {
                 .to_string(),
             "checks[0].status: unspecified"
         );
+    }
+
+    #[test]
+    fn an_unspecified_or_newer_rdma_reader_is_unknown_not_an_error() {
+        for raw in [0, 99] {
+            let mut wire: wire::NodeFacts = sample_facts().into();
+            wire.ports[0].rdma.as_mut().expect("rdma").reader = raw;
+            let facts = NodeFacts::try_from(wire).expect("still valid");
+            assert_eq!(facts.ports[0].rdma.as_ref().expect("rdma").reader, None);
+        }
     }
 
     #[test]
@@ -1177,6 +1610,7 @@ mod tests {
         };
         let wire: wire::NodeFacts = blind.clone().into();
         assert!(!wire.bridges_read && !wire.ports[0].ipv4_read);
+        assert_eq!(wire.firewall, None);
         assert_eq!(wire.ports[0].linked, None);
         assert_eq!(NodeFacts::try_from(wire), Ok(blind));
     }
@@ -1321,6 +1755,13 @@ mod tests {
                 silence: Duration::from_millis(90),
                 consecutive_lost: 0,
                 lateness: Duration::from_millis(3),
+                rdma_probe: Some(RdmaProbe {
+                    last_rtt: Some(Duration::from_micros(12)),
+                    consecutive_failures: 0,
+                    last_ok_at: Some(at(199)),
+                    probes_sent_total: 60,
+                    probes_failed_total: 2,
+                }),
             }],
             removed_links: vec![status.links[0].b.clone()],
             alarms: Some(status.alarms.clone()),
@@ -1445,6 +1886,141 @@ mod tests {
         assert!(update_from_wire(wire::ReportUpdate::default(), &BOUNDS).is_err());
         assert!(StreamOpen::try_from(wire::StreamOpen::default()).is_err());
         assert!(LinkObservation::try_from(wire::LinkObservation::default()).is_err());
+    }
+
+    fn wire_time(seconds: i64, nanos: i32) -> Option<prost_types::Timestamp> {
+        Some(prost_types::Timestamp { seconds, nanos })
+    }
+
+    #[test]
+    fn times_outside_1970_to_9999_are_refused_with_their_field() {
+        let good: wire::ReportUpdate = sample_update().into();
+        for (since, why) in [
+            (wire_time(-1, 0), "before 1970"),
+            (wire_time(253_402_300_800, 0), "after 9999"),
+            (wire_time(i64::MAX, 999_999_999), "after 9999"),
+            (wire_time(i64::MIN, 0), "before 1970"),
+            (wire_time(0, -1), "nanos"),
+            (wire_time(0, 1_000_000_000), "nanos"),
+        ] {
+            let mut update = good.clone();
+            update.alarms.as_mut().expect("alarms").alarms[0].since = since;
+            let err = update_from_wire(update, &BOUNDS).expect_err(why);
+            assert_eq!(err.field, "alarms.alarms[0].since", "{why}");
+            assert!(err.problem.contains(why), "{why}: {err}");
+        }
+        let mut update = good.clone();
+        update.sent_at = wire_time(253_402_300_799, 999_999_999);
+        assert!(
+            update_from_wire(update, &BOUNDS).is_ok(),
+            "the last second of 9999 is fine"
+        );
+    }
+
+    #[test]
+    fn lists_and_texts_over_their_caps_are_refused_by_field() {
+        let good: wire::ReportUpdate = sample_update().into();
+        let check = |change: &dyn Fn(&mut wire::ReportUpdate), field: &str| {
+            let mut update = good.clone();
+            change(&mut update);
+            let err = update_from_wire(update, &BOUNDS).expect_err(field);
+            assert_eq!(err.field, field, "{err}");
+            assert!(err.problem.contains("at most"), "{err}");
+        };
+        let alarms = |u: &mut wire::ReportUpdate| -> &mut Vec<wire::Alarm> {
+            &mut u.alarms.as_mut().expect("alarms").alarms
+        };
+        check(
+            &|u| u.links = vec![u.links[0].clone(); limits::MAX_LINKS_PER_REPORT + 1],
+            "links",
+        );
+        check(
+            &|u| {
+                let list = alarms(u);
+                *list = vec![list[0].clone(); limits::MAX_ALARMS_PER_REPORT + 1];
+            },
+            "alarms.alarms",
+        );
+        check(
+            &|u| {
+                u.hears = Some(wire::NodeList {
+                    ids: vec!["b".to_owned(); limits::MAX_HEARS_PER_REPORT + 1],
+                });
+            },
+            "hears.ids",
+        );
+        check(
+            &|u| alarms(u)[0].evidence = vec![String::new(); limits::MAX_EVIDENCE_LINES + 1],
+            "alarms.alarms[0].evidence",
+        );
+        check(
+            &|u| alarms(u)[0].summary = "x".repeat(limits::MAX_SUMMARY_BYTES + 1),
+            "alarms.alarms[0].summary",
+        );
+        check(
+            &|u| alarms(u)[0].fix = "x".repeat(limits::MAX_FIX_BYTES + 1),
+            "alarms.alarms[0].fix",
+        );
+    }
+
+    #[test]
+    fn a_sender_trims_its_update_to_the_caps_so_no_peer_refuses_it() {
+        let mut update = sample_update();
+        let mut alarm = update.alarms.as_ref().expect("alarms")[0].clone();
+        alarm.summary = "s".repeat(10_000);
+        alarm.fix = Some("f".repeat(10_000));
+        alarm.evidence = vec!["e".repeat(10_000); 500];
+        alarm.severity = Severity::Info;
+        let mut critical = alarm.clone();
+        critical.severity = Severity::Critical;
+        let mut alarms = vec![alarm; 100];
+        alarms.push(critical);
+        update.alarms = Some(alarms);
+        update.links = vec![update.links[0].clone(); 300];
+        let wire: wire::ReportUpdate = update.into();
+        let sent = &wire.alarms.as_ref().expect("alarms").alarms;
+        assert_eq!(sent.len(), limits::MAX_ALARMS_PER_REPORT);
+        assert_eq!(wire.links.len(), limits::MAX_LINKS_PER_REPORT);
+        assert_eq!(
+            sent[0].severity,
+            wire::Severity::Critical as i32,
+            "the most severe alarm is kept"
+        );
+        let back = update_from_wire(wire, &BOUNDS).expect("within the caps");
+        let alarms = back.alarms.expect("alarms");
+        assert!(alarms[0].summary.ends_with('…'));
+        assert_eq!(alarms[0].evidence.len(), limits::MAX_EVIDENCE_LINES);
+    }
+
+    proptest::proptest! {
+        /// Any timestamp converts without a panic; it is accepted exactly
+        /// when it lies within 1970..=9999 with normalised nanos, and then
+        /// round-trips.
+        #[test]
+        fn any_timestamp_converts_without_panic_and_only_in_range_is_taken(
+            seconds in proptest::prop_oneof![
+                proptest::num::i64::ANY,
+                -10i64..10,
+                crate::time::LATEST_SECONDS - 10..crate::time::LATEST_SECONDS + 10,
+            ],
+            nanos in proptest::prop_oneof![proptest::num::i32::ANY, 0i32..1_000_000_000],
+        ) {
+            let ts = prost_types::Timestamp { seconds, nanos };
+            let valid = (0..=crate::time::LATEST_SECONDS).contains(&seconds)
+                && (0..1_000_000_000).contains(&nanos);
+            match time("t", Some(ts)) {
+                Ok(t) => {
+                    proptest::prop_assert!(valid);
+                    proptest::prop_assert!(crate::time::in_range(t));
+                    proptest::prop_assert_eq!(timestamp(t), Some(ts));
+                    proptest::prop_assert!(crate::time::rfc3339_millis(t).is_some());
+                }
+                Err(err) => {
+                    proptest::prop_assert!(!valid);
+                    proptest::prop_assert_eq!(err.field, "t");
+                }
+            }
+        }
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::{Duration, SystemTime};
 
-use crate::facts::{Cable, CheckResult, NodeFacts};
+use crate::facts::{BootIdentity, Cable, CheckResult, NodeFacts};
 
 /// Longest node id accepted: fits a DNS label, and keeps metric labels short.
 pub const NODE_ID_MAX_LEN: usize = 63;
@@ -215,6 +215,8 @@ pub enum EventKind {
     AlarmCleared,
     ConfigReloaded,
     ConfigRejected,
+    NodeRestarted,
+    NodeRebooted,
 }
 named_enum!(EventKind {
     LinkDown => "link_down",
@@ -230,6 +232,8 @@ named_enum!(EventKind {
     AlarmCleared => "alarm_cleared",
     ConfigReloaded => "config_reloaded",
     ConfigRejected => "config_rejected",
+    NodeRestarted => "node_restarted",
+    NodeRebooted => "node_rebooted",
 });
 
 /// What an alarm is about. The wire carries the name (`as_str`); a name
@@ -258,6 +262,21 @@ pub enum AlarmKind {
     DuplicateNodeId,
     /// Most of the mesh runs its timers late: verdicts are held.
     MeshSaturated,
+    /// The kernel says memory is critically short.
+    MemoryPressure,
+    /// Far more memory wired than the live jobs account for, with no job
+    /// running: only a reboot frees it.
+    WiredMemoryLeak,
+    /// A peer's host booted again (raised by every peer that saw both
+    /// boots; the alarm's node is the one that rebooted).
+    NodeRebooted,
+    /// A peer's host booted again after a kernel panic (raised like
+    /// `NodeRebooted`).
+    KernelPanic,
+    /// A job rank whose launcher is gone (re-parented to launchd/init).
+    JobOrphaned,
+    /// A job rank whose RDMA ports move no data although the mesh is up.
+    JobStalled,
 }
 named_enum!(AlarmKind {
     NoQuorum => "no_quorum",
@@ -271,7 +290,22 @@ named_enum!(AlarmKind {
     ClockSkew => "clock_skew",
     DuplicateNodeId => "duplicate_node_id",
     MeshSaturated => "mesh_saturated",
+    MemoryPressure => "memory_pressure",
+    WiredMemoryLeak => "wired_memory_leak",
+    NodeRebooted => "node_rebooted",
+    KernelPanic => "kernel_panic",
+    JobOrphaned => "job_orphaned",
+    JobStalled => "job_stalled",
 });
+
+impl AlarmKind {
+    /// Raised by a node's peers about it, not by the node itself (a host
+    /// cannot see its own reboot while it is down): a report may carry
+    /// these about another node.
+    pub fn raised_by_peers(self) -> bool {
+        matches!(self, AlarmKind::NodeRebooted | AlarmKind::KernelPanic)
+    }
+}
 
 /// One end of a link: the node and, where known, its interface, address and
 /// RDMA device on the cable.
@@ -327,6 +361,11 @@ pub struct NodeVerdict {
     pub identity: Option<NodeIdentity>,
     pub last_report_at: Option<SystemTime>,
     pub cpu_saturated: bool,
+    /// Which boot of its host the node is in, from its latest facts;
+    /// unknown parts stay `None`.
+    pub boot: BootIdentity,
+    /// What to do about a node that is not up, in one line.
+    pub fix: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -340,6 +379,8 @@ pub struct LinkVerdict {
     pub blame: Blame,
     pub blamed_node: Option<NodeId>,
     pub recent_changes: u32,
+    /// What to do about a link that is not up, in one line.
+    pub fix: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -377,6 +418,48 @@ impl MeshStatus {
             && self.nodes.iter().all(|n| n.state == NodeState::Up)
             && self.links.iter().all(|l| l.state == LinkState::Up)
             && self.alarms.iter().all(|a| a.severity == Severity::Info)
+    }
+
+    /// What keeps the status from being healthy, counted, worst first:
+    /// "no quorum", "1 node down", "2 links degraded", "1 alarm". Empty when
+    /// it is healthy.
+    pub fn troubles(&self) -> Vec<String> {
+        let counted = |n: usize, what: &str, state: &dyn fmt::Display| {
+            format!("{n} {what}{} {state}", if n == 1 { "" } else { "s" })
+        };
+        let mut troubles = Vec::new();
+        if !self.quorum.has_quorum {
+            troubles.push("no quorum".to_owned());
+        }
+        for state in [NodeState::Down, NodeState::Suspect] {
+            let n = self.nodes.iter().filter(|v| v.state == state).count();
+            if n > 0 {
+                troubles.push(counted(n, "node", &state));
+            }
+        }
+        for state in [
+            LinkState::Down,
+            LinkState::Flapping,
+            LinkState::Degraded,
+            LinkState::Unknown,
+        ] {
+            let n = self.links.iter().filter(|l| l.state == state).count();
+            if n > 0 {
+                troubles.push(counted(n, "link", &state));
+            }
+        }
+        let alarms = self
+            .alarms
+            .iter()
+            .filter(|a| a.severity != Severity::Info)
+            .count();
+        if alarms > 0 {
+            troubles.push(format!(
+                "{alarms} alarm{}",
+                if alarms == 1 { "" } else { "s" }
+            ));
+        }
+        troubles
     }
 }
 
@@ -544,6 +627,22 @@ pub struct LinkObservation {
     /// How late the observer's own timers ran while it gathered this (the
     /// worst in the last two seconds): evidence gathered late is suspect.
     pub lateness: Duration,
+    /// The opt-in active RDMA probe over this cable; `None` when it is off,
+    /// paused, or has not reached the peer's queue pair yet.
+    pub rdma_probe: Option<RdmaProbe>,
+}
+
+/// What the active RDMA probe of one link measured: one queue pair
+/// exchanging a small message with the peer's about once a second.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RdmaProbe {
+    /// Round trip of the last answered probe.
+    pub last_rtt: Option<Duration>,
+    /// Probes unanswered, or that could not be sent, in a row up to now.
+    pub consecutive_failures: u32,
+    pub last_ok_at: Option<SystemTime>,
+    pub probes_sent_total: u64,
+    pub probes_failed_total: u64,
 }
 
 impl LinkObservation {
@@ -714,6 +813,21 @@ pub struct PeerReply {
     pub resync: bool,
 }
 
+impl ReportUpdate {
+    /// The first alarm that is not about `sender`, with its index: a node
+    /// reports only its own alarms, except those its peers raise about it
+    /// ([`AlarmKind::raised_by_peers`]), so any other naming another node is
+    /// forged (or a bug), and the update is refused
+    /// ([`RejectReason::ForeignAlarm`]).
+    pub fn foreign_alarm(&self, sender: &NodeId) -> Option<(usize, &Alarm)> {
+        self.alarms
+            .iter()
+            .flatten()
+            .enumerate()
+            .find(|(_, alarm)| alarm.node != *sender && !alarm.kind.raised_by_peers())
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum RejectReason {
     UnknownNode,
@@ -723,6 +837,7 @@ pub enum RejectReason {
     NotAuthenticated,
     OverLimit,
     IncarnationAhead,
+    ForeignAlarm,
 }
 named_enum!(RejectReason {
     UnknownNode => "unknown_node",
@@ -732,4 +847,5 @@ named_enum!(RejectReason {
     NotAuthenticated => "not_authenticated",
     OverLimit => "over_limit",
     IncarnationAhead => "incarnation_ahead",
+    ForeignAlarm => "foreign_alarm",
 });

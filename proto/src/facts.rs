@@ -86,6 +86,216 @@ pub struct NodeFacts {
     pub blind_spots: Vec<String>,
     /// "live", or "replay:<dir>" when read from a bundle.
     pub source: String,
+    /// Which boot of its host the node is in; both parts unknown when
+    /// neither could be read.
+    #[serde(default)]
+    pub boot: BootIdentity,
+    /// Memory as last read; `None` when nothing about it could be read.
+    #[serde(default)]
+    pub memory: Option<MemoryFacts>,
+    /// Power settings (macOS `pmset -g`); `None` when unknown (and on
+    /// Linux, which has no such settings).
+    #[serde(default)]
+    pub power: Option<PowerSettings>,
+    /// The kernel panic reports the node keeps (macOS
+    /// `/Library/Logs/DiagnosticReports`, Linux pstore); `None` when they
+    /// could not be looked at.
+    #[serde(default)]
+    pub panics: Option<PanicFacts>,
+    /// The macOS Application Firewall; `None` when it was not read (or
+    /// the node is not a Mac).
+    #[serde(default)]
+    pub firewall: Option<FirewallFact>,
+}
+
+/// Boot times of one boot read twice may differ by this much: Linux
+/// derives `btime` from the clock and the uptime, so a clock adjustment
+/// moves it by a second or more.
+pub const BOOT_TIME_TOLERANCE_SECS: u64 = 60;
+
+/// Which boot of its host a node is in.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct BootIdentity {
+    /// macOS `kern.bootsessionuuid`, Linux `/proc/sys/kernel/random/boot_id`:
+    /// new on every boot. `None` when unknown.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// When the host booted, in seconds since the Unix epoch (macOS
+    /// `kern.boottime`, Linux `btime` in `/proc/stat`). `None` when unknown.
+    #[serde(default)]
+    pub booted_at_unix: Option<u64>,
+}
+
+impl BootIdentity {
+    pub fn is_known(&self) -> bool {
+        self.id.is_some() || self.booted_at_unix.is_some()
+    }
+
+    /// Whether `other` is a reading of the same boot: by the boot ids when
+    /// both have one, else by the boot times (within
+    /// [`BOOT_TIME_TOLERANCE_SECS`]); `None` when they cannot tell.
+    pub fn same_boot_as(&self, other: &BootIdentity) -> Option<bool> {
+        if let (Some(a), Some(b)) = (&self.id, &other.id) {
+            return Some(a.eq_ignore_ascii_case(b));
+        }
+        let (a, b) = (self.booted_at_unix?, other.booted_at_unix?);
+        Some(a.abs_diff(b) <= BOOT_TIME_TOLERANCE_SECS)
+    }
+}
+
+/// The kernel's view of how short memory is (macOS
+/// `kern.memorystatus_vm_pressure_level`: 1, 2, 4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemoryPressure {
+    Normal,
+    Warning,
+    Critical,
+}
+
+impl MemoryPressure {
+    pub const ALL: [MemoryPressure; 3] = [
+        MemoryPressure::Normal,
+        MemoryPressure::Warning,
+        MemoryPressure::Critical,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemoryPressure::Normal => "normal",
+            MemoryPressure::Warning => "warning",
+            MemoryPressure::Critical => "critical",
+        }
+    }
+}
+
+impl fmt::Display for MemoryPressure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One reading of the node's memory. Every figure is `None` when it could
+/// not be read; none is ever a guess.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct MemoryFacts {
+    /// Physical memory (macOS `hw.memsize`, Linux `MemTotal`).
+    pub total_bytes: Option<u64>,
+    /// Memory the kernel will not page out: macOS "Pages wired down"
+    /// (`vm_stat`), Linux `Unevictable` (which includes `Mlocked`).
+    pub wired_bytes: Option<u64>,
+    /// Linux `Mlocked`: locked by processes with mlock(2).
+    pub locked_bytes: Option<u64>,
+    pub swap_total_bytes: Option<u64>,
+    pub swap_used_bytes: Option<u64>,
+    /// macOS only: the kernel's pressure level.
+    pub pressure: Option<MemoryPressure>,
+    /// Linux pressure stall information (`/proc/pressure/memory`): the
+    /// share of the last 10 s in which some (`some avg10`) or all (`full
+    /// avg10`) runnable tasks waited for memory, in basis points (1/100
+    /// of a percent).
+    pub stall_some_bp: Option<u32>,
+    pub stall_full_bp: Option<u32>,
+    /// macOS `iogpu.wired_limit_mb` in bytes: how much the GPU may wire;
+    /// `Some(0)` is macOS's own default.
+    pub gpu_wired_limit_bytes: Option<u64>,
+}
+
+/// macOS power settings as `pmset -g` shows the ones in use. Each is
+/// `None` when its line is missing (a MacBook has no `autorestart`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct PowerSettings {
+    /// `sleep`: minutes idle before the system sleeps; 0 is never.
+    pub sleep_minutes: Option<u32>,
+    /// `disksleep`: minutes idle before disks spin down; 0 is never.
+    pub disk_sleep_minutes: Option<u32>,
+    /// `autorestart`: start again by itself after a power failure.
+    pub auto_restart: Option<bool>,
+    /// `SleepDisabled` (`pmset disablesleep 1`): the system never sleeps,
+    /// whatever `sleep` says.
+    pub sleep_disabled: Option<bool>,
+    /// The processes whose assertions hold sleep off right now ("sleep
+    /// prevented by sharingd, coreaudiod"): held only while they run.
+    #[serde(default)]
+    pub sleep_prevented_by: Vec<String>,
+}
+
+/// The kernel panic reports a node keeps, as far as they were read.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct PanicFacts {
+    /// The newest report; `None` when there is none.
+    pub latest: Option<PanicReport>,
+}
+
+/// One kernel panic report, from the first part of its file only.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct PanicReport {
+    /// Its file name ("panic-full-2026-03-11-114515.0002.panic",
+    /// "dmesg-ramoops-0"): a report is known again by it.
+    pub file: String,
+    /// When the report says the panic was recorded, in seconds since the
+    /// Unix epoch; `None` when it does not say.
+    pub at_unix: Option<u64>,
+    /// The first line of the panic message
+    /// (`panic(cpu 6 caller 0x…): "completeMemory() prepare count underflow" @IOGPUMemory.cpp:550`).
+    pub first_line: String,
+    /// The boot the panic ended (macOS "Boot session UUID"); `None` when
+    /// the part read does not name it.
+    pub boot_id: Option<String>,
+}
+
+/// How a port's IPv4 address is configured (macOS `networksetup -getinfo`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ipv4Method {
+    /// A static address: what a mesh cable needs.
+    Manual,
+    Dhcp,
+    Bootp,
+    /// A static address with the router from DHCP.
+    ManualWithDhcpRouter,
+}
+
+impl Ipv4Method {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Ipv4Method::Manual => "manual",
+            Ipv4Method::Dhcp => "dhcp",
+            Ipv4Method::Bootp => "bootp",
+            Ipv4Method::ManualWithDhcpRouter => "manual_with_dhcp_router",
+        }
+    }
+}
+
+impl fmt::Display for Ipv4Method {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The macOS Application Firewall as `socketfilterfw` shows it. Only the
+/// rules for meshd are kept: they are what the checks judge, and they keep
+/// a node's report small whatever else the Mac allows.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct FirewallFact {
+    /// On (`--getglobalstate` state 1 or 2); `None` when unknown.
+    pub enabled: Option<bool>,
+    /// State 2: every incoming connection is blocked whatever the rules
+    /// say; `None` when unknown.
+    pub block_all: Option<bool>,
+    /// The `--listapps` rules for binaries named `meshd`; `None` when the
+    /// list could not be read.
+    pub meshd_rules: Option<Vec<FirewallRule>>,
+}
+
+/// One application rule of the Application Firewall.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct FirewallRule {
+    /// The binary (or, since macOS 15, a bundle identifier).
+    pub path: String,
+    /// Incoming connections allowed (`true`) or blocked (`false`); `None`
+    /// for any other state the tool printed.
+    pub allowed: Option<bool>,
 }
 
 /// One Thunderbolt receptacle (macOS) or RDMA-capable NIC port (Linux).
@@ -127,6 +337,10 @@ pub struct PortFact {
     pub iface_up: Option<bool>,
     /// The RDMA port of `rdma_device`, when there is one.
     pub rdma: Option<RdmaPortFact>,
+    /// How the IPv4 address of `iface` is configured (macOS, from its
+    /// network service); `None` when unknown.
+    #[serde(default)]
+    pub ipv4_method: Option<Ipv4Method>,
 }
 
 impl PortFact {
@@ -215,6 +429,39 @@ pub struct RdmaPortFact {
     pub active_mtu: Option<u32>,
     #[serde(default)]
     pub max_mtu: Option<u32>,
+    /// What read the port; `None` when the sender did not say (an older
+    /// peer or bundle).
+    #[serde(default)]
+    pub reader: Option<RdmaReader>,
+}
+
+/// Where an RDMA port's facts came from (`doctor --json`: `"reader":
+/// "verbs"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RdmaReader {
+    /// The verbs library, queried in-process.
+    Verbs,
+    /// Linux sysfs (`/sys/class/infiniband`).
+    Sysfs,
+    /// `ibv_devices` and `ibv_devinfo -v` output.
+    IbvDevinfo,
+}
+
+impl RdmaReader {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RdmaReader::Verbs => "verbs",
+            RdmaReader::Sysfs => "sysfs",
+            RdmaReader::IbvDevinfo => "ibv_devinfo",
+        }
+    }
+}
+
+impl fmt::Display for RdmaReader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl RdmaPortFact {
@@ -433,6 +680,7 @@ mod tests {
                     link_layer: "Thunderbolt".into(),
                     active_mtu: Some(4096),
                     max_mtu: None,
+                    reader: Some(RdmaReader::Verbs),
                 }),
                 ..PortFact::default()
             }],
@@ -442,6 +690,7 @@ mod tests {
         assert_eq!(json["os"], "macos");
         assert_eq!(json["ports"][0]["ipv4"][0], "169.254.0.1/30");
         assert_eq!(json["ports"][0]["rdma"]["state"], "active");
+        assert_eq!(json["ports"][0]["rdma"]["reader"], "verbs");
         let back: NodeFacts = serde_json::from_value(json).expect("deserializes");
         assert_eq!(back, facts);
     }
@@ -489,6 +738,39 @@ mod tests {
             ..PortFact::default()
         };
         assert_eq!(undescribed.cabled_to_mac(), None);
+    }
+
+    #[test]
+    fn boots_are_told_apart_by_id_else_by_time_else_not_at_all() {
+        let boot = |id: Option<&str>, at: Option<u64>| BootIdentity {
+            id: id.map(str::to_owned),
+            booted_at_unix: at,
+        };
+        let a = boot(Some("40962879-B7EE-4F13-AF6E-E7266EF5E732"), Some(1_000));
+        assert_eq!(
+            a.same_boot_as(&boot(
+                Some("40962879-b7ee-4f13-af6e-e7266ef5e732"),
+                Some(5_000)
+            )),
+            Some(true),
+            "the id decides, in either case"
+        );
+        assert_eq!(
+            a.same_boot_as(&boot(Some("other"), Some(1_000))),
+            Some(false)
+        );
+        assert_eq!(
+            a.same_boot_as(&boot(None, Some(1_030))),
+            Some(true),
+            "btime jitter"
+        );
+        assert_eq!(a.same_boot_as(&boot(None, Some(1_061))), Some(false));
+        assert_eq!(a.same_boot_as(&boot(None, None)), None);
+        assert_eq!(
+            boot(Some("x"), None).same_boot_as(&boot(None, Some(1))),
+            None
+        );
+        assert!(!BootIdentity::default().is_known());
     }
 
     #[test]

@@ -9,6 +9,9 @@
 pub mod convert;
 pub mod domain;
 pub mod facts;
+pub mod human;
+pub mod limits;
+pub mod time;
 
 /// Generated protobuf types and gRPC stubs of package `meshd.v1`.
 #[allow(

@@ -189,52 +189,6 @@ fn parse_host(host: &str) -> Result<Host, AddressError> {
     Ok(Host::Name(host.to_ascii_lowercase()))
 }
 
-/// Why an Alertmanager URL was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(super) enum UrlError {
-    #[error("it does not start with http:// or https://")]
-    Scheme,
-    #[error("it has no host")]
-    NoHost,
-    #[error("{0}")]
-    Authority(AddressError),
-}
-
-/// Checks an Alertmanager base URL and returns a form for duplicate
-/// detection (scheme and host lower-cased, trailing '/' dropped), since
-/// sending every alert twice to one Alertmanager is a config mistake.
-pub(super) fn check_http_url(url: &str) -> Result<String, UrlError> {
-    let lower = url.to_ascii_lowercase();
-    let scheme_len = if lower.starts_with("http://") {
-        "http://".len()
-    } else if lower.starts_with("https://") {
-        "https://".len()
-    } else {
-        return Err(UrlError::Scheme);
-    };
-    let rest = url.get(scheme_len..).unwrap_or_default();
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(authority_end);
-    // Credentials are allowed (Alertmanager is often behind basic auth); only
-    // the host and port after the last '@' are checked.
-    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
-    if host_port.is_empty() {
-        return Err(UrlError::NoHost);
-    }
-    if path.chars().any(char::is_whitespace) {
-        return Err(UrlError::Authority(AddressError::Whitespace));
-    }
-    match parse_host_port(host_port) {
-        Ok(_) => {}
-        Err(AddressError::EmptyHost) => return Err(UrlError::NoHost),
-        Err(e) => return Err(UrlError::Authority(e)),
-    }
-    let scheme_and_authority = lower.get(..scheme_len + authority_end).unwrap_or_default();
-    Ok(format!("{scheme_and_authority}{path}")
-        .trim_end_matches('/')
-        .to_owned())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -292,28 +246,5 @@ mod tests {
         for (input, want) in cases {
             assert_eq!(peer(input).as_ref(), Err(want), "{input:?}");
         }
-    }
-
-    #[test]
-    fn checks_urls() {
-        assert_eq!(
-            check_http_url("HTTP://Am.Example:9093/").unwrap(),
-            "http://am.example:9093"
-        );
-        assert!(check_http_url("https://user:pw@am:9093/alertmanager").is_ok());
-        assert!(check_http_url("http://[::1]:9093").is_ok());
-        assert_eq!(check_http_url("ftp://am"), Err(UrlError::Scheme));
-        assert_eq!(check_http_url("127.0.0.1:9093"), Err(UrlError::Scheme));
-        assert_eq!(check_http_url("http://"), Err(UrlError::NoHost));
-        assert_eq!(check_http_url("http:///x"), Err(UrlError::NoHost));
-        assert_eq!(check_http_url("http://:9093"), Err(UrlError::NoHost));
-        assert!(matches!(
-            check_http_url("http://am:0"),
-            Err(UrlError::Authority(AddressError::PortZero))
-        ));
-        assert!(matches!(
-            check_http_url("http://am/a b"),
-            Err(UrlError::Authority(AddressError::Whitespace))
-        ));
     }
 }

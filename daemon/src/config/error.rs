@@ -4,6 +4,8 @@
 use std::fmt;
 use std::path::PathBuf;
 
+use meshd_platform::file::FileProblem;
+
 /// A rule the config breaks, found by [`Config::validate`](super::Config::validate).
 ///
 /// It holds key paths, not lines, so that validation stays pure and also
@@ -88,18 +90,16 @@ impl fmt::Display for Diagnostic {
 /// problem so that `meshd check-config` output can be read and grepped.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// The io error is part of the message rather than a `source`, so that
+    /// The problem is part of the message rather than a `source`, so that
     /// error-chain printers do not repeat it.
-    #[error("{}: cannot read the config file: {error}", path.display())]
-    Unreadable {
-        path: PathBuf,
-        error: std::io::Error,
-    },
-    /// TOML syntax error, a value of the wrong type, or an unknown key: the
-    /// file could not be turned into a config at all, so there is one error.
+    #[error("{}: cannot read the config file: {problem}", path.display())]
+    Unreadable { path: PathBuf, problem: FileProblem },
+    /// A TOML syntax error, or the one value of the wrong type or unknown
+    /// key in the file: it could not be turned into a config at all.
     #[error("{0}")]
     Toml(Diagnostic),
-    /// The file parsed but breaks rules; all of them are listed, by line.
+    /// Several values of the wrong type or unknown keys, or (once every value
+    /// reads) the rules the file breaks: all of them, by line.
     #[error("{}", Lines(.0))]
     Invalid(Vec<Diagnostic>),
 }
@@ -109,11 +109,11 @@ impl ConfigError {
     /// gRPC reload status, `meshctl`).
     pub fn diagnostics(&self) -> Vec<Diagnostic> {
         match self {
-            ConfigError::Unreadable { path, error } => vec![Diagnostic {
+            ConfigError::Unreadable { path, problem } => vec![Diagnostic {
                 origin: path.display().to_string(),
                 line: None,
                 key: None,
-                message: format!("cannot read the config file: {error}"),
+                message: format!("cannot read the config file: {problem}"),
             }],
             ConfigError::Toml(d) => vec![d.clone()],
             ConfigError::Invalid(ds) => ds.clone(),

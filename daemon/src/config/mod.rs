@@ -11,15 +11,18 @@
 //! have to hunt for the offending entry.
 
 mod address;
+mod alertmanager;
 mod error;
 mod locate;
 pub mod reload;
 pub mod settings;
+mod types;
 mod validate;
 
 #[cfg(test)]
 mod tests;
 
+use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -28,9 +31,14 @@ use meshd_proto::domain::NodeId;
 use serde::Deserialize;
 
 pub use address::{AddressError, Host, PeerAddress};
+pub use alertmanager::{AlertmanagerConfig, AlertmanagerUrl, BasicAuth, parse_url};
 pub use error::{ConfigError, Diagnostic, Problem};
 
 use locate::{Locator, line_of_offset};
+
+/// The largest config file read: a 256-node mesh with every link spelled
+/// out is about 100 KiB.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
 /// gRPC port for peers and meshctl.
 pub const DEFAULT_GRPC_PORT: u16 = 7420;
@@ -90,7 +98,9 @@ pub const DEFAULT_CPU_INTERVAL: Duration = Duration::from_secs(1);
 pub const DEFAULT_SPIKE_RATIO: f64 = 0.9;
 pub const DEFAULT_SPIKE_WINDOW: Duration = Duration::from_secs(10);
 pub const DEFAULT_TOP_PROCESSES: usize = 5;
-/// Continuity and screen-sharing agents reported to load Mac clusters.
+/// Continuity and screen-sharing agents reported to load Mac clusters;
+/// `coreaudiod` and `avconferenced` are what High Performance Screen
+/// Sharing (macOS 26) burns.
 pub const DEFAULT_OFFENDERS: &[&str] = &[
     "UniversalControl",
     "screensharingd",
@@ -100,12 +110,42 @@ pub const DEFAULT_OFFENDERS: &[&str] = &[
     "rapportd",
     "ContinuityCaptureAgent",
     "AirPlayXPCHelper",
+    // Since macOS 12 the AirPlay receiver runs inside ControlCenter, so a
+    // Mac receiving AirPlay shows ControlCenter busy, not AirPlayXPCHelper.
+    "ControlCenter",
     "identityservicesd",
+    "coreaudiod",
+    "avconferenced",
 ];
 /// MLX and exo ranks.
 pub const DEFAULT_JOB_PATTERNS: &[&str] = &["mlx", "exo"];
 pub const DEFAULT_JOB_BUSY_CORES: f64 = 0.9;
 pub const DEFAULT_JOB_WINDOW: Duration = Duration::from_secs(10);
+/// A launcher that stops its ranks takes a moment; a rank still under
+/// launchd/init after this is orphaned.
+pub const DEFAULT_ORPHAN_GRACE: Duration = Duration::from_secs(30);
+/// A rank at most this busy is blocked rather than working.
+pub const DEFAULT_JOB_IDLE_CORES: f64 = 0.05;
+/// RDMA data still for this long under a spinning or blocked rank is a
+/// stall: long enough for a collective that waits on a slow rank.
+pub const DEFAULT_STALL_WINDOW: Duration = Duration::from_secs(60);
+
+/// Memory changes slowly next to links; `vm_stat` and `sysctl` every few
+/// seconds cost nothing measurable.
+pub const DEFAULT_MEMORY_INTERVAL: Duration = Duration::from_secs(5);
+/// A quarter of physical memory wired with no job running is far above
+/// what an idle Mac wires (a few GiB: the kernel and the GPU's own).
+pub const DEFAULT_WIRED_LEAK_RATIO: f64 = 0.25;
+/// A job that just exited may still be unwinding its wired buffers.
+pub const DEFAULT_LEAK_WINDOW: Duration = Duration::from_secs(120);
+/// Critical pressure held this long is more than a burst at model load.
+pub const DEFAULT_PRESSURE_WINDOW: Duration = Duration::from_secs(30);
+/// Linux: every task stalled on memory 10 % of the time is thrashing.
+pub const DEFAULT_STALL_CRITICAL_RATIO: f64 = 0.1;
+
+/// A reboot stays an alarm this long: long enough to be seen and paged,
+/// short enough not to linger.
+pub const DEFAULT_REBOOT_ALARM_FOR: Duration = Duration::from_secs(15 * 60);
 
 /// Alertmanager's own default repeat is much longer; 30 s keeps an alert
 /// alive well within its `resolve_timeout`.
@@ -135,6 +175,14 @@ pub struct Config {
     pub watch: WatchConfig,
     pub platform: PlatformConfig,
     pub tls: TlsConfig,
+}
+
+/// A valid config and the advice it drew, each with its line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checked {
+    pub config: Config,
+    /// What works but is likely wrong; empty when nothing is.
+    pub warnings: Vec<Diagnostic>,
 }
 
 /// This node's identity, always resolved: from `[node] id` when given,
@@ -363,8 +411,8 @@ impl Default for Thresholds {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AlertingConfig {
-    /// Base URLs; empty means metrics only, no pushed alerts.
-    pub alertmanagers: Vec<String>,
+    /// Where alerts go; empty means metrics only, no pushed alerts.
+    pub alertmanagers: Vec<AlertmanagerConfig>,
     #[serde(with = "humantime_serde")]
     pub resend_interval: Duration,
 }
@@ -379,13 +427,16 @@ impl Default for AlertingConfig {
 }
 
 /// Local watchers: bridge loops and broadcast storms, CPU spikes and the
-/// processes behind them, hung jobs.
+/// processes behind them, hung, orphaned and stalled jobs, memory, and the
+/// peers' reboots.
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct WatchConfig {
     pub bridge: BridgeWatchConfig,
     pub cpu: CpuWatchConfig,
     pub jobs: JobWatchConfig,
+    pub memory: MemoryWatchConfig,
+    pub boot: BootWatchConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -456,6 +507,15 @@ pub struct JobWatchConfig {
     /// ...for this long while a peer or link of the mesh is down.
     #[serde(with = "humantime_serde")]
     pub window: Duration,
+    /// A job process re-parented to launchd/init for this long is orphaned.
+    #[serde(with = "humantime_serde")]
+    pub orphan_grace: Duration,
+    /// A job process at most this busy (in cores) is blocked.
+    pub idle_cores: f64,
+    /// A spinning or blocked job over RDMA ports whose data counters stay
+    /// still this long, with the mesh up, is stalled (Linux).
+    #[serde(with = "humantime_serde")]
+    pub stall_window: Duration,
 }
 
 impl Default for JobWatchConfig {
@@ -467,6 +527,59 @@ impl Default for JobWatchConfig {
                 .collect(),
             busy_cores: DEFAULT_JOB_BUSY_CORES,
             window: DEFAULT_JOB_WINDOW,
+            orphan_grace: DEFAULT_ORPHAN_GRACE,
+            idle_cores: DEFAULT_JOB_IDLE_CORES,
+            stall_window: DEFAULT_STALL_WINDOW,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MemoryWatchConfig {
+    /// How often memory is read (macOS `vm_stat` and `sysctl`, Linux
+    /// `/proc/meminfo` and `/proc/pressure/memory`).
+    #[serde(with = "humantime_serde")]
+    pub interval: Duration,
+    /// Share of physical memory (0-1) wired while no job process runs that
+    /// is a leak...
+    pub wired_leak_ratio: f64,
+    /// ...when it lasts this long.
+    #[serde(with = "humantime_serde")]
+    pub leak_window: Duration,
+    /// Critical memory pressure held this long raises `memory_pressure`.
+    #[serde(with = "humantime_serde")]
+    pub pressure_window: Duration,
+    /// Linux: the share (0-1) of the last 10 s in which every task stalled
+    /// on memory (PSI `full avg10`) that is critical pressure.
+    pub stall_critical_ratio: f64,
+}
+
+impl Default for MemoryWatchConfig {
+    fn default() -> Self {
+        Self {
+            interval: DEFAULT_MEMORY_INTERVAL,
+            wired_leak_ratio: DEFAULT_WIRED_LEAK_RATIO,
+            leak_window: DEFAULT_LEAK_WINDOW,
+            pressure_window: DEFAULT_PRESSURE_WINDOW,
+            stall_critical_ratio: DEFAULT_STALL_CRITICAL_RATIO,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BootWatchConfig {
+    /// How long `node_rebooted` and `kernel_panic` stay raised after a
+    /// peer's host booted again.
+    #[serde(with = "humantime_serde")]
+    pub alarm_for: Duration,
+}
+
+impl Default for BootWatchConfig {
+    fn default() -> Self {
+        Self {
+            alarm_for: DEFAULT_REBOOT_ALARM_FOR,
         }
     }
 }
@@ -542,19 +655,35 @@ impl Config {
     }
 
     /// Parses and validates `source`. `origin` is only used in messages.
-    /// On a TOML error there is exactly one diagnostic (parsing stops
-    /// there); on rule violations there is one per problem, sorted by line.
+    /// A syntax error is one diagnostic (parsing stops there); values of the
+    /// wrong type or shape are all listed, and once every value reads, every
+    /// rule violation is; each sorted by line.
     pub fn parse(source: &str, origin: &str, hostname: &str) -> Result<Config, ConfigError> {
-        Self::parse_in(source, origin, hostname, Path::new(""))
+        Config::parse_with_advice(source, origin, hostname, &BTreeMap::new())
+            .map(|checked| checked.config)
     }
 
-    /// [`Config::parse`], relative paths taken from `base`.
+    /// [`Config::parse`], and the advice on what works but is likely
+    /// wrong, with lines: [`Config::warnings`], and what does not fit this
+    /// host's interfaces given their MTUs (`interface_mtus`, by name; see
+    /// `meshd_platform::interface_mtus`).
+    pub fn parse_with_advice(
+        source: &str,
+        origin: &str,
+        hostname: &str,
+        interface_mtus: &BTreeMap<String, u32>,
+    ) -> Result<Checked, ConfigError> {
+        Self::parse_in(source, origin, hostname, interface_mtus, Path::new(""))
+    }
+
+    /// [`Config::parse_with_advice`], relative paths taken from `base`.
     fn parse_in(
         source: &str,
         origin: &str,
         hostname: &str,
+        interface_mtus: &BTreeMap<String, u32>,
         base: &Path,
-    ) -> Result<Config, ConfigError> {
+    ) -> Result<Checked, ConfigError> {
         let doc = toml_edit::Document::parse(source).map_err(|e| {
             ConfigError::Toml(Diagnostic {
                 origin: origin.to_owned(),
@@ -564,36 +693,92 @@ impl Config {
             })
         })?;
         let locator = Locator::new(source, &doc);
-        let file: ConfigFile = toml::from_str(source)
-            .map_err(|e| ConfigError::Toml(serde_diagnostic(&e, origin, &locator)))?;
+        let file: ConfigFile = toml::from_str(source).map_err(|first| {
+            // serde stops at the first wrong value; name every one.
+            let mut all: Vec<Diagnostic> = std::iter::once(&first)
+                .chain(&types::errors(source))
+                .map(|e| serde_diagnostic(e, origin, &locator))
+                .collect();
+            all.sort_by_key(|d| d.line.unwrap_or(usize::MAX));
+            all.dedup();
+            match <[Diagnostic; 1]>::try_from(all) {
+                Ok([one]) => ConfigError::Toml(one),
+                Err(many) => ConfigError::Invalid(many),
+            }
+        })?;
         let config = file.resolve(hostname, base);
+        let diagnostics = |problems: Vec<Problem>| {
+            let mut diagnostics: Vec<Diagnostic> = problems
+                .into_iter()
+                .map(|p| problem_diagnostic(p, origin, &locator))
+                .collect();
+            diagnostics.sort_by_key(|d| d.line.unwrap_or(usize::MAX));
+            diagnostics
+        };
         let problems = config.validate();
-        if problems.is_empty() {
-            return Ok(config);
+        if !problems.is_empty() {
+            return Err(ConfigError::Invalid(diagnostics(problems)));
         }
-        let mut diagnostics: Vec<Diagnostic> = problems
-            .into_iter()
-            .map(|p| problem_diagnostic(p, origin, &locator))
-            .collect();
-        diagnostics.sort_by_key(|d| d.line.unwrap_or(usize::MAX));
-        Err(ConfigError::Invalid(diagnostics))
+        let mut advice = config.warnings();
+        advice.extend(validate::interface_advice(&config, interface_mtus));
+        Ok(Checked {
+            warnings: diagnostics(advice),
+            config,
+        })
     }
 
     /// Reads `path` and parses it; the path as given names the file in
     /// messages.
+    ///
+    /// The file must be a regular file of at most [`MAX_CONFIG_BYTES`]. A
+    /// symbolic link to one is followed (configs are often links into a
+    /// managed release directory); a FIFO, a device (a link to
+    /// `/dev/zero`), a socket or a directory is refused at once by name,
+    /// never read, so a reload can neither hang nor fill memory.
     pub fn load(path: &Path, hostname: &str) -> Result<Config, ConfigError> {
-        let source = std::fs::read_to_string(path).map_err(|error| ConfigError::Unreadable {
-            path: path.to_owned(),
-            error,
-        })?;
-        let base = path.parent().unwrap_or(Path::new(""));
-        Config::parse_in(&source, &path.display().to_string(), hostname, base)
+        Config::load_with_advice(path, hostname, &BTreeMap::new()).map(|checked| checked.config)
     }
 
-    /// Every rule the config breaks, in no particular order. Pure, so a
-    /// reload can be checked before anything is torn down.
+    /// [`Config::load`] with [`Config::parse_with_advice`]'s advice.
+    pub fn load_with_advice(
+        path: &Path,
+        hostname: &str,
+        interface_mtus: &BTreeMap<String, u32>,
+    ) -> Result<Checked, ConfigError> {
+        let source =
+            meshd_platform::file::read_regular_text(path, MAX_CONFIG_BYTES).map_err(|error| {
+                ConfigError::Unreadable {
+                    path: path.to_owned(),
+                    problem: error.problem,
+                }
+            })?;
+        Config::parse_in(
+            &source,
+            &path.display().to_string(),
+            hostname,
+            interface_mtus,
+            path.parent().unwrap_or(Path::new("")),
+        )
+    }
+
+    /// Every rule the config breaks on this node, in no particular order.
+    /// Pure, so a reload can be checked before anything is torn down.
+    ///
+    /// The limits that depend on the OS (the largest probe) are this
+    /// binary's OS's: a node's config is checked and run on that node.
     pub fn validate(&self) -> Vec<Problem> {
-        validate::validate(self)
+        self.validate_for(meshd_platform::this_os())
+    }
+
+    /// Every rule the config breaks on a node running `os`.
+    pub fn validate_for(&self, os: meshd_proto::facts::OsKind) -> Vec<Problem> {
+        validate::validate(self, os)
+    }
+
+    /// What works but is likely wrong (cable addresses in 169.254/16);
+    /// never a reason to refuse the config.
+    pub fn warnings(&self) -> Vec<Problem> {
+        validate::advise(self)
     }
 
     /// The configured members of the mesh (this node and its peers), sorted,
@@ -637,7 +822,9 @@ fn serde_diagnostic(err: &toml::de::Error, origin: &str, locator: &Locator<'_>) 
     } else if message == "invalid socket address syntax" {
         format!("{message}; use ip:port, like \"0.0.0.0:{DEFAULT_GRPC_PORT}\"")
     } else if message == "invalid IP address syntax" {
-        format!("{message}; use an IPv4 or IPv6 address without a port, like \"169.254.10.1\"")
+        format!(
+            "{message}; use an IPv4 or IPv6 address without a port or scope, like \"10.254.0.1\""
+        )
     } else {
         message
     };

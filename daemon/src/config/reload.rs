@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::aggregator::MeshState;
 use crate::config::Config;
+use crate::metrics::Metrics;
 
 /// Editors write a file in several steps; wait for them to finish.
 const SETTLE: Duration = Duration::from_millis(200);
@@ -27,6 +28,8 @@ pub struct ConfigReload {
     pub state: MeshState,
     pub node: NodeId,
     pub hangups: Hangups,
+    /// Whether the last read succeeded, and when the config in force was read.
+    pub metrics: Arc<Metrics>,
 }
 
 /// Why a reload was asked for, for the log.
@@ -63,6 +66,7 @@ impl ConfigReload {
     fn reload(&self, trigger: Trigger) {
         let now = SystemTime::now();
         let refuse = |problems: String| {
+            self.metrics.config.refused();
             tracing::error!(path = %self.path.display(), ?trigger, "config refused, the running config stays in force:\n{problems}");
             self.state.announce(Event {
                 at: now,
@@ -79,7 +83,13 @@ impl ConfigReload {
         match Config::load(&self.path, &self.hostname) {
             Err(err) => refuse(err.to_string()),
             Ok(mut config) => {
+                self.metrics.config.reloaded(now);
                 let current = self.configs.borrow().clone();
+                if config != *current {
+                    for warning in config.warnings() {
+                        tracing::warn!(path = %self.path.display(), "config: {warning}");
+                    }
+                }
                 for (what, restart) in restart_only(&current, &mut config) {
                     tracing::warn!(
                         ?trigger,

@@ -5,16 +5,23 @@
 
 use std::time::Duration;
 
+use meshd_model::boot::BootRules;
 use meshd_model::bridge::StormSettings;
 use meshd_model::cpu::SpikeRules;
 use meshd_model::jobs::JobRules;
 use meshd_model::link::LinkRules;
+use meshd_model::memory::MemoryRules;
 use meshd_model::node::NodeSettings;
+use meshd_model::orphans::OrphanRules;
 use meshd_model::outbox::OutboxSettings;
+use meshd_model::stall::StallRules;
 use meshd_model::verdict::{EngineSettings, ExpectedLink};
 use meshd_proto::domain::{LinkEnd, NodeId};
 
-use super::{Config, CpuWatchConfig, JobWatchConfig, LinkConfig, ProbeConfig};
+use super::{
+    BootWatchConfig, Config, CpuWatchConfig, JobWatchConfig, LinkConfig, MemoryWatchConfig,
+    ProbeConfig,
+};
 use crate::probe::{LinkPorts, ProbedLink, ProberSettings};
 
 /// A link's figures (RTT, loss) are sent to the peers at most this many
@@ -133,6 +140,36 @@ pub fn job_rules(c: &JobWatchConfig) -> JobRules {
         patterns: c.patterns.clone(),
         busy_cores: c.busy_cores,
         window: c.window,
+    }
+}
+
+pub fn orphan_rules(c: &JobWatchConfig) -> OrphanRules {
+    OrphanRules {
+        patterns: c.patterns.clone(),
+        grace: c.orphan_grace,
+    }
+}
+
+pub fn stall_rules(c: &JobWatchConfig) -> StallRules {
+    StallRules {
+        window: c.stall_window,
+        busy_cores: c.busy_cores,
+        idle_cores: c.idle_cores,
+    }
+}
+
+pub fn memory_rules(c: &MemoryWatchConfig) -> MemoryRules {
+    MemoryRules {
+        wired_leak_ratio: c.wired_leak_ratio,
+        leak_window: c.leak_window,
+        pressure_window: c.pressure_window,
+        stall_critical_ratio: c.stall_critical_ratio,
+    }
+}
+
+pub fn boot_rules(c: &BootWatchConfig) -> BootRules {
+    BootRules {
+        alarm_for: c.alarm_for,
     }
 }
 

@@ -1,4 +1,5 @@
 use std::io::Write;
+use std::path::Path;
 use std::time::Duration;
 
 use super::*;
@@ -86,7 +87,10 @@ fn example_parses_validates_and_shows_the_defaults() {
         config.peers[1].endpoint().unwrap().host,
         Host::Name("studio-3.local".into())
     );
-    assert_eq!(config.alerting.alertmanagers, ["http://127.0.0.1:9093"]);
+    assert_eq!(
+        config.alerting.alertmanagers,
+        [AlertmanagerConfig::url("http://127.0.0.1:9093")]
+    );
     // The example documents the defaults: it must not drift from them.
     assert_eq!(
         config.listen,
@@ -105,6 +109,17 @@ fn example_parses_validates_and_shows_the_defaults() {
         AlertingConfig::default().resend_interval
     );
     assert_eq!(config.platform, PlatformConfig::default());
+    assert_eq!(config.watch, WatchConfig::default());
+    assert!(
+        config.watch.cpu.offenders.iter().any(|o| o == "coreaudiod")
+            && config
+                .watch
+                .cpu
+                .offenders
+                .iter()
+                .any(|o| o == "avconferenced"),
+        "High Performance Screen Sharing's offenders are listed"
+    );
     assert_eq!(config.links[0].rdma_device.as_deref(), Some("rdma_en2"));
 }
 
@@ -282,7 +297,10 @@ fn wrong_types_name_the_key_and_line() {
 fn missing_required_keys_are_named() {
     assert_eq!(
         lines("[[peers]]\nid = \"b\"\n\n[[peers]]\nid = \"c\"\n"),
-        ["meshd.toml:1: peers[0].address: required key is missing"]
+        [
+            "meshd.toml:1: peers[0].address: required key is missing",
+            "meshd.toml:4: peers[1].address: required key is missing"
+        ]
     );
     assert_eq!(
         lines(&format!(
@@ -431,7 +449,7 @@ fn link_rules() {
     assert!(parse(&link(ok)).is_ok());
     assert!(
         parse(&link(
-            "peer = \"studio-2\"\nlocal_address = \"fe80::1\"\npeer_address = \"fe80::2\""
+            "peer = \"studio-2\"\nlocal_address = \"fd00::1\"\npeer_address = \"fd00::2\""
         ))
         .is_ok()
     );
@@ -706,7 +724,7 @@ fn probe_size_and_port_rules() {
         (
             "[probe]\nmtu_payload_bytes = 63",
             "probe.mtu_payload_bytes",
-            "use probe.payload_bytes (64) to 65507",
+            "use probe.payload_bytes (64) to ",
         ),
         (
             "[probe]\nmtu_payload_bytes = 65508",
@@ -718,7 +736,7 @@ fn probe_size_and_port_rules() {
     for (src, key, fragment) in cases {
         assert_problem(src, key, fragment);
     }
-    assert!(parse("[probe]\npayload_bytes = 32\nmtu_payload_bytes = 65507\n").is_ok());
+    assert!(parse("[probe]\npayload_bytes = 32\nmtu_payload_bytes = 9216\n").is_ok());
     let ds = diagnostics("[probe]\npayload_bytes = -1\n");
     assert_eq!(ds[0].key.as_deref(), Some("probe.payload_bytes"));
 }
@@ -851,12 +869,63 @@ fn watch_rules() {
 }
 
 #[test]
-fn https_alertmanagers_are_refused_for_now() {
-    assert_problem(
-        "[alerting]\nalertmanagers = [\"https://am:9093\"]\n",
-        "alerting.alertmanagers[0]",
-        "https is not supported yet",
+fn an_alertmanager_is_a_url_or_a_table_with_credentials_from_files() {
+    let config = parse(
+        r#"[alerting]
+alertmanagers = [
+  "http://am-1:9093",
+  { url = "https://am-2:9093", ca_file = "/etc/meshd/am-ca.pem", bearer_token_file = "/etc/meshd/am.token" },
+  { url = "https://am-3", basic_auth = { username = "meshd", password_file = "/etc/meshd/am.password" } },
+]
+"#,
+    )
+    .unwrap();
+    let ams = &config.alerting.alertmanagers;
+    assert_eq!(ams[0], AlertmanagerConfig::url("http://am-1:9093"));
+    assert_eq!(
+        ams[1].ca_file.as_deref(),
+        Some(Path::new("/etc/meshd/am-ca.pem"))
     );
+    assert_eq!(
+        ams[1].bearer_token_file.as_deref(),
+        Some(Path::new("/etc/meshd/am.token"))
+    );
+    assert_eq!(
+        ams[2].basic_auth,
+        Some(BasicAuth {
+            username: "meshd".into(),
+            password_file: "/etc/meshd/am.password".into()
+        })
+    );
+}
+
+#[test]
+fn alertmanager_credentials_never_sit_in_the_url_and_files_are_absolute() {
+    assert_problem(
+        "[alerting]\nalertmanagers = [\"https://meshd:s3cret@am:9093\"]\n",
+        "alerting.alertmanagers[0]",
+        "carries a user name or password, which would be logged and exported",
+    );
+    assert_problem(
+        "[alerting]\nalertmanagers = [{ url = \"https://am:9093\", bearer_token_file = \"am.token\" }]\n",
+        "alerting.alertmanagers[0].bearer_token_file",
+        "am.token is relative",
+    );
+    assert_problem(
+        "[alerting]\nalertmanagers = [{ url = \"http://am:9093\", ca_file = \"/ca.pem\" }]\n",
+        "alerting.alertmanagers[0].ca_file",
+        "a CA file applies to https only",
+    );
+    assert_problem(
+        "[alerting]\nalertmanagers = [{ url = \"https://am:9093\", bearer_token_file = \"/t\", \
+         basic_auth = { username = \"u\", password_file = \"/p\" } }]\n",
+        "alerting.alertmanagers[0]",
+        "basic_auth and bearer_token_file both set",
+    );
+    let ds = diagnostics(
+        "[alerting]\nalertmanagers = [{ url = \"https://am:9093\", password = \"x\" }]\n",
+    );
+    assert!(ds[0].message.contains("unknown key `password`"), "{ds:?}");
 }
 
 #[test]
@@ -872,22 +941,26 @@ alertmanagers = [
 "#;
     let got = lines(src);
     assert_eq!(got.len(), 4, "{got:#?}");
-    assert!(got[0].starts_with(
-        "meshd.toml:4: alerting.alertmanagers[1]: \"ftp://am-2\" is not a valid URL: it does not \
-         start with http:// or https://; use http:// or https:// and a host"
-    ));
-    assert!(got[1].starts_with(
-        "meshd.toml:5: alerting.alertmanagers[2]: \"http://\" is not a valid URL: it has no host"
-    ));
+    assert!(
+        got[0].starts_with(
+            "meshd.toml:4: alerting.alertmanagers[1]: \"ftp://am-2\" is not a valid Alertmanager \
+             URL: its scheme is \"ftp\"; use http:// or https://"
+        ),
+        "{}",
+        got[0]
+    );
+    assert!(
+        got[1].starts_with(
+            "meshd.toml:5: alerting.alertmanagers[2]: \"http://\" is not a valid Alertmanager URL:"
+        ),
+        "{}",
+        got[1]
+    );
     assert_eq!(
         got[2],
         "meshd.toml:6: alerting.alertmanagers[3]: duplicate Alertmanager \"http://AM-1:9093/\" (first at line 3)"
     );
-    assert!(
-        got[3].contains("its host or port is invalid: port 0"),
-        "{}",
-        got[3]
-    );
+    assert!(got[3].contains("port 0 cannot be reached"), "{}", got[3]);
 }
 
 #[test]
@@ -1084,6 +1157,141 @@ fn listeners_need_their_own_ports_and_peers_are_not_this_node() {
             "meshd.toml:7: peers[0].address: \"10.0.0.1:7420\" is this node's own listener; give \
           the peer's address on the management network (see listen.mesh at line 2)"
         ]
+/// Loads `path` on another thread, failing the test if that takes more than
+/// five seconds (a FIFO opened for a blocking read would never return).
+fn load_within_5s(path: &std::path::Path) -> Result<Config, ConfigError> {
+    let (done, result) = std::sync::mpsc::channel();
+    let path = path.to_owned();
+    std::thread::spawn(move || {
+        let _ = done.send(Config::load(&path, HOST));
+    });
+    result
+        .recv_timeout(std::time::Duration::from_secs(5))
+        .expect("Config::load returns within 5 s")
+}
+
+#[test]
+fn a_config_that_is_a_fifo_a_device_or_a_directory_fails_fast_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let zero = dir.path().join("zero.toml");
+    std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+    let fifo = dir.path().join("fifo.toml");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    for (path, named) in [
+        (&zero, "is a character device, not a regular file"),
+        (&fifo, "is a FIFO, not a regular file"),
+        (&dir.path().to_owned(), "is a directory, not a regular file"),
+    ] {
+        let err = load_within_5s(path).unwrap_err();
+        assert!(matches!(err, ConfigError::Unreadable { .. }), "{err}");
+        assert_eq!(
+            err.to_string(),
+            format!("{}: cannot read the config file: {named}", path.display())
+        );
+    }
+}
+
+#[test]
+fn a_config_over_1_mib_is_refused_and_a_link_to_a_regular_file_is_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = dir.path().join("big.toml");
+    let mut text = String::from("[node]\nid = \"studio-1\"\n");
+    text.push_str(&"# padding\n".repeat(200_000));
+    std::fs::write(&big, &text).unwrap();
+    let err = load_within_5s(&big).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "{}: cannot read the config file: larger than {MAX_CONFIG_BYTES} bytes",
+            big.display()
+        )
+    );
+
+    let real = dir.path().join("releases-meshd.toml");
+    std::fs::write(&real, "[node]\nid = \"studio-1\"\n").unwrap();
+    let link = dir.path().join("meshd.toml");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    assert_eq!(load_within_5s(&link).unwrap().node.id, id("studio-1"));
+}
+
+/// The config is validated for the OS of the node that reads it; macOS
+/// sends no UDP payload above net.inet.udp.maxdgram (9216).
+#[test]
+fn the_largest_probe_depends_on_the_os() {
+    let mut config = Config::embedded_default(HOST);
+    config.probe.mtu_payload_bytes = 9216;
+    assert_eq!(config.validate_for(OsKind::Macos), vec![]);
+    config.probe.mtu_payload_bytes = 9217;
+    let problems = config.validate_for(OsKind::Macos);
+    assert_eq!(
+        problems.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        [
+            "probe.mtu_payload_bytes: 9217 is out of range on macos; use probe.payload_bytes (64) \
+          to 9216 (the largest UDP payload macOS sends (net.inet.udp.maxdgram))"
+        ]
+    );
+    assert_eq!(config.validate_for(OsKind::Linux), vec![]);
+    config.probe.mtu_payload_bytes = 65507;
+    assert_eq!(config.validate_for(OsKind::Linux), vec![]);
+    config.probe.mtu_payload_bytes = 65508;
+    assert_eq!(
+        config.validate_for(OsKind::Linux)[0].to_string(),
+        "probe.mtu_payload_bytes: 65508 is out of range on linux; use probe.payload_bytes (64) \
+         to 65507 (the largest UDP payload)"
+    );
+}
+
+fn link_config(local: &str, peer: &str) -> String {
+    format!(
+        "{TWO_PEERS}\n[[links]]\npeer = \"studio-2\"\nlocal_iface = \"en2\"\n\
+         local_address = \"{local}\"\npeer_address = \"{peer}\"\n"
+    )
+}
+
+fn advice(src: &str, mtus: &[(&str, u32)]) -> Vec<String> {
+    let mtus = mtus.iter().map(|(n, m)| ((*n).to_owned(), *m)).collect();
+    Config::parse_with_advice(src, "meshd.toml", HOST, &mtus)
+        .expect("valid")
+        .warnings
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+}
+
+#[test]
+fn link_local_ipv4_cable_addresses_are_warned_about_with_the_plan() {
+    let warnings = advice(&link_config("169.254.12.1", "169.254.12.2"), &[]);
+    assert_eq!(warnings.len(), 2, "{warnings:#?}");
+    assert!(
+        warnings[0].starts_with(
+            "meshd.toml:13: links[0].local_address: 169.254.12.1 is IPv4 link-local (169.254/16, \
+             what macOS self-assigns): the kernel ties no interface to it"
+        ),
+        "{warnings:#?}"
+    );
+    assert!(
+        warnings[0].ends_with(
+            "Give every cable its own /30 as `meshctl plan` prints: two addresses of \
+             10.254.0.0/24 with netmask 255.255.255.252 (10.254.0.1 and 10.254.0.2 on one end, \
+             the next on the other)"
+        ),
+        "{warnings:#?}"
+    );
+    assert!(
+        warnings[1].starts_with("meshd.toml:14: links[0].peer_address: 169.254.12.2 is IPv4"),
+        "{warnings:#?}"
+    );
+    // Warnings never refuse the config, and the plan's addressing draws none.
+    assert!(parse(&link_config("169.254.12.1", "169.254.12.2")).is_ok());
+    assert_eq!(
+        advice(&link_config("10.254.0.1", "10.254.0.2"), &[]),
+        Vec::<String>::new()
     );
 }
 
@@ -1106,5 +1314,57 @@ fn timers_that_contradict_each_other_name_both_keys() {
         "[thresholds]\nclock_skew = \"1ms\"\n",
         "thresholds.clock_skew",
         "use 10ms to 1h",
+fn ipv6_link_local_cable_addresses_are_refused() {
+    assert_problem(
+        &link_config("fe80::1", "fe80::2"),
+        "links[0].local_address",
+        "fe80::1 is IPv6 link-local: it exists only together with an interface",
+    );
+    assert_problem(
+        &link_config("fd00::1", "fe80::2"),
+        "links[0].peer_address",
+        "give the cable its own IPv4 /30 as `meshctl plan` prints (10.254.0.1 and 10.254.0.2",
+    );
+    // A scope cannot even be written: the key is a plain address.
+    assert_problem(
+        &link_config("fe80::1%en2", "fe80::2"),
+        "links[0].local_address",
+        "without a port or scope",
+    );
+    assert!(parse(&link_config("fd00::1", "fd00::2")).is_ok());
+}
+
+#[test]
+fn probes_larger_than_the_links_interface_mtu_are_warned_about() {
+    let src = format!(
+        "{}\n[probe]\nmtu_payload_bytes = 8972\n",
+        link_config("10.254.0.1", "10.254.0.2")
+    );
+    assert_eq!(advice(&src, &[("en2", 9000)]), Vec::<String>::new());
+    assert_eq!(
+        advice(&src, &[("en2", 1500)]),
+        [
+            "meshd.toml:17: probe.mtu_payload_bytes: 8972 bytes plus 28 of IPv4 and UDP headers do \
+          not fit the MTU of en2 (1500), the interface of links[0]: MTU-sized probes would leave \
+          fragmented and test nothing; use at most 1472 (or raise en2's MTU)"
+        ]
+    );
+    // Unknown MTU (no such interface here): not judged.
+    assert_eq!(advice(&src, &[("en9", 1500)]), Vec::<String>::new());
+    // IPv6 headers are larger.
+    let v6 = format!(
+        "{}\n[probe]\nmtu_payload_bytes = 1460\n",
+        link_config("fd00::1", "fd00::2")
+    );
+    assert!(advice(&v6, &[("en2", 1500)])[0].contains("use at most 1452"));
+}
+
+#[test]
+fn the_example_draws_no_warnings() {
+    assert_eq!(
+        Config::parse_with_advice(EXAMPLE, "meshd.example.toml", HOST, &BTreeMap::new())
+            .expect("valid")
+            .warnings,
+        vec![]
     );
 }

@@ -1,15 +1,23 @@
 //! The rules a parsed config must follow beyond its types. All rules run and
 //! every breach is returned, so one `meshd check-config` shows everything
 //! that needs fixing.
+//!
+//! A config is validated for the OS of the node that reads it (the config
+//! of a node is checked and run on that node): the probe size limits
+//! depend on it. Advice ([`advise`], [`interface_advice`]) is what works
+//! but is likely wrong; it never refuses a config.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use meshd_platform::mesh::plan::{DEFAULT_LINK_RANGE, LINK_NETMASK};
 use meshd_proto::domain::NodeId;
+use meshd_proto::facts::OsKind;
 
 use super::address::{self, Host, PeerAddress, UrlError};
 use super::error::Problem;
+use super::parse_url;
 use super::{Config, DEFAULT_GRPC_PORT, LinkConfig, ProbeConfig};
 
 /// The verdict engine is benchmarked up to this many nodes (ARCHITECTURE.md, Targets).
@@ -21,6 +29,15 @@ const PROBE_HEADER_BYTES: u32 = 32;
 const MAX_PROBE_PAYLOAD_BYTES: u32 = 1472;
 /// Largest UDP payload over IPv4 (65535 − 20 IP − 8 UDP).
 const MAX_UDP_PAYLOAD_BYTES: u32 = 65507;
+/// Largest UDP payload macOS sends: XNU refuses a datagram whose payload
+/// exceeds the socket's send buffer with EMSGSIZE (`sosend` compares the
+/// payload, not the headers, with `sb_hiwat`), and a UDP socket's buffer is
+/// `net.inet.udp.maxdgram`, 9216 bytes by default (`udp_sendspace`).
+const MAX_MACOS_UDP_PAYLOAD_BYTES: u32 = 9216;
+/// IPv4 and UDP headers around a probe's payload.
+const IPV4_UDP_HEADER_BYTES: u32 = 20 + 8;
+/// IPv6 (without extension headers) and UDP.
+const IPV6_UDP_HEADER_BYTES: u32 = 40 + 8;
 /// Fastest Thunderbolt 5 link is 120 Gb/s; 1000 leaves room for NICs while
 /// still catching a value typed in Mb/s.
 const MAX_LINK_SPEED_GBPS: u32 = 1000;
@@ -54,13 +71,14 @@ const RESEND_INTERVAL_RANGE: (Duration, Duration) = (s(1), s(600));
 const RTT_P99_FACTOR_RANGE: (f64, f64) = (1.0, 1000.0);
 const FLAP_CHANGES_RANGE: (u32, u32) = (2, 100);
 
-pub(super) fn validate(config: &Config) -> Vec<Problem> {
+/// Every rule `config` breaks on a node running `os`.
+pub(super) fn validate(config: &Config, os: OsKind) -> Vec<Problem> {
     let mut p = Vec::new();
     check_mesh(config, &mut p);
     check_listeners(config, &mut p);
     check_tls(config, &mut p);
     check_links(config, &mut p);
-    check_probe(config, &mut p);
+    check_probe(config, os, &mut p);
     check_report(config, &mut p);
     check_thresholds(config, &mut p);
     check_alerting(config, &mut p);
@@ -179,6 +197,61 @@ fn check_watch(c: &Config, p: &mut Vec<Problem>) {
         ));
     }
     check_duration(p, "watch.jobs.window", w.jobs.window, WATCH_WINDOW_RANGE);
+    check_duration(
+        p,
+        "watch.jobs.orphan_grace",
+        w.jobs.orphan_grace,
+        WATCH_WINDOW_RANGE,
+    );
+    check_duration(
+        p,
+        "watch.jobs.stall_window",
+        w.jobs.stall_window,
+        WATCH_WINDOW_RANGE,
+    );
+    if !(w.jobs.idle_cores >= 0.0 && w.jobs.idle_cores < w.jobs.busy_cores) {
+        p.push(Problem::new(
+            "watch.jobs.idle_cores",
+            format!(
+                "{} is out of range; use 0 or more and less than watch.jobs.busy_cores ({})",
+                w.jobs.idle_cores, w.jobs.busy_cores
+            ),
+        ));
+    }
+    check_duration(
+        p,
+        "watch.memory.interval",
+        w.memory.interval,
+        WATCH_INTERVAL_RANGE,
+    );
+    check_ratio(
+        p,
+        "watch.memory.wired_leak_ratio",
+        w.memory.wired_leak_ratio,
+    );
+    check_duration(
+        p,
+        "watch.memory.leak_window",
+        w.memory.leak_window,
+        WATCH_WINDOW_RANGE,
+    );
+    check_duration(
+        p,
+        "watch.memory.pressure_window",
+        w.memory.pressure_window,
+        WATCH_WINDOW_RANGE,
+    );
+    check_ratio(
+        p,
+        "watch.memory.stall_critical_ratio",
+        w.memory.stall_critical_ratio,
+    );
+    check_duration(
+        p,
+        "watch.boot.alarm_for",
+        w.boot.alarm_for,
+        REBOOT_ALARM_RANGE,
+    );
 }
 
 /// Two listeners collide on one port when their addresses overlap: equal,
@@ -189,6 +262,10 @@ fn collide(a: SocketAddr, b: SocketAddr) -> bool {
         && a.port() != 0
         && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
 }
+
+/// A reboot alarm shorter than a minute is missed; one longer than a day
+/// is noise.
+const REBOOT_ALARM_RANGE: (Duration, Duration) = (s(60), s(86_400));
 
 fn check_listeners(c: &Config, p: &mut Vec<Problem>) {
     let l = &c.listen;
@@ -481,6 +558,20 @@ fn check_link_addresses(link: &LinkConfig, i: usize, probe: &ProbeConfig, p: &mu
                 format!("links[{i}].{field}"),
                 format!("{ip} cannot be a cable end; use the unicast address of the interface"),
             ));
+        } else if matches!(ip, IpAddr::V6(v6) if v6.is_unicast_link_local()) {
+            // A plain address cannot carry the `%en2` scope an fe80::
+            // address needs to mean anything; a probe socket could neither
+            // bind to it nor reach the peer's.
+            p.push(Problem::new(
+                format!("links[{i}].{field}"),
+                format!(
+                    "{ip} is IPv6 link-local: it exists only together with an interface \
+                     (fe80::…%en2), which this key cannot carry, so meshd cannot bind or \
+                     reach it; give the cable its own IPv4 /30 as `meshctl plan` prints \
+                     ({}, netmask {LINK_NETMASK}), or a unique-local fd00::/8 address",
+                    plan_example()
+                ),
+            ));
         }
     }
     // Both ends on one address is a cable looped back on one host, which
@@ -513,6 +604,82 @@ fn check_link_addresses(link: &LinkConfig, i: usize, probe: &ProbeConfig, p: &mu
     }
 }
 
+/// The first cable of a plan, to show what the plan's addressing looks like.
+fn plan_example() -> String {
+    let base = u32::from(DEFAULT_LINK_RANGE.network());
+    format!(
+        "{} and {}",
+        std::net::Ipv4Addr::from(base + 1),
+        std::net::Ipv4Addr::from(base + 2)
+    )
+}
+
+/// What works but is likely wrong in `config`, wherever it runs.
+pub(super) fn advise(config: &Config) -> Vec<Problem> {
+    let mut p = Vec::new();
+    for (i, link) in config.links.iter().enumerate() {
+        for (field, ip) in [
+            ("local_address", link.local_address),
+            ("peer_address", link.peer_address),
+        ] {
+            if matches!(ip, IpAddr::V4(v4) if v4.is_link_local()) {
+                p.push(Problem::new(
+                    format!("links[{i}].{field}"),
+                    format!(
+                        "{ip} is IPv4 link-local (169.254/16, what macOS self-assigns): the \
+                         kernel ties no interface to it, so with several ports in 169.254/16 \
+                         traffic to a peer leaves by whichever port the routing table lists \
+                         first, and the other cables look down. meshd pins its own probes to \
+                         the cable's interface; the rest of the traffic is not. Give every \
+                         cable its own /30 as `meshctl plan` prints: two addresses of {} \
+                         with netmask {LINK_NETMASK} ({} on one end, the next on the other)",
+                        DEFAULT_LINK_RANGE,
+                        plan_example()
+                    ),
+                ));
+            }
+        }
+    }
+    p
+}
+
+/// What `config` does not fit on this host's interfaces, given their MTUs
+/// (`mtus`, by name; an interface missing from it has an unknown MTU and
+/// is not judged): an MTU-sized probe larger than the link's interface
+/// takes leaves fragmented and tests nothing.
+pub(super) fn interface_advice(config: &Config, mtus: &BTreeMap<String, u32>) -> Vec<Problem> {
+    let probe = config
+        .probe
+        .mtu_payload_bytes
+        .max(config.probe.payload_bytes);
+    let mut p = Vec::new();
+    for (i, link) in config.links.iter().enumerate() {
+        let Some(iface) = &link.local_iface else {
+            continue;
+        };
+        let Some(&mtu) = mtus.get(iface) else {
+            continue;
+        };
+        let (headers, family) = if link.local_address.is_ipv4() {
+            (IPV4_UDP_HEADER_BYTES, "IPv4")
+        } else {
+            (IPV6_UDP_HEADER_BYTES, "IPv6")
+        };
+        if probe.saturating_add(headers) > mtu {
+            p.push(Problem::new(
+                "probe.mtu_payload_bytes",
+                format!(
+                    "{probe} bytes plus {headers} of {family} and UDP headers do not fit the \
+                     MTU of {iface} ({mtu}), the interface of links[{i}]: MTU-sized probes would \
+                     leave fragmented and test nothing; use at most {} (or raise {iface}'s MTU)",
+                    mtu.saturating_sub(headers)
+                ),
+            ));
+        }
+    }
+    p
+}
+
 fn is_broadcast(ip: IpAddr) -> bool {
     matches!(ip, IpAddr::V4(v4) if v4.is_broadcast())
 }
@@ -521,7 +688,18 @@ fn family(ip: IpAddr) -> &'static str {
     if ip.is_ipv4() { "IPv4" } else { "IPv6" }
 }
 
-fn check_probe(c: &Config, p: &mut Vec<Problem>) {
+/// The largest UDP payload a probe may have on `os`.
+fn max_udp_payload(os: OsKind) -> (u32, &'static str) {
+    match os {
+        OsKind::Macos => (
+            MAX_MACOS_UDP_PAYLOAD_BYTES,
+            "the largest UDP payload macOS sends (net.inet.udp.maxdgram)",
+        ),
+        OsKind::Linux | OsKind::Other => (MAX_UDP_PAYLOAD_BYTES, "the largest UDP payload"),
+    }
+}
+
+fn check_probe(c: &Config, os: OsKind, p: &mut Vec<Problem>) {
     let probe = &c.probe;
     check_duration(p, "probe.interval", probe.interval, PROBE_INTERVAL_RANGE);
     check_duration(p, "probe.timeout", probe.timeout, PROBE_TIMEOUT_RANGE);
@@ -541,11 +719,12 @@ fn check_probe(c: &Config, p: &mut Vec<Problem>) {
         ));
     }
     let mtu_min = probe.payload_bytes.max(PROBE_HEADER_BYTES);
-    if !(mtu_min..=MAX_UDP_PAYLOAD_BYTES).contains(&probe.mtu_payload_bytes) {
+    let (mtu_max, why) = max_udp_payload(os);
+    if !(mtu_min..=mtu_max).contains(&probe.mtu_payload_bytes) {
         p.push(Problem::new(
             "probe.mtu_payload_bytes",
             format!(
-                "{} is out of range; use probe.payload_bytes ({mtu_min}) to {MAX_UDP_PAYLOAD_BYTES} (the largest UDP payload)",
+                "{} is out of range on {os}; use probe.payload_bytes ({mtu_min}) to {mtu_max} ({why})",
                 probe.mtu_payload_bytes
             ),
         ));
@@ -674,40 +853,65 @@ fn check_ratio(p: &mut Vec<Problem>, key: &str, value: f64) -> bool {
 fn check_alerting(c: &Config, p: &mut Vec<Problem>) {
     let a = &c.alerting;
     let mut seen: HashMap<String, usize> = HashMap::new();
-    for (i, url) in a.alertmanagers.iter().enumerate() {
+    for (i, am) in a.alertmanagers.iter().enumerate() {
         let key = format!("alerting.alertmanagers[{i}]");
-        if url
-            .trim_start()
-            .to_ascii_lowercase()
-            .starts_with("https://")
-        {
-            p.push(Problem::new(
+        let url = &am.url;
+        match parse_url(url) {
+            Ok(parsed) => {
+                match seen.get(&parsed.normal_form()) {
+                    Some(first) => p.push(
+                        Problem::new(&key, format!("duplicate Alertmanager {url:?}"))
+                            .with_first(format!("alerting.alertmanagers[{first}]")),
+                    ),
+                    None => {
+                        seen.insert(parsed.normal_form(), i);
+                    }
+                }
+                if am.ca_file.is_some() && !parsed.tls {
+                    p.push(Problem::new(
+                        format!("{key}.ca_file"),
+                        format!("{url:?} is plain http; a CA file applies to https only"),
+                    ));
+                }
+            }
+            Err(e) => p.push(Problem::new(
                 &key,
                 format!(
-                    "{url:?}: https is not supported yet; reach Alertmanager over http on the management network (or through a local TLS-terminating proxy)"
+                    "{url:?} is not a valid Alertmanager URL: {e}; write it like \"http://127.0.0.1:9093\" or \"https://am.example:9093\""
                 ),
-            ));
-            continue;
+            )),
         }
-        match address::check_http_url(url) {
-            Ok(normal) => match seen.get(&normal) {
-                Some(first) => p.push(
-                    Problem::new(&key, format!("duplicate Alertmanager {url:?}"))
-                        .with_first(format!("alerting.alertmanagers[{first}]")),
-                ),
-                None => {
-                    seen.insert(normal, i);
-                }
-            },
-            Err(e) => {
-                let why = match e {
-                    UrlError::Authority(e) => format!("its host or port is invalid: {e}"),
-                    e => e.to_string(),
-                };
+        if am.basic_auth.is_some() && am.bearer_token_file.is_some() {
+            p.push(Problem::new(
+                &key,
+                "basic_auth and bearer_token_file both set; Alertmanager takes one Authorization, choose one",
+            ));
+        }
+        if let Some(auth) = &am.basic_auth
+            && auth.username.is_empty()
+        {
+            p.push(Problem::new(
+                format!("{key}.basic_auth.username"),
+                "empty; name the user Alertmanager (or its proxy) expects",
+            ));
+        }
+        let files = [
+            ("ca_file", am.ca_file.as_ref()),
+            (
+                "basic_auth.password_file",
+                am.basic_auth.as_ref().map(|b| &b.password_file),
+            ),
+            ("bearer_token_file", am.bearer_token_file.as_ref()),
+        ];
+        for (field, path) in files {
+            if let Some(path) = path
+                && !path.is_absolute()
+            {
                 p.push(Problem::new(
-                    &key,
+                    format!("{key}.{field}"),
                     format!(
-                        "{url:?} is not a valid URL: {why}; use http:// or https:// and a host, like \"http://127.0.0.1:9093\""
+                        "{} is relative; a service starts in /, so give the absolute path",
+                        path.display()
                     ),
                 ));
             }

@@ -15,11 +15,12 @@ use std::io::BufRead;
 use std::sync::Arc;
 use std::time::Duration;
 
+use meshd_proto::domain::NodeId;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::node::{RunningNode, StartError};
+use crate::node::{BoundNode, RunningNode, StartError};
 use command::{Command, USAGE};
 use faults::Faults;
 use plan::{Plan, PlanError, Transport};
@@ -130,9 +131,25 @@ impl Demo {
             self.proxies
                 .spawn(proxy.run(self.faults.clone(), self.proxy_shutdown.clone()));
         }
-        for index in 0..self.plan.nodes.len() {
-            let node = self.start_node(index).await?;
-            self.nodes.push(Some(node));
+        // Every node's ports first, so that no node's first reports are
+        // refused (and warned about) by a peer that has not started yet.
+        let failed = |id: &NodeId| {
+            let node = id.to_string();
+            move |source| DemoError::Start { node, source }
+        };
+        let mut bound = Vec::with_capacity(self.plan.nodes.len());
+        for node in &self.plan.nodes {
+            bound.push(
+                BoundNode::bind(&node.config)
+                    .await
+                    .map_err(failed(&node.id))?,
+            );
+        }
+        for (node, ports) in self.plan.nodes.iter().zip(bound) {
+            let running = RunningNode::start_bound(ports, &node.config, &self.hostname)
+                .await
+                .map_err(failed(&node.id))?;
+            self.nodes.push(Some(running));
         }
         Ok(())
     }

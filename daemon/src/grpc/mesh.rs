@@ -2,10 +2,11 @@
 //! read the aggregator's published state and never wait on probes.
 
 use std::pin::Pin;
+use std::sync::Arc;
 
 use meshd_proto::wire;
 use meshd_proto::wire::mesh_server::Mesh;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, mpsc};
 use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
@@ -17,16 +18,26 @@ use crate::aggregator::MeshState;
 pub struct MeshService {
     state: MeshState,
     shutdown: CancellationToken,
+    /// One permit per open event stream.
+    event_streams: Arc<Semaphore>,
 }
 
 /// Events buffered per client between the forwarding task and the wire.
 const CLIENT_BUFFER: usize = 64;
+/// Event streams this node serves at once, from every client together:
+/// each holds a task and a buffer, and a handful of watchers is normal
+/// (meshctl watch, a dashboard), so more is a leak or an attack.
+pub const MAX_EVENT_STREAMS: usize = 64;
 
 impl MeshService {
     /// Event streams end when `shutdown` fires, so a graceful stop never
     /// waits on a watching client.
     pub fn new(state: MeshState, shutdown: CancellationToken) -> Self {
-        Self { state, shutdown }
+        Self {
+            state,
+            shutdown,
+            event_streams: Arc::new(Semaphore::new(MAX_EVENT_STREAMS)),
+        }
     }
 }
 
@@ -47,9 +58,18 @@ impl Mesh for MeshService {
         &self,
         _request: Request<wire::WatchEventsRequest>,
     ) -> Result<Response<Self::WatchEventsStream>, Status> {
+        let permit = self
+            .event_streams
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| {
+                Status::resource_exhausted(format!(
+                    "this node already serves {MAX_EVENT_STREAMS} event streams; close one first"
+                ))
+            })?;
         let events = self.state.subscribe_events();
         let (tx, rx) = mpsc::channel(CLIENT_BUFFER);
-        tokio::spawn(forward_events(events, tx, self.shutdown.clone()));
+        tokio::spawn(forward_events(events, tx, self.shutdown.clone(), permit));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 }
@@ -57,11 +77,12 @@ impl Mesh for MeshService {
 /// Copies events to one client until the client leaves or the node stops.
 /// A client that falls more than the buffer behind is told so and cut off
 /// (tonic ends the stream at the first error) rather than shown a history
-/// with silent holes.
+/// with silent holes. The stream's permit is returned when this ends.
 async fn forward_events(
     mut events: broadcast::Receiver<meshd_proto::domain::Event>,
     client: mpsc::Sender<Result<wire::Event, Status>>,
     shutdown: CancellationToken,
+    _permit: OwnedSemaphorePermit,
 ) {
     loop {
         let item = tokio::select! {

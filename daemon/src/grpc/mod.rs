@@ -17,7 +17,7 @@ use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Server;
 
-pub use mesh::MeshService;
+pub use mesh::{MAX_EVENT_STREAMS, MeshService};
 pub use peer::PeerService;
 pub use topology::TopologyService;
 

@@ -2,7 +2,7 @@
 //! reads the aggregator's published status and the config in force; it
 //! never runs a command or waits on a probe.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,18 +48,19 @@ impl Topology for TopologyService {
                 )));
             }
         };
-        let status = self.state.current();
         let config = self.config.borrow().clone();
+        let members = config.members();
         let ranks = if request.ranks.is_empty() {
-            status.quorum.configured.clone()
+            members.clone()
         } else {
-            node_ids("ranks", request.ranks)?
+            member_ranks(request.ranks, &members)?
         };
         let ssh = request
             .ssh
             .into_iter()
-            .map(|(node, host)| Ok((node_id("ssh", node)?, host)))
+            .map(|(node, host)| Ok((member("ssh", node, &members)?, host)))
             .collect::<Result<BTreeMap<NodeId, String>, Status>>()?;
+        let status = self.state.current();
         let rank0_ip = if request.rank0_ip.is_empty() {
             match ranks.first() {
                 Some(rank0) => management_ip(&config, rank0).await,
@@ -79,12 +80,42 @@ impl Topology for TopologyService {
     }
 }
 
-fn node_id(field: &str, id: String) -> Result<NodeId, Status> {
-    NodeId::new(id).map_err(|e| Status::invalid_argument(format!("{field}: {e}")))
+/// The requested ranks, each a configured member and none twice. Checked
+/// rank by rank before the hostfile is built, whose work grows with the
+/// square of the ranks: the first stranger or repeat ends the check, so a
+/// request for thousands of made-up ranks costs at most one check per
+/// member and one more, not a matrix.
+fn member_ranks(requested: Vec<String>, members: &[NodeId]) -> Result<Vec<NodeId>, Status> {
+    let mut seen = BTreeSet::new();
+    requested
+        .into_iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let rank = member(&format!("ranks[{i}]"), id, members)?;
+            if !seen.insert(rank.clone()) {
+                return Err(Status::invalid_argument(format!(
+                    "ranks[{i}]: {rank} is listed twice"
+                )));
+            }
+            Ok(rank)
+        })
+        .collect()
 }
 
-fn node_ids(field: &str, ids: Vec<String>) -> Result<Vec<NodeId>, Status> {
-    ids.into_iter().map(|id| node_id(field, id)).collect()
+/// `id` as a configured member's node id, or why not.
+fn member(field: &str, id: String, members: &[NodeId]) -> Result<NodeId, Status> {
+    let id = NodeId::new(id).map_err(|e| Status::invalid_argument(format!("{field}: {e}")))?;
+    if members.binary_search(&id).is_err() {
+        return Err(Status::invalid_argument(format!(
+            "{field}: {id} is not a member of the mesh; its members are {}",
+            members
+                .iter()
+                .map(NodeId::as_str)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    Ok(id)
 }
 
 /// A peer's DNS name must resolve within this, or the caller is asked for
@@ -113,5 +144,57 @@ async fn management_ip(config: &Config, node: &NodeId) -> Option<Ipv4Addr> {
                 .ok()?;
             addrs.map(|a| a.ip()).find_map(v4)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn members() -> Vec<NodeId> {
+        ["a", "b", "c"]
+            .into_iter()
+            .map(|n| NodeId::new(n).expect("id"))
+            .collect()
+    }
+
+    #[test]
+    fn ranks_must_be_configured_members_listed_once() {
+        let ok = member_ranks(vec!["c".into(), "a".into()], &members()).expect("members");
+        assert_eq!(
+            ok,
+            vec![NodeId::new("c").expect("id"), NodeId::new("a").expect("id")]
+        );
+
+        let err = member_ranks(vec!["a".into(), "zz".into()], &members()).expect_err("stranger");
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+        assert_eq!(
+            err.message(),
+            "ranks[1]: zz is not a member of the mesh; its members are a, b, c"
+        );
+
+        let err = member_ranks(vec!["a".into(), "a".into()], &members()).expect_err("twice");
+        assert_eq!(err.message(), "ranks[1]: a is listed twice");
+    }
+
+    /// 8000 made-up ranks used to be laid out in an 8000 x 8000 matrix
+    /// (1.5 GB) before anything checked them.
+    #[test]
+    fn thousands_of_ranks_are_refused_before_any_matrix() {
+        let made_up: Vec<String> = (0..8000).map(|i| format!("n{i}")).collect();
+        let err = member_ranks(made_up, &members()).expect_err("strangers");
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+        assert_eq!(
+            err.message(),
+            "ranks[0]: n0 is not a member of the mesh; its members are a, b, c"
+        );
+        let repeated: Vec<String> = ["a", "b", "c"]
+            .iter()
+            .cycle()
+            .take(8000)
+            .map(|n| (*n).to_owned())
+            .collect();
+        let err = member_ranks(repeated, &members()).expect_err("repeats");
+        assert_eq!(err.message(), "ranks[3]: a is listed twice");
     }
 }

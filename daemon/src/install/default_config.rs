@@ -54,12 +54,13 @@ port = {probe_port}
 # id = "studio-2"
 # address = "10.0.0.2:7420"
 
-# One block per cable from this node, each cable on its own /30 network.
+# One block per cable from this node, each cable on its own /30 network as
+# `meshctl plan` prints them (not 169.254/16, which macOS self-assigns).
 # [[links]]
 # peer = "studio-2"
 # local_iface = "en2"
-# local_address = "192.168.12.1"
-# peer_address = "192.168.12.2"
+# local_address = "10.254.0.1"
+# peer_address = "10.254.0.2"
 # expected_speed_gbps = 80
 
 # Where the alert leader sends alerts. Default: none (metrics only).

@@ -10,15 +10,34 @@ use serde::{Deserialize, Serialize};
 /// The job's label, and the plist's name under `/Library/LaunchDaemons`.
 /// `launchctl kickstart -k system/io.meshd.agent` restarts it.
 pub const LABEL: &str = "io.meshd.agent";
-/// System daemons live here; launchd loads them at boot, as root.
+/// System daemons live here; launchd loads them at boot.
+///
+/// meshd's LaunchDaemon has no `UserName`, so it runs as root, unlike the
+/// systemd unit (a dynamic user without capabilities). The reason is the
+/// CPU and job watchers: they must see the CPU time of every process
+/// (`screensharingd` runs as root, `sharingd` and the JACCL ranks as the
+/// logged-in user), and macOS gives a process the task information of
+/// another user's processes only when it runs as root (`proc_pidinfo`
+/// answers EPERM; `top` and `ps` get it by being setuid root, and tools
+/// running as an ordinary user read 0 % for those processes). Running as a
+/// dedicated user would blind the watchers that name what loads a node.
+/// Everything else meshd does on a Mac (`system_profiler`, `networksetup
+/// -list…`, `ifconfig`, `netstat`, `rdma_ctl status`, the read-only verbs
+/// queries, ports above 1024) is a read that an ordinary user may do as
+/// far as is known; that has not been run on a Mac yet.
 pub const DAEMONS_DIR: &str = "/Library/LaunchDaemons";
 /// Where Console.app looks for system logs; launchd does not create the
 /// directory, so install does.
 pub const LOG_DIR: &str = "/Library/Logs/meshd";
+/// meshd's log, which meshd writes and rotates itself (`--log-file`):
+/// launchd never reopens its output files, so newsyslog cannot rotate them
+/// (see `logging/rotate.rs`).
 pub const LOG_FILE: &str = "/Library/Logs/meshd/meshd.log";
-/// Not Homebrew's `/opt/homebrew/etc` (Apple silicon only, and owned by a
-/// package manager): `/usr/local/etc` exists for system software on every Mac.
-pub const DEFAULT_CONFIG: &str = "/usr/local/etc/meshd/meshd.toml";
+/// launchd's capture of stdout and stderr: only what comes before logging
+/// starts (a bad argument) or bypasses it (a panic), a line or two per
+/// start, throttled by [`THROTTLE_SECONDS`].
+pub const STDERR_FILE: &str = "/Library/Logs/meshd/meshd.stderr.log";
+pub const DEFAULT_CONFIG: &str = meshd_platform::paths::MACOS_CONFIG;
 /// Seconds launchd waits before starting meshd again after it exits, so a
 /// broken config does not spin.
 pub const THROTTLE_SECONDS: u32 = 10;
@@ -29,6 +48,30 @@ pub const NUMBER_OF_FILES: u64 = 8192;
 /// (`system_profiler`, `networksetup`, `ifconfig`, `rdma_ctl`) are found
 /// however launchd is configured.
 pub const PATH: &str = "/usr/bin:/bin:/usr/sbin:/sbin";
+
+/// Folders of a user's home that macOS guards with TCC (privacy
+/// consent): a LaunchDaemon reading a file there fails with "Operation not
+/// permitted", since launchd's jobs hold no consent for them.
+const PROTECTED_FOLDERS: [&str; 3] = ["Documents", "Desktop", "Downloads"];
+
+/// The protected home folder (`Documents`, `Desktop`, `Downloads`) that
+/// `path` lies under, as `/Users/<name>/<folder>/…`; `None` elsewhere.
+pub fn protected_folder(path: &Path) -> Option<&'static str> {
+    let mut parts = path.components().map(|c| c.as_os_str());
+    let (Some(root), Some(users), Some(_user), Some(folder), Some(_inside)) = (
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+    ) else {
+        return None;
+    };
+    if root != "/" || users != "Users" {
+        return None;
+    }
+    PROTECTED_FOLDERS.into_iter().find(|f| folder == *f)
+}
 
 /// The plist path for [`LABEL`].
 pub fn plist_path() -> PathBuf {
@@ -83,12 +126,14 @@ impl LaunchDaemon {
                 config.display().to_string(),
                 "--log-format".to_owned(),
                 "json".to_owned(),
+                "--log-file".to_owned(),
+                LOG_FILE.to_owned(),
             ],
             run_at_load: true,
             keep_alive: true,
             throttle_interval: THROTTLE_SECONDS,
-            standard_out_path: LOG_FILE.to_owned(),
-            standard_error_path: LOG_FILE.to_owned(),
+            standard_out_path: STDERR_FILE.to_owned(),
+            standard_error_path: STDERR_FILE.to_owned(),
             soft_resource_limits: ResourceLimits {
                 number_of_files: NUMBER_OF_FILES,
             },
@@ -155,11 +200,11 @@ mod tests {
         assert_eq!(string("ProcessType"), Some("Interactive"));
         assert_eq!(
             string("StandardOutPath"),
-            Some("/Library/Logs/meshd/meshd.log")
+            Some("/Library/Logs/meshd/meshd.stderr.log")
         );
         assert_eq!(
             string("StandardErrorPath"),
-            Some("/Library/Logs/meshd/meshd.log")
+            Some("/Library/Logs/meshd/meshd.stderr.log")
         );
         let args: Vec<&str> = dict
             .get("ProgramArguments")
@@ -176,7 +221,9 @@ mod tests {
                 "--config",
                 "/usr/local/etc/meshd/meshd.toml",
                 "--log-format",
-                "json"
+                "json",
+                "--log-file",
+                "/Library/Logs/meshd/meshd.log"
             ]
         );
         assert_eq!(dict.get("RunAtLoad"), Some(&plist::Value::Boolean(true)));
@@ -220,6 +267,25 @@ mod tests {
         let xml = daemon.to_xml().expect("serializes");
         let back: LaunchDaemon = plist::from_bytes(xml.as_bytes()).expect("deserializes");
         assert_eq!(back, daemon);
+    }
+
+    #[test]
+    fn files_in_tcc_protected_home_folders_are_found() {
+        for (path, folder) in [
+            ("/Users/ops/Downloads/meshd", Some("Downloads")),
+            (
+                "/Users/ops/Desktop/meshd/target/release/meshd",
+                Some("Desktop"),
+            ),
+            ("/Users/ops/Documents/meshd.toml", Some("Documents")),
+            ("/Users/ops/bin/meshd", None),
+            ("/Users/ops/Downloads", None),
+            ("/usr/local/bin/meshd", None),
+            ("/Volumes/x/Users/ops/Downloads/meshd", None),
+            ("/Users/ops/src/Downloads/meshd", None),
+        ] {
+            assert_eq!(protected_folder(Path::new(path)), folder, "{path}");
+        }
     }
 
     #[test]

@@ -12,10 +12,14 @@
 //! it: it is the operator's.
 
 pub mod default_config;
+pub mod docs;
+pub mod firewall;
+pub mod launchctl;
 pub mod launchd;
 pub mod systemd;
 
 mod runner;
+mod strict;
 
 use meshd_platform::command::stderr_suffix;
 use std::fmt::Write as _;
@@ -26,16 +30,13 @@ use std::time::Duration;
 use meshd_proto::domain::NodeId;
 
 pub use runner::{CommandOutput, RecordingRunner, Runner, SystemRunner};
+pub use strict::require_strict_modes;
 
 /// Where the README has operators copy the binary before `meshd install`;
 /// the service files checked in under `launchd/` run this one.
 pub const SYSTEM_BINARY: &str = "/usr/local/bin/meshd";
 /// How long any one command may run before it is killed.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
-/// Tries of a command marked retryable (`launchctl bootstrap` right after a
-/// `bootout` can fail while launchd is still tearing the old job down).
-const ATTEMPTS: u32 = 3;
-const RETRY_PAUSE: Duration = Duration::from_secs(1);
 /// Service files and the config: readable by all, written by root. launchd
 /// refuses a plist that group or others can write.
 const FILE_MODE: u32 = 0o644;
@@ -128,27 +129,19 @@ pub struct CommandSpec {
     /// Failing is normal (e.g. stopping a service that is not loaded): the
     /// reason is reported and the plan goes on.
     pub may_fail: Option<&'static str>,
-    /// Tried up to three times, a second apart, before it counts as failed.
-    pub retry: bool,
 }
 
 impl CommandSpec {
-    fn new(program: &str, args: &[&str]) -> CommandSpec {
+    pub fn new(program: &str, args: &[&str]) -> CommandSpec {
         CommandSpec {
             program: program.to_owned(),
             args: args.iter().map(|a| (*a).to_owned()).collect(),
             may_fail: None,
-            retry: false,
         }
     }
 
     fn may_fail(mut self, because: &'static str) -> CommandSpec {
         self.may_fail = Some(because);
-        self
-    }
-
-    fn retry(mut self) -> CommandSpec {
-        self.retry = true;
         self
     }
 }
@@ -184,11 +177,27 @@ pub enum Step {
         path: PathBuf,
         contents: String,
     },
+    /// Writes (or replaces) the shell completions and man pages; listed by
+    /// path only, not by contents, in a dry run.
+    WriteDocs {
+        files: Vec<docs::DocFile>,
+    },
     /// Removes a file; one that is not there is fine.
     RemoveFile {
         path: PathBuf,
     },
     Run(CommandSpec),
+    /// macOS: adds the binary to the Application Firewall when it is on
+    /// (see [`firewall`]).
+    AllowThroughFirewall {
+        binary: PathBuf,
+    },
+    /// macOS: writes the LaunchDaemon and (re)loads it, putting the
+    /// previous one back if that fails (see [`launchctl`]).
+    ReplaceLaunchDaemon {
+        path: PathBuf,
+        contents: String,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -224,14 +233,25 @@ impl Plan {
                     path: path.clone(),
                 });
             }
-            if platform == Platform::Linux
-                && let Some(dir) = systemd::hidden_from_service(path)
-            {
-                return Err(InstallError::HiddenFromService {
-                    what,
-                    path: path.clone(),
-                    dir,
-                });
+            match platform {
+                Platform::Linux => {
+                    if let Some(dir) = systemd::hidden_from_service(path) {
+                        return Err(InstallError::HiddenFromService {
+                            what,
+                            path: path.clone(),
+                            dir,
+                        });
+                    }
+                }
+                Platform::MacOs => {
+                    if let Some(folder) = launchd::protected_folder(path) {
+                        return Err(InstallError::ProtectedFolder {
+                            what,
+                            path: path.clone(),
+                            folder,
+                        });
+                    }
+                }
             }
         }
         let config = Step::WriteConfig {
@@ -243,29 +263,24 @@ impl Plan {
             contents: platform.service_file_contents(&options.binary, &options.config)?,
         };
         let steps = match platform {
-            Platform::MacOs => {
-                let target = format!("system/{}", launchd::LABEL);
-                let plist = launchd::plist_path().display().to_string();
-                vec![
-                    config,
-                    Step::CreateDir {
-                        path: PathBuf::from(launchd::LOG_DIR),
-                    },
-                    service,
-                    // A reinstall replaces the running job; on a first
-                    // install there is none to stop.
-                    Step::Run(
-                        CommandSpec::new("launchctl", &["bootout", &target])
-                            .may_fail("meshd was not loaded"),
-                    ),
-                    // Clears a `launchctl disable`, which would make
-                    // bootstrap fail.
-                    Step::Run(CommandSpec::new("launchctl", &["enable", &target])),
-                    Step::Run(
-                        CommandSpec::new("launchctl", &["bootstrap", "system", &plist]).retry(),
-                    ),
-                ]
-            }
+            // The firewall rule before the service: a failure there leaves
+            // the running meshd untouched, and the new one never starts
+            // into an unanswered prompt.
+            Platform::MacOs => vec![
+                config,
+                Step::CreateDir {
+                    path: PathBuf::from(launchd::LOG_DIR),
+                },
+                Step::AllowThroughFirewall {
+                    binary: options.binary.clone(),
+                },
+                match service {
+                    Step::WriteFile { path, contents } => {
+                        Step::ReplaceLaunchDaemon { path, contents }
+                    }
+                    other => other,
+                },
+            ],
             // `enable` + `restart` rather than `enable --now`: a reinstall
             // (new binary, new unit) must restart a meshd that already runs.
             Platform::Linux => vec![
@@ -276,6 +291,10 @@ impl Plan {
                 Step::Run(CommandSpec::new("systemctl", &["restart", systemd::UNIT])),
             ],
         };
+        let mut steps = steps;
+        steps.push(Step::WriteDocs {
+            files: docs::files(),
+        });
         Ok(Plan {
             action: Action::Install,
             platform,
@@ -310,6 +329,12 @@ impl Plan {
                 Step::Run(CommandSpec::new("systemctl", &["daemon-reload"])),
             ],
         };
+        let mut steps = steps;
+        steps.extend(
+            docs::files()
+                .into_iter()
+                .map(|file| Step::RemoveFile { path: file.path }),
+        );
         Plan {
             action: Action::Uninstall,
             platform,
@@ -379,6 +404,16 @@ impl Plan {
                         file_block(&mut out, path, contents);
                     }
                 }
+                Step::WriteDocs { files } => {
+                    let _ = writeln!(
+                        out,
+                        "{n}. write {} shell completions and man pages (mode {FILE_MODE:04o}):",
+                        files.len()
+                    );
+                    for file in files {
+                        let _ = writeln!(out, "   {}", file.path.display());
+                    }
+                }
                 Step::RemoveFile { path } => {
                     let state = if under(root, path).symlink_metadata().is_ok() {
                         "would be removed"
@@ -393,6 +428,19 @@ impl Plan {
                         let _ = write!(out, "   (may fail: {because})");
                     }
                     out.push('\n');
+                }
+                Step::AllowThroughFirewall { binary } => {
+                    let _ = writeln!(out, "{n}. {}", firewall::describe(binary));
+                }
+                Step::ReplaceLaunchDaemon { path, contents } => {
+                    let _ = writeln!(
+                        out,
+                        "{n}. replace the LaunchDaemon {} (mode {FILE_MODE:04o}), keeping the \
+                         previous one to put back:",
+                        path.display()
+                    );
+                    file_block(&mut out, path, contents);
+                    let _ = writeln!(out, "   {}", launchctl::describe(path));
                 }
             }
         }
@@ -412,7 +460,7 @@ impl Plan {
     pub fn apply(&self, root: &Path, runner: &mut dyn Runner) -> Result<Vec<String>, InstallError> {
         let mut done = Vec::new();
         for step in &self.steps {
-            done.push(apply_step(step, root, runner)?);
+            done.extend(apply_step(step, root, runner)?);
         }
         if self.action == Action::Uninstall {
             done.push(format!(
@@ -438,15 +486,24 @@ pub fn under(root: &Path, path: &Path) -> PathBuf {
     root.join(path.strip_prefix("/").unwrap_or(path))
 }
 
-fn apply_step(step: &Step, root: &Path, runner: &mut dyn Runner) -> Result<String, InstallError> {
-    match step {
+/// One line per thing done; the composite macOS steps say more than one.
+fn apply_step(
+    step: &Step,
+    root: &Path,
+    runner: &mut dyn Runner,
+) -> Result<Vec<String>, InstallError> {
+    let line = match step {
+        Step::AllowThroughFirewall { binary } => return firewall::allow(binary, runner),
+        Step::ReplaceLaunchDaemon { path, contents } => {
+            return launchctl::replace(root, path, contents, runner);
+        }
         Step::CreateDir { path } => {
             std::fs::create_dir_all(under(root, path)).map_err(|source| InstallError::Io {
                 action: "create the directory",
                 path: path.clone(),
                 source,
             })?;
-            Ok(format!("directory {} is there", path.display()))
+            format!("directory {} is there", path.display())
         }
         Step::WriteFile { path, contents } => {
             write_replacing(&under(root, path), contents).map_err(|source| InstallError::Io {
@@ -454,7 +511,7 @@ fn apply_step(step: &Step, root: &Path, runner: &mut dyn Runner) -> Result<Strin
                 path: path.clone(),
                 source,
             })?;
-            Ok(format!("wrote {}", path.display()))
+            format!("wrote {}", path.display())
         }
         Step::WriteConfig { path, contents } => {
             let created = write_if_missing(&under(root, path), contents).map_err(|source| {
@@ -464,7 +521,7 @@ fn apply_step(step: &Step, root: &Path, runner: &mut dyn Runner) -> Result<Strin
                     source,
                 }
             })?;
-            Ok(if created {
+            if created {
                 format!(
                     "created the config {} (a one-node mesh: add the peers and links)",
                     path.display()
@@ -474,34 +531,44 @@ fn apply_step(step: &Step, root: &Path, runner: &mut dyn Runner) -> Result<Strin
                     "kept the config {}: it exists, and install never overwrites it",
                     path.display()
                 )
-            })
+            }
+        }
+        Step::WriteDocs { files } => {
+            for file in files {
+                write_replacing(&under(root, &file.path), &file.contents).map_err(|source| {
+                    InstallError::Io {
+                        action: "write",
+                        path: file.path.clone(),
+                        source,
+                    }
+                })?;
+            }
+            format!(
+                "wrote {} shell completions and man pages under {}",
+                files.len(),
+                docs::SHARE_DIR
+            )
         }
         Step::RemoveFile { path } => match std::fs::remove_file(under(root, path)) {
-            Ok(()) => Ok(format!("removed {}", path.display())),
+            Ok(()) => format!("removed {}", path.display()),
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-                Ok(format!("{} was not there", path.display()))
+                format!("{} was not there", path.display())
             }
-            Err(source) => Err(InstallError::Io {
-                action: "remove",
-                path: path.clone(),
-                source,
-            }),
+            Err(source) => {
+                return Err(InstallError::Io {
+                    action: "remove",
+                    path: path.clone(),
+                    source,
+                });
+            }
         },
-        Step::Run(command) => run_step(command, runner),
-    }
+        Step::Run(command) => run_step(command, runner)?,
+    };
+    Ok(vec![line])
 }
 
 fn run_step(command: &CommandSpec, runner: &mut dyn Runner) -> Result<String, InstallError> {
-    let attempts = if command.retry { ATTEMPTS } else { 1 };
-    let mut attempt = 1;
-    let output = loop {
-        let output = runner.run(command)?;
-        if output.success || attempt >= attempts {
-            break output;
-        }
-        attempt += 1;
-        std::thread::sleep(RETRY_PAUSE);
-    };
+    let output = runner.run(command)?;
     if output.success {
         return Ok(format!("ran {command}"));
     }
@@ -526,7 +593,7 @@ fn run_step(command: &CommandSpec, runner: &mut dyn Runner) -> Result<String, In
 
 /// Writes beside the file and renames over it, so a reader never sees half
 /// a plist or unit.
-fn write_replacing(path: &Path, contents: &str) -> std::io::Result<()> {
+pub(crate) fn write_replacing(path: &Path, contents: &str) -> std::io::Result<()> {
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)?;
     }
@@ -621,8 +688,47 @@ pub enum InstallError {
         path: PathBuf,
         dir: &'static str,
     },
+    #[error(
+        "the {what} {} is under ~/{folder}, which macOS protects (TCC): launchd cannot \
+         read it and meshd would fail with \"Operation not permitted\"; copy it out first \
+         (e.g. `sudo install -d /usr/local/bin && sudo install -m 755 <file> \
+         /usr/local/bin/meshd` for the binary; the config's default is \
+         /usr/local/etc/meshd/meshd.toml)",
+        path.display()
+    )]
+    ProtectedFolder {
+        what: &'static str,
+        path: PathBuf,
+        folder: &'static str,
+    },
+    #[error(
+        "`{command}` failed ({status}){}; meshd would not be reachable through the \
+         Application Firewall, so nothing else was changed: allow {} in System Settings > \
+         Network > Firewall > Options and run install again",
+        stderr_suffix(stderr),
+        binary.display()
+    )]
+    Firewall {
+        command: String,
+        status: String,
+        stderr: String,
+        binary: PathBuf,
+    },
+    #[error("install failed: {failure}; {outcome}")]
+    ServiceNotReplaced { failure: String, outcome: String },
     #[error("the binary {} is not a file", path.display())]
     BinaryMissing { path: PathBuf },
+    #[error(
+        "the {what} {} is {problem}: the service runs or reads it (as root on macOS), so \
+         whoever can change it controls the service. Fix it with `{fix}`, then install again",
+        path.display()
+    )]
+    NotRootsAlone {
+        what: &'static str,
+        path: PathBuf,
+        problem: String,
+        fix: String,
+    },
     #[error("cannot find the running meshd executable (pass --binary): {0}")]
     CurrentExe(std::io::Error),
     #[error(

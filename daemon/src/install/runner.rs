@@ -1,6 +1,6 @@
 //! Running the plan's commands: for real with a timeout, or recorded.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 pub use meshd_platform::command::CommandOutput;
@@ -13,6 +13,11 @@ use super::{CommandSpec, InstallError};
 /// false, which the plan judges.
 pub trait Runner {
     fn run(&mut self, command: &CommandSpec) -> Result<CommandOutput, InstallError>;
+
+    /// Waits between polls and retries: a real sleep by default.
+    fn pause(&mut self, how_long: Duration) {
+        std::thread::sleep(how_long);
+    }
 }
 
 /// Runs commands on this host; each is killed after `timeout`.
@@ -37,13 +42,32 @@ impl Runner for SystemRunner {
     }
 }
 
-/// Records command lines instead of running them. Each succeeds, unless
-/// its line is in `failures` (line → stderr), and `id -u` answers root.
+/// Records command lines instead of running them, and pauses instead of
+/// sleeping. A line with `responses` answers with them in order, the last
+/// one again once they run out; otherwise it succeeds with no output,
+/// unless it is in `failures` (line → stderr, exit status 1). `id -u`
+/// answers root.
 #[derive(Debug, Clone, Default)]
 pub struct RecordingRunner {
     pub commands: Vec<String>,
     pub failures: BTreeMap<String, String>,
+    pub responses: BTreeMap<String, VecDeque<CommandOutput>>,
     pub uid: Option<u32>,
+    /// Every pause asked for, in order.
+    pub pauses: Vec<Duration>,
+}
+
+impl RecordingRunner {
+    /// `line` answers with `outputs`, in order; the last one repeats.
+    pub fn respond(&mut self, line: &str, outputs: impl IntoIterator<Item = CommandOutput>) {
+        self.responses
+            .insert(line.to_owned(), outputs.into_iter().collect());
+    }
+
+    /// How often `line` was run.
+    pub fn count(&self, line: &str) -> usize {
+        self.commands.iter().filter(|c| *c == line).count()
+    }
 }
 
 impl Runner for RecordingRunner {
@@ -53,16 +77,24 @@ impl Runner for RecordingRunner {
         if line == "id -u" {
             return Ok(CommandOutput::ok(&format!("{}\n", self.uid.unwrap_or(0))));
         }
+        if let Some(queue) = self.responses.get_mut(&line) {
+            let next = if queue.len() > 1 {
+                queue.pop_front()
+            } else {
+                queue.front().cloned()
+            };
+            if let Some(output) = next {
+                return Ok(output);
+            }
+        }
         Ok(match self.failures.get(&line) {
-            Some(stderr) => CommandOutput {
-                success: false,
-                status: "exit status: 1".to_owned(),
-                code: Some(1),
-                stdout: String::new(),
-                stderr: stderr.clone(),
-            },
+            Some(stderr) => CommandOutput::failed(1, stderr),
             None => CommandOutput::ok(""),
         })
+    }
+
+    fn pause(&mut self, how_long: Duration) {
+        self.pauses.push(how_long);
     }
 }
 
@@ -75,7 +107,6 @@ mod tests {
             program: program.to_owned(),
             args: args.iter().map(|a| (*a).to_owned()).collect(),
             may_fail: None,
-            retry: false,
         }
     }
 

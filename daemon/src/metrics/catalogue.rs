@@ -1,5 +1,6 @@
 //! Every metric meshd exports, defined here and nowhere else: name, type,
-//! labels, unit and help. docs/METRICS.md is the written specification;
+//! labels, unit and help. meshd's own are `meshd_*`; the `process_*` ones
+//! are the standard process metrics every Prometheus client exports. docs/METRICS.md is the written specification;
 //! a test keeps the two the same. Names are in Prometheus base units;
 //! label values come from bounded sets (member ids, states, kinds, the
 //! configured ports), never PIDs, GIDs or free text.
@@ -27,7 +28,8 @@ impl Kind {
 pub enum Unit {
     Seconds,
     Ratio,
-    BitsPerSecond,
+    Bytes,
+    BytesPerSecond,
     Cores,
 }
 
@@ -37,7 +39,8 @@ impl Unit {
         match self {
             Unit::Seconds => "_seconds",
             Unit::Ratio => "_ratio",
-            Unit::BitsPerSecond => "_bits_per_second",
+            Unit::Bytes => "_bytes",
+            Unit::BytesPerSecond => "_bytes_per_second",
             Unit::Cores => "_cores",
         }
     }
@@ -86,27 +89,27 @@ metrics! {
         "Verdict events this node produced, by kind.";
     EVALUATION_DURATION_SECONDS: "meshd_evaluation_duration_seconds", Histogram, [], Some(Unit::Seconds),
         "Time one evaluation of the verdict engine took.";
-    LINK_RTT_SECONDS: "meshd_link_rtt_seconds", Histogram, ["peer"], Some(Unit::Seconds),
-        "Round-trip time of the small probes on this node's link to `peer`, wire time only (the responder's own delay is taken out).";
-    LINK_RTT_P50_SECONDS: "meshd_link_rtt_p50_seconds", Gauge, ["peer"], Some(Unit::Seconds),
+    LINK_RTT_SECONDS: "meshd_link_rtt_seconds", Histogram, ["peer", "iface"], Some(Unit::Seconds),
+        "Round-trip time of the small probes on this node's link to `peer` over its interface `iface`, wire time only (the responder's own delay is taken out).";
+    LINK_RTT_P50_SECONDS: "meshd_link_rtt_p50_seconds", Gauge, ["peer", "iface"], Some(Unit::Seconds),
         "Exact median RTT of the small probes answered in the last 10 s on this node's link to `peer`; NaN when there were none.";
-    LINK_RTT_P99_SECONDS: "meshd_link_rtt_p99_seconds", Gauge, ["peer"], Some(Unit::Seconds),
+    LINK_RTT_P99_SECONDS: "meshd_link_rtt_p99_seconds", Gauge, ["peer", "iface"], Some(Unit::Seconds),
         "Exact 99th-percentile RTT of the small probes answered in the last 10 s on this node's link to `peer`; NaN when there were none.";
-    LINK_PROBES_SENT_TOTAL: "meshd_link_probes_sent_total", Counter, ["peer"], None,
+    LINK_PROBES_SENT_TOTAL: "meshd_link_probes_sent_total", Counter, ["peer", "iface"], None,
         "Probes whose fate is known (answered or timed out) on this node's link to `peer`.";
-    LINK_PROBES_LOST_TOTAL: "meshd_link_probes_lost_total", Counter, ["peer"], None,
+    LINK_PROBES_LOST_TOTAL: "meshd_link_probes_lost_total", Counter, ["peer", "iface"], None,
         "Probes that timed out on this node's link to `peer`.";
-    LINK_LOSS_RATIO: "meshd_link_loss_ratio", Gauge, ["peer", "window"], Some(Unit::Ratio),
+    LINK_LOSS_RATIO: "meshd_link_loss_ratio", Gauge, ["peer", "iface", "window"], Some(Unit::Ratio),
         "Lost share (0-1) of the small probes on this node's link to `peer` over the sliding `window` (1s, 10s, 1m).";
-    LINK_SILENCE_SECONDS: "meshd_link_silence_seconds", Gauge, ["peer"], Some(Unit::Seconds),
-        "Time since the last probe reply on this node's link to `peer`.";
-    LINK_SPEED_BITS_PER_SECOND: "meshd_link_speed_bits_per_second", Gauge, ["peer"], Some(Unit::BitsPerSecond),
-        "Negotiated speed of this node's cable to `peer` (Thunderbolt receptacle or NIC), where the platform reports it.";
-    LINK_EXPECTED_SPEED_BITS_PER_SECOND: "meshd_link_expected_speed_bits_per_second", Gauge, ["peer"], Some(Unit::BitsPerSecond),
-        "The speed this node's cable to `peer` should negotiate (80 Gb/s for TB5 Mac-to-Mac), where known.";
-    LINK_RDMA_PORT_STATE: "meshd_link_rdma_port_state", Gauge, ["peer", "state"], None,
+    LINK_LAST_REPLY_TIMESTAMP_SECONDS: "meshd_link_last_reply_timestamp_seconds", Gauge, ["peer", "iface"], Some(Unit::Seconds),
+        "When the last probe reply arrived on this node's link to `peer`, in seconds since the Unix epoch; no series before the first reply.";
+    LINK_SPEED_BYTES_PER_SECOND: "meshd_link_speed_bytes_per_second", Gauge, ["peer", "iface"], Some(Unit::BytesPerSecond),
+        "Negotiated speed of this node's cable to `peer` (Thunderbolt receptacle or NIC), in bytes per second (80 Gb/s is 1e10), where the platform reports it.";
+    LINK_EXPECTED_SPEED_BYTES_PER_SECOND: "meshd_link_expected_speed_bytes_per_second", Gauge, ["peer", "iface"], Some(Unit::BytesPerSecond),
+        "The speed this node's cable to `peer` should negotiate, in bytes per second (80 Gb/s, 1e10, for TB5 Mac-to-Mac), where known.";
+    LINK_RDMA_PORT_STATE: "meshd_link_rdma_port_state", Gauge, ["peer", "iface", "state"], None,
         "1 for the RDMA port state of this node's cable to `peer` (state=none|down|init|armed|active|active_defer; none: no RDMA device paired), 0 for the others.";
-    LINK_ERRORS_TOTAL: "meshd_link_errors_total", Counter, ["peer", "counter"], None,
+    LINK_ERRORS_TOTAL: "meshd_link_errors_total", Counter, ["peer", "iface", "counter"], None,
         "Error counters of the interface or RDMA port of this node's cable to `peer`, by `counter` name (as the platform names them: symbol_error, link_downed, rx_errors, ...).";
     LINKS_EXPECTED: "meshd_links_expected", Gauge, [], None,
         "Links a full mesh of the configured members needs: N(N-1)/2.";
@@ -114,8 +117,8 @@ metrics! {
         "Links that at least one end currently probes, as this node knows from its own probes and fresh reports.";
     PROBE_RESPONDER_DATAGRAMS_TOTAL: "meshd_probe_responder_datagrams_total", Counter, ["address", "outcome"], None,
         "Datagrams the probe responder on `address` (this node's end of a cable) handled, by `outcome`: answered, invalid (not a probe request), rate_limited, send_error, recv_error.";
-    PEER_REPORT_AGE_SECONDS: "meshd_peer_report_age_seconds", Gauge, ["peer"], Some(Unit::Seconds),
-        "Time since the last message of `peer` on any path, on this node's monotonic clock.";
+    PEER_LAST_REPORT_TIMESTAMP_SECONDS: "meshd_peer_last_report_timestamp_seconds", Gauge, ["peer"], Some(Unit::Seconds),
+        "When this node last heard `peer` on any path, on its own clock, in seconds since the Unix epoch.";
     PEER_PATH_UP: "meshd_peer_path_up", Gauge, ["peer", "path"], None,
         "1 while `peer`'s report stream on `path` (management, or this end of a cable) is open and spoke within report.stale_after, 0 otherwise.";
     PEER_CLOCK_OFFSET_SECONDS: "meshd_peer_clock_offset_seconds", Gauge, ["peer"], Some(Unit::Seconds),
@@ -123,7 +126,7 @@ metrics! {
     INSECURE: "meshd_insecure", Gauge, [], None,
         "1 when this node runs its mesh without TLS (tls.insecure): reports between nodes can be forged.";
     REPORTS_REJECTED_TOTAL: "meshd_reports_rejected_total", Counter, ["reason"], None,
-        "Peer streams and updates this node refused, by `reason` (unknown_node, replayed, old_incarnation, malformed, not_authenticated, over_limit, incarnation_ahead).";
+        "Peer streams and updates this node refused, by `reason` (unknown_node, replayed, old_incarnation, malformed, foreign_alarm, not_authenticated, over_limit, incarnation_ahead).";
     REPORTS_SENT_TOTAL: "meshd_reports_sent_total", Counter, ["peer", "outcome"], None,
         "Report streams this node opened to `peer` (outcome accepted), updates the peer refused (rejected), and streams that broke or could not open (failed).";
     NODE_CPU_BUSY_RATIO: "meshd_node_cpu_busy_ratio", Gauge, [], Some(Unit::Ratio),
@@ -150,6 +153,44 @@ metrics! {
         "How long the last read of this node's platform facts took (commands such as system_profiler, and sysfs).";
     FACTS_BLIND_SPOTS: "meshd_facts_blind_spots", Gauge, [], None,
         "Platform facts this node could not read on its last read (a command missing, failing or timing out); `meshctl doctor` names them.";
+    BOOT_TIME_SECONDS: "meshd_boot_time_seconds", Gauge, [], Some(Unit::Seconds),
+        "When this node's host booted, in seconds since the Unix epoch (macOS kern.boottime, Linux btime); it changes on a reboot, not on a meshd restart.";
+    MEMORY_TOTAL_BYTES: "meshd_memory_total_bytes", Gauge, [], Some(Unit::Bytes),
+        "Physical memory of this node (macOS hw.memsize, Linux MemTotal).";
+    MEMORY_WIRED_BYTES: "meshd_memory_wired_bytes", Gauge, [], Some(Unit::Bytes),
+        "Memory the kernel will not page out (macOS wired pages, Linux Unevictable, which includes Mlocked); wired memory with no job running is a leak only a reboot frees.";
+    MEMORY_LOCKED_BYTES: "meshd_memory_locked_bytes", Gauge, [], Some(Unit::Bytes),
+        "Linux: memory locked by processes with mlock(2) (Mlocked).";
+    MEMORY_SWAP_USED_BYTES: "meshd_memory_swap_used_bytes", Gauge, [], Some(Unit::Bytes),
+        "Swap in use on this node.";
+    MEMORY_SWAP_TOTAL_BYTES: "meshd_memory_swap_total_bytes", Gauge, [], Some(Unit::Bytes),
+        "Swap this node has (macOS grows it as needed).";
+    MEMORY_GPU_WIRED_LIMIT_BYTES: "meshd_memory_gpu_wired_limit_bytes", Gauge, [], Some(Unit::Bytes),
+        "macOS: how much memory the GPU may wire (iogpu.wired_limit_mb); 0 is macOS's own default.";
+    MEMORY_PRESSURE_LEVEL: "meshd_memory_pressure_level", Gauge, ["level"], None,
+        "macOS: 1 for the kernel's memory pressure level (level=normal|warning|critical), 0 for the others.";
+    MEMORY_STALL_RATIO: "meshd_memory_stall_ratio", Gauge, ["scope"], Some(Unit::Ratio),
+        "Linux: share (0-1) of the last 10 s in which some (scope=some) or every (scope=full) runnable task waited for memory (PSI avg10).";
+    JOB_ORPHANED_PROCESSES: "meshd_job_orphaned_processes", Gauge, [], None,
+        "Job processes on this node whose launcher is gone (re-parented to launchd/init for longer than watch.jobs.orphan_grace).";
+    JOB_ORPHANED_MEMORY_BYTES: "meshd_job_orphaned_memory_bytes", Gauge, [], Some(Unit::Bytes),
+        "Resident memory the orphaned job processes hold.";
+    CONFIG_LAST_RELOAD_SUCCESSFUL: "meshd_config_last_reload_successful", Gauge, [], None,
+        "1 when the last read of the config file (at start, on a change or on SIGHUP) gave a valid config now in force, 0 when it was refused and the previous one stays.";
+    CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS: "meshd_config_last_reload_success_timestamp_seconds", Gauge, [], Some(Unit::Seconds),
+        "When the config in force was read, in seconds since the Unix epoch.";
+    PROCESS_CPU_SECONDS_TOTAL: "process_cpu_seconds_total", Counter, [], Some(Unit::Seconds),
+        "Total user and system CPU time spent by meshd, in seconds.";
+    PROCESS_RESIDENT_MEMORY_BYTES: "process_resident_memory_bytes", Gauge, [], Some(Unit::Bytes),
+        "Resident memory size of meshd, in bytes.";
+    PROCESS_VIRTUAL_MEMORY_BYTES: "process_virtual_memory_bytes", Gauge, [], Some(Unit::Bytes),
+        "Virtual memory size of meshd, in bytes.";
+    PROCESS_OPEN_FDS: "process_open_fds", Gauge, [], None,
+        "Open file descriptors of meshd.";
+    PROCESS_MAX_FDS: "process_max_fds", Gauge, [], None,
+        "The most file descriptors meshd may open (its soft limit).";
+    PROCESS_START_TIME_SECONDS: "process_start_time_seconds", Gauge, [], Some(Unit::Seconds),
+        "When meshd started, in seconds since the Unix epoch.";
 }
 
 #[cfg(test)]
@@ -170,9 +211,10 @@ mod tests {
         }
         let listed = spec
             .lines()
-            .filter_map(|l| l.strip_prefix("| `meshd_"))
+            .filter_map(|l| l.strip_prefix("| `"))
+            .filter(|l| l.starts_with("meshd_") || l.starts_with("process_"))
             .filter_map(|l| l.split('`').next())
-            .map(|rest| format!("meshd_{rest}"));
+            .map(str::to_owned);
         for name in listed {
             assert!(
                 ALL.iter().any(|(defined, _)| defined.name == name),
@@ -181,13 +223,29 @@ mod tests {
         }
     }
 
+    /// The process metrics of the Prometheus client libraries, by their
+    /// standard names (not meshd's prefix), so that dashboards for any
+    /// exporter work.
+    const STANDARD_PROCESS: &[&str] = &[
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "process_virtual_memory_bytes",
+        "process_open_fds",
+        "process_max_fds",
+        "process_start_time_seconds",
+    ];
+
     /// Prometheus conventions: counters end in `_total`, a unit is the
     /// name's last word, names are unique and prefixed.
     #[test]
     fn names_follow_the_conventions() {
         let mut seen = std::collections::BTreeSet::new();
         for (metric, unit) in ALL {
-            assert!(metric.name.starts_with("meshd_"), "{}", metric.name);
+            assert!(
+                metric.name.starts_with("meshd_") || STANDARD_PROCESS.contains(&metric.name),
+                "{}",
+                metric.name
+            );
             assert!(seen.insert(metric.name), "{} defined twice", metric.name);
             assert_eq!(
                 metric.kind == Kind::Counter,

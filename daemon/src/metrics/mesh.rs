@@ -11,6 +11,7 @@ use meshd_proto::facts::CheckStatus;
 
 use super::catalogue as c;
 use super::exposition::{Exposition, HistogramValues, LabelValues, Vanishing, as_f64, count, flag};
+use super::links::unix_seconds;
 use super::lock;
 use crate::aggregator::Published;
 
@@ -111,10 +112,12 @@ impl MeshSeries {
             .sample(&[], count(members * members.saturating_sub(1) / 2));
         out.family(&c::LINKS_OBSERVED)
             .sample(&[], count(published.links_observed));
-        let mut family = out.family(&c::PEER_REPORT_AGE_SECONDS);
+        let mut family = out.family(&c::PEER_LAST_REPORT_TIMESTAMP_SECONDS);
+        let evaluated_at = published.status.evaluated_at;
         for (peer, view) in &published.peers {
             let age = published.at.saturating_duration_since(view.received_at);
-            family.sample(&[peer.as_str()], age.as_secs_f64());
+            let heard = evaluated_at.checked_sub(age).unwrap_or(evaluated_at);
+            family.sample(&[peer.as_str()], super::links::unix_seconds(heard));
         }
         let mut family = out.family(&c::PEER_PATH_UP);
         for (peer, path, up) in &published.paths {

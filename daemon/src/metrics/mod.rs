@@ -10,18 +10,21 @@
 //! process (the demo, the integration tests) without mixing their series.
 
 pub mod catalogue;
+mod config;
 mod delivery;
 pub mod exposition;
 mod links;
 mod mesh;
 mod probes;
+mod process;
 mod watchers;
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use meshd_proto::domain::NodeIdentity;
 
+pub use config::ConfigSeries;
 pub use delivery::{AlertPostOutcome, DeliverySeries, ReportOutcome};
 pub use probes::ProbeSeries;
 pub use watchers::WatcherSeries;
@@ -29,6 +32,7 @@ pub use watchers::WatcherSeries;
 use crate::aggregator::Published;
 use exposition::Exposition;
 use mesh::MeshSeries;
+use process::ProcessSeries;
 
 /// Recorders never panic while holding a lock, but a poisoned one still
 /// holds the last good values.
@@ -46,9 +50,12 @@ pub struct Metrics {
     pub delivery: DeliverySeries,
     pub watchers: WatcherSeries,
     pub probes: ProbeSeries,
+    pub config: ConfigSeries,
+    process: ProcessSeries,
 }
 
 impl Metrics {
+    /// A node's metrics, made as it starts with the config just read.
     pub fn new(identity: &NodeIdentity) -> Self {
         Self {
             build: [
@@ -62,6 +69,8 @@ impl Metrics {
             delivery: DeliverySeries::default(),
             watchers: WatcherSeries::default(),
             probes: ProbeSeries::default(),
+            config: ConfigSeries::new(SystemTime::now()),
+            process: ProcessSeries::default(),
         }
     }
 
@@ -87,6 +96,8 @@ impl Metrics {
         self.probes.write(&mut out);
         self.delivery.write(&mut out);
         self.watchers.write(&mut out, now);
+        self.config.write(&mut out);
+        self.process.write(&mut out);
         out.into_text()
     }
 }
@@ -94,7 +105,8 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
-    use std::time::Duration;
+    use std::sync::Arc;
+    use std::time::{Duration, SystemTime};
 
     use meshd_proto::domain::{
         Counter, Incarnation, InterfaceState, LinkEnd, LinkObservation, NodeId, RdmaPortState,
@@ -143,7 +155,10 @@ mod tests {
         let id = |s: &str| NodeId::new(s).expect("id");
         let metrics = Metrics::new(&identity());
         let observation = LinkObservation {
-            local: LinkEnd::node_only(id("a")),
+            local: LinkEnd {
+                iface: Some("en2".into()),
+                ..LinkEnd::node_only(id("a"))
+            },
             remote: LinkEnd::node_only(id("b")),
             interface_state: InterfaceState::Up,
             negotiated_speed_bps: Some(40_000_000_000),
@@ -165,7 +180,7 @@ mod tests {
             mtu_loss: vec![],
             probes_sent_total: 10,
             probes_lost_total: 0,
-            last_reply_at: None,
+            last_reply_at: Some(SystemTime::UNIX_EPOCH + Duration::from_millis(1_800_000_000_250)),
             error_counters: vec![Counter {
                 name: "symbol_error".into(),
                 value: 3,
@@ -183,21 +198,88 @@ mod tests {
         metrics.render(&published);
         let text = metrics.render(&published);
         for line in [
-            "meshd_link_speed_bits_per_second{peer=\"b\"} 40000000000",
-            "meshd_link_rtt_p50_seconds{peer=\"b\"} 0.00025",
-            "meshd_link_rtt_p99_seconds{peer=\"b\"} 0.002",
-            "meshd_link_expected_speed_bits_per_second{peer=\"b\"} 80000000000",
-            "meshd_link_rdma_port_state{peer=\"b\",state=\"active\"} 1",
-            "meshd_link_rdma_port_state{peer=\"b\",state=\"down\"} 0",
-            "meshd_link_errors_total{peer=\"b\",counter=\"symbol_error\"} 3",
-            "meshd_link_rtt_seconds_bucket{peer=\"b\",le=\"0.0001\"} 0",
-            "meshd_link_rtt_seconds_bucket{peer=\"b\",le=\"0.001\"} 7",
-            "meshd_link_rtt_seconds_bucket{peer=\"b\",le=\"+Inf\"} 9",
-            "meshd_link_rtt_seconds_count{peer=\"b\"} 9",
-            "meshd_link_rtt_seconds_sum{peer=\"b\"} 0.00575",
+            "meshd_link_speed_bytes_per_second{peer=\"b\",iface=\"en2\"} 5000000000",
+            "meshd_link_rtt_p50_seconds{peer=\"b\",iface=\"en2\"} 0.00025",
+            "meshd_link_rtt_p99_seconds{peer=\"b\",iface=\"en2\"} 0.002",
+            "meshd_link_expected_speed_bytes_per_second{peer=\"b\",iface=\"en2\"} 10000000000",
+            "meshd_link_rdma_port_state{peer=\"b\",iface=\"en2\",state=\"active\"} 1",
+            "meshd_link_rdma_port_state{peer=\"b\",iface=\"en2\",state=\"down\"} 0",
+            "meshd_link_errors_total{peer=\"b\",iface=\"en2\",counter=\"symbol_error\"} 3",
+            "meshd_link_rtt_seconds_bucket{peer=\"b\",iface=\"en2\",le=\"0.0001\"} 0",
+            "meshd_link_rtt_seconds_bucket{peer=\"b\",iface=\"en2\",le=\"0.001\"} 7",
+            "meshd_link_rtt_seconds_bucket{peer=\"b\",iface=\"en2\",le=\"+Inf\"} 9",
+            "meshd_link_rtt_seconds_count{peer=\"b\",iface=\"en2\"} 9",
+            "meshd_link_rtt_seconds_sum{peer=\"b\",iface=\"en2\"} 0.00575",
+            "meshd_link_last_reply_timestamp_seconds{peer=\"b\",iface=\"en2\"} 1800000000.25",
         ] {
             assert!(text.contains(line), "{line} missing in:\n{text}");
         }
+
+        // The same series in the same order, whatever order the links come in.
+        let other = LinkObservation {
+            remote: LinkEnd::node_only(id("c")),
+            ..published.report.links[0].clone()
+        };
+        let order = |links: Vec<LinkObservation>| {
+            let published = Published {
+                report: Arc::new(ReportBody {
+                    links,
+                    ..ReportBody::default()
+                }),
+                ..Published::placeholder(&identity())
+            };
+            metrics
+                .render(&published)
+                .lines()
+                .filter(|l| l.starts_with("meshd_link_"))
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        };
+        let first = published.report.links[0].clone();
+        assert_eq!(
+            order(vec![first.clone(), other.clone()]),
+            order(vec![other, first])
+        );
+    }
+
+    #[test]
+    fn the_process_and_its_config_are_exported() {
+        let metrics = Metrics::new(&identity());
+        let published = Published::placeholder(&identity());
+        let text = metrics.render(&published);
+        let value = |name: &str| -> f64 {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("{name} ")))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("{name} missing in:\n{text}"))
+        };
+        assert!(value("process_resident_memory_bytes") > 0.0);
+        assert!(value("process_cpu_seconds_total") >= 0.0);
+        assert!(value("process_start_time_seconds") > 1.6e9);
+        #[cfg(target_os = "linux")]
+        assert!(value("process_open_fds") > 0.0);
+        assert_eq!(value("meshd_config_last_reload_successful"), 1.0);
+        let read_at = value("meshd_config_last_reload_success_timestamp_seconds");
+
+        metrics.config.refused();
+        let text = metrics.render(&published);
+        assert!(
+            text.contains("meshd_config_last_reload_successful 0\n"),
+            "{text}"
+        );
+        metrics
+            .config
+            .reloaded(SystemTime::UNIX_EPOCH + Duration::from_secs(2_000_000_000));
+        let text = metrics.render(&published);
+        assert!(
+            text.contains("meshd_config_last_reload_successful 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("meshd_config_last_reload_success_timestamp_seconds 2000000000\n"),
+            "{text}"
+        );
+        assert!(read_at > 1.6e9);
     }
 
     /// Every family is announced once, with HELP and TYPE, and a scrape
@@ -206,8 +288,18 @@ mod tests {
     fn a_scrape_names_each_family_once_in_a_stable_order() {
         let metrics = Metrics::new(&identity());
         let published = Published::placeholder(&identity());
+        // The series, without their values (the process's own move).
+        let series = |text: &str| -> Vec<String> {
+            text.lines()
+                .map(|l| {
+                    l.rsplit_once(' ')
+                        .map_or(l, |(series, _)| series)
+                        .to_owned()
+                })
+                .collect()
+        };
         let first = metrics.render(&published);
-        assert_eq!(first, metrics.render(&published));
+        assert_eq!(series(&first), series(&metrics.render(&published)));
         let mut types = std::collections::BTreeSet::new();
         for line in first.lines().filter(|l| l.starts_with("# TYPE ")) {
             assert!(types.insert(line.to_owned()), "{line} twice in:\n{first}");

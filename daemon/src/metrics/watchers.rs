@@ -1,17 +1,28 @@
 //! The local watchers' latest samples: bridges and broadcast rates, CPU by
-//! process, job processes, and the last read of the platform facts.
+//! process, job processes and orphans, memory, and the last read of the
+//! platform facts.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use meshd_proto::facts::{MemoryFacts, MemoryPressure};
+
 use super::catalogue as c;
-use super::exposition::{Exposition, LabelValues, Vanishing, count, flag};
+use super::exposition::{Exposition, LabelValues, Vanishing, as_f64, count, flag};
 use super::lock;
 
 #[derive(Debug, Default)]
 pub struct WatcherSeries {
     state: Mutex<State>,
+}
+
+/// What the last read of the platform facts left for the metrics.
+#[derive(Debug, Clone, Copy)]
+struct FactsRead {
+    took: Duration,
+    blind_spots: usize,
+    booted_at_unix: Option<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -23,7 +34,12 @@ struct State {
     /// Process name (already a bounded set) → cores.
     processes: BTreeMap<String, f64>,
     jobs: Option<(usize, usize)>,
-    facts: Option<(Duration, usize)>,
+    /// Orphaned job processes and the memory they hold.
+    orphans: Option<(usize, u64)>,
+    facts: Option<FactsRead>,
+    /// The latest memory reading; `None` until one was made, or when the
+    /// last read saw nothing.
+    memory: Option<MemoryFacts>,
     vanished_bridges: Vanishing,
     vanished_rates: Vanishing,
     vanished_processes: Vanishing,
@@ -56,9 +72,23 @@ impl WatcherSeries {
         lock(&self.state).jobs = Some((busy, idle));
     }
 
+    pub fn record_orphans(&self, processes: usize, memory_bytes: u64) {
+        lock(&self.state).orphans = Some((processes, memory_bytes));
+    }
+
     /// After each read of this node's platform facts.
-    pub fn record_facts(&self, took: Duration, blind_spots: usize) {
-        lock(&self.state).facts = Some((took, blind_spots));
+    pub fn record_facts(&self, took: Duration, blind_spots: usize, booted_at_unix: Option<u64>) {
+        lock(&self.state).facts = Some(FactsRead {
+            took,
+            blind_spots,
+            booted_at_unix,
+        });
+    }
+
+    /// After each read of this node's memory; a figure that was not read
+    /// has no series.
+    pub fn record_memory(&self, memory: Option<&MemoryFacts>) {
+        lock(&self.state).memory = memory.cloned();
     }
 
     pub fn write(&self, out: &mut Exposition, now: Instant) {
@@ -106,11 +136,60 @@ impl WatcherSeries {
                 .sample(&["busy"], count(busy))
                 .sample(&["idle"], count(idle));
         }
-        if let Some((took, blind_spots)) = state.facts {
+        if let Some((processes, memory_bytes)) = state.orphans {
+            out.family(&c::JOB_ORPHANED_PROCESSES)
+                .sample(&[], count(processes));
+            out.family(&c::JOB_ORPHANED_MEMORY_BYTES)
+                .sample(&[], as_f64(memory_bytes));
+        }
+        if let Some(read) = state.facts {
             out.family(&c::FACTS_READ_DURATION_SECONDS)
-                .sample(&[], took.as_secs_f64());
+                .sample(&[], read.took.as_secs_f64());
             out.family(&c::FACTS_BLIND_SPOTS)
-                .sample(&[], count(blind_spots));
+                .sample(&[], count(read.blind_spots));
+            if let Some(at) = read.booted_at_unix {
+                out.family(&c::BOOT_TIME_SECONDS).sample(&[], as_f64(at));
+            }
+        }
+        if let Some(memory) = &state.memory {
+            write_memory(out, memory);
+        }
+    }
+}
+
+/// One series per figure the reading has.
+fn write_memory(out: &mut Exposition, memory: &MemoryFacts) {
+    for (spec, value) in [
+        (&c::MEMORY_TOTAL_BYTES, memory.total_bytes),
+        (&c::MEMORY_WIRED_BYTES, memory.wired_bytes),
+        (&c::MEMORY_LOCKED_BYTES, memory.locked_bytes),
+        (&c::MEMORY_SWAP_USED_BYTES, memory.swap_used_bytes),
+        (&c::MEMORY_SWAP_TOTAL_BYTES, memory.swap_total_bytes),
+        (
+            &c::MEMORY_GPU_WIRED_LIMIT_BYTES,
+            memory.gpu_wired_limit_bytes,
+        ),
+    ] {
+        if let Some(value) = value {
+            out.family(spec).sample(&[], as_f64(value));
+        }
+    }
+    if let Some(level) = memory.pressure {
+        let mut family = out.family(&c::MEMORY_PRESSURE_LEVEL);
+        for each in MemoryPressure::ALL {
+            family.sample(&[each.as_str()], flag(each == level));
+        }
+    }
+    let stalls = [
+        ("some", memory.stall_some_bp),
+        ("full", memory.stall_full_bp),
+    ];
+    if stalls.iter().any(|(_, bp)| bp.is_some()) {
+        let mut family = out.family(&c::MEMORY_STALL_RATIO);
+        for (scope, bp) in stalls {
+            if let Some(bp) = bp {
+                family.sample(&[scope], f64::from(bp) / 10_000.0);
+            }
         }
     }
 }

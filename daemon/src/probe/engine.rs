@@ -145,6 +145,8 @@ pub(super) async fn bind(
             addr: local,
             source,
         })?;
+    // Before connect, so the route connect picks is the cable's (see `pin`).
+    super::pin::pin_probe_socket(&socket, spec.link.local.iface.as_deref(), local.ip());
     socket
         .connect(peer_addr)
         .await

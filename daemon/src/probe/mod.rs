@@ -6,6 +6,7 @@
 
 mod engine;
 pub mod packet;
+pub mod pin;
 pub mod responder;
 mod stamp;
 

@@ -10,12 +10,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use meshd_proto::domain::{Alarm, NodeId};
-use meshd_proto::facts::OsKind;
+use meshd_proto::facts::{NodeFacts, OsKind};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, settings};
 use crate::metrics::Metrics;
+use crate::watch::facts::FactsFeed;
 use meshd_model::bridge::{BridgeDetector, BridgeObservation, Os};
 use meshd_platform::linux::net::read_bridges;
 use meshd_platform::macos::{ifconfig, netstat, networksetup};
@@ -23,13 +24,22 @@ use meshd_platform::source::{HostCommand, LiveSource, Source};
 
 const SYS_CLASS_NET: &str = "/sys/class/net";
 
-/// The mesh ports: every link's `local_iface` plus `watch.bridge.mesh_ifaces`.
-pub fn mesh_ifaces(config: &Config) -> BTreeSet<String> {
+/// The mesh ports: every link's `local_iface`, `watch.bridge.mesh_ifaces`,
+/// and on a Mac the interface of every Thunderbolt port the platform facts
+/// list (discovery finds the cables; the config need not name them).
+pub fn mesh_ifaces(config: &Config, facts: Option<&NodeFacts>) -> BTreeSet<String> {
+    let discovered = facts
+        .filter(|f| f.os == OsKind::Macos)
+        .into_iter()
+        .flat_map(|f| &f.ports)
+        .filter(|p| !p.iface.is_empty())
+        .map(|p| p.iface.clone());
     config
         .links
         .iter()
         .filter_map(|l| l.local_iface.clone())
         .chain(config.watch.bridge.mesh_ifaces.iter().cloned())
+        .chain(discovered)
         .collect()
 }
 
@@ -51,23 +61,27 @@ fn sample_every(config: &Config) -> tokio::time::Interval {
 
 /// Samples every `watch.bridge.interval`, following config reloads; on
 /// macOS also at once when the network configuration changes, so a
-/// re-enabled Thunderbolt Bridge is seen without waiting for the next tick.
+/// re-enabled Thunderbolt Bridge is seen without waiting for the next tick,
+/// and when the platform facts (`facts`, re-read after a hotplug) list
+/// other Thunderbolt ports.
 pub fn spawn(
     mut configs: watch::Receiver<Arc<Config>>,
+    mut facts: FactsFeed,
     node: NodeId,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 ) -> watch::Receiver<Vec<Alarm>> {
     let (tx, rx) = watch::channel(Vec::new());
     let os = this_os();
-    let config = configs.borrow_and_update().clone();
+    let mut config = configs.borrow_and_update().clone();
     let mut detector = BridgeDetector::new(node, os, settings::storm(&config));
-    let mut mesh = mesh_ifaces(&config);
+    let mut mesh = mesh_ifaces(&config, facts.borrow_and_update().as_deref());
     tokio::spawn(async move {
         let mut tick = sample_every(&config);
         let (network_changed, mut network_changes) = tokio::sync::mpsc::channel(1);
         // Kept for the life of the task: dropping it stops the watching.
         let _network_watch = (os == Os::MacOs).then(|| watch_network_config(network_changed));
+        let mut facts_open = true;
         let mut failing = false;
         loop {
             tokio::select! {
@@ -78,11 +92,24 @@ pub fn spawn(
                     if changed.is_err() {
                         return;
                     }
-                    let config = configs.borrow_and_update().clone();
+                    config = configs.borrow_and_update().clone();
                     detector.set_storm(settings::storm(&config));
-                    mesh = mesh_ifaces(&config);
+                    mesh = mesh_ifaces(&config, facts.borrow().as_deref());
                     tick = sample_every(&config);
                     continue;
+                }
+                // The ports changed (a hotplug, a new read): sample at once
+                // with the new mesh ports.
+                changed = facts.changed(), if facts_open => {
+                    if changed.is_err() {
+                        facts_open = false;
+                        continue;
+                    }
+                    let discovered = mesh_ifaces(&config, facts.borrow_and_update().as_deref());
+                    if discovered == mesh {
+                        continue;
+                    }
+                    mesh = discovered;
                 }
             }
             let bridges = match sample(os, &mesh).await {
@@ -340,6 +367,41 @@ mod tests {
         assert!(bridges[0].member_packets.is_empty());
         add_macos_counters(&mut bridges, "netstat: sysctl: Operation not permitted\n");
         assert_eq!(bridges[0].packets, None);
+    }
+
+    #[test]
+    fn mesh_ports_are_the_configured_ones_and_a_macs_discovered_thunderbolt_ports() {
+        use meshd_proto::facts::PortFact;
+        let config = Config::parse(
+            "[[peers]]\nid = \"b\"\naddress = \"10.0.0.2:7420\"\n\
+             [[links]]\npeer = \"b\"\nlocal_iface = \"en2\"\n\
+             local_address = \"10.254.0.1\"\npeer_address = \"10.254.0.2\"\n\
+             [watch.bridge]\nmesh_ifaces = [\"en9\"]\n",
+            "meshd.toml",
+            "a",
+        )
+        .expect("valid");
+        let port = |iface: &str| PortFact {
+            iface: iface.into(),
+            ..PortFact::default()
+        };
+        let mut facts = NodeFacts {
+            os: OsKind::Macos,
+            // Thunderbolt 1..3 as en1, en6, en2 (the M5 Max order), and a
+            // port whose interface is unknown.
+            ports: vec![port("en1"), port("en6"), port("en2"), port("")],
+            ..NodeFacts::default()
+        };
+        let names = |set: BTreeSet<String>| set.into_iter().collect::<Vec<_>>();
+        assert_eq!(names(mesh_ifaces(&config, None)), ["en2", "en9"]);
+        assert_eq!(
+            names(mesh_ifaces(&config, Some(&facts))),
+            ["en1", "en2", "en6", "en9"]
+        );
+        // Linux facts list RDMA NICs, which may be bridged on purpose
+        // (VMs): only the configured ports count there.
+        facts.os = OsKind::Linux;
+        assert_eq!(names(mesh_ifaces(&config, Some(&facts))), ["en2", "en9"]);
     }
 
     #[tokio::test]

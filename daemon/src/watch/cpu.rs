@@ -9,13 +9,15 @@ use std::time::SystemTime;
 use meshd_model::time::Moment;
 use meshd_proto::domain::{Alarm, NodeId};
 use sysinfo::{
-    CpuRefreshKind, ProcessRefreshKind, ProcessesToUpdate, RefreshKind, System, UpdateKind,
+    CpuRefreshKind, ProcessRefreshKind, ProcessStatus, ProcessesToUpdate, RefreshKind, System,
+    UpdateKind,
 };
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, CpuWatchConfig, settings};
 use crate::metrics::Metrics;
+use crate::watch::{Wake, next_wake, publish, ticks};
 use meshd_model::cpu::{CpuSample, ProcessSample, SpikeDetector, reduce_for_metrics};
 
 /// Command lines are for matching job patterns and for evidence; a few
@@ -53,13 +55,15 @@ impl Sampler {
     /// since a usage figure is a rate between two refreshes.
     pub fn sample(&mut self) -> Option<CpuSample> {
         self.system.refresh_cpu_usage();
-        // Processes only (no threads), CPU time every time, the command line
-        // once per process: that keeps a refresh to one small read per pid.
+        // Processes only (no threads), CPU time and resident memory every
+        // time (the orphan watcher names what a stray rank holds), the
+        // command line once per process: one small read per pid.
         self.system.refresh_processes_specifics(
             ProcessesToUpdate::All,
             true,
             ProcessRefreshKind::nothing()
                 .with_cpu()
+                .with_memory()
                 .with_cmd(UpdateKind::OnlyIfNotSet)
                 .without_tasks(),
         );
@@ -71,6 +75,9 @@ impl Sampler {
             .system
             .processes()
             .iter()
+            // A zombie has exited: it holds no memory and runs nothing,
+            // though a parent that does not reap it keeps it listed.
+            .filter(|(_, process)| process.status() != ProcessStatus::Zombie)
             .map(|(pid, process)| {
                 let cmd = process.cmd();
                 ProcessSample {
@@ -81,6 +88,8 @@ impl Sampler {
                     pid: pid.as_u32(),
                     cores: finite(f64::from(process.cpu_usage()) / 100.0).max(0.0),
                     command: command_line(cmd),
+                    parent: process.parent().map(|p| p.as_u32()),
+                    memory_bytes: Some(process.memory()),
                 }
             })
             .collect();
@@ -142,9 +151,7 @@ pub struct CpuWatch {
 }
 
 fn sample_every(config: &CpuWatchConfig) -> tokio::time::Interval {
-    let mut tick = tokio::time::interval(config.interval.max(sysinfo::MINIMUM_CPU_UPDATE_INTERVAL));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick
+    ticks(config.interval.max(sysinfo::MINIMUM_CPU_UPDATE_INTERVAL))
 }
 
 /// Starts sampling every `watch.cpu.interval`, following config reloads. `other_alarms` are the other
@@ -169,19 +176,12 @@ pub fn spawn(
         let mut config = configs.borrow_and_update().watch.cpu.clone();
         let mut detector = SpikeDetector::new(node, &settings::spike_rules(&config));
         let mut tick = sample_every(&config);
-        loop {
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                _ = tick.tick() => {}
-                changed = configs.changed() => {
-                    if changed.is_err() {
-                        return;
-                    }
-                    config = configs.borrow_and_update().watch.cpu.clone();
-                    detector.reconfigure(&settings::spike_rules(&config));
-                    tick = sample_every(&config);
-                    continue;
-                }
+        while let Some(wake) = next_wake(&mut tick, &mut configs, &shutdown).await {
+            if let Wake::Reconfigured(new) = wake {
+                config = new.watch.cpu.clone();
+                detector.reconfigure(&settings::spike_rules(&config));
+                tick = sample_every(&config);
+                continue;
             }
             // A process table scan reads one file (Linux) or one sysctl
             // (macOS) per process: milliseconds, kept off the runtime.
@@ -219,13 +219,7 @@ pub fn spawn(
                 .cloned()
                 .into_iter()
                 .collect();
-            alarms_tx.send_if_modified(|current| {
-                let changed = *current != active;
-                if changed {
-                    *current = active;
-                }
-                changed
-            });
+            publish(&alarms_tx, active);
             samples_tx.send_replace(Some(Arc::new(Sampled { at, sample })));
         }
     });

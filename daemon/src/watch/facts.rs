@@ -28,6 +28,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, PlatformConfig};
+use crate::logging::{REPEAT_INTERVAL, Throttle};
 use crate::metrics::Metrics;
 use meshd_model::check_alarms::alarms_from_checks;
 
@@ -72,6 +73,8 @@ pub fn spawn(
         let (network_changed, mut network_changes) = tokio::sync::mpsc::channel(1);
         let _network_watch = (meshd_platform::this_os() == OsKind::Macos)
             .then(|| crate::watch::bridge::watch_network_config(network_changed));
+        // Network changes can make reads come fast; their warnings do not.
+        let mut warnings = Throttle::new(REPEAT_INTERVAL);
         loop {
             let started = Instant::now();
             let read = {
@@ -94,10 +97,16 @@ pub fn spawn(
                         .collect();
                     counters_tx.send_replace(Arc::new(counters));
                     let took = started.elapsed();
-                    if took > SLOW_READ {
-                        tracing::warn!(took = ?took, "reading platform facts was slow");
+                    if took > SLOW_READ
+                        && let Some(suppressed) = warnings.admit("slow", Instant::now())
+                    {
+                        tracing::warn!(took = ?took, suppressed, "reading platform facts was slow");
                     }
-                    metrics.watchers.record_facts(took, facts.blind_spots.len());
+                    metrics.watchers.record_facts(
+                        took,
+                        facts.blind_spots.len(),
+                        facts.boot.booted_at_unix,
+                    );
                     for spot in &facts.blind_spots {
                         tracing::debug!(blind_spot = %spot, "platform fact not available");
                     }
@@ -110,7 +119,11 @@ pub fn spawn(
                     ));
                     tx.send_replace(Some(Arc::new(facts)));
                 }
-                Err(err) => tracing::warn!("reading platform facts failed: {err}"),
+                Err(err) => {
+                    if let Some(suppressed) = warnings.admit("failed", Instant::now()) {
+                        tracing::warn!(suppressed, "reading platform facts failed: {err}");
+                    }
+                }
             }
             tokio::select! {
                 () = shutdown.cancelled() => return,
@@ -151,31 +164,45 @@ fn error_counters(totals: Vec<Counter>) -> Vec<Counter> {
         .collect()
 }
 
+/// Runs `read` on where this node's platform text comes from: this host,
+/// or `platform.replay_dir` (with the OS its files name). `Err` names a
+/// replay directory that vanished since the config was validated.
+pub fn with_source<T>(
+    platform: &PlatformConfig,
+    read: impl FnOnce(&dyn Source, OsKind) -> T,
+) -> Result<T, String> {
+    match &platform.replay_dir {
+        None => Ok(read(&LiveSource, meshd_platform::this_os())),
+        Some(dir) => match ReplaySource::open(dir) {
+            Ok(source) => {
+                let os = meshd_platform::bundle::os_of(source.dir());
+                Ok(read(&source, os))
+            }
+            Err(err) => Err(format!(
+                "cannot read the replay directory {}: {err}",
+                dir.display()
+            )),
+        },
+    }
+}
+
 /// One read of this node's facts, with its own checks. A replay directory
 /// that vanished since the config was validated becomes a blind spot, not
 /// a crash.
 pub fn read_facts(node: &NodeId, platform: &PlatformConfig, models: &ModelTable) -> Reading {
-    let mut reading = match &platform.replay_dir {
-        None => read_from(&LiveSource, meshd_platform::this_os()),
-        Some(dir) => match ReplaySource::open(dir) {
-            Ok(source) => {
-                let os = meshd_platform::bundle::os_of(source.dir());
-                read_from(&source, os)
-            }
-            Err(err) => Reading {
-                facts: NodeFacts {
-                    os: OsKind::Other,
-                    source: format!("replay:{}", dir.display()),
-                    blind_spots: vec![format!(
-                        "cannot read the replay directory {}: {err}",
-                        dir.display()
-                    )],
-                    ..NodeFacts::default()
-                },
-                counter_samples: BTreeMap::new(),
-            },
+    let mut reading = with_source(platform, read_from).unwrap_or_else(|why| Reading {
+        facts: NodeFacts {
+            os: OsKind::Other,
+            source: platform
+                .replay_dir
+                .as_ref()
+                .map(|dir| format!("replay:{}", dir.display()))
+                .unwrap_or_default(),
+            blind_spots: vec![why],
+            ..NodeFacts::default()
         },
-    };
+        counter_samples: BTreeMap::new(),
+    });
     reading.facts.checks = node_checks(node, &reading.facts, models);
     reading
 }

@@ -1,7 +1,62 @@
-//! Local watchers: what this node notices about itself.
+//! Local watchers: what this node notices about itself (and, for reboots,
+//! about its peers).
 
+pub mod boot;
 pub mod bridge;
 pub mod cpu;
 pub mod facts;
 pub mod jobs;
 pub mod load;
+pub mod memory;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::{Interval, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+
+/// A tick every `every` that, when the runtime falls behind, waits a whole
+/// period again instead of firing the missed ticks in a burst.
+pub fn ticks(every: Duration) -> Interval {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    tick
+}
+
+/// What woke a watcher that works on a tick and follows the config.
+#[derive(Debug)]
+pub enum Wake {
+    Tick,
+    Reconfigured(Arc<Config>),
+}
+
+/// The next tick or config change; `None` at shutdown, or when the config
+/// is gone (the node is stopping).
+pub async fn next_wake(
+    tick: &mut Interval,
+    configs: &mut watch::Receiver<Arc<Config>>,
+    shutdown: &CancellationToken,
+) -> Option<Wake> {
+    tokio::select! {
+        () = shutdown.cancelled() => None,
+        _ = tick.tick() => Some(Wake::Tick),
+        changed = configs.changed() => {
+            changed.ok().map(|()| Wake::Reconfigured(configs.borrow_and_update().clone()))
+        }
+    }
+}
+
+/// Publishes `value` only when it differs from what `tx` holds, so
+/// receivers wake only for a change.
+pub fn publish<T: PartialEq>(tx: &watch::Sender<T>, value: T) {
+    tx.send_if_modified(|current| {
+        let changed = *current != value;
+        if changed {
+            *current = value;
+        }
+        changed
+    });
+}

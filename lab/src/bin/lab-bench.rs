@@ -391,13 +391,16 @@ fn cost(nodes: usize, seconds: u64, warmup: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The gauge `meshd_link_rtt_p50_seconds{peer}` in seconds: exact over
-/// meshd's last 10 s of probes; None when absent or NaN.
+/// The gauge `meshd_link_rtt_p50_seconds{peer, iface}` in seconds: exact
+/// over meshd's last 10 s of probes; None when absent or NaN.
 fn rtt_p50(metrics: &str, peer: &str) -> Option<f64> {
-    let series = format!("meshd_link_rtt_p50_seconds{{peer=\"{peer}\"}} ");
+    let series = format!("meshd_link_rtt_p50_seconds{{peer=\"{peer}\"");
     metrics
         .lines()
-        .find(|l| l.starts_with(&series))?
+        .find(|l| {
+            l.strip_prefix(&series)
+                .is_some_and(|rest| rest.starts_with(',') || rest.starts_with('}'))
+        })?
         .rsplit(' ')
         .next()?
         .parse::<f64>()
@@ -516,10 +519,10 @@ mod tests {
     #[test]
     fn the_p50_gauge_is_read_per_peer() {
         let metrics = "# TYPE meshd_link_rtt_p50_seconds gauge
-meshd_link_rtt_p50_seconds{peer=\"b\"} 0.0000545
-meshd_link_rtt_p50_seconds{peer=\"bb\"} 0.1
-meshd_link_rtt_p99_seconds{peer=\"b\"} 0.00009
-meshd_link_rtt_p50_seconds{peer=\"c\"} NaN
+meshd_link_rtt_p50_seconds{peer=\"b\",iface=\"veth0\"} 0.0000545
+meshd_link_rtt_p50_seconds{peer=\"bb\",iface=\"veth1\"} 0.1
+meshd_link_rtt_p99_seconds{peer=\"b\",iface=\"veth0\"} 0.00009
+meshd_link_rtt_p50_seconds{peer=\"c\",iface=\"\"} NaN
 ";
         assert_eq!(rtt_p50(metrics, "b"), Some(0.000_054_5));
         assert_eq!(rtt_p50(metrics, "bb"), Some(0.1));

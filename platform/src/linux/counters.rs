@@ -51,6 +51,36 @@ pub fn read_port_counters(
     reading
 }
 
+/// The counters that move with RDMA traffic: the PortCounters' data (in
+/// 4-octet words), and the driver's packet counts for devices without
+/// PortCounters (rxe).
+const DATA_COUNTERS: [(CounterGroup, &str, &str); 4] = [
+    (CounterGroup::PortCounters, "counters", "port_xmit_data"),
+    (CounterGroup::PortCounters, "counters", "port_rcv_data"),
+    (CounterGroup::HwCounters, "hw_counters", "sent_pkts"),
+    (CounterGroup::HwCounters, "hw_counters", "rcvd_pkts"),
+];
+
+/// The sum of `device` port `port`'s data counters, a figure that changes
+/// whenever the port moves data; `None` when none can be read, or one sits
+/// at the maximum where it stops counting (then a still figure proves
+/// nothing).
+pub fn read_data_counters(source: &dyn Source, device: &str, port: u32) -> Option<u64> {
+    let port_dir = format!("{SYS_CLASS_INFINIBAND}/{device}/ports/{port}");
+    let mut total: Option<u64> = None;
+    for (group, dir, name) in DATA_COUNTERS {
+        let Ok(text) = source.read_file(&format!("{port_dir}/{dir}/{name}")) else {
+            continue;
+        };
+        let value = parse_counter_value(&text)?;
+        if value == crate::counters::counter_limit(group, name).max() {
+            return None;
+        }
+        total = Some(total.unwrap_or(0).wrapping_add(value));
+    }
+    total
+}
+
 fn read_group(source: &dyn Source, dir: &str, group: CounterGroup, reading: &mut CounterReading) {
     let names = match source.list_dir(dir) {
         Ok(names) => names,

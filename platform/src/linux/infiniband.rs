@@ -5,7 +5,7 @@
 use std::io::ErrorKind;
 
 use meshd_proto::domain::RdmaPortState;
-use meshd_proto::facts::{Gid, PortFact, RdmaPortFact};
+use meshd_proto::facts::{Gid, PortFact, RdmaPortFact, RdmaReader};
 
 use super::net::SYS_CLASS_NET;
 use super::values::{parse_gid, parse_phys_link_up, parse_port_state, parse_rate_bps, parse_word};
@@ -127,6 +127,7 @@ impl PortReader<'_> {
                 link_layer: String::new(),
                 active_mtu: None,
                 max_mtu: None,
+                reader: Some(RdmaReader::Sysfs),
             }),
             ..PortFact::default()
         }

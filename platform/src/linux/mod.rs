@@ -1,20 +1,25 @@
-//! Linux facts from sysfs (`/sys/class/infiniband`, `/sys/class/net`),
-//! procfs and `ip -j -4 addr show`, all read through a [`Source`] so that a
-//! bundle directory replays them. The read-only verbs library
-//! ([`crate::verbs`]) is not needed here: sysfs already has every port's
-//! state, rate and GID table.
+//! Linux facts from sysfs (`/sys/class/infiniband`, `/sys/class/net`,
+//! `/sys/fs/pstore`), procfs (memory, boot) and `ip -j -4 addr show`, all
+//! read through a [`Source`] so that a bundle directory replays them. Where
+//! the read-only verbs library ([`crate::verbs`]) works, the RDMA ports'
+//! facts are its own, checked against sysfs ([`verbs_check`]); sysfs pairs
+//! ports with interfaces and is the fallback.
 
 pub mod addresses;
+pub mod boot;
 pub mod counters;
 pub mod infiniband;
+pub mod memory;
 pub mod net;
+pub mod pstore;
 pub mod values;
+pub mod verbs_check;
 
-use meshd_proto::facts::NodeFacts;
+use meshd_proto::facts::{NodeFacts, OsKind};
 
 use self::addresses::{InterfaceAddresses, parse_ip_addr_json};
 use self::values::parse_word;
-use crate::source::{HostCommand, Source};
+use crate::source::{CaptureError, HostCommand, Source};
 
 const OS_RELEASE: &str = "/proc/sys/kernel/osrelease";
 /// x86 and most servers: the DMI product name.
@@ -39,11 +44,29 @@ pub fn collect(source: &dyn Source) -> NodeFacts {
 
     let addresses = interface_addresses(source, &mut facts.blind_spots);
     let rdma = infiniband::read_rdma_ports(source);
+    let rdma_enabled = rdma.rdma_enabled;
     facts.rdma_enabled = rdma.rdma_enabled;
     facts.rdma_devices_read = rdma.rdma_enabled.is_some();
     facts.ports_complete = rdma.complete;
     facts.blind_spots.extend(rdma.blind_spots);
     facts.ports = rdma.ports;
+    // A kernel without an RDMA core has nothing for the library to list.
+    let verbs = match rdma_enabled {
+        Some(false) => None,
+        _ => source.rdma_devices(OsKind::Linux),
+    };
+    match verbs {
+        Some(Ok(found)) => {
+            let problems = verbs_check::prefer_verbs(&mut facts.ports, &found.devices);
+            facts.blind_spots.extend(found.unknown);
+            facts.blind_spots.extend(problems);
+        }
+        Some(Err(why)) => facts
+            .blind_spots
+            .push(format!("verbs: {why}; RDMA ports read from sysfs instead")),
+        // No verbs library here (or a replayed bundle): sysfs alone.
+        None => {}
+    }
     for port in &mut facts.ports {
         if port.iface.is_empty() {
             continue;
@@ -76,7 +99,23 @@ pub fn collect(source: &dyn Source) -> NodeFacts {
             net::SYS_CLASS_NET
         )),
     }
+    facts.boot = boot::read_boot(source, &mut facts.blind_spots);
+    facts.memory = memory::read_memory(source, &mut facts.blind_spots);
+    facts.panics = pstore::read_panics(source, &mut facts.blind_spots);
     facts
+}
+
+/// BusyBox's `ip` (initramfs systems, small images) has no `-j`: say so in
+/// one line instead of quoting its usage text.
+fn without_json_output(err: &CaptureError) -> Option<String> {
+    match err {
+        CaptureError::Failed {
+            command, stderr, ..
+        } if stderr.starts_with("BusyBox") => Some(format!(
+            "{command}: this `ip` is BusyBox's, which has no JSON output (-j); iproute2's `ip` has"
+        )),
+        _ => None,
+    }
 }
 
 fn model(source: &dyn Source) -> Result<String, String> {
@@ -111,7 +150,7 @@ fn interface_addresses(
 ) -> Option<InterfaceAddresses> {
     let parsed = source
         .capture(HostCommand::IpAddr)
-        .map_err(|e| e.to_string())
+        .map_err(|e| without_json_output(&e).unwrap_or_else(|| e.to_string()))
         .and_then(|text| parse_ip_addr_json(&text).map_err(|e| e.to_string()));
     match parsed {
         Ok(addresses) => {
@@ -129,5 +168,31 @@ fn interface_addresses(
             ));
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn busybox_ip_is_named_in_one_line() {
+        let busybox = CaptureError::Failed {
+            command: "ip -j -4 addr show".into(),
+            status: "exit status: 1".into(),
+            stderr: "BusyBox v1.35.0 (Debian 1:1.35.0-4+deb12u1+b1) multi-call binary.\n\nUsage: ip [OPTIONS] address|route|link|tunnel|neigh|rule [ARGS]\n".into(),
+        };
+        assert_eq!(
+            without_json_output(&busybox).as_deref(),
+            Some(
+                "ip -j -4 addr show: this `ip` is BusyBox's, which has no JSON output (-j); iproute2's `ip` has"
+            )
+        );
+        let other = CaptureError::Failed {
+            command: "ip -j -4 addr show".into(),
+            status: "exit status: 255".into(),
+            stderr: "Cannot open netlink socket".into(),
+        };
+        assert_eq!(without_json_output(&other), None);
     }
 }

@@ -37,6 +37,24 @@ pub fn read_interface_up(source: &dyn Source, iface: &str) -> Option<bool> {
     interface_up(operstate.as_deref(), carrier.as_deref())
 }
 
+/// Every interface's MTU from `/sys/class/net/<name>/mtu`; an interface
+/// whose file cannot be read or parsed is left out (its MTU is unknown).
+pub fn read_mtus(source: &dyn Source) -> BTreeMap<String, u32> {
+    let Ok(names) = source.list_dir(SYS_CLASS_NET) else {
+        return BTreeMap::new();
+    };
+    names
+        .into_iter()
+        .filter_map(|name| {
+            let text = source
+                .read_file(&format!("{SYS_CLASS_NET}/{name}/mtu"))
+                .ok()?;
+            let mtu = text.trim().parse().ok()?;
+            Some((name, mtu))
+        })
+        .collect()
+}
+
 /// One bridge and the packet counters its storm watcher samples.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct BridgeReading {

@@ -1,5 +1,8 @@
-//! `networksetup`: hardware ports (`-listallhardwareports`) and network
-//! services (`-listallnetworkservices`, `-listnetworkserviceorder`).
+//! `networksetup`: hardware ports (`-listallhardwareports`), network
+//! services (`-listallnetworkservices`, `-listnetworkserviceorder`) and how
+//! a service gets its address (`-getinfo SERVICE`).
+
+use meshd_proto::facts::Ipv4Method;
 
 /// One block of `networksetup -listallhardwareports`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -139,6 +142,21 @@ pub fn service_for_device<'a>(
         .find(|s| s.device.as_deref() == Some(device))
 }
 
+/// `networksetup -getinfo SERVICE`: its first line names how the IPv4
+/// address is configured ("Manual Configuration", "DHCP Configuration",
+/// "BOOTP Configuration", "Manually Using DHCP Router Configuration");
+/// `None` when it is none of these.
+pub fn parse_service_info(text: &str) -> Option<Ipv4Method> {
+    let first = text.lines().map(str::trim).find(|l| !l.is_empty())?;
+    match first {
+        "Manual Configuration" => Some(Ipv4Method::Manual),
+        "DHCP Configuration" => Some(Ipv4Method::Dhcp),
+        "BOOTP Configuration" => Some(Ipv4Method::Bootp),
+        "Manually Using DHCP Router Configuration" => Some(Ipv4Method::ManualWithDhcpRouter),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -189,5 +207,26 @@ mod tests {
                 ethernet_address: "N/A".into(),
             }]
         );
+    }
+
+    #[test]
+    fn service_info_names_the_address_method() {
+        assert_eq!(
+            parse_service_info("\nManual Configuration\nIP address: 10.0.12.1\n"),
+            Some(Ipv4Method::Manual)
+        );
+        assert_eq!(
+            parse_service_info("DHCP Configuration\nIP address: 169.254.34.128\n"),
+            Some(Ipv4Method::Dhcp)
+        );
+        assert_eq!(
+            parse_service_info("Manually Using DHCP Router Configuration\n"),
+            Some(Ipv4Method::ManualWithDhcpRouter)
+        );
+        assert_eq!(
+            parse_service_info("** Error: The parameters were not valid.\n"),
+            None
+        );
+        assert_eq!(parse_service_info(""), None);
     }
 }

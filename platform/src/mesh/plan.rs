@@ -6,6 +6,8 @@ use std::net::Ipv4Addr;
 
 use meshd_proto::facts::Ipv4Cidr;
 
+use crate::macos::networksetup::HardwarePort;
+
 use super::models::{Model, ModelPort};
 use super::{Backend, JACCL_MAX_RANKS};
 
@@ -37,7 +39,7 @@ pub struct CablingPlan {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlannedNode {
-    /// "node1" … "nodeN".
+    /// As given, or "node1" … "nodeN".
     pub name: String,
     pub model_id: String,
     pub model_name: String,
@@ -71,6 +73,54 @@ pub struct PlannedEnd {
     /// The hardware port: "Thunderbolt 2".
     pub port: String,
     pub address: Ipv4Addr,
+    /// The port's interface ("en6"), once that Mac's hardware ports are
+    /// known ([`CablingPlan::name_interfaces`]); the numbering differs per
+    /// Mac, so the model alone never tells.
+    pub iface: Option<String>,
+}
+
+/// [`CablingPlan::name_interfaces`] was given a node the plan does not have.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the plan has no node {node}; its nodes are {}", known.join(", "))]
+pub struct UnknownNode {
+    pub node: String,
+    pub known: Vec<String>,
+}
+
+impl CablingPlan {
+    /// Fills in the interfaces of `node`'s ends from that Mac's hardware
+    /// ports (`networksetup -listallhardwareports`), and its `[[links]]`
+    /// with them. Returns the planned ports the list does not have (their
+    /// `local_iface` stays a comment).
+    pub fn name_interfaces(
+        &mut self,
+        node: &str,
+        ports: &[HardwarePort],
+    ) -> Result<Vec<String>, UnknownNode> {
+        let Some(planned) = self.nodes.iter_mut().find(|n| n.name == node) else {
+            return Err(UnknownNode {
+                node: node.to_owned(),
+                known: self.nodes.iter().map(|n| n.name.clone()).collect(),
+            });
+        };
+        let mut missing = Vec::new();
+        for cable in &mut self.cables {
+            for end in [&mut cable.a, &mut cable.b] {
+                if end.node != node {
+                    continue;
+                }
+                end.iface = ports
+                    .iter()
+                    .find(|p| p.name == end.port && !p.device.is_empty())
+                    .map(|p| p.device.clone());
+                if end.iface.is_none() {
+                    missing.push(end.port.clone());
+                }
+            }
+        }
+        planned.links_config = links_config(node, &self.cables);
+        Ok(missing)
+    }
 }
 
 /// A node whose model has too few Thunderbolt 5 ports for the plan.
@@ -86,6 +136,8 @@ pub struct PortShortfall {
 pub enum PlanRefusal {
     #[error("a plan needs at least 2 nodes; got {0}")]
     TooFewNodes(usize),
+    #[error("{names} names for {nodes} nodes; name every node once")]
+    NamesMismatch { names: usize, nodes: usize },
     #[error("{nodes} nodes: a JACCL mesh has at most {max} ranks; plan at most {max} nodes")]
     TooManyNodes { nodes: usize, max: usize },
     #[error("{}", shortfall_reason(*.backend, *.nodes, *.needed, .short, *.ring_fits))]
@@ -140,21 +192,40 @@ fn shortfall_reason(
     reason
 }
 
-/// A plan with the /30s taken from [`DEFAULT_LINK_RANGE`].
+/// A plan with the /30s taken from [`DEFAULT_LINK_RANGE`], its nodes named
+/// node1…N.
 pub fn plan(nodes: &[&Model], backend: Backend) -> Result<CablingPlan, PlanRefusal> {
-    plan_in_range(nodes, backend, DEFAULT_LINK_RANGE)
+    plan_in_range(
+        &default_names(nodes.len()),
+        nodes,
+        backend,
+        DEFAULT_LINK_RANGE,
+    )
 }
 
-/// A plan for `nodes` (one model per node, mixed allowed), named node1…N:
-/// a full mesh for `jaccl` (N(N−1)/2 cables), a ring for `jaccl-ring` (N
-/// cables, 2 ports per node; 1 cable for 2 nodes). Usable ports are taken
-/// first; unreliable ones only when needed, with a warning naming them.
+/// "node1" … "nodeN".
+pub fn default_names(n: usize) -> Vec<String> {
+    (1..=n).map(|i| format!("node{i}")).collect()
+}
+
+/// A plan for `nodes` (one model per node, mixed allowed), called by
+/// `names` in order: a full mesh for `jaccl` (N(N−1)/2 cables), a ring for
+/// `jaccl-ring` (N cables, 2 ports per node; 1 cable for 2 nodes). Usable
+/// ports are taken first; unreliable ones only when needed, with a warning
+/// naming them.
 pub fn plan_in_range(
+    names: &[String],
     nodes: &[&Model],
     backend: Backend,
     range: Ipv4Cidr,
 ) -> Result<CablingPlan, PlanRefusal> {
     let n = nodes.len();
+    if names.len() != n {
+        return Err(PlanRefusal::NamesMismatch {
+            names: names.len(),
+            nodes: n,
+        });
+    }
     if n < 2 {
         return Err(PlanRefusal::TooFewNodes(n));
     }
@@ -164,12 +235,11 @@ pub fn plan_in_range(
             max: JACCL_MAX_RANKS,
         });
     }
-    let names: Vec<String> = (1..=n).map(|i| format!("node{i}")).collect();
     let pairs = cabled_pairs(n, backend);
     let needed = ports_needed(n, backend);
     let short: Vec<PortShortfall> = nodes
         .iter()
-        .zip(&names)
+        .zip(names)
         .filter(|(model, _)| model.ports.len() < needed)
         .map(|(model, name)| PortShortfall {
             node: name.clone(),
@@ -207,7 +277,7 @@ pub fn plan_in_range(
         .map(|m| m.ports_by_preference().into_iter().take(needed).collect())
         .collect();
     let mut warnings = Vec::new();
-    for ((model, ports), name) in nodes.iter().zip(&chosen).zip(&names) {
+    for ((model, ports), name) in nodes.iter().zip(&chosen).zip(names) {
         for port in ports {
             if let Some(reason) = port.unreliable_reason() {
                 warnings.push(format!(
@@ -226,6 +296,7 @@ pub fn plan_in_range(
             node: names[node].clone(),
             port,
             address,
+            iface: None,
         }
     };
     let base = u32::from(range.network());
@@ -247,7 +318,7 @@ pub fn plan_in_range(
 
     let planned_nodes = nodes
         .iter()
-        .zip(&names)
+        .zip(names)
         .map(|(model, name)| PlannedNode {
             name: name.clone(),
             model_id: model.id.clone(),
@@ -327,10 +398,10 @@ fn setup_steps(node: &str, cables: &[PlannedCable]) -> Vec<SetupStep> {
             local.port, local.address, far.node, far.port
         )));
     }
-    steps.push(SetupStep::Verify(
-        "networksetup -listallhardwareports  # note each Thunderbolt port's enX for local_iface"
-            .to_owned(),
-    ));
+    steps.push(SetupStep::Verify(format!(
+        "networksetup -listallhardwareports  # each Thunderbolt port's enX is its local_iface; \
+         `meshctl plan … --hardware-ports {node}=FILE` writes them into the [[links]]"
+    )));
     steps.push(SetupStep::Verify(
         "ibv_devinfo  # once every node is set up: one rdma_enX per cabled port, PORT_ACTIVE"
             .to_owned(),
@@ -346,27 +417,31 @@ fn setup_steps(node: &str, cables: &[PlannedCable]) -> Vec<SetupStep> {
 }
 
 /// The `[[links]]` entries of meshd's config for `node`. The enX of a
-/// hardware port is known only on the installed Mac, so `local_iface` is
-/// left as a comment naming the port.
+/// hardware port differs per Mac: where the node's hardware ports were
+/// given, `local_iface` is written; elsewhere it is a comment naming the
+/// port.
 fn links_config(node: &str, cables: &[PlannedCable]) -> String {
     let mut toml = String::new();
     for (local, far, cable) in ends_of(node, cables) {
+        let iface = match &local.iface {
+            Some(iface) => format!(
+                "local_iface = \"{iface}\"  # the Device of \"{}\"\n",
+                local.port
+            ),
+            None => format!(
+                "# local_iface = \"enX\"  # the Device of \"{}\" in `networksetup -listallhardwareports`\n",
+                local.port
+            ),
+        };
         toml.push_str(&format!(
             "# {node}/{} ↔ {}/{} ({})\n\
              [[links]]\n\
              peer = \"{}\"\n\
-             # local_iface = \"enX\"  # the Device of \"{}\" in `networksetup -listallhardwareports`\n\
+             {iface}\
              local_address = \"{}\"\n\
              peer_address = \"{}\"\n\
              expected_speed_gbps = {EXPECTED_SPEED_GBPS}\n\n",
-            local.port,
-            far.node,
-            far.port,
-            cable.subnet,
-            far.node,
-            local.port,
-            local.address,
-            far.address,
+            local.port, far.node, far.port, cable.subnet, far.node, local.address, far.address,
         ));
     }
     toml

@@ -6,9 +6,10 @@
 use std::time::Duration;
 
 use super::{
-    Result, WireError, each, nanos, node_id, node_ids, reject_reason, reject_reason_wire, required,
-    time, timestamp,
+    Result, WireError, at_most, each, nanos, node_id, node_ids, reject_reason, reject_reason_wire,
+    required, time, timestamp,
 };
+use crate::limits;
 use crate::domain::{
     Alarm, ClockOffset, ClockSample, Incarnation, LinkEnd, LinkObservation, NodeIdentity, NodeLoad,
     PeerMessage, PeerReply, Refusal, ReportUpdate, RttHistogram, StreamOpen,
@@ -130,19 +131,44 @@ fn observation_from_stream(
 }
 
 impl From<ReportUpdate> for wire::ReportUpdate {
+    /// Trimmed to the caps of [`limits`], the most severe alarms first, so
+    /// that no peer refuses it.
     fn from(u: ReportUpdate) -> Self {
         let list = |ids: Vec<crate::domain::NodeId>| wire::NodeList {
-            ids: ids.iter().map(ToString::to_string).collect(),
+            ids: ids
+                .iter()
+                .take(limits::MAX_HEARS_PER_REPORT)
+                .map(ToString::to_string)
+                .collect(),
         };
         Self {
             sequence: u.sequence,
             sent_at: timestamp(u.sent_at),
             lateness_ns: nanos(u.lateness),
             full: u.full,
-            links: u.links.into_iter().map(observation_to_stream).collect(),
-            removed_links: u.removed_links.into_iter().map(Into::into).collect(),
-            alarms: u.alarms.map(|alarms| wire::AlarmList {
-                alarms: alarms.into_iter().map(Into::into).collect(),
+            links: u
+                .links
+                .into_iter()
+                .take(limits::MAX_LINKS_PER_REPORT)
+                .map(observation_to_stream)
+                .collect(),
+            removed_links: u
+                .removed_links
+                .into_iter()
+                .take(limits::MAX_LINKS_PER_REPORT)
+                .map(Into::into)
+                .collect(),
+            alarms: u.alarms.map(|mut alarms| {
+                if alarms.len() > limits::MAX_ALARMS_PER_REPORT {
+                    alarms.sort_by_key(|a| std::cmp::Reverse(a.severity));
+                }
+                wire::AlarmList {
+                    alarms: alarms
+                        .into_iter()
+                        .take(limits::MAX_ALARMS_PER_REPORT)
+                        .map(Into::into)
+                        .collect(),
+                }
             }),
             hears: u.hears.map(list),
             heard_on_management: u.heard_on_management.map(list),
@@ -160,6 +186,16 @@ impl From<ReportUpdate> for wire::ReportUpdate {
 pub fn update_from_wire(u: wire::ReportUpdate, bounds: &[Duration]) -> Result<ReportUpdate> {
     if u.sequence == 0 {
         return Err(WireError::new("sequence", "missing"));
+    }
+    at_most("links", &u.links, limits::MAX_LINKS_PER_REPORT)?;
+    at_most("removed_links", &u.removed_links, limits::MAX_LINKS_PER_REPORT)?;
+    if let Some(list) = &u.alarms {
+        at_most("alarms.alarms", &list.alarms, limits::MAX_ALARMS_PER_REPORT)?;
+    }
+    for (field, list) in [("hears.ids", &u.hears), ("heard_on_management.ids", &u.heard_on_management)] {
+        if let Some(list) = list {
+            at_most(field, &list.ids, limits::MAX_HEARS_PER_REPORT)?;
+        }
     }
     Ok(ReportUpdate {
         sequence: u.sequence,

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
-use meshd_proto::domain::{LinkState, MeshStatus, NodeState, Severity};
+use meshd_proto::domain::MeshStatus;
 
 use super::scene::{Scene, scene};
 use super::text::{age, esc, utc};
@@ -117,39 +117,7 @@ fn health(scene: &Scene<'_>) -> String {
     if status.is_healthy() {
         return "healthy".to_owned();
     }
-    let mut problems = Vec::new();
-    if !status.quorum.has_quorum {
-        problems.push("no quorum".to_owned());
-    }
-    for state in [NodeState::Down, NodeState::Suspect] {
-        let n = status.nodes.iter().filter(|v| v.state == state).count();
-        if n > 0 {
-            problems.push(format!("{n} node{} {state}", if n == 1 { "" } else { "s" }));
-        }
-    }
-    for state in [
-        LinkState::Down,
-        LinkState::Flapping,
-        LinkState::Degraded,
-        LinkState::Unknown,
-    ] {
-        let n = status.links.iter().filter(|l| l.state == state).count();
-        if n > 0 {
-            problems.push(format!("{n} link{} {state}", if n == 1 { "" } else { "s" }));
-        }
-    }
-    let alarms = status
-        .alarms
-        .iter()
-        .filter(|a| a.severity != Severity::Info)
-        .count();
-    if alarms > 0 {
-        problems.push(format!(
-            "{alarms} alarm{}",
-            if alarms == 1 { "" } else { "s" }
-        ));
-    }
-    format!("not healthy: {}", problems.join(", "))
+    format!("not healthy: {}", status.troubles().join(", "))
 }
 
 /// What the lines and discs mean, in words beside a sample of each.

@@ -93,6 +93,7 @@ fn healthy(n: usize) -> MeshStatus {
                 blame: Blame::None,
                 blamed_node: None,
                 recent_changes: 0,
+                fix: None,
             });
             cables.push(Cable {
                 a: cable_end(x, j),
@@ -123,6 +124,8 @@ fn healthy(n: usize) -> MeshStatus {
                 identity: Some(identity(name)),
                 last_report_at: Some(at(99)),
                 cpu_saturated: false,
+                boot: Default::default(),
+                fix: None,
             })
             .collect(),
         links,
@@ -235,7 +238,7 @@ fn cable_details_carry_both_ends_figures() {
     assert!(article.contains(
         r#"<td data-label="speed">80 Gb/s</td><td data-label="RDMA port">active</td><td data-label="interface">up</td>"#
     ));
-    assert!(article.contains("1.0 s ago"), "age of the figures");
+    assert!(article.contains("1.0s ago"), "age of the figures");
     assert!(article.contains("Thunderbolt 2 · en2 · rdma_en2"), "ports");
 }
 
@@ -307,7 +310,7 @@ fn a_stalled_evaluation_is_called_out() {
     let fresh = view(&status, at(101), STALL);
     assert!(!fresh.contains("Stalled."));
     let stale = view(&status, at(160), STALL);
-    assert!(stale.contains("<strong>Stalled.</strong> The last evaluation is 60 s ago"));
+    assert!(stale.contains("<strong>Stalled.</strong> The last evaluation is 1m00s ago"));
 }
 
 #[test]

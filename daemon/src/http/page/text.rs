@@ -2,7 +2,7 @@
 //! a person reads them.
 
 use std::fmt;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 /// Writes `text` with every character that means something in HTML (or
 /// in an attribute value) replaced by its entity. Everything the status
@@ -34,29 +34,20 @@ pub fn esc(text: &str) -> Escaped<'_> {
     Escaped(text)
 }
 
-/// How long ago `then` was, seen at `now`: "0.3 s ago", "5 min ago". A
-/// time ahead of `now` (another clock) reads "just now".
+/// How long ago `then` was, seen at `now`, in meshd's one duration format:
+/// "300ms ago", "4m12s ago". A time ahead of `now` (another clock) reads
+/// "just now".
 pub fn age(then: SystemTime, now: SystemTime) -> String {
-    let Ok(ago) = now.duration_since(then) else {
-        return "just now".to_owned();
-    };
-    let secs = ago.as_secs();
-    if ago < Duration::from_secs(10) {
-        format!("{:.1} s ago", ago.as_secs_f64())
-    } else if secs < 120 {
-        format!("{secs} s ago")
-    } else if secs < 2 * 3600 {
-        format!("{} min ago", secs / 60)
-    } else if secs < 2 * 86_400 {
-        format!("{} h ago", secs / 3600)
-    } else {
-        format!("{} days ago", secs / 86_400)
+    match now.duration_since(then) {
+        Ok(ago) => format!("{} ago", meshd_proto::human::duration(ago)),
+        Err(_) => "just now".to_owned(),
     }
 }
 
 /// A wall-clock time, to the second, in UTC: "2026-11-29T12:00:03Z".
 pub fn utc(t: SystemTime) -> String {
-    humantime::format_rfc3339_seconds(t).to_string()
+    meshd_proto::time::rfc3339_seconds(t)
+        .unwrap_or_else(|| meshd_proto::time::OUT_OF_RANGE.to_owned())
 }
 
 /// A loss ratio (0–1) as a percentage: "0 %", "0.4 %", "12 %".
@@ -94,6 +85,8 @@ pub fn clip(text: &str, max: usize) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]
@@ -119,15 +112,16 @@ mod tests {
     #[test]
     fn ages_are_relative_and_tolerate_other_clocks() {
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
-        assert_eq!(age(now - Duration::from_millis(300), now), "0.3 s ago");
-        assert_eq!(age(now - Duration::from_secs(42), now), "42 s ago");
-        assert_eq!(age(now - Duration::from_secs(600), now), "10 min ago");
-        assert_eq!(
-            age(now - Duration::from_secs(3 * 86_400), now),
-            "3 days ago"
-        );
+        assert_eq!(age(now - Duration::from_millis(300), now), "300ms ago");
+        assert_eq!(age(now - Duration::from_secs(42), now), "42s ago");
+        assert_eq!(age(now - Duration::from_secs(600), now), "10m00s ago");
+        assert_eq!(age(now - Duration::from_secs(3 * 86_400), now), "3d00h ago");
         assert_eq!(age(now + Duration::from_secs(2), now), "just now");
         assert_eq!(utc(SystemTime::UNIX_EPOCH), "1970-01-01T00:00:00Z");
+        assert_eq!(
+            utc(SystemTime::UNIX_EPOCH - Duration::from_secs(1)),
+            "out of range"
+        );
     }
 
     #[test]

@@ -208,3 +208,59 @@ pub(super) fn thunderbolt_bridge_inactive(mut check: Check, node: &NodeView) -> 
     }
     check.finish_on(facts)
 }
+
+/// macOS re-creates the Thunderbolt Bridge and its network service when a
+/// Thunderbolt device is plugged in; an operator who turned it off then
+/// finds it enabled again. While its service is enabled, `bridge0` comes
+/// back up on the next network change, whatever state it is in now
+/// (`thunderbolt_bridge_inactive` judges that state). Warns when a bridge
+/// over Thunderbolt ports has its service enabled; skipped where the
+/// bridges, their members or their service are unknown.
+pub(super) fn thunderbolt_bridge_service_off(mut check: Check, node: &NodeView) -> CheckResult {
+    let facts = node.facts;
+    let Some(bridges) = &facts.bridges else {
+        check.blind("the bridges are unknown (ifconfig could not be read)");
+        return check.finish_on(facts);
+    };
+    for bridge in bridges {
+        let members = membership(facts, bridge);
+        if members.thunderbolt.is_empty() {
+            if !members.unknown.is_empty() {
+                check.blind(format!(
+                    "{}: whether its members {} are Thunderbolt ports is unknown",
+                    bridge.name,
+                    members.unknown.join(", ")
+                ));
+            }
+            continue;
+        }
+        let subject = format!(
+            "{} (Thunderbolt members {})",
+            bridge.name,
+            members.thunderbolt.join(", ")
+        );
+        match (&bridge.service, bridge.service_enabled) {
+            (Some(service), Some(true)) => check.warn(
+                format!(
+                    "{subject}: its service \"{service}\" is enabled (macOS re-creates and \
+                     enables it when a Thunderbolt device is plugged in), so the bridge comes back \
+                     up on the next network change"
+                ),
+                format!("sudo networksetup -setnetworkserviceenabled \"{service}\" off"),
+            ),
+            (Some(service), Some(false)) => {
+                check.pass(format!("{subject}: its service \"{service}\" is off"));
+            }
+            (Some(service), None) => check.blind(format!(
+                "{subject}: whether its service \"{service}\" is enabled is unknown"
+            )),
+            (None, _) => check.blind(format!(
+                "{subject}: no network service is known for it (the service order was not read)"
+            )),
+        }
+    }
+    if check.findings.is_empty() {
+        check.pass("no bridge has a Thunderbolt member");
+    }
+    check.finish_on(facts)
+}

@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 
-use meshd_proto::facts::{CheckResult, Ipv4Cidr, NodeFacts, OsKind, PortFact};
+use meshd_proto::facts::{CheckResult, Ipv4Cidr, Ipv4Method, NodeFacts, OsKind, PortFact};
 
 use super::rdma::TB4_MAX_BPS;
 use super::{
@@ -67,6 +67,60 @@ pub(super) fn link_addressed(mut check: Check, facts: &NodeFacts) -> CheckResult
                 address_fix(facts, port, "<address>", 30),
             ),
             Some(_) => check.pass(format!("{label}: {}", cidrs(port))),
+        }
+    }
+    check.finish_on(facts)
+}
+
+/// The self-assigned range a port on DHCP falls back to when the cable
+/// has no DHCP server (every mesh cable).
+fn is_link_local(cidr: &Ipv4Cidr) -> bool {
+    cidr.address.is_link_local()
+}
+
+/// A cable's address must stay the static /30 it was given: an update or
+/// a re-created network service can put the port back on DHCP, which on a
+/// cable without a DHCP server means a self-assigned 169.254.x.x/16 that
+/// changes on every link-up, so the peer's hostfile and the RDMA GIDs no
+/// longer match. Judged by the configuration method of the port's network
+/// service (`networksetup -getinfo`), not by the address alone.
+pub(super) fn link_address_static(mut check: Check, facts: &NodeFacts) -> CheckResult {
+    let ports = check.linked_ports(facts);
+    for port in ports {
+        let label = port_label(port);
+        match port.ipv4_method {
+            Some(Ipv4Method::Manual) => check.pass(format!("{label}: a static address ({})", {
+                let addresses = cidrs(port);
+                if addresses.is_empty() {
+                    "none set yet".to_owned()
+                } else {
+                    addresses
+                }
+            })),
+            Some(method) => {
+                let fallback: Vec<String> = port
+                    .addresses()
+                    .iter()
+                    .filter(|c| is_link_local(c))
+                    .map(ToString::to_string)
+                    .collect();
+                let now = if fallback.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (self-assigned now: {})", fallback.join(", "))
+                };
+                check.fail(
+                    format!(
+                        "{label}: its network service gets its address by {method} instead of a \
+                         static /30{now}"
+                    ),
+                    address_fix(facts, port, "<address>", 30),
+                );
+            }
+            None => check.blind(format!(
+                "{label}: how its address is configured is unknown (no network service of its \
+                 own was found, or `networksetup -getinfo` of it was not read)"
+            )),
         }
     }
     check.finish_on(facts)

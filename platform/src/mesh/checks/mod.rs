@@ -8,8 +8,10 @@
 //! every scenario to that).
 
 mod bridge;
+mod firewall;
 mod links;
 mod mesh;
+mod power;
 mod rdma;
 
 use std::collections::BTreeMap;
@@ -63,6 +65,42 @@ pub fn node_checks_seen_by_peers(
                 "{} node: no Thunderbolt ports; this check applies to macOS",
                 facts.os
             );
+            on_node(name).skipped(reason, facts)
+        });
+    }
+    let name = "firewall_allows_meshd";
+    results.push(if facts.os == OsKind::Macos {
+        firewall::firewall_allows_meshd(on_node(name), facts)
+    } else {
+        let reason = format!(
+            "{} node: the Application Firewall is macOS's; this check applies to macOS",
+            facts.os
+        );
+        on_node(name).skipped(reason, facts)
+    });
+    // Settings that drift: re-read with every facts read.
+    let macos_settings: [(&str, ThunderboltCheck, &str); 3] = [
+        (
+            "power_settings",
+            power::power_settings,
+            "no pmset power settings",
+        ),
+        (
+            "link_address_static",
+            |check, node| links::link_address_static(check, node.facts),
+            "cable addresses are not read from network services",
+        ),
+        (
+            "thunderbolt_bridge_service_off",
+            bridge::thunderbolt_bridge_service_off,
+            "no Thunderbolt Bridge service",
+        ),
+    ];
+    for (name, check, absent) in macos_settings {
+        results.push(if facts.os == OsKind::Macos {
+            check(on_node(name), &node_facts)
+        } else {
+            let reason = format!("{} node: {absent}; this check applies to macOS", facts.os);
             on_node(name).skipped(reason, facts)
         });
     }

@@ -1,0 +1,687 @@
+//! The Alertmanager push: while this node leads the quorum, it posts the
+//! alerts its status calls for to every configured Alertmanager
+//! (`POST /api/v2/alerts`), re-sends firing ones every resend interval and
+//! resolves cleared ones explicitly. One task per node, reading the
+//! published status: it never holds up probing or the verdicts, and a slow
+//! or dead Alertmanager only delays its own posts (with backoff).
+//!
+//! Posts go over http, or https through rustls ([`target`]), with the
+//! configured credentials as an `Authorization` header; an Alertmanager is
+//! named by `host:port` alone in logs and metrics.
+
+mod target;
+
+pub use target::{Target, TargetError};
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
+use meshd_proto::domain::{MeshStatus, NodeId};
+use serde::Serialize;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::AlertmanagerConfig;
+use crate::logging::{REPEAT_INTERVAL, Throttle};
+use crate::metrics::{AlertPostOutcome, Metrics};
+use meshd_model::alerts::{Alert, AlertState, Post, Role, alerts};
+
+/// One post (connect, send, answer) may take this long.
+const POST_TIMEOUT: Duration = Duration::from_secs(5);
+/// Backoff after failed posts doubles up to this.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+
+/// Alertmanager API v2 `postableAlert`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Postable<'a> {
+    labels: &'a std::collections::BTreeMap<String, String>,
+    annotations: &'a std::collections::BTreeMap<String, String>,
+    starts_at: String,
+    ends_at: String,
+}
+
+/// The JSON body of a post, and how many alerts were left out because a
+/// time of theirs cannot be written (outside 1970-9999: the wire refuses
+/// such times, so only a broken clock makes one).
+fn body(posts: &[Post]) -> Result<(Vec<u8>, usize), serde_json::Error> {
+    let postable: Vec<Postable<'_>> = posts
+        .iter()
+        .filter_map(|p| {
+            Some(Postable {
+                labels: &p.alert.labels,
+                annotations: &p.alert.annotations,
+                starts_at: meshd_proto::time::rfc3339_millis(p.alert.starts_at)?,
+                ends_at: meshd_proto::time::rfc3339_millis(p.ends_at)?,
+            })
+        })
+        .collect();
+    let left_out = posts.len() - postable.len();
+    Ok((serde_json::to_vec(&postable)?, left_out))
+}
+
+#[derive(Debug, thiserror::Error)]
+enum PostError {
+    #[error("cannot connect: {0}")]
+    Connect(std::io::Error),
+    #[error("TLS: {0}")]
+    Tls(std::io::Error),
+    #[error("HTTP: {0}")]
+    Http(#[from] hyper::Error),
+    #[error("bad request: {0}")]
+    Request(#[from] hyper::http::Error),
+    #[error("cannot encode the alerts: {0}")]
+    Encode(#[from] serde_json::Error),
+    #[error("Alertmanager answered {status}: {body}")]
+    Status { status: u16, body: String },
+    #[error("no answer within {POST_TIMEOUT:?}")]
+    Timeout,
+    #[error("cannot read the answer: {0}")]
+    Answer(String),
+}
+
+/// The largest answer read from Alertmanager.
+const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
+
+/// Posts `posts`; `Ok(n)` when Alertmanager took them, `n` of them left
+/// out because a time of theirs cannot be written.
+async fn post(target: &Target, posts: &[Post]) -> Result<usize, PostError> {
+    let (payload, left_out) = body(posts)?;
+    let path = target.url.path.clone();
+    send(target, &path, Some(Bytes::from(payload)))
+        .await
+        .map(|_| left_out)
+}
+
+/// One HTTP/1.1 exchange with Alertmanager, plain or TLS, under
+/// [`POST_TIMEOUT`]: `POST` alerts, or `GET` (`payload` None). Returns the
+/// answer's body.
+async fn send(target: &Target, path: &str, payload: Option<Bytes>) -> Result<Bytes, PostError> {
+    let exchange = async {
+        let stream = TcpStream::connect(&target.authority)
+            .await
+            .map_err(PostError::Connect)?;
+        match &target.tls {
+            None => exchange(stream, target, path, payload).await,
+            Some((connector, name)) => {
+                let stream = connector
+                    .connect(name.clone(), stream)
+                    .await
+                    .map_err(PostError::Tls)?;
+                exchange(stream, target, path, payload).await
+            }
+        }
+    };
+    tokio::time::timeout(POST_TIMEOUT, exchange)
+        .await
+        .map_err(|_| PostError::Timeout)?
+}
+
+/// One request over an open connection, plain or TLS.
+async fn exchange<S>(
+    stream: S,
+    target: &Target,
+    path: &str,
+    payload: Option<Bytes>,
+) -> Result<Bytes, PostError>
+where
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    // The connection is driven beside the request and ends with it.
+    let driver = tokio::spawn(connection);
+    let mut request = match payload {
+        Some(_) => hyper::Request::post(path)
+            .header(hyper::header::CONTENT_TYPE, "application/json"),
+        None => hyper::Request::get(path),
+    }
+    .header(hyper::header::HOST, target.authority.as_str());
+    if let Some(authorization) = &target.authorization {
+        request = request.header(hyper::header::AUTHORIZATION, authorization.clone());
+    }
+    let response = sender
+        .send_request(request.body(Full::new(payload.unwrap_or_default()))?)
+        .await?;
+    let status = response.status();
+    let text = http_body_util::Limited::new(response.into_body(), MAX_ANSWER_BYTES)
+        .collect()
+        .await
+        .map_err(|e| PostError::Answer(e.to_string()))?
+        .to_bytes();
+    driver.abort();
+    if status.is_success() {
+        Ok(text)
+    } else {
+        Err(PostError::Status {
+            status: status.as_u16(),
+            body: String::from_utf8_lossy(&text).chars().take(200).collect(),
+        })
+    }
+}
+
+/// Alertmanager API v2 `gettableAlert`, the parts reconciling needs.
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Gettable {
+    labels: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    annotations: std::collections::BTreeMap<String, String>,
+    starts_at: String,
+}
+
+/// The alerts Alertmanager holds active, for a new leader to reconcile.
+async fn active(target: &Target) -> Result<Vec<Alert>, PostError> {
+    let path = format!(
+        "{}?active=true&silenced=true&inhibited=true",
+        target.url.path
+    );
+    let text = send(target, &path, None).await?;
+    let found: Vec<Gettable> = serde_json::from_slice(&text)?;
+    Ok(found
+        .into_iter()
+        .map(|g| Alert {
+            starts_at: humantime::parse_rfc3339_weak(&g.starts_at)
+                .unwrap_or(SystemTime::UNIX_EPOCH),
+            labels: g.labels,
+            annotations: g.annotations,
+        })
+        .collect())
+}
+
+/// One Alertmanager's delivery state: posts that failed are retried after
+/// a backoff, and an Alertmanager that missed posts gets every firing alert
+/// (plus the resolves it missed) once it answers again.
+#[derive(Debug)]
+struct Destination {
+    target: Target,
+    missed_resolves: Vec<Post>,
+    behind: bool,
+    retry_at: Option<tokio::time::Instant>,
+    backoff: Duration,
+}
+
+/// Resolves kept for an Alertmanager that does not answer; beyond this the
+/// oldest are dropped (Alertmanager resolves them itself when their lease ends).
+const MAX_MISSED_RESOLVES: usize = 1000;
+
+pub struct AlertPusher {
+    node: NodeId,
+    destinations: Vec<Destination>,
+    resend_every: Duration,
+    state: AlertState,
+    metrics: Arc<Metrics>,
+    /// Repeated warnings, by Alertmanager.
+    warnings: Throttle<String>,
+}
+
+impl std::fmt::Debug for AlertPusher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AlertPusher")
+            .field("node", &self.node)
+            .field("destinations", &self.destinations.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl AlertPusher {
+    /// Reads every Alertmanager's credential and CA files now, so that a
+    /// missing or unreadable one stops the start instead of the first page.
+    pub fn new(
+        node: NodeId,
+        alertmanagers: &[AlertmanagerConfig],
+        resend_every: Duration,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, TargetError> {
+        let destinations = alertmanagers
+            .iter()
+            .map(|config| {
+                Ok(Destination {
+                    target: Target::open(config)?,
+                    missed_resolves: Vec::new(),
+                    behind: false,
+                    retry_at: None,
+                    backoff: FIRST_BACKOFF,
+                })
+            })
+            .collect::<Result<_, TargetError>>()?;
+        Ok(Self {
+            node,
+            destinations,
+            resend_every,
+            state: AlertState::default(),
+            metrics,
+            warnings: Throttle::new(REPEAT_INTERVAL),
+        })
+    }
+
+    pub async fn run(
+        mut self,
+        mut status: watch::Receiver<Arc<MeshStatus>>,
+        shutdown: CancellationToken,
+    ) {
+        if self.destinations.is_empty() {
+            return;
+        }
+        // Re-sends and retries are due even when the status does not change.
+        let mut tick = tokio::time::interval(FIRST_BACKOFF);
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                changed = status.changed() => if changed.is_err() { return },
+                _ = tick.tick() => {}
+            }
+            let current = status.borrow_and_update().clone();
+            self.push(&current, SystemTime::now()).await;
+        }
+    }
+
+    async fn push(&mut self, status: &MeshStatus, now: SystemTime) {
+        let role = Role::of(status);
+        let step = self.state.step(
+            alerts(status, role),
+            role,
+            std::time::Instant::now(),
+            now,
+            self.resend_every,
+        );
+        let mut posts = step.posts;
+        if step.reconcile {
+            // This node just took over: resolve what the one before left
+            // firing that is no longer true.
+            for destination in &self.destinations {
+                match active(&destination.target).await {
+                    Ok(found) => posts.extend(self.state.reconcile(found, now)),
+                    Err(err) => {
+                        tracing::debug!(alertmanager = %destination.target.authority, "cannot read the active alerts to take over: {err}")
+                    }
+                }
+            }
+        }
+        self.metrics.delivery.set_alerts_firing(self.state.firing());
+        let resolves: Vec<Post> = posts.iter().filter(|p| p.ends_at <= now).cloned().collect();
+        for destination in &mut self.destinations {
+            let waiting = destination
+                .retry_at
+                .is_some_and(|at| tokio::time::Instant::now() < at);
+            if waiting {
+                destination.missed_resolves.extend(resolves.iter().cloned());
+                let excess = destination
+                    .missed_resolves
+                    .len()
+                    .saturating_sub(MAX_MISSED_RESOLVES);
+                destination.missed_resolves.drain(..excess);
+                continue;
+            }
+            let batch: Vec<Post> = if destination.behind {
+                let mut all = std::mem::take(&mut destination.missed_resolves);
+                all.extend(resolves.iter().cloned());
+                all.extend(self.state.all_firing(now, self.resend_every));
+                all
+            } else {
+                posts.clone()
+            };
+            if batch.is_empty() {
+                continue;
+            }
+            match post(&destination.target, &batch).await {
+                Ok(left_out) => {
+                    // Never expected (the wire refuses such times): one
+                    // line per interval however often a broken clock posts.
+                    if left_out > 0
+                        && let Some(suppressed) = self.warnings.admit(
+                            destination.target.authority.clone(),
+                            std::time::Instant::now(),
+                        )
+                    {
+                        tracing::warn!(
+                            alertmanager = %destination.target.authority,
+                            left_out,
+                            suppressed,
+                            "alerts with a time outside 1970-9999 left out of the post"
+                        );
+                    }
+                    if destination.behind {
+                        tracing::info!(alertmanager = %destination.target.authority, "alerts reach Alertmanager again");
+                    }
+                    self.metrics
+                        .delivery
+                        .count_alert_post(&destination.target.authority, AlertPostOutcome::Ok);
+                    destination.behind = false;
+                    destination.retry_at = None;
+                    destination.backoff = FIRST_BACKOFF;
+                }
+                Err(err) => {
+                    if !destination.behind {
+                        tracing::warn!(alertmanager = %destination.target.authority, "cannot post alerts, retrying with backoff: {err}");
+                    }
+                    self.metrics
+                        .delivery
+                        .count_alert_post(&destination.target.authority, AlertPostOutcome::Failed);
+                    destination.behind = true;
+                    destination
+                        .missed_resolves
+                        .extend(batch.into_iter().filter(|p| p.ends_at <= now));
+                    destination.retry_at = Some(tokio::time::Instant::now() + destination.backoff);
+                    destination.backoff = (destination.backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn post_starting(starts_at: SystemTime) -> Post {
+        Post {
+            alert: meshd_model::alerts::Alert {
+                labels: [("alertname".to_owned(), "MeshCpuSpike".to_owned())].into(),
+                annotations: Default::default(),
+                starts_at,
+            },
+            ends_at: SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
+        }
+    }
+
+    /// An alarm `since` of -1 s or the year 10000 used to panic the alert
+    /// task; such an alert is left out of the post instead, and the rest go.
+    #[test]
+    fn an_alert_time_outside_1970_to_9999_is_left_out_not_a_panic() {
+        let fine = post_starting(SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000));
+        for bad in [
+            SystemTime::UNIX_EPOCH - Duration::from_secs(1),
+            SystemTime::UNIX_EPOCH + Duration::from_secs(253_402_300_800),
+        ] {
+            let posts = [post_starting(bad), fine.clone()];
+            let (payload, left_out) = body(&posts).expect("encoded");
+            let sent: serde_json::Value = serde_json::from_slice(&payload).expect("json");
+            assert_eq!(sent.as_array().map(Vec::len), Some(1));
+            assert_eq!(sent[0]["startsAt"], "2023-11-14T22:13:20.000Z");
+            assert_eq!(left_out, 1);
+        }
+    }
+}
+
+/// Posts to fake Alertmanagers on loopback, over TLS with certificates from
+/// a test CA (meshd-pki), and a check that no credential reaches a log
+/// line or a metric.
+#[cfg(test)]
+mod wire_tests {
+    use std::net::SocketAddr;
+    use std::sync::Mutex;
+
+    use meshd_proto::domain::{Alarm, AlarmKind, Incarnation, NodeIdentity, Quorum, Severity};
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+    use crate::config::BasicAuth;
+
+    const DAY: Duration = Duration::from_secs(86_400);
+
+    type Requests = Arc<Mutex<Vec<String>>>;
+
+    fn tls_server(ca: &meshd_pki::Ca, names: &[String]) -> Arc<rustls::ServerConfig> {
+        let issued = ca
+            .issue("alertmanager", names, SystemTime::now(), DAY)
+            .expect("server certificate");
+        let cert = CertificateDer::from_pem_slice(issued.cert_pem.as_bytes()).expect("cert");
+        let key = PrivateKeyDer::from_pem_slice(issued.key_pem.as_bytes()).expect("key");
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls_graviola::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_no_client_auth()
+        .with_single_cert(vec![cert], key)
+        .expect("server config");
+        Arc::new(config)
+    }
+
+    /// An HTTP/1.1 server on loopback (TLS when given a config) that keeps
+    /// each request it reads and answers `status`.
+    async fn fake_alertmanager(
+        tls: Option<Arc<rustls::ServerConfig>>,
+        status: u16,
+    ) -> (SocketAddr, Requests) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let requests = Requests::default();
+        let kept = requests.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let kept = kept.clone();
+                match &tls {
+                    None => answer(stream, kept, status).await,
+                    Some(config) => {
+                        let acceptor = tokio_rustls::TlsAcceptor::from(config.clone());
+                        if let Ok(stream) = acceptor.accept(stream).await {
+                            answer(stream, kept, status).await;
+                        }
+                    }
+                }
+            }
+        });
+        (addr, requests)
+    }
+
+    async fn answer<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, kept: Requests, status: u16) {
+        let mut seen = Vec::new();
+        let mut buffer = [0u8; 4096];
+        loop {
+            let Ok(n) = stream.read(&mut buffer).await else {
+                return;
+            };
+            if n == 0 {
+                return;
+            }
+            seen.extend_from_slice(&buffer[..n]);
+            let text = String::from_utf8_lossy(&seen).into_owned();
+            if let Some(head_end) = text.find("\r\n\r\n") {
+                let length = text[..head_end]
+                    .lines()
+                    .find_map(|l| {
+                        l.to_ascii_lowercase()
+                            .strip_prefix("content-length:")
+                            .and_then(|v| v.trim().parse::<usize>().ok())
+                    })
+                    .unwrap_or(0);
+                if seen.len() >= head_end + 4 + length {
+                    kept.lock().expect("requests").push(text);
+                    break;
+                }
+            }
+        }
+        let reply =
+            format!("HTTP/1.1 {status} Fake\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+        let _ = stream.write_all(reply.as_bytes()).await;
+        let _ = stream.shutdown().await;
+    }
+
+    fn firing() -> Post {
+        let now = SystemTime::now();
+        Post {
+            alert: meshd_model::alerts::Alert {
+                labels: [("alertname".to_owned(), "MeshCpuSpike".to_owned())].into(),
+                annotations: Default::default(),
+                starts_at: now,
+            },
+            ends_at: now + Duration::from_secs(120),
+        }
+    }
+
+    fn write_file(dir: &std::path::Path, name: &str, text: &str) -> std::path::PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, text).expect("write");
+        path
+    }
+
+    #[tokio::test]
+    async fn https_posts_reach_an_alertmanager_the_ca_file_vouches_for_with_the_token() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca = meshd_pki::Ca::create("test alerting CA", SystemTime::now(), DAY).expect("ca");
+        let (addr, requests) =
+            fake_alertmanager(Some(tls_server(&ca, &["127.0.0.1".to_owned()])), 200).await;
+        let mut config = AlertmanagerConfig::url(format!("https://{addr}/prefix"));
+        config.ca_file = Some(write_file(dir.path(), "ca.pem", ca.cert_pem()));
+        config.bearer_token_file = Some(write_file(dir.path(), "token", "tok-123\n"));
+        let target = Target::open(&config).expect("target");
+        post(&target, &[firing()]).await.expect("posted over TLS");
+        let seen = requests.lock().expect("requests").clone();
+        assert_eq!(seen.len(), 1);
+        let request = seen[0].to_ascii_lowercase();
+        assert!(
+            request.starts_with("post /prefix/api/v2/alerts http/1.1\r\n"),
+            "{request}"
+        );
+        assert!(
+            request.contains("\r\nauthorization: bearer tok-123\r\n"),
+            "{request}"
+        );
+        assert!(
+            request.contains("\"alertname\":\"meshcpuspike\""),
+            "{request}"
+        );
+    }
+
+    #[tokio::test]
+    async fn https_refuses_an_alertmanager_from_another_ca_or_for_another_name() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca = meshd_pki::Ca::create("test alerting CA", SystemTime::now(), DAY).expect("ca");
+        let stranger = meshd_pki::Ca::create("stranger", SystemTime::now(), DAY).expect("ca");
+        let trusted = write_file(dir.path(), "ca.pem", ca.cert_pem());
+        for (server_ca, names, why) in [
+            (&stranger, vec!["127.0.0.1".to_owned()], "UnknownIssuer"),
+            (&ca, vec!["elsewhere.test".to_owned()], "not valid for name"),
+        ] {
+            let (addr, requests) =
+                fake_alertmanager(Some(tls_server(server_ca, &names)), 200).await;
+            let mut config = AlertmanagerConfig::url(format!("https://{addr}"));
+            config.ca_file = Some(trusted.clone());
+            let target = Target::open(&config).expect("target");
+            let err = post(&target, &[firing()]).await.expect_err("refused");
+            assert!(matches!(err, PostError::Tls(_)), "{err}");
+            assert!(err.to_string().contains(why), "{why}: {err}");
+            assert!(requests.lock().expect("requests").is_empty());
+        }
+    }
+
+    /// A buffer the log lines of one test go to.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("log").extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn credentials_never_reach_a_log_line_or_a_metric() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_writer(move || writer.clone())
+            .finish();
+        let _logs = tracing::subscriber::set_default(subscriber);
+
+        // One refuses with 401, one is not there at all.
+        let (refusing, _) = fake_alertmanager(None, 401).await;
+        let closed = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+            listener.local_addr().expect("addr")
+        };
+        let mut basic = AlertmanagerConfig::url(format!("http://{refusing}"));
+        basic.basic_auth = Some(BasicAuth {
+            username: "meshd-user".into(),
+            password_file: write_file(dir.path(), "password", "pa55-SECRET\n"),
+        });
+        let mut bearer = AlertmanagerConfig::url(format!("http://{closed}"));
+        bearer.bearer_token_file = Some(write_file(dir.path(), "token", "tok-SECRET\n"));
+
+        let identity = NodeIdentity {
+            id: NodeId::new("a").expect("id"),
+            incarnation: Incarnation(1),
+            version: "test".into(),
+            hostname: "a".into(),
+        };
+        let metrics = Arc::new(Metrics::new(&identity));
+        let mut pusher = AlertPusher::new(
+            identity.id.clone(),
+            &[basic, bearer],
+            Duration::from_secs(30),
+            metrics.clone(),
+        )
+        .expect("pusher");
+        tracing::info!(?pusher, destinations = ?pusher.destinations, "set up");
+        let now = SystemTime::now();
+        let status = MeshStatus {
+            node: identity.clone(),
+            evaluated_at: now,
+            quorum: Quorum {
+                configured: vec![identity.id.clone()],
+                members: vec![identity.id.clone()],
+                has_quorum: true,
+                leader: Some(identity.id.clone()),
+            },
+            nodes: vec![],
+            links: vec![],
+            alarms: vec![Alarm {
+                kind: AlarmKind::CpuSpike,
+                severity: Severity::Warning,
+                node: identity.id.clone(),
+                subject: "cpu".into(),
+                summary: "busy".into(),
+                evidence: vec![],
+                fix: None,
+                since: now,
+                updated: now,
+            }],
+            cables: vec![],
+            checks: vec![],
+            measurements: vec![],
+        };
+        pusher.push(&status, now).await;
+
+        let logs = String::from_utf8_lossy(&captured.0.lock().expect("log")).into_owned();
+        let scrape = metrics.render(&crate::aggregator::Published::placeholder(&identity));
+        let basic_header = base64::Engine::encode(
+            &base64::engine::general_purpose::STANDARD,
+            "meshd-user:pa55-SECRET",
+        );
+        for secret in ["pa55-SECRET", "tok-SECRET", basic_header.as_str()] {
+            assert!(!logs.contains(secret), "{secret} in the logs:\n{logs}");
+            assert!(!scrape.contains(secret), "{secret} in /metrics:\n{scrape}");
+        }
+        for authority in [refusing.to_string(), closed.to_string()] {
+            assert!(
+                logs.contains(&authority),
+                "{authority} not named in:\n{logs}"
+            );
+            assert!(
+                scrape.contains(&format!(
+                    "meshd_alert_posts_total{{alertmanager=\"{authority}\",outcome=\"failed\"}} 1"
+                )),
+                "{scrape}"
+            );
+        }
+        assert!(logs.contains("Alertmanager answered 401"), "{logs}");
+    }
+}

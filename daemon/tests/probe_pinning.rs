@@ -1,0 +1,315 @@
+//! A prober's socket is pinned to its cable's interface: with the peer's
+//! address routed over another cable, the probes still leave (and the
+//! replies come back) by the cable the link names.
+//!
+//! Layout, in two namespaces this test creates and always deletes:
+//!
+//! ```text
+//!   meshd-pin-PID (this node)              meshd-pinpeer-PID (the peer)
+//!   a1 10.78.1.1/30  <==== veth ====>  b1 10.78.1.2/30
+//!   a2 10.78.2.1/30  <==== veth ====>  b2 10.78.2.2/30, 10.78.9.2/32
+//!   route 10.78.9.2 via 10.78.1.2 dev a1
+//! ```
+//!
+//! The link is a2's: local 10.78.2.1 on a2, peer 10.78.9.2. The routing
+//! table sends 10.78.9.2 over a1; only the pin keeps the probes on a2,
+//! which the namespace's own packet counters show, whether the link names
+//! its interface or leaves it to be found by the address. A plain socket
+//! bound and connected the same way (the control) goes out by a1, proving
+//! that the layout misroutes without the pin. IPv6 is off in both
+//! namespaces so that nothing else crosses the cables.
+//!
+//! Each side runs in its namespace as this test binary under `ip netns
+//! exec` with one ignored helper selected (the test may not `setns` itself:
+//! no unsafe code); the prober helper prints its counters on one line.
+
+use std::net::{IpAddr, SocketAddr};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use meshd::probe::{Prober, ProberSettings, Responder};
+use meshd_proto::domain::{LinkEnd, NodeId};
+use tokio_util::sync::CancellationToken;
+
+const RESPOND_ENV: &str = "MESHD_TEST_PIN_RESPOND_ON";
+const PROBE_ENV: &str = "MESHD_TEST_PIN_PROBE";
+const PORT: u16 = 7421;
+const PEER: &str = "10.78.9.2";
+const LOCAL: &str = "10.78.2.1";
+/// Long enough for about 50 small probes; the helpers stop by themselves.
+const PROBE_FOR: Duration = Duration::from_secs(1);
+const RESPOND_FOR: Duration = Duration::from_secs(20);
+
+fn settings() -> ProberSettings {
+    ProberSettings {
+        interval: Duration::from_millis(20),
+        payload_bytes: 64,
+        mtu_interval: Duration::from_millis(100),
+        mtu_payload_bytes: 1472,
+        timeout: Duration::from_millis(200),
+    }
+}
+
+/// The peer's responder, for `RESPOND_FOR` at most.
+#[tokio::test]
+#[ignore = "helper: run by probes_leave_by_the_pinned_cable inside the peer's namespace"]
+async fn respond_helper() {
+    let Ok(on) = std::env::var(RESPOND_ENV) else {
+        return;
+    };
+    let addr: SocketAddr = on.parse().expect("address");
+    let responder = Responder::bind(addr).await.expect("bind the responder");
+    let cancel = CancellationToken::new();
+    let run = tokio::spawn(responder.run(cancel.clone()));
+    tokio::time::sleep(RESPOND_FOR).await;
+    cancel.cancel();
+    run.await.expect("responder");
+}
+
+fn tx_packets(iface: &str) -> u64 {
+    std::fs::read_to_string(format!("/sys/class/net/{iface}/statistics/tx_packets"))
+        .expect("counter")
+        .trim()
+        .parse()
+        .expect("number")
+}
+
+/// Probes the peer for `PROBE_FOR` from 10.78.2.1 and prints what each
+/// cable carried and whether replies came. `MESHD_TEST_PIN_PROBE` says how:
+/// `a2` is a link whose `local_iface` is a2; `auto` a link without one (the
+/// interface is found by the address); `unpinned` is the control, a plain
+/// socket bound and connected the same way but never pinned.
+#[tokio::test]
+#[ignore = "helper: run by probes_leave_by_the_pinned_cable inside this node's namespace"]
+async fn probe_helper() {
+    let Ok(mode) = std::env::var(PROBE_ENV) else {
+        return;
+    };
+    let before = (tx_packets("a1"), tx_packets("a2"));
+    let replied = if mode == "unpinned" {
+        let socket = tokio::net::UdpSocket::bind((LOCAL, 0)).await.expect("bind");
+        socket.connect((PEER, PORT)).await.expect("connect");
+        let started = Instant::now();
+        while started.elapsed() < PROBE_FOR {
+            // Not a probe the responder answers: only the way out counts.
+            // The peer refuses these (ICMP port unreachable: its responder
+            // is pinned to b2), which a connected socket reports on the
+            // next send.
+            let _ = socket.send(b"meshd pinning control").await;
+            tokio::time::sleep(settings().interval).await;
+        }
+        false
+    } else {
+        let end = |node: &str, address: &str, iface: Option<&str>| LinkEnd {
+            address: Some(address.parse::<IpAddr>().expect("ip")),
+            iface: iface.map(str::to_owned),
+            ..LinkEnd::node_only(NodeId::new(node).expect("id"))
+        };
+        let iface = (mode != "auto").then_some(mode.as_str());
+        let prober = Prober::bind(
+            end("a", LOCAL, iface),
+            end("b", PEER, None),
+            PORT,
+            settings(),
+        )
+        .await
+        .expect("bind the prober");
+        let observations = prober.subscribe();
+        let cancel = CancellationToken::new();
+        let run = tokio::spawn(prober.run(cancel.clone()));
+        tokio::time::sleep(PROBE_FOR).await;
+        cancel.cancel();
+        run.await.expect("prober");
+        observations
+            .borrow()
+            .as_ref()
+            .is_some_and(|o| o.observation.last_reply_at.is_some())
+    };
+    let after = (tx_packets("a1"), tx_packets("a2"));
+    println!(
+        "RESULT a1={} a2={} replied={replied}",
+        after.0 - before.0,
+        after.1 - before.1
+    );
+}
+
+struct Cleanup {
+    namespaces: Vec<String>,
+    child: Option<Child>,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        for ns in &self.namespaces {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().expect("run ip");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Why this test cannot run here, if it cannot.
+fn missing_prerequisite() -> Option<String> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let euid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|ids| ids.split_whitespace().nth(1));
+    if euid != Some("0") {
+        return Some("not root".into());
+    }
+    match Command::new("ip").arg("-V").output() {
+        Ok(out) if out.status.success() => None,
+        _ => Some("`ip` (iproute2) is missing".into()),
+    }
+}
+
+/// What one probing run carried on each cable.
+#[derive(Debug)]
+struct Carried {
+    a1: u64,
+    a2: u64,
+    replied: bool,
+}
+
+fn probe_from(ns: &str, iface: &str) -> Carried {
+    let exe = std::env::current_exe().expect("test binary");
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns])
+        .arg(exe)
+        .args(["probe_helper", "--exact", "--ignored", "--nocapture"])
+        .env(PROBE_ENV, iface)
+        .output()
+        .expect("run the prober helper");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "prober helper failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("RESULT "))
+        .unwrap_or_else(|| panic!("no RESULT line in:\n{stdout}"));
+    let field = |name: &str| {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(name)?.strip_prefix('='))
+            .unwrap_or_else(|| panic!("no {name} in {line:?}"))
+    };
+    Carried {
+        a1: field("a1").parse().expect("a1"),
+        a2: field("a2").parse().expect("a2"),
+        replied: field("replied") == "true",
+    }
+}
+
+#[test]
+fn probes_leave_by_the_pinned_cable() {
+    if let Some(reason) = missing_prerequisite() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "probe_pinning must run in CI: {reason}"
+        );
+        eprintln!("skipping probe_pinning: {reason}");
+        return;
+    }
+    let pid = std::process::id();
+    let (ns, peer) = (format!("meshd-pin-{pid}"), format!("meshd-pinpeer-{pid}"));
+    let mut cleanup = Cleanup {
+        namespaces: Vec::new(),
+        child: None,
+    };
+    for name in [&ns, &peer] {
+        ip(&["netns", "add", name]);
+        cleanup.namespaces.push(name.clone());
+        // Before any link exists, so no interface ever sends IPv6 router
+        // solicitations or MLD reports that the counters would show. A
+        // kernel without IPv6 has nothing to turn off.
+        let _ = Command::new("ip")
+            .args(["netns", "exec", name, "sh", "-c"])
+            .arg("echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6; echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6")
+            .stderr(Stdio::null())
+            .status();
+    }
+    for (a, b) in [("a1", "b1"), ("a2", "b2")] {
+        ip(&[
+            "-n", &ns, "link", "add", a, "type", "veth", "peer", "name", b, "netns", &peer,
+        ]);
+    }
+    ip(&["-n", &ns, "addr", "add", "10.78.1.1/30", "dev", "a1"]);
+    ip(&["-n", &ns, "addr", "add", "10.78.2.1/30", "dev", "a2"]);
+    ip(&["-n", &peer, "addr", "add", "10.78.1.2/30", "dev", "b1"]);
+    ip(&["-n", &peer, "addr", "add", "10.78.2.2/30", "dev", "b2"]);
+    ip(&["-n", &peer, "addr", "add", "10.78.9.2/32", "dev", "b2"]);
+    for dev in ["a1", "a2"] {
+        ip(&["-n", &ns, "link", "set", dev, "up"]);
+    }
+    for dev in ["b1", "b2"] {
+        ip(&["-n", &peer, "link", "set", dev, "up"]);
+    }
+    ip(&[
+        "-n",
+        &ns,
+        "route",
+        "add",
+        "10.78.9.2/32",
+        "via",
+        "10.78.1.2",
+        "dev",
+        "a1",
+    ]);
+
+    let exe = std::env::current_exe().expect("test binary");
+    cleanup.child = Some(
+        Command::new("ip")
+            .args(["netns", "exec", &peer])
+            .arg(&exe)
+            .args(["respond_helper", "--exact", "--ignored"])
+            .env(RESPOND_ENV, format!("{PEER}:{PORT}"))
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start the responder helper"),
+    );
+    // The responder binds within milliseconds; probe until it answers, so a
+    // slow start is not read as a routing fault.
+    for mode in ["a2", "auto"] {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let pinned = loop {
+            let carried = probe_from(&ns, mode);
+            if carried.replied || Instant::now() > deadline {
+                break carried;
+            }
+        };
+        assert!(
+            pinned.replied,
+            "{mode}: no reply over the pinned cable: {pinned:?}"
+        );
+        assert!(
+            pinned.a2 >= 20,
+            "{mode}: the probes did not leave by a2: {pinned:?}"
+        );
+        assert_eq!(
+            pinned.a1, 0,
+            "{mode}: a pinned probe left by a1: {pinned:?}"
+        );
+    }
+
+    let routed = probe_from(&ns, "unpinned");
+    assert!(
+        routed.a1 >= 20,
+        "control: an unpinned socket should follow the route over a1: {routed:?}"
+    );
+    assert_eq!(routed.a2, 0, "control: {routed:?}");
+}

@@ -1,0 +1,212 @@
+//! The settings that drift, judged on captured outputs: `pmset -g` of real
+//! Macs (sleep, disk sleep, restart after power loss), `networksetup
+//! -getinfo` of services on a static address and on DHCP, and the
+//! Thunderbolt Bridge's service, through the macOS join and the node
+//! checks, as the daemon and `meshctl doctor` run them.
+
+use meshd_platform::macos::{MacosOutputs, join};
+use meshd_platform::mesh::checks::node_checks;
+use meshd_platform::mesh::models::ModelTable;
+use meshd_platform::source::{CaptureError, HostCommand};
+use meshd_proto::domain::NodeId;
+use meshd_proto::facts::{CheckResult, CheckStatus, NodeFacts};
+
+const OWN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/macos");
+const SHARED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/macos");
+
+fn fixture(name: &str) -> String {
+    [OWN, SHARED]
+        .iter()
+        .find_map(|dir| std::fs::read_to_string(format!("{dir}/{name}")).ok())
+        .unwrap_or_else(|| panic!("no fixture {name}"))
+}
+
+fn check(facts: &NodeFacts, name: &str) -> CheckResult {
+    node_checks(
+        &NodeId::new("studio-1").unwrap(),
+        facts,
+        &ModelTable::builtin(),
+    )
+    .into_iter()
+    .find(|c| c.name == name)
+    .unwrap_or_else(|| panic!("no {name}"))
+}
+
+fn power(pmset: &str) -> CheckResult {
+    let facts = join(&MacosOutputs::default().with(HostCommand::Pmset, Ok(fixture(pmset))));
+    check(&facts, "power_settings")
+}
+
+#[test]
+fn sleep_turned_on_fails_and_names_what_holds_it_off() {
+    let result = power("pmset_g_autorestart0_sleep1_iMac20,1-SMBIOS.txt");
+    assert_eq!(result.status, CheckStatus::Fail, "{result:?}");
+    assert_eq!(
+        result.evidence[0],
+        "sleep 1: the system sleeps after 1 min idle; only sharingd, coreaudiod hold it off right \
+         now, and only while they run: a sleeping node drops its cables and its jobs"
+    );
+    assert!(result.evidence[1].starts_with("disksleep 10: disks sleep after 10 min idle"));
+    assert_eq!(
+        result.fix,
+        "sudo pmset -a sleep 0 disksleep 0 autorestart 1"
+    );
+}
+
+#[test]
+fn no_restart_after_power_loss_warns() {
+    let result = power("pmset_g_autorestart0_OpenCore-guide.txt");
+    assert_eq!(result.status, CheckStatus::Warn, "{result:?}");
+    assert_eq!(
+        result.evidence,
+        [
+            "sleep 0: the system never sleeps",
+            "disksleep 10: disks sleep after 10 min idle, so the first read of model weights \
+             after a pause stalls",
+            "autorestart 0: after a power failure this node stays off until someone presses its \
+             power button",
+        ]
+    );
+}
+
+#[test]
+fn sleep_disabled_passes_and_a_missing_autorestart_line_is_unknown() {
+    let result = power("pmset_g_SleepDisabled_sleep-prevented.txt");
+    assert_eq!(result.status, CheckStatus::Skipped, "{result:?}");
+    assert_eq!(
+        result.evidence[0],
+        "SleepDisabled 1: the system never sleeps"
+    );
+    assert!(
+        result.evidence[2].starts_with("`pmset -g` shows no autorestart setting"),
+        "{result:?}"
+    );
+    // The same Mac's other capture: sleep off by `sleep 0`.
+    let laptop = power("pmset_g_macOS26.3_M-series_AC.txt");
+    assert_eq!(laptop.status, CheckStatus::Skipped, "{laptop:?}");
+    assert_eq!(
+        laptop.evidence[..2],
+        [
+            "sleep 0: the system never sleeps",
+            "disksleep 0: disks never sleep"
+        ]
+    );
+    // Without pmset nothing is judged.
+    let unread = check(&join(&MacosOutputs::default()), "power_settings");
+    assert_eq!(unread.status, CheckStatus::Skipped);
+    assert!(
+        unread.evidence[0].starts_with("power settings unknown"),
+        "{unread:?}"
+    );
+}
+
+/// A Mac whose Thunderbolt 1 (en2) is cabled to a peer, with `ifconfig`
+/// showing en2's self-assigned address (TN3205's capture), and the service
+/// "Thunderbolt 1" configured as `getinfo` says.
+fn cabled(getinfo: Result<String, CaptureError>) -> NodeFacts {
+    let profiler = r#"{"SPThunderboltDataType": [
+        {"domain_uuid_key": "LOCAL", "receptacle_1_tag": {"receptacle_id_key": "1", "current_speed_key": "80 Gb/s"},
+         "_items": [{"_name": "Mac Studio", "device_name_key": "Mac15,14", "domain_uuid_key": "PEER"}]}
+    ]}"#;
+    let outputs = MacosOutputs::default()
+        .with(HostCommand::Thunderbolt, Ok(profiler.to_owned()))
+        .with(
+            HostCommand::HardwarePorts,
+            Ok("Hardware Port: Thunderbolt 1\nDevice: en2\n".to_owned()),
+        )
+        .with(
+            HostCommand::ServiceOrder,
+            Ok("(1) Thunderbolt 1\n(Hardware Port: Thunderbolt 1, Device: en2)\n".to_owned()),
+        )
+        .with(
+            HostCommand::Ifconfig,
+            Ok(fixture("ifconfig_en2_with_ip_169.254_TN3205.txt")),
+        )
+        .with_service_info("Thunderbolt 1", getinfo);
+    join(&outputs)
+}
+
+#[test]
+fn a_cable_on_dhcp_fails_with_its_self_assigned_address() {
+    let facts = cabled(Ok(fixture(
+        "networksetup_getinfo_DHCP_self-assigned-169.254.txt",
+    )));
+    let result = check(&facts, "link_address_static");
+    assert_eq!(result.status, CheckStatus::Fail, "{result:?}");
+    assert_eq!(
+        result.evidence,
+        [
+            "Thunderbolt 1 (en2): its network service gets its address by dhcp instead of a static \
+          /30 (self-assigned now: 169.254.205.255/16)"
+        ]
+    );
+    assert!(
+        result.fix.starts_with(
+            "sudo networksetup -setmanual \"Thunderbolt 1\" <address> 255.255.255.252"
+        ),
+        "{result:?}"
+    );
+}
+
+#[test]
+fn a_static_cable_passes_and_an_unread_service_is_unknown() {
+    let manual = cabled(Ok(fixture("networksetup_getinfo_Manual_router-null.txt")));
+    let result = check(&manual, "link_address_static");
+    assert_eq!(result.status, CheckStatus::Pass, "{result:?}");
+    let failed = cabled(Err(CaptureError::Run(
+        "networksetup -getinfo 'Thunderbolt 1' did not finish within 5s; killed".into(),
+    )));
+    let result = check(&failed, "link_address_static");
+    assert_eq!(result.status, CheckStatus::Skipped, "{result:?}");
+    assert!(
+        failed.blind_spots.contains(
+            &"networksetup -getinfo 'Thunderbolt 1' did not finish within 5s; killed".to_owned()
+        ),
+        "{:?}",
+        failed.blind_spots
+    );
+}
+
+/// TN3205's capture of an active bridge0 over en2, en3, en4, with the
+/// service named as the shared captures name it.
+fn bridge(services: &str) -> NodeFacts {
+    let outputs = MacosOutputs::default()
+        .with(
+            HostCommand::Ifconfig,
+            Ok(fixture("ifconfig_bridge0_inactive_4members_IntelMac.txt")),
+        )
+        .with(
+            HostCommand::ServiceOrder,
+            Ok(fixture("networksetup_listnetworkserviceorder.txt")),
+        )
+        .with(HostCommand::AllServices, Ok(fixture(services)));
+    join(&outputs)
+}
+
+#[test]
+fn the_thunderbolt_bridge_service_back_on_warns() {
+    let enabled = check(
+        &bridge("networksetup_listallnetworkservices_bridge_enabled.txt"),
+        "thunderbolt_bridge_service_off",
+    );
+    assert_eq!(enabled.status, CheckStatus::Warn, "{enabled:?}");
+    assert!(
+        enabled.evidence[0]
+            .contains("its service \"Thunderbolt Bridge\" is enabled (macOS re-creates"),
+        "{enabled:?}"
+    );
+    assert_eq!(
+        enabled.fix,
+        "sudo networksetup -setnetworkserviceenabled \"Thunderbolt Bridge\" off"
+    );
+    let disabled = check(
+        &bridge("networksetup_listallnetworkservices_bridge_disabled.txt"),
+        "thunderbolt_bridge_service_off",
+    );
+    assert_eq!(disabled.status, CheckStatus::Pass, "{disabled:?}");
+    let unknown = check(
+        &join(&MacosOutputs::default()),
+        "thunderbolt_bridge_service_off",
+    );
+    assert_eq!(unknown.status, CheckStatus::Skipped, "{unknown:?}");
+}
