@@ -247,6 +247,8 @@ const LEASE_RESENDS: u32 = 4;
 pub struct AlertState {
     /// Firing alerts by labels, with when they were last posted.
     firing: BTreeMap<Labels, (Alert, Instant)>,
+    /// When this node last looked up what Alertmanager holds.
+    reconciled_at: Option<Instant>,
     /// The role of the last step.
     role: Option<Role>,
 }
@@ -273,7 +275,17 @@ impl AlertState {
         wall: SystemTime,
         resend_every: Duration,
     ) -> Step {
+        // The leader also looks again every resend interval: a node that
+        // posted alone while it had no quorum forgets its alerts when it
+        // rejoins as a follower, and only the leader can resolve them.
+        let reconcile_due = role == Role::Leader
+            && self
+                .reconciled_at
+                .is_none_or(|at| now.saturating_duration_since(at) >= resend_every);
         let took_over = role != Role::Follower && self.role != Some(role);
+        if took_over || reconcile_due {
+            self.reconciled_at = Some(now);
+        }
         self.role = Some(role);
         if role == Role::Follower {
             self.firing.clear();
@@ -307,7 +319,7 @@ impl AlertState {
         }
         Step {
             posts,
-            reconcile: took_over,
+            reconcile: took_over || reconcile_due,
         }
     }
 
@@ -542,7 +554,15 @@ mod tests {
         );
         let step = state.step(down.clone(), Role::Leader, mono(40), t(40), resend);
         assert_eq!(step.posts.len(), 1, "re-sent");
-        assert!(!step.reconcile);
+        assert!(
+            step.reconcile,
+            "the leader looks again every resend interval"
+        );
+        assert!(
+            !state
+                .step(down.clone(), Role::Leader, mono(41), t(41), resend)
+                .reconcile
+        );
 
         let posts = state
             .step(Vec::new(), Role::Leader, mono(41), t(41), resend)
@@ -556,6 +576,63 @@ mod tests {
                 .posts
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn what_a_minority_left_firing_is_resolved_by_the_leader_within_a_resend_interval() {
+        let resend = Duration::from_secs(30);
+        let mut minority = AlertState::default();
+        let mut no_quorum = status(LinkState::Up, Blame::None, NodeState::Up, vec![]);
+        no_quorum.quorum.has_quorum = false;
+        no_quorum.alarms.push(Alarm {
+            kind: AlarmKind::NoQuorum,
+            severity: Severity::Warning,
+            node: no_quorum.node.id.clone(),
+            subject: "quorum".into(),
+            summary: "no quorum".into(),
+            evidence: vec![],
+            fix: None,
+            since: t(0),
+            updated: t(0),
+        });
+        let posted = minority
+            .step(
+                alerts(&no_quorum, Role::Minority),
+                Role::Minority,
+                mono(1),
+                t(1),
+                resend,
+            )
+            .posts;
+        assert_eq!(posted.len(), 1);
+        // It rejoins as a follower: it posts nothing more, resolves nothing.
+        assert!(
+            minority
+                .step(Vec::new(), Role::Follower, mono(2), t(2), resend)
+                .posts
+                .is_empty()
+        );
+        // The leader, leading all along, looks at Alertmanager again within
+        // a resend interval and resolves it.
+        let mut leader = AlertState::default();
+        assert!(
+            leader
+                .step(Vec::new(), Role::Leader, mono(0), t(0), resend)
+                .reconcile
+        );
+        assert!(
+            !leader
+                .step(Vec::new(), Role::Leader, mono(2), t(2), resend)
+                .reconcile
+        );
+        assert!(
+            leader
+                .step(Vec::new(), Role::Leader, mono(30), t(30), resend)
+                .reconcile
+        );
+        let resolves = leader.reconcile(vec![posted[0].alert.clone()], t(30));
+        assert_eq!(resolves.len(), 1);
+        assert_eq!(resolves[0].ends_at, t(30));
     }
 
     #[test]

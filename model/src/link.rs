@@ -379,7 +379,7 @@ impl LinkTracker {
     pub fn pending_until(&self) -> Option<Instant> {
         let wait = match (self.settled, self.raw) {
             (LinkState::Down, LinkState::Up | LinkState::Degraded) => UP_AFTER,
-            (LinkState::Up, LinkState::Degraded) => DEGRADED_AFTER,
+            (LinkState::Up | LinkState::Unknown, LinkState::Degraded) => DEGRADED_AFTER,
             (LinkState::Degraded, LinkState::Up) => CLEAR_AFTER,
             (LinkState::Down, LinkState::Down) if self.flapping => DOWN_WHILE_FLAPPING,
             _ => return None,
@@ -451,6 +451,10 @@ fn settle(settled: LinkState, raw: LinkState, held: Duration) -> LinkState {
     match (settled, raw) {
         (_, Down) => Down,
         (_, Unknown) => Unknown,
+        // A link judged afresh (at start, after an end's restart or its
+        // node's return) holds a degradation as long as an up link does:
+        // the moment before the peer's first reply is not a degradation.
+        (Unknown, Degraded) if held < DEGRADED_AFTER => Unknown,
         (Unknown, r) => r,
         (Down, Up | Degraded) if held >= UP_AFTER => raw,
         (Down, _) => Down,
@@ -823,6 +827,34 @@ mod tests {
             LinkState::Degraded
         );
         assert_eq!(t.update(LinkState::Up, at(5_900), &rules()), LinkState::Up);
+    }
+
+    #[test]
+    fn a_link_judged_afresh_holds_a_degradation_like_an_up_link() {
+        let mut t = LinkTracker::new(at(0));
+        // The peer's first reply is a moment away: not a degradation.
+        assert_eq!(
+            t.update(LinkState::Degraded, at(0), &rules()),
+            LinkState::Unknown
+        );
+        assert_eq!(t.pending_until(), Some(at(500)));
+        assert_eq!(t.update(LinkState::Up, at(200), &rules()), LinkState::Up);
+        t.restart(at(1_000));
+        assert_eq!(
+            t.update(LinkState::Degraded, at(1_000), &rules()),
+            LinkState::Unknown
+        );
+        assert_eq!(
+            t.update(LinkState::Degraded, at(1_500), &rules()),
+            LinkState::Degraded,
+            "a lasting one is"
+        );
+        t.restart(at(2_000));
+        assert_eq!(
+            t.update(LinkState::Down, at(2_000), &rules()),
+            LinkState::Down,
+            "down needs no wait"
+        );
     }
 
     #[test]

@@ -1,0 +1,754 @@
+//! Whole-cluster simulation: 2 to 8 node cores on simulated time and a
+//! simulated network (`cluster/sim.rs`), random fault schedules, and
+//! properties checked across the nodes over time (docs/ARCHITECTURE.md,
+//! "Simulation").
+
+#[path = "cluster/sim.rs"]
+mod sim;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use meshd_model::alerts::Labels;
+use meshd_proto::domain::{AlarmKind, Blame, LinkState, MeshStatus, NodeState};
+use proptest::prelude::*;
+use sim::{Action, Cable, CableCut, Observed, Sim, cable};
+
+/// The mesh starts (daemons within the first second, then `stale_after`
+/// for everyone to hear everyone) before the first fault.
+const WARMUP: Duration = Duration::from_secs(8);
+/// After a fault heals, this long for everything to clear before the next.
+const SETTLE: Duration = Duration::from_secs(15);
+/// A cut cable is down on every quorate node within this: `down_after`,
+/// a probe period, the ends' urgent reports and a look.
+const CUT_DOWN_BUDGET: Duration = Duration::from_millis(1_500);
+/// A healed cable is up again within this: a clean second of replies
+/// (`link::UP_AFTER`) and a report.
+const CUT_UP_BUDGET: Duration = Duration::from_millis(2_500);
+/// A dead or frozen node is down on every quorate node within this:
+/// `stale_after` and a look.
+const NODE_DOWN_BUDGET: Duration = Duration::from_millis(4_000);
+/// A node cut from the management network is named by the alarm within
+/// this: its management path goes stale (`stale_after`), the alarm settles
+/// (`stale_after`), reports carry it.
+const MANAGEMENT_ALARM_BUDGET: Duration = Duration::from_secs(8);
+/// A link verdict blamed on the link is allowed this long after its cable
+/// healed (down to up takes `UP_AFTER`, reports a moment more).
+const LINK_GRACE: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Clone, PartialEq)]
+enum Fault {
+    CutCable {
+        a: usize,
+        b: usize,
+        how: CableCut,
+    },
+    /// The daemon is killed and started again when the fault heals.
+    Kill {
+        x: usize,
+    },
+    Freeze {
+        x: usize,
+    },
+    CutManagement {
+        x: usize,
+    },
+    BlockManagementInbound {
+        x: usize,
+    },
+    ClockOffset {
+        x: usize,
+        ms: i64,
+    },
+    Late {
+        x: usize,
+        by: Duration,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Episode {
+    fault: Fault,
+    start: Duration,
+    heal: Duration,
+}
+
+impl Episode {
+    fn window_end(&self) -> Duration {
+        self.heal + SETTLE
+    }
+}
+
+/// A fault as the strategy draws it, before it is fitted to the mesh.
+#[derive(Debug, Clone)]
+struct Drawn {
+    kind: u8,
+    x: usize,
+    y: usize,
+    param: u64,
+    secs: u64,
+}
+
+/// Whether random schedules freeze nodes; see the known gap at
+/// `a_frozen_node_is_not_a_link_fault`.
+const FREEZE_IN_SCHEDULES: bool = false;
+
+fn fit(drawn: &Drawn, n: usize) -> (Fault, Duration) {
+    let x = drawn.x % n;
+    let y = (x + 1 + drawn.y % (n - 1)) % n;
+    let secs = |lo: u64, hi: u64| Duration::from_secs(lo + drawn.secs % (hi - lo + 1));
+    match drawn.kind % 8 {
+        0 | 1 => {
+            let how = if drawn.param % 2 == 0 {
+                CableCut::Pulled
+            } else {
+                CableCut::Dark
+            };
+            (Fault::CutCable { a: x, b: y, how }, secs(3, 8))
+        }
+        2 => (Fault::Kill { x }, secs(5, 9)),
+        // A quick restart: stopped for 0.5 to 3 s.
+        3 => (
+            Fault::Kill { x },
+            Duration::from_millis(500 + drawn.param % 2_500),
+        ),
+        // KNOWN GAP (see `a_frozen_node_is_not_a_link_fault`): freezes are
+        // left out of the random schedules until it is fixed.
+        4 if FREEZE_IN_SCHEDULES => (Fault::Freeze { x }, secs(6, 10)),
+        4 => (Fault::Kill { x }, secs(6, 10)),
+        5 if drawn.param % 2 == 0 => (Fault::CutManagement { x }, secs(10, 13)),
+        5 => (Fault::BlockManagementInbound { x }, secs(6, 10)),
+        6 => {
+            let ms = i64::try_from(1_500 + drawn.param % 20_000).unwrap_or(1_500);
+            let ms = if drawn.secs % 2 == 0 { ms } else { -ms };
+            (Fault::ClockOffset { x, ms }, secs(5, 9))
+        }
+        _ => (
+            Fault::Late {
+                x,
+                by: Duration::from_millis(25 + drawn.param % 40),
+            },
+            secs(4, 8),
+        ),
+    }
+}
+
+fn episodes(n: usize, drawn: &[Drawn]) -> Vec<Episode> {
+    let mut at = WARMUP;
+    drawn
+        .iter()
+        .map(|d| {
+            let (fault, lasts) = fit(d, n);
+            let episode = Episode {
+                fault,
+                start: at,
+                heal: at + lasts,
+            };
+            // Apart by a second, so a check at one's end does not see the
+            // next one begin.
+            at = episode.window_end() + Duration::from_secs(1);
+            episode
+        })
+        .collect()
+}
+
+fn schedule(sim: &mut Sim, episode: &Episode) {
+    let (start, heal) = (episode.start, episode.heal);
+    let (begin, end) = match episode.fault.clone() {
+        Fault::CutCable { a, b, how } => (Action::Cut(cable(a, b), how), Action::Heal(cable(a, b))),
+        Fault::Kill { x } => (Action::Kill(x), Action::Start(x)),
+        Fault::Freeze { x } => (Action::Freeze(x), Action::Thaw(x)),
+        Fault::CutManagement { x } => (Action::CutManagement(x), Action::HealManagement(x)),
+        Fault::BlockManagementInbound { x } => (
+            Action::BlockManagementInbound(x),
+            Action::UnblockManagementInbound(x),
+        ),
+        Fault::ClockOffset { x, ms } => {
+            (Action::SetClockOffset(x, ms), Action::SetClockOffset(x, 0))
+        }
+        Fault::Late { x, by } => (Action::SetLate(x, by), Action::SetLate(x, Duration::ZERO)),
+    };
+    sim.schedule(start, begin);
+    sim.schedule(heal, end);
+}
+
+/// `clock::MEMORY` and a report to carry the change.
+const CLOCK_MEMORY: Duration = Duration::from_secs(62);
+
+/// `flap_window`: two outages of a cable within it make it flapping, and
+/// it stays flapping until they leave the window.
+const FLAP_WINDOW: Duration = Duration::from_secs(60);
+/// `link::DOWN_WHILE_FLAPPING`: a flapping cable that stays dark this long
+/// is down.
+const DOWN_WHILE_FLAPPING: Duration = Duration::from_secs(5);
+
+/// Until when cable `c` may read flapping at `t`: two of its cuts began
+/// within the flap window of each other, the later one before `t`.
+fn flapping_until(episodes: &[Episode], c: Cable, t: Duration) -> Option<Duration> {
+    let cuts: Vec<Duration> = episodes
+        .iter()
+        .filter(|e| matches!(e.fault, Fault::CutCable { a, b, .. } if cable(a, b) == c))
+        .map(|e| e.start)
+        .filter(|start| *start <= t)
+        .collect();
+    cuts.windows(2)
+        .filter(|w| w[1].saturating_sub(w[0]) <= FLAP_WINDOW)
+        .map(|w| w[0] + FLAP_WINDOW + LINK_GRACE)
+        .max()
+}
+
+/// The node a fault stops, if it stops one.
+fn stopped(fault: &Fault) -> Option<usize> {
+    match fault {
+        Fault::Kill { x } | Fault::Freeze { x } => Some(*x),
+        _ => None,
+    }
+}
+
+fn link_of<'a>(status: &'a MeshStatus, c: Cable) -> Option<&'a meshd_proto::domain::LinkVerdict> {
+    let (a, b) = (format!("n{}", c.0 + 1), format!("n{}", c.1 + 1));
+    status
+        .links
+        .iter()
+        .find(|l| l.a.node.as_str() == a && l.b.node.as_str() == b)
+}
+
+fn node_state(status: &MeshStatus, x: usize) -> Option<NodeState> {
+    let id = format!("n{}", x + 1);
+    status
+        .nodes
+        .iter()
+        .find(|n| n.id.as_str() == id)
+        .map(|n| n.state)
+}
+
+fn cable_of(status_link: &meshd_proto::domain::LinkVerdict) -> Option<Cable> {
+    let index = |id: &str| id.strip_prefix('n')?.parse::<usize>().ok()?.checked_sub(1);
+    Some(cable(
+        index(status_link.a.node.as_str())?,
+        index(status_link.b.node.as_str())?,
+    ))
+}
+
+/// The checks made after every look of every node: what must never be
+/// seen at any moment.
+fn every_look(episodes: &[Episode], sim: &Sim, seen: &Observed<'_>, problems: &mut Vec<String>) {
+    let t = seen.at.saturating_duration_since(sim.epoch);
+    let status = seen.status;
+    let me = seen.node + 1;
+    // No link verdict without a cable fault on that link.
+    for link in &status.links {
+        let bad = matches!(
+            link.state,
+            LinkState::Down | LinkState::Degraded | LinkState::Flapping
+        );
+        if !bad || link.blame != Blame::Link {
+            continue;
+        }
+        let Some(c) = cable_of(link) else {
+            problems.push(format!("a link verdict on unknown ends: {link:?}"));
+            continue;
+        };
+        let explained = episodes.iter().any(|e| {
+            matches!(e.fault, Fault::CutCable { a, b, .. } if cable(a, b) == c)
+                && t >= e.start
+                && t <= e.heal + LINK_GRACE
+        }) || (link.state == LinkState::Flapping
+            && flapping_until(episodes, c, t).is_some_and(|until| t <= until));
+        if !explained {
+            problems.push(format!(
+                "{t:?}: n{me} blames link n{}-n{} ({}) with no cable fault: {:?}",
+                c.0 + 1,
+                c.1 + 1,
+                link.state,
+                link.evidence
+            ));
+        }
+    }
+    // A node is down only when it is: killed or frozen now or lately.
+    if !status.quorum.has_quorum && sim.len() > 2 {
+        return;
+    }
+    for node in &status.nodes {
+        if node.state != NodeState::Down {
+            continue;
+        }
+        let Some(x) = node
+            .id
+            .as_str()
+            .strip_prefix('n')
+            .and_then(|s| s.parse::<usize>().ok())
+            .and_then(|i| i.checked_sub(1))
+        else {
+            continue;
+        };
+        let explained = episodes.iter().any(|e| {
+            stopped(&e.fault) == Some(x) && t >= e.start && t <= e.heal + NODE_DOWN_BUDGET
+        });
+        if !explained {
+            problems.push(format!(
+                "{t:?}: n{me} calls n{} down, which was not stopped: {:?}",
+                x + 1,
+                node.evidence
+            ));
+        }
+    }
+}
+
+/// Quorate, running, not frozen nodes other than `except`.
+fn judges(sim: &Sim, except: Option<usize>) -> Vec<(usize, &MeshStatus)> {
+    (0..sim.len())
+        .filter(|i| Some(*i) != except && !sim.frozen(*i))
+        .filter_map(|i| sim.status(i).map(|s| (i, s)))
+        .filter(|(_, s)| s.quorum.has_quorum)
+        .collect()
+}
+
+fn expect_at(sim: &mut Sim, at: Duration, episodes: &[Episode], problems: &mut Vec<String>) {
+    sim.run_until(at, &mut |sim, seen| {
+        every_look(episodes, sim, &seen, problems)
+    });
+}
+
+/// What the episode's fault must look like at its budgets.
+fn check_episode(sim: &mut Sim, e: &Episode, all: &[Episode], problems: &mut Vec<String>) {
+    let n = sim.len();
+    match e.fault {
+        Fault::CutCable { a, b, .. } => {
+            let c = cable(a, b);
+            let mut t = e.start + CUT_DOWN_BUDGET;
+            // A second cut within the flap window reads flapping, and down
+            // once it stayed dark `DOWN_WHILE_FLAPPING`.
+            let flapping = flapping_until(all, c, e.start).is_some();
+            while t < e.heal {
+                expect_at(sim, t, all, problems);
+                let may_flap = flapping && t < e.start + DOWN_WHILE_FLAPPING + CUT_DOWN_BUDGET;
+                for (i, s) in judges(sim, None) {
+                    let link = link_of(s, c);
+                    let right = link.is_some_and(|l| {
+                        l.blame == Blame::Link
+                            && (l.state == LinkState::Down
+                                || (may_flap && l.state == LinkState::Flapping))
+                    });
+                    if !right {
+                        problems.push(format!(
+                            "{t:?}: cable n{}-n{} cut since {:?}, but n{} says {:?}",
+                            c.0 + 1,
+                            c.1 + 1,
+                            e.start,
+                            i + 1,
+                            link.map(|l| (l.state, l.blame, l.evidence.clone()))
+                        ));
+                    }
+                }
+                t += Duration::from_millis(500);
+            }
+            let t = e.heal + CUT_UP_BUDGET;
+            expect_at(sim, t, all, problems);
+            let flapping = flapping_until(all, c, t).is_some_and(|until| t <= until);
+            for (i, s) in judges(sim, None) {
+                let link = link_of(s, c);
+                let right = link.is_some_and(|l| {
+                    l.state == LinkState::Up || (flapping && l.state == LinkState::Flapping)
+                });
+                if !right {
+                    problems.push(format!(
+                        "{t:?}: cable n{}-n{} healed at {:?}, but n{} says {:?}",
+                        c.0 + 1,
+                        c.1 + 1,
+                        e.heal,
+                        i + 1,
+                        link.map(|l| (l.state, l.blame, l.evidence.clone()))
+                    ));
+                }
+            }
+        }
+        Fault::Kill { x } | Fault::Freeze { x } if e.heal >= e.start + NODE_DOWN_BUDGET => {
+            let t = e.start + NODE_DOWN_BUDGET;
+            expect_at(sim, t, all, problems);
+            let judges = judges(sim, Some(x));
+            if n == 2 && !judges.is_empty() {
+                problems.push(format!("{t:?}: the survivor of a 2-node mesh holds quorum"));
+            }
+            for (i, s) in judges {
+                if node_state(s, x) != Some(NodeState::Down) {
+                    problems.push(format!(
+                        "{t:?}: n{} stopped at {:?}, but n{} says {:?}",
+                        x + 1,
+                        e.start,
+                        i + 1,
+                        node_state(s, x)
+                    ));
+                }
+                for j in (0..n).filter(|j| *j != x) {
+                    let link = link_of(s, cable(x, j));
+                    let blamed = link.is_some_and(|l| {
+                        l.state == LinkState::Down
+                            && l.blame == Blame::Node
+                            && l.blamed_node.as_ref().map(|b| b.as_str().to_owned())
+                                == Some(format!("n{}", x + 1))
+                    });
+                    if !blamed {
+                        problems.push(format!(
+                            "{t:?}: n{} is down, but n{} says its link to n{} is {:?}",
+                            x + 1,
+                            i + 1,
+                            j + 1,
+                            link.map(|l| (l.state, l.blame, l.blamed_node.clone()))
+                        ));
+                    }
+                }
+            }
+            if n == 2 {
+                let survivor = 1 - x;
+                let down = sim.status(survivor).and_then(|s| node_state(s, x));
+                if !sim.frozen(survivor) && down != Some(NodeState::Down) {
+                    problems.push(format!(
+                        "{t:?}: the survivor n{} of a 2-node mesh says n{} is {down:?}",
+                        survivor + 1,
+                        x + 1
+                    ));
+                }
+            }
+        }
+        Fault::CutManagement { x } => {
+            let t = e.start + MANAGEMENT_ALARM_BUDGET;
+            expect_at(sim, t.min(e.heal), all, problems);
+            for (i, s) in judges(sim, Some(x)) {
+                let named = s.alarms.iter().any(|a| {
+                    a.kind == AlarmKind::ManagementUnreachable
+                        && a.node.as_str() == format!("n{}", x + 1)
+                });
+                if !named {
+                    problems.push(format!(
+                        "{t:?}: n{} cut from management at {:?}, but n{} raises no management_unreachable naming it: {:?}",
+                        x + 1,
+                        e.start,
+                        i + 1,
+                        s.alarms.iter().map(|a| (a.kind, a.node.clone())).collect::<Vec<_>>()
+                    ));
+                }
+            }
+        }
+        _ => {}
+    }
+    // Everything clear after heal and settle.
+    let t = e.window_end();
+    expect_at(sim, t, all, problems);
+    let mut states = BTreeSet::new();
+    for i in 0..n {
+        let Some(s) = sim.status(i) else {
+            problems.push(format!("{t:?}: n{} does not run after the heal", i + 1));
+            continue;
+        };
+        let settled = |l: &meshd_proto::domain::LinkVerdict| {
+            l.state == LinkState::Up
+                || (l.state == LinkState::Flapping
+                    && cable_of(l)
+                        .and_then(|c| flapping_until(all, c, t))
+                        .is_some_and(|until| t <= until))
+        };
+        // Clock offsets are estimated from a minute of samples
+        // (`clock::MEMORY`): a stepped clock reads skewed that long.
+        let clock_remembered = all.iter().any(|c| {
+            matches!(c.fault, Fault::ClockOffset { .. })
+                && c.start <= t
+                && t <= c.heal + CLOCK_MEMORY
+        });
+        let clear = s.quorum.has_quorum
+            && s.nodes.iter().all(|v| v.state == NodeState::Up)
+            && s.links.iter().all(settled)
+            && s.alarms
+                .iter()
+                .all(|a| a.kind == AlarmKind::ClockSkew && clock_remembered);
+        if !clear {
+            problems.push(format!(
+                "{t:?}: after {:?} healed and settled, n{} still shows quorum {} nodes {:?} links {:?} alarms {:?}",
+                e.fault,
+                i + 1,
+                s.quorum.has_quorum,
+                s.nodes.iter().filter(|v| v.state != NodeState::Up).map(|v| (v.id.clone(), v.state)).collect::<Vec<_>>(),
+                s.links.iter().filter(|l| l.state != LinkState::Up).map(|l| (l.a.node.clone(), l.b.node.clone(), l.state, l.evidence.clone())).collect::<Vec<_>>(),
+                s.alarms.iter().map(|a| (a.kind, a.node.clone(), a.summary.clone())).collect::<Vec<_>>(),
+            ));
+        }
+        states.insert(
+            s.nodes
+                .iter()
+                .map(|v| (v.id.clone(), v.state))
+                .collect::<Vec<_>>(),
+        );
+    }
+    if states.len() > 1 {
+        problems.push(format!(
+            "{t:?}: the nodes disagree on node states: {states:?}"
+        ));
+    }
+    check_pages(sim, e, all, problems);
+}
+
+/// KNOWN GAP (reported with this test): a restarted daemon hears its peers
+/// only once their streams to it reconnect, and their backoff after its
+/// death reaches `MAX_BACKOFF` (5 s), longer than `stale_after` (3 s): the
+/// restarted node settles `no_quorum` and posts MeshNoQuorum as a
+/// minority. The fix belongs in the transport (reopen at once when the
+/// peer is heard again); until then that one warning is allowed after a
+/// kill.
+fn restart_gap(fault: &Fault) -> bool {
+    matches!(fault, Fault::Kill { .. })
+}
+
+/// KNOWN GAP, reported with this test: when the node cut from the
+/// management network is the alert leader (the lowest id, still quorate
+/// over its cables), nobody posts MeshManagementUnreachable: the alarm is
+/// raised by the other nodes' engines, which are followers, and the leader
+/// raises none about itself.
+fn leader_cut_gap(x: usize) -> bool {
+    x == 0
+}
+
+/// The cable a link alert names.
+fn cable_named(labels: &Labels) -> Option<Cable> {
+    let index = |key: &str| {
+        labels
+            .get(key)?
+            .strip_prefix('n')?
+            .parse::<usize>()
+            .ok()?
+            .checked_sub(1)
+    };
+    Some(cable(index("a")?, index("b")?))
+}
+
+fn labels(name: &str, pairs: &[(&str, String)], severity: &str) -> Labels {
+    let mut l: Labels = pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), v.clone()))
+        .collect();
+    l.insert("alertname".to_owned(), name.to_owned());
+    l.insert("severity".to_owned(), severity.to_owned());
+    l
+}
+
+/// One page per fault: the alerts posted firing during the episode are
+/// exactly the fault's own.
+fn check_pages(sim: &Sim, e: &Episode, all: &[Episode], problems: &mut Vec<String>) {
+    let n = sim.len();
+    let posted: BTreeSet<Labels> = sim
+        .posts
+        .iter()
+        .filter(|p| p.firing)
+        .filter(|p| {
+            let t = p.at.saturating_duration_since(sim.epoch);
+            t >= e.start && t < e.window_end()
+        })
+        .map(|p| p.labels.clone())
+        // A clock stepped back lately still reads skewed.
+        .filter(|l| {
+            let skew = l.get("alertname").map(String::as_str) == Some("MeshClockSkew");
+            !(skew
+                && all.iter().any(|c| {
+                    matches!(c.fault, Fault::ClockOffset { .. })
+                        && c.start <= e.window_end()
+                        && e.start <= c.heal + CLOCK_MEMORY
+                }))
+        })
+        // A cable flapping from earlier cuts pages as flapping meanwhile.
+        .filter(|l| {
+            let flapping = l.get("alertname").map(String::as_str) == Some("MeshLinkFlapping");
+            !(flapping
+                && cable_named(l)
+                    .and_then(|c| flapping_until(all, c, e.window_end()))
+                    .is_some_and(|until| until >= e.start))
+        })
+        .collect();
+    let name = |x: usize| format!("n{}", x + 1);
+    let named = |posted: &BTreeSet<Labels>, alert: &str| -> BTreeSet<Labels> {
+        posted
+            .iter()
+            .filter(|l| l.get("alertname").map(String::as_str) == Some(alert))
+            .cloned()
+            .collect()
+    };
+    let no_quorum = labels("MeshNoQuorum", &[], "warning");
+    let (exact, allowed): (BTreeSet<Labels>, BTreeSet<Labels>) = match e.fault {
+        Fault::CutCable { a, b, .. } => {
+            let c = cable(a, b);
+            let down = labels(
+                "MeshLinkDown",
+                &[("a", name(c.0)), ("b", name(c.1))],
+                "critical",
+            );
+            let flapping = labels(
+                "MeshLinkFlapping",
+                &[("a", name(c.0)), ("b", name(c.1))],
+                "warning",
+            );
+            ([down.clone()].into(), [down, flapping].into())
+        }
+        Fault::Kill { x } | Fault::Freeze { x } => {
+            let down = labels("MeshNodeDown", &[("node", name(x))], "critical");
+            let long = e.heal >= e.start + NODE_DOWN_BUDGET;
+            let mut allowed: BTreeSet<Labels> = [down.clone()].into();
+            if n == 2 || restart_gap(&e.fault) {
+                // The survivor of two has no quorum, and says so.
+                allowed.insert(no_quorum.clone());
+            }
+            let exact = if long { [down].into() } else { BTreeSet::new() };
+            (exact, allowed)
+        }
+        Fault::CutManagement { x } => {
+            let alarm = labels("MeshManagementUnreachable", &[("node", name(x))], "warning");
+            if n == 2 {
+                // Two nodes cannot tell which of them lost the management
+                // network: the leader posts what it sees, about the other.
+                (BTreeSet::new(), named(&posted, "MeshManagementUnreachable"))
+            } else if leader_cut_gap(x) {
+                (BTreeSet::new(), [alarm].into())
+            } else {
+                ([alarm.clone()].into(), [alarm].into())
+            }
+        }
+        Fault::BlockManagementInbound { .. } => {
+            (BTreeSet::new(), named(&posted, "MeshManagementUnreachable"))
+        }
+        Fault::ClockOffset { .. } => (BTreeSet::new(), named(&posted, "MeshClockSkew")),
+        Fault::Late { .. } => (BTreeSet::new(), BTreeSet::new()),
+    };
+    let critical = |set: &BTreeSet<Labels>| -> BTreeSet<Labels> {
+        set.iter()
+            .filter(|l| l.get("severity").map(String::as_str) == Some("critical"))
+            .cloned()
+            .collect()
+    };
+    if !critical(&posted).is_subset(&critical(&allowed)) {
+        problems.push(format!(
+            "{:?}: critical pages {:?}, allowed only {:?}",
+            e.fault,
+            critical(&posted),
+            critical(&allowed)
+        ));
+    }
+    if !exact.is_subset(&posted) || !posted.is_subset(&allowed) {
+        problems.push(format!(
+            "{:?}: posted {posted:?}, expected {exact:?} (allowed {allowed:?})",
+            e.fault
+        ));
+    }
+}
+
+fn run(n: usize, seed: u64, drawn: &[Drawn]) -> Vec<String> {
+    run_episodes(n, seed, &episodes(n, drawn))
+}
+
+fn run_episodes(n: usize, seed: u64, episodes: &[Episode]) -> Vec<String> {
+    let mut sim = Sim::new(n, seed);
+    for e in episodes {
+        schedule(&mut sim, e);
+    }
+    let mut problems = Vec::new();
+    expect_at(&mut sim, WARMUP, episodes, &mut problems);
+    for e in episodes {
+        check_episode(&mut sim, e, episodes, &mut problems);
+    }
+    // Nothing expires silently: within a resend interval of the last
+    // heal, Alertmanager holds nothing firing.
+    let end = sim.elapsed() + sim::timing::RESEND + Duration::from_secs(2);
+    expect_at(&mut sim, end, episodes, &mut problems);
+    if !sim.firing.is_empty() {
+        problems.push(format!(
+            "{end:?}: Alertmanager still holds firing after every heal: {:?}",
+            sim.firing.keys().collect::<Vec<_>>()
+        ));
+    }
+    problems
+}
+
+fn drawn() -> impl Strategy<Value = Drawn> {
+    (
+        any::<u8>(),
+        0..8usize,
+        0..8usize,
+        any::<u64>(),
+        any::<u64>(),
+    )
+        .prop_map(|(kind, x, y, param, secs)| Drawn {
+            kind,
+            x,
+            y,
+            param,
+            secs,
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 16,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn random_fault_schedules_keep_the_verdict_properties(
+        n in 2..=8usize,
+        seed in any::<u64>(),
+        faults in prop::collection::vec(drawn(), 1..=3),
+    ) {
+        let problems = run(n, seed, &faults);
+        prop_assert!(problems.is_empty(), "{} problems:\n{}", problems.len(), problems.join("\n"));
+    }
+}
+
+fn one(kind: u8, x: usize, y: usize, param: u64, secs: u64) -> Drawn {
+    Drawn {
+        kind,
+        x,
+        y,
+        param,
+        secs,
+    }
+}
+
+#[test]
+fn a_killed_node_of_four_is_one_page() {
+    let problems = run(4, 7, &[one(2, 1, 0, 0, 2)]);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn a_two_node_mesh_pages_for_its_dead_node() {
+    let problems = run(2, 11, &[one(2, 1, 0, 0, 2)]);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn a_management_cut_of_one_node_of_four_is_no_node_down() {
+    let problems = run(4, 13, &[one(5, 2, 0, 0, 1)]);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn a_cut_cable_of_eight_is_down_everywhere_and_up_after_heal() {
+    let problems = run(8, 17, &[one(0, 3, 2, 0, 3), one(3, 5, 0, 1_000, 0)]);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// KNOWN GAP, reported with this test: a node frozen (SIGSTOP) for a few
+/// seconds gets its links called degraded, blamed on the link. The peers'
+/// probes go silent, and the engine takes the frozen node as heard after
+/// the silence began: a fresh peer's report still lists it in `hears`
+/// (its streams stay open and count as fresh for `stale_after`), and that
+/// hearsay is dated by when the report arrived; a message it sent just
+/// before the freeze can also postdate the silence onset, which is
+/// reckoned a probe period early.
+#[test]
+#[ignore = "known gap in verdict.rs: hearsay dates a frozen node's life too late"]
+fn a_frozen_node_is_not_a_link_fault() {
+    let freeze = Episode {
+        fault: Fault::Freeze { x: 0 },
+        start: WARMUP,
+        heal: WARMUP + Duration::from_secs(6),
+    };
+    let problems = run_episodes(3, 0, &[freeze]);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
