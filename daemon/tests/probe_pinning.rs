@@ -27,8 +27,12 @@ use std::net::{IpAddr, SocketAddr};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use meshd::probe::{Prober, ProberSettings, Responder};
-use meshd_proto::domain::{LinkEnd, NodeId};
+use std::sync::Arc;
+
+use meshd::metrics::Metrics;
+use meshd::probe::{LinkPorts, ProbedLink, ProberSettings, Probes};
+use meshd_model::verdict::ExpectedLink;
+use meshd_proto::domain::{Incarnation, LinkEnd, NodeId, NodeIdentity};
 use tokio_util::sync::CancellationToken;
 
 const RESPOND_ENV: &str = "MESHD_TEST_PIN_RESPOND_ON";
@@ -47,10 +51,48 @@ fn settings() -> ProberSettings {
         mtu_interval: Duration::from_millis(100),
         mtu_payload_bytes: 1472,
         timeout: Duration::from_millis(200),
+        outage_gap: Duration::from_millis(100),
     }
 }
 
-/// The peer's responder, for `RESPOND_FOR` at most.
+fn end(node: &str, address: &str, iface: Option<&str>) -> LinkEnd {
+    LinkEnd {
+        address: Some(address.parse::<IpAddr>().expect("ip")),
+        iface: iface.map(str::to_owned),
+        ..LinkEnd::node_only(NodeId::new(node).expect("id"))
+    }
+}
+
+/// Node `local.node`'s probe engine with one cable, to `remote`, on `PORT`
+/// at both ends: it probes the peer and answers the peer's probes.
+fn probes(local: LinkEnd, remote: LinkEnd, shutdown: CancellationToken) -> Probes {
+    let identity = NodeIdentity {
+        id: local.node.clone(),
+        incarnation: Incarnation(1),
+        version: "test".into(),
+        hostname: local.node.to_string(),
+    };
+    let link = ProbedLink {
+        link: ExpectedLink {
+            local,
+            remote,
+            expected_speed_bps: None,
+        },
+        ports: LinkPorts {
+            local: PORT,
+            peer: PORT,
+        },
+    };
+    Probes::start(
+        vec![link],
+        settings(),
+        Arc::new(Metrics::new(&identity)),
+        shutdown,
+    )
+}
+
+/// The peer's end of the cable (its probe engine answers), for
+/// `RESPOND_FOR` at most.
 #[tokio::test]
 #[ignore = "helper: run by probes_leave_by_the_pinned_cable inside the peer's namespace"]
 async fn respond_helper() {
@@ -58,12 +100,14 @@ async fn respond_helper() {
         return;
     };
     let addr: SocketAddr = on.parse().expect("address");
-    let responder = Responder::bind(addr).await.expect("bind the responder");
     let cancel = CancellationToken::new();
-    let run = tokio::spawn(responder.run(cancel.clone()));
+    let _probes = probes(
+        end("b", &addr.ip().to_string(), None),
+        end("a", LOCAL, None),
+        cancel.clone(),
+    );
     tokio::time::sleep(RESPOND_FOR).await;
     cancel.cancel();
-    run.await.expect("responder");
 }
 
 fn tx_packets(iface: &str) -> u64 {
@@ -100,30 +144,18 @@ async fn probe_helper() {
         }
         false
     } else {
-        let end = |node: &str, address: &str, iface: Option<&str>| LinkEnd {
-            address: Some(address.parse::<IpAddr>().expect("ip")),
-            iface: iface.map(str::to_owned),
-            ..LinkEnd::node_only(NodeId::new(node).expect("id"))
-        };
         let iface = (mode != "auto").then_some(mode.as_str());
-        let prober = Prober::bind(
-            end("a", LOCAL, iface),
-            end("b", PEER, None),
-            PORT,
-            settings(),
-        )
-        .await
-        .expect("bind the prober");
-        let observations = prober.subscribe();
         let cancel = CancellationToken::new();
-        let run = tokio::spawn(prober.run(cancel.clone()));
+        let probes = probes(end("a", LOCAL, iface), end("b", PEER, None), cancel.clone());
+        let snapshot = probes.subscribe();
         tokio::time::sleep(PROBE_FOR).await;
         cancel.cancel();
-        run.await.expect("prober");
-        observations
+        let peer = NodeId::new("b").expect("id");
+        snapshot
             .borrow()
-            .as_ref()
-            .is_some_and(|o| o.observation.last_reply_at.is_some())
+            .links
+            .get(&peer)
+            .is_some_and(|stats| stats.last_reply_at.is_some())
     };
     let after = (tx_packets("a1"), tx_packets("a2"));
     println!(

@@ -7,6 +7,8 @@
 
 use std::time::{Duration, SystemTime};
 
+use crate::time::Moment;
+
 use meshd_proto::domain::{Alarm, AlarmKind, NodeId, Severity};
 use meshd_proto::facts::{MemoryFacts, MemoryPressure};
 
@@ -110,12 +112,17 @@ impl MemoryWatch {
         &mut self,
         memory: Option<&MemoryFacts>,
         jobs: Option<&JobsRunning>,
-        now: SystemTime,
+        moment: Moment,
     ) -> Vec<Alarm> {
+        let now = moment.wall;
         if let Some(memory) = memory
             && let Some((holds, why)) = critical(memory, &self.rules)
         {
-            match self.pressure.update(holds, now) {
+            match self
+                .pressure
+                .update(holds, moment.now)
+                .map(|s| moment.wall_of(s))
+            {
                 None => self.pressure_alarm = None,
                 Some(since) => match &mut self.pressure_alarm {
                     Some(alarm) if !holds => alarm.updated = now,
@@ -127,7 +134,11 @@ impl MemoryWatch {
             && let (Some(wired), Some(total)) = (memory.wired_bytes, memory.total_bytes)
         {
             let holds = jobs.names.is_empty() && share(wired, total) >= self.rules.wired_leak_ratio;
-            match self.leak.update(holds, now) {
+            match self
+                .leak
+                .update(holds, moment.now)
+                .map(|s| moment.wall_of(s))
+            {
                 None => self.leak_alarm = None,
                 Some(since) => match &mut self.leak_alarm {
                     Some(alarm) if !holds => alarm.updated = now,
@@ -234,8 +245,8 @@ fn usage(memory: &MemoryFacts) -> Vec<String> {
 mod tests {
     use super::*;
 
-    fn t(secs: u64) -> SystemTime {
-        SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000 + secs)
+    fn t(secs: u64) -> Moment {
+        crate::fixtures::moment(secs)
     }
 
     fn rules() -> MemoryRules {
@@ -287,7 +298,7 @@ mod tests {
             alarm.evidence[0],
             "wired 180.0 GiB of 512.0 GiB (35%), a leak at 25%"
         );
-        assert_eq!(alarm.since, t(0));
+        assert_eq!(alarm.since, t(0).wall);
         // Unknown jobs: nothing changes.
         assert_eq!(w.update(Some(&leaked), None, t(61)).len(), 1);
         // A job runs again: its wired memory is its own; clears after the window.

@@ -43,6 +43,8 @@ pub fn link_observation(
         silence: probes.silence,
         consecutive_lost: probes.consecutive_lost,
         lateness: probes.lateness,
+        // The active RDMA probe is not wired into the daemon yet.
+        rdma_probe: None,
     };
     if let Some(facts) = facts {
         add_port_facts(&mut observation, facts, counters);

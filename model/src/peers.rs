@@ -540,7 +540,10 @@ fn check_update(sender: &NodeId, update: &ReportUpdate) -> Result<(), (RejectRea
     if let Some((index, alarm)) = update.foreign_alarm(sender) {
         return Err((
             RejectReason::ForeignAlarm,
-            format!("alarms[{index}]: {sender} raises an alarm about {}", alarm.node),
+            format!(
+                "alarms[{index}]: {sender} raises an alarm about {}",
+                alarm.node
+            ),
         ));
     }
     Ok(())

@@ -1619,6 +1619,53 @@ mod tests {
     }
 
     #[test]
+    fn the_engine_output_carries_a_fix_for_every_node_and_link_not_up() {
+        let mut mesh = Mesh::new(&["a", "b", "c"]);
+        let mut engine = Engine::new(settings());
+        mesh.evaluate(&mut engine, 0);
+        mesh.kill("c", 5_000);
+        let status = mesh.evaluate(&mut engine, 100);
+        let c = status.nodes.iter().find(|n| n.id == id("c")).expect("c");
+        assert_eq!(c.state, NodeState::Down, "{status:#?}");
+        assert!(
+            c.fix
+                .as_deref()
+                .is_some_and(|f| f.starts_with("bring c back")),
+            "{c:?}"
+        );
+        for node in status.nodes.iter().filter(|n| n.state == NodeState::Up) {
+            assert_eq!(node.fix, None, "{node:?}");
+        }
+        for l in &status.links {
+            let fix = l.fix.as_deref().unwrap_or_default();
+            if l.a.node == id("c") || l.b.node == id("c") {
+                assert_eq!(l.blame, Blame::Node, "{l:?}");
+                assert!(fix.starts_with("bring c back"), "{fix}");
+            } else {
+                assert_eq!(l.state, LinkState::Up, "{l:?}");
+                assert!(l.fix.is_none());
+            }
+        }
+    }
+
+    #[test]
+    fn without_quorum_the_fix_is_the_management_network() {
+        let mut mesh = Mesh::new(&["a", "b", "c"]);
+        mesh.kill("b", 5_000).kill("c", 5_000);
+        let status = mesh.evaluate(&mut Engine::new(settings()), 0);
+        assert!(!status.quorum.has_quorum);
+        for l in &status.links {
+            assert!(
+                l.fix
+                    .as_deref()
+                    .is_some_and(|f| f.starts_with("this node has no quorum")),
+                "{l:?}"
+            );
+            assert!(!l.evidence.is_empty());
+        }
+    }
+
+    #[test]
     fn a_late_evaluator_holds_its_node_verdicts() {
         let mut mesh = Mesh::new(&["a", "b", "c", "d"]);
         let mut engine = Engine::new(settings());

@@ -11,8 +11,8 @@ use std::time::{Duration, SystemTime};
 use crate::domain::{
     Alarm, Blame, Counter, Event, EventDetail, EventKind, Incarnation, InterfaceState, LinkEnd,
     LinkMeasurement, LinkObservation, LinkState, LinkVerdict, LossWindow, MeshStatus, NodeId,
-    NodeIdentity, NodeLoad, NodeState, NodeVerdict, Quorum, RdmaPortState, RdmaProbe,
-    RejectReason, RttHistogram, RttSummary, Severity, UnknownName,
+    NodeIdentity, NodeState, NodeVerdict, Quorum, RdmaPortState, RdmaProbe, RejectReason,
+    RttHistogram, RttSummary, Severity, UnknownName,
 };
 use crate::facts::{
     BootIdentity, BridgeFact, Cable, CableEnd, CheckResult, CheckStatus, FirewallFact,
@@ -1927,9 +1927,9 @@ mod tests {
             assert_eq!(err.field, field, "{err}");
             assert!(err.problem.contains("at most"), "{err}");
         };
-        let alarms = |u: &mut wire::ReportUpdate| -> &mut Vec<wire::Alarm> {
+        fn alarms(u: &mut wire::ReportUpdate) -> &mut Vec<wire::Alarm> {
             &mut u.alarms.as_mut().expect("alarms").alarms
-        };
+        }
         check(
             &|u| u.links = vec![u.links[0].clone(); limits::MAX_LINKS_PER_REPORT + 1],
             "links",

@@ -138,8 +138,9 @@ where
     // The connection is driven beside the request and ends with it.
     let driver = tokio::spawn(connection);
     let mut request = match payload {
-        Some(_) => hyper::Request::post(path)
-            .header(hyper::header::CONTENT_TYPE, "application/json"),
+        Some(_) => {
+            hyper::Request::post(path).header(hyper::header::CONTENT_TYPE, "application/json")
+        }
         None => hyper::Request::get(path),
     }
     .header(hyper::header::HOST, target.authority.as_str());

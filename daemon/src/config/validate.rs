@@ -15,7 +15,7 @@ use meshd_platform::mesh::plan::{DEFAULT_LINK_RANGE, LINK_NETMASK};
 use meshd_proto::domain::NodeId;
 use meshd_proto::facts::OsKind;
 
-use super::address::{self, Host, PeerAddress, UrlError};
+use super::address::{Host, PeerAddress};
 use super::error::Problem;
 use super::parse_url;
 use super::{Config, DEFAULT_GRPC_PORT, LinkConfig, ProbeConfig};

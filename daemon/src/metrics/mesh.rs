@@ -117,7 +117,7 @@ impl MeshSeries {
         for (peer, view) in &published.peers {
             let age = published.at.saturating_duration_since(view.received_at);
             let heard = evaluated_at.checked_sub(age).unwrap_or(evaluated_at);
-            family.sample(&[peer.as_str()], super::links::unix_seconds(heard));
+            family.sample(&[peer.as_str()], unix_seconds(heard));
         }
         let mut family = out.family(&c::PEER_PATH_UP);
         for (peer, path, up) in &published.paths {

@@ -105,7 +105,6 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
-    use std::sync::Arc;
     use std::time::{Duration, SystemTime};
 
     use meshd_proto::domain::{
@@ -189,6 +188,7 @@ mod tests {
             silence: Duration::ZERO,
             consecutive_lost: 0,
             lateness: Duration::ZERO,
+            rdma_probe: None,
         };
         let published = Published {
             links: vec![observation],
@@ -218,14 +218,11 @@ mod tests {
         // The same series in the same order, whatever order the links come in.
         let other = LinkObservation {
             remote: LinkEnd::node_only(id("c")),
-            ..published.report.links[0].clone()
+            ..published.links[0].clone()
         };
         let order = |links: Vec<LinkObservation>| {
             let published = Published {
-                report: Arc::new(ReportBody {
-                    links,
-                    ..ReportBody::default()
-                }),
+                links,
                 ..Published::placeholder(&identity())
             };
             metrics
@@ -235,7 +232,7 @@ mod tests {
                 .map(str::to_owned)
                 .collect::<Vec<_>>()
         };
-        let first = published.report.links[0].clone();
+        let first = published.links[0].clone();
         assert_eq!(
             order(vec![first.clone(), other.clone()]),
             order(vec![other, first])

@@ -84,7 +84,10 @@ fn look(
 ) -> Vec<meshd_model::boot::BootChange> {
     let (reports, facts) = {
         let book = inputs.book.lock().unwrap_or_else(PoisonError::into_inner);
-        (book.views(std::time::Instant::now()), book.facts().0.clone())
+        (
+            book.views(std::time::Instant::now()),
+            book.facts().0.clone(),
+        )
     };
     let own_facts = inputs.local_facts.borrow().clone();
     let mut changes = Vec::new();

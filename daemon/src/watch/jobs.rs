@@ -68,7 +68,7 @@ pub fn spawn(
             let mesh = feeds.status.borrow().clone();
             let processes = &sampled.sample.processes;
             let (mut active, counts) = hung.update(processes, Some(&mesh), sampled.at);
-            let (orphaned, held) = orphans.update(processes, sampled.at);
+            let (orphaned, held) = orphans.update(processes, sampled.at.wall);
             active.extend(orphaned);
             let facts = feeds.facts.borrow().clone();
             let counters = match facts {
@@ -91,7 +91,7 @@ pub fn spawn(
                 &job_processes,
                 counters.as_ref(),
                 mesh_fault(&mesh, &node).is_some(),
-                sampled.at,
+                sampled.at.wall,
             ));
             metrics
                 .watchers

@@ -6,7 +6,9 @@
 //! process runs.
 
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
+
+use meshd_model::time::Moment;
 
 use meshd_model::jobs::is_job;
 use meshd_model::memory::{JobsRunning, MemoryWatch};
@@ -79,7 +81,14 @@ pub fn spawn(
             });
             publish(
                 &alarms_tx,
-                judge.update(memory.as_ref(), jobs.as_ref(), SystemTime::now()),
+                judge.update(
+                    memory.as_ref(),
+                    jobs.as_ref(),
+                    Moment {
+                        now: Instant::now(),
+                        wall: SystemTime::now(),
+                    },
+                ),
             );
         }
     });

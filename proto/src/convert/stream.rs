@@ -9,12 +9,12 @@ use super::{
     Result, WireError, at_most, each, nanos, node_id, node_ids, reject_reason, reject_reason_wire,
     required, time, timestamp,
 };
-use crate::limits;
 use crate::domain::{
     Alarm, ClockOffset, ClockSample, Incarnation, LinkEnd, LinkObservation, NodeIdentity, NodeLoad,
     PeerMessage, PeerReply, Refusal, ReportUpdate, RttHistogram, StreamOpen,
 };
 use crate::facts::NodeFacts;
+use crate::limits;
 use crate::wire;
 
 impl From<NodeLoad> for wire::NodeLoad {
@@ -188,11 +188,18 @@ pub fn update_from_wire(u: wire::ReportUpdate, bounds: &[Duration]) -> Result<Re
         return Err(WireError::new("sequence", "missing"));
     }
     at_most("links", &u.links, limits::MAX_LINKS_PER_REPORT)?;
-    at_most("removed_links", &u.removed_links, limits::MAX_LINKS_PER_REPORT)?;
+    at_most(
+        "removed_links",
+        &u.removed_links,
+        limits::MAX_LINKS_PER_REPORT,
+    )?;
     if let Some(list) = &u.alarms {
         at_most("alarms.alarms", &list.alarms, limits::MAX_ALARMS_PER_REPORT)?;
     }
-    for (field, list) in [("hears.ids", &u.hears), ("heard_on_management.ids", &u.heard_on_management)] {
+    for (field, list) in [
+        ("hears.ids", &u.hears),
+        ("heard_on_management.ids", &u.heard_on_management),
+    ] {
         if let Some(list) = list {
             at_most(field, &list.ids, limits::MAX_HEARS_PER_REPORT)?;
         }
