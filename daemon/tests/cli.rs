@@ -133,8 +133,10 @@ fn check_config_warns_about_link_local_cable_addresses_and_still_passes() {
     let path = write(
         dir.path(),
         "meshd.toml",
-        "[[peers]]\nid = \"b\"\naddress = \"10.0.0.2:7420\"\n\n[[links]]\npeer = \"b\"\n\
-         local_address = \"169.254.12.1\"\npeer_address = \"10.254.0.2\"\n",
+        &format!(
+            "[[peers]]\nid = \"b\"\naddress = \"10.0.0.2:7420\"\n\n[[links]]\npeer = \"b\"\n\
+         local_address = \"169.254.12.1\"\npeer_address = \"10.254.0.2\"\n{MESH_TAIL}"
+        ),
     );
     let out = meshd(&["check-config", &path]);
     let stderr = String::from_utf8_lossy(&out.stderr).replace(&path, "meshd.toml");

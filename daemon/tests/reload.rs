@@ -142,6 +142,7 @@ async fn edits_apply_without_restart_and_bad_edits_are_refused() {
 async fn a_config_replaced_by_a_device_or_a_fifo_is_refused_without_hanging() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("meshd.toml");
+    write_certificates(dir.path());
     std::fs::write(&path, config_text(&["b"])).expect("write");
     let config = Config::load(&path, HOSTNAME).expect("valid config");
     let mut node = RunningNode::start(&config, HOSTNAME).await.expect("start");

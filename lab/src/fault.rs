@@ -21,6 +21,9 @@ const CHAOS_PAIRS: [(&str, &str); 2] = [("chaos0a", "chaos0b"), ("chaos1a", "cha
 /// The hog's process name: the offender meshd knows from macOS.
 pub const HOG_NAME: &str = "UniversalControl";
 
+/// The throttle's bucket, in bytes: below a full-size (1500-byte) frame.
+pub const TBF_BURST: &str = "1000";
+
 impl Lab {
     fn ip_in(&self, id: &str, args: &[&str]) -> Result<(), LabError> {
         let mut full = vec!["-n", self.namespace(id)?];
@@ -43,6 +46,10 @@ impl Lab {
 
     /// Cuts what `node` sends on the cable to `peer` to `kbit` kbit/s (a
     /// token bucket; what waits longer than 200 ms is dropped).
+    /// Cuts what `node` sends to `peer` to `kbit` through a token bucket of
+    /// [`TBF_BURST`] bytes: a frame larger than the bucket never passes, as
+    /// on a cable that negotiated down and drops full-size frames, so the
+    /// MTU-sized probes are lost while the small ones get through.
     pub fn throttle(&self, node: &str, peer: &str, kbit: u32) -> Result<(), LabError> {
         self.plan.cable(node, peer)?;
         let ns = self.namespace(node)?;
@@ -52,7 +59,7 @@ impl Lab {
             "tc",
             &[
                 "-n", ns, "qdisc", "replace", "dev", &iface, "root", "tbf", "rate", &rate, "burst",
-                "1600", "latency", "200ms",
+                TBF_BURST, "latency", "200ms",
             ],
             QUICK,
         )?;

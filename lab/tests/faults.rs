@@ -117,9 +117,8 @@ fn a_throttled_cable_and_a_lossy_cable_are_degraded_then_recover() {
     }
     let _serial = meshd_test_lock::exclusive();
     let lab = four_nodes(false);
-    // 256 kbit/s with a 1600-byte bucket: the small probes and the report
-    // stream over the cable pass, the MTU-sized probes (larger than the
-    // bucket) never do.
+    // 256 kbit/s with a bucket smaller than a full-size frame: the small
+    // probes pass, the MTU-sized ones never do.
     lab.throttle("a", "c", 256).expect("tbf");
     expect(&lab, &ALL, "a-c degraded by the bandwidth cut", |s| {
         link_is(s, "a", "c", "degraded") && no_broken_cable_or_node(s)

@@ -570,7 +570,7 @@ mod tests {
         let evidence = assess(&[view("a", &a), view("b", &b)], &rules()).evidence;
         assert_eq!(
             evidence[0],
-            "a: no reply for 700.0ms, 7 probes lost in a row"
+            "a: no reply for 700ms (7 probes lost in a row)"
         );
     }
 

@@ -376,7 +376,8 @@ mod tests {
             "[[peers]]\nid = \"b\"\naddress = \"10.0.0.2:7420\"\n\
              [[links]]\npeer = \"b\"\nlocal_iface = \"en2\"\n\
              local_address = \"10.254.0.1\"\npeer_address = \"10.254.0.2\"\n\
-             [watch.bridge]\nmesh_ifaces = [\"en9\"]\n",
+             [watch.bridge]\nmesh_ifaces = [\"en9\"]\n\
+             [listen]\nmesh = \"10.0.0.1:7420\"\n[tls]\ninsecure = true\n",
             "meshd.toml",
             "a",
         )
