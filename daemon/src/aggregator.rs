@@ -192,7 +192,7 @@ impl Encoded {
     fn update(update: ReportUpdate) -> Self {
         Self {
             sequence: update.sequence,
-            bytes: wire::PeerMessage::from(PeerMessage::Update(update))
+            bytes: wire::PeerMessage::from(PeerMessage::Update(Box::new(update)))
                 .encode_to_vec()
                 .into(),
         }

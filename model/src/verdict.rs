@@ -733,31 +733,16 @@ impl Engine {
         }
     }
 
-    fn alarm(
-        &mut self,
-        kind: AlarmKind,
-        severity: Severity,
-        node: &NodeId,
-        subject: &str,
-        summary: String,
-        evidence: Vec<String>,
-        fix: &str,
-        moment: Moment,
-    ) -> Alarm {
+    /// `alarm` with since when it holds (kept across evaluations) and now.
+    fn stamp(&mut self, alarm: Alarm, moment: Moment) -> Alarm {
         let since = *self
             .alarm_since
-            .entry((kind, node.clone()))
+            .entry((alarm.kind, alarm.node.clone()))
             .or_insert(moment.now);
         Alarm {
-            kind,
-            severity,
-            node: node.clone(),
-            subject: subject.to_owned(),
-            summary,
-            evidence,
-            fix: Some(fix.to_owned()),
             since: moment.wall_of(since),
             updated: moment.wall,
+            ..alarm
         }
     }
 
@@ -782,18 +767,20 @@ impl Engine {
                 .filter(|id| !quorum.members.contains(id))
                 .map(NodeId::as_str)
                 .collect();
-            alarms.push(self.alarm(
-                AlarmKind::NoQuorum,
-                Severity::Warning,
-                local,
-                "quorum",
-                format!(
-                    "no quorum: hears {} of {} members; link alarms are held back",
-                    quorum.members.len(),
-                    quorum.configured.len()
+            alarms.push(self.stamp(
+                draft(
+                    AlarmKind::NoQuorum,
+                    Severity::Warning,
+                    local,
+                    "quorum",
+                    format!(
+                        "no quorum: hears {} of {} members; link alarms are held back",
+                        quorum.members.len(),
+                        quorum.configured.len()
+                    ),
+                    vec![format!("not heard: {}", unheard.join(", "))],
+                    "check the management network and that meshd runs on the unheard nodes",
                 ),
-                vec![format!("not heard: {}", unheard.join(", "))],
-                "check the management network and that meshd runs on the unheard nodes",
                 moment,
             ));
         }
@@ -821,7 +808,8 @@ impl Engine {
             let on_management = witnesses.iter().filter(|heard| **heard).count();
             let could = witnesses.len();
             if on_management * 2 < could {
-                alarms.push(self.alarm(
+                alarms.push(self.stamp(
+    draft(
                     AlarmKind::ManagementUnreachable,
                     Severity::Warning,
                     &node.id,
@@ -833,9 +821,9 @@ impl Engine {
                     vec![format!(
                         "heard on the management network by {on_management} of the {could} members that could"
                     )],
-                    "check the management network (Wi-Fi, switch port, cable) of this node; its links are judged on their own evidence meanwhile",
-                    moment,
-                ));
+                    "check the management network (Wi-Fi, switch port, cable) of this node; its links are judged on their own evidence meanwhile"),
+    moment,
+));
             }
         }
         if let Some(skew) = clock_skew(&inputs.clock_offsets)
@@ -846,8 +834,9 @@ impl Engine {
             } else {
                 ("ahead of", skew.unsigned_abs())
             };
-            let by = Duration::from_nanos(u64::try_from(by).unwrap_or(u64::MAX));
-            alarms.push(self.alarm(
+            let by = Duration::from_nanos(by);
+            alarms.push(self.stamp(
+    draft(
                 AlarmKind::ClockSkew,
                 Severity::Warning,
                 local,
@@ -868,26 +857,28 @@ impl Engine {
                         )
                     })
                     .collect(),
-                "check time synchronisation on this node (System Settings > General > Date & Time; `sntp -sS time.apple.com`, or chrony/timedatectl on Linux)",
-                moment,
-            ));
+                "check time synchronisation on this node (System Settings > General > Date & Time; `sntp -sS time.apple.com`, or chrony/timedatectl on Linux)"),
+    moment,
+));
         }
         for (id, view) in &inputs.peers {
             if let Some(duplicate) = &view.duplicate {
-                alarms.push(self.alarm(
+                alarms.push(self.stamp(
+    draft(
                     AlarmKind::DuplicateNodeId,
                     Severity::Critical,
                     id,
                     "node id",
                     format!("two live daemons claim to be {id}"),
                     vec![format!("streams from {}", duplicate.remotes.join(" and "))],
-                    "give each node its own `node.id` (a cloned disk or a copied config keeps the old one) and restart the duplicate",
-                    moment,
-                ));
+                    "give each node its own `node.id` (a cloned disk or a copied config keeps the old one) and restart the duplicate"),
+    moment,
+));
             }
         }
         if saturated.len() * 2 > quorum.members.len().max(1) {
-            alarms.push(self.alarm(
+            alarms.push(self.stamp(
+    draft(
                 AlarmKind::MeshSaturated,
                 Severity::Warning,
                 local,
@@ -897,9 +888,9 @@ impl Engine {
                     name_some(saturated.iter().map(|n| n.as_str()))
                 ),
                 likely_causes(&inputs.local_alarms, inputs.peers.values()),
-                "find what starves the nodes (a broadcast storm, a CPU hog named by cpu_spike) and stop it",
-                moment,
-            ));
+                "find what starves the nodes (a broadcast storm, a CPU hog named by cpu_spike) and stop it"),
+    moment,
+));
         }
         let raised: BTreeSet<(AlarmKind, NodeId)> =
             alarms.iter().map(|a| (a.kind, a.node.clone())).collect();
@@ -955,6 +946,29 @@ impl Engine {
             .filter(|at| *at > now)
             .min()
             .map_or(idle, |at| at.min(idle))
+    }
+}
+
+/// An alarm of the engine's, its times still to be stamped.
+fn draft(
+    kind: AlarmKind,
+    severity: Severity,
+    node: &NodeId,
+    subject: &str,
+    summary: String,
+    evidence: Vec<String>,
+    fix: &str,
+) -> Alarm {
+    Alarm {
+        kind,
+        severity,
+        node: node.clone(),
+        subject: subject.to_owned(),
+        summary,
+        evidence,
+        fix: Some(fix.to_owned()),
+        since: SystemTime::UNIX_EPOCH,
+        updated: SystemTime::UNIX_EPOCH,
     }
 }
 

@@ -3,6 +3,11 @@
 //! properties checked across the nodes over time (docs/ARCHITECTURE.md,
 //! "Simulation").
 
+// The simulation's events and wire messages are moved one at a time
+// through its queue, never stored in bulk: boxing the large ones would
+// only add allocations.
+#![allow(clippy::large_enum_variant)]
+
 #[path = "cluster/sim.rs"]
 mod sim;
 
@@ -99,7 +104,7 @@ fn fit(drawn: &Drawn, n: usize) -> (Fault, Duration) {
     let secs = |lo: u64, hi: u64| Duration::from_secs(lo + drawn.secs % (hi - lo + 1));
     match drawn.kind % 8 {
         0 | 1 => {
-            let how = if drawn.param % 2 == 0 {
+            let how = if drawn.param.is_multiple_of(2) {
                 CableCut::Pulled
             } else {
                 CableCut::Dark
@@ -116,11 +121,15 @@ fn fit(drawn: &Drawn, n: usize) -> (Fault, Duration) {
         // left out of the random schedules until it is fixed.
         4 if FREEZE_IN_SCHEDULES => (Fault::Freeze { x }, secs(6, 10)),
         4 => (Fault::Kill { x }, secs(6, 10)),
-        5 if drawn.param % 2 == 0 => (Fault::CutManagement { x }, secs(10, 13)),
+        5 if drawn.param.is_multiple_of(2) => (Fault::CutManagement { x }, secs(10, 13)),
         5 => (Fault::BlockManagementInbound { x }, secs(6, 10)),
         6 => {
             let ms = i64::try_from(1_500 + drawn.param % 20_000).unwrap_or(1_500);
-            let ms = if drawn.secs % 2 == 0 { ms } else { -ms };
+            let ms = if drawn.secs.is_multiple_of(2) {
+                ms
+            } else {
+                -ms
+            };
             (Fault::ClockOffset { x, ms }, secs(5, 9))
         }
         _ => (
@@ -205,7 +214,7 @@ fn stopped(fault: &Fault) -> Option<usize> {
     }
 }
 
-fn link_of<'a>(status: &'a MeshStatus, c: Cable) -> Option<&'a meshd_proto::domain::LinkVerdict> {
+fn link_of(status: &MeshStatus, c: Cable) -> Option<&meshd_proto::domain::LinkVerdict> {
     let (a, b) = (format!("n{}", c.0 + 1), format!("n{}", c.1 + 1));
     status
         .links

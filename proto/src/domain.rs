@@ -783,7 +783,7 @@ pub struct ReportUpdate {
 #[derive(Debug, Clone, PartialEq)]
 pub enum PeerMessage {
     Open(StreamOpen),
-    Update(ReportUpdate),
+    Update(Box<ReportUpdate>),
 }
 
 /// The wall-clock times of one update's round trip.

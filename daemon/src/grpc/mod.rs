@@ -57,7 +57,7 @@ fn reflection(
     // them (grpc_requests, grpcui) stop at the first NOT_FOUND. Each `build_*`
     // adds only its own reflection version's file, and both versions are
     // advertised by both, so both files are registered here.
-    let builder = move || {
+    move || {
         advertised.iter().fold(
             tonic_reflection::server::Builder::configure()
                 .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
@@ -68,8 +68,7 @@ fn reflection(
                 ),
             |builder, name| builder.with_service_name(*name),
         )
-    };
-    builder
+    }
 }
 
 const READ_ONLY: [&str; 2] = [service_names::MESH, service_names::TOPOLOGY];

@@ -518,17 +518,17 @@ impl Sim {
                 break;
             };
             self.now = self.now.max(at);
-            if let Some(node) = self.looked(ev) {
-                if let Some(status) = self.status(node) {
-                    check(
-                        self,
-                        Observed {
-                            at: self.now,
-                            node,
-                            status,
-                        },
-                    );
-                }
+            if let Some(node) = self.looked(ev)
+                && let Some(status) = self.status(node)
+            {
+                check(
+                    self,
+                    Observed {
+                        at: self.now,
+                        node,
+                        status,
+                    },
+                );
             }
         }
         self.now = self.now.max(end);

@@ -243,7 +243,7 @@ impl From<PeerMessage> for wire::PeerMessage {
         Self {
             body: Some(match m {
                 PeerMessage::Open(open) => Body::Open(open.into()),
-                PeerMessage::Update(update) => Body::Update(update.into()),
+                PeerMessage::Update(update) => Body::Update((*update).into()),
             }),
         }
     }
