@@ -1,0 +1,37 @@
+//! When the engine must look again with no new input: a peer turning suspect
+//! or stale, a link's pending hysteresis, or the idle bound.
+
+use std::time::Instant;
+
+use super::{Engine, MAX_IDLE, MeshInputs};
+
+impl Engine {
+    /// When something could change with no new input: a peer turning
+    /// suspect or stale, a link's pending hysteresis.
+    pub(super) fn next_deadline(&self, inputs: &MeshInputs, now: Instant) -> Instant {
+        let idle = now + MAX_IDLE;
+        let peers = inputs.peers.values().flat_map(|v| {
+            [self.settings.suspect_after, self.settings.stale_after]
+                .into_iter()
+                .filter_map(move |after| v.received_at.checked_add(after))
+        });
+        let links = self
+            .links
+            .values()
+            .filter_map(|l| l.tracker.pending_until());
+        let first_silence = self
+            .started
+            .and_then(|s| s.checked_add(self.settings.stale_after));
+        let settling = self
+            .alarm_since
+            .keys()
+            .filter_map(|(kind, node)| self.settled_at(*kind, node));
+        peers
+            .chain(links)
+            .chain(settling)
+            .chain(first_silence)
+            .filter(|at| *at > now)
+            .min()
+            .map_or(idle, |at| at.min(idle))
+    }
+}

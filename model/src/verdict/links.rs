@@ -1,0 +1,291 @@
+//! Link verdicts: gathering both ends' views of every cable, remembering the
+//! links seen so far, and judging each one (a link is blamed only when both
+//! its ends were heard since its fault began).
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use meshd_proto::domain::{Blame, LinkEnd, LinkState, LinkVerdict, NodeId, NodeState, Quorum};
+
+use super::{
+    End, Engine, EngineSettings, FnvBuild, KnownLink, Life, LinkKey, LinkViews, Member, MeshInputs,
+    Positions, link_key,
+};
+use crate::link::{EndView, LinkTracker, assess, fmt_duration};
+use crate::time::Moment;
+
+impl Engine {
+    /// Every end's view of every link, from this node's own observations and
+    /// from each peer's report; also learns links not seen before.
+    pub(super) fn gather_link_ends<'a>(
+        &mut self,
+        inputs: &'a MeshInputs,
+        positions: &Positions<'_>,
+        now: Instant,
+    ) -> HashMap<LinkKey, LinkViews<'a>, FnvBuild> {
+        let down_after = self.settings.link.down_after;
+        let mut ends: HashMap<LinkKey, LinkViews<'a>, FnvBuild> =
+            HashMap::with_capacity_and_hasher(self.links.len(), FnvBuild::default());
+        for expected in &inputs.expected_links {
+            if let (Some(x), Some(y)) = (
+                positions.of(&expected.local.node),
+                positions.of(&expected.remote.node),
+            ) && x != y
+            {
+                self.learn(x, &expected.local, y, &expected.remote, now);
+            }
+        }
+        let local = inputs
+            .local_links
+            .iter()
+            .map(|l| (&inputs.local.id, &l.observation, l.at, Duration::ZERO));
+        let remote = inputs.peers.iter().flat_map(|(id, view)| {
+            view.report.links.iter().map(move |o| {
+                let received = view
+                    .links_received
+                    .get(&o.remote.node)
+                    .copied()
+                    .unwrap_or(view.received_at);
+                // The end resends a link whenever it stops or starts being
+                // silent: while its later messages arrive, a silent link
+                // stayed silent.
+                let confirmed = if o.silence >= down_after {
+                    view.received_at.saturating_duration_since(received)
+                } else {
+                    Duration::ZERO
+                };
+                (id, o, received, confirmed)
+            })
+        });
+        for (observer, observation, observed_at, confirmed_silence) in local.chain(remote) {
+            let Some(x) = positions.of(observer) else {
+                continue;
+            };
+            // An end speaks only for itself, and only about the mesh.
+            if observation.local.node != *observer {
+                continue;
+            }
+            let Some(y) = positions.of(&observation.remote.node).filter(|y| *y != x) else {
+                continue;
+            };
+            self.learn(x, &observation.local, y, &observation.remote, now);
+            let slot = usize::from(x > y);
+            if let Some(end) = ends.entry(link_key(x, y)).or_default().get_mut(slot) {
+                *end = Some(End {
+                    view: EndView {
+                        node: observer.as_str(),
+                        observation,
+                        confirmed_silence,
+                        late: EndView::ran_late(observation),
+                    },
+                    observed_at,
+                });
+            }
+        }
+        ends
+    }
+
+    /// Remembers a link, filling in what each end says about itself.
+    fn learn(&mut self, x: Member, local: &LinkEnd, y: Member, remote: &LinkEnd, now: Instant) {
+        let link = self.links.entry(link_key(x, y)).or_insert_with(|| {
+            let (a, b) = if x < y {
+                (local.clone(), remote.clone())
+            } else {
+                (remote.clone(), local.clone())
+            };
+            KnownLink {
+                a,
+                b,
+                tracker: LinkTracker::new(now),
+                node_blamed: None,
+                ends_since: [None, None],
+            }
+        });
+        // A node's description of its own end beats its peer's. The node is
+        // the same by construction; compare the rest before cloning, since
+        // it rarely changes.
+        let own = if x < y { &mut link.a } else { &mut link.b };
+        let same = own.iface == local.iface
+            && own.address == local.address
+            && own.rdma_device == local.rdma_device
+            && own.rdma_port == local.rdma_port;
+        if !same {
+            own.clone_from(local);
+        }
+    }
+}
+
+/// The context one link is judged in.
+pub(super) struct Judge<'a> {
+    pub(super) quorum: &'a Quorum,
+    pub(super) settings: &'a EngineSettings,
+    pub(super) lives: &'a BTreeMap<&'a NodeId, Life<'a>>,
+    pub(super) local: &'a NodeId,
+    pub(super) mesh_saturated: bool,
+    pub(super) now: Instant,
+}
+
+impl Judge<'_> {
+    /// The latest evidence of life of `node`, or `now` for this node.
+    fn evidence_of(&self, node: &NodeId) -> Option<Instant> {
+        if node == self.local {
+            return Some(self.now);
+        }
+        self.lives.get(node).and_then(|l| l.latest_evidence)
+    }
+
+    /// The verdict on one link: held back without quorum, blamed on a node
+    /// that is down, held while it is not known that both ends lived
+    /// through the fault, and otherwise what its ends say.
+    pub(super) fn link(
+        &self,
+        link: &mut KnownLink,
+        views: LinkViews<'_>,
+        end_states: [NodeState; 2],
+        ends_since: [Option<Instant>; 2],
+        moment: Moment,
+    ) -> LinkVerdict {
+        let now = self.now;
+        if ends_since != link.ends_since {
+            // An end restarted: what came before is not the link's.
+            if link.ends_since.iter().any(Option::is_some) {
+                link.tracker.restart(now);
+            }
+            link.ends_since = ends_since;
+        }
+        let down_end = [&link.a.node, &link.b.node]
+            .into_iter()
+            .zip(end_states)
+            .find(|(_, s)| *s == NodeState::Down)
+            .map(|(n, _)| n.clone());
+        let present: Vec<End<'_>> = views.into_iter().flatten().collect();
+        let end_views: Vec<EndView<'_>> = present.iter().map(|e| e.view).collect();
+
+        let (state, blame, evidence) = if !self.quorum.has_quorum {
+            link.tracker.hold_unknown(now);
+            link.node_blamed = None;
+            (
+                LinkState::Unknown,
+                Blame::None,
+                vec!["no quorum: link verdicts are held back".to_owned()],
+            )
+        } else if let Some(node) = down_end {
+            // A dead node's links are not link faults; and its return must
+            // not count as the link flapping, so the link starts afresh.
+            if link.node_blamed.as_ref() != Some(&node) {
+                link.tracker.hold_unknown(now);
+                link.node_blamed = Some(node.clone());
+            }
+            let evidence = vec![format!("{node} is down: the node is blamed, not the link")];
+            (LinkState::Down, Blame::Node, evidence)
+        } else {
+            link.node_blamed = None;
+            let assessment = assess(&end_views, &self.settings.link);
+            let bad = matches!(assessment.state, LinkState::Down | LinkState::Degraded);
+            let unproven = bad
+                .then(|| self.unproven_end(link, &present, end_states))
+                .flatten();
+            if let Some(reason) = unproven {
+                let state = link.tracker.state();
+                (state, blame_for(state), vec![reason])
+            } else if bad && self.mesh_saturated && link.tracker.state() != assessment.state {
+                let state = link.tracker.state();
+                (
+                    state,
+                    blame_for(state),
+                    vec![
+                        "held: most of the mesh runs its timers late (see mesh_saturated)"
+                            .to_owned(),
+                    ],
+                )
+            } else {
+                let state = link
+                    .tracker
+                    .update(assessment.state, now, &self.settings.link);
+                (state, blame_for(state), assessment.evidence)
+            }
+        };
+        LinkVerdict {
+            a: link.a.clone(),
+            b: link.b.clone(),
+            state,
+            since: moment.wall_of(link.tracker.since()),
+            evidence,
+            blamed_node: (blame == Blame::Node)
+                .then(|| link.node_blamed.clone())
+                .flatten(),
+            blame,
+            recent_changes: link.tracker.recent_changes(),
+            fix: None,
+        }
+    }
+
+    /// Why a fault cannot be blamed on the link yet: an end that has not
+    /// been heard from since the fault began may be a dead node, not a dead
+    /// cable. `None` when both ends are known to have lived through it.
+    fn unproven_end(
+        &self,
+        link: &KnownLink,
+        present: &[End<'_>],
+        end_states: [NodeState; 2],
+    ) -> Option<String> {
+        let rules = &self.settings.link;
+        let silent_onsets = present.iter().filter(|e| e.view.silent(rules)).map(|e| {
+            e.observed_at
+                .checked_sub(e.view.observation.silence)
+                .unwrap_or(e.observed_at)
+        });
+        // The fault began no later than the earliest silence; a fault that
+        // is loss or delay, not silence, began within the evidence window.
+        let onset = silent_onsets
+            .min()
+            .unwrap_or_else(|| self.now.checked_sub(rules.down_after).unwrap_or(self.now));
+        for (node, state) in [&link.a.node, &link.b.node].into_iter().zip(end_states) {
+            let heard = self.evidence_of(node);
+            if state != NodeState::Up || heard.is_none_or(|at| at <= onset) {
+                let ago = heard.map_or_else(
+                    || "never".to_owned(),
+                    |at| {
+                        format!(
+                            "{} ago",
+                            fmt_duration(self.now.saturating_duration_since(at))
+                        )
+                    },
+                );
+                return Some(format!(
+                    "held: {node} not heard since the fault began (last heard {ago}); \
+                     its node may be down rather than the cable"
+                ));
+            }
+        }
+        // An end whose daemon (re)started after the silence began was not
+        // there to answer: the silence is its start, not the cable, until
+        // its end had `down_after` to answer.
+        let down_after = rules.down_after;
+        for (node, since) in [&link.a.node, &link.b.node]
+            .into_iter()
+            .zip(link.ends_since)
+        {
+            if let Some(since) = since
+                && since > onset
+                && since
+                    .checked_add(down_after)
+                    .is_some_and(|until| self.now < until)
+            {
+                return Some(format!(
+                    "held: {node} started {} ago, after the silence began; its end has {} to answer",
+                    fmt_duration(self.now.saturating_duration_since(since)),
+                    fmt_duration(down_after)
+                ));
+            }
+        }
+        None
+    }
+}
+
+fn blame_for(state: LinkState) -> Blame {
+    match state {
+        LinkState::Up | LinkState::Unknown => Blame::None,
+        LinkState::Degraded | LinkState::Flapping | LinkState::Down => Blame::Link,
+    }
+}

@@ -1,0 +1,167 @@
+//! Node verdicts: whether each member is up, suspect or down from every path
+//! that speaks for it, which members run late, and the rule that a late node
+//! may not make a verdict worse.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use meshd_proto::domain::{NodeId, NodeState, NodeVerdict};
+
+use super::{Engine, Life, MeshInputs, name_some};
+use crate::link::fmt_duration;
+use crate::linkstats::LATE;
+use crate::peers::Path;
+use crate::time::Moment;
+
+impl Engine {
+    /// Up when anything shows it alive (a recent message on any path, this
+    /// node's probes answered, a fresh member hearing it); down when every
+    /// path is silent (streams closed or quiet past `stale_after`) and
+    /// nothing else speaks for it; suspect in between, which lasts at most
+    /// until `stale_after`.
+    pub(super) fn node_verdict(
+        &mut self,
+        id: &NodeId,
+        life: Option<&Life<'_>>,
+        inputs: &MeshInputs,
+        late_self: bool,
+        moment: Moment,
+    ) -> NodeVerdict {
+        let now = moment.now;
+        let view = inputs.peers.get(id);
+        let (state, evidence) = if *id == inputs.local.id {
+            (NodeState::Up, vec!["this node".to_owned()])
+        } else {
+            let life = life.cloned().unwrap_or_default();
+            let age = life
+                .last_message
+                .map(|at| now.saturating_duration_since(at));
+            let mut evidence = Vec::new();
+            evidence.push(match (age, life.fresh_paths.is_empty()) {
+                (None, _) => format!("nothing heard from {id} since this node started"),
+                (Some(age), false) => format!(
+                    "last message {} ago ({})",
+                    fmt_duration(age),
+                    name_some(life.fresh_paths.iter().map(|p| match p {
+                        Path::Management => "management",
+                        Path::Cable(end) => end.as_str(),
+                    }))
+                ),
+                (Some(age), true) if !life.any_open => {
+                    format!(
+                        "every stream closed; last message {} ago",
+                        fmt_duration(age)
+                    )
+                }
+                (Some(age), true) => format!("last message {} ago", fmt_duration(age)),
+            });
+            if life.probes_answer {
+                evidence.push("its probe responder answers on the cable".to_owned());
+            }
+            if !life.hearers.is_empty() {
+                evidence.push(format!(
+                    "heard by {}",
+                    name_some(life.hearers.iter().map(|n| n.as_str()))
+                ));
+            }
+            let heard_directly =
+                age.is_some_and(|a| a < self.settings.suspect_after) && life.any_open;
+            let alive = heard_directly || life.probes_answer || !life.hearers.is_empty();
+            let stale_after = self.settings.stale_after;
+            let silent_everywhere = match age {
+                None => self
+                    .started
+                    .is_none_or(|s| now.saturating_duration_since(s) >= stale_after),
+                Some(age) => !life.any_open || age >= stale_after,
+            };
+            let state = if alive {
+                NodeState::Up
+            } else if silent_everywhere {
+                NodeState::Down
+            } else {
+                NodeState::Suspect
+            };
+            // A node whose own timers run late reads its peers late: their
+            // silence then is its own, and proves nothing.
+            let previous = self.node_since.get(id).map(|(s, _)| *s);
+            let state = match previous {
+                Some(before) if late_self && worse(state, before) => {
+                    evidence.push(format!(
+                        "held at {before}: this node's timers run {} late",
+                        fmt_duration(inputs.local_lateness)
+                    ));
+                    before
+                }
+                _ => state,
+            };
+            (state, evidence)
+        };
+        let since = match self.node_since.get_mut(id) {
+            Some(entry) => {
+                if entry.0 != state {
+                    *entry = (state, now);
+                }
+                entry.1
+            }
+            None => {
+                self.node_since.insert(id.clone(), (state, now));
+                now
+            }
+        };
+        NodeVerdict {
+            id: id.clone(),
+            state,
+            since: moment.wall_of(since),
+            evidence,
+            identity: if *id == inputs.local.id {
+                Some(inputs.local.clone())
+            } else {
+                view.map(|v| v.report.sender.clone())
+            },
+            last_report_at: view.map(|v| moment.wall_of(v.received_at)),
+            cpu_saturated: if *id == inputs.local.id {
+                inputs.local_load.cpu_saturated
+            } else {
+                view.is_some_and(|v| v.report.load.cpu_saturated)
+            },
+            // From the facts, which the engine does not see:
+            // `crate::boot::annotate` fills it in.
+            boot: Default::default(),
+            fix: None,
+        }
+    }
+
+    /// Fresh members whose timers run late: this node, and peers whose
+    /// reports say so.
+    pub(super) fn saturated_members<'a>(
+        &self,
+        inputs: &'a MeshInputs,
+        lives: &BTreeMap<&NodeId, Life<'_>>,
+        now: Instant,
+    ) -> Vec<&'a NodeId> {
+        let mut late: Vec<&NodeId> = inputs
+            .peers
+            .iter()
+            .filter(|(id, view)| {
+                lives.get(id).is_some_and(|l| !l.fresh_paths.is_empty())
+                    && self.fresh(view.received_at, now)
+                    && (view.report.lateness >= LATE || view.report.load.cpu_saturated)
+            })
+            .map(|(id, _)| id)
+            .collect();
+        if inputs.local_lateness >= LATE || inputs.local_load.cpu_saturated {
+            late.push(&inputs.local.id);
+        }
+        late
+    }
+}
+
+/// A new verdict is worse than the one before: a late node may not make it.
+fn worse(new: NodeState, before: NodeState) -> bool {
+    let rank = |s: NodeState| match s {
+        NodeState::Up => 0,
+        NodeState::Suspect => 1,
+        NodeState::Down => 2,
+    };
+    rank(new) > rank(before)
+}
