@@ -90,6 +90,18 @@ impl PeerService {
         .into()
     }
 
+    /// Counts a malformed message and tells the peer why it is refused.
+    async fn refuse_malformed(
+        &self,
+        replies: &mpsc::Sender<Result<wire::PeerReply, Status>>,
+        detail: String,
+    ) {
+        self.book().count_malformed();
+        let _ = replies
+            .send(Ok(self.refused(RejectReason::Malformed, detail)))
+            .await;
+    }
+
     fn refused(&self, reason: RejectReason, detail: String) -> wire::PeerReply {
         self.reply(
             0,
@@ -135,12 +147,7 @@ impl PeerService {
                 body: Some(wire::peer_message::Body::Open(open)),
             }))) => StreamOpen::try_from(open),
             _ => {
-                self.book().count_malformed();
-                let _ = replies
-                    .send(Ok(self.refused(
-                        RejectReason::Malformed,
-                        "a stream must open with StreamOpen".to_owned(),
-                    )))
+                self.refuse_malformed(&replies, "a stream must open with StreamOpen".to_owned())
                     .await;
                 return;
             }
@@ -148,10 +155,7 @@ impl PeerService {
         let open = match open {
             Ok(open) => open,
             Err(error) => {
-                self.book().count_malformed();
-                let _ = replies
-                    .send(Ok(self.refused(RejectReason::Malformed, error.to_string())))
-                    .await;
+                self.refuse_malformed(&replies, error.to_string()).await;
                 return;
             }
         };
@@ -212,10 +216,7 @@ impl PeerService {
             let update = match update {
                 Ok(update) => update,
                 Err(error) => {
-                    self.book().count_malformed();
-                    let _ = replies
-                        .send(Ok(self.refused(RejectReason::Malformed, error.to_string())))
-                        .await;
+                    self.refuse_malformed(&replies, error.to_string()).await;
                     break;
                 }
             };
