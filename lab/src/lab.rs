@@ -55,6 +55,8 @@ pub enum LabError {
     NoDaemon(String),
     #[error("no lab {0} is up")]
     NotUp(String),
+    #[error("no libfaketime here (Debian: apt-get install faketime)")]
+    NoFaketime,
     #[error("still there after `down`: {0:?}")]
     Leftovers(Vec<String>),
     #[error("waited {waited:?} for {what}; last views:\n{last}")]
@@ -363,6 +365,33 @@ impl Lab {
     /// Starts node `id`'s meshd (again) with its config, logging to its
     /// log file.
     pub fn start(&mut self, id: &str, log_level: &str) -> Result<(), LabError> {
+        self.start_with_env(id, log_level, &[])
+    }
+
+    /// Starts node `id`'s meshd with its wall clock `offset_seconds` away
+    /// from the host's (negative: behind), through libfaketime; its
+    /// monotonic clock stays true, as after a step of a real clock.
+    pub fn start_with_wall_clock_offset(
+        &mut self,
+        id: &str,
+        log_level: &str,
+        offset_seconds: i64,
+    ) -> Result<(), LabError> {
+        let library = libfaketime().ok_or(LabError::NoFaketime)?;
+        let env = [
+            ("LD_PRELOAD", library.to_string_lossy().into_owned()),
+            ("FAKETIME", format!("{offset_seconds:+}")),
+            ("FAKETIME_DONT_FAKE_MONOTONIC", "1".to_owned()),
+        ];
+        self.start_with_env(id, log_level, &env)
+    }
+
+    fn start_with_env(
+        &mut self,
+        id: &str,
+        log_level: &str,
+        env: &[(&str, String)],
+    ) -> Result<(), LabError> {
         let node = self.plan.node(id)?.clone();
         let log = self.log_path(id);
         let out = fs::OpenOptions::new()
@@ -378,6 +407,7 @@ impl Lab {
             .arg("--config")
             .arg(self.config_path(id))
             .args(["--log-level", log_level])
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
@@ -658,4 +688,11 @@ fn sweep_orphans() {
             eprintln!("lab {name}: removing the leftover of a dead run failed: {err}");
         }
     }
+}
+
+/// Debian's libfaketime for this machine's architecture, if installed.
+pub fn libfaketime() -> Option<PathBuf> {
+    let triplet = format!("{}-linux-gnu", std::env::consts::ARCH);
+    let path = PathBuf::from(format!("/usr/lib/{triplet}/faketime/libfaketime.so.1"));
+    path.is_file().then_some(path)
 }

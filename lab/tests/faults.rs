@@ -304,3 +304,88 @@ fn management_partitions_keep_quorum_over_the_cables_and_name_the_cut_off_nodes(
     lab.heal_partition().expect("heal");
     settle(&lab, "all up after the 3+1 partition heals");
 }
+
+#[test]
+fn a_node_whose_clock_is_off_stays_up_named_by_clock_skew_and_one_set_back_an_hour_rejoins() {
+    // `faketime` is the package that ships libfaketime.
+    if !common::can_run(&["faketime"]) {
+        return;
+    }
+    let _serial = meshd_test_lock::exclusive();
+    let mut lab = four_nodes(false);
+    let restart = |lab: &mut meshd_lab::Lab, offset: i64| {
+        lab.signal_daemon("d", "KILL").expect("kill d");
+        lab.start_with_wall_clock_offset("d", "info", offset)
+            .expect("start d under faketime");
+    };
+
+    // 15 s behind: nothing is judged on the wall clock, so d stays up and
+    // its links with it; the skew is an alarm naming d, on every node.
+    restart(&mut lab, -15);
+    expect(&lab, &ALL, "d up, clock_skew names d", |s| {
+        s.all_up()
+            && s.alarms
+                .iter()
+                .any(|a| a.kind == "clock_skew" && a.node == "d")
+    });
+
+    // An hour back: d's new incarnation is older than the one its peers
+    // remember; they tell it so, it takes a larger one and is up again.
+    // Its peers have taken its new run once they show the hour in its
+    // clock_skew alarm (only d's reports carry it).
+    let before = lab.status("d").expect("d's status").incarnation;
+    let restarted = Instant::now();
+    restart(&mut lab, -3_600);
+    let an_hour = |s: &Status| {
+        s.alarms.iter().any(|a| {
+            a.kind == "clock_skew"
+                && a.node == "d"
+                && a.evidence
+                    .iter()
+                    .any(|e| e.contains("+3599.") || e.contains("+3600."))
+        })
+    };
+    expect(&lab, &["d"], "d runs a new incarnation with quorum", |s| {
+        s.incarnation != before && s.quorum.members.len() == 4
+    });
+    expect(&lab, &ALL, "d up, an hour behind, on every node", |s| {
+        s.quorum.has_quorum && s.nodes.iter().all(|n| n.state == "up") && an_hour(s)
+    });
+    eprintln!(
+        "d up on every node with its new run {:.1} s after its start an hour back",
+        restarted.elapsed().as_secs_f64()
+    );
+}
+
+#[test]
+fn a_meshd_restart_after_3_s_down_is_no_link_verdict() {
+    if !common::can_run(&[]) {
+        return;
+    }
+    let _serial = meshd_test_lock::exclusive();
+    let mut lab = four_nodes(false);
+    lab.stop("d").expect("stop d");
+    std::thread::sleep(Duration::from_secs(3));
+    lab.start("d", "info").expect("start d");
+    // Every view, all along its return: links of d blamed on d (or held)
+    // are fine; a link blamed on the link is a false verdict.
+    let watched = Instant::now();
+    let mut blamed = Vec::new();
+    while watched.elapsed() < Duration::from_secs(20) {
+        for id in ["a", "b", "c", "d"] {
+            let Ok(view) = lab.status(id) else { continue };
+            blamed.extend(
+                view.links
+                    .iter()
+                    .filter(|l| l.blame == "link" && l.state != "up")
+                    .map(|l| format!("[{id}] {}-{} {} {:?}", l.a, l.b, l.state, l.evidence)),
+            );
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert!(
+        blamed.is_empty(),
+        "a restart made link verdicts: {blamed:#?}"
+    );
+    settle(&lab, "all up after the restart");
+}

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use meshd_proto::domain::{
-    Alarm, ClockOffset, Counter, Event, Incarnation, LinkObservation, MeshStatus, NodeId,
-    NodeIdentity, NodeLoad, PeerReply, RejectReason, ReportUpdate,
+    Alarm, AlarmKind, ClockOffset, Counter, Event, Incarnation, LinkObservation, MeshStatus,
+    NodeId, NodeIdentity, NodeLoad, PeerReply, RejectReason, ReportUpdate,
 };
 use meshd_proto::facts::NodeFacts;
 
@@ -179,9 +179,22 @@ impl NodeCore {
         let status = evaluation.status;
         let events = events::diff(self.last.as_ref(), &status);
         let urgent = look.urgent || !events.is_empty();
+        // Only this node can see that its own clock is off the mesh's: its
+        // peers learn it from its reports (the alert leader posts it).
+        let reported_alarms: Vec<Alarm> = inputs
+            .local_alarms
+            .iter()
+            .chain(
+                status
+                    .alarms
+                    .iter()
+                    .filter(|a| a.kind == AlarmKind::ClockSkew && a.node == self.identity.id),
+            )
+            .cloned()
+            .collect();
         let snapshot = Snapshot {
             links: &links,
-            alarms: &inputs.local_alarms,
+            alarms: &reported_alarms,
             hears: &evaluation.hears,
             heard_on_management: &evaluation.heard_on_management,
             has_quorum: status.quorum.has_quorum,

@@ -497,12 +497,11 @@ fn check_episode(sim: &mut Sim, e: &Episode, all: &[Episode], problems: &mut Vec
 }
 
 /// KNOWN GAP (reported with this test): a restarted daemon hears its peers
-/// only once their streams to it reconnect, and their backoff after its
-/// death reaches `MAX_BACKOFF` (5 s), longer than `stale_after` (3 s): the
-/// restarted node settles `no_quorum` and posts MeshNoQuorum as a
-/// minority. The fix belongs in the transport (reopen at once when the
-/// peer is heard again); until then that one warning is allowed after a
-/// kill.
+/// only once their streams to it reconnect. Their backoff is capped at
+/// `MAX_BACKOFF` (1 s, below `stale_after`), yet a restart can still settle
+/// `no_quorum` on the restarted node for a moment; the fix belongs in the
+/// transport (count the replies on this node's own streams as hearing the
+/// peer); until then that one warning is allowed after a kill.
 fn restart_gap(fault: &Fault) -> bool {
     matches!(fault, Fault::Kill { .. })
 }

@@ -34,9 +34,12 @@ const STREAM_PATH: &str = "/meshd.v1.Peer/Stream";
 
 /// Connecting (TCP, TLS, HTTP/2) may take this long.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// Backoff between attempts doubles from the first to the last.
+/// Backoff between attempts doubles from the first to the last. The last
+/// stays well below `report.stale_after` (3 s by default): a peer that
+/// restarts hears this node only through these streams, and must hear it
+/// again before its missing quorum settles into an alarm.
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
-const MAX_BACKOFF: Duration = Duration::from_secs(5);
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// Messages waiting to be written on one stream; a slower stream starts
 /// over with everything rather than queue more.
 const STREAM_QUEUE: usize = 16;

@@ -44,7 +44,7 @@ pub mod timing {
     /// `transport::streams`: connect timeout and reconnect backoff.
     pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
     pub const FIRST_BACKOFF: Duration = Duration::from_millis(100);
-    pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
+    pub const MAX_BACKOFF: Duration = Duration::from_secs(1);
     /// HTTP/2 keepalive on both ends: a ping every 10 s, answered within
     /// 10 s, so a connection that carries nothing for 20 s is closed.
     pub const KEEPALIVE_DEAD: Duration = Duration::from_secs(20);
