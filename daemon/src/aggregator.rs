@@ -367,6 +367,10 @@ impl Aggregator {
             tokio::time::sleep(MIN_LOOK_GAP).await;
             self.look(false);
         }
+        // However the loop ended, the node stops with it (as when any of its
+        // tasks ends); the probe task's sockets close before this returns.
+        shutdown.cancel();
+        self.feeds.probes.stopped().await;
         tracing::debug!("aggregator stopped");
     }
 

@@ -454,8 +454,10 @@ async fn follow_paths(
         streams.follow(routes(&config));
         cables.follow(CableEnd::all(&config));
         tokio::select! {
-            () = shutdown.cancelled() => return Ok(()),
-            changed = configs.changed() => if changed.is_err() { return Ok(()) },
+            () = shutdown.cancelled() => break,
+            changed = configs.changed() => if changed.is_err() { break },
         }
     }
+    cables.stopped().await;
+    Ok(())
 }

@@ -113,6 +113,7 @@ pub struct ProbeSnapshot {
 pub struct Probes {
     control: watch::Sender<(Vec<ProbedLink>, ProberSettings)>,
     snapshot: watch::Receiver<Arc<ProbeSnapshot>>,
+    engine: tokio::task::JoinHandle<()>,
 }
 
 impl Probes {
@@ -127,8 +128,21 @@ impl Probes {
     ) -> Self {
         let (control, control_rx) = watch::channel((links, settings));
         let (snapshot_tx, snapshot) = watch::channel(Arc::new(ProbeSnapshot::default()));
-        tokio::spawn(engine::run(control_rx, snapshot_tx, metrics, shutdown));
-        Self { control, snapshot }
+        let engine = tokio::spawn(engine::run(control_rx, snapshot_tx, metrics, shutdown));
+        Self {
+            control,
+            snapshot,
+            engine,
+        }
+    }
+
+    /// Waits until the probe task has stopped (after its `shutdown`) and
+    /// its sockets are closed: a node started again at once finds its
+    /// cable ports free.
+    pub async fn stopped(self) {
+        if let Err(error) = self.engine.await {
+            tracing::warn!(%error, "the probe task ended abnormally");
+        }
     }
 
     /// Follows a new config: links that did not change keep their socket and

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use meshd_model::peers::Path;
 use tokio::net::TcpListener;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::tls::{MeshTls, incoming};
@@ -55,6 +56,7 @@ pub struct CableListeners {
     service: PeerService,
     shutdown: CancellationToken,
     running: BTreeMap<CableEnd, CancellationToken>,
+    tasks: JoinSet<()>,
 }
 
 impl CableListeners {
@@ -64,7 +66,17 @@ impl CableListeners {
             service,
             shutdown,
             running: BTreeMap::new(),
+            tasks: JoinSet::new(),
         }
+    }
+
+    /// Stops every listener and waits until their ports are closed: a
+    /// node started again at once finds them free.
+    pub async fn stopped(mut self) {
+        for stop in self.running.values() {
+            stop.cancel();
+        }
+        while self.tasks.join_next().await.is_some() {}
     }
 
     /// Listens on each of `ends`: unchanged ones keep their listener.
@@ -83,7 +95,10 @@ impl CableListeners {
             let stop = self.shutdown.child_token();
             let tls = self.tls.as_ref().map(|t| t.server.clone());
             let service = self.service.on(Path::Cable(end.label.clone()));
-            tokio::spawn(listen(end.clone(), tls, service, stop.clone()));
+            self.tasks
+                .spawn(listen(end.clone(), tls, service, stop.clone()));
+            // Listeners that ended (a removed cable) are reaped as we go.
+            while self.tasks.try_join_next().is_some() {}
             self.running.insert(end, stop);
         }
     }
