@@ -43,13 +43,7 @@ const MESH_TAIL: &str = "\n[listen]\nmesh = \"10.0.0.1:7421\"\n\n[tls]\ninsecure
 fn check_config_accepts_the_example_once_its_certificates_are_issued() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = write(dir.path(), "meshd.toml", EXAMPLE);
-    let certs = meshd_pki::store::CertDir::new(dir.path().join("tls"));
-    let now = std::time::SystemTime::now();
-    let month = Duration::from_secs(30 * 24 * 3600);
-    let ca = certs.init("example CA", now, month).expect("CA");
-    certs
-        .issue(&ca, "studio-1", &[], now, month)
-        .expect("certificate");
+    common::issue_certificates(&dir.path().join("tls"), "studio-1");
 
     let out = meshd(&["check-config", &path]);
     assert_eq!(
@@ -73,13 +67,7 @@ fn check_config_names_missing_certificates_and_how_to_make_them() {
 fn check_config_refuses_a_certificate_issued_for_another_node() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = write(dir.path(), "meshd.toml", EXAMPLE);
-    let certs = meshd_pki::store::CertDir::new(dir.path().join("tls"));
-    let now = std::time::SystemTime::now();
-    let month = Duration::from_secs(30 * 24 * 3600);
-    let ca = certs.init("example CA", now, month).expect("CA");
-    let other = certs
-        .issue(&ca, "studio-2", &[], now, month)
-        .expect("certificate");
+    let (_, other) = common::issue_certificates(&dir.path().join("tls"), "studio-2");
     std::fs::rename(&other.cert, dir.path().join("tls/studio-1.pem")).expect("rename");
     std::fs::rename(&other.key, dir.path().join("tls/studio-1-key.pem")).expect("rename");
 

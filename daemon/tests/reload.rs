@@ -21,13 +21,7 @@ fn mesh_port() -> u16 {
 /// Certificates beside the config, named relative to it as an operator
 /// would.
 fn write_certificates(dir: &std::path::Path) {
-    let certs = meshd_pki::store::CertDir::new(dir);
-    let now = std::time::SystemTime::now();
-    let month = Duration::from_secs(30 * 24 * 3600);
-    let ca = certs.init("reload test CA", now, month).expect("CA");
-    certs
-        .issue(&ca, "reload-test", &[], now, month)
-        .expect("certificate");
+    common::issue_certificates(dir, "reload-test");
 }
 
 fn config_text(peers: &[&str]) -> String {

@@ -40,18 +40,27 @@ pub fn loopback_config() -> Config {
 /// picks and a certificate of a fresh test CA in `certs` (which the caller
 /// owns and removes).
 pub fn join_mesh(config: &mut Config, certs: &std::path::Path) {
-    use meshd_pki::store::CertDir;
-    let dir = CertDir::new(certs);
-    let now = std::time::SystemTime::now();
-    let month = Duration::from_secs(30 * 24 * 3600);
-    let ca = dir.init("meshd test CA", now, month).expect("test CA");
-    let pair = dir
-        .issue(&ca, config.node.id.as_str(), &[], now, month)
-        .expect("node certificate");
+    let (dir, pair) = issue_certificates(certs, config.node.id.as_str());
     config.listen.mesh = Some("127.0.0.1:0".parse().expect("addr"));
     config.tls.ca = Some(dir.ca().cert);
     config.tls.cert = Some(pair.cert);
     config.tls.key = Some(pair.key);
+}
+
+/// A fresh test CA in `dir` and a certificate for `node`: the directory
+/// and the node's files.
+pub fn issue_certificates(
+    dir: &std::path::Path,
+    node: &str,
+) -> (meshd_pki::store::CertDir, meshd_pki::store::Pair) {
+    let certs = meshd_pki::store::CertDir::new(dir);
+    let now = std::time::SystemTime::now();
+    let month = Duration::from_secs(30 * 24 * 3600);
+    let ca = certs.init("meshd test CA", now, month).expect("test CA");
+    let pair = certs
+        .issue(&ca, node, &[], now, month)
+        .expect("node certificate");
+    (certs, pair)
 }
 
 pub async fn start(config: &Config) -> RunningNode {
