@@ -62,10 +62,6 @@ pub struct Node {
 }
 
 impl Node {
-    pub fn grpc(&self) -> String {
-        format!("{}:{GRPC_PORT}", self.mgmt_address)
-    }
-
     pub fn metrics(&self) -> String {
         format!("{}:{METRICS_PORT}", self.mgmt_address)
     }
