@@ -60,16 +60,14 @@ async fn wait_for(
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn edits_apply_without_restart_and_bad_edits_are_refused() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("meshd.toml");
-    write_certificates(dir.path());
+/// A node started from a config (one peer, certificates beside it) in
+/// `dir` that it watches: the config's path and the node.
+async fn start_watched(dir: &std::path::Path) -> (std::path::PathBuf, RunningNode) {
+    let path = dir.join("meshd.toml");
+    write_certificates(dir);
     std::fs::write(&path, config_text(&["b"])).expect("write");
     let config = Config::load(&path, HOSTNAME).expect("valid config");
     let mut node = RunningNode::start(&config, HOSTNAME).await.expect("start");
-    let incarnation = node.identity.incarnation;
-    let mut events = node.state.subscribe_events();
     node.watch_config(
         path.clone(),
         HOSTNAME.to_owned(),
@@ -77,6 +75,15 @@ async fn edits_apply_without_restart_and_bad_edits_are_refused() {
     );
     // The watch is in place once the task has run; give it a moment.
     tokio::time::sleep(Duration::from_millis(300)).await;
+    (path, node)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edits_apply_without_restart_and_bad_edits_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (path, node) = start_watched(dir.path()).await;
+    let incarnation = node.identity.incarnation;
+    let mut events = node.state.subscribe_events();
 
     save(&path, &config_text(&["b", "c", "d"]));
     wait_for(&node, "4 members", |s| s.quorum.configured.len() == 4).await;
@@ -135,18 +142,8 @@ async fn edits_apply_without_restart_and_bad_edits_are_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_config_replaced_by_a_device_or_a_fifo_is_refused_without_hanging() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("meshd.toml");
-    write_certificates(dir.path());
-    std::fs::write(&path, config_text(&["b"])).expect("write");
-    let config = Config::load(&path, HOSTNAME).expect("valid config");
-    let mut node = RunningNode::start(&config, HOSTNAME).await.expect("start");
+    let (path, node) = start_watched(dir.path()).await;
     let mut events = node.state.subscribe_events();
-    node.watch_config(
-        path.clone(),
-        HOSTNAME.to_owned(),
-        meshd::config::reload::Hangups::install(),
-    );
-    tokio::time::sleep(Duration::from_millis(300)).await;
 
     let swap = dir.path().join("swap");
     for (make, named) in [
