@@ -592,7 +592,17 @@ fn check_pages(sim: &Sim, e: &Episode, all: &[Episode], problems: &mut Vec<Strin
                 &[("a", name(c.0)), ("b", name(c.1))],
                 "warning",
             );
-            ([down.clone()].into(), [down, flapping].into())
+            // A cut of a cable already flapping reads flapping until it
+            // stayed dark `DOWN_WHILE_FLAPPING`; a shorter one need not page
+            // down (its flapping alert is the earlier cuts' page).
+            let down_certain = flapping_until(all, c, e.start).is_none()
+                || e.heal >= e.start + DOWN_WHILE_FLAPPING + CUT_DOWN_BUDGET;
+            let exact = if down_certain {
+                [down.clone()].into()
+            } else {
+                BTreeSet::new()
+            };
+            (exact, [down, flapping].into())
         }
         Fault::Kill { x } | Fault::Freeze { x } => {
             let down = labels("MeshNodeDown", &[("node", name(x))], "critical");
@@ -691,7 +701,7 @@ fn drawn() -> impl Strategy<Value = Drawn> {
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: 16,
+        cases: std::env::var("MESHD_SIM_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(16),
         failure_persistence: None,
         ..ProptestConfig::default()
     })]
@@ -758,5 +768,18 @@ fn a_frozen_node_is_not_a_link_fault() {
         heal: WARMUP + Duration::from_secs(6),
     };
     let problems = run_episodes(3, 0, &[freeze]);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// Found by CI: in a 2-node mesh the second cut of the one cable, 4 s long,
+/// reads flapping and heals before it is down; its page is the flapping
+/// alert of the cuts before it.
+#[test]
+fn a_short_second_cut_of_a_flapping_cable_need_not_page_down() {
+    let problems = run(
+        2,
+        0,
+        &[one(1, 7, 0, 1, 2), one(1, 5, 5, 1, 1), one(6, 3, 7, 4, 1)],
+    );
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
