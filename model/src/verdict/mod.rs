@@ -378,7 +378,14 @@ impl Engine {
                 if heard != hearer && *heard != inputs.local.id {
                     let life = lives.entry(heard).or_default();
                     life.hearers.push(hearer);
-                    life.latest_evidence = life.latest_evidence.max(Some(view.received_at));
+                    // A member hears a node while its last message is fresh,
+                    // so the report proves life only as of `stale_after`
+                    // before it arrived: a node frozen a moment ago is still
+                    // "heard" by everyone for that long.
+                    let heard_by = view
+                        .received_at
+                        .checked_sub(self.settings.stale_after.max(down_after));
+                    life.latest_evidence = life.latest_evidence.max(heard_by);
                 }
             }
         }
