@@ -202,6 +202,8 @@ struct KnownLink {
     /// When each end's incarnation was first heard: a new one is a restart,
     /// after which the link starts afresh.
     ends_since: [Option<Instant>; 2],
+    /// Each end's recent lateness, excused from the other's loss and RTT.
+    late: [crate::link::LateMemory; 2],
 }
 
 /// Keeps what must outlive one evaluation: the links seen so far (a dead
