@@ -33,6 +33,31 @@ fn alertmanager_binary() -> Option<&'static str> {
     None
 }
 
+/// The example configuration the repo ships (with the inhibit rule that
+/// makes a dead node one page).
+const SHIPPED_CONFIG: &str = include_str!("../../dashboards/alertmanager/alertmanager.yml");
+
+#[test]
+fn the_shipped_alertmanager_config_passes_amtool() {
+    if alertmanager_binary().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("alertmanager.yml");
+    std::fs::write(&config, SHIPPED_CONFIG).expect("write config");
+    let out = Command::new("amtool")
+        .arg("check-config")
+        .arg(&config)
+        .output()
+        .expect("amtool runs (it ships with prometheus-alertmanager)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("1 inhibit rules"),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Kills Alertmanager however the test ends.
 struct Running(Child);
 
@@ -45,11 +70,7 @@ impl Drop for Running {
 
 fn start_alertmanager(binary: &str, dir: &std::path::Path) -> (Running, SocketAddr) {
     let config = dir.join("alertmanager.yml");
-    std::fs::write(
-        &config,
-        "route:\n  receiver: blackhole\nreceivers:\n  - name: blackhole\n",
-    )
-    .expect("write config");
+    std::fs::write(&config, SHIPPED_CONFIG).expect("write config");
     let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
     let child = Command::new(binary)
         .arg(format!("--config.file={}", config.display()))

@@ -142,7 +142,7 @@ async fn four_nodes_cut_kill_partition_and_heal() {
         let (code, body) = common::http_get(node.metrics(), "/metrics").await;
         assert_eq!(code, 200);
         assert!(
-            body.contains("meshd_link_state{a=\"a\",b=\"b\",state=\"down\"} 1"),
+            body.contains("meshd_link_state{a=\"a\",b=\"b\",state=\"down\",blame=\"link\"} 1"),
             "{}: {body}",
             node.id
         );

@@ -81,8 +81,8 @@ metrics! {
         "1 when this node is the alert leader (lowest id in the quorum).";
     NODE_STATE: "meshd_node_state", Gauge, ["node", "state"], None,
         "1 for the verdict this node holds on `node` (state=up|suspect|down), 0 for the others.";
-    LINK_STATE: "meshd_link_state", Gauge, ["a", "b", "state"], None,
-        "1 for the verdict this node holds on the link between `a` and `b` (state=unknown|up|degraded|flapping|down), 0 for the others.";
+    LINK_STATE: "meshd_link_state", Gauge, ["a", "b", "state", "blame"], None,
+        "1 for the verdict this node holds on the link between `a` and `b` (state=unknown|up|degraded|flapping|down), 0 for the others; `blame` (none|link|node) says whom the verdict blames: a dead node's links are down blamed on the node.";
     ALARMS_ACTIVE: "meshd_alarms_active", Gauge, ["node", "kind", "severity"], None,
         "Active alarms this node knows of, by raising node, kind and severity.";
     EVENTS_TOTAL: "meshd_events_total", Counter, ["kind"], None,

@@ -53,9 +53,17 @@ impl MeshSeries {
         }
         let mut family = out.family(&c::LINK_STATE);
         for link in &status.links {
+            // The current blame on every state's series: a change of blame
+            // replaces the link's series, it never adds to them.
+            let blame = link.blame.as_str();
             for state in LinkState::ALL {
                 family.sample(
-                    &[link.a.node.as_str(), link.b.node.as_str(), state.as_str()],
+                    &[
+                        link.a.node.as_str(),
+                        link.b.node.as_str(),
+                        state.as_str(),
+                        blame,
+                    ],
                     flag(link.state == *state),
                 );
             }
