@@ -44,6 +44,22 @@ fn prometheus_link_down(lab: &Lab) -> Option<Vec<String>> {
     )
 }
 
+/// Each node's successful posts to Alertmanager, as Prometheus scraped
+/// them last.
+fn posts_by_node(lab: &Lab) -> std::collections::BTreeMap<String, f64> {
+    let posts = lab
+        .prometheus_query(r#"sum by (node) (meshd_alert_posts_total{outcome="ok"} * on (instance) group_left (node) meshd_build_info)"#)
+        .expect("query");
+    posts
+        .iter()
+        .filter_map(|s| {
+            let node = s["metric"]["node"].as_str()?.to_owned();
+            let n = s["value"][1].as_str()?.parse::<f64>().ok()?;
+            Some((node, n))
+        })
+        .collect()
+}
+
 fn alertmanager_link_down(lab: &Lab) -> Option<Vec<Value>> {
     lab.alertmanager_alerts(&["alertname=MeshLinkDown", "a=a", "b=b"])
         .ok()
@@ -121,6 +137,10 @@ fn prometheus_rules_and_alertmanager_pushes_fire_on_a_pulled_cable_and_resolve()
     );
     assert!(alertmanager_link_down(&lab).is_some_and(|a| a.is_empty()));
 
+    // Before every node's first reports say it holds quorum, more than one
+    // node can take itself for the leader and post the same alerts
+    // (harmless); from then on only the leader posts.
+    let before = posts_by_node(&lab);
     lab.pull_cable("a", "b").expect("pull");
     lab.wait_all("a-b down", VERDICT, |s| link_is(s, "a", "b", "down"))
         .unwrap_or_else(|err| panic!("{err}"));
@@ -143,15 +163,21 @@ fn prometheus_rules_and_alertmanager_pushes_fire_on_a_pulled_cable_and_resolve()
         "{pushed:#?}"
     );
     // Pushed by meshd's alert leader, not by Prometheus (which has no
-    // Alertmanager configured).
-    let posts = lab
-        .prometheus_query(r#"sum by (node) (meshd_alert_posts_total{outcome="ok"} * on (instance) group_left (node) meshd_build_info)"#)
-        .expect("query");
-    let posters: Vec<&str> = posts
+    // Alertmanager configured), and by no other node.
+    let after = poll("a's post in Prometheus", ALERT, || {
+        let after = posts_by_node(&lab);
+        (after.get("a") > before.get("a")).then_some(after)
+    });
+    let posters: Vec<&String> = after
         .iter()
-        .filter_map(|s| s["metric"]["node"].as_str())
+        .filter(|(node, n)| before.get(*node).is_none_or(|b| *n > b))
+        .map(|(node, _)| node)
         .collect();
-    assert_eq!(posters, ["a"], "only the leader posts: {posts:?}");
+    assert_eq!(
+        posters,
+        ["a"],
+        "only the leader posted the cut: {before:?} {after:?}"
+    );
 
     lab.plug_cable("a", "b").expect("plug");
     poll("MeshLinkDown a-b resolved in Prometheus", ALERT, || {
