@@ -270,6 +270,7 @@ mod tests {
             confirmed_silence: Duration::ZERO,
             late: false,
             excuse: Duration::ZERO,
+            rtt_shared: false,
         };
         assess(
             &[view("a", a), view("b", b)],

@@ -79,6 +79,10 @@ pub struct EndView<'a> {
     /// window ([`LateMemory`]): what it explains of this end's loss and RTT
     /// is no evidence.
     pub excuse: Duration,
+    /// An end node of the link sees most of its links slow at once: an RTT
+    /// rise its cables share is its host's (a starved CPU answers and
+    /// forwards late), not this cable's, so RTT is no evidence here.
+    pub rtt_shared: bool,
 }
 
 impl EndView<'_> {
@@ -338,7 +342,7 @@ fn degradation(
             ));
         }
     }
-    if timing_counts && slow(&o.rtt, rules, end.excuse) {
+    if timing_counts && !end.rtt_shared && slow(&o.rtt, rules, end.excuse) {
         evidence.push(format!(
             "{node}: RTT p99 {} against a baseline of {}",
             fmt_duration(o.rtt.p99),
@@ -576,6 +580,7 @@ mod tests {
             confirmed_silence: Duration::ZERO,
             late: EndView::ran_late(o),
             excuse: Duration::ZERO,
+            rtt_shared: false,
         }
     }
 

@@ -2,7 +2,7 @@
 //! links seen so far, and judging each one (a link is blamed only when both
 //! its ends were heard since its fault began).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use meshd_proto::domain::{Blame, LinkEnd, LinkState, LinkVerdict, NodeId, NodeState, Quorum};
@@ -11,7 +11,7 @@ use super::{
     End, Engine, EngineSettings, FnvBuild, KnownLink, Life, LinkKey, LinkViews, Member, MeshInputs,
     Positions, link_key,
 };
-use crate::link::{EndView, LateMemory, LinkTracker, assess, fmt_duration};
+use crate::link::{EndClass, EndView, LateMemory, LinkTracker, assess, fmt_duration};
 use crate::time::Moment;
 
 impl Engine {
@@ -78,6 +78,7 @@ impl Engine {
                         confirmed_silence,
                         late: EndView::ran_late(observation),
                         excuse: Duration::ZERO,
+                        rtt_shared: false,
                     },
                     observed_at,
                 });
@@ -117,6 +118,35 @@ impl Engine {
     }
 }
 
+/// Nodes whose links are mostly slow at once (an RTT p99 above its
+/// baseline rule on more than half of them, and at least two): a starved
+/// host answers and forwards late on every cable, while a bad cable slows
+/// one. With a single link nothing can be told apart, and it stays
+/// evidence.
+pub(super) fn slow_hosts(
+    ends: &HashMap<LinkKey, LinkViews<'_>, FnvBuild>,
+    roster: &[NodeId],
+    settings: &EngineSettings,
+) -> BTreeSet<NodeId> {
+    let mut counts: BTreeMap<Member, (usize, usize)> = BTreeMap::new();
+    for ((x, y), views) in ends {
+        let slow = views
+            .iter()
+            .flatten()
+            .any(|e| EndClass::of(e.view.observation, &settings.link).slow);
+        for member in [*x, *y] {
+            let (links, slow_links) = counts.entry(member).or_default();
+            *links += 1;
+            *slow_links += usize::from(slow);
+        }
+    }
+    counts
+        .into_iter()
+        .filter(|(_, (links, slow))| *links >= 2 && slow * 2 > *links)
+        .filter_map(|(member, _)| roster.get(usize::from(member)).cloned())
+        .collect()
+}
+
 /// The context one link is judged in.
 pub(super) struct Judge<'a> {
     pub(super) quorum: &'a Quorum,
@@ -124,6 +154,8 @@ pub(super) struct Judge<'a> {
     pub(super) lives: &'a BTreeMap<&'a NodeId, Life<'a>>,
     pub(super) local: &'a NodeId,
     pub(super) mesh_saturated: bool,
+    /// Nodes most of whose links are slow at once (see `slow_hosts`).
+    pub(super) slow_hosts: &'a BTreeSet<NodeId>,
     pub(super) now: Instant,
 }
 
@@ -172,9 +204,15 @@ impl Judge<'_> {
             .max()
             .unwrap_or_default();
         let present: Vec<End<'_>> = views.into_iter().flatten().collect();
+        let rtt_shared =
+            self.slow_hosts.contains(&link.a.node) || self.slow_hosts.contains(&link.b.node);
         let end_views: Vec<EndView<'_>> = present
             .iter()
-            .map(|e| EndView { excuse, ..e.view })
+            .map(|e| EndView {
+                excuse,
+                rtt_shared,
+                ..e.view
+            })
             .collect();
 
         let (state, blame, evidence) = if !self.quorum.has_quorum {

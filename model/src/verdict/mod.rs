@@ -423,6 +423,7 @@ impl Engine {
 
         let ends = self.gather_link_ends(inputs, &positions, now);
         let settings = self.settings;
+        let slow_hosts = links::slow_hosts(&ends, &roster, &settings);
         let links = self
             .links
             .iter_mut()
@@ -440,6 +441,7 @@ impl Engine {
                     lives: &lives,
                     local: &inputs.local.id,
                     mesh_saturated,
+                    slow_hosts: &slow_hosts,
                     now,
                 };
                 let ends_since =
@@ -559,6 +561,8 @@ mod tests {
         no_quorum: BTreeSet<&'static str>,
         incarnation: BTreeMap<&'static str, u64>,
         lateness: Duration,
+        /// Links (as seen from the first end) whose RTT p99 is 5 ms.
+        slow: BTreeSet<(&'static str, &'static str)>,
     }
 
     impl Mesh {
@@ -574,6 +578,7 @@ mod tests {
                 no_quorum: BTreeSet::new(),
                 incarnation: BTreeMap::new(),
                 lateness: Duration::ZERO,
+                slow: BTreeSet::new(),
             }
         }
 
@@ -615,7 +620,13 @@ mod tests {
             self.nodes
                 .iter()
                 .filter(|o| **o != node)
-                .map(|o| obs(node, o, *self.silences.get(&(node, *o)).unwrap_or(&50)))
+                .map(|o| {
+                    let mut seen = obs(node, o, *self.silences.get(&(node, *o)).unwrap_or(&50));
+                    if self.slow.contains(&(node, *o)) || self.slow.contains(&(*o, node)) {
+                        seen.rtt.p99 = Duration::from_millis(5);
+                    }
+                    seen
+                })
                 .collect()
         }
 
@@ -791,6 +802,42 @@ mod tests {
             1
         );
         assert!(status.nodes.iter().all(|n| n.state == NodeState::Up));
+    }
+
+    #[test]
+    fn one_slow_cable_is_degraded_but_a_host_slow_on_every_cable_blames_none() {
+        let mut mesh = Mesh::new(&["a", "b", "c", "d"]);
+        let mut engine = Engine::new(settings());
+        mesh.evaluate(&mut engine, 0);
+        mesh.slow.insert(("b", "c"));
+        mesh.evaluate(&mut engine, 100);
+        let status = mesh.evaluate(&mut engine, 1_000);
+        let slow = link(&status, "b", "c");
+        assert_eq!(
+            (slow.state, slow.blame),
+            (LinkState::Degraded, Blame::Link),
+            "{slow:?}"
+        );
+        assert!(
+            slow.evidence.iter().any(|e| e.contains("RTT p99 5.0ms")),
+            "{slow:?}"
+        );
+
+        // b answers late on all three of its cables: its host, not a cable.
+        let mut engine = Engine::new(settings());
+        mesh.evaluate(&mut engine, 0);
+        mesh.slow.extend([("b", "a"), ("b", "d")]);
+        mesh.evaluate(&mut engine, 100);
+        let status = mesh.evaluate(&mut engine, 1_000);
+        assert!(
+            status.links.iter().all(|l| l.state == LinkState::Up),
+            "{:?}",
+            status
+                .links
+                .iter()
+                .map(|l| (&l.a.node, &l.b.node, l.state))
+                .collect::<Vec<_>>()
+        );
     }
 
     #[test]
