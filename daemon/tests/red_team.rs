@@ -521,3 +521,116 @@ async fn forged_reports_are_refused_by_name_and_change_no_verdict() {
     mesh.assert_unchanged("timestamps outside 1970-9999").await;
     mesh.demo.stop().await;
 }
+
+/// One of node a's responder counters for its cable end `end`.
+async fn responder_count(mesh: &Healthy, end: SocketAddr, outcome: &str) -> u64 {
+    let (_, body) = common::http_get(mesh.plan.nodes[0].metrics(), "/metrics").await;
+    let series = format!(
+        "meshd_probe_responder_datagrams_total{{address=\"{end}\",outcome=\"{outcome}\"}} "
+    );
+    body.lines()
+        .find_map(|l| l.strip_prefix(&series))
+        .map_or(0, |v| v.trim().parse().expect("a counter"))
+}
+
+/// What a's responder on `end` dropped: not a probe, or over budget.
+async fn responder_dropped(mesh: &Healthy, end: SocketAddr) -> u64 {
+    responder_count(mesh, end, "invalid").await + responder_count(mesh, end, "rate_limited").await
+}
+
+/// Strangers flood node a's probe port on its cable to b with valid
+/// probe requests, small and MTU-sized, from an unconfigured port and a
+/// loopback alias: nothing is answered and nothing reaches the responder
+/// (its socket is connected to the cable's peer, so the kernel drops the
+/// rest), the real peer's probes are still answered, and no verdict moves.
+/// Then hundreds of TCP connections that never speak are held open on
+/// a's mesh listener, past its connection cap: the read-only local
+/// listener still answers status (what `meshctl status` asks) all along,
+/// and no verdict moves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn floods_of_stranger_probes_and_idle_connections_change_no_verdict() {
+    use meshd::probe::ProbeClass;
+    use meshd::probe::packet::{self, Header};
+    let _serial = meshd_test_lock::exclusive();
+    let mut mesh = Healthy::start().await;
+    let a = &mesh.plan.nodes[0].config;
+    let end = a
+        .links
+        .iter()
+        .find(|l| l.peer.as_str() == "b")
+        .expect("a's cable to b")
+        .local_probe_addr(&a.probe);
+
+    // (g) The probe flood.
+    let answered = responder_count(&mesh, end, "answered").await;
+    let dropped_before = responder_dropped(&mesh, end).await;
+    let mut strangers = vec![
+        tokio::net::UdpSocket::bind("127.0.0.1:0")
+            .await
+            .expect("bind"),
+    ];
+    // 127.0.0.2 is on loopback wherever all of 127/8 is (Linux); macOS
+    // has only 127.0.0.1 unless root adds an alias.
+    if let Ok(alias) = tokio::net::UdpSocket::bind("127.0.0.2:0").await {
+        strangers.push(alias);
+    }
+    let mut buffer = vec![0u8; 9000];
+    let small = packet::encode(&Header::request(ProbeClass::Small, 1), 64, &mut buffer)
+        .expect("a small probe")
+        .to_vec();
+    let large = packet::encode(&Header::request(ProbeClass::Mtu, 2), 8972, &mut buffer)
+        .expect("an MTU probe")
+        .to_vec();
+    for _ in 0..20 {
+        for stranger in &strangers {
+            for _ in 0..250 {
+                stranger.send_to(&small, end).await.expect("send");
+            }
+            stranger.send_to(&large, end).await.expect("send");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for stranger in &strangers {
+        let mut reply = [0u8; 128];
+        let silence =
+            tokio::time::timeout(Duration::from_millis(500), stranger.recv(&mut reply)).await;
+        assert!(silence.is_err(), "a stranger was answered");
+    }
+    mesh.assert_unchanged("a probe flood from strangers").await;
+    assert_eq!(
+        responder_dropped(&mesh, end).await,
+        dropped_before,
+        "the strangers' datagrams reached the responder"
+    );
+    assert!(
+        responder_count(&mesh, end, "answered").await > answered,
+        "b's probes are still answered"
+    );
+
+    // (h) The idle connection flood, well past the listener's cap.
+    let target = mesh.target();
+    let mut idle = Vec::new();
+    for _ in 0..3 * meshd::transport::tls::MAX_CONNECTIONS {
+        idle.push(
+            tokio::net::TcpStream::connect(target)
+                .await
+                .expect("connect"),
+        );
+    }
+    // Held past the handshake deadline, so the listener cycles through
+    // them while the peers' streams carry on.
+    let mut local = MeshClient::new(common::channel(mesh.plan.nodes[0].grpc()).await);
+    let held = tokio::time::Instant::now() + meshd::transport::tls::HANDSHAKE_TIMEOUT * 2;
+    while tokio::time::Instant::now() < held {
+        let status = tokio::time::timeout(ATTACK, local.get_status(wire::GetStatusRequest {}))
+            .await
+            .expect("status answers during the flood")
+            .expect("status");
+        let status = MeshStatus::try_from(status.into_inner()).expect("well-formed");
+        assert!(all_up(&status), "during the flood: {status:#?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    mesh.assert_unchanged("an idle connection flood").await;
+    drop(idle);
+    mesh.demo.stop().await;
+}
