@@ -546,7 +546,8 @@ async fn responder_dropped(mesh: &Healthy, end: SocketAddr) -> u64 {
 /// Then hundreds of TCP connections that never speak are held open on
 /// a's mesh listener, past its connection cap: the read-only local
 /// listener still answers status (what `meshctl status` asks) all along,
-/// and no verdict moves.
+/// and no verdict moves; a silent connection to the local listener is
+/// closed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn floods_of_stranger_probes_and_idle_connections_change_no_verdict() {
     use meshd::probe::ProbeClass;
@@ -632,5 +633,18 @@ async fn floods_of_stranger_probes_and_idle_connections_change_no_verdict() {
     }
     mesh.assert_unchanged("an idle connection flood").await;
     drop(idle);
+
+    // The local listener closes a connection that does not speak, so idle
+    // ones cannot pile up there either.
+    use tokio::io::AsyncReadExt;
+    let mut silent = tokio::net::TcpStream::connect(mesh.plan.nodes[0].grpc())
+        .await
+        .expect("connect");
+    let mut byte = [0u8; 1];
+    let closed = tokio::time::timeout(ATTACK, silent.read(&mut byte)).await;
+    assert!(
+        matches!(closed, Ok(Ok(0)) | Ok(Err(_))),
+        "a silent local connection is closed: {closed:?}"
+    );
     mesh.demo.stop().await;
 }
