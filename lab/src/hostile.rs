@@ -250,6 +250,13 @@ pub fn idle_flood(bin: &Binaries) -> anyhow::Result<Vec<Row>> {
     Ok(rows)
 }
 
+/// Whether the server still holds `stream` (non-blocking): nothing to
+/// read yet, rather than an end or an error.
+fn still_open(stream: &TcpStream) -> bool {
+    let mut byte = [0u8; 1];
+    matches!(stream.peek(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+}
+
 /// [`IDLE_CONNECTIONS`] connections to one address that never speak, each
 /// opened again as soon as the server closes it, until stopped.
 struct Flood {
@@ -263,7 +270,9 @@ impl Flood {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let stopped = stop.clone();
         let connect = move || {
-            let stream = TcpStream::connect_timeout(&target, Duration::from_secs(2)).ok()?;
+            // Short: past a full accept queue the kernel drops the SYN,
+            // and a pass over every slot must stay quick.
+            let stream = TcpStream::connect_timeout(&target, Duration::from_millis(100)).ok()?;
             stream.set_nonblocking(true).ok()?;
             Some(stream)
         };
@@ -272,17 +281,15 @@ impl Flood {
             let mut slots: Vec<Option<TcpStream>> = (0..IDLE_CONNECTIONS).map(|_| None).collect();
             while !stopped.load(Ordering::Relaxed) {
                 for slot in &mut slots {
+                    if stopped.load(Ordering::Relaxed) {
+                        break;
+                    }
                     let closed = match slot {
                         None => true,
-                        Some(stream) => {
-                            let mut byte = [0u8; 1];
-                            match stream.peek(&mut byte) {
-                                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => false,
-                                _ => {
-                                    reopened += 1;
-                                    true
-                                }
-                            }
+                        Some(stream) if still_open(stream) => false,
+                        Some(_) => {
+                            reopened += 1;
+                            true
                         }
                     };
                     if closed {
@@ -294,7 +301,7 @@ impl Flood {
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
-            let open = slots.iter().filter(|s| s.is_some()).count();
+            let open = slots.iter().flatten().filter(|s| still_open(s)).count();
             (open, reopened, refused)
         });
         Flood { stop, thread }
