@@ -7,6 +7,7 @@
 pub mod command;
 pub mod events;
 pub mod fault;
+pub mod hostile;
 pub mod lab;
 pub mod observe;
 pub mod plan;

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use meshd_proto::{FILE_DESCRIPTOR_SET, service_names};
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Server;
 
@@ -22,7 +22,7 @@ pub use peer::PeerService;
 pub use topology::TopologyService;
 
 use crate::node::{ServeError, StartError};
-use crate::transport::tls::Accepted;
+use crate::transport::tls::{Accepted, incoming};
 
 /// The read-only meshd.v1 services, served on every listener but the
 /// cables'.
@@ -79,7 +79,9 @@ const STANDARD: [&str; 3] = [
 ];
 
 /// Serves the read-only services (status, events, hostfiles), health and
-/// reflection on `listener` (loopback, no certificate) until `shutdown`.
+/// reflection on `listener` (loopback, no certificate) until `shutdown`,
+/// through the same accept loop as the mesh's listeners (a connection cap,
+/// a pause when out of file descriptors, idle connections closed).
 pub fn serve_local(
     listener: TcpListener,
     services: ReadOnly,
@@ -103,7 +105,7 @@ pub fn serve_local(
             .add_service(MeshServer::new(services.mesh))
             .add_service(TopologyServer::new(services.topology))
             .serve_with_incoming_shutdown(
-                TcpListenerStream::new(listener),
+                incoming(listener, None, shutdown.clone()),
                 shutdown.cancelled_owned(),
             )
             .await?;

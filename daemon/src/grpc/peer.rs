@@ -102,6 +102,18 @@ impl PeerService {
             .await;
     }
 
+    /// Counts a message over a limit (size, rate) and tells the peer which.
+    async fn refuse_over_limit(
+        &self,
+        replies: &mpsc::Sender<Result<wire::PeerReply, Status>>,
+        detail: String,
+    ) {
+        self.book().count_refused(RejectReason::OverLimit);
+        let _ = replies
+            .send(Ok(self.refused(RejectReason::OverLimit, detail)))
+            .await;
+    }
+
     fn refused(&self, reason: RejectReason, detail: String) -> wire::PeerReply {
         self.reply(
             0,
@@ -146,6 +158,11 @@ impl PeerService {
             Ok(Ok(Some(wire::PeerMessage {
                 body: Some(wire::peer_message::Body::Open(open)),
             }))) => StreamOpen::try_from(open),
+            Ok(Err(status)) if too_large(&status) => {
+                self.refuse_over_limit(&replies, status.message().to_owned())
+                    .await;
+                return;
+            }
             _ => {
                 self.refuse_malformed(&replies, "a stream must open with StreamOpen".to_owned())
                     .await;
@@ -193,17 +210,20 @@ impl PeerService {
             };
             let message = match next {
                 Ok(Ok(Some(message))) => message,
+                Ok(Err(status)) if too_large(&status) => {
+                    self.refuse_over_limit(&replies, status.message().to_owned())
+                        .await;
+                    break;
+                }
                 Ok(Ok(None)) | Ok(Err(_)) | Err(_) => break,
             };
             let now = Instant::now();
             if !budget.take(now) {
-                self.book().count_refused(RejectReason::OverLimit);
-                let _ = replies
-                    .send(Ok(self.refused(
-                        RejectReason::OverLimit,
-                        format!("more than {UPDATES_PER_SECOND} updates a second"),
-                    )))
-                    .await;
+                self.refuse_over_limit(
+                    &replies,
+                    format!("more than {UPDATES_PER_SECOND} updates a second"),
+                )
+                .await;
                 break;
             }
             let update = match message.body {
@@ -252,6 +272,14 @@ impl PeerService {
     fn book(&self) -> std::sync::MutexGuard<'_, meshd_model::peers::PeerBook> {
         self.book.lock().unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// Whether `status` is tonic's refusal of a message over
+/// [`MAX_MESSAGE_BYTES`] (decided from its length prefix, before the body
+/// is read): the peer is told `over_limit` with tonic's words, which name
+/// the size and the cap.
+fn too_large(status: &Status) -> bool {
+    status.code() == tonic::Code::OutOfRange
 }
 
 /// A token bucket over one second, with time passed in.

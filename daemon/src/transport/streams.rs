@@ -168,7 +168,10 @@ async fn resolve(address: &str) -> Result<SocketAddr, String> {
         .ok_or_else(|| format!("{address} resolves to nothing"))
 }
 
-async fn channel(route: &Route, tls: Option<&MeshTls>) -> Result<Channel, String> {
+/// A connection to `route`'s peer: mutual TLS checking that the server is
+/// that peer, or plain on an insecure mesh. Public for tools that speak to
+/// a peer as a node would (the red-team tests).
+pub async fn channel(route: &Route, tls: Option<&MeshTls>) -> Result<Channel, String> {
     let addr = resolve(&route.address).await?;
     let endpoint = Endpoint::from_shared(format!("http://{addr}"))
         .map_err(|e| e.to_string())?

@@ -32,6 +32,10 @@ use crate::config::{Config, TlsConfig};
 /// cannot hold a connection open by never finishing one.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// A plain connection must send its first bytes within this: a local
+/// client (meshctl) speaks at once.
+pub const FIRST_BYTES_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// Connections one listener holds at once. A mesh of 8 has 7 peers with a
 /// few streams each, plus tools: far fewer.
 pub const MAX_CONNECTIONS: usize = 128;
@@ -270,6 +274,14 @@ fn node_of(stream: &tokio_rustls::server::TlsStream<TcpStream>) -> Option<NodeId
 
 /// The connections `listener` accepts, handshaken (`tls`) or plain, as a
 /// stream for a tonic server. Ends with `shutdown`.
+///
+/// A TLS connection takes its place among [`MAX_CONNECTIONS`] before it is
+/// accepted and has [`HANDSHAKE_TIMEOUT`] to finish its handshake. A plain
+/// connection (the loopback read-only listener) is accepted at once and
+/// takes its place only once it has spoken, within [`FIRST_BYTES_TIMEOUT`]:
+/// connections that never speak are closed within that time however many
+/// there are, so they cannot keep a local `meshctl status` waiting behind
+/// them in the kernel's queue.
 pub fn incoming(
     listener: TcpListener,
     tls: Option<Arc<ServerConfig>>,
@@ -280,12 +292,15 @@ pub fn incoming(
     let acceptor = tls.map(TlsAcceptor::from);
     tokio::spawn(async move {
         loop {
-            let permit = tokio::select! {
-                () = shutdown.cancelled() => return,
-                permit = permits.clone().acquire_owned() => match permit {
-                    Ok(permit) => permit,
-                    Err(_) => return,
+            let permit = match acceptor {
+                Some(_) => tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    permit = permits.clone().acquire_owned() => match permit {
+                        Ok(permit) => Some(permit),
+                        Err(_) => return,
+                    },
                 },
+                None => None,
             };
             let accepted = tokio::select! {
                 () = shutdown.cancelled() => return,
@@ -304,17 +319,10 @@ pub fn incoming(
             let _ = tcp.set_nodelay(true);
             let tx = tx.clone();
             let acceptor = acceptor.clone();
+            let (permits, shutdown) = (permits.clone(), shutdown.clone());
             tokio::spawn(async move {
-                let accepted = match acceptor {
-                    None => Accepted {
-                        io: AcceptedIo::Plain(tcp),
-                        info: PeerInfo {
-                            remote: Some(remote),
-                            node: None,
-                        },
-                        _permit: permit,
-                    },
-                    Some(acceptor) => {
+                let accepted = match (acceptor, permit) {
+                    (Some(acceptor), Some(permit)) => {
                         match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                             Ok(Ok(stream)) => Accepted {
                                 info: PeerInfo {
@@ -332,6 +340,30 @@ pub fn incoming(
                                 tracing::debug!(%remote, "TLS handshake timed out");
                                 return;
                             }
+                        }
+                    }
+                    _ => {
+                        let mut first = [0u8; 1];
+                        let spoke =
+                            tokio::time::timeout(FIRST_BYTES_TIMEOUT, tcp.peek(&mut first)).await;
+                        if !matches!(spoke, Ok(Ok(1..))) {
+                            tracing::debug!(%remote, "closed a connection that did not speak");
+                            return;
+                        }
+                        let permit = tokio::select! {
+                            () = shutdown.cancelled() => return,
+                            permit = permits.acquire_owned() => match permit {
+                                Ok(permit) => permit,
+                                Err(_) => return,
+                            },
+                        };
+                        Accepted {
+                            io: AcceptedIo::Plain(tcp),
+                            info: PeerInfo {
+                                remote: Some(remote),
+                                node: None,
+                            },
+                            _permit: permit,
                         }
                     }
                 };

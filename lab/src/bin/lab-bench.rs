@@ -62,9 +62,23 @@ enum Bench {
         #[arg(long, default_value_t = 60)]
         seconds: u64,
     },
+    /// What hostile clients cost one meshd on loopback (issue 14): an
+    /// 8000-rank GetHostfile, 1100 idle connections at 1024 open files, and
+    /// `doctor --from` a bundle linked to /dev/zero. No root, no lab.
+    Hostile {
+        /// The scenario bundle the /dev/zero link is planted in.
+        #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../platform/tests/scenarios/macbook-m5-max-rdma-disabled"))]
+        scenario: std::path::PathBuf,
+    },
     /// Helper run inside a namespace: print the body of GET /metrics at ADDR.
     #[command(hide = true)]
     FetchMetrics { addr: String },
+    /// Helper: run a command as the only child and print its peak RSS.
+    #[command(hide = true)]
+    PeakRss {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        command: Vec<String>,
+    },
 }
 
 fn lab(name: &str, nodes: usize, options: &Options) -> anyhow::Result<Lab> {
@@ -647,8 +661,27 @@ fn main() -> anyhow::Result<()> {
             warmup,
         } => cost(nodes, seconds, warmup),
         Bench::Accuracy { seconds } => accuracy(seconds),
+        Bench::Hostile { scenario } => hostile(&scenario),
         Bench::FetchMetrics { addr } => fetch(&addr),
+        Bench::PeakRss { command } => {
+            std::process::exit(meshd_lab::hostile::peak_rss(&command)?);
+        }
     }
+}
+
+#[allow(clippy::print_stdout)]
+fn hostile(scenario: &std::path::Path) -> anyhow::Result<()> {
+    use meshd_lab::hostile;
+    let bin = Binaries::beside_current_exe()?;
+    let mut rows = hostile::dev_zero_bundle(&bin, scenario)?;
+    rows.extend(hostile::hostfile(&bin)?);
+    rows.extend(hostile::idle_flood(&bin)?);
+    println!("| what | measured | target |");
+    println!("|---|---|---|");
+    for row in rows {
+        println!("| {} | {} | {} |", row.what, row.figure, row.target);
+    }
+    Ok(())
 }
 
 #[cfg(test)]
