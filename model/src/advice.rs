@@ -362,6 +362,7 @@ mod tests {
         assert!(loss.ends_with("it loses probes"), "{loss}");
 
         let (mut a, b) = healthy();
+        a.rtt.p90 = Duration::from_millis(15);
         a.rtt.p99 = Duration::from_millis(20);
         let rtt = fix(LinkState::Degraded, evidence(&a, &b));
         assert!(rtt.starts_with("look for a busy CPU on a or b"), "{rtt}");

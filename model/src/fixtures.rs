@@ -70,6 +70,7 @@ pub fn healthy_observation(from: &str, to: &str) -> LinkObservation {
         gid_matches_address: None,
         rtt: RttSummary {
             p50: Duration::from_micros(40),
+            p90: Duration::from_micros(60),
             p99: Duration::from_micros(90),
             baseline_p99: Duration::from_micros(100),
             samples: 100,

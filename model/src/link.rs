@@ -286,7 +286,10 @@ fn stalled_probes(w: &LossWindow, excuse: Duration) -> u64 {
 }
 
 /// Whether the RTT p99 is far above the link's own baseline, by more than
-/// `excuse` (a late end answers that much later) explains.
+/// `excuse` (a late end answers that much later) explains, and the rise
+/// shows in the bulk too: a tenth of the probes (p90) above the baseline's
+/// p99. A busy host answers a few probes late now and then, which moves
+/// only the tail; a slow cable slows them all, or many.
 fn slow(rtt: &RttSummary, rules: &LinkRules, excuse: Duration) -> bool {
     if rtt.samples < MIN_RTT_SAMPLES || rtt.baseline_p99.is_zero() {
         return false;
@@ -298,7 +301,7 @@ fn slow(rtt: &RttSummary, rules: &LinkRules, excuse: Duration) -> bool {
     } else {
         excuse
     };
-    rtt.p99 > by_factor.max(by_floor).saturating_add(excused)
+    rtt.p99 > by_factor.max(by_floor).saturating_add(excused) && rtt.p90 > rtt.baseline_p99
 }
 
 fn slow_cable(o: &LinkObservation) -> Option<(u64, u64)> {
@@ -344,8 +347,9 @@ fn degradation(
     }
     if timing_counts && !end.rtt_shared && slow(&o.rtt, rules, end.excuse) {
         evidence.push(format!(
-            "{node}: RTT p99 {} against a baseline of {}",
+            "{node}: RTT p99 {} (p90 {}) against a baseline of {}",
             fmt_duration(o.rtt.p99),
+            fmt_duration(o.rtt.p90),
             fmt_duration(o.rtt.baseline_p99)
         ));
     }
@@ -777,6 +781,7 @@ mod tests {
             },
             LinkObservation {
                 rtt: RttSummary {
+                    p90: Duration::from_millis(40),
                     p99: Duration::from_millis(50),
                     ..healthy().rtt
                 },
@@ -875,6 +880,7 @@ mod tests {
     fn a_saturated_end_rtt_is_not_evidence() {
         let a = LinkObservation {
             rtt: RttSummary {
+                p90: Duration::from_millis(40),
                 p99: Duration::from_millis(50),
                 ..healthy().rtt
             },
@@ -897,6 +903,31 @@ mod tests {
             assess(&[view("a", &a), view("b", &b)], &rules()).state,
             LinkState::Degraded,
             "with both ends on time the RTT counts"
+        );
+    }
+
+    #[test]
+    fn a_few_late_replies_move_the_tail_and_are_not_a_slow_cable() {
+        let spiky = LinkObservation {
+            rtt: RttSummary {
+                p99: Duration::from_millis(3),
+                ..healthy().rtt
+            },
+            ..healthy()
+        };
+        assert_eq!(assess(&[view("a", &spiky)], &rules()).state, LinkState::Up);
+        let slow = LinkObservation {
+            rtt: RttSummary {
+                p90: Duration::from_millis(2),
+                ..spiky.rtt
+            },
+            ..healthy()
+        };
+        let verdict = assess(&[view("a", &slow)], &rules());
+        assert_eq!(verdict.state, LinkState::Degraded);
+        assert_eq!(
+            verdict.evidence,
+            ["a: RTT p99 3.0ms (p90 2.0ms) against a baseline of 100µs"]
         );
     }
 

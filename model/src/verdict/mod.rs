@@ -623,6 +623,7 @@ mod tests {
                 .map(|o| {
                     let mut seen = obs(node, o, *self.silences.get(&(node, *o)).unwrap_or(&50));
                     if self.slow.contains(&(node, *o)) || self.slow.contains(&(*o, node)) {
+                        seen.rtt.p90 = Duration::from_millis(4);
                         seen.rtt.p99 = Duration::from_millis(5);
                     }
                     seen
