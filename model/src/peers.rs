@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use meshd_proto::domain::{
-    ClockSample, NodeId, PeerReport, Refusal, RejectReason, ReportUpdate, StreamOpen,
+    ClockSample, Incarnation, NodeId, PeerReport, Refusal, RejectReason, ReportUpdate, StreamOpen,
 };
 use meshd_proto::facts::NodeFacts;
 
@@ -92,6 +92,39 @@ struct Peer {
     /// When each of its links' observations arrived, by far end.
     links_received: BTreeMap<NodeId, Instant>,
     duplicate: Option<Duplicate>,
+    /// When its report's sequence last moved: how far a later update may
+    /// move it (see `sequence_bound`).
+    sequence_at: Instant,
+}
+
+/// A sender counts one sequence number per update it makes, and it makes
+/// at most one per look (every 5 ms at the most): this many a second is
+/// more than any sender counts.
+const MAX_SEQUENCES_PER_SECOND: u64 = 1_000;
+
+/// The highest sequence an update may carry: what the sender can have
+/// counted since its sequence last moved here (or, for its first update,
+/// since its incarnation began, with the day of clock difference an
+/// incarnation may be ahead), and a few seconds' slack. A stolen key can
+/// then not push a node's sequence out of reach of its real updates.
+fn sequence_bound(
+    current: u64,
+    moved_at: Instant,
+    incarnation: Incarnation,
+    now: Instant,
+    wall: SystemTime,
+) -> u64 {
+    let per_second = |d: Duration| {
+        d.as_secs()
+            .saturating_add(2)
+            .saturating_mul(MAX_SEQUENCES_PER_SECOND)
+    };
+    if current == 0 {
+        let running = Duration::from_nanos(wall_nanos(wall).saturating_sub(incarnation.0));
+        per_second(running.saturating_add(MAX_INCARNATION_AHEAD))
+    } else {
+        current.saturating_add(per_second(now.saturating_duration_since(moved_at)))
+    }
 }
 
 /// What the engine reads of one peer.
@@ -285,6 +318,7 @@ impl PeerBook {
                     paths: BTreeMap::new(),
                     links_received: BTreeMap::new(),
                     duplicate,
+                    sequence_at: now,
                 },
             );
             self.generation += 1;
@@ -428,6 +462,27 @@ impl PeerBook {
                 resync: false,
             };
         }
+        let bound = sequence_bound(
+            current,
+            peer.sequence_at,
+            peer.report.sender.incarnation,
+            now,
+            wall,
+        );
+        if update.sequence > bound {
+            let refused = self.refuse(refusal(
+                RejectReason::OverLimit,
+                format!(
+                    "sequence {} is beyond {bound}, more than a sender can have counted",
+                    update.sequence
+                ),
+            ));
+            return Answer {
+                refusal: Some(refused),
+                clock,
+                resync: false,
+            };
+        }
         if !update.full && update.sequence != current + 1 {
             return Answer {
                 refusal: None,
@@ -452,6 +507,7 @@ impl PeerBook {
         for gone in &update.removed_links {
             peer.links_received.remove(&gone.node);
         }
+        peer.sequence_at = now;
         let facts = apply(Arc::make_mut(&mut peer.report), update);
         if let Some(facts) = facts
             && self.facts.get(&node).is_none_or(|known| **known != facts)
@@ -593,4 +649,94 @@ fn apply(report: &mut PeerReport, update: ReportUpdate) -> Option<NodeFacts> {
     report.load = update.load;
     report.lateness = update.lateness;
     update.facts
+}
+
+#[cfg(test)]
+mod tests {
+    use meshd_proto::domain::{NodeIdentity, NodeLoad};
+
+    use super::*;
+
+    fn id(s: &str) -> NodeId {
+        NodeId::new(s).expect("id")
+    }
+
+    fn update(sequence: u64, full: bool, sent_at: SystemTime) -> ReportUpdate {
+        ReportUpdate {
+            sequence,
+            sent_at,
+            lateness: Duration::ZERO,
+            full,
+            links: Vec::new(),
+            removed_links: Vec::new(),
+            alarms: None,
+            hears: None,
+            heard_on_management: None,
+            load: NodeLoad::default(),
+            facts: None,
+            has_quorum: None,
+            clock_offsets: None,
+        }
+    }
+
+    #[test]
+    fn a_sequence_beyond_what_a_sender_can_count_is_refused_and_the_real_ones_go_on() {
+        let t0 = crate::fixtures::epoch();
+        let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let started = wall - Duration::from_secs(60);
+        let mut book = PeerBook::new(id("a"), [id("a"), id("b")].into(), Duration::from_secs(3));
+        let open = StreamOpen {
+            sender: NodeIdentity {
+                id: id("b"),
+                incarnation: Incarnation(
+                    u64::try_from(
+                        started
+                            .duration_since(SystemTime::UNIX_EPOCH)
+                            .expect("after")
+                            .as_nanos(),
+                    )
+                    .expect("fits"),
+                ),
+                version: "test".into(),
+                hostname: "b".into(),
+            },
+            instance: 7,
+            rtt_bounds: Vec::new(),
+        };
+        let stream = book
+            .open(
+                Some(&id("b")),
+                &open,
+                Path::Management,
+                "b".into(),
+                t0,
+                wall,
+            )
+            .expect("opens");
+        // A minute into its run, b has counted a few hundred updates.
+        let first = book.update(stream, update(500, true, wall), t0, wall);
+        assert_eq!(first.refusal, None);
+
+        let at = t0 + Duration::from_secs(1);
+        let wall = wall + Duration::from_secs(1);
+        let far = book.update(stream, update(u64::MAX, true, wall), at, wall);
+        let refused = far.refusal.expect("refused");
+        assert_eq!(refused.reason, RejectReason::OverLimit);
+        assert!(
+            refused
+                .detail
+                .contains("more than a sender can have counted"),
+            "{refused:?}"
+        );
+
+        let next = book.update(stream, update(501, false, wall), at, wall);
+        assert_eq!((next.refusal, next.resync), (None, false));
+        assert_eq!(book.views(at)[&id("b")].report.sequence, 501);
+
+        // Hours later the sequence may have moved as far as it could since.
+        let later = at + Duration::from_secs(3_600);
+        let wall = wall + Duration::from_secs(3_600);
+        let resumed = book.update(stream, update(900_000, true, wall), later, wall);
+        assert_eq!(resumed.refusal, None);
+    }
 }
