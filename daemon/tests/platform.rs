@@ -124,8 +124,13 @@ async fn facts_travel_cables_are_discovered_and_failing_checks_alarm() {
         let (code, metrics) = http_get(node.metrics(), "/metrics").await;
         assert_eq!(code, 200);
         let a = plan.nodes[0].id.as_str();
-        let failing = format!(r#"meshd_check_status{{node="{a}",check="rdma_enabled",status="fail"}} 1"#);
-        assert_eq!(metrics.contains(&failing), node.id.as_str() == a, "{metrics}");
+        let failing =
+            format!(r#"meshd_check_status{{node="{a}",check="rdma_enabled",status="fail"}} 1"#);
+        assert_eq!(
+            metrics.contains(&failing),
+            node.id.as_str() == a,
+            "{metrics}"
+        );
         assert!(
             !metrics.contains(&format!(r#"meshd_check_status{{node="{}""#, other.id)),
             "{metrics}"

@@ -380,8 +380,7 @@ pub fn reduce_for_metrics(
     let mut out = BTreeMap::new();
     let mut other = 0.0;
     for (i, (name, cores)) in ranked.into_iter().enumerate() {
-        let busy_offender =
-            cores >= OFFENDER_NAMED_CORES && offenders.iter().any(|o| o == name);
+        let busy_offender = cores >= OFFENDER_NAMED_CORES && offenders.iter().any(|o| o == name);
         if name != OTHER && (i < top || busy_offender) {
             out.insert(name.to_owned(), cores);
         } else {

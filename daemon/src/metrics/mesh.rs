@@ -60,7 +60,12 @@ impl MeshSeries {
         let nodes = status
             .nodes
             .iter()
-            .map(|node| (vec![node.id.to_string(), node.state.as_str().to_owned()], 1.0))
+            .map(|node| {
+                (
+                    vec![node.id.to_string(), node.state.as_str().to_owned()],
+                    1.0,
+                )
+            })
             .collect();
         let nodes = lock(&self.node_states).update(nodes, now);
         out.family(&c::NODE_STATE).samples(&nodes);

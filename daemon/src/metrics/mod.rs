@@ -14,11 +14,11 @@ mod config;
 mod delivery;
 pub mod exposition;
 mod links;
-#[cfg(test)]
-mod scale_tests;
 mod mesh;
 mod probes;
 mod process;
+#[cfg(test)]
+mod scale_tests;
 mod watchers;
 
 use std::sync::{Mutex, MutexGuard, PoisonError};

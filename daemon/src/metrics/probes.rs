@@ -43,10 +43,9 @@ impl ProbeSeries {
 
     pub fn write(&self, out: &mut Exposition) {
         let state = lock(&self.state);
-        let s = state
-            .live
-            .values()
-            .fold(state.retired, |sum, counters| plus(sum, counters.snapshot()));
+        let s = state.live.values().fold(state.retired, |sum, counters| {
+            plus(sum, counters.snapshot())
+        });
         let mut family = out.family(&c::PROBE_RESPONDER_DATAGRAMS_TOTAL);
         for (outcome, n) in [
             ("answered", s.replies),

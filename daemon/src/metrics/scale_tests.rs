@@ -29,7 +29,7 @@ const NODE_CHECKS: usize = 11;
 const MESH_CHECKS: usize = 7;
 
 fn id(i: usize) -> NodeId {
-    NodeId::new(&format!("n{i}")).expect("id")
+    NodeId::new(format!("n{i}")).expect("id")
 }
 
 fn identity(i: usize) -> NodeIdentity {
@@ -184,7 +184,12 @@ fn healthy_node(nodes: usize, at: Instant) -> (Metrics, Published) {
             .collect(),
         paths: peers
             .clone()
-            .flat_map(|p| [(id(p), "management".to_owned(), true), (id(p), format!("en{p}"), true)])
+            .flat_map(|p| {
+                [
+                    (id(p), "management".to_owned(), true),
+                    (id(p), format!("en{p}"), true),
+                ]
+            })
             .collect(),
         events: EventKind::ALL.iter().map(|kind| (*kind, 1)).collect(),
         at,
@@ -198,14 +203,19 @@ fn healthy_node(nodes: usize, at: Instant) -> (Metrics, Published) {
         metrics
             .delivery
             .count_report_sent(&id(p), ReportOutcome::Accepted);
-        metrics.delivery.count_report_sent(&id(p), ReportOutcome::Failed);
+        metrics
+            .delivery
+            .count_report_sent(&id(p), ReportOutcome::Failed);
     }
     metrics
         .delivery
         .count_alert_post("127.0.0.1:9093", AlertPostOutcome::Ok);
     let watchers = &metrics.watchers;
     watchers.record_process_cpu(&busiest());
-    watchers.record_bridges([("bridge0", false, 0)].into_iter(), [("bridge0", 0.0)].into_iter());
+    watchers.record_bridges(
+        [("bridge0", false, 0)].into_iter(),
+        [("bridge0", 0.0)].into_iter(),
+    );
     watchers.record_job_processes(0, 0);
     watchers.record_orphans(0, 0);
     watchers.record_facts(Duration::from_millis(300), 0, Some(1_700_000_000));
@@ -225,10 +235,17 @@ fn healthy_node(nodes: usize, at: Instant) -> (Metrics, Published) {
 
 /// The top five of a host and `other`.
 fn busiest() -> BTreeMap<String, f64> {
-    ["python3", "kernel_task", "WindowServer", "mds", "meshd", "other"]
-        .iter()
-        .map(|name| ((*name).to_owned(), 0.5))
-        .collect()
+    [
+        "python3",
+        "kernel_task",
+        "WindowServer",
+        "mds",
+        "meshd",
+        "other",
+    ]
+    .iter()
+    .map(|name| ((*name).to_owned(), 0.5))
+    .collect()
 }
 
 fn series(text: &str) -> Vec<&str> {
@@ -311,7 +328,10 @@ fn a_steady_mesh_exports_the_same_series_for_ever_and_a_change_goes_back() {
             .iter()
             .filter(|s| s.starts_with("meshd_process_cpu_cores"))
             .count();
-        assert!(processes <= 7 + 20, "tick {tick}: {processes} process series");
+        assert!(
+            processes <= 7 + 20,
+            "tick {tick}: {processes} process series"
+        );
     }
     metrics.watchers.record_process_cpu(&busiest());
     // A link of this node goes down, and comes back.
@@ -325,10 +345,16 @@ fn a_steady_mesh_exports_the_same_series_for_ever_and_a_change_goes_back() {
     };
     let t1 = t0 + Duration::from_secs(3_700);
     let text = metrics.render_at(&down, t1);
-    assert!(text.contains(r#"meshd_link_state{a="n0",b="n1",state="down"} 1"#), "{text}");
+    assert!(
+        text.contains(r#"meshd_link_state{a="n0",b="n1",state="down"} 1"#),
+        "{text}"
+    );
     let t2 = t1 + Duration::from_secs(10);
     let text = metrics.render_at(&published, t2);
-    assert!(text.contains(r#"meshd_link_state{a="n0",b="n1",state="down"} 0"#), "{text}");
+    assert!(
+        text.contains(r#"meshd_link_state{a="n0",b="n1",state="down"} 0"#),
+        "{text}"
+    );
 
     // Once the hold has passed, the same series as at the start.
     let later = t2 + VANISHED_HOLD + Duration::from_secs(1);

@@ -52,7 +52,11 @@ impl Sampler {
         }
         let busy = f64::from(self.system.global_cpu_usage()) / 100.0;
         Ok(Some(CpuSample {
-            busy_ratio: if busy.is_finite() { busy.clamp(0.0, 1.0) } else { 0.0 },
+            busy_ratio: if busy.is_finite() {
+                busy.clamp(0.0, 1.0)
+            } else {
+                0.0
+            },
             processes,
         }))
     }

@@ -107,7 +107,11 @@ fn cores(cpu_before: u64, cpu_now: u64, per_second: f64, elapsed_secs: f64) -> f
     #[allow(clippy::cast_precision_loss)]
     let used = cpu_now.saturating_sub(cpu_before) as f64 / per_second;
     let cores = used / elapsed_secs;
-    if cores.is_finite() { cores.max(0.0) } else { 0.0 }
+    if cores.is_finite() {
+        cores.max(0.0)
+    } else {
+        0.0
+    }
 }
 
 #[cfg(target_os = "linux")]
@@ -157,9 +161,9 @@ mod linux {
         /// first seen now.
         pub fn sample(&mut self, now: Instant) -> std::io::Result<Vec<ProcessSample>> {
             let stats = self.reader.processes()?;
-            let elapsed = self
-                .last
-                .map_or(0.0, |last| now.saturating_duration_since(last).as_secs_f64());
+            let elapsed = self.last.map_or(0.0, |last| {
+                now.saturating_duration_since(last).as_secs_f64()
+            });
             self.last = Some(now);
             let mut next = Known::default();
             let mut samples = Vec::with_capacity(stats.len());
@@ -228,12 +232,16 @@ mod other {
                     .with_memory()
                     .without_tasks(),
             );
-            let elapsed = self
-                .last
-                .map_or(0.0, |last| now.saturating_duration_since(last).as_secs_f64());
+            let elapsed = self.last.map_or(0.0, |last| {
+                now.saturating_duration_since(last).as_secs_f64()
+            });
             self.last = Some(now);
             let key = |pid: &Pid, p: &sysinfo::Process| -> ProcessKey {
-                (pid.as_u32(), p.start_time(), p.name().to_string_lossy().into_owned())
+                (
+                    pid.as_u32(),
+                    p.start_time(),
+                    p.name().to_string_lossy().into_owned(),
+                )
             };
             // The arguments of the processes not seen before, in one refresh.
             let new: Vec<Pid> = self
@@ -365,14 +373,25 @@ mod linux_tests {
         write(
             root.path(),
             &[
-                (10, stat(10, "python3", 'R', 1_000, 500), "python3\0-m\0mlx.launch\0"),
-                (11, stat(11, "UniversalContro", 'S', 0, 501), "/System/UniversalControl\0"),
+                (
+                    10,
+                    stat(10, "python3", 'R', 1_000, 500),
+                    "python3\0-m\0mlx.launch\0",
+                ),
+                (
+                    11,
+                    stat(11, "UniversalContro", 'S', 0, 501),
+                    "/System/UniversalControl\0",
+                ),
                 (12, stat(12, "defunct", 'Z', 0, 502), ""),
             ],
         );
         let first = table.sample(t0).unwrap();
         assert_eq!(first.len(), 2, "{first:?}");
-        assert!(first.iter().all(|p| p.cores == 0.0), "no rate yet: {first:?}");
+        assert!(
+            first.iter().all(|p| p.cores == 0.0),
+            "no rate yet: {first:?}"
+        );
         let python = first.iter().find(|p| p.pid == 10).unwrap();
         assert_eq!(python.command.as_deref(), Some("python3 -m mlx.launch"));
         assert_eq!(python.parent, Some(1));
@@ -385,7 +404,11 @@ mod linux_tests {
         write(
             root.path(),
             &[
-                (10, stat(10, "python3", 'R', 1_000 + ticks, 500), "changed\0"),
+                (
+                    10,
+                    stat(10, "python3", 'R', 1_000 + ticks, 500),
+                    "changed\0",
+                ),
                 (11, stat(11, "UniversalContro", 'S', 0, 501), "changed\0"),
             ],
         );
@@ -408,6 +431,9 @@ mod linux_tests {
         assert_eq!(python.command.as_deref(), Some("python3 other.py"));
         assert_eq!(python.cores, 0.0);
         let bash = third.iter().find(|p| p.pid == 11).unwrap();
-        assert_eq!((bash.name.as_str(), bash.command.as_deref()), ("bash", Some("bash")));
+        assert_eq!(
+            (bash.name.as_str(), bash.command.as_deref()),
+            ("bash", Some("bash"))
+        );
     }
 }

@@ -419,7 +419,10 @@ impl Drop for Pingers {
 fn series_count(lab: &Lab, id: &str) -> anyhow::Result<(usize, Vec<(String, usize)>)> {
     let body = fetch_metrics(lab, id)?;
     let mut families: BTreeMap<String, usize> = BTreeMap::new();
-    for line in body.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
+    for line in body
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
         let name = line.split(['{', ' ']).next().unwrap_or_default();
         *families.entry(name.to_owned()).or_default() += 1;
     }

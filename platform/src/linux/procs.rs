@@ -55,7 +55,10 @@ pub enum StatError {
 pub fn parse_stat(line: &[u8]) -> Result<ProcStat, StatError> {
     let text = String::from_utf8_lossy(line);
     let open = text.find('(').ok_or(StatError::NoName)?;
-    let close = text.rfind(')').filter(|c| *c > open).ok_or(StatError::NoName)?;
+    let close = text
+        .rfind(')')
+        .filter(|c| *c > open)
+        .ok_or(StatError::NoName)?;
     let pid = number(text[..open].trim(), 1)?;
     let comm = text[open + 1..close].to_owned();
     // Field 3 onwards.
@@ -134,7 +137,9 @@ impl ProcReader {
         for entry in std::fs::read_dir(&self.root)? {
             let Ok(entry) = entry else { continue };
             let name = entry.file_name();
-            let Some(pid) = name.to_str().filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+            let Some(pid) = name
+                .to_str()
+                .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
             else {
                 continue;
             };
@@ -244,7 +249,11 @@ mod tests {
             Some(vec!["python3".to_owned(), "train.py".to_owned()])
         );
         assert_eq!(reader.command_line(99), None);
-        assert!(ProcReader::new(root.path().join("none")).processes().is_err());
+        assert!(
+            ProcReader::new(root.path().join("none"))
+                .processes()
+                .is_err()
+        );
     }
 
     #[test]
