@@ -3,7 +3,7 @@
 
 use std::io::Write;
 
-use meshd_proto::domain::Event;
+use meshd_proto::domain::{Event, EventDetail};
 use serde::Serialize;
 
 use crate::client::{self, Target};
@@ -16,6 +16,10 @@ struct EventJson<'a> {
     kind: &'static str,
     subject: &'a str,
     summary: &'a str,
+    /// Whom a link verdict blames (`link`, `node`, `none`); absent on other
+    /// events.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    blame: Option<&'static str>,
 }
 
 pub fn line(event: &Event, json: bool) -> String {
@@ -28,6 +32,10 @@ pub fn line(event: &Event, json: bool) -> String {
             kind: event.kind.as_str(),
             subject: &event.subject,
             summary: &event.summary,
+            blame: match &event.detail {
+                Some(EventDetail::Link(link)) => Some(link.blame.as_str()),
+                _ => None,
+            },
         };
         serde_json::to_string(&doc).unwrap_or_default()
     } else {
@@ -87,7 +95,7 @@ pub async fn run(target: &Target, json: bool) -> Result<(), Failure> {
 mod tests {
     use std::time::{Duration, SystemTime};
 
-    use meshd_proto::domain::{EventKind, NodeId};
+    use meshd_proto::domain::{Blame, EventKind, LinkEnd, LinkState, LinkVerdict, NodeId};
 
     use super::*;
 
@@ -126,5 +134,28 @@ mod tests {
         assert_eq!(doc["observer"], "a");
         assert_eq!(doc["subject"], "b <-> c");
         assert_eq!(doc["at"], "2027-01-15T08:00:00.123Z");
+        assert!(
+            doc.get("blame").is_none(),
+            "no blame without a link verdict"
+        );
+    }
+
+    #[test]
+    fn json_link_events_say_whom_they_blame() {
+        let end = |id| LinkEnd::node_only(NodeId::new(id).expect("id"));
+        let mut blamed = event();
+        blamed.detail = Some(EventDetail::Link(LinkVerdict {
+            a: end("b"),
+            b: end("c"),
+            state: LinkState::Down,
+            since: blamed.at,
+            evidence: Vec::new(),
+            blame: Blame::Node,
+            blamed_node: Some(NodeId::new("c").expect("id")),
+            recent_changes: 0,
+            fix: None,
+        }));
+        let doc: serde_json::Value = serde_json::from_str(&line(&blamed, true)).expect("json");
+        assert_eq!(doc["blame"], "node");
     }
 }

@@ -144,7 +144,7 @@ async fn four_nodes_cut_kill_partition_and_heal() {
         assert_eq!(code, 200);
         let end = ["a", "b"].contains(&node.id.as_str());
         assert_eq!(
-            body.contains("meshd_link_state{a=\"a\",b=\"b\",state=\"down\"} 1"),
+            body.contains("meshd_link_state{a=\"a\",b=\"b\",state=\"down\",blame=\"link\"} 1"),
             end,
             "{}: {body}",
             node.id

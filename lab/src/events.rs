@@ -22,6 +22,9 @@ pub struct Event {
     pub kind: String,
     pub subject: String,
     pub summary: String,
+    /// Whom a link verdict blames (`link`, `node`); `None` on other events.
+    #[serde(default)]
+    pub blame: Option<String>,
 }
 
 fn rfc3339<'de, D: serde::Deserializer<'de>>(d: D) -> Result<SystemTime, D::Error> {
@@ -36,6 +39,15 @@ impl Event {
             self.kind.as_str(),
             "link_down" | "link_degraded" | "link_flapping" | "node_down" | "node_suspect"
         )
+    }
+
+    /// A node verdict (suspect or down) about node `id`, or a link verdict
+    /// that blames a node, not the link.
+    pub fn blames_a_node(&self, id: &str) -> bool {
+        match self.kind.as_str() {
+            "node_down" | "node_suspect" => self.subject == id,
+            _ => self.blame.as_deref() == Some("node") && self.involves(id),
+        }
     }
 
     /// Whether the event is about the link between `x` and `y` (subjects

@@ -5,7 +5,7 @@
 //! network. Each has its undo; `down` removes whatever is left.
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 
 use crate::command::{CommandError, QUICK, run};
 use crate::lab::{Lab, LabError};
@@ -164,6 +164,36 @@ impl Lab {
             self.ip_in(node, &["link", "set", bridge, "up"])?;
         }
         self.seed_broadcast(node, CHAOS_BRIDGES[0])
+    }
+
+    /// Packets the storm outside the mesh in `node` has carried so far:
+    /// what the first of its bridges received (`ip -s link`), to prove a
+    /// storm runs. An error while there is no storm.
+    pub fn storm_packets(&self, node: &str) -> Result<u64, LabError> {
+        let iface = CHAOS_BRIDGES[0];
+        let text = self.exec(node, "ip", &["-j", "-s", "link", "show", "dev", iface])?;
+        let bad = |detail: String| LabError::BadCounters {
+            node: node.to_owned(),
+            iface: iface.to_owned(),
+            detail,
+        };
+        let doc: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+        doc[0]["stats64"]["rx"]["packets"]
+            .as_u64()
+            .ok_or_else(|| bad(format!("no stats64.rx.packets in {text}")))
+    }
+
+    /// Starts the storm outside the mesh again from a fresh broadcast: a
+    /// seed sent before the bridges forwarded starts nothing.
+    pub fn reseed_storm_outside_mesh(&self, node: &str) -> Result<(), LabError> {
+        self.calm_storm_outside_mesh(node)?;
+        self.storm_outside_mesh(node)
+    }
+
+    /// The process ids of the hogs this process runs (`ip netns exec`
+    /// execs the hog, so they are the hogs themselves).
+    pub fn hog_pids(&self) -> Vec<u32> {
+        self.hogs.iter().map(Child::id).collect()
     }
 
     pub fn calm_storm_outside_mesh(&self, node: &str) -> Result<(), LabError> {

@@ -55,6 +55,12 @@ pub enum LabError {
     NoDaemon(String),
     #[error("no lab {0} is up")]
     NotUp(String),
+    #[error("node {node}: cannot read the counters of {iface}: {detail}")]
+    BadCounters {
+        node: String,
+        iface: String,
+        detail: String,
+    },
     #[error("no libfaketime here (Debian: apt-get install faketime)")]
     NoFaketime,
     #[error("still there after `down`: {0:?}")]

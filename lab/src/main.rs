@@ -291,7 +291,7 @@ fn main() -> anyhow::Result<()> {
             if observe {
                 let rules = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
                     .join("../dashboards/prometheus/meshd.rules.yml");
-                lab.start_prometheus(&rules)?;
+                lab.start_prometheus(&rules, true)?;
                 lab.start_alertmanager()?;
             }
             let what = format!("{nodes} nodes and every link up");

@@ -14,6 +14,9 @@ use crate::plan::{ALERTMANAGER_PORT, MGMT_HOST, PROMETHEUS_PORT, alertmanager_ur
 
 const CLIENT_LIMIT: Duration = Duration::from_secs(15);
 
+/// The example Alertmanager configuration the repo ships.
+const ALERTMANAGER_CONFIG: &str = include_str!("../../dashboards/alertmanager/alertmanager.yml");
+
 fn prometheus_url() -> String {
     format!("http://{MGMT_HOST}:{PROMETHEUS_PORT}")
 }
@@ -51,17 +54,30 @@ impl Lab {
     }
 
     /// Starts Prometheus scraping every node's `/metrics` each second as job
-    /// `meshd`, evaluating `rules` (the shipped rule file).
-    pub fn start_prometheus(&mut self, rules: &Path) -> Result<(), LabError> {
+    /// `meshd`, evaluating `rules` (the shipped rule file), and sending what
+    /// fires to the lab's Alertmanager when `to_alertmanager` (else its
+    /// alerts stay in Prometheus, and Alertmanager holds only meshd's own).
+    pub fn start_prometheus(
+        &mut self,
+        rules: &Path,
+        to_alertmanager: bool,
+    ) -> Result<(), LabError> {
         let targets: Vec<String> = self
             .plan
             .nodes
             .iter()
             .map(|n| format!("'{}'", n.metrics()))
             .collect();
+        let alerting = if to_alertmanager {
+            format!(
+                "alerting:\n  alertmanagers:\n    - static_configs:\n        - targets: ['{MGMT_HOST}:{ALERTMANAGER_PORT}']\n"
+            )
+        } else {
+            String::new()
+        };
         let config = format!(
             "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
-             rule_files:\n  - '{}'\n\
+             rule_files:\n  - '{}'\n{alerting}\
              scrape_configs:\n  - job_name: meshd\n    static_configs:\n      - targets: [{}]\n",
             rules.display(),
             targets.join(", ")
@@ -84,15 +100,13 @@ impl Lab {
         )
     }
 
-    /// Starts an Alertmanager (no receivers, no cluster) where the nodes
-    /// push when the lab was brought up with `Options::alertmanager`.
+    /// Starts an Alertmanager with the repo's example configuration (its
+    /// receiver only records; no cluster) where the nodes push when the lab
+    /// was brought up with `Options::alertmanager`, and where Prometheus
+    /// sends its rules' alerts.
     pub fn start_alertmanager(&mut self) -> Result<(), LabError> {
         let file = self.state_dir().join("alertmanager.yml");
-        std::fs::write(
-            &file,
-            "route:\n  receiver: blackhole\nreceivers:\n  - name: blackhole\n",
-        )
-        .map_err(|source| LabError::File {
+        std::fs::write(&file, ALERTMANAGER_CONFIG).map_err(|source| LabError::File {
             path: file.clone(),
             source,
         })?;

@@ -12,7 +12,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{RECOVERY, expect, four_nodes, link_is, no_broken_cable_or_node, node_blamed, settle};
+use common::{
+    RECOVERY, VERDICT, expect, four_nodes, link_is, no_broken_cable_or_node, node_blamed, settle,
+};
 use meshd_lab::Status;
 use meshd_lab::fault::HOG_NAME;
 
@@ -175,6 +177,41 @@ fn a_bridge_loop_storms_and_is_named_on_every_node_then_clears() {
         s.all_up() && s.alarms.is_empty()
     })
     .unwrap_or_else(|err| panic!("{err}"));
+}
+
+/// A lossy cable next to a CPU hog: the hog's lateness is excused from the
+/// cable's evidence only as far as it explains it, so the loss is still
+/// found, and the hog breaks nothing else.
+#[test]
+fn a_lossy_cable_next_to_a_cpu_hog_is_degraded_and_nothing_else_breaks() {
+    if !common::can_run(&["nft"]) {
+        return;
+    }
+    let _serial = meshd_test_lock::exclusive();
+    let mut lab = four_nodes(false);
+    let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
+    lab.start_hogs("b", cores).expect("hogs");
+    lab.lose("b", "d", 20).expect("nft loss");
+    let mut broken = Vec::new();
+    let found = lab.wait_all("b-d degraded beside the hog", VERDICT, |s| {
+        let others_whole = s.nodes.iter().all(|n| n.state == "up")
+            && s.links.iter().all(|l| {
+                let lossy = (l.a == "b" && l.b == "d") || (l.a == "d" && l.b == "b");
+                lossy || !matches!(l.state.as_str(), "down" | "flapping")
+            });
+        if !others_whole {
+            broken.push(s.summary());
+        }
+        link_is(s, "b", "d", "degraded") || link_is(s, "b", "d", "down")
+    });
+    lab.stop_hogs();
+    found.unwrap_or_else(|err| panic!("{err}"));
+    assert!(
+        broken.is_empty(),
+        "a hog broke another link or a node: {broken:#?}"
+    );
+    lab.clear_loss("b").expect("nft loss off");
+    settle(&lab, "all up after the loss stops and the hog ends");
 }
 
 #[test]

@@ -269,6 +269,7 @@ mod tests {
             observation,
             confirmed_silence: Duration::ZERO,
             late: false,
+            excuse: Duration::ZERO,
         };
         assess(
             &[view("a", a), view("b", b)],

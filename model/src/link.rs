@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use meshd_proto::domain::{LinkObservation, LinkState, LossWindow, RdmaPortState, RttSummary};
 
-use crate::linkstats::LATE;
+use crate::linkstats::{LATE, LATENESS_MEMORY};
 
 /// The windows the prober reports, by length.
 pub const SHORT_WINDOW: Duration = Duration::from_secs(1);
@@ -75,6 +75,10 @@ pub struct EndView<'a> {
     /// The end's timers ran late (its own lateness, or its node saturated)
     /// while it gathered this: its loss and RTT are no evidence.
     pub late: bool,
+    /// The worst lateness either end of the link had within the loss
+    /// window ([`LateMemory`]): what it explains of this end's loss and RTT
+    /// is no evidence.
+    pub excuse: Duration,
 }
 
 impl EndView<'_> {
@@ -98,6 +102,45 @@ impl EndView<'_> {
     /// This end's timers ran late while it gathered the observation.
     pub fn ran_late(observation: &LinkObservation) -> bool {
         observation.lateness >= LATE
+    }
+}
+
+/// The worst lateness one end of a link reported within the last loss
+/// window. An observation says how late its end ran in the last
+/// [`LATENESS_MEMORY`], but a stall leaves its lost probes and its slow
+/// replies in the other end's 10-s windows for longer: the engine
+/// remembers it for as long as they can show there.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LateMemory {
+    worst: Duration,
+    until: Option<Instant>,
+}
+
+impl LateMemory {
+    /// Notes the lateness an end reported in an observation made `at`.
+    /// Several within a window are kept as their worst, remembered from
+    /// the latest: never less than what each one explains.
+    pub fn note(&mut self, lateness: Duration, at: Instant) {
+        if lateness < LATE {
+            return;
+        }
+        let until = at
+            .checked_add(MEDIUM_WINDOW + LATENESS_MEMORY)
+            .unwrap_or(at);
+        if self.until.is_some_and(|u| u > at) {
+            self.worst = self.worst.max(lateness);
+        } else {
+            self.worst = lateness;
+        }
+        self.until = Some(self.until.map_or(until, |u| u.max(until)));
+    }
+
+    /// The lateness still to be excused at `now`.
+    pub fn at(&self, now: Instant) -> Duration {
+        match self.until {
+            Some(until) if now < until => self.worst,
+            _ => Duration::ZERO,
+        }
     }
 }
 
@@ -209,22 +252,49 @@ fn heavy_loss(o: &LinkObservation, rules: &LinkRules) -> Option<f64> {
     (w.sent > 0 && w.ratio() >= rules.loss_down).then_some(w.ratio())
 }
 
-/// The 10-s window of `windows` when its loss degrades the link.
-fn lossy<'w>(windows: &'w [LossWindow], rules: &LinkRules) -> Option<&'w LossWindow> {
-    windows
-        .iter()
-        .find(|w| w.window == MEDIUM_WINDOW)
-        .filter(|w| w.lost >= MIN_LOST_FOR_DEGRADED && w.ratio() >= rules.loss_degraded)
+/// The 10-s window of `windows` when its loss degrades the link, with the
+/// probes it lost beyond those `excuse` explains.
+fn lossy<'w>(
+    windows: &'w [LossWindow],
+    rules: &LinkRules,
+    excuse: Duration,
+) -> Option<(&'w LossWindow, u64)> {
+    let w = windows.iter().find(|w| w.window == MEDIUM_WINDOW)?;
+    let lost = w.lost.saturating_sub(stalled_probes(w, excuse));
+    let ratio = if w.sent == 0 {
+        0.0
+    } else {
+        lost as f64 / w.sent as f64
+    };
+    (lost >= MIN_LOST_FOR_DEGRADED && ratio >= rules.loss_degraded).then_some((w, lost))
 }
 
-/// Whether the RTT p99 is far above the link's own baseline.
-fn slow(rtt: &RttSummary, rules: &LinkRules) -> bool {
+/// The probes of window `w` an end late by `excuse` can have left
+/// unanswered: those sent while it stalled, and the one in flight.
+fn stalled_probes(w: &LossWindow, excuse: Duration) -> u64 {
+    if excuse < LATE || w.sent == 0 {
+        return 0;
+    }
+    let period = w.window.as_secs_f64() / w.sent as f64;
+    let during = (excuse.as_secs_f64() / period).ceil();
+    // Saturating float-to-int conversion: a hostile lateness is capped.
+    (during as u64).saturating_add(1)
+}
+
+/// Whether the RTT p99 is far above the link's own baseline, by more than
+/// `excuse` (a late end answers that much later) explains.
+fn slow(rtt: &RttSummary, rules: &LinkRules, excuse: Duration) -> bool {
     if rtt.samples < MIN_RTT_SAMPLES || rtt.baseline_p99.is_zero() {
         return false;
     }
     let by_factor = rtt.baseline_p99.mul_f64(rules.rtt_p99_factor);
     let by_floor = rtt.baseline_p99.saturating_add(rules.rtt_min_increase);
-    rtt.p99 > by_factor.max(by_floor)
+    let excused = if excuse < LATE {
+        Duration::ZERO
+    } else {
+        excuse
+    };
+    rtt.p99 > by_factor.max(by_floor).saturating_add(excused)
 }
 
 fn slow_cable(o: &LinkObservation) -> Option<(u64, u64)> {
@@ -250,16 +320,25 @@ fn degradation(
     let o = end.observation;
     let node = end.node;
     for (what, windows) in [("probes", &o.loss), ("MTU-sized probes", &o.mtu_loss)] {
-        if let Some(w) = lossy(windows, rules).filter(|_| timing_counts) {
+        if let Some((w, lost)) = lossy(windows, rules, end.excuse).filter(|_| timing_counts) {
+            let excused = if lost < w.lost {
+                format!(
+                    ", {} of them excused by {} of lateness",
+                    w.lost - lost,
+                    fmt_duration(end.excuse)
+                )
+            } else {
+                String::new()
+            };
             evidence.push(format!(
-                "{node}: {} of {what} lost over 10s ({} of {})",
+                "{node}: {} of {what} lost over 10s ({} of {}{excused})",
                 percent(w.ratio()),
                 w.lost,
                 w.sent
             ));
         }
     }
-    if timing_counts && slow(&o.rtt, rules) {
+    if timing_counts && slow(&o.rtt, rules, end.excuse) {
         evidence.push(format!(
             "{node}: RTT p99 {} against a baseline of {}",
             fmt_duration(o.rtt.p99),
@@ -315,9 +394,9 @@ impl EndClass {
             answered: o.last_reply_at.is_some(),
             silent: o.probes_sent_total > 0 && o.silence >= rules.down_after,
             heavy_loss: heavy_loss(o, rules).is_some(),
-            lossy: lossy(&o.loss, rules).is_some(),
-            mtu_lossy: lossy(&o.mtu_loss, rules).is_some(),
-            slow: slow(&o.rtt, rules),
+            lossy: lossy(&o.loss, rules, Duration::ZERO).is_some(),
+            mtu_lossy: lossy(&o.mtu_loss, rules, Duration::ZERO).is_some(),
+            slow: slow(&o.rtt, rules, Duration::ZERO),
             slow_cable: slow_cable(o).is_some(),
             rdma_down: rdma_down(o),
             late: EndView::ran_late(o),
@@ -496,7 +575,70 @@ mod tests {
             observation: o,
             confirmed_silence: Duration::ZERO,
             late: EndView::ran_late(o),
+            excuse: Duration::ZERO,
         }
+    }
+
+    #[test]
+    fn lateness_is_remembered_for_the_loss_window_as_its_worst() {
+        let t0 = crate::fixtures::epoch();
+        let mut memory = LateMemory::default();
+        memory.note(Duration::from_millis(5), t0);
+        assert_eq!(memory.at(t0), Duration::ZERO, "on time is no excuse");
+        memory.note(Duration::from_millis(900), t0);
+        memory.note(Duration::from_millis(40), t0 + Duration::from_secs(3));
+        assert_eq!(
+            memory.at(t0 + Duration::from_secs(12)),
+            Duration::from_millis(900)
+        );
+        assert_eq!(
+            memory.at(t0 + Duration::from_secs(16)),
+            Duration::ZERO,
+            "forgotten a loss window and a lateness memory after the last"
+        );
+        memory.note(Duration::from_millis(40), t0 + Duration::from_secs(20));
+        assert_eq!(
+            memory.at(t0 + Duration::from_secs(21)),
+            Duration::from_millis(40)
+        );
+    }
+
+    #[test]
+    fn loss_a_stall_explains_is_excused_and_loss_beyond_it_is_not() {
+        let with_loss = |lost| LinkObservation {
+            loss: vec![LossWindow {
+                window: MEDIUM_WINDOW,
+                sent: 100,
+                lost,
+            }],
+            ..healthy()
+        };
+        let (quiet, stalled) = (healthy(), with_loss(9));
+        let excused = |excuse| EndView {
+            excuse,
+            ..view("b", &stalled)
+        };
+        // 800 ms at 10 probes a second: 8 probes and the one in flight.
+        let verdict = assess(
+            &[view("a", &quiet), excused(Duration::from_millis(800))],
+            &rules(),
+        );
+        assert_eq!(verdict.state, LinkState::Up, "{:?}", verdict.evidence);
+        let verdict = assess(
+            &[view("a", &quiet), excused(Duration::from_millis(300))],
+            &rules(),
+        );
+        assert_eq!(verdict.state, LinkState::Degraded);
+        assert!(
+            verdict
+                .evidence
+                .iter()
+                .any(|e| e.contains("excused by 300ms")),
+            "{:?}",
+            verdict.evidence
+        );
+        let verdict = assess(&[view("a", &quiet), excused(Duration::ZERO)], &rules());
+        assert_eq!(verdict.state, LinkState::Degraded);
     }
 
     #[test]

@@ -81,8 +81,8 @@ metrics! {
         "1 when this node is the alert leader (lowest id in the quorum).";
     NODE_STATE: "meshd_node_state", Gauge, ["node", "state"], None,
         "1 for the verdict this node holds on `node` (state=up|suspect|down); a state it left reads 0 for five minutes.";
-    LINK_STATE: "meshd_link_state", Gauge, ["a", "b", "state"], None,
-        "1 for the verdict this node holds on its link between `a` and `b` (state=unknown|up|degraded|flapping|down), on the links this node is an end of; a state it left reads 0 for five minutes.";
+    LINK_STATE: "meshd_link_state", Gauge, ["a", "b", "state", "blame"], None,
+        "1 for the verdict this node holds on its link between `a` and `b` (state=unknown|up|degraded|flapping|down), on the links this node is an end of; `blame` (none|link|node) says whom the verdict blames: a dead node's links are down blamed on the node. A state or blame it left reads 0 for five minutes.";
     ALARMS_ACTIVE: "meshd_alarms_active", Gauge, ["node", "kind", "severity"], None,
         "Active alarms this node knows of, by raising node, kind and severity.";
     EVENTS_TOTAL: "meshd_events_total", Counter, ["kind"], None,

@@ -79,6 +79,9 @@ impl MeshSeries {
                     link.a.node.to_string(),
                     link.b.node.to_string(),
                     link.state.as_str().to_owned(),
+                    // Whom the verdict blames: a change of blame is a new
+                    // series, the old one reads 0 for a while.
+                    link.blame.as_str().to_owned(),
                 ];
                 (key, 1.0)
             })

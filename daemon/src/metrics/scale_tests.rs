@@ -280,7 +280,7 @@ fn a_node_exports_its_own_links_and_checks_and_every_nodes_verdict() {
     let (metrics, published) = healthy_node(4, at);
     let text = metrics.render_at(&published, at);
     for line in [
-        r#"meshd_link_state{a="n0",b="n3",state="up"} 1"#,
+        r#"meshd_link_state{a="n0",b="n3",state="up",blame="none"} 1"#,
         r#"meshd_node_state{node="n3",state="up"} 1"#,
         r#"meshd_check_status{node="n0",check="node_check_0",status="pass"} 1"#,
         r#"meshd_check_status{node="",check="mesh_check_0",status="warn"} 1"#,
@@ -346,13 +346,13 @@ fn a_steady_mesh_exports_the_same_series_for_ever_and_a_change_goes_back() {
     let t1 = t0 + Duration::from_secs(3_700);
     let text = metrics.render_at(&down, t1);
     assert!(
-        text.contains(r#"meshd_link_state{a="n0",b="n1",state="down"} 1"#),
+        text.contains(r#"meshd_link_state{a="n0",b="n1",state="down",blame="none"} 1"#),
         "{text}"
     );
     let t2 = t1 + Duration::from_secs(10);
     let text = metrics.render_at(&published, t2);
     assert!(
-        text.contains(r#"meshd_link_state{a="n0",b="n1",state="down"} 0"#),
+        text.contains(r#"meshd_link_state{a="n0",b="n1",state="down",blame="none"} 0"#),
         "{text}"
     );
 

@@ -207,14 +207,123 @@ fn detection(trials: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// An injected fault and when it was in force (restarts: until the node
-/// was back in every view, plus a grace period for its first judgements).
+/// What a chaos round injects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Chaos {
+    Hogs,
+    Restart,
+    Storm,
+}
+
+impl Chaos {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Hogs => "UniversalControl hogs",
+            Self::Restart => "daemon restart",
+            Self::Storm => "storm outside the mesh",
+        }
+    }
+}
+
+/// An injected fault, when it was in force (restarts: until the node was
+/// back in every view, plus a grace period for its first judgements), and
+/// the measurement that proves it happened.
 #[derive(Debug)]
 struct Injected {
-    what: String,
+    what: Chaos,
     node: &'static str,
     from: SystemTime,
     to: SystemTime,
+    proof: String,
+    happened: bool,
+}
+
+/// A storm circles at hundreds of thousands of packets a second on this
+/// host; below this, none started.
+const MIN_STORM_PPS: f64 = 10_000.0;
+/// Fresh broadcasts tried before a storm round is given up as not started.
+const STORM_SEEDS: usize = 3;
+
+/// Packets per second through the storm's bridge over `over`.
+fn storm_rate(lab: &Lab, node: &str, over: Duration) -> anyhow::Result<f64> {
+    let before = lab.storm_packets(node)?;
+    let t0 = Instant::now();
+    std::thread::sleep(over);
+    let after = lab.storm_packets(node)?;
+    Ok(after.saturating_sub(before) as f64 / t0.elapsed().as_secs_f64())
+}
+
+/// Starts a storm outside the mesh in `node` and holds it for `hold`,
+/// seeding it again while it does not run; the proof is its mean rate.
+fn storm_round(lab: &Lab, node: &str, hold: Duration) -> anyhow::Result<(String, bool)> {
+    lab.storm_outside_mesh(node)?;
+    let mut seeds = 1;
+    while storm_rate(lab, node, Duration::from_secs(1))? < MIN_STORM_PPS && seeds < STORM_SEEDS {
+        lab.reseed_storm_outside_mesh(node)?;
+        seeds += 1;
+    }
+    let started = Instant::now();
+    let first = lab.storm_packets(node)?;
+    std::thread::sleep(hold);
+    let carried = lab.storm_packets(node)?.saturating_sub(first);
+    lab.calm_storm_outside_mesh(node)?;
+    let pps = carried as f64 / started.elapsed().as_secs_f64();
+    let happened = pps >= MIN_STORM_PPS;
+    let proof = format!(
+        "{pps:.0} pps over {} s, {seeds} seed(s){}",
+        hold.as_secs(),
+        if happened { "" } else { ": DID NOT STORM" }
+    );
+    Ok((proof, happened))
+}
+
+/// Runs `count` hogs in `node` for `hold`; the proof is the CPU they got.
+fn hog_round(
+    lab: &mut Lab,
+    node: &str,
+    count: usize,
+    hold: Duration,
+) -> anyhow::Result<(String, bool)> {
+    let hz = ticks_per_second()?;
+    lab.start_hogs(node, count)?;
+    std::thread::sleep(hold);
+    let ticks: u64 = lab
+        .hog_pids()
+        .into_iter()
+        .map(|pid| cpu_ticks(pid).unwrap_or(0))
+        .sum();
+    lab.stop_hogs();
+    let cores = ticks as f64 / hz / hold.as_secs_f64();
+    // Half a core at least, whatever else shares the host.
+    let happened = cores >= 0.5;
+    Ok((
+        format!(
+            "{count} hogs used {cores:.2} cores{}",
+            if happened { "" } else { ": DID NOT RUN" }
+        ),
+        happened,
+    ))
+}
+
+/// Restarts `node`'s daemon after 2 s down; the proof is a new process.
+fn restart_round(
+    lab: &mut Lab,
+    events: &mut Events,
+    node: &str,
+    grace: Duration,
+) -> anyhow::Result<(String, bool)> {
+    let before = lab.daemon_pid(node)?;
+    lab.stop(node)?;
+    std::thread::sleep(Duration::from_secs(2));
+    lab.start(node, "warn")?;
+    lab.wait_all("back after the restart", SETTLE, |s| {
+        s.nodes.iter().all(|n| n.state == "up")
+    })?;
+    let after = lab.daemon_pid(node)?;
+    std::thread::sleep(grace);
+    events.watch(lab, node)?;
+    let happened = before != after;
+    Ok((format!("pid {before} -> {after}"), happened))
 }
 
 #[allow(clippy::print_stdout)]
@@ -239,36 +348,19 @@ fn chaos(seconds: u64) -> anyhow::Result<()> {
     while started.elapsed() + ROUND <= Duration::from_secs(seconds) {
         let node = ids[round % ids.len()];
         let from = SystemTime::now();
-        let what = match round % 3 {
-            0 => {
-                lab.start_hogs(node, cores)?;
-                std::thread::sleep(HOLD);
-                lab.stop_hogs();
-                format!("{cores} UniversalControl hogs")
-            }
-            1 => {
-                lab.stop(node)?;
-                std::thread::sleep(Duration::from_secs(2));
-                lab.start(node, "warn")?;
-                lab.wait_all("back after the restart", SETTLE, |s| {
-                    s.nodes.iter().all(|n| n.state == "up")
-                })?;
-                std::thread::sleep(RESTART_GRACE);
-                events.watch(&lab, node)?;
-                "daemon restart".to_owned()
-            }
-            _ => {
-                lab.storm_outside_mesh(node)?;
-                std::thread::sleep(HOLD);
-                lab.calm_storm_outside_mesh(node)?;
-                "storm outside the mesh".to_owned()
-            }
+        let what = [Chaos::Hogs, Chaos::Restart, Chaos::Storm][round % 3];
+        let (proof, happened) = match what {
+            Chaos::Hogs => hog_round(&mut lab, node, cores, HOLD)?,
+            Chaos::Restart => restart_round(&mut lab, &mut events, node, RESTART_GRACE)?,
+            Chaos::Storm => storm_round(&lab, node, HOLD)?,
         };
         injected.push(Injected {
             what,
             node,
             from,
             to: SystemTime::now(),
+            proof,
+            happened,
         });
         let rest = ROUND.saturating_sub(from.elapsed().unwrap_or_default());
         std::thread::sleep(rest);
@@ -276,27 +368,69 @@ fn chaos(seconds: u64) -> anyhow::Result<()> {
     }
     let wall = started.elapsed();
     let all: Vec<Event> = events.drain();
-    // A restart takes its node down on purpose: what any node says about
-    // it, and what it says itself while it starts, is caused by the fault.
+    // A restart takes its node down on purpose: the node verdicts about it
+    // (and its links' verdicts blamed on it) are caused by the fault, and
+    // so is what the restarted node says of the others while it starts. A
+    // link verdict blamed on a link is false whenever it comes.
     let caused = |e: &Event| {
         injected.iter().any(|i| {
-            i.what == "daemon restart"
-                && (e.involves(i.node) || e.observer == i.node)
+            i.what == Chaos::Restart
                 && (i.from..=i.to).contains(&e.at)
+                && (e.blames_a_node(i.node)
+                    || (e.observer == i.node && e.kind.starts_with("node_")))
         })
     };
     let verdicts: Vec<&Event> = all.iter().filter(|e| e.is_link_or_node_verdict()).collect();
-    let false_verdicts: Vec<&&Event> = verdicts.iter().filter(|e| !caused(e)).collect();
-    println!("| injected | count |\n|---|---:|");
-    let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
-    for i in &injected {
-        *kinds.entry(i.what.as_str()).or_default() += 1;
-    }
-    for (what, n) in kinds {
-        println!("| {what} | {n} |");
+    let false_verdicts: Vec<&Event> = verdicts.iter().copied().filter(|e| !caused(e)).collect();
+    let during = |e: &Event| {
+        injected
+            .iter()
+            .position(|i| (i.from..=i.to).contains(&e.at))
+    };
+
+    println!(
+        "| round | injected | node | proof it happened | false verdicts |\n|---:|---|---|---|---:|"
+    );
+    for (n, i) in injected.iter().enumerate() {
+        let false_here = false_verdicts
+            .iter()
+            .filter(|e| during(e) == Some(n))
+            .count();
+        println!(
+            "| {} | {} | {} | {} | {false_here} |",
+            n + 1,
+            i.what.name(),
+            i.node,
+            i.proof
+        );
     }
     println!(
-        "\nrun: {:.0} s, events seen: {}, link/node verdicts: {} (caused by a restart: {}), false: {}",
+        "\n| injected | rounds | happened | false verdicts during them |\n|---|---:|---:|---:|"
+    );
+    let mut by_fault: BTreeMap<Chaos, (usize, usize, usize)> = BTreeMap::new();
+    for (n, i) in injected.iter().enumerate() {
+        let row = by_fault.entry(i.what).or_default();
+        row.0 += 1;
+        row.1 += usize::from(i.happened);
+        row.2 += false_verdicts
+            .iter()
+            .filter(|e| during(e) == Some(n))
+            .count();
+    }
+    for (what, (rounds, happened, false_n)) in &by_fault {
+        println!("| {} | {rounds} | {happened} | {false_n} |", what.name());
+    }
+    println!("\n| false verdict kind | count |\n|---|---:|");
+    let mut by_kind: BTreeMap<&str, usize> = BTreeMap::new();
+    for e in &false_verdicts {
+        *by_kind.entry(e.kind.as_str()).or_default() += 1;
+    }
+    for (kind, n) in &by_kind {
+        println!("| {kind} | {n} |");
+    }
+    let not_happened = injected.iter().filter(|i| !i.happened).count();
+    println!(
+        "\nrun: {:.0} s, events seen: {}, link/node verdicts: {} (caused by a restart: {}), false: {}, rounds whose fault did not happen: {not_happened}",
         wall.as_secs_f64(),
         all.len(),
         verdicts.len(),
@@ -304,14 +438,13 @@ fn chaos(seconds: u64) -> anyhow::Result<()> {
         false_verdicts.len()
     );
     for e in &false_verdicts {
-        let during = injected
-            .iter()
-            .find(|i| e.at >= i.from && e.at <= i.to)
+        let when = during(e)
+            .and_then(|n| injected.get(n))
             .map_or("between faults".to_owned(), |i| {
-                format!("{} on {}", i.what, i.node)
+                format!("{} on {}", i.what.name(), i.node)
             });
         println!(
-            "  false: {} seen by {}: {} ({during})",
+            "  false: {} seen by {}: {} ({when})",
             e.kind, e.observer, e.summary
         );
     }
@@ -325,6 +458,14 @@ fn load_average() -> String {
         .ok()
         .and_then(|l| l.split_whitespace().next().map(str::to_owned))
         .unwrap_or_else(|| "?".to_owned())
+}
+
+/// The clock ticks `/proc/PID/stat` counts CPU time in.
+fn ticks_per_second() -> anyhow::Result<f64> {
+    command::run("getconf", &["CLK_TCK"], QUICK)?
+        .trim()
+        .parse()
+        .context("CLK_TCK")
 }
 
 /// utime + stime of a process, in clock ticks.
@@ -440,9 +581,7 @@ fn cost(nodes: usize, seconds: u64, warmup: u64) -> anyhow::Result<()> {
         ..Options::default()
     };
     let mut lab = lab("cost", nodes, &options)?;
-    let hz: f64 = command::run("getconf", &["CLK_TCK"], QUICK)?
-        .trim()
-        .parse()?;
+    let hz = ticks_per_second()?;
     let pingers = Pingers::start(&lab)?;
     std::thread::sleep(Duration::from_secs(warmup));
     let mut pids = Vec::new();

@@ -68,25 +68,30 @@ impl Engine {
         }
         let alive = nodes
             .iter()
-            .filter(|n| quorum.has_quorum && n.state == NodeState::Up && n.id != *local);
+            .filter(|n| quorum.has_quorum && n.state == NodeState::Up);
         for node in alive {
-            // Who can say whether they hear it there: this node, and every
-            // peer whose report is fresh.
-            let witnesses: Vec<bool> = std::iter::once(
-                lives
-                    .get(&node.id)
-                    .is_some_and(|l| l.fresh_paths.contains(&&Path::Management)),
-            )
-            .chain(
-                inputs
-                    .peers
-                    .iter()
-                    .filter(|(id, _)| {
-                        **id != node.id && lives.get(id).is_some_and(|l| !l.fresh_paths.is_empty())
-                    })
-                    .map(|(_, v)| v.report.heard_on_management.contains(&node.id)),
-            )
-            .collect();
+            // Who can say whether they hear it there: this node (about a
+            // peer), and every peer whose report is fresh. A node judges
+            // itself too, from its peers' reports over the cables: when it
+            // is the alert leader, nobody else would post the alarm.
+            let witnesses: Vec<bool> = (node.id != *local)
+                .then(|| {
+                    lives
+                        .get(&node.id)
+                        .is_some_and(|l| l.fresh_paths.contains(&&Path::Management))
+                })
+                .into_iter()
+                .chain(
+                    inputs
+                        .peers
+                        .iter()
+                        .filter(|(id, _)| {
+                            **id != node.id
+                                && lives.get(id).is_some_and(|l| !l.fresh_paths.is_empty())
+                        })
+                        .map(|(_, v)| v.report.heard_on_management.contains(&node.id)),
+                )
+                .collect();
             let on_management = witnesses.iter().filter(|heard| **heard).count();
             let could = witnesses.len();
             if on_management * 2 < could {

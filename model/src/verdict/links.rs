@@ -11,7 +11,7 @@ use super::{
     End, Engine, EngineSettings, FnvBuild, KnownLink, Life, LinkKey, LinkViews, Member, MeshInputs,
     Positions, link_key,
 };
-use crate::link::{EndView, LinkTracker, assess, fmt_duration};
+use crate::link::{EndView, LateMemory, LinkTracker, assess, fmt_duration};
 use crate::time::Moment;
 
 impl Engine {
@@ -77,6 +77,7 @@ impl Engine {
                         observation,
                         confirmed_silence,
                         late: EndView::ran_late(observation),
+                        excuse: Duration::ZERO,
                     },
                     observed_at,
                 });
@@ -99,6 +100,7 @@ impl Engine {
                 tracker: LinkTracker::new(now),
                 node_blamed: None,
                 ends_since: [None, None],
+                late: [LateMemory::default(); 2],
             }
         });
         // A node's description of its own end beats its peer's. The node is
@@ -158,8 +160,22 @@ impl Judge<'_> {
             .zip(end_states)
             .find(|(_, s)| *s == NodeState::Down)
             .map(|(n, _)| n.clone());
+        for (memory, end) in link.late.iter_mut().zip(views.iter()) {
+            if let Some(end) = end {
+                memory.note(end.view.observation.lateness, end.observed_at);
+            }
+        }
+        let excuse = link
+            .late
+            .iter()
+            .map(|m| m.at(now))
+            .max()
+            .unwrap_or_default();
         let present: Vec<End<'_>> = views.into_iter().flatten().collect();
-        let end_views: Vec<EndView<'_>> = present.iter().map(|e| e.view).collect();
+        let end_views: Vec<EndView<'_>> = present
+            .iter()
+            .map(|e| EndView { excuse, ..e.view })
+            .collect();
 
         let (state, blame, evidence) = if !self.quorum.has_quorum {
             link.tracker.hold_unknown(now);
@@ -237,12 +253,18 @@ impl Judge<'_> {
         });
         // The fault began no later than the earliest silence; a fault that
         // is loss or delay, not silence, began within the evidence window.
-        let onset = silent_onsets
-            .min()
+        let silence_onset = silent_onsets.min();
+        let onset = silence_onset
             .unwrap_or_else(|| self.now.checked_sub(rules.down_after).unwrap_or(self.now));
+        // A silence starts at the last reply, but the fault may strike a
+        // probe period later, and a message sent just before a node froze
+        // can arrive after that reply: an end proves it outlived a silence
+        // only by speaking once the silence was long enough to be a fault.
+        let proof_after =
+            silence_onset.map_or(onset, |at| at.checked_add(rules.down_after).unwrap_or(at));
         for (node, state) in [&link.a.node, &link.b.node].into_iter().zip(end_states) {
             let heard = self.evidence_of(node);
-            if state != NodeState::Up || heard.is_none_or(|at| at <= onset) {
+            if state != NodeState::Up || heard.is_none_or(|at| at <= proof_after) {
                 let ago = heard.map_or_else(
                     || "never".to_owned(),
                     |at| {

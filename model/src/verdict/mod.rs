@@ -202,6 +202,8 @@ struct KnownLink {
     /// When each end's incarnation was first heard: a new one is a restart,
     /// after which the link starts afresh.
     ends_since: [Option<Instant>; 2],
+    /// Each end's recent lateness, excused from the other's loss and RTT.
+    late: [crate::link::LateMemory; 2],
 }
 
 /// Keeps what must outlive one evaluation: the links seen so far (a dead
@@ -378,7 +380,14 @@ impl Engine {
                 if heard != hearer && *heard != inputs.local.id {
                     let life = lives.entry(heard).or_default();
                     life.hearers.push(hearer);
-                    life.latest_evidence = life.latest_evidence.max(Some(view.received_at));
+                    // A member hears a node while its last message is fresh,
+                    // so the report proves life only as of `stale_after`
+                    // before it arrived: a node frozen a moment ago is still
+                    // "heard" by everyone for that long.
+                    let heard_by = view
+                        .received_at
+                        .checked_sub(self.settings.stale_after.max(down_after));
+                    life.latest_evidence = life.latest_evidence.max(heard_by);
                 }
             }
         }
