@@ -41,6 +41,12 @@ impl ProbeSeries {
         }
     }
 
+    /// The counts of the responder on `address` alone, while it runs.
+    #[cfg(test)]
+    pub fn responder_stats(&self, address: SocketAddr) -> Option<ResponderStats> {
+        lock(&self.state).live.get(&address).map(|c| c.snapshot())
+    }
+
     pub fn write(&self, out: &mut Exposition) {
         let state = lock(&self.state);
         let s = state.live.values().fold(state.retired, |sum, counters| {
@@ -66,5 +72,47 @@ fn plus(a: ResponderStats, b: ResponderStats) -> ResponderStats {
         rate_limited: a.rate_limited.saturating_add(b.rate_limited),
         send_errors: a.send_errors.saturating_add(b.send_errors),
         recv_errors: a.recv_errors.saturating_add(b.recv_errors),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answered(series: &ProbeSeries) -> String {
+        let mut out = Exposition::new();
+        series.write(&mut out);
+        out.into_text()
+            .lines()
+            .find(|l| l.starts_with("meshd_probe_responder_datagrams_total{outcome=\"answered\"}"))
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    #[test]
+    fn responders_are_summed_and_a_stopped_one_keeps_its_counts() {
+        let series = ProbeSeries::default();
+        let (x, y): (SocketAddr, SocketAddr) = (
+            "10.0.0.1:9421".parse().unwrap(),
+            "10.0.1.1:9421".parse().unwrap(),
+        );
+        let (cx, cy) = (
+            Arc::new(ResponderCounters::default()),
+            Arc::new(ResponderCounters::default()),
+        );
+        series.responder_started(x, cx.clone());
+        series.responder_started(y, cy.clone());
+        cx.count_reply();
+        cx.count_reply();
+        cy.count_reply();
+        cy.count_invalid();
+        assert!(answered(&series).ends_with(" 3"), "{}", answered(&series));
+        series.responder_stopped(x);
+        cx.count_reply();
+        cy.count_reply();
+        // x's two stay in the total; what it counted after stopping does not.
+        assert!(answered(&series).ends_with(" 4"), "{}", answered(&series));
+        assert_eq!(series.responder_stats(y).map(|s| s.replies), Some(2));
+        assert_eq!(series.responder_stats(x), None);
     }
 }
