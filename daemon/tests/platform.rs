@@ -119,13 +119,20 @@ async fn facts_travel_cables_are_discovered_and_failing_checks_alarm() {
             status.checks
         );
 
+        // Each node exports its own checks only: a's failing check is on
+        // a's /metrics, not on its peer's.
         let (code, metrics) = http_get(node.metrics(), "/metrics").await;
         assert_eq!(code, 200);
         let a = plan.nodes[0].id.as_str();
+        let failing =
+            format!(r#"meshd_check_status{{node="{a}",check="rdma_enabled",status="fail"}} 1"#);
+        assert_eq!(
+            metrics.contains(&failing),
+            node.id.as_str() == a,
+            "{metrics}"
+        );
         assert!(
-            metrics.contains(&format!(
-                r#"meshd_check_status{{node="{a}",check="rdma_enabled",status="fail"}} 1"#
-            )),
+            !metrics.contains(&format!(r#"meshd_check_status{{node="{}""#, other.id)),
             "{metrics}"
         );
         assert!(

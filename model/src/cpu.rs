@@ -355,10 +355,17 @@ pub fn busiest(processes: &[ProcessSample], n: usize) -> Vec<&ProcessSample> {
     sorted
 }
 
+/// CPU an offender outside the top must burn to be named in the metrics:
+/// the continuity agents run on every Mac and idle at a few thousandths of
+/// a core, which is no news; one at a twentieth of a core is.
+pub const OFFENDER_NAMED_CORES: f64 = 0.05;
+
 /// CPU per process name for the metrics, with bounded cardinality: the `top`
-/// busiest names, every running known offender, and everything else summed
-/// as [`OTHER`] (always present). Processes sharing a name are summed first,
-/// since the name is the only label.
+/// busiest names, the known offenders burning at least
+/// [`OFFENDER_NAMED_CORES`], and everything else summed as [`OTHER`]
+/// (always present). Processes sharing a name are summed first, since the
+/// name is the only label. A name that drops out leaves its series to the
+/// exporter's idle expiry.
 pub fn reduce_for_metrics(
     processes: &[ProcessSample],
     top: usize,
@@ -373,7 +380,8 @@ pub fn reduce_for_metrics(
     let mut out = BTreeMap::new();
     let mut other = 0.0;
     for (i, (name, cores)) in ranked.into_iter().enumerate() {
-        if name != OTHER && (i < top || offenders.iter().any(|o| o == name)) {
+        let busy_offender = cores >= OFFENDER_NAMED_CORES && offenders.iter().any(|o| o == name);
+        if name != OTHER && (i < top || busy_offender) {
             out.insert(name.to_owned(), cores);
         } else {
             other += cores;
@@ -579,17 +587,18 @@ mod tests {
     }
 
     #[test]
-    fn metrics_reduction_keeps_top_names_running_offenders_and_other() {
+    fn metrics_reduction_keeps_top_names_busy_offenders_and_other() {
         let offenders = config().offenders;
         let mut processes = sample(1.0).processes;
         processes.push(p("python3", 11, 0.5));
         processes.push(p("Safari", 40, 0.2));
-        let reduced = reduce_for_metrics(&processes, 2, &offenders);
+        processes.push(p("UniversalControl", 21, 0.1));
+        let reduced = reduce_for_metrics(&processes, 1, &offenders);
         let expected: BTreeMap<String, f64> = [
             ("python3", 4.0),
-            ("UniversalControl", 1.2),
-            // Running offender, named even when idle and outside the top.
-            ("sharingd", 0.0),
+            // A busy offender outside the top is named...
+            ("UniversalControl", 1.3),
+            // ...an idle one (sharingd) is not: it is in `other`.
             (OTHER, 0.5),
         ]
         .into_iter()

@@ -80,9 +80,9 @@ metrics! {
     QUORUM_IS_LEADER: "meshd_quorum_is_leader", Gauge, [], None,
         "1 when this node is the alert leader (lowest id in the quorum).";
     NODE_STATE: "meshd_node_state", Gauge, ["node", "state"], None,
-        "1 for the verdict this node holds on `node` (state=up|suspect|down), 0 for the others.";
+        "1 for the verdict this node holds on `node` (state=up|suspect|down); a state it left reads 0 for five minutes.";
     LINK_STATE: "meshd_link_state", Gauge, ["a", "b", "state", "blame"], None,
-        "1 for the verdict this node holds on the link between `a` and `b` (state=unknown|up|degraded|flapping|down), 0 for the others; `blame` (none|link|node) says whom the verdict blames: a dead node's links are down blamed on the node.";
+        "1 for the verdict this node holds on its link between `a` and `b` (state=unknown|up|degraded|flapping|down), on the links this node is an end of; `blame` (none|link|node) says whom the verdict blames: a dead node's links are down blamed on the node. A state or blame it left reads 0 for five minutes.";
     ALARMS_ACTIVE: "meshd_alarms_active", Gauge, ["node", "kind", "severity"], None,
         "Active alarms this node knows of, by raising node, kind and severity.";
     EVENTS_TOTAL: "meshd_events_total", Counter, ["kind"], None,
@@ -108,15 +108,15 @@ metrics! {
     LINK_EXPECTED_SPEED_BYTES_PER_SECOND: "meshd_link_expected_speed_bytes_per_second", Gauge, ["peer", "iface"], Some(Unit::BytesPerSecond),
         "The speed this node's cable to `peer` should negotiate, in bytes per second (80 Gb/s, 1e10, for TB5 Mac-to-Mac), where known.";
     LINK_RDMA_PORT_STATE: "meshd_link_rdma_port_state", Gauge, ["peer", "iface", "state"], None,
-        "1 for the RDMA port state of this node's cable to `peer` (state=none|down|init|armed|active|active_defer; none: no RDMA device paired), 0 for the others.";
+        "1 for the RDMA port state of this node's cable to `peer` (state=none|down|init|armed|active|active_defer; none: no RDMA device paired); a state it left reads 0 for five minutes.";
     LINK_ERRORS_TOTAL: "meshd_link_errors_total", Counter, ["peer", "iface", "counter"], None,
         "Error counters of the interface or RDMA port of this node's cable to `peer`, by `counter` name (as the platform names them: symbol_error, link_downed, rx_errors, ...).";
     LINKS_EXPECTED: "meshd_links_expected", Gauge, [], None,
         "Links a full mesh of the configured members needs: N(N-1)/2.";
     LINKS_OBSERVED: "meshd_links_observed", Gauge, [], None,
         "Links that at least one end currently probes, as this node knows from its own probes and fresh reports.";
-    PROBE_RESPONDER_DATAGRAMS_TOTAL: "meshd_probe_responder_datagrams_total", Counter, ["address", "outcome"], None,
-        "Datagrams the probe responder on `address` (this node's end of a cable) handled, by `outcome`: answered, invalid (not a probe request), rate_limited, send_error, recv_error.";
+    PROBE_RESPONDER_DATAGRAMS_TOTAL: "meshd_probe_responder_datagrams_total", Counter, ["outcome"], None,
+        "Datagrams the probe responders of this node (one per cable end) handled, by `outcome`: answered, invalid (not a probe request), rate_limited, send_error, recv_error.";
     PEER_LAST_REPORT_TIMESTAMP_SECONDS: "meshd_peer_last_report_timestamp_seconds", Gauge, ["peer"], Some(Unit::Seconds),
         "When this node last heard `peer` on any path, on its own clock, in seconds since the Unix epoch.";
     PEER_PATH_UP: "meshd_peer_path_up", Gauge, ["peer", "path"], None,
@@ -142,11 +142,11 @@ metrics! {
     BRIDGE_BROADCAST_PACKETS_PER_SECOND: "meshd_bridge_broadcast_packets_per_second", Gauge, ["iface"], None,
         "Broadcast+multicast packets per second received on `iface` (bridges and their mesh members, where the OS counts them).";
     PROCESS_CPU_CORES: "meshd_process_cpu_cores", Gauge, ["process"], Some(Unit::Cores),
-        "CPU used by the processes called `process`, in cores (1 = one full core): the busiest names, running known offenders, and `other` for the rest.";
+        "CPU used by the processes called `process`, in cores (1 = one full core): the busiest names, known offenders while they burn CPU, and `other` for the rest.";
     JOB_PROCESSES: "meshd_job_processes", Gauge, ["state"], None,
         "Processes matching a job pattern on this node, by `state` (busy: burning at least `watch.jobs.busy_cores`; idle).";
     CHECK_STATUS: "meshd_check_status", Gauge, ["node", "check", "status"], None,
-        "Platform check `check` about `node` (empty for checks of the whole mesh): 1 for its current `status` (pass, warn, fail, skipped), 0 for the others.";
+        "This node's own platform check `check` (`node` is this node's id; empty for checks of the whole mesh): 1 for its current `status` (pass, warn, fail, skipped); a status it left reads 0 for five minutes.";
     CABLES: "meshd_cables", Gauge, ["source"], None,
         "Cables in this node's cable map, by `source`: discovered (Thunderbolt domain UUIDs) or configured ([[links]]).";
     FACTS_READ_DURATION_SECONDS: "meshd_facts_read_duration_seconds", Gauge, [], Some(Unit::Seconds),
@@ -168,7 +168,7 @@ metrics! {
     MEMORY_GPU_WIRED_LIMIT_BYTES: "meshd_memory_gpu_wired_limit_bytes", Gauge, [], Some(Unit::Bytes),
         "macOS: how much memory the GPU may wire (iogpu.wired_limit_mb); 0 is macOS's own default.";
     MEMORY_PRESSURE_LEVEL: "meshd_memory_pressure_level", Gauge, ["level"], None,
-        "macOS: 1 for the kernel's memory pressure level (level=normal|warning|critical), 0 for the others.";
+        "macOS: 1 for the kernel's memory pressure level (level=normal|warning|critical); a level it left reads 0 for five minutes.";
     MEMORY_STALL_RATIO: "meshd_memory_stall_ratio", Gauge, ["scope"], Some(Unit::Ratio),
         "Linux: share (0-1) of the last 10 s in which some (scope=some) or every (scope=full) runnable task waited for memory (PSI avg10).";
     JOB_ORPHANED_PROCESSES: "meshd_job_orphaned_processes", Gauge, [], None,

@@ -151,6 +151,38 @@ impl Histogram {
         }
     }
 
+    /// `values` regrouped at those of `kept` that are among its bounds (a
+    /// cumulative count at one of its own bounds is exact): fewer series
+    /// for the same histogram. `None` when its counts do not match its
+    /// bounds.
+    pub fn regrouped(values: &HistogramValues<'_>, kept: &[Duration]) -> Option<Self> {
+        if values.counts.len() != values.bounds.len() + 1 {
+            return None;
+        }
+        let bounds: Vec<Duration> = kept
+            .iter()
+            .copied()
+            .filter(|b| values.bounds.contains(b))
+            .collect();
+        let mut counts = vec![0_u64; bounds.len() + 1];
+        for (i, count) in values.counts.iter().enumerate() {
+            // Bucket i holds values up to its bound (the last one, above
+            // every bound): they fall in the first kept bound at or above.
+            let slot = values
+                .bounds
+                .get(i)
+                .map_or(bounds.len(), |upper| bounds.partition_point(|k| k < upper));
+            if let Some(sum) = counts.get_mut(slot) {
+                *sum = sum.saturating_add(*count);
+            }
+        }
+        Some(Self {
+            bounds,
+            counts,
+            sum: values.sum,
+        })
+    }
+
     pub fn observe(&mut self, value: Duration) {
         let bucket = self.bounds.partition_point(|bound| *bound < value);
         if let Some(count) = self.counts.get_mut(bucket) {
@@ -169,19 +201,31 @@ impl Histogram {
 }
 
 /// Series of a family whose members come and go (alarms, checks, bridges,
-/// process names): one that vanished reads 0 for [`VANISHED_HOLD`], so a
-/// dashboard sees it fall, then it is dropped, so a family never grows
-/// with time.
+/// process names, the states of a state set): one that vanished reads 0
+/// for [`VANISHED_HOLD`], so a dashboard sees it fall, then it is dropped,
+/// so a family never grows with time.
 #[derive(Debug, Default)]
 pub struct Vanishing {
     gone: BTreeMap<LabelValues, Instant>,
     current: BTreeSet<LabelValues>,
+    /// At most this many vanished series are held (the latest to go);
+    /// `None`: every one for the whole hold.
+    gone_limit: Option<usize>,
 }
 
 /// How long a vanished series keeps reading 0.
 pub const VANISHED_HOLD: Duration = Duration::from_secs(300);
 
 impl Vanishing {
+    /// For a family whose members churn (process names leaving the top):
+    /// at most `limit` vanished series at 0, the ones that went last.
+    pub fn with_gone_limit(limit: usize) -> Self {
+        Self {
+            gone_limit: Some(limit),
+            ..Self::default()
+        }
+    }
+
     /// The series to write now: `current` with their values, then the ones
     /// that vanished within the hold, at 0.
     pub fn update(
@@ -200,6 +244,21 @@ impl Vanishing {
         }
         self.gone
             .retain(|_, since| now.saturating_duration_since(*since) < VANISHED_HOLD);
+        if let Some(limit) = self.gone_limit
+            && self.gone.len() > limit
+        {
+            let mut by_age: Vec<(Instant, LabelValues)> = std::mem::take(&mut self.gone)
+                .into_iter()
+                .map(|(key, since)| (since, key))
+                .collect();
+            by_age.sort();
+            let excess = by_age.len() - limit;
+            self.gone = by_age
+                .into_iter()
+                .skip(excess)
+                .map(|(since, key)| (key, since))
+                .collect();
+        }
         self.current = now_keys;
         let mut all = current;
         all.extend(self.gone.keys().map(|k| (k.clone(), 0.0)));
@@ -302,6 +361,50 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line} missing in\n{text}");
         }
+    }
+
+    #[test]
+    fn a_regrouped_histogram_keeps_the_cumulative_counts_at_its_kept_bounds() {
+        let ms = Duration::from_millis;
+        let mut h = Histogram::new(&[ms(1), ms(2), ms(5), ms(10)]);
+        for v in [0, 1, 2, 3, 4, 6, 20, 30] {
+            h.observe(ms(v));
+        }
+        // 50 ms is not a bound of the histogram: it is left out.
+        let kept = Histogram::regrouped(&h.values(), &[ms(2), ms(10), ms(50)]).unwrap();
+        let mut out = Exposition::new();
+        out.family(&HIST).histogram(&["b"], &kept.values());
+        let text = out.into_text();
+        for line in [
+            "t_seconds_bucket{peer=\"b\",le=\"0.002\"} 3",
+            "t_seconds_bucket{peer=\"b\",le=\"0.01\"} 6",
+            "t_seconds_bucket{peer=\"b\",le=\"+Inf\"} 8",
+            "t_seconds_sum{peer=\"b\"} 0.066",
+        ] {
+            assert!(text.contains(line), "{line} missing in\n{text}");
+        }
+        assert_eq!(text.matches("_bucket").count(), 3, "{text}");
+        let broken = HistogramValues {
+            bounds: &[ms(1)],
+            counts: &[1],
+            sum: ms(1),
+        };
+        assert!(Histogram::regrouped(&broken, &[ms(1)]).is_none());
+    }
+
+    #[test]
+    fn a_gone_limit_keeps_the_latest_to_go() {
+        let mut v = Vanishing::with_gone_limit(2);
+        let t0 = Instant::now();
+        let key = |s: &str| vec![s.to_owned()];
+        for (i, name) in ["a", "b", "c", "d"].iter().enumerate() {
+            let at = t0 + Duration::from_secs(u64::try_from(i).unwrap());
+            v.update(vec![(key(name), 1.0)], at);
+        }
+        assert_eq!(
+            v.update(vec![(key("d"), 1.0)], t0 + Duration::from_secs(5)),
+            vec![(key("b"), 0.0), (key("c"), 0.0), (key("d"), 1.0)]
+        );
     }
 
     #[test]

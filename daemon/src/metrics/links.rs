@@ -2,19 +2,53 @@
 //! reported: one route for every figure, the RTT histogram included. Each
 //! series carries the far end (`peer`) and this end's interface (`iface`,
 //! empty where unknown), which joins with node_exporter's `device`.
+//!
+//! Every series here is per own link, so a node's link series grow with
+//! its peers, never with the mesh's links.
 
-use std::time::{Duration, SystemTime};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime};
 
-use meshd_proto::domain::{LinkObservation, RdmaPortState, RttSummary};
+use meshd_proto::domain::{LinkObservation, RttSummary};
 
 use super::catalogue::{self as c, MetricSpec};
-use super::exposition::{Exposition, HistogramValues, as_f64, flag};
+use super::exposition::{Exposition, Histogram, HistogramValues, Vanishing, as_f64};
+use super::lock;
 
 /// Bits per byte: the platform reports speeds in bits per second,
 /// Prometheus's base unit is bytes.
 const BITS_PER_BYTE: f64 = 8.0;
 
-pub fn write(out: &mut Exposition, links: &[LinkObservation]) {
+/// The bucket bounds exported of each link's RTT histogram: the prober's
+/// own at each decade a cable's RTT can be in. The exact p50/p99 gauges
+/// carry the fine detail; these show the shape over any range Prometheus
+/// keeps, at 7 series a link instead of 20.
+const EXPORTED_RTT_BOUNDS: [Duration; 4] = [
+    Duration::from_micros(100),
+    Duration::from_millis(1),
+    Duration::from_millis(10),
+    Duration::from_millis(100),
+];
+
+/// This node's link series; only the RDMA port state remembers anything
+/// between scrapes (a state left reads 0 for a while).
+#[derive(Debug, Default)]
+pub struct LinkSeries {
+    rdma_states: Mutex<Vanishing>,
+}
+
+impl LinkSeries {
+    pub fn write(&self, out: &mut Exposition, links: &[LinkObservation], now: Instant) {
+        write(out, links, &mut lock(&self.rdma_states), now);
+    }
+}
+
+fn write(
+    out: &mut Exposition,
+    links: &[LinkObservation],
+    rdma_states: &mut Vanishing,
+    now: Instant,
+) {
     // The same order every scrape, whatever order the links came in.
     let mut links: Vec<&LinkObservation> = links.iter().collect();
     links.sort_by(|x, y| (&x.remote.node, &x.local.iface).cmp(&(&y.remote.node, &y.local.iface)));
@@ -37,15 +71,13 @@ pub fn write(out: &mut Exposition, links: &[LinkObservation]) {
     let mut family = out.family(&c::LINK_RTT_SECONDS);
     for (o, end) in each() {
         let h = &o.rtt_histogram;
-        if h.counts.len() == h.bounds.len() + 1 {
-            family.histogram(
-                &end,
-                &HistogramValues {
-                    bounds: &h.bounds,
-                    counts: &h.counts,
-                    sum: h.sum,
-                },
-            );
+        let values = HistogramValues {
+            bounds: &h.bounds,
+            counts: &h.counts,
+            sum: h.sum,
+        };
+        if let Some(coarse) = Histogram::regrouped(&values, &EXPORTED_RTT_BOUNDS) {
+            family.histogram(&end, &coarse.values());
         }
     }
     // Exact, unlike a quantile estimated from the histogram's buckets,
@@ -101,15 +133,18 @@ pub fn write(out: &mut Exposition, links: &[LinkObservation]) {
             family.sample(&end, as_f64(bps) / BITS_PER_BYTE);
         }
     }
-    let mut family = out.family(&c::LINK_RDMA_PORT_STATE);
-    for (o, [peer, iface]) in each() {
-        for state in RdmaPortState::ALL {
-            family.sample(
-                &[peer, iface, state.as_str()],
-                flag(o.rdma_port_state == *state),
-            );
-        }
-    }
+    let states = each()
+        .map(|(o, [peer, iface])| {
+            let key = vec![
+                peer.to_owned(),
+                iface.to_owned(),
+                o.rdma_port_state.as_str().to_owned(),
+            ];
+            (key, 1.0)
+        })
+        .collect();
+    let states = rdma_states.update(states, now);
+    out.family(&c::LINK_RDMA_PORT_STATE).samples(&states);
     // Totals since meshd started watching the port (the platform
     // accumulates the hardware deltas).
     let mut family = out.family(&c::LINK_ERRORS_TOTAL);

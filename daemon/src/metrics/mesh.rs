@@ -1,33 +1,48 @@
 //! The verdict series: quorum, node and link states, active alarms, checks
 //! and cables, and what the evaluation rested on (report ages, refused
 //! reports, links observed, events, evaluation times).
+//!
+//! What one node exports grows linearly with the mesh: its view of every
+//! node, but only the links it is an end of and only its own checks (plus
+//! the mesh-wide ones). Every end of a link exports the same labels for it,
+//! so `max by (a, b, state)` over the quorate nodes is the quorum's verdict
+//! on every link with a live end. A state set writes the current state at 1
+//! and the states it left within [`super::exposition::VANISHED_HOLD`] at 0,
+//! not every state at all times.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use meshd_proto::domain::{LinkState, NodeState, RejectReason};
+use meshd_proto::domain::RejectReason;
 use meshd_proto::facts::CheckStatus;
 
 use super::catalogue as c;
-use super::exposition::{Exposition, HistogramValues, LabelValues, Vanishing, as_f64, count, flag};
+use super::exposition::{
+    Exposition, Histogram, HistogramValues, LabelValues, Vanishing, as_f64, count, flag,
+};
 use super::links::unix_seconds;
 use super::lock;
 use crate::aggregator::Published;
 
+/// The evaluation times exported: the aggregator's bounds at each decade.
+const EXPORTED_EVALUATION_BOUNDS: [Duration; 5] = [
+    Duration::from_micros(10),
+    Duration::from_micros(100),
+    Duration::from_millis(1),
+    Duration::from_millis(10),
+    Duration::from_millis(100),
+];
+
 #[derive(Debug, Default)]
 pub struct MeshSeries {
-    /// Alarms and checks come and go: a cleared one reads 0 for a while.
+    /// Alarms and checks come and go: a cleared one reads 0 for a while;
+    /// so does a state a node or link left.
     alarms: Mutex<Vanishing>,
     checks: Mutex<Vanishing>,
+    node_states: Mutex<Vanishing>,
+    link_states: Mutex<Vanishing>,
 }
-
-const CHECK_STATUSES: [CheckStatus; 4] = [
-    CheckStatus::Pass,
-    CheckStatus::Warn,
-    CheckStatus::Fail,
-    CheckStatus::Skipped,
-];
 
 impl MeshSeries {
     pub fn write(&self, out: &mut Exposition, published: &Published, now: Instant) {
@@ -42,32 +57,37 @@ impl MeshSeries {
         out.family(&c::QUORUM_IS_LEADER)
             .sample(&[], flag(quorum.leader.as_ref() == Some(&status.node.id)));
 
-        let mut family = out.family(&c::NODE_STATE);
-        for node in &status.nodes {
-            for state in NodeState::ALL {
-                family.sample(
-                    &[node.id.as_str(), state.as_str()],
-                    flag(node.state == *state),
-                );
-            }
-        }
-        let mut family = out.family(&c::LINK_STATE);
-        for link in &status.links {
-            // The current blame on every state's series: a change of blame
-            // replaces the link's series, it never adds to them.
-            let blame = link.blame.as_str();
-            for state in LinkState::ALL {
-                family.sample(
-                    &[
-                        link.a.node.as_str(),
-                        link.b.node.as_str(),
-                        state.as_str(),
-                        blame,
-                    ],
-                    flag(link.state == *state),
-                );
-            }
-        }
+        let nodes = status
+            .nodes
+            .iter()
+            .map(|node| {
+                (
+                    vec![node.id.to_string(), node.state.as_str().to_owned()],
+                    1.0,
+                )
+            })
+            .collect();
+        let nodes = lock(&self.node_states).update(nodes, now);
+        out.family(&c::NODE_STATE).samples(&nodes);
+        let me = &status.node.id;
+        let links = status
+            .links
+            .iter()
+            .filter(|link| &link.a.node == me || &link.b.node == me)
+            .map(|link| {
+                let key = vec![
+                    link.a.node.to_string(),
+                    link.b.node.to_string(),
+                    link.state.as_str().to_owned(),
+                    // Whom the verdict blames: a change of blame is a new
+                    // series, the old one reads 0 for a while.
+                    link.blame.as_str().to_owned(),
+                ];
+                (key, 1.0)
+            })
+            .collect();
+        let links = lock(&self.link_states).update(links, now);
+        out.family(&c::LINK_STATE).samples(&links);
 
         let mut alarms: BTreeMap<LabelValues, f64> = BTreeMap::new();
         for alarm in &status.alarms {
@@ -81,25 +101,24 @@ impl MeshSeries {
         let alarms = lock(&self.alarms).update(alarms.into_iter().collect(), now);
         out.family(&c::ALARMS_ACTIVE).samples(&alarms);
 
-        // Several results of one check about one node (one per port): the
-        // worst one stands for the series.
+        // This node's own checks and the mesh-wide ones: a peer exports its
+        // own. Several results of one check (one per port): the worst one
+        // stands for the series.
         let mut worst: BTreeMap<(String, &str), CheckStatus> = BTreeMap::new();
         for check in &status.checks {
-            let node = check
-                .node
-                .as_ref()
-                .map(ToString::to_string)
-                .unwrap_or_default();
+            let node = match &check.node {
+                Some(node) if node == me => node.to_string(),
+                Some(_) => continue,
+                None => String::new(),
+            };
             let entry = worst.entry((node, &check.name)).or_insert(check.status);
             *entry = worse(*entry, check.status);
         }
-        let checks: Vec<(LabelValues, f64)> = worst
+        let checks = worst
             .into_iter()
-            .flat_map(|((node, check), current)| {
-                CHECK_STATUSES.map(|state| {
-                    let key = vec![node.clone(), check.to_owned(), state.as_str().to_owned()];
-                    (key, flag(state == current))
-                })
+            .map(|((node, check), current)| {
+                let key = vec![node, check.to_owned(), current.as_str().to_owned()];
+                (key, 1.0)
             })
             .collect();
         let checks = lock(&self.checks).update(checks, now);
@@ -149,14 +168,15 @@ impl MeshSeries {
             family.sample(&[kind.as_str()], as_f64(*total));
         }
         let times = &published.evaluation_times;
-        out.family(&c::EVALUATION_DURATION_SECONDS).histogram(
-            &[],
-            &HistogramValues {
-                bounds: times.bounds(),
-                counts: times.counts(),
-                sum: times.sum(),
-            },
-        );
+        let values = HistogramValues {
+            bounds: times.bounds(),
+            counts: times.counts(),
+            sum: times.sum(),
+        };
+        if let Some(coarse) = Histogram::regrouped(&values, &EXPORTED_EVALUATION_BOUNDS) {
+            out.family(&c::EVALUATION_DURATION_SECONDS)
+                .histogram(&[], &coarse.values());
+        }
     }
 }
 

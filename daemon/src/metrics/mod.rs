@@ -17,6 +17,8 @@ mod links;
 mod mesh;
 mod probes;
 mod process;
+#[cfg(test)]
+mod scale_tests;
 mod watchers;
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -31,6 +33,7 @@ pub use watchers::WatcherSeries;
 
 use crate::aggregator::Published;
 use exposition::Exposition;
+use links::LinkSeries;
 use mesh::MeshSeries;
 use process::ProcessSeries;
 
@@ -47,6 +50,7 @@ pub struct Metrics {
     build: [String; 4],
     insecure: std::sync::atomic::AtomicBool,
     mesh: MeshSeries,
+    links: LinkSeries,
     pub delivery: DeliverySeries,
     pub watchers: WatcherSeries,
     pub probes: ProbeSeries,
@@ -66,6 +70,7 @@ impl Metrics {
             ],
             insecure: std::sync::atomic::AtomicBool::new(false),
             mesh: MeshSeries::default(),
+            links: LinkSeries::default(),
             delivery: DeliverySeries::default(),
             watchers: WatcherSeries::default(),
             probes: ProbeSeries::default(),
@@ -83,7 +88,12 @@ impl Metrics {
     /// The Prometheus text exposition of every series, with the verdict and
     /// link series as of `published`, the aggregator's newest evaluation.
     pub fn render(&self, published: &Published) -> String {
-        let now = Instant::now();
+        self.render_at(published, Instant::now())
+    }
+
+    /// [`Self::render`] at `now`, which decides how long a vanished series
+    /// has read 0.
+    fn render_at(&self, published: &Published, now: Instant) -> String {
         let mut out = Exposition::new();
         let build: Vec<&str> = self.build.iter().map(String::as_str).collect();
         out.family(&catalogue::BUILD_INFO).sample(&build, 1.0);
@@ -92,7 +102,7 @@ impl Metrics {
             exposition::flag(self.insecure.load(std::sync::atomic::Ordering::Relaxed)),
         );
         self.mesh.write(&mut out, published, now);
-        links::write(&mut out, &published.links);
+        self.links.write(&mut out, &published.links, now);
         self.probes.write(&mut out);
         self.delivery.write(&mut out);
         self.watchers.write(&mut out, now);
@@ -203,7 +213,6 @@ mod tests {
             "meshd_link_rtt_p99_seconds{peer=\"b\",iface=\"en2\"} 0.002",
             "meshd_link_expected_speed_bytes_per_second{peer=\"b\",iface=\"en2\"} 10000000000",
             "meshd_link_rdma_port_state{peer=\"b\",iface=\"en2\",state=\"active\"} 1",
-            "meshd_link_rdma_port_state{peer=\"b\",iface=\"en2\",state=\"down\"} 0",
             "meshd_link_errors_total{peer=\"b\",iface=\"en2\",counter=\"symbol_error\"} 3",
             "meshd_link_rtt_seconds_bucket{peer=\"b\",iface=\"en2\",le=\"0.0001\"} 0",
             "meshd_link_rtt_seconds_bucket{peer=\"b\",iface=\"en2\",le=\"0.001\"} 7",

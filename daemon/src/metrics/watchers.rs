@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use meshd_proto::facts::{MemoryFacts, MemoryPressure};
+use meshd_proto::facts::MemoryFacts;
 
 use super::catalogue as c;
 use super::exposition::{Exposition, LabelValues, Vanishing, as_f64, count, flag};
@@ -17,6 +17,11 @@ pub struct WatcherSeries {
     state: Mutex<State>,
 }
 
+/// Process names that left the top and still read 0: the latest to leave.
+/// A busy host whose top changes every sample would otherwise hold every
+/// name it saw in the last five minutes.
+const MAX_VANISHED_PROCESSES: usize = 20;
+
 /// What the last read of the platform facts left for the metrics.
 #[derive(Debug, Clone, Copy)]
 struct FactsRead {
@@ -25,7 +30,7 @@ struct FactsRead {
     booted_at_unix: Option<u64>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct State {
     /// Bridge name → (forwarding, mesh members).
     bridges: BTreeMap<String, (bool, usize)>,
@@ -43,6 +48,25 @@ struct State {
     vanished_bridges: Vanishing,
     vanished_rates: Vanishing,
     vanished_processes: Vanishing,
+    pressure_levels: Vanishing,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        Self {
+            bridges: BTreeMap::new(),
+            rates: BTreeMap::new(),
+            processes: BTreeMap::new(),
+            jobs: None,
+            orphans: None,
+            facts: None,
+            memory: None,
+            vanished_bridges: Vanishing::default(),
+            vanished_rates: Vanishing::default(),
+            vanished_processes: Vanishing::with_gone_limit(MAX_VANISHED_PROCESSES),
+            pressure_levels: Vanishing::default(),
+        }
+    }
 }
 
 impl WatcherSeries {
@@ -152,13 +176,19 @@ impl WatcherSeries {
             }
         }
         if let Some(memory) = &state.memory {
-            write_memory(out, memory);
+            write_memory(out, memory, &mut state.pressure_levels, now);
         }
     }
 }
 
-/// One series per figure the reading has.
-fn write_memory(out: &mut Exposition, memory: &MemoryFacts) {
+/// One series per figure the reading has; the pressure level is a state
+/// set (the current level, and one it left within the hold at 0).
+fn write_memory(
+    out: &mut Exposition,
+    memory: &MemoryFacts,
+    pressure_levels: &mut Vanishing,
+    now: Instant,
+) {
     for (spec, value) in [
         (&c::MEMORY_TOTAL_BYTES, memory.total_bytes),
         (&c::MEMORY_WIRED_BYTES, memory.wired_bytes),
@@ -175,10 +205,9 @@ fn write_memory(out: &mut Exposition, memory: &MemoryFacts) {
         }
     }
     if let Some(level) = memory.pressure {
-        let mut family = out.family(&c::MEMORY_PRESSURE_LEVEL);
-        for each in MemoryPressure::ALL {
-            family.sample(&[each.as_str()], flag(each == level));
-        }
+        let current = vec![(vec![level.as_str().to_owned()], 1.0)];
+        let levels = pressure_levels.update(current, now);
+        out.family(&c::MEMORY_PRESSURE_LEVEL).samples(&levels);
     }
     let stalls = [
         ("some", memory.stall_some_bp),

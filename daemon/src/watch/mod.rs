@@ -8,6 +8,7 @@ pub mod facts;
 pub mod jobs;
 pub mod load;
 pub mod memory;
+pub mod processes;
 
 use std::sync::Arc;
 use std::time::Duration;

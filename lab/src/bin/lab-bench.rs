@@ -20,6 +20,7 @@ use meshd_lab::command::{self, QUICK};
 use meshd_lab::events::{Event, Events};
 use meshd_lab::plan::METRICS_PORT;
 use meshd_lab::{Binaries, Lab, Options, Plan, Status};
+use meshd_platform::linux::procs::parse_stat;
 
 const SETTLE: Duration = Duration::from_secs(60);
 const VERDICT: Duration = Duration::from_secs(10);
@@ -47,7 +48,9 @@ enum Bench {
         #[arg(long, default_value_t = 300)]
         seconds: u64,
     },
-    /// CPU (% of one core) and resident memory of every daemon.
+    /// CPU (% of one core) and resident memory of every daemon, beside
+    /// smokeping_prober pinging the same peers every 100 ms where it is
+    /// installed, and the series count of one node.
     Cost {
         #[arg(long, default_value_t = 7)]
         nodes: usize,
@@ -481,11 +484,8 @@ fn ticks_per_second() -> anyhow::Result<f64> {
 
 /// utime + stime of a process, in clock ticks.
 fn cpu_ticks(pid: u32) -> anyhow::Result<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let rest = stat.rsplit_once(") ").context("stat")?.1;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // rest starts at field 3: utime is field 14, stime 15.
-    Ok(fields[11].parse::<u64>()? + fields[12].parse::<u64>()?)
+    let stat = std::fs::read(format!("/proc/{pid}/stat"))?;
+    Ok(parse_stat(&stat)?.cpu_ticks)
 }
 
 /// A `/proc/PID/status` value in kB, as MB (10⁶ bytes).
@@ -500,6 +500,94 @@ fn status_mb(pid: u32, key: &str) -> anyhow::Result<f64> {
     Ok(kb * 1024.0 / 1e6)
 }
 
+/// Debian's `prometheus-smokeping-prober`, the pinger meshd's cost is
+/// compared with.
+const SMOKEPING_PROBER: &str = "prometheus-smokeping-prober";
+
+/// A smokeping_prober in every node's namespace, pinging the far end of
+/// each of its cables every 100 ms (ICMP, privileged): what a user would
+/// run instead of meshd to watch the same cables. Killed on drop.
+struct Pingers {
+    children: Vec<(&'static str, std::process::Child)>,
+}
+
+impl Pingers {
+    /// `None`, with the reason printed, where the prober is not installed.
+    #[allow(clippy::print_stdout)]
+    fn start(lab: &Lab) -> anyhow::Result<Option<Self>> {
+        let installed = std::env::var_os("PATH").is_some_and(|paths| {
+            std::env::split_paths(&paths).any(|dir| dir.join(SMOKEPING_PROBER).is_file())
+        });
+        if !installed {
+            println!(
+                "{SMOKEPING_PROBER} is not installed (Debian: apt-get install {SMOKEPING_PROBER}): meshd alone\n"
+            );
+            return Ok(None);
+        }
+        // The package's own config pings localhost: none of that here.
+        let config = lab.state_dir().join("smokeping_prober.yml");
+        std::fs::write(&config, "targets: []\n")?;
+        let mut pingers = Self {
+            children: Vec::new(),
+        };
+        for id in lab.ids() {
+            let peers: Vec<String> = lab
+                .plan
+                .cables
+                .iter()
+                .filter_map(|cable| cable.ends_from(id))
+                .map(|(_, far)| far.address.to_string())
+                .collect();
+            let log = std::fs::File::create(lab.state_dir().join(format!("smokeping-{id}.log")))?;
+            let child = std::process::Command::new("ip")
+                .args(["netns", "exec", lab.namespace(id)?, SMOKEPING_PROBER])
+                .arg(format!("--config.file={}", config.display()))
+                .args(["--privileged", "-i", "100ms", "--log.level=warn"])
+                .arg("--web.listen-address=127.0.0.1:9374")
+                .args(&peers)
+                .stdin(std::process::Stdio::null())
+                .stdout(log.try_clone()?)
+                .stderr(log)
+                .spawn()
+                .with_context(|| format!("starting {SMOKEPING_PROBER} in {id}"))?;
+            pingers.children.push((id, child));
+        }
+        Ok(Some(pingers))
+    }
+
+    /// `ip netns exec` execs the prober: the child's pid is the prober's.
+    fn pids(&self) -> Vec<(&'static str, u32)> {
+        self.children.iter().map(|(id, c)| (*id, c.id())).collect()
+    }
+}
+
+impl Drop for Pingers {
+    fn drop(&mut self) {
+        for (_, child) in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The series on node `id`'s `/metrics`, and the three biggest families.
+fn series_count(lab: &Lab, id: &str) -> anyhow::Result<(usize, Vec<(String, usize)>)> {
+    let body = fetch_metrics(lab, id)?;
+    let mut families: BTreeMap<String, usize> = BTreeMap::new();
+    for line in body
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let name = line.split(['{', ' ']).next().unwrap_or_default();
+        *families.entry(name.to_owned()).or_default() += 1;
+    }
+    let total = families.values().sum();
+    let mut biggest: Vec<(String, usize)> = families.into_iter().collect();
+    biggest.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    biggest.truncate(3);
+    Ok((total, biggest))
+}
+
 #[allow(clippy::print_stdout)]
 fn cost(nodes: usize, seconds: u64, warmup: u64) -> anyhow::Result<()> {
     let options = Options {
@@ -508,24 +596,31 @@ fn cost(nodes: usize, seconds: u64, warmup: u64) -> anyhow::Result<()> {
     };
     let mut lab = lab("cost", nodes, &options)?;
     let hz = ticks_per_second()?;
+    let pingers = Pingers::start(&lab)?;
     std::thread::sleep(Duration::from_secs(warmup));
     let mut pids = Vec::new();
     for id in lab.ids() {
         pids.push((id, lab.daemon_pid(id)?));
     }
+    let pinger_pids = pingers.as_ref().map(Pingers::pids).unwrap_or_default();
     let load_before = load_average();
     let t0 = Instant::now();
     let before: Vec<u64> = pids
         .iter()
         .map(|&(_, p)| cpu_ticks(p))
         .collect::<Result<_, _>>()?;
+    let pingers_before: Vec<u64> = pinger_pids
+        .iter()
+        .map(|&(_, p)| cpu_ticks(p))
+        .collect::<Result<_, _>>()?;
     std::thread::sleep(Duration::from_secs(seconds));
     let wall = t0.elapsed().as_secs_f64();
+    let percent = |ticks: u64| ticks as f64 / hz / wall * 100.0;
     println!("| node | CPU, % of one core | ticks | VmRSS | VmHWM |\n|---|---:|---:|---:|---:|");
     let (mut cpus, mut rsss) = (Vec::new(), Vec::new());
     for ((id, pid), start) in pids.iter().zip(before) {
         let ticks = cpu_ticks(*pid)? - start;
-        let cpu = ticks as f64 / hz / wall * 100.0;
+        let cpu = percent(ticks);
         let rss = status_mb(*pid, "VmRSS:")?;
         let hwm = status_mb(*pid, "VmHWM:")?;
         println!("| {id} | {cpu:.3} % | {ticks} | {rss:.1} MB | {hwm:.1} MB |");
@@ -540,6 +635,31 @@ fn cost(nodes: usize, seconds: u64, warmup: u64) -> anyhow::Result<()> {
         load_before,
         load_average(),
     );
+    if !pinger_pids.is_empty() {
+        println!(
+            "\n| node | meshd | {SMOKEPING_PROBER} -i 100ms | meshd / prober |\n|---|---:|---:|---:|"
+        );
+        let mut pinger_cpus = Vec::new();
+        for (((id, pid), start), meshd) in pinger_pids.iter().zip(pingers_before).zip(&cpus) {
+            let cpu = percent(cpu_ticks(*pid)? - start);
+            println!("| {id} | {meshd:.3} % | {cpu:.3} % | {:.2} |", meshd / cpu);
+            pinger_cpus.push(cpu);
+        }
+        let pinger_mean = pinger_cpus.iter().sum::<f64>() / pinger_cpus.len() as f64;
+        println!(
+            "\nmean: meshd {mean:.3} %, {SMOKEPING_PROBER} {pinger_mean:.3} %, ratio {:.2}",
+            mean / pinger_mean
+        );
+    }
+    drop(pingers);
+    if let Some(first) = lab.ids().first().copied() {
+        let (total, biggest) = series_count(&lab, first)?;
+        let biggest: Vec<String> = biggest.iter().map(|(f, n)| format!("{f} {n}")).collect();
+        println!(
+            "\nseries on {first}'s /metrics: {total} (biggest families: {})",
+            biggest.join(", ")
+        );
+    }
     lab.teardown()?;
     Ok(())
 }

@@ -3,7 +3,8 @@
 //! read through a [`Source`] so that a bundle directory replays them. Where
 //! the read-only verbs library ([`crate::verbs`]) works, the RDMA ports'
 //! facts are its own, checked against sysfs ([`verbs_check`]); sysfs pairs
-//! ports with interfaces and is the fallback.
+//! ports with interfaces and is the fallback. The CPU watcher's process
+//! table ([`procs`]) is read every second straight from `/proc`, not as facts.
 
 pub mod addresses;
 pub mod boot;
@@ -11,6 +12,7 @@ pub mod counters;
 pub mod infiniband;
 pub mod memory;
 pub mod net;
+pub mod procs;
 pub mod pstore;
 pub mod values;
 pub mod verbs_check;
