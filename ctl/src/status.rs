@@ -748,7 +748,7 @@ mod tests {
             state: LinkState::Degraded,
             evidence: vec![
                 "studio-01: 12% of MTU-sized probes lost over 10s (12 of 100)".into(),
-                "studio-02: RTT p99 4.2ms against a baseline of 85µs".into(),
+                "studio-02: RTT p90 4.2ms (p99 5.1ms) against a baseline p99 of 85µs".into(),
             ],
             fix: Some(
                 "give both ends of studio-01/en2 <-> studio-02/en3 the same MTU \

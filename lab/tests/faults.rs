@@ -426,3 +426,91 @@ fn a_meshd_restart_after_3_s_down_is_no_link_verdict() {
     );
     settle(&lab, "all up after the restart");
 }
+
+/// A stranger on the management network with no certificate: a TLS client
+/// that offers none, then writes a forged report stream, and a plain TCP
+/// client that writes garbage, at every node's mesh listener. Nothing
+/// answers them, and no node's view changes.
+#[test]
+fn forged_reports_from_the_management_network_change_nothing() {
+    if !common::can_run(&["python3"]) {
+        return;
+    }
+    let _serial = meshd_test_lock::exclusive();
+    let lab = four_nodes(false);
+    let before: Vec<(String, String)> = ALL
+        .iter()
+        .map(|id| {
+            let s = lab.status(id).expect("status");
+            (s.node.clone(), s.incarnation.clone())
+        })
+        .collect();
+    // Offers no certificate, writes the HTTP/2 preface and a forged
+    // headers frame for the Peer stream, and says what came back.
+    const STRANGER: &str = r#"
+import socket, ssl, sys
+host, port = sys.argv[1], int(sys.argv[2])
+forged = (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+          + b"\x00\x00\x10\x01\x05\x00\x00\x00\x01" + b"/meshd.v1.Peer/S")
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+ctx.check_hostname = False
+ctx.verify_mode = ssl.CERT_NONE
+ctx.set_alpn_protocols(["h2"])
+try:
+    with ctx.wrap_socket(socket.create_connection((host, port), timeout=5)) as tls:
+        tls.sendall(forged)
+        got = tls.recv(4096)
+        print("tls: answered %d bytes" % len(got) if got else "tls: closed")
+except (ssl.SSLError, OSError) as e:
+    print("tls: refused: %s" % e)
+try:
+    with socket.create_connection((host, port), timeout=5) as plain:
+        plain.sendall(forged + bytes(range(256)) * 64)
+        got = plain.recv(4096)
+        # A TLS alert record (type 21) is the listener refusing to talk.
+        if got[:1] == b"\x15":
+            print("plain: refused: a TLS alert")
+        else:
+            print("plain: answered %d bytes" % len(got) if got else "plain: closed")
+except OSError as e:
+    print("plain: refused: %s" % e)
+"#;
+    let mgmt = lab.plan.mgmt_namespace();
+    for node in &lab.plan.nodes {
+        let mesh = node.mesh();
+        let (host, port) = mesh.rsplit_once(':').expect("host:port");
+        let out = meshd_lab::command::run(
+            "ip",
+            &[
+                "netns", "exec", &mgmt, "python3", "-c", STRANGER, host, port,
+            ],
+            Duration::from_secs(30),
+        )
+        .expect("the stranger runs");
+        for line in out.lines() {
+            assert!(
+                line.ends_with(": closed") || line.contains(": refused"),
+                "{}: a stranger got an answer: {out}",
+                node.id
+            );
+        }
+        assert_eq!(out.lines().count(), 2, "{out}");
+    }
+    // Every view stays whole, with the same daemons, for a while after.
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(10) {
+        for id in ALL {
+            let s = lab.status(id).expect("status");
+            assert!(s.all_up(), "{id} after the forgery: {}", s.summary());
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let after: Vec<(String, String)> = ALL
+        .iter()
+        .map(|id| {
+            let s = lab.status(id).expect("status");
+            (s.node.clone(), s.incarnation.clone())
+        })
+        .collect();
+    assert_eq!(before, after, "no daemon restarted");
+}

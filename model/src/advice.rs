@@ -107,7 +107,7 @@ impl Cause {
             Cause::MtuLoss
         } else if line.contains("probes lost over") {
             Cause::Loss
-        } else if line.contains("RTT p99 ") {
+        } else if line.contains("RTT p90 ") {
             Cause::Rtt
         } else if line.contains(": negotiated ") {
             Cause::Speed

@@ -285,11 +285,10 @@ fn stalled_probes(w: &LossWindow, excuse: Duration) -> u64 {
     (during as u64).saturating_add(1)
 }
 
-/// Whether the RTT p99 is far above the link's own baseline, by more than
-/// `excuse` (a late end answers that much later) explains, and the rise
-/// shows in the bulk too: a tenth of the probes (p90) above the baseline's
-/// p99. A busy host answers a few probes late now and then, which moves
-/// only the tail; a slow cable slows them all, or many.
+/// Whether a tenth of the probes (the RTT p90) are far above the link's own
+/// baseline p99, by more than `excuse` (a late end answers that much later)
+/// explains. A busy host answers a few probes late now and then, which
+/// moves only the tail (p99); a slow cable slows them all, or many.
 fn slow(rtt: &RttSummary, rules: &LinkRules, excuse: Duration) -> bool {
     if rtt.samples < MIN_RTT_SAMPLES || rtt.baseline_p99.is_zero() {
         return false;
@@ -301,7 +300,7 @@ fn slow(rtt: &RttSummary, rules: &LinkRules, excuse: Duration) -> bool {
     } else {
         excuse
     };
-    rtt.p99 > by_factor.max(by_floor).saturating_add(excused) && rtt.p90 > rtt.baseline_p99
+    rtt.p90 > by_factor.max(by_floor).saturating_add(excused)
 }
 
 fn slow_cable(o: &LinkObservation) -> Option<(u64, u64)> {
@@ -347,9 +346,9 @@ fn degradation(
     }
     if timing_counts && !end.rtt_shared && slow(&o.rtt, rules, end.excuse) {
         evidence.push(format!(
-            "{node}: RTT p99 {} (p90 {}) against a baseline of {}",
-            fmt_duration(o.rtt.p99),
+            "{node}: RTT p90 {} (p99 {}) against a baseline p99 of {}",
             fmt_duration(o.rtt.p90),
+            fmt_duration(o.rtt.p99),
             fmt_duration(o.rtt.baseline_p99)
         ));
     }
@@ -927,7 +926,7 @@ mod tests {
         assert_eq!(verdict.state, LinkState::Degraded);
         assert_eq!(
             verdict.evidence,
-            ["a: RTT p99 3.0ms (p90 2.0ms) against a baseline of 100µs"]
+            ["a: RTT p90 2.0ms (p99 3.0ms) against a baseline p99 of 100µs"]
         );
     }
 
@@ -935,7 +934,8 @@ mod tests {
     fn small_rtt_rises_are_jitter_not_degradation() {
         let a = LinkObservation {
             rtt: RttSummary {
-                p99: Duration::from_micros(900),
+                p90: Duration::from_micros(900),
+                p99: Duration::from_micros(950),
                 ..healthy().rtt
             },
             ..healthy()

@@ -820,7 +820,7 @@ mod tests {
             "{slow:?}"
         );
         assert!(
-            slow.evidence.iter().any(|e| e.contains("RTT p99 5.0ms")),
+            slow.evidence.iter().any(|e| e.contains("RTT p90 4.0ms")),
             "{slow:?}"
         );
 
