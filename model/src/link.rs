@@ -264,19 +264,19 @@ fn lossy<'w>(
     excuse: Duration,
 ) -> Option<(&'w LossWindow, u64)> {
     let w = windows.iter().find(|w| w.window == MEDIUM_WINDOW)?;
-    let lost = w.lost.saturating_sub(stalled_probes(w, excuse));
-    let ratio = if w.sent == 0 {
-        0.0
-    } else {
-        lost as f64 / w.sent as f64
+    let counted = LossWindow {
+        lost: w.lost.saturating_sub(stalled_probes(w, excuse)),
+        ..*w
     };
-    (lost >= MIN_LOST_FOR_DEGRADED && ratio >= rules.loss_degraded).then_some((w, lost))
+    (counted.lost >= MIN_LOST_FOR_DEGRADED && counted.ratio() >= rules.loss_degraded)
+        .then_some((w, counted.lost))
 }
 
 /// The probes of window `w` an end late by `excuse` can have left
-/// unanswered: those sent while it stalled, and the one in flight.
+/// unanswered: those sent while it stalled, and the one in flight. An
+/// excuse is zero or at least `LATE` ([`LateMemory`] keeps no less).
 fn stalled_probes(w: &LossWindow, excuse: Duration) -> u64 {
-    if excuse < LATE || w.sent == 0 {
+    if excuse.is_zero() || w.sent == 0 {
         return 0;
     }
     let period = w.window.as_secs_f64() / w.sent as f64;
@@ -295,12 +295,7 @@ fn slow(rtt: &RttSummary, rules: &LinkRules, excuse: Duration) -> bool {
     }
     let by_factor = rtt.baseline_p99.mul_f64(rules.rtt_p99_factor);
     let by_floor = rtt.baseline_p99.saturating_add(rules.rtt_min_increase);
-    let excused = if excuse < LATE {
-        Duration::ZERO
-    } else {
-        excuse
-    };
-    rtt.p90 > by_factor.max(by_floor).saturating_add(excused)
+    rtt.p90 > by_factor.max(by_floor).saturating_add(excuse)
 }
 
 fn slow_cable(o: &LinkObservation) -> Option<(u64, u64)> {
