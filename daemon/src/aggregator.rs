@@ -29,6 +29,7 @@ use tokio::sync::{Notify, broadcast, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, settings};
+use crate::probe::rdma::{RdmaEnds, RdmaProbes};
 use crate::probe::{ProbeSnapshot, Probes};
 use crate::watch::facts::{FactsFeed, PortCounters};
 use meshd_model::boot::{self, BootView};
@@ -228,6 +229,8 @@ pub struct Feeds {
     /// Pinged by the intake when the book changed in a way the engine judges.
     pub book_changed: Arc<Notify>,
     pub probes: Probes,
+    /// The opt-in active RDMA probe of each cable.
+    pub rdma: RdmaProbes,
     pub load: watch::Receiver<NodeLoad>,
     /// One per local watcher: the alarms it currently holds active.
     pub local_alarms: Vec<watch::Receiver<Vec<Alarm>>>,
@@ -245,6 +248,7 @@ pub struct Aggregator {
     configured: BTreeSet<NodeId>,
     feeds: Feeds,
     probe_snapshot: watch::Receiver<Arc<ProbeSnapshot>>,
+    rdma_ends: watch::Receiver<RdmaEnds>,
     replies: mpsc::Receiver<ReplyIn>,
     status: watch::Sender<Arc<MeshStatus>>,
     events: broadcast::Sender<Event>,
@@ -284,11 +288,13 @@ impl Aggregator {
         let (updates, _) = broadcast::channel(UPDATE_BUFFER);
         let (replies_tx, replies) = mpsc::channel(UPDATE_BUFFER);
         let probe_snapshot = feeds.probes.subscribe();
+        let rdma_ends = feeds.rdma.subscribe();
         let mut aggregator = Self {
             core,
             configured: config.members().into_iter().collect(),
             feeds,
             probe_snapshot,
+            rdma_ends,
             replies,
             status,
             events,
@@ -344,6 +350,11 @@ impl Aggregator {
                         break;
                     }
                 }
+                changed = self.rdma_ends.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                }
                 () = book_changed.notified() => {}
                 () = alarm_changed => {}
                 changed = self.feeds.facts.changed() => {
@@ -371,6 +382,7 @@ impl Aggregator {
         // tasks ends); the probe task's sockets close before this returns.
         shutdown.cancel();
         self.feeds.probes.stopped().await;
+        self.feeds.rdma.stopped().await;
         tracing::debug!("aggregator stopped");
     }
 
@@ -413,6 +425,10 @@ impl Aggregator {
             settings::probed_links(config, &identity),
             settings::prober(config),
         );
+        self.feeds.rdma.apply(
+            settings::expected_links(config, &identity),
+            settings::rdma_prober(config),
+        );
         self.feeds
             .book
             .lock()
@@ -450,6 +466,7 @@ impl Aggregator {
             (book.views(moment.now), book.rejected().clone())
         };
         let probes = self.probe_snapshot.borrow_and_update().clone();
+        let rdma = self.rdma_ends.borrow_and_update().clone();
         let facts = self.feeds.facts.borrow().clone();
         let counters = self.feeds.port_counters.borrow().clone();
         let load = *self.feeds.load.borrow();
@@ -466,6 +483,7 @@ impl Aggregator {
         let decision = self.core.look(Look {
             moment,
             probes: &probes.links,
+            rdma: &rdma,
             peers: peers.clone(),
             facts: facts.as_ref(),
             counters: &counters,

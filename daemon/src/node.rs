@@ -23,6 +23,7 @@ use crate::config::{Config, settings};
 use crate::grpc::{self, MeshService, PeerService, ReadOnly, TopologyService};
 use crate::metrics::Metrics;
 use crate::probe::Probes;
+use crate::probe::rdma::RdmaProbes;
 use crate::transport::cables::{CableEnd, CableListeners, label};
 use crate::transport::streams::{Route, Streams};
 use crate::transport::tls::{self, MeshTls, TlsError};
@@ -182,6 +183,12 @@ impl RunningNode {
             metrics.clone(),
             shutdown.clone(),
         );
+        let rdma = RdmaProbes::start(
+            settings::expected_links(config, &identity.id),
+            settings::rdma_prober(config),
+            book.clone(),
+            shutdown.clone(),
+        );
         let facts_watch = facts::spawn(
             identity.id.clone(),
             configs.subscribe(),
@@ -220,6 +227,7 @@ impl RunningNode {
             book: book.clone(),
             book_changed: book_changed.clone(),
             probes,
+            rdma,
             load: load::spawn(config.thresholds.cpu_saturated, shutdown.clone()),
             local_alarms: vec![
                 bridge_alarms,

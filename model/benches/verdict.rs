@@ -111,6 +111,7 @@ fn observation(from: usize, to: usize, cut: bool, at: SystemTime) -> LinkObserva
         consecutive_lost: if cut { 20 } else { 0 },
         lateness: Duration::ZERO,
         rdma_probe: None,
+        rdma_endpoint: None,
     }
 }
 

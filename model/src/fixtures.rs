@@ -102,5 +102,6 @@ pub fn healthy_observation(from: &str, to: &str) -> LinkObservation {
         consecutive_lost: 0,
         lateness: Duration::ZERO,
         rdma_probe: None,
+        rdma_endpoint: None,
     }
 }

@@ -23,6 +23,7 @@ pub mod orphans;
 pub mod outbox;
 pub mod peers;
 pub mod quorum;
+pub mod rdma;
 pub mod stall;
 pub mod time;
 pub mod topology;

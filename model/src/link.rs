@@ -362,14 +362,18 @@ fn degradation(
     }
     // Reached only while IP probes get through (a link silent on both ends
     // is down before this): the RDMA path fails on its own.
-    if let Some(rdma) = &o.rdma_probe
-        && rdma.consecutive_failures >= RDMA_PROBE_FAILURES_FOR_DEGRADED
-    {
+    if let Some(failures) = rdma_probe_failing(o) {
         evidence.push(format!(
-            "{node}: RDMA probes fail ({} in a row) while IP probes get through",
-            rdma.consecutive_failures
+            "{node}: RDMA probes fail ({failures} in a row) while IP probes get through"
         ));
     }
+}
+
+/// The RDMA probe's failures in a row, when they are enough to speak of.
+fn rdma_probe_failing(o: &LinkObservation) -> Option<u32> {
+    o.rdma_probe
+        .map(|rdma| rdma.consecutive_failures)
+        .filter(|failures| *failures >= RDMA_PROBE_FAILURES_FOR_DEGRADED)
 }
 
 /// What one end's observation says of the link, in the terms the verdict
@@ -385,6 +389,10 @@ pub struct EndClass {
     pub slow: bool,
     pub slow_cable: bool,
     pub rdma_down: bool,
+    pub rdma_probe_failing: bool,
+    /// Not a verdict term, but the peer's RDMA probe connects to it: a new
+    /// queue pair must reach the peer at once.
+    pub rdma_endpoint: Option<meshd_proto::domain::RdmaEndpoint>,
     pub late: bool,
     pub interface_state: meshd_proto::domain::InterfaceState,
     pub gid_matches_address: Option<bool>,
@@ -401,6 +409,8 @@ impl EndClass {
             slow: slow(&o.rtt, rules, Duration::ZERO),
             slow_cable: slow_cable(o).is_some(),
             rdma_down: rdma_down(o),
+            rdma_probe_failing: rdma_probe_failing(o).is_some(),
+            rdma_endpoint: o.rdma_endpoint,
             late: EndView::ran_late(o),
             interface_state: o.interface_state,
             gid_matches_address: o.gid_matches_address,

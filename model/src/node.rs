@@ -22,6 +22,7 @@ use crate::linkstats::ProbeStats;
 use crate::observation::link_observation;
 use crate::outbox::{Outbox, OutboxSettings, Snapshot};
 use crate::peers::PeerView;
+use crate::rdma::RdmaProbeEnd;
 use crate::time::Moment;
 use crate::verdict::{Engine, EngineSettings, ExpectedLink, LocalObservation, MeshInputs};
 
@@ -38,6 +39,9 @@ pub struct Look<'a> {
     /// Each configured link's probe statistics, by the far end's node; a
     /// link whose prober does not run yet has none.
     pub probes: &'a BTreeMap<NodeId, ProbeStats>,
+    /// Each link's active RDMA probe, by the far end's node; none when the
+    /// probe is off.
+    pub rdma: &'a BTreeMap<NodeId, RdmaProbeEnd>,
     /// What the book holds of each peer.
     pub peers: BTreeMap<NodeId, PeerView>,
     pub facts: Option<&'a Arc<NodeFacts>>,
@@ -153,6 +157,7 @@ impl NodeCore {
                     observation: link_observation(
                         link,
                         probes,
+                        look.rdma.get(&link.remote.node),
                         look.facts.map(Arc::as_ref),
                         look.counters,
                         moment,

@@ -12,14 +12,17 @@ use meshd_proto::domain::{Counter, InterfaceState, LinkObservation, RdmaPortStat
 use meshd_proto::facts::{NodeFacts, PortFact};
 
 use crate::linkstats::ProbeStats;
+use crate::rdma::RdmaProbeEnd;
 use crate::time::Moment;
 use crate::verdict::ExpectedLink;
 
-/// The observation of `link` from its probe statistics and, when known,
-/// this node's platform facts and its ports' error counters (by port name).
+/// The observation of `link` from its probe statistics, its RDMA probe's
+/// and, when known, this node's platform facts and its ports' error
+/// counters (by port name).
 pub fn link_observation(
     link: &ExpectedLink,
     probes: &ProbeStats,
+    rdma: Option<&RdmaProbeEnd>,
     facts: Option<&NodeFacts>,
     counters: &BTreeMap<String, Vec<Counter>>,
     moment: Moment,
@@ -43,8 +46,8 @@ pub fn link_observation(
         silence: probes.silence,
         consecutive_lost: probes.consecutive_lost,
         lateness: probes.lateness,
-        // The active RDMA probe is not wired into the daemon yet.
-        rdma_probe: None,
+        rdma_probe: rdma.and_then(|r| r.probe),
+        rdma_endpoint: rdma.and_then(|r| r.endpoint),
     };
     if let Some(facts) = facts {
         add_port_facts(&mut observation, facts, counters);
@@ -248,7 +251,7 @@ mod tests {
         };
 
         // Without facts the platform fields stay unknown.
-        let bare = link_observation(&link, &probes, None, &BTreeMap::new(), moment);
+        let bare = link_observation(&link, &probes, None, None, &BTreeMap::new(), moment);
         assert_eq!(bare.interface_state, InterfaceState::Unknown);
         assert_eq!(bare.rdma_port_state, RdmaPortState::None);
         assert_eq!(bare.negotiated_speed_bps, None);
@@ -271,7 +274,7 @@ mod tests {
             )],
             ..NodeFacts::default()
         };
-        let full = link_observation(&link, &probes, Some(&facts), &BTreeMap::new(), moment);
+        let full = link_observation(&link, &probes, None, Some(&facts), &BTreeMap::new(), moment);
         assert_eq!(full.interface_state, InterfaceState::Up);
         assert_eq!(full.rdma_port_state, RdmaPortState::Active);
         assert_eq!(full.negotiated_speed_bps, Some(80_000_000_000));

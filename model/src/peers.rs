@@ -569,6 +569,21 @@ impl PeerBook {
             .collect()
     }
 
+    /// The last report of `peer`, if it is heard now: one of its paths is
+    /// open and carried a message within `within`.
+    pub fn current_report(
+        &self,
+        peer: &NodeId,
+        now: Instant,
+        within: Duration,
+    ) -> Option<Arc<PeerReport>> {
+        let p = self.peers.get(peer)?;
+        p.paths
+            .values()
+            .any(|path| path.open && now.saturating_duration_since(path.last_message) < within)
+            .then(|| p.report.clone())
+    }
+
     pub fn rejected(&self) -> &BTreeMap<RejectReason, u64> {
         &self.rejected
     }
@@ -679,10 +694,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_sequence_beyond_what_a_sender_can_count_is_refused_and_the_real_ones_go_on() {
-        let t0 = crate::fixtures::epoch();
-        let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    /// b's stream on the management path, opened at `t0`.
+    fn book_with_b(t0: Instant, wall: SystemTime) -> (PeerBook, StreamId) {
         let started = wall - Duration::from_secs(60);
         let mut book = PeerBook::new(id("a"), [id("a"), id("b")].into(), Duration::from_secs(3));
         let open = StreamOpen {
@@ -713,6 +726,35 @@ mod tests {
                 wall,
             )
             .expect("opens");
+        (book, stream)
+    }
+
+    #[test]
+    fn a_report_is_current_only_while_a_path_is_open_and_recent() {
+        let t0 = crate::fixtures::epoch();
+        let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let (mut book, stream) = book_with_b(t0, wall);
+        let within = Duration::from_secs(3);
+        book.update(stream, update(10, true, wall), t0, wall);
+        let current = book.current_report(&id("b"), t0 + Duration::from_secs(1), within);
+        assert_eq!(current.map(|r| r.sequence), Some(10));
+        assert!(
+            book.current_report(&id("b"), t0 + within, within).is_none(),
+            "silent for too long"
+        );
+        assert!(book.current_report(&id("c"), t0, within).is_none());
+        book.close(stream);
+        assert!(
+            book.current_report(&id("b"), t0, within).is_none(),
+            "its only path closed"
+        );
+    }
+
+    #[test]
+    fn a_sequence_beyond_what_a_sender_can_count_is_refused_and_the_real_ones_go_on() {
+        let t0 = crate::fixtures::epoch();
+        let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let (mut book, stream) = book_with_b(t0, wall);
         // A minute into its run, b has counted a few hundred updates.
         let first = book.update(stream, update(500, true, wall), t0, wall);
         assert_eq!(first.refusal, None);

@@ -630,6 +630,22 @@ pub struct LinkObservation {
     /// The opt-in active RDMA probe over this cable; `None` when it is off,
     /// paused, or has not reached the peer's queue pair yet.
     pub rdma_probe: Option<RdmaProbe>,
+    /// This end's queue pair of the RDMA probe, for the peer to connect to;
+    /// `None` while the probe is off, paused, or cannot open the device.
+    pub rdma_endpoint: Option<RdmaEndpoint>,
+}
+
+/// One end's queue pair of the RDMA probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RdmaEndpoint {
+    /// Queue pair number (24 bits).
+    pub qpn: u32,
+    /// First packet sequence number this end sends with (24 bits).
+    pub psn: u32,
+    /// The GID this end sends from: the IPv4-mapped address of its end.
+    pub gid: std::net::Ipv6Addr,
+    /// The peer's queue pair this one is connected to, once it is.
+    pub connected_qpn: Option<u32>,
 }
 
 /// What the active RDMA probe of one link measured: one queue pair

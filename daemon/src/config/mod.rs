@@ -335,6 +335,33 @@ pub struct ProbeConfig {
     #[serde(with = "humantime_serde")]
     pub timeout: Duration,
     pub port: u16,
+    /// The opt-in active RDMA probe: one queue pair per cable exchanging a
+    /// small message with the peer's once a second.
+    pub rdma: RdmaProbeMode,
+}
+
+/// When the active RDMA probe runs (`probe.rdma`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RdmaProbeMode {
+    /// Never: meshd only reads RDMA state (the default).
+    #[default]
+    Off,
+    /// Only while no other program holds queue pairs on the device (Linux,
+    /// from the kernel's RDMA resource tracking).
+    Idle,
+    /// Always, beside running jobs.
+    Always,
+}
+
+impl RdmaProbeMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Off => "off",
+            Self::Idle => "idle",
+            Self::Always => "always",
+        }
+    }
 }
 
 impl Default for ProbeConfig {
@@ -346,6 +373,7 @@ impl Default for ProbeConfig {
             mtu_payload_bytes: DEFAULT_MTU_PAYLOAD_BYTES,
             timeout: DEFAULT_PROBE_TIMEOUT,
             port: DEFAULT_PROBE_PORT,
+            rdma: RdmaProbeMode::Off,
         }
     }
 }

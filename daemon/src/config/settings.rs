@@ -22,6 +22,7 @@ use super::{
     BootWatchConfig, Config, CpuWatchConfig, JobWatchConfig, LinkConfig, MemoryWatchConfig,
     ProbeConfig,
 };
+use crate::probe::rdma::RdmaSettings;
 use crate::probe::{LinkPorts, ProbedLink, ProberSettings};
 
 /// A link's figures (RTT, loss) are sent to the peers at most this many
@@ -67,6 +68,14 @@ pub fn node(config: &Config) -> NodeSettings {
 /// at once: it missed its heartbeat.
 pub fn quiet_after(config: &Config) -> Duration {
     config.report.interval.saturating_mul(3) / 2
+}
+
+/// The active RDMA probe's mode and this OS's verbs library.
+pub fn rdma_prober(config: &Config) -> RdmaSettings {
+    RdmaSettings {
+        mode: config.probe.rdma,
+        library: meshd_platform::verbs::library_for(meshd_platform::this_os()),
+    }
 }
 
 /// The cables this node is configured to have.

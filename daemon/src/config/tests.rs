@@ -216,7 +216,7 @@ fn unknown_keys_are_named_with_their_line() {
         lines("[probe]\nport = 7421\nintervl = \"1s\"\n"),
         [
             "meshd.toml:3: probe.intervl: unknown key `intervl`, expected one of `interval`, \
-             `payload_bytes`, `mtu_interval`, `mtu_payload_bytes`, `timeout`, `port`"
+             `payload_bytes`, `mtu_interval`, `mtu_payload_bytes`, `timeout`, `port`, `rdma`"
         ]
     );
     let ds = diagnostics("# c\n\n[nodes]\nid = \"x\"\n");
@@ -1264,6 +1264,36 @@ fn the_largest_probe_depends_on_the_os() {
         config.validate_for(OsKind::Linux)[0].to_string(),
         "probe.mtu_payload_bytes: 65508 is out of range on linux; use probe.payload_bytes (64) \
          to 65507 (the largest UDP payload)"
+    );
+}
+
+/// The RDMA probe is off unless asked for; "idle" needs the kernel's
+/// resource tracking, which macOS does not offer.
+#[test]
+fn the_rdma_probe_is_opt_in_and_idle_is_refused_where_it_cannot_work() {
+    assert_eq!(
+        Config::embedded_default(HOST).probe.rdma,
+        RdmaProbeMode::Off
+    );
+    let always = parse("[probe]\nrdma = \"always\"\n").expect("always parses");
+    assert_eq!(always.probe.rdma, RdmaProbeMode::Always);
+    assert_eq!(always.validate_for(OsKind::Macos), vec![]);
+    assert_eq!(always.validate_for(OsKind::Linux), vec![]);
+    let idle = parse("[probe]\nrdma = \"idle\"\n").expect("idle parses");
+    assert_eq!(idle.validate_for(OsKind::Linux), vec![]);
+    let problems = idle.validate_for(OsKind::Macos);
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(
+        problems[0]
+            .to_string()
+            .starts_with("probe.rdma: \"idle\" cannot work on macOS"),
+        "{}",
+        problems[0]
+    );
+    assert_eq!(
+        lines("[probe]\nrdma = \"sometimes\"\n").len(),
+        1,
+        "an unknown mode is one error"
     );
 }
 

@@ -109,6 +109,12 @@ metrics! {
         "The speed this node's cable to `peer` should negotiate, in bytes per second (80 Gb/s, 1e10, for TB5 Mac-to-Mac), where known.";
     LINK_RDMA_PORT_STATE: "meshd_link_rdma_port_state", Gauge, ["peer", "iface", "state"], None,
         "1 for the RDMA port state of this node's cable to `peer` (state=none|down|init|armed|active|active_defer; none: no RDMA device paired); a state it left reads 0 for five minutes.";
+    LINK_RDMA_PROBE_RTT_SECONDS: "meshd_link_rdma_probe_rtt_seconds", Gauge, ["peer", "iface"], Some(Unit::Seconds),
+        "Round trip of the last answered active RDMA probe (probe.rdma) on this node's cable to `peer`; no series while the probe does not run or nothing was answered.";
+    LINK_RDMA_PROBES_TOTAL: "meshd_link_rdma_probes_total", Counter, ["peer", "iface"], None,
+        "Active RDMA probes sent on this node's cable to `peer`; no series while the probe does not run.";
+    LINK_RDMA_PROBE_FAILURES_TOTAL: "meshd_link_rdma_probe_failures_total", Counter, ["peer", "iface"], None,
+        "Active RDMA probes unanswered within 500 ms, or that could not be sent (queue pair or device not usable), on this node's cable to `peer`.";
     LINK_ERRORS_TOTAL: "meshd_link_errors_total", Counter, ["peer", "iface", "counter"], None,
         "Error counters of the interface or RDMA port of this node's cable to `peer`, by `counter` name (as the platform names them: symbol_error, link_downed, rx_errors, ...).";
     LINKS_EXPECTED: "meshd_links_expected", Gauge, [], None,

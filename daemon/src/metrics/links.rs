@@ -9,7 +9,7 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
-use meshd_proto::domain::{LinkObservation, RttSummary};
+use meshd_proto::domain::{LinkObservation, RdmaProbe, RttSummary};
 
 use super::catalogue::{self as c, MetricSpec};
 use super::exposition::{Exposition, Histogram, HistogramValues, Vanishing, as_f64};
@@ -145,6 +145,26 @@ fn write(
         .collect();
     let states = rdma_states.update(states, now);
     out.family(&c::LINK_RDMA_PORT_STATE).samples(&states);
+    type RdmaFigure = fn(&RdmaProbe) -> Option<f64>;
+    let rdma_figures: [(&MetricSpec, RdmaFigure); 3] = [
+        (&c::LINK_RDMA_PROBE_RTT_SECONDS, |p| {
+            p.last_rtt.map(|rtt| rtt.as_secs_f64())
+        }),
+        (&c::LINK_RDMA_PROBES_TOTAL, |p| {
+            Some(as_f64(p.probes_sent_total))
+        }),
+        (&c::LINK_RDMA_PROBE_FAILURES_TOTAL, |p| {
+            Some(as_f64(p.probes_failed_total))
+        }),
+    ];
+    for (spec, figure) in rdma_figures {
+        let mut family = out.family(spec);
+        for (o, end) in each() {
+            if let Some(value) = o.rdma_probe.as_ref().and_then(figure) {
+                family.sample(&end, value);
+            }
+        }
+    }
     // Totals since meshd started watching the port (the platform
     // accumulates the hardware deltas).
     let mut family = out.family(&c::LINK_ERRORS_TOTAL);

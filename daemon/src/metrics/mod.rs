@@ -119,7 +119,7 @@ mod tests {
 
     use meshd_proto::domain::{
         Counter, Incarnation, InterfaceState, LinkEnd, LinkObservation, NodeId, RdmaPortState,
-        RttHistogram, RttSummary,
+        RdmaProbe, RttHistogram, RttSummary,
     };
 
     use super::*;
@@ -198,7 +198,14 @@ mod tests {
             silence: Duration::ZERO,
             consecutive_lost: 0,
             lateness: Duration::ZERO,
-            rdma_probe: None,
+            rdma_probe: Some(RdmaProbe {
+                last_rtt: Some(Duration::from_micros(40)),
+                consecutive_failures: 1,
+                last_ok_at: None,
+                probes_sent_total: 60,
+                probes_failed_total: 2,
+            }),
+            rdma_endpoint: None,
         };
         let published = Published {
             links: vec![observation],
@@ -220,6 +227,9 @@ mod tests {
             "meshd_link_rtt_seconds_count{peer=\"b\",iface=\"en2\"} 9",
             "meshd_link_rtt_seconds_sum{peer=\"b\",iface=\"en2\"} 0.00575",
             "meshd_link_last_reply_timestamp_seconds{peer=\"b\",iface=\"en2\"} 1800000000.25",
+            "meshd_link_rdma_probe_rtt_seconds{peer=\"b\",iface=\"en2\"} 0.00004",
+            "meshd_link_rdma_probes_total{peer=\"b\",iface=\"en2\"} 60",
+            "meshd_link_rdma_probe_failures_total{peer=\"b\",iface=\"en2\"} 2",
         ] {
             assert!(text.contains(line), "{line} missing in:\n{text}");
         }

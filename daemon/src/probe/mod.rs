@@ -7,6 +7,7 @@
 mod engine;
 pub mod packet;
 pub mod pin;
+pub mod rdma;
 pub mod responder;
 mod stamp;
 

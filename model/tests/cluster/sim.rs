@@ -1448,6 +1448,7 @@ impl Sim {
         let decision = d.core.look(Look {
             moment,
             probes: &d.snapshot,
+            rdma: &BTreeMap::new(),
             peers: d.book.views(moment.now),
             facts: None,
             counters: &counters,

@@ -14,6 +14,7 @@ pub mod memory;
 pub mod net;
 pub mod procs;
 pub mod pstore;
+pub mod queue_pairs;
 pub mod values;
 pub mod verbs_check;
 

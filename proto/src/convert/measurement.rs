@@ -1,6 +1,7 @@
 //! Link measurements: RTT summaries and histograms, loss windows, counters,
 //! one end's link observation, and the per-end figures a link is judged on.
 
+use std::net::Ipv6Addr;
 use std::time::Duration;
 
 use super::{
@@ -9,8 +10,8 @@ use super::{
     timestamp,
 };
 use crate::domain::{
-    Counter, LinkEnd, LinkMeasurement, LinkObservation, LossWindow, RdmaProbe, RttHistogram,
-    RttSummary,
+    Counter, LinkEnd, LinkMeasurement, LinkObservation, LossWindow, RdmaEndpoint, RdmaProbe,
+    RttHistogram, RttSummary,
 };
 use crate::wire;
 
@@ -156,7 +157,58 @@ impl From<LinkObservation> for wire::LinkObservation {
                 probes_sent_total: p.probes_sent_total,
                 probes_failed_total: p.probes_failed_total,
             }),
+            rdma_endpoint: o.rdma_endpoint.map(Into::into),
         }
+    }
+}
+
+impl From<RdmaEndpoint> for wire::RdmaEndpoint {
+    fn from(e: RdmaEndpoint) -> Self {
+        Self {
+            qpn: e.qpn,
+            psn: e.psn,
+            gid: e.gid.octets().to_vec(),
+            connected_qpn: e.connected_qpn.unwrap_or(0),
+        }
+    }
+}
+
+/// Queue pair and packet sequence numbers are 24 bits wide.
+const MAX_QP_NUMBER: u32 = 0x00FF_FFFF;
+
+fn qp_number(field: &str, value: u32) -> Result<u32> {
+    if value > MAX_QP_NUMBER {
+        return Err(WireError::new(
+            field,
+            format!("{value} does not fit in 24 bits"),
+        ));
+    }
+    Ok(value)
+}
+
+impl TryFrom<wire::RdmaEndpoint> for RdmaEndpoint {
+    type Error = WireError;
+    fn try_from(e: wire::RdmaEndpoint) -> Result<Self> {
+        let gid: [u8; 16] =
+            e.gid.as_slice().try_into().map_err(|_| {
+                WireError::new("gid", format!("{} bytes, a GID has 16", e.gid.len()))
+            })?;
+        // Queue pairs 0 and 1 are the management ones (SMI, GSI): no
+        // program's queue pair has either number.
+        let qpn = qp_number("qpn", e.qpn)?;
+        if qpn < 2 {
+            return Err(WireError::new(
+                "qpn",
+                format!("{qpn} is a reserved queue pair"),
+            ));
+        }
+        let connected = qp_number("connected_qpn", e.connected_qpn)?;
+        Ok(Self {
+            qpn,
+            psn: qp_number("psn", e.psn)?,
+            gid: Ipv6Addr::from(gid),
+            connected_qpn: (connected != 0).then_some(connected),
+        })
     }
 }
 
@@ -201,6 +253,11 @@ impl TryFrom<wire::LinkObservation> for LinkObservation {
                 })
                 .transpose()
                 .map_err(|e| e.within("rdma_probe"))?,
+            rdma_endpoint: o
+                .rdma_endpoint
+                .map(RdmaEndpoint::try_from)
+                .transpose()
+                .map_err(|e| e.within("rdma_endpoint"))?,
         })
     }
 }

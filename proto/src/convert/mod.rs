@@ -257,8 +257,8 @@ mod tests {
     use crate::domain::{
         Alarm, ClockOffset, ClockSample, Counter, Event, EventDetail, Incarnation, LinkEnd,
         LinkMeasurement, LinkObservation, LinkVerdict, LossWindow, MeshStatus, NodeIdentity,
-        NodeLoad, NodeVerdict, PeerReply, Quorum, RdmaProbe, Refusal, ReportUpdate, RttHistogram,
-        RttSummary, StreamOpen,
+        NodeLoad, NodeVerdict, PeerReply, Quorum, RdmaEndpoint, RdmaProbe, Refusal, ReportUpdate,
+        RttHistogram, RttSummary, StreamOpen,
     };
     use crate::facts::{
         BootIdentity, BridgeFact, Cable, CableEnd, CheckResult, FirewallFact, FirewallRule, Gid,
@@ -778,6 +778,12 @@ mod tests {
                     probes_sent_total: 60,
                     probes_failed_total: 2,
                 }),
+                rdma_endpoint: Some(RdmaEndpoint {
+                    qpn: 0x11,
+                    psn: 0x00AB_CDEF,
+                    gid: "::ffff:10.0.0.1".parse().unwrap(),
+                    connected_qpn: Some(0x12),
+                }),
             }],
             removed_links: vec![status.links[0].b.clone()],
             alarms: Some(status.alarms.clone()),
@@ -823,6 +829,31 @@ mod tests {
             ..sample_update()
         };
         assert_eq!(update_from_wire(delta.clone().into(), &BOUNDS), Ok(delta));
+    }
+
+    #[test]
+    fn a_bad_rdma_endpoint_is_refused_by_field() {
+        let bad = |change: fn(&mut wire::RdmaEndpoint)| {
+            let mut wire: wire::ReportUpdate = sample_update().into();
+            change(wire.links[0].rdma_endpoint.as_mut().expect("endpoint"));
+            update_from_wire(wire, &BOUNDS).expect_err("refused")
+        };
+        let err = bad(|e| e.gid = vec![0; 4]);
+        assert_eq!(
+            err.to_string(),
+            "links[0].rdma_endpoint.gid: 4 bytes, a GID has 16"
+        );
+        let err = bad(|e| e.qpn = 1 << 24);
+        assert_eq!(err.field, "links[0].rdma_endpoint.qpn");
+        let err = bad(|e| e.qpn = 1);
+        assert_eq!(
+            err.to_string(),
+            "links[0].rdma_endpoint.qpn: 1 is a reserved queue pair"
+        );
+        let err = bad(|e| e.connected_qpn = u32::MAX);
+        assert_eq!(err.field, "links[0].rdma_endpoint.connected_qpn");
+        let err = bad(|e| e.psn = 1 << 24);
+        assert_eq!(err.field, "links[0].rdma_endpoint.psn");
     }
 
     #[test]

@@ -3,8 +3,8 @@
 
 use meshd_proto::facts::OsKind;
 
-use super::super::Config;
 use super::super::error::Problem;
+use super::super::{Config, RdmaProbeMode};
 use super::{
     MAX_MACOS_UDP_PAYLOAD_BYTES, MAX_PROBE_PAYLOAD_BYTES, MAX_STALE_AFTER, MAX_UDP_PAYLOAD_BYTES,
     MTU_INTERVAL_RANGE, PROBE_HEADER_BYTES, PROBE_INTERVAL_RANGE, PROBE_TIMEOUT_RANGE,
@@ -24,6 +24,7 @@ fn max_udp_payload(os: OsKind) -> (u32, &'static str) {
 
 pub(super) fn check_probe(c: &Config, os: OsKind, p: &mut Vec<Problem>) {
     let probe = &c.probe;
+    check_rdma_probe(probe.rdma, os, p);
     check_duration(p, "probe.interval", probe.interval, PROBE_INTERVAL_RANGE);
     check_duration(p, "probe.timeout", probe.timeout, PROBE_TIMEOUT_RANGE);
     check_duration(
@@ -79,5 +80,22 @@ pub(super) fn check_report(c: &Config, p: &mut Vec<Problem>) {
                 fmt_duration(MAX_STALE_AFTER),
             ),
         ));
+    }
+}
+
+fn check_rdma_probe(mode: RdmaProbeMode, os: OsKind, p: &mut Vec<Problem>) {
+    match (mode, os) {
+        (RdmaProbeMode::Off, _) | (RdmaProbeMode::Always, OsKind::Linux | OsKind::Macos) => {}
+        (RdmaProbeMode::Idle, OsKind::Macos) => p.push(Problem::new(
+            "probe.rdma",
+            "\"idle\" cannot work on macOS: it probes only while no other program holds \
+             queue pairs, and macOS does not tell which programs hold them; use \"always\" \
+             (probes beside running jobs, one small message a second per cable) or \"off\"",
+        )),
+        (RdmaProbeMode::Idle, OsKind::Linux) => {}
+        (RdmaProbeMode::Idle | RdmaProbeMode::Always, OsKind::Other) => p.push(Problem::new(
+            "probe.rdma",
+            format!("there is no verbs library on {os}; use \"off\""),
+        )),
     }
 }

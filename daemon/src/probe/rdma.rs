@@ -1,0 +1,516 @@
+//! The opt-in active RDMA probe (`probe.rdma`): one task per cable, each
+//! with one UC queue pair on the cable's RDMA port
+//! (`meshd_platform::verbs_probe`), sending the peer's queue pair a small
+//! message once a second and timing the reply. The two ends swap their
+//! queue pairs in their link observations, over the authenticated report
+//! streams; the decisions are `meshd_model::rdma`'s.
+//!
+//! Every verbs call runs on the endpoint's own thread with a deadline; this
+//! task only waits for the answers, on the blocking pool. Stopping the task
+//! closes the queue pair: nothing stays allocated on the device after
+//! meshd stops.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv6Addr};
+use std::sync::{Arc, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
+
+use meshd_model::rdma::{Partner, ProbeOutcome, RdmaProbeEnd, RdmaProbeStats, partner};
+use meshd_model::verdict::ExpectedLink;
+use meshd_platform::linux::queue_pairs;
+use meshd_platform::verbs::{self, VerbsError};
+use meshd_platform::verbs_probe::{EndpointAddress, ProbeEndpoint};
+use meshd_proto::domain::{NodeId, RdmaEndpoint};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::aggregator::SharedBook;
+use crate::config::RdmaProbeMode;
+
+/// One probe a second per cable: the issue's bound, and plenty to see a
+/// path that stopped working within the verdicts' debounce.
+pub const PROBE_PERIOD: Duration = Duration::from_secs(1);
+/// A reply later than this is a failure; RDMA round trips are microseconds.
+const REPLY_WAIT: Duration = Duration::from_millis(500);
+/// A peer whose report streams carried nothing for this long is not
+/// probed: its queue pair may be gone with it.
+const PEER_HEARD_WITHIN: Duration = Duration::from_secs(3);
+/// How often "idle" asks the kernel who holds queue pairs (a command run).
+const IDLE_CHECK_PERIOD: Duration = Duration::from_secs(5);
+
+/// What the probe runs with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RdmaSettings {
+    pub mode: RdmaProbeMode,
+    /// The verbs library; `None` where the OS has none.
+    pub library: Option<&'static str>,
+}
+
+/// Every cable's RDMA probe, by the far end's node.
+pub type RdmaEnds = Arc<BTreeMap<NodeId, RdmaProbeEnd>>;
+
+#[derive(Debug)]
+struct Running {
+    links: Vec<ExpectedLink>,
+    settings: RdmaSettings,
+    stop: CancellationToken,
+    tasks: JoinSet<()>,
+}
+
+/// The RDMA probe tasks of this node.
+#[derive(Debug)]
+pub struct RdmaProbes {
+    ends: watch::Sender<RdmaEnds>,
+    book: SharedBook,
+    shutdown: CancellationToken,
+    running: Option<Running>,
+}
+
+impl RdmaProbes {
+    /// Starts probing `links` when `settings` ask for it; stops with
+    /// `shutdown`. The peers' queue pairs are read from `book`.
+    pub fn start(
+        links: Vec<ExpectedLink>,
+        settings: RdmaSettings,
+        book: SharedBook,
+        shutdown: CancellationToken,
+    ) -> Self {
+        let (ends, _) = watch::channel(RdmaEnds::default());
+        let mut probes = Self {
+            ends,
+            book,
+            shutdown,
+            running: None,
+        };
+        probes.apply(links, settings);
+        probes
+    }
+
+    /// Follows a new config: any change to the cables or the mode starts
+    /// every probe again (a queue pair is cheap; its history is a streak).
+    pub fn apply(&mut self, links: Vec<ExpectedLink>, settings: RdmaSettings) {
+        if let Some(running) = &self.running
+            && running.links == links
+            && running.settings == settings
+        {
+            return;
+        }
+        if let Some(mut old) = self.running.take() {
+            old.stop.cancel();
+            // The old tasks close their queue pairs on their own; new ones
+            // open new queue pairs, which the peers connect to afresh.
+            old.tasks.detach_all();
+        }
+        self.ends.send_replace(RdmaEnds::default());
+        let stop = self.shutdown.child_token();
+        let mut tasks = JoinSet::new();
+        if settings.mode != RdmaProbeMode::Off {
+            match settings.library {
+                Some(library) => {
+                    for link in &links {
+                        tasks.spawn(probe_link(LinkProbe {
+                            link: link.clone(),
+                            mode: settings.mode,
+                            library,
+                            book: self.book.clone(),
+                            ends: self.ends.clone(),
+                            stop: stop.clone(),
+                        }));
+                    }
+                }
+                None => tracing::warn!(
+                    mode = settings.mode.as_str(),
+                    "probe.rdma is on, but this OS has no verbs library; the RDMA probe does not run"
+                ),
+            }
+        }
+        self.running = Some(Running {
+            links,
+            settings,
+            stop,
+            tasks,
+        });
+    }
+
+    /// Every cable's RDMA probe; receivers are woken when what the verdicts
+    /// or the peers read changed (a queue pair, a failing streak), not
+    /// for every probe.
+    pub fn subscribe(&self) -> watch::Receiver<RdmaEnds> {
+        self.ends.subscribe()
+    }
+
+    /// Waits until every task has closed its queue pair (after shutdown).
+    pub async fn stopped(self) {
+        if let Some(mut running) = self.running {
+            running.stop.cancel();
+            while let Some(ended) = running.tasks.join_next().await {
+                if let Err(error) = ended {
+                    tracing::warn!(%error, "an RDMA probe task ended abnormally");
+                }
+            }
+        }
+    }
+}
+
+/// One cable's probe and what it needs.
+struct LinkProbe {
+    link: ExpectedLink,
+    mode: RdmaProbeMode,
+    library: &'static str,
+    book: SharedBook,
+    ends: watch::Sender<RdmaEnds>,
+    stop: CancellationToken,
+}
+
+/// This end's queue pair and the peer's it is connected to.
+struct Queue {
+    endpoint: ProbeEndpoint,
+    connected_to: Option<RdmaEndpoint>,
+}
+
+impl Queue {
+    fn own(&self) -> RdmaEndpoint {
+        let EndpointAddress { qpn, psn, gid } = self.endpoint.local().address;
+        RdmaEndpoint {
+            qpn,
+            psn,
+            gid,
+            connected_qpn: self.connected_to.map(|peer| peer.qpn),
+        }
+    }
+}
+
+/// The IPv4-mapped GID of a link end's address: what RoCE v2 sends from.
+fn gid_of(address: Option<IpAddr>) -> Option<Ipv6Addr> {
+    match address? {
+        IpAddr::V4(v4) => Some(v4.to_ipv6_mapped()),
+        IpAddr::V6(_) => None,
+    }
+}
+
+/// Runs `call` on the blocking pool; `None` when the pool is gone
+/// (shutdown) or the call panicked.
+async fn blocking<T: Send + 'static>(call: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    tokio::task::spawn_blocking(call).await.ok()
+}
+
+/// Closes the queue pair on the blocking pool: the endpoint waits for its
+/// thread to free everything.
+async fn close(queue: Option<Queue>) {
+    if let Some(queue) = queue {
+        let _ = blocking(move || drop(queue)).await;
+    }
+}
+
+async fn probe_link(probe: LinkProbe) {
+    let peer = probe.link.remote.node.clone();
+    let (Some(gid), Some(peer_gid)) = (
+        gid_of(probe.link.local.address),
+        gid_of(probe.link.remote.address),
+    ) else {
+        tracing::warn!(
+            %peer,
+            "the RDMA probe needs an IPv4 address on both ends of the cable (RoCE v2 GIDs are \
+             IPv4-mapped); this cable is not probed over RDMA"
+        );
+        return;
+    };
+    let mut state = LinkState::default();
+    let mut ticks = tokio::time::interval(PROBE_PERIOD);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = probe.stop.cancelled() => break,
+            _ = ticks.tick() => {}
+        }
+        state.step(&probe, gid, peer_gid).await;
+        publish(&probe.ends, &peer, state.end());
+    }
+    close(state.queue.take()).await;
+    probe.ends.send_if_modified(|ends| {
+        let mut changed = (**ends).clone();
+        let removed = changed.remove(&peer).is_some();
+        *ends = Arc::new(changed);
+        removed
+    });
+}
+
+/// Stores this cable's end; wakes the readers only when what the verdicts
+/// or the peer read changed, not for every probe's figures.
+fn publish(ends: &watch::Sender<RdmaEnds>, peer: &NodeId, end: RdmaProbeEnd) {
+    ends.send_if_modified(|current| {
+        let before = current.get(peer).copied();
+        if before == Some(end) {
+            return false;
+        }
+        let failing = |e: Option<RdmaProbeEnd>| {
+            e.and_then(|e| e.probe).map(|p| {
+                p.consecutive_failures >= meshd_model::link::RDMA_PROBE_FAILURES_FOR_DEGRADED
+            })
+        };
+        let news = before.map(|e| e.endpoint) != Some(end.endpoint)
+            || before.map(|e| e.probe.is_some()) != Some(end.probe.is_some())
+            || failing(before) != failing(Some(end));
+        let mut changed = (**current).clone();
+        changed.insert(peer.clone(), end);
+        *current = Arc::new(changed);
+        news
+    });
+}
+
+/// Why this end does not probe right now, as last logged (each reason is
+/// logged once when it starts, not every second).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Quiet {
+    Probing,
+    Busy(usize),
+    IdleUnknown(String),
+    CannotOpen(String),
+    PeerAbsent,
+    WrongGid(Ipv6Addr),
+}
+
+#[derive(Default)]
+struct LinkState {
+    queue: Option<Queue>,
+    stats: RdmaProbeStats,
+    /// Whether the last probe step probed: figures are shown only then.
+    probing: bool,
+    sequence: u64,
+    /// "idle": when the queue pairs were last counted, and the answer.
+    idle_checked: Option<(Instant, Result<usize, String>)>,
+    quiet: Option<Quiet>,
+}
+
+impl LinkState {
+    fn end(&self) -> RdmaProbeEnd {
+        RdmaProbeEnd {
+            endpoint: self.queue.as_ref().map(Queue::own),
+            probe: if self.probing {
+                self.stats.figures()
+            } else {
+                None
+            },
+        }
+    }
+
+    fn note(&mut self, peer: &NodeId, quiet: Quiet) {
+        if self.quiet.as_ref() == Some(&quiet) {
+            return;
+        }
+        match &quiet {
+            Quiet::Probing => tracing::info!(%peer, "RDMA probe: probing the peer's queue pair"),
+            Quiet::Busy(pairs) => tracing::info!(
+                %peer,
+                pairs,
+                "RDMA probe paused (probe.rdma = \"idle\"): other programs hold queue pairs"
+            ),
+            Quiet::IdleUnknown(reason) => tracing::warn!(
+                %peer,
+                "RDMA probe paused (probe.rdma = \"idle\"): cannot tell who holds queue pairs: {reason}"
+            ),
+            Quiet::CannotOpen(reason) => {
+                tracing::warn!(%peer, "RDMA probe: cannot open a queue pair: {reason}");
+            }
+            Quiet::PeerAbsent => tracing::info!(
+                %peer,
+                "RDMA probe: waiting for the peer's queue pair (its probe is off, paused, or not heard)"
+            ),
+            Quiet::WrongGid(gid) => tracing::warn!(
+                %peer,
+                %gid,
+                "RDMA probe: the peer's queue pair claims a GID that is not its address on this cable; not connecting"
+            ),
+        }
+        self.quiet = Some(quiet);
+    }
+
+    /// Stops probing for a reason that is not the path's.
+    fn pause(&mut self) {
+        self.probing = false;
+        self.stats.interrupt();
+    }
+
+    fn record(&mut self, outcome: ProbeOutcome) {
+        self.probing = true;
+        self.stats.record(outcome, SystemTime::now());
+    }
+
+    /// "idle": whether other programs hold queue pairs, counted at most
+    /// every few seconds.
+    async fn others_hold_queue_pairs(&mut self) -> Result<usize, String> {
+        let now = Instant::now();
+        if let Some((at, answer)) = &self.idle_checked
+            && now.saturating_duration_since(*at) < IDLE_CHECK_PERIOD
+        {
+            return answer.clone();
+        }
+        let device = self
+            .queue
+            .as_ref()
+            .map(|q| q.endpoint.local().device.clone());
+        let answer = blocking(move || {
+            queue_pairs::foreign_queue_pairs(device.as_deref()).map_err(|err| err.to_string())
+        })
+        .await
+        .unwrap_or_else(|| Err("the count did not finish".to_owned()));
+        self.idle_checked = Some((now, answer.clone()));
+        answer
+    }
+
+    async fn step(&mut self, probe: &LinkProbe, gid: Ipv6Addr, peer_gid: Ipv6Addr) {
+        let peer = &probe.link.remote.node;
+        if probe.mode == RdmaProbeMode::Idle {
+            let busy = match self.others_hold_queue_pairs().await {
+                Ok(0) => None,
+                Ok(pairs) => Some(Quiet::Busy(pairs)),
+                // Unknown is not idle: a job may be running.
+                Err(reason) => Some(Quiet::IdleUnknown(reason)),
+            };
+            if let Some(quiet) = busy {
+                close(self.queue.take()).await;
+                self.pause();
+                self.note(peer, quiet);
+                return;
+            }
+        }
+        if self.queue.is_none() {
+            let library = probe.library;
+            match blocking(move || ProbeEndpoint::open(library, gid, verbs::DEFAULT_TIMEOUT)).await
+            {
+                Some(Ok(endpoint)) => {
+                    self.queue = Some(Queue {
+                        endpoint,
+                        connected_to: None,
+                    });
+                }
+                Some(Err(err)) => {
+                    // Asked to probe and the device cannot be opened: the
+                    // RDMA side of this cable does not work.
+                    self.record(ProbeOutcome::Failed);
+                    self.note(peer, Quiet::CannotOpen(err.to_string()));
+                    return;
+                }
+                None => return,
+            }
+        }
+        let peer_endpoint = self.peer_endpoint(probe);
+        let Some(queue) = self.queue.as_mut() else {
+            return;
+        };
+        match partner(
+            &queue.own(),
+            queue.connected_to.as_ref(),
+            peer_gid,
+            peer_endpoint.as_ref(),
+        ) {
+            Partner::Absent => {
+                self.pause();
+                self.note(peer, Quiet::PeerAbsent);
+            }
+            Partner::WrongGid(claimed) => {
+                self.pause();
+                self.note(peer, Quiet::WrongGid(claimed));
+            }
+            Partner::Connect(target) => self.connect(target).await,
+            // Only the peer can move this on; the streak waits with it.
+            Partner::Waiting => self.probing = false,
+            Partner::Ready => self.probe_once(peer).await,
+        }
+    }
+
+    /// The peer's queue pair on this cable, as the peer last reported it,
+    /// while the peer is heard.
+    fn peer_endpoint(&self, probe: &LinkProbe) -> Option<RdmaEndpoint> {
+        let report = probe
+            .book
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .current_report(&probe.link.remote.node, Instant::now(), PEER_HEARD_WITHIN)?;
+        report
+            .links
+            .iter()
+            .find(|o| {
+                o.remote.node == probe.link.local.node
+                    && o.local.address == probe.link.remote.address
+            })?
+            .rdma_endpoint
+    }
+
+    async fn connect(&mut self, target: RdmaEndpoint) {
+        let Some(mut queue) = self.queue.take() else {
+            return;
+        };
+        let address = EndpointAddress {
+            qpn: target.qpn,
+            psn: target.psn,
+            gid: target.gid,
+        };
+        let Some((queue, result)) = blocking(move || {
+            let result = queue.endpoint.connect(address);
+            (queue, result)
+        })
+        .await
+        else {
+            return;
+        };
+        if result.is_err() {
+            // Asked to probe and the queue pair cannot be connected: the
+            // RDMA side of this cable does not work.
+            self.record(ProbeOutcome::Failed);
+        }
+        self.keep_or_drop(queue, result.map(|()| target), |queue, target| {
+            queue.connected_to = Some(target);
+        });
+    }
+
+    async fn probe_once(&mut self, peer: &NodeId) {
+        let Some(mut queue) = self.queue.take() else {
+            return;
+        };
+        self.sequence += 1;
+        let sequence = self.sequence;
+        let Some((queue, result)) = blocking(move || {
+            let result = queue.endpoint.probe(sequence, REPLY_WAIT);
+            (queue, result)
+        })
+        .await
+        else {
+            return;
+        };
+        let outcome = match &result {
+            Ok(Some(rtt)) => ProbeOutcome::Answered(*rtt),
+            Ok(None) => ProbeOutcome::Unanswered,
+            Err(_) => ProbeOutcome::Failed,
+        };
+        self.record(outcome);
+        self.keep_or_drop(queue, result, |_, _| {});
+        if self.queue.is_some() {
+            self.note(peer, Quiet::Probing);
+        }
+    }
+
+    /// Keeps the queue pair after a call that worked (applying `then`);
+    /// after one that failed, closes it, so the next step opens a new one
+    /// (a deleted device, a queue pair in error).
+    fn keep_or_drop<T>(
+        &mut self,
+        mut queue: Queue,
+        result: Result<T, VerbsError>,
+        then: impl FnOnce(&mut Queue, T),
+    ) {
+        match result {
+            Ok(value) => {
+                then(&mut queue, value);
+                self.queue = Some(queue);
+            }
+            Err(err) => {
+                tracing::warn!("RDMA probe: {err}; the queue pair is closed and opened again");
+                self.quiet = None;
+                // Dropped on a blocking thread: it waits for the endpoint's.
+                tokio::task::spawn_blocking(move || drop(queue));
+            }
+        }
+    }
+}
