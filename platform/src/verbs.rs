@@ -381,40 +381,12 @@ pub(crate) fn failure_reason(code: c_int) -> String {
 
 fn enumerate(library: &str) -> Result<VerbsReading, VerbsError> {
     let verbs = Verbs::load(library)?;
-    let mut count: c_int = 0;
-    // SAFETY: `count` is a valid out pointer for the call.
-    let list = unsafe { (verbs.get_device_list)(&mut count) };
-    if list.is_null() {
-        let err = std::io::Error::last_os_error();
-        let reason = err.to_string();
-        return Err(if err.kind() == ErrorKind::Unsupported {
-            VerbsError::NoKernelVerbs {
-                library: verbs.name.clone(),
-                reason,
-            }
-        } else {
-            VerbsError::Call {
-                library: verbs.name.clone(),
-                call: "ibv_get_device_list",
-                device: None,
-                reason,
-            }
-        });
-    }
-    let list = DeviceList {
-        verbs: &verbs,
-        list,
-    };
-    let count = usize::try_from(count).unwrap_or(0);
-    // SAFETY: the library returned an array of `count` device pointers
-    // (NULL-terminated), alive until `ibv_free_device_list` in
-    // `DeviceList::drop`, which happens after this slice's last use.
-    let devices = unsafe { std::slice::from_raw_parts(list.list, count) };
+    let list = DeviceList::get(&verbs)?;
     let mut reading = VerbsReading {
         unknown: verbs.unknown(),
         ..VerbsReading::default()
     };
-    for &device in devices.iter().filter(|d| !d.is_null()) {
+    for device in list.devices() {
         reading
             .devices
             .push(read_device(&verbs, device, &mut reading.problems));
@@ -423,10 +395,67 @@ fn enumerate(library: &str) -> Result<VerbsReading, VerbsError> {
     Ok(reading)
 }
 
+/// The names of the devices `library` lists now, without opening any:
+/// how the RDMA probe notices a device being removed (its verbs device
+/// leaves the list before the kernel waits for programs to close it),
+/// giving up after `timeout`.
+pub fn device_names(library: &str, timeout: Duration) -> Result<Vec<String>, VerbsError> {
+    let owned = library.to_owned();
+    run_with_deadline(library, timeout, move || {
+        let verbs = Verbs::load(&owned)?;
+        let list = DeviceList::get(&verbs)?;
+        Ok(list
+            .devices()
+            .into_iter()
+            .map(|device| device_name(&verbs, device))
+            .collect())
+    })
+}
+
 /// Frees the device list however the enumeration ends.
 struct DeviceList<'a> {
     verbs: &'a Verbs,
     list: *mut *mut IbvDeviceHead,
+    count: usize,
+}
+
+impl<'a> DeviceList<'a> {
+    fn get(verbs: &'a Verbs) -> Result<Self, VerbsError> {
+        let mut count: c_int = 0;
+        // SAFETY: `count` is a valid out pointer for the call.
+        let list = unsafe { (verbs.get_device_list)(&mut count) };
+        if list.is_null() {
+            let err = std::io::Error::last_os_error();
+            let reason = err.to_string();
+            return Err(if err.kind() == ErrorKind::Unsupported {
+                VerbsError::NoKernelVerbs {
+                    library: verbs.name.clone(),
+                    reason,
+                }
+            } else {
+                VerbsError::Call {
+                    library: verbs.name.clone(),
+                    call: "ibv_get_device_list",
+                    device: None,
+                    reason,
+                }
+            });
+        }
+        Ok(Self {
+            verbs,
+            list,
+            count: usize::try_from(count).unwrap_or(0),
+        })
+    }
+
+    /// The listed devices, without the NULL entries.
+    fn devices(&self) -> Vec<*mut IbvDeviceHead> {
+        // SAFETY: the library returned an array of `count` device pointers
+        // (NULL-terminated), alive until `ibv_free_device_list` in `drop`;
+        // the pointers copied out are used only while `self` lives.
+        let devices = unsafe { std::slice::from_raw_parts(self.list, self.count) };
+        devices.iter().copied().filter(|d| !d.is_null()).collect()
+    }
 }
 
 impl Drop for DeviceList<'_> {
@@ -451,21 +480,26 @@ impl Drop for OpenedDevice<'_> {
     }
 }
 
-fn read_device(
-    verbs: &Verbs,
-    device: *mut IbvDeviceHead,
-    problems: &mut Vec<VerbsError>,
-) -> RdmaDevice {
+/// The name of a device of a live device list.
+fn device_name(verbs: &Verbs, device: *mut IbvDeviceHead) -> String {
     // SAFETY: `device` is a live entry of the device list; the name is a
     // NUL-terminated string inside it, copied before the list is freed.
-    let name = unsafe {
+    unsafe {
         let name = (verbs.get_device_name)(device);
         if name.is_null() {
             String::new()
         } else {
             CStr::from_ptr(name).to_string_lossy().into_owned()
         }
-    };
+    }
+}
+
+fn read_device(
+    verbs: &Verbs,
+    device: *mut IbvDeviceHead,
+    problems: &mut Vec<VerbsError>,
+) -> RdmaDevice {
+    let name = device_name(verbs, device);
     let node_guid = match verbs.get_device_guid {
         // SAFETY: as above; the GUID is returned by value, in network order.
         Some(get_device_guid) => {
@@ -633,6 +667,13 @@ mod tests {
     use std::time::Instant;
 
     use super::*;
+
+    #[test]
+    fn without_a_library_no_device_names_are_listed() {
+        let err =
+            device_names("libmeshd-no-such-verbs.so.1", DEFAULT_TIMEOUT).expect_err("no library");
+        assert!(matches!(err, VerbsError::Load { .. }), "{err}");
+    }
 
     #[test]
     fn each_os_has_its_library() {

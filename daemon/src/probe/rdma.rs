@@ -38,6 +38,11 @@ const REPLY_WAIT: Duration = Duration::from_millis(500);
 const PEER_HEARD_WITHIN: Duration = Duration::from_secs(3);
 /// How often "idle" asks the kernel who holds queue pairs (a command run).
 const IDLE_CHECK_PERIOD: Duration = Duration::from_secs(5);
+/// How often an open queue pair's device is looked for in the library's
+/// device list. A device being removed leaves the list first, then the
+/// kernel waits for every program to close it (drivers that cannot take it
+/// away from them, such as rxe): meshd must let go within this.
+const DEVICE_CHECK_PERIOD: Duration = Duration::from_secs(2);
 
 /// What the probe runs with.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -280,6 +285,8 @@ struct LinkState {
     sequence: u64,
     /// "idle": when the queue pairs were last counted, and the answer.
     idle_checked: Option<(Instant, Result<usize, String>)>,
+    /// When the open queue pair's device was last looked for.
+    device_checked: Option<Instant>,
     quiet: Option<Quiet>,
 }
 
@@ -395,6 +402,9 @@ impl LinkState {
                 None => return,
             }
         }
+        if self.device_removed(probe.library).await {
+            return;
+        }
         let peer_endpoint = self.peer_endpoint(probe);
         let Some(queue) = self.queue.as_mut() else {
             return;
@@ -418,6 +428,43 @@ impl LinkState {
             Partner::Waiting => self.probing = false,
             Partner::Ready => self.probe_once(peer).await,
         }
+    }
+
+    /// Whether the open queue pair's device left the library's device list
+    /// (checked every few seconds); if so the queue pair is closed, so the
+    /// removal can finish, and this step is a failed probe.
+    async fn device_removed(&mut self, library: &'static str) -> bool {
+        let now = Instant::now();
+        if self
+            .device_checked
+            .is_some_and(|at| now.saturating_duration_since(at) < DEVICE_CHECK_PERIOD)
+        {
+            return false;
+        }
+        self.device_checked = Some(now);
+        let Some(device) = self
+            .queue
+            .as_ref()
+            .map(|q| q.endpoint.local().device.clone())
+        else {
+            return false;
+        };
+        let listed = blocking(move || verbs::device_names(library, verbs::DEFAULT_TIMEOUT)).await;
+        // A list that cannot be read says nothing; the probes will.
+        let Some(Ok(names)) = listed else {
+            return false;
+        };
+        if names.contains(&device) {
+            return false;
+        }
+        close(self.queue.take()).await;
+        self.record(ProbeOutcome::Failed);
+        self.quiet = Some(Quiet::CannotOpen(format!("{device} is being removed")));
+        tracing::warn!(
+            %device,
+            "RDMA probe: the device left the verbs device list (being removed); its queue pair is closed"
+        );
+        true
     }
 
     /// The peer's queue pair on this cable, as the peer last reported it,

@@ -14,6 +14,7 @@
 pub mod agent;
 pub mod cpio;
 pub mod image;
+pub mod mesh;
 pub mod packages;
 pub mod qemu;
 
@@ -275,9 +276,14 @@ impl Vm {
         ]
         .map(str::to_owned)
         .to_vec();
-        if accel == Accel::Kvm {
-            args.extend(["-cpu".to_owned(), "host".to_owned()]);
-        }
+        // meshd's TLS (graviola) needs AVX2, AES-NI, ADX, BMI and PCLMULQDQ:
+        // the host's CPU under KVM, and under TCG the "max" model, which
+        // emulates them (QEMU 7.2 and later), not the default qemu64.
+        let cpu = match accel {
+            Accel::Kvm => "host",
+            Accel::Tcg => "max",
+        };
+        args.extend(["-cpu".to_owned(), cpu.to_owned()]);
         args.extend([
             "-kernel".to_owned(),
             image.packages.kernel().display().to_string(),
