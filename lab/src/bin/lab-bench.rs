@@ -73,6 +73,13 @@ enum Bench {
         #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../platform/tests/scenarios/macbook-m5-max-rdma-disabled"))]
         scenario: std::path::PathBuf,
     },
+    /// The RDMA probe's round trip beside the UDP probe's on one Soft-RoCE
+    /// cable between two VMs (qemu, no root), with rdma-core's UC
+    /// ping-pong and ping on the same cable for reference.
+    Rdma {
+        #[arg(long, default_value_t = 30)]
+        seconds: u64,
+    },
     /// Helper run inside a namespace: print the body of GET /metrics at ADDR.
     #[command(hide = true)]
     FetchMetrics { addr: String },
@@ -782,11 +789,36 @@ fn main() -> anyhow::Result<()> {
         } => cost(nodes, seconds, warmup),
         Bench::Accuracy { seconds } => accuracy(seconds),
         Bench::Hostile { scenario } => hostile(&scenario),
+        Bench::Rdma { seconds } => rdma(seconds),
         Bench::FetchMetrics { addr } => fetch(&addr),
         Bench::PeakRss { command } => {
             std::process::exit(meshd_lab::hostile::peak_rss(&command)?);
         }
     }
+}
+
+#[allow(clippy::print_stdout)]
+fn rdma(seconds: u64) -> anyhow::Result<()> {
+    if let Some(reason) = meshd_lab::vm::missing_prerequisite() {
+        bail!("VMs cannot run here: {reason}");
+    }
+    let rows = meshd_lab::vm::rtt::rdma_beside_udp(&Binaries::beside_current_exe()?, seconds)?;
+    println!("| path | measured by | samples | min | median | max |");
+    println!("|---|---|---:|---:|---:|---:|");
+    for row in rows {
+        let mut sorted = row.samples_us.clone();
+        sorted.sort_by(f64::total_cmp);
+        println!(
+            "| {} | {} | {} | {:.0} µs | {:.0} µs | {:.0} µs |",
+            row.path,
+            row.how,
+            sorted.len(),
+            sorted.first().copied().unwrap_or(f64::NAN),
+            percentile(&sorted, 50.0),
+            sorted.last().copied().unwrap_or(f64::NAN),
+        );
+    }
+    Ok(())
 }
 
 #[allow(clippy::print_stdout)]

@@ -17,6 +17,7 @@ pub mod image;
 pub mod mesh;
 pub mod packages;
 pub mod qemu;
+pub mod rtt;
 
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
