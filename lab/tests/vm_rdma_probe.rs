@@ -169,6 +169,14 @@ fn the_rdma_probe_is_answered_fails_with_the_cable_and_names_a_deleted_device() 
     }
 
     // meshd stopped: its queue pair is gone from the device.
+    let failures = |vm: &mut Vm| {
+        rdma_figure(
+            &ok(mesh::metrics(vm)),
+            "meshd_link_rdma_probe_failures_total",
+        )
+        .expect("b probes")
+    };
+    let b_failed_before = failures(vms.vm("b"));
     let a = vms.vm("a");
     ok(mesh::stop_meshd(a));
     assert_eq!(
@@ -192,6 +200,17 @@ fn the_rdma_probe_is_answered_fails_with_the_cable_and_names_a_deleted_device() 
         own,
         "meshd kept its queue pair"
     );
+    // b went on probing across a's restart: a's new queue pair is connected
+    // to, and the restart cost b no failing streak (at most a probe or two
+    // in flight as a stopped), so no RDMA evidence.
+    let b = vms.vm("b");
+    wait_for_metrics(b, "b's RDMA probes answered by the restarted a", answered);
+    let b_failed = failures(b) - b_failed_before;
+    assert!(
+        b_failed < 3.0,
+        "a restart of a cost b {b_failed} failed RDMA probes"
+    );
+    let a = vms.vm("a");
     vm::run(
         a,
         "setsid ibv_uc_pingpong -d rxe0 -g 1 </dev/null >/tmp/pingpong.log 2>&1 & \

@@ -73,6 +73,14 @@ fn check_config(binaries: &Binaries, id: &str, path: &Path) -> Result<(), LabErr
     }
 }
 
+/// The guests emulate every instruction (TCG) on shared cores, where a
+/// debug meshd probing 10 times a second takes most of its VM's CPU and
+/// runs its timers late (which holds link verdicts). Probes at 2 Hz and
+/// a 3 s silence for down keep it well clear of that; the RDMA probe's
+/// pace (once a second) is its own.
+const EMULATED_PACE: &str = "interval = \"500ms\"\nmtu_interval = \"5s\"\ntimeout = \"1s\"\n\n\
+                             [thresholds]\ndown_after = \"3s\"\n";
+
 /// Node `NODES[index]`'s config with `probe.rdma = mode`.
 fn config(index: usize, mode: &str) -> String {
     let other = 1 - index;
@@ -84,7 +92,7 @@ fn config(index: usize, mode: &str) -> String {
          [[peers]]\nid = \"{peer}\"\naddress = \"{peer_mgmt}:{MESH_PORT}\"\n\n\
          [[links]]\npeer = \"{peer}\"\nlocal_iface = \"{CABLE_IFACE}\"\n\
          local_address = \"{local}\"\npeer_address = \"{remote}\"\n\n\
-         [probe]\nrdma = \"{mode}\"\n",
+         [probe]\nrdma = \"{mode}\"\n{EMULATED_PACE}",
         id = NODES[index],
         mine = MGMT_ADDRESSES[index],
         peer = NODES[other],
