@@ -32,6 +32,7 @@ use crate::config::{Config, settings};
 use crate::probe::rdma::{RdmaEnds, RdmaProbes};
 use crate::probe::{ProbeSnapshot, Probes};
 use crate::watch::facts::{FactsFeed, PortCounters};
+use crate::watch::load;
 use meshd_model::boot::{self, BootView};
 
 /// Events kept for slow `WatchEvents` clients before they are told they
@@ -231,7 +232,8 @@ pub struct Feeds {
     pub probes: Probes,
     /// The opt-in active RDMA probe of each cable.
     pub rdma: RdmaProbes,
-    pub load: watch::Receiver<NodeLoad>,
+    /// The busy share of all cores (0-1).
+    pub load: watch::Receiver<f64>,
     /// One per local watcher: the alarms it currently holds active.
     pub local_alarms: Vec<watch::Receiver<Vec<Alarm>>>,
     /// This node's platform facts and its own checks.
@@ -249,6 +251,8 @@ pub struct Aggregator {
     feeds: Feeds,
     probe_snapshot: watch::Receiver<Arc<ProbeSnapshot>>,
     rdma_ends: watch::Receiver<RdmaEnds>,
+    /// `thresholds.cpu_saturated`.
+    saturated_above: f64,
     replies: mpsc::Receiver<ReplyIn>,
     status: watch::Sender<Arc<MeshStatus>>,
     events: broadcast::Sender<Event>,
@@ -295,6 +299,7 @@ impl Aggregator {
             feeds,
             probe_snapshot,
             rdma_ends,
+            saturated_above: config.thresholds.cpu_saturated,
             replies,
             status,
             events,
@@ -416,6 +421,7 @@ impl Aggregator {
     fn reconfigure(&mut self, config: &Config) {
         let identity = self.core.identity().id.clone();
         self.configured = config.members().into_iter().collect();
+        self.saturated_above = config.thresholds.cpu_saturated;
         self.core.reconfigure(
             self.configured.clone(),
             settings::expected_links(config, &identity),
@@ -469,17 +475,17 @@ impl Aggregator {
         let rdma = self.rdma_ends.borrow_and_update().clone();
         let facts = self.feeds.facts.borrow().clone();
         let counters = self.feeds.port_counters.borrow().clone();
-        let load = *self.feeds.load.borrow();
+        let load = load::node_load(
+            *self.feeds.load.borrow(),
+            probes.lateness,
+            self.saturated_above,
+        );
         let local_alarms: Vec<Alarm> = self
             .feeds
             .local_alarms
             .iter_mut()
             .flat_map(|feed| feed.borrow_and_update().clone())
             .collect();
-        let load = NodeLoad {
-            cpu_saturated: load.cpu_saturated || probes.lateness >= meshd_model::linkstats::LATE,
-            ..load
-        };
         let decision = self.core.look(Look {
             moment,
             probes: &probes.links,
