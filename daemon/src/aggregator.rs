@@ -32,7 +32,6 @@ use crate::config::{Config, settings};
 use crate::probe::rdma::{RdmaEnds, RdmaProbes};
 use crate::probe::{ProbeSnapshot, Probes};
 use crate::watch::facts::{FactsFeed, PortCounters};
-use crate::watch::load;
 use meshd_model::boot::{self, BootView};
 
 /// Events kept for slow `WatchEvents` clients before they are told they
@@ -232,8 +231,7 @@ pub struct Feeds {
     pub probes: Probes,
     /// The opt-in active RDMA probe of each cable.
     pub rdma: RdmaProbes,
-    /// The busy share of all cores (0-1).
-    pub load: watch::Receiver<f64>,
+    pub load: watch::Receiver<NodeLoad>,
     /// One per local watcher: the alarms it currently holds active.
     pub local_alarms: Vec<watch::Receiver<Vec<Alarm>>>,
     /// This node's platform facts and its own checks.
@@ -251,8 +249,6 @@ pub struct Aggregator {
     feeds: Feeds,
     probe_snapshot: watch::Receiver<Arc<ProbeSnapshot>>,
     rdma_ends: watch::Receiver<RdmaEnds>,
-    /// `thresholds.cpu_saturated`.
-    saturated_above: f64,
     replies: mpsc::Receiver<ReplyIn>,
     status: watch::Sender<Arc<MeshStatus>>,
     events: broadcast::Sender<Event>,
@@ -299,7 +295,6 @@ impl Aggregator {
             feeds,
             probe_snapshot,
             rdma_ends,
-            saturated_above: config.thresholds.cpu_saturated,
             replies,
             status,
             events,
@@ -421,7 +416,6 @@ impl Aggregator {
     fn reconfigure(&mut self, config: &Config) {
         let identity = self.core.identity().id.clone();
         self.configured = config.members().into_iter().collect();
-        self.saturated_above = config.thresholds.cpu_saturated;
         self.core.reconfigure(
             self.configured.clone(),
             settings::expected_links(config, &identity),
@@ -475,17 +469,17 @@ impl Aggregator {
         let rdma = self.rdma_ends.borrow_and_update().clone();
         let facts = self.feeds.facts.borrow().clone();
         let counters = self.feeds.port_counters.borrow().clone();
-        let load = load::node_load(
-            *self.feeds.load.borrow(),
-            probes.lateness,
-            self.saturated_above,
-        );
+        let load = *self.feeds.load.borrow();
         let local_alarms: Vec<Alarm> = self
             .feeds
             .local_alarms
             .iter_mut()
             .flat_map(|feed| feed.borrow_and_update().clone())
             .collect();
+        let load = NodeLoad {
+            cpu_saturated: load.cpu_saturated || probes.lateness >= meshd_model::linkstats::LATE,
+            ..load
+        };
         let decision = self.core.look(Look {
             moment,
             probes: &probes.links,

@@ -228,7 +228,7 @@ impl RunningNode {
             book_changed: book_changed.clone(),
             probes,
             rdma,
-            load: load::spawn(shutdown.clone()),
+            load: load::spawn(config.thresholds.cpu_saturated, shutdown.clone()),
             local_alarms: vec![
                 bridge_alarms,
                 cpu_watch.alarms.clone(),

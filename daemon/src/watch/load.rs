@@ -9,23 +9,24 @@
 //! by a job meshd still wakes on time (its few wake-ups are short), and then
 //! its silences and losses are as true as on an idle node and must not wait
 //! twice as long.
-//!
-//! The lateness is the probe task's: it wakes every probe interval (100 ms
-//! by default) and measures how late each tick was. A timer of its own
-//! here would wake the thread twenty times a second more, for a figure the
-//! probe task already has.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use meshd_proto::domain::NodeLoad;
 use sysinfo::{CpuRefreshKind, RefreshKind, System};
 use tokio::sync::watch;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// sysinfo needs at least its minimum interval between two samples for a
 /// meaningful usage figure; one second also keeps the sampler's own cost
 /// negligible.
 const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How often the lateness of meshd's own timers is measured.
+const LATENESS_PROBE: Duration = Duration::from_millis(50);
 
 /// Timers this late mean meshd's judgements are late too: a tenth of the
 /// shortest `down_after` in use (600 ms by default) would be 60 ms; this
@@ -36,17 +37,24 @@ pub const LATE: Duration = Duration::from_millis(20);
 /// starting, and they grow with the load.
 pub const LATE_WHEN_BUSY: Duration = Duration::from_millis(5);
 
-/// Samples the busy share of all cores (0-1) every second. A sample reads
-/// one kernel table (microseconds), so it runs inline on the runtime.
-pub fn spawn(shutdown: CancellationToken) -> watch::Receiver<f64> {
-    let (tx, rx) = watch::channel(0.0);
+/// Samples the busy share of all cores every second, and the worst
+/// lateness of a timer in that second; `saturated_above` is
+/// `thresholds.cpu_saturated`. A sample reads one kernel table
+/// (microseconds), so it runs inline on the runtime.
+pub fn spawn(saturated_above: f64, shutdown: CancellationToken) -> watch::Receiver<NodeLoad> {
+    let (tx, rx) = watch::channel(NodeLoad::default());
+    let worst_lateness_us = Arc::new(AtomicU64::new(0));
+    tokio::spawn(measure_lateness(
+        worst_lateness_us.clone(),
+        shutdown.clone(),
+    ));
     tokio::spawn(async move {
         let refresh = RefreshKind::nothing().with_cpu(CpuRefreshKind::nothing().with_usage());
         let mut system = match System::new_with_specifics(refresh) {
             Ok(system) => system,
             Err(err) => {
-                // Without a load figure the node is saturated only by late
-                // timers, as before Lifeguard's busy rule.
+                // Without a load figure the node is never saturated: its
+                // timeouts keep their full weight, as without Lifeguard.
                 tracing::warn!("cannot read CPU load, assuming an idle CPU: {err}");
                 return;
             }
@@ -59,21 +67,31 @@ pub fn spawn(shutdown: CancellationToken) -> watch::Receiver<f64> {
                 _ = tick.tick() => {}
             }
             system.refresh_cpu_usage();
-            tx.send_replace(busy_ratio(system.global_cpu_usage()));
+            let lateness = Duration::from_micros(worst_lateness_us.swap(0, Ordering::Relaxed));
+            tx.send_replace(load(system.global_cpu_usage(), lateness, saturated_above));
         }
     });
     rx
 }
 
-/// A CPU usage in percent as a ratio within 0-1 (0 when unknown).
-fn busy_ratio(usage_percent: f32) -> f64 {
-    let busy = (f64::from(usage_percent) / 100.0).clamp(0.0, 1.0);
-    if busy.is_nan() { 0.0 } else { busy }
+/// Sleeps [`LATENESS_PROBE`] at a time and keeps the worst lateness seen
+/// since the sampler last took it.
+async fn measure_lateness(worst_us: Arc<AtomicU64>, shutdown: CancellationToken) {
+    loop {
+        let due = Instant::now() + LATENESS_PROBE;
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep_until(due) => {}
+        }
+        let late = Instant::now().saturating_duration_since(due);
+        let late_us = u64::try_from(late.as_micros()).unwrap_or(u64::MAX);
+        worst_us.fetch_max(late_us, Ordering::Relaxed);
+    }
 }
 
-/// This node's load from its busy share and how late its timers ran;
-/// `saturated_above` is `thresholds.cpu_saturated`.
-pub fn node_load(busy: f64, lateness: Duration, saturated_above: f64) -> NodeLoad {
+fn load(usage_percent: f32, lateness: Duration, saturated_above: f64) -> NodeLoad {
+    let busy = (f64::from(usage_percent) / 100.0).clamp(0.0, 1.0);
+    let busy = if busy.is_nan() { 0.0 } else { busy };
     NodeLoad {
         cpu_busy_ratio: busy,
         cpu_saturated: lateness >= LATE || (busy > saturated_above && lateness >= LATE_WHEN_BUSY),
@@ -89,26 +107,41 @@ mod tests {
 
     #[test]
     fn saturated_means_late_timers_not_a_busy_cpu_alone() {
-        let load = |percent, late| node_load(busy_ratio(percent), late, 0.9);
         assert_eq!(
-            load(45.0, ON_TIME),
+            load(45.0, ON_TIME, 0.9),
             NodeLoad {
                 cpu_busy_ratio: 0.45,
                 cpu_saturated: false
             }
         );
-        assert!(load(95.0, LATE_BY).cpu_saturated);
+        assert!(load(95.0, LATE_BY, 0.9).cpu_saturated);
         assert!(
-            !load(95.0, ON_TIME).cpu_saturated,
+            !load(95.0, ON_TIME, 0.9).cpu_saturated,
             "a busy CPU that still wakes meshd on time"
         );
         assert!(
-            load(50.0, LATE_BY).cpu_saturated,
+            load(50.0, LATE_BY, 0.9).cpu_saturated,
             "late without a busy CPU (a softirq flood) is saturated too"
         );
-        assert!(load(95.0, Duration::from_millis(8)).cpu_saturated);
-        assert!(!load(50.0, Duration::from_millis(8)).cpu_saturated);
-        assert_eq!(load(250.0, ON_TIME).cpu_busy_ratio, 1.0);
-        assert_eq!(load(f32::NAN, ON_TIME), NodeLoad::default());
+        assert!(load(95.0, Duration::from_millis(8), 0.9).cpu_saturated);
+        assert!(!load(50.0, Duration::from_millis(8), 0.9).cpu_saturated);
+        assert_eq!(load(250.0, ON_TIME, 0.9).cpu_busy_ratio, 1.0);
+        assert_eq!(load(f32::NAN, ON_TIME, 0.9), NodeLoad::default());
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_runtime_held_up_shows_as_lateness() {
+        let worst = Arc::new(AtomicU64::new(0));
+        let shutdown = CancellationToken::new();
+        tokio::spawn(measure_lateness(worst.clone(), shutdown.clone()));
+        tokio::task::yield_now().await;
+        // Hold the only runtime thread well past the probe's deadline: the
+        // probe can only wake that much later or more.
+        std::thread::sleep(LATENESS_PROBE + Duration::from_millis(150));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        tokio::task::yield_now().await;
+        let late = Duration::from_micros(worst.load(Ordering::Relaxed));
+        assert!(late >= Duration::from_millis(150), "{late:?}");
+        shutdown.cancel();
     }
 }
