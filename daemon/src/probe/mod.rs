@@ -9,7 +9,6 @@ pub mod packet;
 pub mod pin;
 pub mod rdma;
 pub mod responder;
-mod socket;
 mod stamp;
 
 #[cfg(test)]
