@@ -1,8 +1,15 @@
 //! The probe task: one loop for every cable of this node. It wakes on its
-//! tick (send this tick's probes, expire the unanswered, publish), on a
-//! readable socket (answer requests, count replies), and on a new config.
-//! One task and one tick for all links means a handful of wake-ups a
-//! second per cable, whatever the number of cables.
+//! tick (read every socket: answer requests, count replies; send this
+//! tick's probes, expire the unanswered, publish) and on a new config.
+//! Datagrams wait in their sockets until the tick, so the task wakes ten
+//! times a second (at the default interval) however many cables and
+//! datagrams there are, not once per datagram (the sockets are not even
+//! registered with the runtime: see [`ProbeSocket`]). Nothing is measured
+//! wrong for it: datagrams carry the kernel's receive time, and a reply
+//! carries how long the request waited here, which the prober takes out
+//! of the round trip (`host_delay`). Only with a probe interval above
+//! [`MAX_REPLY_HOLD`] does a readable socket wake the task, so no request
+//! waits longer than that for its reply.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::future::poll_fn;
@@ -13,13 +20,12 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use meshd_model::linkstats::{LATENESS_MEMORY, LinkStats, LinkStatsConfig, ProbeClass};
-use tokio::io::Interest;
-use tokio::net::UdpSocket;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::packet::{self, HEADER_LEN, Header, Kind, MAX_DATAGRAM_LEN};
 use super::responder::{self, Answer, REPLY_BURST, REPLY_RATE_PER_SEC, TokenBucket};
+use super::socket::ProbeSocket;
 use super::{ProbeError, ProbeSnapshot, ProbedLink, ProberSettings, ResponderCounters, stamp};
 use crate::metrics::Metrics;
 
@@ -27,6 +33,11 @@ use crate::metrics::Metrics;
 /// tick, so this bounds the probe rate of a link (and makes a storm
 /// impossible even with a broken config).
 const MIN_TICK: Duration = Duration::from_millis(10);
+
+/// The longest a request waits for its reply here. Up to this interval the
+/// tick alone reads the sockets; a peer's probe timeout (500 ms by default)
+/// must leave room for it.
+pub const MAX_REPLY_HOLD: Duration = Duration::from_millis(100);
 
 /// Shortest timeout whatever the settings say; below this every probe on a
 /// busy host would be "lost".
@@ -91,7 +102,7 @@ impl Throttle {
 #[derive(Debug)]
 struct Link {
     spec: ProbedLink,
-    socket: UdpSocket,
+    socket: ProbeSocket,
     local: SocketAddr,
     peer: SocketAddr,
     stats: LinkStats,
@@ -134,22 +145,23 @@ fn initial_seq() -> u64 {
         .unwrap_or(1)
 }
 
+/// Binds and connects a cable's socket; `registered` as [`ProbeSocket::new`].
 pub(super) async fn bind(
     spec: &ProbedLink,
-) -> Result<(UdpSocket, SocketAddr, SocketAddr), ProbeError> {
+    registered: bool,
+) -> Result<(ProbeSocket, SocketAddr, SocketAddr), ProbeError> {
     let (local, peer_addr) = spec.addresses()?;
-    let socket = UdpSocket::bind(local)
-        .await
-        .map_err(|source| ProbeError::Bind {
-            peer: spec.link.remote.node.clone(),
-            addr: local,
-            source,
-        })?;
+    let bind_error = |source| ProbeError::Bind {
+        peer: spec.link.remote.node.clone(),
+        addr: local,
+        source,
+    };
+    let socket = std::net::UdpSocket::bind(local).map_err(bind_error)?;
+    socket.set_nonblocking(true).map_err(bind_error)?;
     // Before connect, so the route connect picks is the cable's (see `pin`).
     super::pin::pin_probe_socket(&socket, spec.link.local.iface.as_deref(), local.ip());
     socket
         .connect(peer_addr)
-        .await
         .map_err(|source| ProbeError::Connect {
             local,
             peer_addr,
@@ -158,6 +170,7 @@ pub(super) async fn bind(
     if let Err(error) = stamp::enable(&socket) {
         tracing::debug!(%local, %error, "no kernel receive timestamps; probe times include this node's wake-up latency");
     }
+    let socket = ProbeSocket::new(socket, registered).map_err(bind_error)?;
     let local = socket.local_addr().unwrap_or(local);
     Ok((socket, local, peer_addr))
 }
@@ -270,7 +283,8 @@ impl Engine {
             due
         };
         for mut waiting in due {
-            match bind(&waiting.spec).await {
+            let registered = self.settings.interval > MAX_REPLY_HOLD;
+            match bind(&waiting.spec, registered).await {
                 Ok((socket, local, peer)) => {
                     tracing::info!(peer = %waiting.spec.link.remote.node, %local, %peer, "probing the cable");
                     let counters = Arc::new(ResponderCounters::default());
@@ -349,9 +363,7 @@ impl Engine {
             return;
         };
         loop {
-            let received = link.socket.try_io(Interest::READABLE, || {
-                stamp::try_recv_from(&link.socket, &mut self.buf)
-            });
+            let received = link.socket.try_recv(&mut self.buf);
             match received {
                 Ok(r) => link.on_datagram(r, &settings, &mut self.buf),
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => return,

@@ -9,6 +9,7 @@ pub mod packet;
 pub mod pin;
 pub mod rdma;
 pub mod responder;
+mod socket;
 mod stamp;
 
 #[cfg(test)]

@@ -9,13 +9,12 @@
 
 use std::io::{self, IoSliceMut};
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::time::{Duration, Instant, SystemTime};
 
 use nix::sys::socket::{
     ControlMessageOwned, MsgFlags, SockaddrStorage, recvmsg, setsockopt, sockopt,
 };
-use tokio::net::UdpSocket;
 
 /// A kernel stamp older than this when read is not trusted: a probe waits in
 /// the socket queue for microseconds, so such an age means the wall clock
@@ -36,7 +35,7 @@ pub struct Received {
 /// Asks the kernel to stamp every datagram `socket` receives. Failing that,
 /// receive times are taken in user space, which only costs accuracy, so the
 /// error is for the caller to log, not to fail on.
-pub fn enable(socket: &UdpSocket) -> io::Result<()> {
+pub fn enable(socket: &impl AsFd) -> io::Result<()> {
     #[cfg(target_os = "linux")]
     let option = sockopt::ReceiveTimestampns;
     #[cfg(not(target_os = "linux"))]
@@ -44,7 +43,7 @@ pub fn enable(socket: &UdpSocket) -> io::Result<()> {
     setsockopt(socket, option, &true).map_err(io::Error::from)
 }
 
-pub fn try_recv_from(socket: &UdpSocket, buf: &mut [u8]) -> io::Result<Received> {
+pub fn try_recv_from(socket: &impl AsRawFd, buf: &mut [u8]) -> io::Result<Received> {
     let mut cmsgs = nix::cmsg_space!(nix::sys::time::TimeSpec);
     let mut iov = [IoSliceMut::new(buf)];
     let msg = recvmsg::<SockaddrStorage>(
@@ -125,9 +124,13 @@ mod tests {
 
     #[tokio::test]
     async fn the_kernel_stamp_is_when_the_datagram_arrived_not_when_it_was_read() {
-        let rx = UdpSocket::bind("127.0.0.1:0").await.expect("bind");
+        let rx = tokio::net::UdpSocket::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
         enable(&rx).expect("kernel timestamps");
-        let tx = UdpSocket::bind("127.0.0.1:0").await.expect("bind");
+        let tx = tokio::net::UdpSocket::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
         let to = rx.local_addr().expect("addr");
         // Left unread for a while: a user-space time would include it.
         let unread = Duration::from_millis(100);

@@ -197,6 +197,34 @@ async fn both_ends_of_a_cable_measure_it_then_see_loss_when_the_peer_stops() {
     assert!(later.consecutive_lost >= dead.consecutive_lost);
 }
 
+/// A node probing slowly answers as soon as a request arrives, not on its
+/// own (two-second) tick: the fast prober's 200 ms timeout would count
+/// nearly every probe lost otherwise. At the fast interval the requests
+/// wait for the tick and the reply says for how long.
+#[tokio::test]
+async fn a_slow_prober_answers_at_once_and_a_fast_one_says_how_long_it_held() {
+    let [pa, pb] = free_ports().await;
+    let slow = ProberSettings {
+        interval: Duration::from_secs(2),
+        mtu_interval: Duration::from_secs(2),
+        ..fast_settings()
+    };
+    let a = start("a", vec![cable("a", "b", ports(pa, pb))], fast_settings());
+    let _b = start("b", vec![cable("b", "a", ports(pb, pa))], slow);
+    let answered = wait_for(&a, "b", "50 probes answered by the slow prober", |s| {
+        s.rtt.samples >= 50
+    })
+    .await;
+    assert!(
+        answered.probes_lost_total * 10 <= answered.probes_sent_total,
+        "{answered:#?}"
+    );
+    assert!(
+        answered.rtt.host_delay_p50 < slow.interval / 4,
+        "answered on arrival: {answered:#?}"
+    );
+}
+
 #[tokio::test]
 async fn jumbo_mtu_probes_are_answered_and_counted_apart() {
     let [pa, pb] = free_ports().await;
@@ -333,7 +361,7 @@ async fn a_taken_port_names_the_address_and_is_retried_until_free() {
     let [pa, pb] = free_ports().await;
     let link = cable("a", "b", ports(pa, pb));
     let taken = UdpSocket::bind((HERE, pa)).await.expect("binds");
-    let err = engine::bind(&link).await.expect_err("port is taken");
+    let err = engine::bind(&link, false).await.expect_err("port is taken");
     assert!(
         matches!(err, ProbeError::Bind { addr, .. } if addr == SocketAddr::new(HERE, pa)),
         "{err}"
