@@ -18,6 +18,8 @@ use meshd_proto::domain::{
 };
 use meshd_proto::facts::NodeFacts;
 
+use crate::linkstats::LATE;
+
 /// An incarnation more than this far ahead of this node's wall clock (as
 /// nanoseconds since 1970) is refused: a sane clock or counter cannot give
 /// it, and taking it would lock the real node out until it caught up.
@@ -508,6 +510,7 @@ impl PeerBook {
             peer.links_received.remove(&gone.node);
         }
         peer.sequence_at = now;
+        let news = is_news(&peer.report, &update);
         let facts = apply(Arc::make_mut(&mut peer.report), update);
         if let Some(facts) = facts
             && self.facts.get(&node).is_none_or(|known| **known != facts)
@@ -515,7 +518,9 @@ impl PeerBook {
             self.facts.insert(node, Arc::new(facts));
             self.facts_version += 1;
         }
-        self.generation += 1;
+        if news {
+            self.generation += 1;
+        }
         Answer {
             refusal: None,
             clock,
@@ -621,6 +626,25 @@ fn check_update(sender: &NodeId, update: &ReportUpdate) -> Result<(), (RejectRea
 }
 
 /// Applies `update` to `report`; returns the facts it carried.
+/// Whether `update` changes what the engine judges `report` on. A
+/// heartbeat does not: what it proves (the peer lives, on that path) is
+/// kept by [`PeerBook::heard`], which bumps the generation when a quiet
+/// peer or path speaks again; the engine's own deadlines cover the rest.
+/// Half the looks of a steady mesh were heartbeats before.
+fn is_news(report: &PeerReport, update: &ReportUpdate) -> bool {
+    update.full
+        || !update.links.is_empty()
+        || !update.removed_links.is_empty()
+        || update.alarms.is_some()
+        || update.hears.is_some()
+        || update.heard_on_management.is_some()
+        || update.facts.is_some()
+        || update.has_quorum.is_some()
+        || update.clock_offsets.is_some()
+        || update.load.cpu_saturated != report.load.cpu_saturated
+        || (update.lateness >= LATE) != (report.lateness >= LATE)
+}
+
 fn apply(report: &mut PeerReport, update: ReportUpdate) -> Option<NodeFacts> {
     if update.full {
         report.links = update.links;
@@ -748,6 +772,44 @@ mod tests {
             book.current_report(&id("b"), t0, within).is_none(),
             "its only path closed"
         );
+    }
+
+    #[test]
+    fn only_news_makes_the_engine_look_a_heartbeat_does_not() {
+        let t0 = crate::fixtures::epoch();
+        let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let (mut book, stream) = book_with_b(t0, wall);
+        book.update(stream, update(10, true, wall), t0, wall);
+        let mut at = t0;
+        let mut sequence = 10;
+        let mut send = |book: &mut PeerBook, gap: Duration, change: fn(&mut ReportUpdate)| {
+            at += gap;
+            sequence += 1;
+            let mut next = update(sequence, false, wall);
+            change(&mut next);
+            let before = book.generation();
+            let answer = book.update(stream, next, at, wall);
+            assert_eq!(answer.refusal, None);
+            book.generation() != before
+        };
+        let beat = Duration::from_millis(500);
+        assert!(!send(&mut book, beat, |_| {}), "a heartbeat is no news");
+        assert!(send(&mut book, beat, |u| u.hears = Some(vec![id("a")])));
+        assert!(send(&mut book, beat, |u| u.lateness = LATE), "late now");
+        assert!(
+            !send(&mut book, beat, |u| u.lateness = LATE * 2),
+            "still late"
+        );
+        assert!(send(&mut book, beat, |_| {}), "on time again");
+        assert!(send(&mut book, beat, |u| u.load.cpu_saturated = true));
+        assert!(!send(&mut book, beat, |u| {
+            u.load.cpu_saturated = true;
+            u.load.cpu_busy_ratio = 0.97;
+        }));
+        // A peer quiet for longer than quiet_after is news when it speaks.
+        assert!(send(&mut book, Duration::from_secs(5), |u| {
+            u.load.cpu_saturated = true;
+        }));
     }
 
     #[test]
