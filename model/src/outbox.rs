@@ -194,14 +194,7 @@ impl Outbox {
             update.facts = now.facts.map(|f| (**f).clone());
             next.facts = now.facts.cloned();
         }
-        let news = !update.links.is_empty()
-            || !update.removed_links.is_empty()
-            || update.alarms.is_some()
-            || update.hears.is_some()
-            || update.heard_on_management.is_some()
-            || update.has_quorum.is_some()
-            || update.clock_offsets.is_some()
-            || update.facts.is_some();
+        let news = update.carries_changes();
         let heartbeat_due = self.next_due().is_none_or(|due| moment.now >= due);
         if !news && !heartbeat_due {
             self.sent = Some(sent);

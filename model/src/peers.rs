@@ -625,7 +625,6 @@ fn check_update(sender: &NodeId, update: &ReportUpdate) -> Result<(), (RejectRea
     Ok(())
 }
 
-/// Applies `update` to `report`; returns the facts it carried.
 /// Whether `update` changes what the engine judges `report` on. A
 /// heartbeat does not: what it proves (the peer lives, on that path) is
 /// kept by [`PeerBook::heard`], which bumps the generation when a quiet
@@ -633,18 +632,12 @@ fn check_update(sender: &NodeId, update: &ReportUpdate) -> Result<(), (RejectRea
 /// Half the looks of a steady mesh were heartbeats before.
 fn is_news(report: &PeerReport, update: &ReportUpdate) -> bool {
     update.full
-        || !update.links.is_empty()
-        || !update.removed_links.is_empty()
-        || update.alarms.is_some()
-        || update.hears.is_some()
-        || update.heard_on_management.is_some()
-        || update.facts.is_some()
-        || update.has_quorum.is_some()
-        || update.clock_offsets.is_some()
+        || update.carries_changes()
         || update.load.cpu_saturated != report.load.cpu_saturated
         || (update.lateness >= LATE) != (report.lateness >= LATE)
 }
 
+/// Applies `update` to `report`; returns the facts it carried.
 fn apply(report: &mut PeerReport, update: ReportUpdate) -> Option<NodeFacts> {
     if update.full {
         report.links = update.links;

@@ -842,6 +842,19 @@ impl ReportUpdate {
             .enumerate()
             .find(|(_, alarm)| alarm.node != *sender && !alarm.kind.raised_by_peers())
     }
+
+    /// Whether this carries any change beyond what every update carries
+    /// (sequence, send time, load, lateness): a heartbeat does not.
+    pub fn carries_changes(&self) -> bool {
+        !self.links.is_empty()
+            || !self.removed_links.is_empty()
+            || self.alarms.is_some()
+            || self.hears.is_some()
+            || self.heard_on_management.is_some()
+            || self.has_quorum.is_some()
+            || self.clock_offsets.is_some()
+            || self.facts.is_some()
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
