@@ -371,9 +371,7 @@ fn degradation(
 
 /// The RDMA probe's failures in a row, when they are enough to speak of.
 fn rdma_probe_failing(o: &LinkObservation) -> Option<u32> {
-    o.rdma_probe
-        .map(|rdma| rdma.consecutive_failures)
-        .filter(|failures| *failures >= RDMA_PROBE_FAILURES_FOR_DEGRADED)
+    o.rdma_probe.as_ref().and_then(crate::rdma::failing_streak)
 }
 
 /// What one end's observation says of the link, in the terms the verdict

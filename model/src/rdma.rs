@@ -15,6 +15,8 @@ use std::time::{Duration, SystemTime};
 
 use meshd_proto::domain::{RdmaEndpoint, RdmaProbe};
 
+use crate::link::RDMA_PROBE_FAILURES_FOR_DEGRADED;
+
 /// What this end's RDMA probe of one link shows the verdicts and the peer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RdmaProbeEnd {
@@ -124,10 +126,26 @@ impl RdmaProbeStats {
         (self.probe.probes_sent_total > 0 || self.probe.probes_failed_total > 0)
             .then_some(self.probe)
     }
+}
 
-    /// The figures whether or not anything was recorded (for the metrics).
-    pub fn totals(&self) -> RdmaProbe {
-        self.probe
+/// The probe's failures in a row, when they are enough to be evidence.
+pub fn failing_streak(probe: &RdmaProbe) -> Option<u32> {
+    Some(probe.consecutive_failures)
+        .filter(|failures| *failures >= RDMA_PROBE_FAILURES_FOR_DEGRADED)
+}
+
+impl RdmaProbeEnd {
+    /// Whether this differs from `before` in what the verdicts or the peer
+    /// read (the queue pair, whether the probe runs, a failing streak), not
+    /// only in a probe's figures.
+    pub fn is_news_against(&self, before: Option<&Self>) -> bool {
+        let Some(before) = before else {
+            return true;
+        };
+        let failing = |end: &Self| end.probe.as_ref().and_then(failing_streak).is_some();
+        self.endpoint != before.endpoint
+            || self.probe.is_some() != before.probe.is_some()
+            || failing(self) != failing(before)
     }
 }
 
@@ -202,6 +220,41 @@ mod tests {
     }
 
     #[test]
+    fn an_end_is_news_for_its_queue_pair_its_running_and_its_streak_not_its_figures() {
+        let probe = |failures| RdmaProbe {
+            consecutive_failures: failures,
+            probes_sent_total: 10,
+            ..RdmaProbe::default()
+        };
+        let end = RdmaProbeEnd {
+            endpoint: Some(endpoint(17, A_GID, Some(40))),
+            probe: Some(probe(0)),
+        };
+        assert!(end.is_news_against(None));
+        let counted = RdmaProbeEnd {
+            probe: Some(RdmaProbe {
+                probes_sent_total: 11,
+                last_rtt: Some(Duration::from_micros(30)),
+                ..probe(1)
+            }),
+            ..end
+        };
+        assert!(!counted.is_news_against(Some(&end)), "only figures moved");
+        let failing = RdmaProbeEnd {
+            probe: Some(probe(RDMA_PROBE_FAILURES_FOR_DEGRADED)),
+            ..end
+        };
+        assert!(failing.is_news_against(Some(&counted)));
+        let paused = RdmaProbeEnd { probe: None, ..end };
+        assert!(paused.is_news_against(Some(&end)));
+        let reconnected = RdmaProbeEnd {
+            endpoint: Some(endpoint(17, A_GID, Some(41))),
+            ..end
+        };
+        assert!(reconnected.is_news_against(Some(&end)));
+    }
+
+    #[test]
     fn a_streak_counts_failures_until_an_answer_and_an_interruption_ends_it() {
         let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
         let mut stats = RdmaProbeStats::default();
@@ -216,8 +269,9 @@ mod tests {
         assert_eq!(figures.last_rtt, Some(Duration::from_micros(40)));
         assert_eq!(figures.last_ok_at, Some(wall));
         stats.interrupt();
-        assert_eq!(stats.figures().unwrap().consecutive_failures, 0);
-        assert_eq!(stats.totals().probes_failed_total, 2, "totals stay");
+        let interrupted = stats.figures().unwrap();
+        assert_eq!(interrupted.consecutive_failures, 0);
+        assert_eq!(interrupted.probes_failed_total, 2, "totals stay");
         stats.record(ProbeOutcome::Failed, wall);
         stats.record(ProbeOutcome::Answered(Duration::from_micros(30)), wall);
         assert_eq!(stats.figures().unwrap().consecutive_failures, 0);

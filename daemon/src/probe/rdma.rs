@@ -30,7 +30,7 @@ use crate::config::RdmaProbeMode;
 
 /// One probe a second per cable: the bound, and plenty to see a
 /// path that stopped working within the verdicts' debounce.
-pub const PROBE_PERIOD: Duration = Duration::from_secs(1);
+const PROBE_PERIOD: Duration = Duration::from_secs(1);
 /// A reply later than this is a failure; RDMA round trips are microseconds.
 const REPLY_WAIT: Duration = Duration::from_millis(500);
 /// A peer whose report streams carried nothing for this long is not
@@ -230,33 +230,26 @@ async fn probe_link(probe: LinkProbe) {
             _ = ticks.tick() => {}
         }
         state.step(&probe, gid, peer_gid).await;
+        // A task stopped by a new config while it stepped must not write
+        // over what its successor for the same peer publishes; the ends
+        // start afresh with every new config (`RdmaProbes::apply`).
+        if probe.stop.is_cancelled() {
+            break;
+        }
         publish(&probe.ends, &peer, state.end());
     }
     close(state.queue.take()).await;
-    probe.ends.send_if_modified(|ends| {
-        let mut changed = (**ends).clone();
-        let removed = changed.remove(&peer).is_some();
-        *ends = Arc::new(changed);
-        removed
-    });
 }
 
 /// Stores this cable's end; wakes the readers only when what the verdicts
 /// or the peer read changed, not for every probe's figures.
 fn publish(ends: &watch::Sender<RdmaEnds>, peer: &NodeId, end: RdmaProbeEnd) {
     ends.send_if_modified(|current| {
-        let before = current.get(peer).copied();
-        if before == Some(end) {
+        let before = current.get(peer);
+        if before == Some(&end) {
             return false;
         }
-        let failing = |e: Option<RdmaProbeEnd>| {
-            e.and_then(|e| e.probe).map(|p| {
-                p.consecutive_failures >= meshd_model::link::RDMA_PROBE_FAILURES_FOR_DEGRADED
-            })
-        };
-        let news = before.map(|e| e.endpoint) != Some(end.endpoint)
-            || before.map(|e| e.probe.is_some()) != Some(end.probe.is_some())
-            || failing(before) != failing(Some(end));
+        let news = end.is_news_against(before);
         let mut changed = (**current).clone();
         changed.insert(peer.clone(), end);
         *current = Arc::new(changed);
@@ -264,10 +257,10 @@ fn publish(ends: &watch::Sender<RdmaEnds>, peer: &NodeId, end: RdmaProbeEnd) {
     });
 }
 
-/// Why this end does not probe right now, as last logged (each reason is
-/// logged once when it starts, not every second).
+/// What this end's probe is doing, or why it is not probing, as last
+/// logged (each is logged once when it starts, not every second).
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Quiet {
+enum Condition {
     Probing,
     Busy(usize),
     IdleUnknown(String),
@@ -287,10 +280,17 @@ struct LinkState {
     idle_checked: Option<(Instant, Result<usize, String>)>,
     /// When the open queue pair's device was last looked for.
     device_checked: Option<Instant>,
-    quiet: Option<Quiet>,
+    condition: Option<Condition>,
 }
 
 impl LinkState {
+    /// The device of the open queue pair.
+    fn device(&self) -> Option<String> {
+        self.queue
+            .as_ref()
+            .map(|q| q.endpoint.local().device.clone())
+    }
+
     fn end(&self) -> RdmaProbeEnd {
         RdmaProbeEnd {
             endpoint: self.queue.as_ref().map(Queue::own),
@@ -302,35 +302,37 @@ impl LinkState {
         }
     }
 
-    fn note(&mut self, peer: &NodeId, quiet: Quiet) {
-        if self.quiet.as_ref() == Some(&quiet) {
+    fn note(&mut self, peer: &NodeId, condition: Condition) {
+        if self.condition.as_ref() == Some(&condition) {
             return;
         }
-        match &quiet {
-            Quiet::Probing => tracing::info!(%peer, "RDMA probe: probing the peer's queue pair"),
-            Quiet::Busy(pairs) => tracing::info!(
+        match &condition {
+            Condition::Probing => {
+                tracing::info!(%peer, "RDMA probe: probing the peer's queue pair")
+            }
+            Condition::Busy(pairs) => tracing::info!(
                 %peer,
                 pairs,
                 "RDMA probe paused (probe.rdma = \"idle\"): other programs hold queue pairs"
             ),
-            Quiet::IdleUnknown(reason) => tracing::warn!(
+            Condition::IdleUnknown(reason) => tracing::warn!(
                 %peer,
                 "RDMA probe paused (probe.rdma = \"idle\"): cannot tell who holds queue pairs: {reason}"
             ),
-            Quiet::CannotOpen(reason) => {
+            Condition::CannotOpen(reason) => {
                 tracing::warn!(%peer, "RDMA probe: cannot open a queue pair: {reason}");
             }
-            Quiet::PeerAbsent => tracing::info!(
+            Condition::PeerAbsent => tracing::info!(
                 %peer,
                 "RDMA probe: waiting for the peer's queue pair (its probe is off, paused, or not heard)"
             ),
-            Quiet::WrongGid(gid) => tracing::warn!(
+            Condition::WrongGid(gid) => tracing::warn!(
                 %peer,
                 %gid,
                 "RDMA probe: the peer's queue pair claims a GID that is not its address on this cable; not connecting"
             ),
         }
-        self.quiet = Some(quiet);
+        self.condition = Some(condition);
     }
 
     /// Stops probing for a reason that is not the path's.
@@ -353,10 +355,7 @@ impl LinkState {
         {
             return answer.clone();
         }
-        let device = self
-            .queue
-            .as_ref()
-            .map(|q| q.endpoint.local().device.clone());
+        let device = self.device();
         let answer = blocking(move || {
             queue_pairs::foreign_queue_pairs(device.as_deref()).map_err(|err| err.to_string())
         })
@@ -371,14 +370,14 @@ impl LinkState {
         if probe.mode == RdmaProbeMode::Idle {
             let busy = match self.others_hold_queue_pairs().await {
                 Ok(0) => None,
-                Ok(pairs) => Some(Quiet::Busy(pairs)),
+                Ok(pairs) => Some(Condition::Busy(pairs)),
                 // Unknown is not idle: a job may be running.
-                Err(reason) => Some(Quiet::IdleUnknown(reason)),
+                Err(reason) => Some(Condition::IdleUnknown(reason)),
             };
-            if let Some(quiet) = busy {
+            if let Some(condition) = busy {
                 close(self.queue.take()).await;
                 self.pause();
-                self.note(peer, quiet);
+                self.note(peer, condition);
                 return;
             }
         }
@@ -396,7 +395,7 @@ impl LinkState {
                     // Asked to probe and the device cannot be opened: the
                     // RDMA side of this cable does not work.
                     self.record(ProbeOutcome::Failed);
-                    self.note(peer, Quiet::CannotOpen(err.to_string()));
+                    self.note(peer, Condition::CannotOpen(err.to_string()));
                     return;
                 }
                 None => return,
@@ -417,11 +416,11 @@ impl LinkState {
         ) {
             Partner::Absent => {
                 self.pause();
-                self.note(peer, Quiet::PeerAbsent);
+                self.note(peer, Condition::PeerAbsent);
             }
             Partner::WrongGid(claimed) => {
                 self.pause();
-                self.note(peer, Quiet::WrongGid(claimed));
+                self.note(peer, Condition::WrongGid(claimed));
             }
             Partner::Connect(target) => self.connect(target).await,
             // Only the peer can move this on; the streak waits with it.
@@ -442,11 +441,7 @@ impl LinkState {
             return false;
         }
         self.device_checked = Some(now);
-        let Some(device) = self
-            .queue
-            .as_ref()
-            .map(|q| q.endpoint.local().device.clone())
-        else {
+        let Some(device) = self.device() else {
             return false;
         };
         let listed = blocking(move || verbs::device_names(library, verbs::DEFAULT_TIMEOUT)).await;
@@ -459,7 +454,7 @@ impl LinkState {
         }
         close(self.queue.take()).await;
         self.record(ProbeOutcome::Failed);
-        self.quiet = Some(Quiet::CannotOpen(format!("{device} is being removed")));
+        self.condition = Some(Condition::CannotOpen(format!("{device} is being removed")));
         tracing::warn!(
             %device,
             "RDMA probe: the device left the verbs device list (being removed); its queue pair is closed"
@@ -496,6 +491,9 @@ impl LinkState {
         };
         let Some((queue, result)) = blocking(move || {
             let result = queue.endpoint.connect(address);
+            if result.is_ok() {
+                queue.connected_to = Some(target);
+            }
             (queue, result)
         })
         .await
@@ -507,9 +505,7 @@ impl LinkState {
             // RDMA side of this cable does not work.
             self.record(ProbeOutcome::Failed);
         }
-        self.keep_or_drop(queue, result.map(|()| target), |queue, target| {
-            queue.connected_to = Some(target);
-        });
+        self.keep_or_close(queue, result).await;
     }
 
     async fn probe_once(&mut self, peer: &NodeId) {
@@ -532,31 +528,22 @@ impl LinkState {
             Err(_) => ProbeOutcome::Failed,
         };
         self.record(outcome);
-        self.keep_or_drop(queue, result, |_, _| {});
+        self.keep_or_close(queue, result).await;
         if self.queue.is_some() {
-            self.note(peer, Quiet::Probing);
+            self.note(peer, Condition::Probing);
         }
     }
 
-    /// Keeps the queue pair after a call that worked (applying `then`);
-    /// after one that failed, closes it, so the next step opens a new one
-    /// (a deleted device, a queue pair in error).
-    fn keep_or_drop<T>(
-        &mut self,
-        mut queue: Queue,
-        result: Result<T, VerbsError>,
-        then: impl FnOnce(&mut Queue, T),
-    ) {
+    /// Keeps the queue pair after a call that worked; after one that
+    /// failed, closes it, so the next step opens a new one (a deleted
+    /// device, a queue pair in error).
+    async fn keep_or_close<T>(&mut self, queue: Queue, result: Result<T, VerbsError>) {
         match result {
-            Ok(value) => {
-                then(&mut queue, value);
-                self.queue = Some(queue);
-            }
+            Ok(_) => self.queue = Some(queue),
             Err(err) => {
                 tracing::warn!("RDMA probe: {err}; the queue pair is closed and opened again");
-                self.quiet = None;
-                // Dropped on a blocking thread: it waits for the endpoint's.
-                tokio::task::spawn_blocking(move || drop(queue));
+                self.condition = None;
+                close(Some(queue)).await;
             }
         }
     }
