@@ -69,25 +69,8 @@ fn wait_for_metrics(vm: &mut Vm, what: &str, holds: impl Fn(&str) -> bool) -> St
     )
 }
 
-/// The numbers of the queue pairs meshd's threads hold in `vm`.
-fn meshd_queue_pair_numbers(vm: &mut Vm) -> Vec<String> {
-    vm::run(vm, "rdma resource show qp")
-        .lines()
-        .filter(|line| line.contains("comm meshd"))
-        .filter_map(|line| {
-            let words: Vec<&str> = line.split_whitespace().collect();
-            let at = words.iter().position(|w| *w == "lqpn")?;
-            words.get(at + 1).map(|n| (*n).to_owned())
-        })
-        .collect()
-}
-
-fn rdma_figure(text: &str, name: &str) -> Option<f64> {
-    mesh::cable_metric(text, name)
-}
-
 fn answered(text: &str) -> bool {
-    rdma_figure(text, "meshd_link_rdma_probe_rtt_seconds").is_some()
+    mesh::cable_metric(text, "meshd_link_rdma_probe_rtt_seconds").is_some()
 }
 
 #[test]
@@ -115,14 +98,15 @@ fn the_rdma_probe_is_answered_fails_with_the_cable_and_names_a_deleted_device() 
         let vm = vms.vm(id);
         wait_for_link(vm, "the cable up", |l| l.state == "up");
         let text = wait_for_metrics(vm, "an answered RDMA probe", answered);
-        let sent = rdma_figure(&text, "meshd_link_rdma_probes_total").expect("probes counted");
+        let sent =
+            mesh::cable_metric(&text, "meshd_link_rdma_probes_total").expect("probes counted");
         assert!(sent >= 1.0, "VM {id}: {sent} RDMA probes");
-        assert_eq!(ok(mesh::meshd_queue_pairs(vm)), 1, "VM {id}");
+        assert_eq!(ok(mesh::meshd_queue_pairs(vm)).len(), 1, "VM {id}");
     }
 
     // The cable pulled: RDMA probes fail as IP ones do, and the link is
     // down (blamed on the cable), not degraded.
-    let failed_before = rdma_figure(
+    let failed_before = mesh::cable_metric(
         &ok(mesh::metrics(vms.vm("a"))),
         "meshd_link_rdma_probe_failures_total",
     )
@@ -131,13 +115,13 @@ fn the_rdma_probe_is_answered_fails_with_the_cable_and_names_a_deleted_device() 
     let down = wait_for_link(vms.vm("a"), "the cable down", |l| l.state == "down");
     assert_eq!(down.blame, "link", "{down:?}");
     wait_for_metrics(vms.vm("a"), "failed RDMA probes", |text| {
-        rdma_figure(text, "meshd_link_rdma_probe_failures_total")
+        mesh::cable_metric(text, "meshd_link_rdma_probe_failures_total")
             .is_some_and(|failed| failed >= failed_before + 2.0)
     });
     ok(vms.vm("a").set_link(CABLE_NIC, true));
     wait_for_link(vms.vm("a"), "the cable up again", |l| l.state == "up");
     wait_for_metrics(vms.vm("a"), "RDMA probes answered again", |text| {
-        rdma_figure(text, "meshd_link_rdma_probe_failures_total").is_some() && answered(text)
+        mesh::cable_metric(text, "meshd_link_rdma_probe_failures_total").is_some() && answered(text)
     });
 
     // RDMA gone on b while IP works. rxe cannot take a device away from a
@@ -170,7 +154,7 @@ fn the_rdma_probe_is_answered_fails_with_the_cable_and_names_a_deleted_device() 
 
     // meshd stopped: its queue pair is gone from the device.
     let failures = |vm: &mut Vm| {
-        rdma_figure(
+        mesh::cable_metric(
             &ok(mesh::metrics(vm)),
             "meshd_link_rdma_probe_failures_total",
         )
@@ -181,7 +165,7 @@ fn the_rdma_probe_is_answered_fails_with_the_cable_and_names_a_deleted_device() 
     ok(mesh::stop_meshd(a));
     assert_eq!(
         ok(mesh::meshd_queue_pairs(a)),
-        0,
+        Vec::<String>::new(),
         "meshd's queue pair freed"
     );
 
@@ -192,11 +176,11 @@ fn the_rdma_probe_is_answered_fails_with_the_cable_and_names_a_deleted_device() 
     wait_for_metrics(a, "an answered RDMA probe in idle mode", answered);
     // Its own queue pair (whose `pid` is meshd's probe thread) is not
     // another program's: it keeps the same one over several idle checks.
-    let own = meshd_queue_pair_numbers(a);
+    let own = ok(mesh::meshd_queue_pairs(a));
     assert_eq!(own.len(), 1, "{own:?}");
     std::thread::sleep(Duration::from_secs(12));
     assert_eq!(
-        meshd_queue_pair_numbers(a),
+        ok(mesh::meshd_queue_pairs(a)),
         own,
         "meshd kept its queue pair"
     );
@@ -234,5 +218,5 @@ fn the_rdma_probe_is_answered_fails_with_the_cable_and_names_a_deleted_device() 
     let a = vms.vm("a");
     vm::run(a, "kill $(cat /run/pingpong.pid)");
     wait_for_metrics(a, "the RDMA probe back", answered);
-    assert_eq!(ok(mesh::meshd_queue_pairs(a)), 1);
+    assert_eq!(ok(mesh::meshd_queue_pairs(a)).len(), 1);
 }

@@ -199,10 +199,9 @@ async fn both_ends_of_a_cable_measure_it_then_see_loss_when_the_peer_stops() {
 
 /// A node probing slowly answers as soon as a request arrives, not on its
 /// own (two-second) tick: the fast prober's 200 ms timeout would count
-/// nearly every probe lost otherwise. At the fast interval the requests
-/// wait for the tick and the reply says for how long.
+/// nearly every probe lost otherwise.
 #[tokio::test]
-async fn a_slow_prober_answers_at_once_and_a_fast_one_says_how_long_it_held() {
+async fn a_slow_prober_answers_requests_at_once() {
     let [pa, pb] = free_ports().await;
     let slow = ProberSettings {
         interval: Duration::from_secs(2),
@@ -218,10 +217,6 @@ async fn a_slow_prober_answers_at_once_and_a_fast_one_says_how_long_it_held() {
     assert!(
         answered.probes_lost_total * 10 <= answered.probes_sent_total,
         "{answered:#?}"
-    );
-    assert!(
-        answered.rtt.host_delay_p50 < slow.interval / 4,
-        "answered on arrival: {answered:#?}"
     );
 }
 

@@ -151,14 +151,20 @@ pub fn cable_metric(metrics: &str, name: &str) -> Option<f64> {
         .and_then(|value| value.parse().ok())
 }
 
-/// The queue pairs processes named meshd hold in `vm`, as the kernel's
-/// resource tracking shows them.
-pub fn meshd_queue_pairs(vm: &mut Vm) -> Result<usize, VmError> {
+/// The numbers of the queue pairs meshd's threads hold in `vm`, as the
+/// kernel's resource tracking shows them (`comm` is the creating thread's
+/// name: `meshd-rdma-prob…`).
+pub fn meshd_queue_pairs(vm: &mut Vm) -> Result<Vec<String>, VmError> {
     Ok(vm
         .run("rdma resource show qp")?
         .lines()
         .filter(|line| line.contains("comm meshd"))
-        .count())
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            words.find(|w| *w == "lqpn")?;
+            words.next().map(str::to_owned)
+        })
+        .collect())
 }
 
 /// The last lines of meshd's log in `vm`, for failure messages.
