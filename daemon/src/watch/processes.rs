@@ -1,16 +1,23 @@
 //! The process table the CPU watcher samples every tick, read as cheaply as
 //! the OS allows: each tick reads every process's CPU time, parent and
-//! resident memory (Linux: its `/proc/<pid>/stat` alone), and names and
-//! command lines are resolved once per process and cached by pid, start
-//! time and kernel name (an `exec` changes the name, so it is resolved
-//! again). A steady host costs one small read per process per tick and no
-//! command line at all.
+//! resident memory (Linux: its `/proc/<pid>/stat` alone, through an fd kept
+//! open from tick to tick by
+//! [`ProcReader`](meshd_platform::linux::procs::ProcReader), so that a
+//! tick is one listing of `/proc` and one `pread` per process, not an open,
+//! reads and a close),
+//! and names and command lines are resolved once per process and cached by
+//! pid, start time and kernel name (an `exec` changes the name, so it is
+//! resolved again). The cache is updated in place, not rebuilt: a steady
+//! host costs one small read per process per tick, no command line at all,
+//! and no allocation per process but the name and command line each
+//! sample owns.
 //!
 //! Every process's command line is resolved once, not only the busiest
 //! ones': the job watcher finds job ranks by their command line
 //! (`python3 -m mlx.launch`), idle and orphaned ones included.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::path::Path;
 use std::time::Instant;
 
@@ -24,41 +31,100 @@ const MAX_COMMAND_CHARS: usize = 512;
 /// `UniversalControl` is 16.
 const TRUNCATED_NAME_LEN: usize = 15;
 
-/// One process for good: a pid is reused, the pair with its start time is
-/// not; the kernel name changes on `exec`.
-type ProcessKey = (u32, u64, String);
-
 /// What a process is called, resolved once.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct Identity {
     name: String,
     command: Option<String>,
 }
 
-/// Identities of the processes seen last tick, and each one's CPU time then.
+/// A process seen at a sample. With its pid, its start time names it for
+/// good (a pid is reused, the pair is not); its kernel name changes on
+/// `exec`, and then it is resolved again.
+#[derive(Debug)]
+struct Seen {
+    start: u64,
+    kernel_name: String,
+    identity: Identity,
+    /// Its CPU time at that sample.
+    cpu: u64,
+    /// Which sample last saw it.
+    sample: u64,
+}
+
+/// The processes seen last sample, by pid, updated in place each sample.
 #[derive(Debug, Default)]
 struct Known {
-    entries: HashMap<ProcessKey, (Identity, u64)>,
+    entries: HashMap<u32, Seen>,
+    sample: u64,
 }
 
 impl Known {
-    /// The identity of `key`, resolved with `args` (its command line, read
-    /// only for a process not seen before), and the CPU time it had at the
-    /// previous sample.
-    fn identify(
+    /// Starts a sample: the processes it does not [`Known::observe`] are
+    /// forgotten at [`Known::end`].
+    fn begin(&mut self) {
+        self.sample = self.sample.wrapping_add(1);
+    }
+
+    /// Whether the process is known, so needs no command line.
+    #[cfg(not(target_os = "linux"))]
+    fn is_known(&self, pid: u32, start: u64, kernel_name: &str) -> bool {
+        self.entries
+            .get(&pid)
+            .is_some_and(|seen| seen.start == start && seen.kernel_name == kernel_name)
+    }
+
+    /// The identity of the process, resolved with `args` (its command line,
+    /// read only for a process not seen before), and the CPU time it had at
+    /// the previous sample; `cpu` is its CPU time now.
+    fn observe(
         &mut self,
-        key: &ProcessKey,
+        pid: u32,
+        start: u64,
+        kernel_name: &str,
+        cpu: u64,
         args: impl FnOnce() -> Option<Vec<String>>,
-    ) -> (Identity, Option<u64>) {
-        if let Some((identity, cpu)) = self.entries.get(key) {
-            return (identity.clone(), Some(*cpu));
+    ) -> (&Identity, Option<u64>) {
+        let sample = self.sample;
+        match self.entries.entry(pid) {
+            Entry::Occupied(entry)
+                if entry.get().start == start && entry.get().kernel_name == kernel_name =>
+            {
+                let seen = entry.into_mut();
+                let before = std::mem::replace(&mut seen.cpu, cpu);
+                seen.sample = sample;
+                (&seen.identity, Some(before))
+            }
+            entry => {
+                let args = args().unwrap_or_default();
+                let seen = Seen {
+                    start,
+                    kernel_name: kernel_name.to_owned(),
+                    identity: Identity {
+                        name: full_name(kernel_name, args.first().map(String::as_str)),
+                        command: command_line(&args),
+                    },
+                    cpu,
+                    sample,
+                };
+                // A pid reused, or a process that exec'd: resolved afresh.
+                let seen = match entry {
+                    Entry::Occupied(mut entry) => {
+                        entry.insert(seen);
+                        entry.into_mut()
+                    }
+                    Entry::Vacant(entry) => entry.insert(seen),
+                };
+                (&seen.identity, None)
+            }
         }
-        let args = args().unwrap_or_default();
-        let identity = Identity {
-            name: full_name(&key.2, args.first().map(String::as_str)),
-            command: command_line(&args),
-        };
-        (identity, None)
+    }
+
+    /// Ends a sample: forgets the processes it did not see (gone, or
+    /// zombies).
+    fn end(&mut self) {
+        let sample = self.sample;
+        self.entries.retain(|_, seen| seen.sample == sample);
     }
 }
 
@@ -126,7 +192,8 @@ mod linux {
 
     use super::*;
 
-    /// `/proc`, one `stat` per process per tick.
+    /// `/proc`, one `stat` read per process per tick, through the fds the
+    /// reader keeps.
     #[derive(Debug)]
     pub struct ProcessTable {
         reader: ProcReader,
@@ -165,18 +232,23 @@ mod linux {
                 now.saturating_duration_since(last).as_secs_f64()
             });
             self.last = Some(now);
-            let mut next = Known::default();
+            self.known.begin();
             let mut samples = Vec::with_capacity(stats.len());
-            for stat in stats {
+            for stat in &stats {
                 if matches!(stat.state, 'Z' | 'X') {
                     continue;
                 }
-                let key = (stat.pid, stat.start_ticks, stat.comm.clone());
                 let reader = &mut self.reader;
-                let (identity, before) = self.known.identify(&key, || {
-                    // A kernel thread has no command line to read.
-                    (!stat.kernel_thread).then(|| reader.command_line(stat.pid))?
-                });
+                let (identity, before) = self.known.observe(
+                    stat.pid,
+                    stat.start_ticks,
+                    &stat.comm,
+                    stat.cpu_ticks,
+                    || {
+                        // A kernel thread has no command line to read.
+                        (!stat.kernel_thread).then(|| reader.command_line(stat.pid))?
+                    },
+                );
                 samples.push(ProcessSample {
                     name: identity.name.clone(),
                     pid: stat.pid,
@@ -187,9 +259,8 @@ mod linux {
                     parent: Some(stat.ppid),
                     memory_bytes: Some(stat.rss_pages.saturating_mul(self.page_bytes)),
                 });
-                next.entries.insert(key, (identity, stat.cpu_ticks));
             }
-            self.known = next;
+            self.known.end();
             Ok(samples)
         }
     }
@@ -236,19 +307,16 @@ mod other {
                 now.saturating_duration_since(last).as_secs_f64()
             });
             self.last = Some(now);
-            let key = |pid: &Pid, p: &sysinfo::Process| -> ProcessKey {
-                (
-                    pid.as_u32(),
-                    p.start_time(),
-                    p.name().to_string_lossy().into_owned(),
-                )
-            };
             // The arguments of the processes not seen before, in one refresh.
             let new: Vec<Pid> = self
                 .system
                 .processes()
                 .iter()
-                .filter(|(pid, p)| !self.known.entries.contains_key(&key(pid, p)))
+                .filter(|(pid, p)| {
+                    !self
+                        .known
+                        .is_known(pid.as_u32(), p.start_time(), &p.name().to_string_lossy())
+                })
                 .map(|(pid, _)| *pid)
                 .collect();
             if !new.is_empty() {
@@ -258,25 +326,30 @@ mod other {
                     ProcessRefreshKind::nothing().with_cmd(UpdateKind::Always),
                 );
             }
-            let mut next = Known::default();
+            self.known.begin();
             let mut samples = Vec::new();
             for (pid, process) in self.system.processes() {
                 // A zombie has exited: it holds no memory and runs nothing.
                 if process.status() == ProcessStatus::Zombie {
                     continue;
                 }
-                let key = key(pid, process);
-                let (identity, before) = self.known.identify(&key, || {
-                    Some(
-                        process
-                            .cmd()
-                            .iter()
-                            .map(|a| a.to_string_lossy().into_owned())
-                            .collect(),
-                    )
-                });
                 // sysinfo counts CPU time in milliseconds.
                 let cpu = process.accumulated_cpu_time();
+                let (identity, before) = self.known.observe(
+                    pid.as_u32(),
+                    process.start_time(),
+                    &process.name().to_string_lossy(),
+                    cpu,
+                    || {
+                        Some(
+                            process
+                                .cmd()
+                                .iter()
+                                .map(|a| a.to_string_lossy().into_owned())
+                                .collect(),
+                        )
+                    },
+                );
                 samples.push(ProcessSample {
                     name: identity.name.clone(),
                     pid: pid.as_u32(),
@@ -285,9 +358,8 @@ mod other {
                     parent: process.parent().map(|p| p.as_u32()),
                     memory_bytes: Some(process.memory()),
                 });
-                next.entries.insert(key, (identity, cpu));
             }
-            self.known = next;
+            self.known.end();
             Ok(samples)
         }
     }
@@ -329,6 +401,41 @@ mod tests {
     }
 
     #[test]
+    fn known_processes_are_updated_in_place_and_forgotten_once_unseen() {
+        let mut known = Known::default();
+        known.begin();
+        let (identity, before) = known.observe(10, 500, "python3", 100, || {
+            Some(vec!["python3".to_owned(), "train.py".to_owned()])
+        });
+        assert_eq!(identity.command.as_deref(), Some("python3 train.py"));
+        assert_eq!(before, None);
+        known.observe(11, 501, "bash", 5, || None);
+        known.end();
+
+        // The same process: its CPU time then, and no command line asked
+        // for. The one not seen is forgotten.
+        known.begin();
+        let (identity, before) =
+            known.observe(10, 500, "python3", 150, || panic!("resolved again"));
+        assert_eq!((identity.name.as_str(), before), ("python3", Some(100)));
+        known.end();
+        assert_eq!(known.entries.len(), 1);
+
+        // An exec (a new kernel name), then the pid reused (a new start
+        // time): each resolved afresh, with no CPU time before.
+        known.begin();
+        let (identity, before) =
+            known.observe(10, 500, "torchrun", 160, || Some(vec!["torchrun".into()]));
+        assert_eq!((identity.name.as_str(), before), ("torchrun", None));
+        known.end();
+        known.begin();
+        let (identity, before) = known.observe(10, 900, "torchrun", 1, || None);
+        assert_eq!((identity.command.as_deref(), before), (None, None));
+        known.end();
+        assert_eq!(known.entries.len(), 1);
+    }
+
+    #[test]
     fn cores_are_cpu_time_over_wall_time() {
         assert!((cores(100, 150, 100.0, 1.0) - 0.5).abs() < 1e-9);
         assert!((cores(0, 2_000, 1000.0, 1.0) - 2.0).abs() < 1e-9);
@@ -352,14 +459,25 @@ mod linux_tests {
         )
     }
 
-    /// A fake procfs: a process per (pid, stat line, command line).
+    /// A fake procfs: a process per (pid, stat line, command line). The
+    /// files of a pid still there are rewritten in place, as procfs shows a
+    /// live process's changes through the same file; the reader keeps
+    /// `stat` open, and on a plain directory a file deleted and written
+    /// anew would leave it reading the deleted one (on procfs a process
+    /// gone makes its fd fail). Pids not given are removed.
     fn write(root: &std::path::Path, processes: &[(u32, String, &str)]) {
         for entry in std::fs::read_dir(root).unwrap() {
-            std::fs::remove_dir_all(entry.unwrap().path()).unwrap();
+            let entry = entry.unwrap();
+            if !processes
+                .iter()
+                .any(|(pid, ..)| entry.file_name() == pid.to_string().as_str())
+            {
+                std::fs::remove_dir_all(entry.path()).unwrap();
+            }
         }
         for (pid, stat, cmdline) in processes {
             let dir = root.join(pid.to_string());
-            std::fs::create_dir(&dir).unwrap();
+            std::fs::create_dir_all(&dir).unwrap();
             std::fs::write(dir.join("stat"), stat).unwrap();
             std::fs::write(dir.join("cmdline"), cmdline).unwrap();
         }
@@ -435,5 +553,27 @@ mod linux_tests {
             (bash.name.as_str(), bash.command.as_deref()),
             ("bash", Some("bash"))
         );
+    }
+
+    /// A timing to run by hand, not a check: `cargo test -p meshd --lib
+    /// watch::processes -- --ignored --nocapture`. Samples this host's
+    /// `/proc` `MESHD_SAMPLE_RUNS` times (1000) and prints the mean.
+    #[test]
+    #[ignore = "a timing, run by hand"]
+    fn sampling_this_hosts_proc_timing() {
+        let Ok(mut table) = ProcessTable::new() else {
+            return;
+        };
+        let runs: u32 = std::env::var("MESHD_SAMPLE_RUNS")
+            .ok()
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(1000);
+        let mut processes = 0;
+        let start = std::time::Instant::now();
+        for _ in 0..runs {
+            processes = table.sample(std::time::Instant::now()).unwrap().len();
+        }
+        let mean = start.elapsed() / runs.max(1);
+        println!("{runs} samples of {processes} processes: {mean:?} per sample");
     }
 }

@@ -4,6 +4,18 @@
 //! lines (`/proc/<pid>/cmdline`) are read separately, once per process, by
 //! a caller that caches them; `status` is never read.
 //!
+//! [`ProcReader`] keeps each process's `stat` file open from one tick to
+//! the next, so a steady tick costs one listing of `/proc` (`getdents64`
+//! into a reused buffer) and one `pread` at offset 0 per process, instead
+//! of an open, two reads and a close, and allocates nothing per process
+//! but the parsed name. A procfs fd stays bound to its process: once that
+//! process is gone, reads through it fail (`ESRCH`) even if its pid is
+//! reused, so a kept fd never reads another process; a pid whose fd fails,
+//! or whose start time changed, is opened afresh, and the fd of a pid the
+//! listing no longer has is closed. At most [`MAX_OPEN_STATS`] fds are
+//! kept; processes beyond that are opened, read and closed every tick,
+//! with the same result.
+//!
 //! ```text
 //! 1234 (python3) S 1 1234 1234 0 -1 4194560 3520 0 0 0 150 37 0 0 20 0 4 0 81234 ...
 //! ```
@@ -11,8 +23,15 @@
 //! Fields after the name's closing parenthesis, from proc(5): state (3),
 //! ppid (4), flags (9), utime (14), stime (15), starttime (22), rss (24).
 
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::fs::File;
 use std::io::Read;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+
+use rustix::fd::OwnedFd;
+use rustix::fs::{Mode, OFlags};
 
 /// The Linux task flag of kernel threads, which have no command line.
 const PF_KTHREAD: u64 = 0x0020_0000;
@@ -21,6 +40,24 @@ const PF_KTHREAD: u64 = 0x0020_0000;
 /// holds the interpreter, script and module, and bounds what one process
 /// can make meshd read.
 pub const MAX_CMDLINE_BYTES: usize = 4096;
+
+/// At most this many `stat` files are kept open between ticks. meshd runs
+/// under launchd or systemd, whose default soft `RLIMIT_NOFILE` can be
+/// 1024, and needs fds of its own for sockets (peers, probes, the API) and
+/// files; a host with more processes reads the rest the old way, opening
+/// and closing each one's `stat` every tick.
+pub const MAX_OPEN_STATS: usize = 512;
+
+/// The most of a `stat` line that is read, as before the fds were kept:
+/// lines are under 1 KiB (52 numbers and a name of at most 64 bytes), so
+/// one read gets a whole line, and a line that does not end within the
+/// buffer is read on to this cap, then parsed, never cut short at a read.
+const MAX_STAT_BYTES: usize = MAX_CMDLINE_BYTES;
+
+/// Room for a listing of `/proc` in few `getdents64` calls (an entry takes
+/// 24 to 32 bytes for a name like a pid's).
+#[cfg(target_os = "linux")]
+const LISTING_BYTES: usize = 16 * 1024;
 
 /// One process as its `stat` line shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,8 +98,17 @@ pub fn parse_stat(line: &[u8]) -> Result<ProcStat, StatError> {
         .ok_or(StatError::NoName)?;
     let pid = number(text[..open].trim(), 1)?;
     let comm = text[open + 1..close].to_owned();
-    // Field 3 onwards.
-    let rest: Vec<&str> = text[close + 1..].split_ascii_whitespace().collect();
+    // Fields 3 to 24, the last one read: on the stack, not in a `Vec`.
+    let mut rest = [""; 22];
+    let mut count = 0;
+    for (slot, value) in rest
+        .iter_mut()
+        .zip(text[close + 1..].split_ascii_whitespace())
+    {
+        *slot = value;
+        count += 1;
+    }
+    let rest = &rest[..count];
     let field = |n: usize| rest.get(n - 3).copied().ok_or(StatError::Missing(n));
     let state = field(3)?.chars().next().ok_or(StatError::Missing(3))?;
     let flags = number(field(9)?, 9)?;
@@ -110,11 +156,46 @@ pub fn parse_cmdline(raw: &[u8]) -> Vec<String> {
 }
 
 /// Reads the process table under a procfs root (`/proc`; a directory of
-/// the same shape in tests), reusing one buffer.
-#[derive(Debug)]
+/// the same shape in tests), keeping each process's `stat` open between
+/// calls (see the module docs) and reusing its buffers.
 pub struct ProcReader {
     root: PathBuf,
+    /// For command lines.
     buf: Vec<u8>,
+    /// For `stat` lines: [`MAX_STAT_BYTES`].
+    stat_buf: Box<[u8]>,
+    /// For the listing's `getdents64`: its spare capacity, never its
+    /// length.
+    #[cfg(target_os = "linux")]
+    listing: Vec<u8>,
+    /// The pids of the last listing.
+    pids: Vec<u32>,
+    /// `<pid>/stat`, relative to the root, built where a `stat` is opened.
+    path: String,
+    /// The kept `stat` files, by pid; at most [`MAX_OPEN_STATS`].
+    open: HashMap<u32, OpenStat>,
+    /// Counts calls to [`ProcReader::processes`].
+    tick: u64,
+}
+
+/// A `stat` file kept open, and which process it was opened for.
+#[derive(Debug)]
+struct OpenStat {
+    file: File,
+    /// The process's start time: with the pid, the process itself.
+    start_ticks: u64,
+    /// The last tick whose listing had the pid.
+    listed: u64,
+}
+
+impl std::fmt::Debug for ProcReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcReader")
+            .field("root", &self.root)
+            .field("open_stats", &self.open.len())
+            .field("tick", &self.tick)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ProcReader {
@@ -122,6 +203,13 @@ impl ProcReader {
         Self {
             root: root.into(),
             buf: Vec::with_capacity(512),
+            stat_buf: vec![0; MAX_STAT_BYTES].into_boxed_slice(),
+            #[cfg(target_os = "linux")]
+            listing: Vec::with_capacity(LISTING_BYTES),
+            pids: Vec::new(),
+            path: String::new(),
+            open: HashMap::new(),
+            tick: 0,
         }
     }
 
@@ -133,24 +221,120 @@ impl ProcReader {
     /// that exits between the listing and the read is simply not there;
     /// only a root that cannot be listed is an error.
     pub fn processes(&mut self) -> std::io::Result<Vec<ProcStat>> {
-        let mut found = Vec::new();
-        for entry in std::fs::read_dir(&self.root)? {
-            let Ok(entry) = entry else { continue };
-            let name = entry.file_name();
-            let Some(pid) = name
-                .to_str()
-                .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
-            else {
-                continue;
-            };
-            let path = self.root.join(pid).join("stat");
-            if read_capped(&path, &mut self.buf, MAX_CMDLINE_BYTES).is_ok()
-                && let Ok(stat) = parse_stat(&self.buf)
-            {
+        let dir = rustix::fs::open(
+            &self.root,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        self.tick = self.tick.wrapping_add(1);
+        self.list(&dir);
+        // A pid the listing no longer has has exited: its fd goes, and
+        // makes room for a new process's.
+        let tick = self.tick;
+        self.open.retain(|_, open| open.listed == tick);
+        // Taken out and put back, to read with `self` free: no allocation.
+        let pids = std::mem::take(&mut self.pids);
+        let mut found = Vec::with_capacity(pids.len());
+        for &pid in &pids {
+            if let Some(stat) = self.stat(&dir, pid) {
                 found.push(stat);
             }
         }
+        self.pids = pids;
         Ok(found)
+    }
+
+    /// The pids under the root, into `pids`, marking the kept fds of those
+    /// still there. On Linux, `getdents64` into a reused buffer: no
+    /// allocation per entry, where `read_dir` makes two.
+    #[cfg(target_os = "linux")]
+    fn list(&mut self, dir: &OwnedFd) {
+        self.pids.clear();
+        let mut entries = rustix::fs::RawDir::new(dir, self.listing.spare_capacity_mut());
+        while let Some(entry) = entries.next() {
+            // A listing that fails half way ends there, as `read_dir`'s.
+            let Ok(entry) = entry else { break };
+            if let Some(pid) = pid_of(entry.file_name().to_bytes()) {
+                self.pids.push(pid);
+            }
+        }
+        self.mark_listed();
+    }
+
+    /// Elsewhere there is no procfs, only a directory of the same shape in
+    /// tests: `read_dir` lists it.
+    #[cfg(not(target_os = "linux"))]
+    fn list(&mut self, _dir: &OwnedFd) {
+        self.pids.clear();
+        let Ok(entries) = std::fs::read_dir(&self.root) else {
+            return;
+        };
+        for entry in entries {
+            let Ok(entry) = entry else { break };
+            if let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| pid_of(n.as_bytes()))
+            {
+                self.pids.push(pid);
+            }
+        }
+        self.mark_listed();
+    }
+
+    fn mark_listed(&mut self) {
+        for pid in &self.pids {
+            if let Some(open) = self.open.get_mut(pid) {
+                open.listed = self.tick;
+            }
+        }
+    }
+
+    /// `pid`'s `stat`, through its kept fd where that still reads as the
+    /// same process, else opened afresh (and kept, if there is room).
+    fn stat(&mut self, dir: &OwnedFd, pid: u32) -> Option<ProcStat> {
+        if let Some(stat) = self.read_kept(pid) {
+            return Some(stat);
+        }
+        self.path.clear();
+        // Cannot fail: a `String` takes any text.
+        let _ = write!(self.path, "{pid}/stat");
+        let file = rustix::fs::openat(
+            dir,
+            self.path.as_str(),
+            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK,
+            Mode::empty(),
+        )
+        .ok()?;
+        let file = File::from(file);
+        let stat = read_stat(&file, &mut self.stat_buf)?;
+        if self.open.len() < MAX_OPEN_STATS {
+            self.open.insert(
+                pid,
+                OpenStat {
+                    file,
+                    start_ticks: stat.start_ticks,
+                    listed: self.tick,
+                },
+            );
+        }
+        Some(stat)
+    }
+
+    /// `pid`'s `stat` through its kept fd; `None`, and the fd closed, where
+    /// that no longer reads as the process it was opened for. On procfs
+    /// that is a process gone (the read fails with `ESRCH`, or reads
+    /// nothing); on a plain directory, a file rewritten for a new process
+    /// (a new start time) or into something else.
+    fn read_kept(&mut self, pid: u32) -> Option<ProcStat> {
+        let open = self.open.get(&pid)?;
+        match read_stat(&open.file, &mut self.stat_buf) {
+            Some(stat) if stat.start_ticks == open.start_ticks => Some(stat),
+            _ => {
+                self.open.remove(&pid);
+                None
+            }
+        }
     }
 
     /// `pid`'s command line, at most [`MAX_CMDLINE_BYTES`] of it; `None`
@@ -160,6 +344,54 @@ impl ProcReader {
         read_capped(&path, &mut self.buf, MAX_CMDLINE_BYTES).ok()?;
         Some(parse_cmdline(&self.buf))
     }
+
+    /// The kept fds: each one's pid and start time, by pid.
+    #[cfg(test)]
+    fn kept(&self) -> Vec<(u32, u64)> {
+        let mut kept: Vec<(u32, u64)> = self
+            .open
+            .iter()
+            .map(|(pid, open)| (*pid, open.start_ticks))
+            .collect();
+        kept.sort_unstable();
+        kept
+    }
+}
+
+/// The pid a procfs entry is named for: plain decimal, as procfs names
+/// processes; anything else (`self`, `uptime`, a leading zero, a number
+/// past `u32`) is no process.
+fn pid_of(name: &[u8]) -> Option<u32> {
+    if name.is_empty() || (name.len() > 1 && name[0] == b'0') {
+        return None;
+    }
+    name.iter().try_fold(0_u32, |pid, digit| {
+        if !digit.is_ascii_digit() {
+            return None;
+        }
+        pid.checked_mul(10)?.checked_add(u32::from(digit - b'0'))
+    })
+}
+
+/// Parses a `stat` file read from its start into `buf`: one `pread` on
+/// procfs, which hands over the whole line at once, and more only where a
+/// read stops short of the line's end, to `buf`'s length.
+fn read_stat(file: &File, buf: &mut [u8]) -> Option<ProcStat> {
+    let mut len = 0;
+    while len < buf.len() {
+        match file.read_at(&mut buf[len..], len as u64) {
+            Ok(0) => break,
+            Ok(read) => {
+                len += read;
+                if buf[len - 1] == b'\n' {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    parse_stat(&buf[..len]).ok()
 }
 
 fn read_capped(path: &Path, buf: &mut Vec<u8>, cap: usize) -> std::io::Result<()> {
@@ -267,5 +499,222 @@ mod tests {
         assert!(mine.rss_pages > 0);
         assert!(!mine.kernel_thread);
         assert!(reader.command_line(me).is_some_and(|c| !c.is_empty()));
+    }
+
+    /// A `stat` line as the fake procfs below holds it: CPU time is `ticks`
+    /// plus 7 of system time.
+    fn line(pid: u32, comm: &str, ticks: u64, start: u64, rss: u64) -> String {
+        format!(
+            "{pid} ({comm}) S 1 {pid} {pid} 0 -1 4194560 0 0 0 0 {ticks} 7 0 0 20 0 1 0 {start} 1000 {rss} 0\n"
+        )
+    }
+
+    /// Writes `pid`'s `stat` in place where it is there, as procfs shows a
+    /// live process's changes through the same file. (On a plain
+    /// directory a file deleted and written anew would leave a kept fd
+    /// reading the deleted one; procfs has no such thing: there a process
+    /// gone makes its fd fail, which only the real `/proc` can show.)
+    fn put(root: &Path, pid: u32, content: &str) {
+        let dir = root.join(pid.to_string());
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("stat"), content).unwrap();
+    }
+
+    fn by_pid(mut found: Vec<ProcStat>) -> Vec<ProcStat> {
+        found.sort_by_key(|p| p.pid);
+        found
+    }
+
+    /// What a reader with no fds kept reads: open, read, close.
+    fn fresh(root: &Path) -> Vec<ProcStat> {
+        by_pid(ProcReader::new(root).processes().unwrap())
+    }
+
+    #[test]
+    fn kept_fds_read_what_a_fresh_open_reads_tick_after_tick() {
+        let root = tempfile::tempdir().unwrap();
+        let mut reader = ProcReader::new(root.path());
+        // Longer than the cap: read to the cap and parsed, as ever.
+        let long = line(13, "long", 1, 503, 1).replace('\n', &" 0".repeat(3000));
+        assert!(long.len() > MAX_STAT_BYTES);
+        for tick in 0..6_u64 {
+            // Lines grow and shrink from tick to tick.
+            let ticks = if tick % 2 == 0 {
+                123_456_789 * tick
+            } else {
+                tick
+            };
+            put(root.path(), 10, &line(10, "python3", ticks, 500, 25 + tick));
+            put(root.path(), 11, &line(11, "a) b (c", tick, 501, 3));
+            put(
+                root.path(),
+                12,
+                line(12, "no newline", tick, 502, 1).trim_end(),
+            );
+            put(root.path(), 13, &long);
+            let found = by_pid(reader.processes().unwrap());
+            assert_eq!(found, fresh(root.path()), "tick {tick}");
+            assert_eq!(
+                found.iter().map(|p| p.cpu_ticks).collect::<Vec<_>>(),
+                [ticks + 7, tick + 7, tick + 7, 8],
+                "tick {tick}"
+            );
+            assert_eq!(found[1].comm, "a) b (c");
+            assert_eq!(
+                found[3],
+                parse_stat(&long.as_bytes()[..MAX_STAT_BYTES]).unwrap()
+            );
+            assert_eq!(
+                reader.kept(),
+                [(10, 500), (11, 501), (12, 502), (13, 503)],
+                "tick {tick}"
+            );
+            // The kept fd reads the line again, from its start.
+            assert_eq!(reader.read_kept(10).as_ref(), Some(&found[0]));
+        }
+    }
+
+    #[test]
+    fn a_process_gone_from_the_listing_loses_its_fd() {
+        let root = tempfile::tempdir().unwrap();
+        let mut reader = ProcReader::new(root.path());
+        put(root.path(), 10, &line(10, "python3", 1, 500, 1));
+        put(root.path(), 11, &line(11, "bash", 1, 501, 1));
+        assert_eq!(reader.processes().unwrap().len(), 2);
+        assert_eq!(reader.kept(), [(10, 500), (11, 501)]);
+        // Here the deleted file's fd would still read it; it is the
+        // listing without pid 11 that closes the fd. (On procfs the fd of
+        // a process gone fails by itself: see
+        // `this_hosts_proc_is_read_through_kept_fds`.)
+        std::fs::remove_dir_all(root.path().join("11")).unwrap();
+        let found = reader.processes().unwrap();
+        assert_eq!(found.iter().map(|p| p.pid).collect::<Vec<_>>(), [10]);
+        assert_eq!(reader.kept(), [(10, 500)]);
+        // A pid whose stat is now garbage, or empty, is no process, and
+        // keeps no fd.
+        put(root.path(), 10, "garbage");
+        assert_eq!(reader.processes().unwrap(), []);
+        assert_eq!(reader.kept(), []);
+        put(root.path(), 10, &line(10, "python3", 2, 500, 1));
+        assert_eq!(reader.processes().unwrap().len(), 1);
+        put(root.path(), 10, "");
+        assert_eq!(reader.processes().unwrap(), []);
+        assert_eq!(reader.kept(), []);
+    }
+
+    #[test]
+    fn a_reused_pid_is_read_as_the_new_process() {
+        let root = tempfile::tempdir().unwrap();
+        let mut reader = ProcReader::new(root.path());
+        put(root.path(), 10, &line(10, "python3", 100, 500, 1));
+        assert_eq!(reader.processes().unwrap()[0].start_ticks, 500);
+        // Another process with the pid, from one tick to the next. On
+        // procfs the old fd would fail; here it reads the new line, whose
+        // start time says it is not the process the fd was opened for.
+        put(root.path(), 10, &line(10, "bash", 5, 900, 2));
+        let found = reader.processes().unwrap();
+        assert_eq!(found, fresh(root.path()));
+        assert_eq!((found[0].start_ticks, found[0].cpu_ticks), (900, 12));
+        assert_eq!(found[0].comm, "bash");
+        assert_eq!(reader.kept(), [(10, 900)]);
+        // Gone for a tick, then back as yet another process.
+        std::fs::remove_dir_all(root.path().join("10")).unwrap();
+        assert_eq!(reader.processes().unwrap(), []);
+        assert_eq!(reader.kept(), []);
+        put(root.path(), 10, &line(10, "sh", 1, 950, 3));
+        let found = reader.processes().unwrap();
+        assert_eq!((found[0].start_ticks, found[0].cpu_ticks), (950, 8));
+        assert_eq!(reader.kept(), [(10, 950)]);
+    }
+
+    #[test]
+    fn processes_beyond_the_kept_fds_are_all_read() {
+        let root = tempfile::tempdir().unwrap();
+        let mut reader = ProcReader::new(root.path());
+        let count = u32::try_from(MAX_OPEN_STATS).unwrap() + 20;
+        for pid in 1..=count {
+            put(root.path(), pid, &line(pid, "worker", 0, u64::from(pid), 1));
+        }
+        let found = by_pid(reader.processes().unwrap());
+        assert_eq!(found.len(), MAX_OPEN_STATS + 20);
+        assert_eq!(reader.kept().len(), MAX_OPEN_STATS);
+        // Every one changes: kept fd or not, each reads as a fresh open.
+        for pid in 1..=count {
+            put(root.path(), pid, &line(pid, "worker", 1, u64::from(pid), 2));
+        }
+        let found = by_pid(reader.processes().unwrap());
+        assert_eq!(found, fresh(root.path()));
+        assert!(found.iter().all(|p| p.cpu_ticks == 8 && p.rss_pages == 2));
+        assert_eq!(reader.kept().len(), MAX_OPEN_STATS);
+        // 30 processes with kept fds exit: the rest now all fit.
+        for (pid, _) in reader.kept().into_iter().take(30) {
+            std::fs::remove_dir_all(root.path().join(pid.to_string())).unwrap();
+        }
+        let found = by_pid(reader.processes().unwrap());
+        assert_eq!(found.len(), MAX_OPEN_STATS - 10);
+        assert_eq!(found, fresh(root.path()));
+        assert_eq!(reader.kept().len(), MAX_OPEN_STATS - 10);
+    }
+
+    #[test]
+    fn only_plain_decimal_names_are_pids() {
+        assert_eq!(pid_of(b"1234"), Some(1234));
+        assert_eq!(pid_of(b"0"), Some(0));
+        assert_eq!(pid_of(b"4294967295"), Some(u32::MAX));
+        for name in [
+            &b""[..],
+            b"self",
+            b"12a",
+            b"0123",
+            b"4294967296",
+            b"-1",
+            b"+1",
+        ] {
+            assert_eq!(pid_of(name), None, "{name:?}");
+        }
+    }
+
+    /// What only procfs shows: an fd kept for a process reads it afresh at
+    /// offset 0 tick after tick, and fails once that process is gone.
+    #[test]
+    fn this_hosts_proc_is_read_through_kept_fds() {
+        let mut reader = ProcReader::new("/proc");
+        let Ok(first) = reader.processes() else {
+            return;
+        };
+        let me = std::process::id();
+        let mine = |found: &[ProcStat]| {
+            found
+                .iter()
+                .find(|p| p.pid == me)
+                .cloned()
+                .expect("this process")
+        };
+        let first = mine(&first);
+        let second = mine(&reader.processes().unwrap());
+        assert_eq!(second.start_ticks, first.start_ticks);
+        assert!(second.cpu_ticks >= first.cpu_ticks);
+        let is_kept = |reader: &ProcReader, pid: u32| reader.kept().iter().any(|(p, _)| *p == pid);
+        // (A host with more than MAX_OPEN_STATS processes may not keep ours.)
+        if is_kept(&reader, me) {
+            let kept = reader.read_kept(me).expect("read through the kept fd");
+            assert_eq!(kept.start_ticks, first.start_ticks);
+            assert!(kept.cpu_ticks >= second.cpu_ticks);
+        }
+
+        // A child's fd, once the child has exited and been reaped, reads
+        // nothing, though nothing has listed the root since: the fd goes.
+        let Ok(mut child) = std::process::Command::new("sleep").arg("30").spawn() else {
+            return;
+        };
+        let found = reader.processes().unwrap();
+        assert!(found.iter().any(|p| p.pid == child.id()));
+        let kept = is_kept(&reader, child.id());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        if kept {
+            assert_eq!(reader.read_kept(child.id()), None);
+            assert!(!is_kept(&reader, child.id()));
+        }
     }
 }
