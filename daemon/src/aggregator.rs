@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, settings};
 use crate::probe::rdma::{RdmaEnds, RdmaProbes};
-use crate::probe::{ProbeSnapshot, Probes};
+use crate::probe::{ProbeBoard, Probes};
 use crate::watch::facts::{FactsFeed, PortCounters};
 use meshd_model::boot::{self, BootView};
 
@@ -81,7 +81,7 @@ pub fn peer_book(config: &Config) -> SharedBook {
     Arc::new(Mutex::new(PeerBook::new(
         config.node.id.clone(),
         config.members().into_iter().collect(),
-        settings::quiet_after(config),
+        settings::book(config),
     )))
 }
 
@@ -247,7 +247,7 @@ pub struct Aggregator {
     core: NodeCore,
     configured: BTreeSet<NodeId>,
     feeds: Feeds,
-    probe_snapshot: watch::Receiver<Arc<ProbeSnapshot>>,
+    probe_board: watch::Receiver<ProbeBoard>,
     rdma_ends: watch::Receiver<RdmaEnds>,
     replies: mpsc::Receiver<ReplyIn>,
     status: watch::Sender<Arc<MeshStatus>>,
@@ -287,13 +287,13 @@ impl Aggregator {
         let (full, full_rx) = watch::channel(None);
         let (updates, _) = broadcast::channel(UPDATE_BUFFER);
         let (replies_tx, replies) = mpsc::channel(UPDATE_BUFFER);
-        let probe_snapshot = feeds.probes.subscribe();
+        let probe_board = feeds.probes.subscribe();
         let rdma_ends = feeds.rdma.subscribe();
         let mut aggregator = Self {
             core,
             configured: config.members().into_iter().collect(),
             feeds,
-            probe_snapshot,
+            probe_board,
             rdma_ends,
             replies,
             status,
@@ -333,7 +333,13 @@ impl Aggregator {
     ) {
         let book_changed = self.feeds.book_changed.clone();
         loop {
-            let deadline = tokio::time::Instant::from_std(self.next_look);
+            // No deadline needs its exact instant: on the timer grid, the
+            // look shares a wake-up that is coming anyway.
+            let deadline = crate::cadence::align(
+                tokio::time::Instant::from_std(self.next_look),
+                crate::cadence::GRID,
+            );
+            let mut input_changed = true;
             let mut alarms = self.feeds.local_alarms.clone();
             let alarm_changed = async {
                 if alarms.is_empty() {
@@ -344,8 +350,8 @@ impl Aggregator {
             };
             tokio::select! {
                 () = shutdown.cancelled() => break,
-                () = tokio::time::sleep_until(deadline) => {}
-                changed = self.probe_snapshot.changed() => {
+                () = tokio::time::sleep_until(deadline) => input_changed = false,
+                changed = self.probe_board.changed() => {
                     if changed.is_err() {
                         break;
                     }
@@ -374,8 +380,10 @@ impl Aggregator {
                     self.reconfigure(&config);
                 }
             }
-            // A burst of wake-ups (many updates at once) is one look.
-            tokio::time::sleep(MIN_LOOK_GAP).await;
+            // A burst of changed inputs (many updates at once) is one look.
+            if input_changed {
+                tokio::time::sleep(MIN_LOOK_GAP).await;
+            }
             self.look(false);
         }
         // However the loop ended, the node stops with it (as when any of its
@@ -433,7 +441,7 @@ impl Aggregator {
             .book
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .set_members(self.configured.clone(), settings::quiet_after(config));
+            .set_members(self.configured.clone(), settings::book(config));
         let event = Event {
             at: SystemTime::now(),
             observer: identity,
@@ -465,7 +473,7 @@ impl Aggregator {
                 .unwrap_or_else(PoisonError::into_inner);
             (book.views(moment.now), book.rejected().clone())
         };
-        let probes = self.probe_snapshot.borrow_and_update().clone();
+        let probes = self.probe_board.borrow_and_update().read(moment.now);
         let rdma = self.rdma_ends.borrow_and_update().clone();
         let facts = self.feeds.facts.borrow().clone();
         let counters = self.feeds.port_counters.borrow().clone();

@@ -16,6 +16,7 @@
 
 pub mod aggregator;
 pub mod alert;
+pub mod cadence;
 pub mod cli;
 pub mod config;
 pub mod demo;

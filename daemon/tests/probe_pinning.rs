@@ -147,12 +147,13 @@ async fn probe_helper() {
         let iface = (mode != "auto").then_some(mode.as_str());
         let cancel = CancellationToken::new();
         let probes = probes(end("a", LOCAL, iface), end("b", PEER, None), cancel.clone());
-        let snapshot = probes.subscribe();
+        let board = probes.subscribe();
         tokio::time::sleep(PROBE_FOR).await;
         cancel.cancel();
         let peer = NodeId::new("b").expect("id");
-        snapshot
+        board
             .borrow()
+            .read(std::time::Instant::now())
             .links
             .get(&peer)
             .is_some_and(|stats| stats.last_reply_at.is_some())

@@ -364,6 +364,11 @@ impl LinkStats {
         self.ignored
     }
 
+    /// Small probes lost in a row, as of the last [`Self::expire`].
+    pub fn consecutive_lost(&self) -> u32 {
+        self.consecutive_lost
+    }
+
     pub fn outstanding(&self) -> usize {
         self.outstanding.len()
     }
@@ -448,7 +453,7 @@ impl LinkStats {
     /// Silence runs from the last reply (or the first probe ever sent), but
     /// never from before the first probe sent since: a prober that stalled
     /// sent nothing in between, and that is no evidence against the link.
-    fn silence(&self, now: Instant) -> Duration {
+    pub fn silence(&self, now: Instant) -> Duration {
         let Some(first_unanswered) = self.first_unanswered_sent_at else {
             return Duration::ZERO;
         };

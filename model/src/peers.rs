@@ -18,6 +18,7 @@ use meshd_proto::domain::{
 };
 use meshd_proto::facts::NodeFacts;
 
+use crate::link::{EndClass, LinkRules};
 use crate::linkstats::LATE;
 
 /// An incarnation more than this far ahead of this node's wall clock (as
@@ -152,13 +153,22 @@ pub struct Answer {
     pub resync: bool,
 }
 
+/// What the book takes from the config.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BookSettings {
+    /// A peer silent this long that speaks again bumps the generation: the
+    /// engine must look at once.
+    pub quiet_after: Duration,
+    /// A peer's link observation is news only when it changes what these
+    /// rules make of it (see [`is_news`]).
+    pub rules: LinkRules,
+}
+
 #[derive(Debug)]
 pub struct PeerBook {
     local: NodeId,
     members: BTreeSet<NodeId>,
-    /// A peer silent this long that speaks again bumps the generation: the
-    /// engine must look at once.
-    quiet_after: Duration,
+    settings: BookSettings,
     peers: BTreeMap<NodeId, Peer>,
     streams: BTreeMap<StreamId, Stream>,
     next_stream: StreamId,
@@ -186,11 +196,11 @@ fn wall_nanos(wall: SystemTime) -> u64 {
 }
 
 impl PeerBook {
-    pub fn new(local: NodeId, members: BTreeSet<NodeId>, quiet_after: Duration) -> Self {
+    pub fn new(local: NodeId, members: BTreeSet<NodeId>, settings: BookSettings) -> Self {
         Self {
             local,
             members,
-            quiet_after,
+            settings,
             peers: BTreeMap::new(),
             streams: BTreeMap::new(),
             next_stream: 1,
@@ -203,7 +213,7 @@ impl PeerBook {
 
     /// Applies a new membership; what departed members sent is dropped and
     /// their streams are refused from now on.
-    pub fn set_members(&mut self, members: BTreeSet<NodeId>, quiet_after: Duration) {
+    pub fn set_members(&mut self, members: BTreeSet<NodeId>, settings: BookSettings) {
         self.peers.retain(|id, _| members.contains(id));
         self.streams.retain(|_, s| members.contains(&s.node));
         let before = self.facts.len();
@@ -212,7 +222,7 @@ impl PeerBook {
             self.facts_version += 1;
         }
         self.members = members;
-        self.quiet_after = quiet_after;
+        self.settings = settings;
         self.generation += 1;
     }
 
@@ -379,9 +389,10 @@ impl PeerBook {
         let Some(peer) = self.peers.get_mut(node) else {
             return;
         };
-        let was_quiet = now.saturating_duration_since(peer.received_at) >= self.quiet_after;
+        let was_quiet =
+            now.saturating_duration_since(peer.received_at) >= self.settings.quiet_after;
         let path_was_quiet = peer.paths.get(path).is_none_or(|p| {
-            !p.open || now.saturating_duration_since(p.last_message) >= self.quiet_after
+            !p.open || now.saturating_duration_since(p.last_message) >= self.settings.quiet_after
         });
         peer.received_at = now;
         peer.paths.insert(
@@ -510,7 +521,7 @@ impl PeerBook {
             peer.links_received.remove(&gone.node);
         }
         peer.sequence_at = now;
-        let news = is_news(&peer.report, &update);
+        let news = is_news(&peer.report, &update, &self.settings.rules);
         let facts = apply(Arc::make_mut(&mut peer.report), update);
         if let Some(facts) = facts
             && self.facts.get(&node).is_none_or(|known| **known != facts)
@@ -629,10 +640,21 @@ fn check_update(sender: &NodeId, update: &ReportUpdate) -> Result<(), (RejectRea
 /// heartbeat does not: what it proves (the peer lives, on that path) is
 /// kept by [`PeerBook::heard`], which bumps the generation when a quiet
 /// peer or path speaks again; the engine's own deadlines cover the rest.
-/// Half the looks of a steady mesh were heartbeats before.
-fn is_news(report: &PeerReport, update: &ReportUpdate) -> bool {
+/// Nor does a link's periodic refresh of its figures while its
+/// [`EndClass`] stays the same: the sender sends a change of class at
+/// once, and the figures alone are shown, not judged, so the next look
+/// (a deadline, at most a heartbeat away) shows them. Heartbeats and
+/// refreshes were three looks in four on a steady mesh.
+fn is_news(report: &PeerReport, update: &ReportUpdate, rules: &LinkRules) -> bool {
     update.full
-        || update.carries_changes()
+        || update.carries_changes_besides_links()
+        || update.links.iter().any(|link| {
+            report
+                .links
+                .iter()
+                .find(|known| known.remote.node == link.remote.node)
+                .is_none_or(|known| EndClass::of(known, rules) != EndClass::of(link, rules))
+        })
         || update.load.cpu_saturated != report.load.cpu_saturated
         || (update.lateness >= LATE) != (report.lateness >= LATE)
 }
@@ -685,7 +707,7 @@ fn apply(report: &mut PeerReport, update: ReportUpdate) -> Option<NodeFacts> {
 
 #[cfg(test)]
 mod tests {
-    use meshd_proto::domain::{NodeIdentity, NodeLoad};
+    use meshd_proto::domain::{LinkEnd, LinkObservation, NodeIdentity, NodeLoad};
 
     use super::*;
 
@@ -711,10 +733,17 @@ mod tests {
         }
     }
 
+    fn settings() -> BookSettings {
+        BookSettings {
+            quiet_after: Duration::from_secs(3),
+            rules: crate::fixtures::default_engine_settings().link,
+        }
+    }
+
     /// b's stream on the management path, opened at `t0`.
     fn book_with_b(t0: Instant, wall: SystemTime) -> (PeerBook, StreamId) {
         let started = wall - Duration::from_secs(60);
-        let mut book = PeerBook::new(id("a"), [id("a"), id("b")].into(), Duration::from_secs(3));
+        let mut book = PeerBook::new(id("a"), [id("a"), id("b")].into(), settings());
         let open = StreamOpen {
             sender: NodeIdentity {
                 id: id("b"),
@@ -803,6 +832,51 @@ mod tests {
         assert!(send(&mut book, Duration::from_secs(5), |u| {
             u.load.cpu_saturated = true;
         }));
+    }
+
+    #[test]
+    fn a_link_is_news_when_its_class_changes_not_when_its_figures_refresh() {
+        let t0 = crate::fixtures::epoch();
+        let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let (mut book, stream) = book_with_b(t0, wall);
+        book.update(stream, update(10, true, wall), t0, wall);
+        let healthy = crate::fixtures::healthy_observation("b", "a");
+        let mut at = t0;
+        let mut sequence = 10;
+        let mut send = |book: &mut PeerBook, links: Vec<LinkObservation>| {
+            at += Duration::from_millis(500);
+            sequence += 1;
+            let next = ReportUpdate {
+                links,
+                ..update(sequence, false, wall)
+            };
+            let before = book.generation();
+            assert_eq!(book.update(stream, next, at, wall).refusal, None);
+            book.generation() != before
+        };
+        assert!(send(&mut book, vec![healthy.clone()]), "a new link");
+        let mut refreshed = healthy.clone();
+        refreshed.rtt.p50 += Duration::from_micros(3);
+        refreshed.probes_sent_total += 20;
+        refreshed.silence = Duration::from_millis(80);
+        assert!(!send(&mut book, vec![refreshed.clone()]), "figures only");
+        assert_eq!(
+            book.views(t0)[&id("b")].report.links[0].probes_sent_total,
+            refreshed.probes_sent_total,
+            "the figures are kept all the same"
+        );
+        let mut silent = refreshed;
+        silent.silence = Duration::from_secs(1);
+        assert!(send(&mut book, vec![silent]), "the link went silent");
+        assert!(send(&mut book, vec![healthy]), "and came back");
+        let removed = ReportUpdate {
+            removed_links: vec![LinkEnd::node_only(id("a"))],
+            ..update(sequence + 1, false, wall)
+        };
+        let before = book.generation();
+        let later = t0 + Duration::from_secs(3);
+        book.update(stream, removed, later, wall);
+        assert_ne!(book.generation(), before, "a link removed");
     }
 
     #[test]

@@ -846,8 +846,12 @@ impl ReportUpdate {
     /// Whether this carries any change beyond what every update carries
     /// (sequence, send time, load, lateness): a heartbeat does not.
     pub fn carries_changes(&self) -> bool {
-        !self.links.is_empty()
-            || !self.removed_links.is_empty()
+        !self.links.is_empty() || self.carries_changes_besides_links()
+    }
+
+    /// Whether this carries any change other than link observations.
+    pub fn carries_changes_besides_links(&self) -> bool {
+        !self.removed_links.is_empty()
             || self.alarms.is_some()
             || self.hears.is_some()
             || self.heard_on_management.is_some()

@@ -271,7 +271,7 @@ impl AlertPusher {
             return;
         }
         // Re-sends and retries are due even when the status does not change.
-        let mut tick = tokio::time::interval(FIRST_BACKOFF);
+        let mut tick = crate::cadence::every(FIRST_BACKOFF);
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => return,

@@ -3,8 +3,6 @@
 //! book's. The model never sees the config; the config never reaches past
 //! this module into a decision.
 
-use std::time::Duration;
-
 use meshd_model::boot::BootRules;
 use meshd_model::bridge::StormSettings;
 use meshd_model::cpu::SpikeRules;
@@ -14,6 +12,7 @@ use meshd_model::memory::MemoryRules;
 use meshd_model::node::NodeSettings;
 use meshd_model::orphans::OrphanRules;
 use meshd_model::outbox::OutboxSettings;
+use meshd_model::peers::BookSettings;
 use meshd_model::stall::StallRules;
 use meshd_model::verdict::{EngineSettings, ExpectedLink};
 use meshd_proto::domain::{LinkEnd, NodeId};
@@ -64,10 +63,14 @@ pub fn node(config: &Config) -> NodeSettings {
     }
 }
 
-/// A peer silent this long that speaks again is news the engine must see
-/// at once: it missed its heartbeat.
-pub fn quiet_after(config: &Config) -> Duration {
-    config.report.interval.saturating_mul(3) / 2
+/// The peer book's settings. A peer silent for a heartbeat and a half that
+/// speaks again is news the engine must see at once: it missed its
+/// heartbeat.
+pub fn book(config: &Config) -> BookSettings {
+    BookSettings {
+        quiet_after: config.report.interval.saturating_mul(3) / 2,
+        rules: link_rules(config),
+    }
 }
 
 /// The active RDMA probe's mode and this OS's verbs library.

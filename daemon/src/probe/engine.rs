@@ -11,11 +11,10 @@
 //! [`MAX_REPLY_HOLD`] does a readable socket wake the task, so no request
 //! waits longer than that for its reply.
 
-use std::collections::{BTreeMap, VecDeque};
 use std::future::poll_fn;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
@@ -26,7 +25,10 @@ use tokio_util::sync::CancellationToken;
 use super::packet::{self, HEADER_LEN, Header, Kind, MAX_DATAGRAM_LEN};
 use super::responder::{self, Answer, REPLY_BURST, REPLY_RATE_PER_SEC, TokenBucket};
 use super::socket::ProbeSocket;
-use super::{ProbeError, ProbeSnapshot, ProbedLink, ProberSettings, ResponderCounters, stamp};
+use super::{
+    Lateness, ProbeBoard, ProbeError, ProbedLink, ProberSettings, ResponderCounters, SharedStats,
+    lock, stamp,
+};
 use crate::metrics::Metrics;
 
 /// Shortest probe period whatever the settings say: at most one probe per
@@ -105,7 +107,7 @@ struct Link {
     socket: ProbeSocket,
     local: SocketAddr,
     peer: SocketAddr,
-    stats: LinkStats,
+    stats: SharedStats,
     next_seq: u64,
     bucket: TokenBucket,
     counters: Arc<ResponderCounters>,
@@ -131,7 +133,9 @@ struct Engine {
     links: Vec<Link>,
     waiting: Vec<Waiting>,
     metrics: Arc<Metrics>,
-    lateness: VecDeque<(Instant, Duration)>,
+    lateness: Arc<Mutex<Lateness>>,
+    /// Links were bound or closed since the board was last replaced.
+    links_changed: bool,
     next_mtu: Instant,
     buf: Vec<u8>,
 }
@@ -177,7 +181,7 @@ pub(super) async fn bind(
 
 pub async fn run(
     mut control: watch::Receiver<(Vec<ProbedLink>, ProberSettings)>,
-    snapshot: watch::Sender<Arc<ProbeSnapshot>>,
+    board: watch::Sender<ProbeBoard>,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 ) {
@@ -187,7 +191,8 @@ pub async fn run(
         links: Vec::new(),
         waiting: Vec::new(),
         metrics,
-        lateness: VecDeque::new(),
+        lateness: Arc::default(),
+        links_changed: true,
         next_mtu: Instant::now(),
         // One byte more than any UDP payload, so nothing is ever truncated.
         buf: vec![0; MAX_DATAGRAM_LEN + 1],
@@ -210,13 +215,13 @@ pub async fn run(
                     tick = ticker(settings.interval);
                 }
                 engine.follow(links).await;
-                engine.publish(&snapshot, true);
+                engine.publish(&board, true);
             }
             scheduled = tick.tick() => {
                 let now = Instant::now();
                 let late = now.saturating_duration_since(scheduled.into_std());
                 engine.on_tick(now, late).await;
-                engine.publish(&snapshot, false);
+                engine.publish(&board, false);
             }
             ready = poll_fn(|cx| {
                 let ready: Vec<usize> = engine
@@ -240,13 +245,9 @@ pub async fn run(
     tracing::debug!("probing stopped");
 }
 
-/// The probe timer. Its first tick is one period away rather than at once:
-/// lateness is measured against a deadline the running loop set, never
-/// against the moment a busy start created the timer.
+/// The probe timer, on the daemon's timer grid.
 fn ticker(period: Duration) -> tokio::time::Interval {
-    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick
+    crate::cadence::every(period)
 }
 
 impl Engine {
@@ -257,7 +258,9 @@ impl Engine {
         for link in self.links.iter().filter(|l| !kept(&l.spec)) {
             self.metrics.probes.responder_stopped(link.local);
         }
+        let before = self.links.len();
         self.links.retain(|l| kept(&l.spec));
+        self.links_changed |= self.links.len() != before;
         self.waiting.retain(|w| kept(&w.spec));
         let now = Instant::now();
         for spec in wanted {
@@ -291,12 +294,13 @@ impl Engine {
                     self.metrics
                         .probes
                         .responder_started(local, counters.clone());
+                    self.links_changed = true;
                     self.links.push(Link {
-                        stats: LinkStats::new(LinkStatsConfig {
+                        stats: Arc::new(Mutex::new(LinkStats::new(LinkStatsConfig {
                             timeout: self.settings.timeout,
                             outage_gap: self.settings.outage_gap,
                             interval: self.settings.interval,
-                        }),
+                        }))),
                         spec: waiting.spec,
                         socket,
                         local,
@@ -329,15 +333,17 @@ impl Engine {
         for i in 0..self.links.len() {
             self.drain(i);
         }
-        while self
-            .lateness
-            .front()
-            .is_some_and(|(at, _)| now.saturating_duration_since(*at) > LATENESS_MEMORY)
         {
-            self.lateness.pop_front();
-        }
-        if late >= Duration::from_millis(1) {
-            self.lateness.push_back((now, late));
+            let mut lateness = lock(&self.lateness);
+            while lateness
+                .front()
+                .is_some_and(|(at, _)| now.saturating_duration_since(*at) > LATENESS_MEMORY)
+            {
+                lateness.pop_front();
+            }
+            if late >= Duration::from_millis(1) {
+                lateness.push_back((now, late));
+            }
         }
         let mtu_due = now >= self.next_mtu;
         if mtu_due {
@@ -345,7 +351,7 @@ impl Engine {
         }
         let settings = self.settings;
         for link in &mut self.links {
-            link.stats.note_lateness(late, now);
+            lock(&link.stats).note_lateness(late, now);
             link.probe(ProbeClass::Small, &settings, &mut self.buf, now);
             if mtu_due {
                 link.probe(ProbeClass::Mtu, &settings, &mut self.buf, now);
@@ -383,32 +389,41 @@ impl Engine {
         }
     }
 
-    /// Publishes every link's statistics; wakes the aggregator only when a
-    /// link went silent or came back, started or stopped losing in a row,
-    /// or `force`.
-    fn publish(&mut self, snapshot: &watch::Sender<Arc<ProbeSnapshot>>, force: bool) {
+    /// Replaces the board when links came or went; wakes the aggregator
+    /// only when a link went silent or came back, started or stopped losing
+    /// in a row, or `force`. Nothing is computed for the board here: its
+    /// reader computes the statistics it reads.
+    fn publish(&mut self, board: &watch::Sender<ProbeBoard>, force: bool) {
         let now = Instant::now();
         let outage = self.settings.outage_gap;
-        let mut links = BTreeMap::new();
         let mut significant = force;
         for link in &mut self.links {
-            let stats = link.stats.stats(now);
-            let told = (stats.silence >= outage, stats.consecutive_lost >= LOSING);
+            let told = {
+                let stats = lock(&link.stats);
+                (
+                    stats.silence(now) >= outage,
+                    stats.consecutive_lost() >= LOSING,
+                )
+            };
             if told != link.told {
                 link.told = told;
                 significant = true;
             }
-            links.insert(link.spec.link.remote.node.clone(), stats);
         }
-        let lateness = self
-            .lateness
-            .iter()
-            .map(|(_, late)| *late)
-            .max()
-            .unwrap_or_default();
-        let next = Arc::new(ProbeSnapshot { links, lateness });
-        snapshot.send_if_modified(|current| {
-            *current = next;
+        if !significant && !self.links_changed {
+            return;
+        }
+        let links_changed = std::mem::take(&mut self.links_changed);
+        board.send_if_modified(|current| {
+            if links_changed {
+                *current = ProbeBoard::new(
+                    self.links
+                        .iter()
+                        .map(|l| (l.spec.link.remote.node.clone(), l.stats.clone()))
+                        .collect(),
+                    self.lateness.clone(),
+                );
+            }
             significant
         });
     }
@@ -422,7 +437,7 @@ impl Link {
         buf: &mut [u8],
         now: Instant,
     ) {
-        self.stats.expire(now);
+        lock(&self.stats).expire(now);
         let seq = self.next_seq;
         self.next_seq = self.next_seq.wrapping_add(1);
         let Ok(datagram) =
@@ -432,7 +447,7 @@ impl Link {
         };
         match self.socket.try_send(datagram) {
             Ok(_) => {
-                self.stats.on_sent(seq, class, now);
+                lock(&self.stats).on_sent(seq, class, now);
                 if self.send_failing {
                     self.send_failing = false;
                     tracing::info!(peer = %self.peer, "probes leave again");
@@ -441,7 +456,7 @@ impl Link {
             Err(error) => {
                 // The cable's interface is down or gone: every probe that
                 // cannot leave is a lost one.
-                self.stats.on_send_failed(class, now);
+                lock(&self.stats).on_send_failed(class, now);
                 if !self.send_failing {
                     self.send_failing = true;
                     tracing::info!(peer = %self.peer, %error, "cannot send probes");
@@ -463,8 +478,7 @@ impl Link {
         match header {
             Ok(h) if h.kind == Kind::Reply => {
                 if len == len_of(settings, h.class) {
-                    self.stats
-                        .on_reply(h.seq, h.class, h.host_delay(), received.at);
+                    lock(&self.stats).on_reply(h.seq, h.class, h.host_delay(), received.at);
                 } else {
                     self.dropped_invalid(received.at, "a reply of the wrong size");
                 }

@@ -1,8 +1,8 @@
 //! Link probing over UDP: one task for all of this node's cables. Each cable
 //! has one socket, bound to this end's address and port and connected to
 //! the peer's: it sends this node's probes, answers the peer's, and the
-//! kernel drops datagrams from anyone else. The task publishes every link's
-//! probe statistics for the aggregator (see [`Probes::subscribe`]).
+//! kernel drops datagrams from anyone else. The task shares every link's
+//! probe statistics with the aggregator (see [`Probes::subscribe`]).
 
 mod engine;
 pub mod packet;
@@ -15,12 +15,12 @@ mod stamp;
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
-use meshd_model::linkstats::ProbeStats;
+use meshd_model::linkstats::{LATENESS_MEMORY, LinkStats, ProbeStats};
 use meshd_model::verdict::ExpectedLink;
 use meshd_proto::domain::NodeId;
 use tokio::sync::watch;
@@ -100,7 +100,7 @@ pub struct ProberSettings {
     pub outage_gap: Duration,
 }
 
-/// What every link's probes measured, as of the task's last tick.
+/// What every link's probes measured, as of one moment.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ProbeSnapshot {
     /// By the far end's node; a cable whose socket is not bound yet has none.
@@ -110,11 +110,58 @@ pub struct ProbeSnapshot {
     pub lateness: Duration,
 }
 
+/// The probe task's measurements, shared with whoever reads them. The
+/// statistics (percentiles, loss windows) are computed when read: the
+/// aggregator reads about once a second, the task ticks ten times.
+#[derive(Debug, Clone, Default)]
+pub struct ProbeBoard {
+    links: BTreeMap<NodeId, SharedStats>,
+    lateness: Arc<Mutex<Lateness>>,
+}
+
+/// One link's statistics, written by the probe task, read by the board's
+/// readers. Every hold of the lock is short and never across an `.await`.
+pub(crate) type SharedStats = Arc<Mutex<LinkStats>>;
+
+/// When the probe task's timers ran late, and by how much.
+pub(crate) type Lateness = VecDeque<(Instant, Duration)>;
+
+pub(crate) fn lock<T>(shared: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock leaves statistics, not invariants.
+    shared.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl ProbeBoard {
+    pub(crate) fn new(
+        links: BTreeMap<NodeId, SharedStats>,
+        lateness: Arc<Mutex<Lateness>>,
+    ) -> Self {
+        Self { links, lateness }
+    }
+
+    /// Every link's statistics and the task's lateness as of `now`.
+    pub fn read(&self, now: Instant) -> ProbeSnapshot {
+        ProbeSnapshot {
+            links: self
+                .links
+                .iter()
+                .map(|(peer, stats)| (peer.clone(), lock(stats).stats(now)))
+                .collect(),
+            lateness: lock(&self.lateness)
+                .iter()
+                .filter(|(at, _)| now.saturating_duration_since(*at) <= LATENESS_MEMORY)
+                .map(|(_, late)| *late)
+                .max()
+                .unwrap_or_default(),
+        }
+    }
+}
+
 /// The probe task of this node.
 #[derive(Debug)]
 pub struct Probes {
     control: watch::Sender<(Vec<ProbedLink>, ProberSettings)>,
-    snapshot: watch::Receiver<Arc<ProbeSnapshot>>,
+    board: watch::Receiver<ProbeBoard>,
     engine: tokio::task::JoinHandle<()>,
 }
 
@@ -129,11 +176,11 @@ impl Probes {
         shutdown: CancellationToken,
     ) -> Self {
         let (control, control_rx) = watch::channel((links, settings));
-        let (snapshot_tx, snapshot) = watch::channel(Arc::new(ProbeSnapshot::default()));
-        let engine = tokio::spawn(engine::run(control_rx, snapshot_tx, metrics, shutdown));
+        let (board_tx, board) = watch::channel(ProbeBoard::default());
+        let engine = tokio::spawn(engine::run(control_rx, board_tx, metrics, shutdown));
         Self {
             control,
-            snapshot,
+            board,
             engine,
         }
     }
@@ -160,10 +207,11 @@ impl Probes {
         });
     }
 
-    /// The statistics, updated every tick; the receiver is woken only when a
-    /// link changed in a way verdicts rest on (it went silent or came back,
-    /// started or stopped losing probes in a row) or the set of links did.
-    pub fn subscribe(&self) -> watch::Receiver<Arc<ProbeSnapshot>> {
-        self.snapshot.clone()
+    /// The board, replaced when the set of links changes; the receiver is
+    /// woken only when a link changed in a way verdicts rest on (it went
+    /// silent or came back, started or stopped losing probes in a row) or
+    /// the set of links did.
+    pub fn subscribe(&self) -> watch::Receiver<ProbeBoard> {
+        self.board.clone()
     }
 }

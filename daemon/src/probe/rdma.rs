@@ -222,8 +222,7 @@ async fn probe_link(probe: LinkProbe) {
         return;
     };
     let mut state = LinkState::default();
-    let mut ticks = tokio::time::interval(PROBE_PERIOD);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut ticks = crate::cadence::every(PROBE_PERIOD);
     loop {
         tokio::select! {
             () = probe.stop.cancelled() => break,

@@ -103,8 +103,8 @@ impl Drop for Node {
     }
 }
 
-/// Waits until the statistics of the link to `peer` satisfy `f`; every
-/// tick publishes, so polling the receiver's value sees each of them.
+/// Waits until the statistics of the link to `peer` satisfy `f`, reading
+/// the board every 10 ms.
 async fn wait_for(
     node: &Node,
     peer: &str,
@@ -115,13 +115,13 @@ async fn wait_for(
     let peer = id(peer);
     let deadline = tokio::time::Instant::now() + PATIENCE;
     loop {
-        if let Some(stats) = rx.borrow().links.get(&peer).filter(|s| f(s)) {
+        let read = rx.borrow().read(std::time::Instant::now());
+        if let Some(stats) = read.links.get(&peer).filter(|s| f(s)) {
             return stats.clone();
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "gave up waiting for {what}: {:#?}",
-            rx.borrow()
+            "gave up waiting for {what}: {read:#?}"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -178,7 +178,8 @@ async fn both_ends_of_a_cable_measure_it_then_see_loss_when_the_peer_stops() {
     let silent = tokio::time::timeout(
         PATIENCE,
         woken.wait_for(|s| {
-            s.links
+            s.read(std::time::Instant::now())
+                .links
                 .get(&id("b"))
                 .is_some_and(|l| l.silence >= Duration::from_millis(500))
         }),
@@ -367,7 +368,12 @@ async fn a_taken_port_names_the_address_and_is_retried_until_free() {
     let _b = start("b", vec![cable("b", "a", ports(pb, pa))], fast_settings());
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(
-        !a.probes.subscribe().borrow().links.contains_key(&id("b")),
+        !a.probes
+            .subscribe()
+            .borrow()
+            .read(std::time::Instant::now())
+            .links
+            .contains_key(&id("b")),
         "a cable without its socket has no statistics (and no verdict from this end)"
     );
     drop(taken);
@@ -430,7 +436,12 @@ async fn a_new_config_keeps_unchanged_cables_and_drops_removed_ones() {
     a.probes.apply(vec![to_b.clone()], fast_settings());
     let rx = a.probes.subscribe();
     tokio::time::timeout(PATIENCE, async {
-        while rx.borrow().links.contains_key(&id("c")) {
+        while rx
+            .borrow()
+            .read(std::time::Instant::now())
+            .links
+            .contains_key(&id("c"))
+        {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     })

@@ -53,10 +53,7 @@ fn this_os() -> Os {
 }
 
 fn sample_every(config: &Config) -> tokio::time::Interval {
-    let mut tick =
-        tokio::time::interval(config.watch.bridge.interval.max(Duration::from_millis(100)));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick
+    crate::watch::ticks(config.watch.bridge.interval.max(Duration::from_millis(100)))
 }
 
 /// Samples every `watch.bridge.interval`, following config reloads; on
@@ -138,9 +135,9 @@ pub fn spawn(
                 }),
                 detector.rates(),
             );
-            // Every sample, so `updated` says when the alarm was last seen;
-            // the aggregator reads the channel on its own cadence.
-            tx.send_replace(alarms);
+            // Only a change wakes the aggregator; an active alarm changes
+            // every sample (`updated` says when it was last seen).
+            crate::watch::publish(&tx, alarms);
         }
     });
     rx

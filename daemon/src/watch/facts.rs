@@ -30,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{Config, PlatformConfig};
 use crate::logging::{REPEAT_INTERVAL, Throttle};
 use crate::metrics::Metrics;
+use crate::watch::publish;
 use meshd_model::check_alarms::alarms_from_checks;
 
 /// The latest facts; `None` until the first read finished.
@@ -111,13 +112,12 @@ pub fn spawn(
                         tracing::debug!(blind_spot = %spot, "platform fact not available");
                     }
                     let held = alarms_tx.borrow().clone();
-                    alarms_tx.send_replace(alarms_from_checks(
-                        &node,
-                        &facts.checks,
-                        &held,
-                        SystemTime::now(),
-                    ));
-                    tx.send_replace(Some(Arc::new(facts)));
+                    let alarms = alarms_from_checks(&node, &facts.checks, &held, SystemTime::now());
+                    // Unchanged facts are not news: neither the aggregator
+                    // nor the peers (who get facts when their `Arc` changes)
+                    // hear them again.
+                    publish(&alarms_tx, alarms);
+                    publish(&tx, Some(Arc::new(facts)));
                 }
                 Err(err) => {
                     if let Some(suppressed) = warnings.admit("failed", Instant::now()) {

@@ -25,8 +25,10 @@ use tokio_util::sync::CancellationToken;
 /// negligible.
 const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
 
-/// How often the lateness of meshd's own timers is measured.
-const LATENESS_PROBE: Duration = Duration::from_millis(50);
+/// How often the lateness of meshd's own timers is measured: on the finest
+/// point of the timer grid, so the probe shares its wake-ups with every
+/// other timer.
+const LATENESS_PROBE: Duration = crate::cadence::GRID;
 
 /// Timers this late mean meshd's judgements are late too: a tenth of the
 /// shortest `down_after` in use (600 ms by default) would be 60 ms; this
@@ -60,7 +62,7 @@ pub fn spawn(saturated_above: f64, shutdown: CancellationToken) -> watch::Receiv
             }
         };
         let mut tick =
-            tokio::time::interval(SAMPLE_INTERVAL.max(sysinfo::MINIMUM_CPU_UPDATE_INTERVAL));
+            crate::cadence::every(SAMPLE_INTERVAL.max(sysinfo::MINIMUM_CPU_UPDATE_INTERVAL));
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => return,
@@ -74,15 +76,15 @@ pub fn spawn(saturated_above: f64, shutdown: CancellationToken) -> watch::Receiv
     rx
 }
 
-/// Sleeps [`LATENESS_PROBE`] at a time and keeps the worst lateness seen
-/// since the sampler last took it.
+/// Wakes every [`LATENESS_PROBE`] and keeps the worst lateness seen since
+/// the sampler last took it.
 async fn measure_lateness(worst_us: Arc<AtomicU64>, shutdown: CancellationToken) {
+    let mut tick = crate::cadence::every(LATENESS_PROBE);
     loop {
-        let due = Instant::now() + LATENESS_PROBE;
-        tokio::select! {
+        let due = tokio::select! {
             () = shutdown.cancelled() => return,
-            () = tokio::time::sleep_until(due) => {}
-        }
+            due = tick.tick() => due,
+        };
         let late = Instant::now().saturating_duration_since(due);
         let late_us = u64::try_from(late.as_micros()).unwrap_or(u64::MAX);
         worst_us.fetch_max(late_us, Ordering::Relaxed);

@@ -14,17 +14,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
-use tokio::time::{Interval, MissedTickBehavior};
+use tokio::time::Interval;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 
-/// A tick every `every` that, when the runtime falls behind, waits a whole
-/// period again instead of firing the missed ticks in a burst.
+/// A tick every `every` on the daemon's timer grid; when the runtime falls
+/// behind, the missed ticks are skipped, not fired in a burst.
 pub fn ticks(every: Duration) -> Interval {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    tick
+    crate::cadence::every(every)
 }
 
 /// What woke a watcher that works on a tick and follows the config.

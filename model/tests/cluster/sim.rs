@@ -22,7 +22,7 @@ use meshd_model::linkstats::{
 };
 use meshd_model::node::{Look, NodeCore, NodeSettings, ReplyAction};
 use meshd_model::outbox::OutboxSettings;
-use meshd_model::peers::{Path, PeerBook, StreamId};
+use meshd_model::peers::{BookSettings, Path, PeerBook, StreamId};
 use meshd_model::time::Moment;
 use meshd_model::verdict::ExpectedLink;
 use meshd_proto::domain::{
@@ -404,9 +404,12 @@ fn probe_config() -> LinkStatsConfig {
     }
 }
 
-/// `config::settings::quiet_after`.
-fn quiet_after() -> Duration {
-    REPORT_INTERVAL * 3 / 2
+/// `config::settings::book`.
+fn book_settings() -> BookSettings {
+    BookSettings {
+        quiet_after: REPORT_INTERVAL * 3 / 2,
+        rules: fixtures::default_engine_settings().link,
+    }
 }
 
 impl Sim {
@@ -754,7 +757,7 @@ impl Sim {
         self.nodes[x].daemon = Some(Daemon {
             run,
             core,
-            book: PeerBook::new(id, members, quiet_after()),
+            book: PeerBook::new(id, members, book_settings()),
             probes,
             next_seq: run << 32,
             snapshot: BTreeMap::new(),
