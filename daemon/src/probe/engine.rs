@@ -26,7 +26,7 @@ use super::packet::{self, HEADER_LEN, Header, Kind, MAX_DATAGRAM_LEN};
 use super::responder::{self, Answer, REPLY_BURST, REPLY_RATE_PER_SEC, TokenBucket};
 use super::socket::ProbeSocket;
 use super::{
-    Lateness, ProbeBoard, ProbeError, ProbedLink, ProberSettings, ResponderCounters, SharedStats,
+    ProbeBoard, ProbeError, ProbedLink, ProberSettings, ResponderCounters, SharedStats, Ticks,
     lock, stamp,
 };
 use crate::metrics::Metrics;
@@ -133,7 +133,7 @@ struct Engine {
     links: Vec<Link>,
     waiting: Vec<Waiting>,
     metrics: Arc<Metrics>,
-    lateness: Arc<Mutex<Lateness>>,
+    ticks: Arc<Mutex<Ticks>>,
     /// Links were bound or closed since the board was last replaced.
     links_changed: bool,
     next_mtu: Instant,
@@ -191,7 +191,7 @@ pub async fn run(
         links: Vec::new(),
         waiting: Vec::new(),
         metrics,
-        lateness: Arc::default(),
+        ticks: Arc::default(),
         links_changed: true,
         next_mtu: Instant::now(),
         // One byte more than any UDP payload, so nothing is ever truncated.
@@ -334,15 +334,17 @@ impl Engine {
             self.drain(i);
         }
         {
-            let mut lateness = lock(&self.lateness);
-            while lateness
+            let mut ticks = lock(&self.ticks);
+            ticks.drained_at = Some(now);
+            while ticks
+                .lateness
                 .front()
                 .is_some_and(|(at, _)| now.saturating_duration_since(*at) > LATENESS_MEMORY)
             {
-                lateness.pop_front();
+                ticks.lateness.pop_front();
             }
             if late >= Duration::from_millis(1) {
-                lateness.push_back((now, late));
+                ticks.lateness.push_back((now, late));
             }
         }
         let mtu_due = now >= self.next_mtu;
@@ -421,7 +423,7 @@ impl Engine {
                         .iter()
                         .map(|l| (l.spec.link.remote.node.clone(), l.stats.clone()))
                         .collect(),
-                    self.lateness.clone(),
+                    self.ticks.clone(),
                 );
             }
             significant

@@ -100,7 +100,7 @@ pub struct ProberSettings {
     pub outage_gap: Duration,
 }
 
-/// What every link's probes measured, as of one moment.
+/// What every link's probes measured, as of the probe task's last tick.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ProbeSnapshot {
     /// By the far end's node; a cable whose socket is not bound yet has none.
@@ -112,19 +112,28 @@ pub struct ProbeSnapshot {
 
 /// The probe task's measurements, shared with whoever reads them. The
 /// statistics (percentiles, loss windows) are computed when read: the
-/// aggregator reads about once a second, the task ticks ten times.
+/// aggregator reads about once a second, the task ticks ten times. They are
+/// computed as of the task's last tick, as if published then: a reply that
+/// arrived since waits in its socket for the next tick, and the time it
+/// waits must not read as the link's silence.
 #[derive(Debug, Clone, Default)]
 pub struct ProbeBoard {
     links: BTreeMap<NodeId, SharedStats>,
-    lateness: Arc<Mutex<Lateness>>,
+    ticks: Arc<Mutex<Ticks>>,
 }
 
 /// One link's statistics, written by the probe task, read by the board's
 /// readers. Every hold of the lock is short and never across an `.await`.
 pub(crate) type SharedStats = Arc<Mutex<LinkStats>>;
 
-/// When the probe task's timers ran late, and by how much.
-pub(crate) type Lateness = VecDeque<(Instant, Duration)>;
+/// What the probe task shares besides the links' statistics.
+#[derive(Debug, Default)]
+pub(crate) struct Ticks {
+    /// When the task last read every socket and sent its probes.
+    pub(crate) drained_at: Option<Instant>,
+    /// When the task's timers ran late, and by how much.
+    pub(crate) lateness: VecDeque<(Instant, Duration)>,
+}
 
 pub(crate) fn lock<T>(shared: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding the lock leaves statistics, not invariants.
@@ -132,27 +141,32 @@ pub(crate) fn lock<T>(shared: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl ProbeBoard {
-    pub(crate) fn new(
-        links: BTreeMap<NodeId, SharedStats>,
-        lateness: Arc<Mutex<Lateness>>,
-    ) -> Self {
-        Self { links, lateness }
+    pub(crate) fn new(links: BTreeMap<NodeId, SharedStats>, ticks: Arc<Mutex<Ticks>>) -> Self {
+        Self { links, ticks }
     }
 
-    /// Every link's statistics and the task's lateness as of `now`.
+    /// Every link's statistics and the task's lateness as of its last tick
+    /// (as of `now` before the first one).
     pub fn read(&self, now: Instant) -> ProbeSnapshot {
+        let (as_of, lateness) = {
+            let ticks = lock(&self.ticks);
+            let as_of = ticks.drained_at.map_or(now, |at| at.min(now));
+            let lateness = ticks
+                .lateness
+                .iter()
+                .filter(|(at, _)| as_of.saturating_duration_since(*at) <= LATENESS_MEMORY)
+                .map(|(_, late)| *late)
+                .max()
+                .unwrap_or_default();
+            (as_of, lateness)
+        };
         ProbeSnapshot {
             links: self
                 .links
                 .iter()
-                .map(|(peer, stats)| (peer.clone(), lock(stats).stats(now)))
+                .map(|(peer, stats)| (peer.clone(), lock(stats).stats(as_of)))
                 .collect(),
-            lateness: lock(&self.lateness)
-                .iter()
-                .filter(|(at, _)| now.saturating_duration_since(*at) <= LATENESS_MEMORY)
-                .map(|(_, late)| *late)
-                .max()
-                .unwrap_or_default(),
+            lateness,
         }
     }
 }

@@ -471,3 +471,34 @@ async fn a_new_config_keeps_unchanged_cables_and_drops_removed_ones() {
     })
     .await;
 }
+
+#[test]
+fn the_board_reads_as_of_the_last_tick_so_a_reply_waiting_for_the_next_is_not_silence() {
+    use meshd_model::linkstats::LinkStatsConfig;
+
+    let t0 = std::time::Instant::now();
+    let ms = Duration::from_millis;
+    let mut stats = LinkStats::new(LinkStatsConfig {
+        timeout: ms(500),
+        outage_gap: ms(600),
+        interval: ms(100),
+    });
+    stats.on_sent(1, ProbeClass::Small, t0);
+    stats.on_reply(1, ProbeClass::Small, Duration::ZERO, t0 + ms(1));
+    // The next tick sends probe 2; its reply arrives a millisecond later
+    // and waits in the socket, because the task then stalls.
+    stats.on_sent(2, ProbeClass::Small, t0 + ms(100));
+    let ticks = Ticks {
+        drained_at: Some(t0 + ms(100)),
+        lateness: [(t0 + ms(100), ms(30))].into(),
+    };
+    let board = ProbeBoard::new(
+        [(id("b"), Arc::new(Mutex::new(stats)))].into(),
+        Arc::new(Mutex::new(ticks)),
+    );
+    let read = board.read(t0 + ms(750));
+    let silence = read.links[&id("b")].silence;
+    assert!(silence < ms(600), "{silence:?} would read as a dead cable");
+    assert_eq!(read.lateness, ms(30));
+    assert_eq!(read.links[&id("b")].at, t0 + ms(100));
+}
