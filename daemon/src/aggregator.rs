@@ -22,7 +22,7 @@ use meshd_proto::domain::{
     Alarm, ClockOffset, Event, EventKind, LinkObservation, MeshStatus, NodeId, NodeIdentity,
     NodeLoad, PeerMessage, PeerReply, RejectReason, ReportUpdate,
 };
-use meshd_proto::facts::NodeFacts;
+use meshd_proto::facts::{Cable, NodeFacts};
 use meshd_proto::wire;
 use prost::Message;
 use tokio::sync::{Notify, broadcast, mpsc, watch};
@@ -41,11 +41,6 @@ const EVENT_BUFFER: usize = 1024;
 /// Updates kept for a stream that is slow to send them; one that falls
 /// further behind starts over with everything.
 const UPDATE_BUFFER: usize = 64;
-
-/// The cable map and checks are redone at once when any node's facts
-/// change, and this often besides (for cables declared in reloaded
-/// configs): they change with cables and settings, not with verdicts.
-const TOPOLOGY_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The aggregator looks at least this often, with or without new input.
 pub const MAX_LOOK_INTERVAL: Duration = meshd_model::verdict::MAX_IDLE;
@@ -263,7 +258,7 @@ pub struct Aggregator {
     topology: MeshTopology,
     /// What `topology` was built from: this node's facts, the book's facts
     /// version, and when.
-    topology_basis: Option<(Option<Arc<NodeFacts>>, u64, Instant)>,
+    topology_basis: Option<TopologyBasis>,
 }
 
 impl Aggregator {
@@ -424,6 +419,7 @@ impl Aggregator {
     fn reconfigure(&mut self, config: &Config) {
         let identity = self.core.identity().id.clone();
         self.configured = config.members().into_iter().collect();
+        self.topology_basis = None;
         self.core.reconfigure(
             self.configured.clone(),
             settings::expected_links(config, &identity),
@@ -505,7 +501,7 @@ impl Aggregator {
 
         let mut status = decision.status;
         boot::annotate(&mut status, &self.feeds.boots.borrow());
-        self.refresh_topology(&peers, facts.clone(), moment.now);
+        self.refresh_topology(&peers, facts.clone());
         status.cables.clone_from(&self.topology.cables);
         status.checks.clone_from(&self.topology.checks);
 
@@ -570,38 +566,15 @@ impl Aggregator {
         }
     }
 
-    /// Redoes the cable map and checks when a node's facts changed, or
-    /// [`TOPOLOGY_INTERVAL`] after the last time.
+    /// Redoes the cable map and checks when what they are made of changed:
+    /// a node's facts, the declared cables (this node's config, its peers'
+    /// reports) or the membership. They change with cables and settings,
+    /// not with verdicts, so most looks reuse them.
     fn refresh_topology(
         &mut self,
         peers: &BTreeMap<NodeId, PeerView>,
         local_facts: Option<Arc<NodeFacts>>,
-        now: Instant,
     ) {
-        let (peer_facts, version) = {
-            let book = self
-                .feeds
-                .book
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            let (facts, version) = book.facts();
-            let unchanged = self.topology_basis.as_ref().is_some_and(|(local, v, at)| {
-                *v == version
-                    && same_facts(local.as_ref(), local_facts.as_ref())
-                    && now.saturating_duration_since(*at) < TOPOLOGY_INTERVAL
-            });
-            if unchanged {
-                return;
-            }
-            (facts.clone(), version)
-        };
-        let mut facts: BTreeMap<NodeId, NodeFacts> = peer_facts
-            .into_iter()
-            .map(|(id, f)| (id, (*f).clone()))
-            .collect();
-        if let Some(own) = &local_facts {
-            facts.insert(self.core.identity().id.clone(), (**own).clone());
-        }
         let declared = topology::declared_cables(
             self.core
                 .expected_links()
@@ -617,9 +590,46 @@ impl Aggregator {
                     })
                 })),
         );
+        let (peer_facts, facts_version) = {
+            let book = self
+                .feeds
+                .book
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let (facts, version) = book.facts();
+            let unchanged = self.topology_basis.as_ref().is_some_and(|basis| {
+                basis.facts_version == version
+                    && same_facts(basis.local_facts.as_ref(), local_facts.as_ref())
+                    && basis.declared == declared
+            });
+            if unchanged {
+                return;
+            }
+            (facts.clone(), version)
+        };
+        let mut facts: BTreeMap<NodeId, NodeFacts> = peer_facts
+            .into_iter()
+            .map(|(id, f)| (id, (*f).clone()))
+            .collect();
+        if let Some(own) = &local_facts {
+            facts.insert(self.core.identity().id.clone(), (**own).clone());
+        }
         self.topology = topology::mesh_topology(&self.configured, &facts, &declared, &self.models);
-        self.topology_basis = Some((local_facts, version, now));
+        self.topology_basis = Some(TopologyBasis {
+            local_facts,
+            facts_version,
+            declared,
+        });
     }
+}
+
+/// What the cable map and checks were last made from; membership is not in
+/// it because a reload clears the basis.
+#[derive(Debug)]
+struct TopologyBasis {
+    local_facts: Option<Arc<NodeFacts>>,
+    facts_version: u64,
+    declared: Vec<Cable>,
 }
 
 /// Waits for the first of several futures.
