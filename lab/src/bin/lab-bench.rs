@@ -48,9 +48,10 @@ enum Bench {
         #[arg(long, default_value_t = 300)]
         seconds: u64,
     },
-    /// CPU (% of one core) and resident memory of every daemon, beside
-    /// smokeping_prober pinging the same peers every 100 ms where it is
-    /// installed, and the series count of one node.
+    /// CPU (% of one core), main-thread wake-ups, engine looks and resident
+    /// memory of every daemon, beside smokeping_prober pinging the same
+    /// peers every 100 ms where it is installed, and the series count of
+    /// one node.
     Cost {
         #[arg(long, default_value_t = 7)]
         nodes: usize,
@@ -497,14 +498,39 @@ fn cpu_ticks(pid: u32) -> anyhow::Result<u64> {
 
 /// A `/proc/PID/status` value in kB, as MB (10⁶ bytes).
 fn status_mb(pid: u32, key: &str) -> anyhow::Result<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let kb: f64 = status
+    Ok(status_field(&format!("/proc/{pid}/status"), key)? * 1024.0 / 1e6)
+}
+
+/// The first number after `key` in a `status` file.
+fn status_field(path: &str, key: &str) -> anyhow::Result<f64> {
+    let status = std::fs::read_to_string(path)?;
+    Ok(status
         .lines()
         .find_map(|l| l.strip_prefix(key))
         .and_then(|v| v.split_whitespace().next())
-        .context(key.to_owned())?
-        .parse()?;
-    Ok(kb * 1024.0 / 1e6)
+        .with_context(|| format!("{key} in {path}"))?
+        .parse()?)
+}
+
+/// How often the main thread (meshd's one runtime thread) has gone to
+/// sleep and been woken: its voluntary context switches.
+fn wake_ups(pid: u32) -> anyhow::Result<f64> {
+    status_field(
+        &format!("/proc/{pid}/task/{pid}/status"),
+        "voluntary_ctxt_switches:",
+    )
+}
+
+/// How many times node `id`'s engine has looked (evaluated) so far.
+fn looks(lab: &Lab, id: &str) -> anyhow::Result<f64> {
+    let metrics = fetch_metrics(lab, id)?;
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("meshd_evaluation_duration_seconds_count "))
+        .context("no meshd_evaluation_duration_seconds_count")?
+        .trim()
+        .parse()
+        .context("meshd_evaluation_duration_seconds_count")
 }
 
 /// Debian's `prometheus-smokeping-prober`, the pinger meshd's cost is
@@ -620,17 +646,33 @@ fn cost(nodes: usize, seconds: u64, warmup: u64) -> anyhow::Result<()> {
         .iter()
         .map(|&(_, p)| cpu_ticks(p))
         .collect::<Result<_, _>>()?;
+    let wakes_before: Vec<f64> = pids
+        .iter()
+        .map(|&(_, p)| wake_ups(p))
+        .collect::<Result<_, _>>()?;
+    let looks_before: Vec<f64> = pids
+        .iter()
+        .map(|&(id, _)| looks(&lab, id))
+        .collect::<Result<_, _>>()?;
     std::thread::sleep(Duration::from_secs(seconds));
     let wall = t0.elapsed().as_secs_f64();
     let percent = |ticks: u64| ticks as f64 / hz / wall * 100.0;
-    println!("| node | CPU, % of one core | ticks | VmRSS | VmHWM |\n|---|---:|---:|---:|---:|");
+    println!(
+        "| node | CPU, % of one core | ticks | wake-ups/s | looks/s | VmRSS | VmHWM |\n|---|---:|---:|---:|---:|---:|---:|"
+    );
     let (mut cpus, mut rsss) = (Vec::new(), Vec::new());
-    for ((id, pid), start) in pids.iter().zip(before) {
+    for ((((id, pid), start), wakes), looked) in
+        pids.iter().zip(before).zip(wakes_before).zip(looks_before)
+    {
         let ticks = cpu_ticks(*pid)? - start;
         let cpu = percent(ticks);
+        let wakes = (wake_ups(*pid)? - wakes) / wall;
+        let looked = (looks(&lab, id)? - looked) / wall;
         let rss = status_mb(*pid, "VmRSS:")?;
         let hwm = status_mb(*pid, "VmHWM:")?;
-        println!("| {id} | {cpu:.3} % | {ticks} | {rss:.1} MB | {hwm:.1} MB |");
+        println!(
+            "| {id} | {cpu:.3} % | {ticks} | {wakes:.1} | {looked:.2} | {rss:.1} MB | {hwm:.1} MB |"
+        );
         cpus.push(cpu);
         rsss.push(rss);
     }
