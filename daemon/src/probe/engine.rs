@@ -215,13 +215,13 @@ pub async fn run(
                     tick = ticker(settings.interval);
                 }
                 engine.follow(links).await;
-                engine.publish(&board, true);
+                engine.publish(&board, true, Instant::now());
             }
             scheduled = tick.tick() => {
                 let now = Instant::now();
                 let late = now.saturating_duration_since(scheduled.into_std());
                 engine.on_tick(now, late).await;
-                engine.publish(&board, false);
+                engine.publish(&board, false, now);
             }
             ready = poll_fn(|cx| {
                 let ready: Vec<usize> = engine
@@ -394,9 +394,10 @@ impl Engine {
     /// Replaces the board when links came or went; wakes the aggregator
     /// only when a link went silent or came back, started or stopped losing
     /// in a row, or `force`. Nothing is computed for the board here: its
-    /// reader computes the statistics it reads.
-    fn publish(&mut self, board: &watch::Sender<ProbeBoard>, force: bool) {
-        let now = Instant::now();
+    /// reader computes the statistics it reads. `now` is the instant the
+    /// board reads as of (the tick's): what wakes the aggregator is then
+    /// what it reads, not a silence a few microseconds short of it.
+    fn publish(&mut self, board: &watch::Sender<ProbeBoard>, force: bool, now: Instant) {
         let outage = self.settings.outage_gap;
         let mut significant = force;
         for link in &mut self.links {

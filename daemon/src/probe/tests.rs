@@ -171,21 +171,29 @@ async fn both_ends_of_a_cable_measure_it_then_see_loss_when_the_peer_stops() {
     }
     assert!(exported(&b.metrics, pb, "answered").is_some_and(|n| n >= 13));
 
-    // A wake-up when the link goes silent, not one per tick.
+    // A wake-up when the link starts losing in a row (3 probes) and when it
+    // goes silent (the outage gap), not one per tick; and each wake-up is
+    // for what the board then reads.
     let mut woken = a.probes.subscribe();
     woken.borrow_and_update();
     b.stop.cancel();
-    let silent = tokio::time::timeout(
-        PATIENCE,
-        woken.wait_for(|s| {
-            s.read(std::time::Instant::now())
-                .links
-                .get(&id("b"))
-                .is_some_and(|l| l.silence >= Duration::from_millis(500))
-        }),
-    )
+    let silent = tokio::time::timeout(PATIENCE, async {
+        loop {
+            woken.changed().await.expect("the probe task runs");
+            let read = woken.borrow_and_update().read(std::time::Instant::now());
+            let link = &read.links[&id("b")];
+            let silent = link.silence >= fast_settings().outage_gap;
+            assert!(
+                silent || link.consecutive_lost >= 3,
+                "woken for nothing the board shows: {link:#?}"
+            );
+            if silent {
+                break;
+            }
+        }
+    })
     .await;
-    assert!(silent.is_ok_and(|r| r.is_ok()), "silence was not signalled");
+    assert!(silent.is_ok(), "silence was not signalled");
 
     let dead = wait_for(&a, "b", "a 1 s window of pure loss", |s| {
         let w = window(&s.loss, 1);
