@@ -188,6 +188,37 @@ struct BaselineWindow {
     samples: Vec<Duration>,
 }
 
+/// How late a timer fired lately: each firing 1 ms late or more, for
+/// [`LATENESS_MEMORY`].
+#[derive(Debug, Clone, Default)]
+pub struct LatenessLog(VecDeque<(Instant, Duration)>);
+
+impl LatenessLog {
+    /// The timer that should have fired at `at - late` fired at `at`.
+    pub fn note(&mut self, late: Duration, at: Instant) {
+        while self
+            .0
+            .front()
+            .is_some_and(|(noted, _)| at.saturating_duration_since(*noted) > LATENESS_MEMORY)
+        {
+            self.0.pop_front();
+        }
+        if late >= Duration::from_millis(1) {
+            self.0.push_back((at, late));
+        }
+    }
+
+    /// The worst lateness within [`LATENESS_MEMORY`] before `now`.
+    pub fn worst(&self, now: Instant) -> Duration {
+        self.0
+            .iter()
+            .filter(|(at, _)| now.saturating_duration_since(*at) <= LATENESS_MEMORY)
+            .map(|(_, late)| *late)
+            .max()
+            .unwrap_or_default()
+    }
+}
+
 /// Statistics of one link's probes. Bounded memory: at most
 /// [`MAX_OUTSTANDING`] probes in flight, 60 s (at most [`MAX_RECORDS`]) of
 /// per-probe records, and 5 min of 10-s window summaries.
@@ -205,8 +236,8 @@ pub struct LinkStats {
     /// The first probe sent since the last reply, if any: where silence
     /// can start.
     first_unanswered_sent_at: Option<Instant>,
-    /// Recent lateness of the prober's timers, oldest first.
-    lateness: VecDeque<(Instant, Duration)>,
+    /// Recent lateness of the prober's timers.
+    lateness: LatenessLog,
     /// Send time of the newest answered probe.
     last_answered_sent_at: Option<Instant>,
     /// When the first reply after the last outage arrived; probes sent
@@ -239,7 +270,7 @@ impl LinkStats {
             last_reply_at: None,
             consecutive_lost: 0,
             first_unanswered_sent_at: None,
-            lateness: VecDeque::new(),
+            lateness: LatenessLog::default(),
             last_answered_sent_at: None,
             resumed_at: None,
             outage: None,
@@ -374,22 +405,9 @@ impl LinkStats {
     }
 
     /// The prober's timer that should have fired at `at - late` fired at
-    /// `at`. Only lateness worth remembering is kept.
+    /// `at`.
     pub fn note_lateness(&mut self, late: Duration, at: Instant) {
-        self.forget_lateness(at);
-        if late >= Duration::from_millis(1) {
-            self.lateness.push_back((at, late));
-        }
-    }
-
-    fn forget_lateness(&mut self, now: Instant) {
-        while self
-            .lateness
-            .front()
-            .is_some_and(|(at, _)| now.saturating_duration_since(*at) > LATENESS_MEMORY)
-        {
-            self.lateness.pop_front();
-        }
+        self.lateness.note(late, at);
     }
 
     /// What this end measured, as of `now`.
@@ -397,7 +415,6 @@ impl LinkStats {
         self.expire(now);
         self.prune(now);
         self.roll_baseline_window(now);
-        self.forget_lateness(now);
 
         let mut rtts = std::mem::take(&mut self.scratch_rtts);
         let mut host_delays = std::mem::take(&mut self.scratch_host_delays);
@@ -440,12 +457,7 @@ impl LinkStats {
             last_reply_at: self.last_reply_at,
             silence: self.silence(now),
             consecutive_lost: self.consecutive_lost,
-            lateness: self
-                .lateness
-                .iter()
-                .map(|(_, late)| *late)
-                .max()
-                .unwrap_or_default(),
+            lateness: self.lateness.worst(now),
             at: now,
         }
     }

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use meshd_model::linkstats::{LATENESS_MEMORY, LinkStats, LinkStatsConfig, ProbeClass};
+use meshd_model::linkstats::{LinkStats, LinkStatsConfig, ProbeClass};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -198,7 +198,7 @@ pub async fn run(
         buf: vec![0; MAX_DATAGRAM_LEN + 1],
     };
     engine.follow(links).await;
-    let mut tick = ticker(engine.settings.interval);
+    let mut tick = crate::cadence::every(engine.settings.interval);
     loop {
         tokio::select! {
             () = shutdown.cancelled() => break,
@@ -212,7 +212,7 @@ pub async fn run(
                     // A new probe is a new measurement: start every link over.
                     engine.settings = settings;
                     engine.follow(Vec::new()).await;
-                    tick = ticker(settings.interval);
+                    tick = crate::cadence::every(settings.interval);
                 }
                 engine.follow(links).await;
                 engine.publish(&board, true, Instant::now());
@@ -243,11 +243,6 @@ pub async fn run(
         engine.metrics.probes.responder_stopped(link.local);
     }
     tracing::debug!("probing stopped");
-}
-
-/// The probe timer, on the daemon's timer grid.
-fn ticker(period: Duration) -> tokio::time::Interval {
-    crate::cadence::every(period)
 }
 
 impl Engine {
@@ -336,16 +331,7 @@ impl Engine {
         {
             let mut ticks = lock(&self.ticks);
             ticks.drained_at = Some(now);
-            while ticks
-                .lateness
-                .front()
-                .is_some_and(|(at, _)| now.saturating_duration_since(*at) > LATENESS_MEMORY)
-            {
-                ticks.lateness.pop_front();
-            }
-            if late >= Duration::from_millis(1) {
-                ticks.lateness.push_back((now, late));
-            }
+            ticks.lateness.note(late, now);
         }
         let mtu_due = now >= self.next_mtu;
         if mtu_due {

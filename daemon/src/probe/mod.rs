@@ -15,12 +15,12 @@ mod stamp;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use meshd_model::linkstats::{LATENESS_MEMORY, LinkStats, ProbeStats};
+use meshd_model::linkstats::{LatenessLog, LinkStats, ProbeStats};
 use meshd_model::verdict::ExpectedLink;
 use meshd_proto::domain::NodeId;
 use tokio::sync::watch;
@@ -131,8 +131,8 @@ pub(crate) type SharedStats = Arc<Mutex<LinkStats>>;
 pub(crate) struct Ticks {
     /// When the task last read every socket and sent its probes.
     pub(crate) drained_at: Option<Instant>,
-    /// When the task's timers ran late, and by how much.
-    pub(crate) lateness: VecDeque<(Instant, Duration)>,
+    /// How late the task's timer fired lately.
+    pub(crate) lateness: LatenessLog,
 }
 
 pub(crate) fn lock<T>(shared: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -151,14 +151,7 @@ impl ProbeBoard {
         let (as_of, lateness) = {
             let ticks = lock(&self.ticks);
             let as_of = ticks.drained_at.map_or(now, |at| at.min(now));
-            let lateness = ticks
-                .lateness
-                .iter()
-                .filter(|(at, _)| as_of.saturating_duration_since(*at) <= LATENESS_MEMORY)
-                .map(|(_, late)| *late)
-                .max()
-                .unwrap_or_default();
-            (as_of, lateness)
+            (as_of, ticks.lateness.worst(as_of))
         };
         ProbeSnapshot {
             links: self

@@ -496,10 +496,11 @@ fn the_board_reads_as_of_the_last_tick_so_a_reply_waiting_for_the_next_is_not_si
     // The next tick sends probe 2; its reply arrives a millisecond later
     // and waits in the socket, because the task then stalls.
     stats.on_sent(2, ProbeClass::Small, t0 + ms(100));
-    let ticks = Ticks {
+    let mut ticks = Ticks {
         drained_at: Some(t0 + ms(100)),
-        lateness: [(t0 + ms(100), ms(30))].into(),
+        ..Ticks::default()
     };
+    ticks.lateness.note(ms(30), t0 + ms(100));
     let board = ProbeBoard::new(
         [(id("b"), Arc::new(Mutex::new(stats)))].into(),
         Arc::new(Mutex::new(ticks)),

@@ -14,9 +14,10 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::aggregator::{MeshState, SharedBook};
+use crate::cadence;
 use crate::config::{Config, settings};
 use crate::watch::facts::FactsFeed;
-use crate::watch::{Wake, next_wake, publish, ticks};
+use crate::watch::{Wake, next_wake, publish};
 
 /// Reports arrive several times a second and facts every few seconds; a
 /// look every second catches each change within a second of its arrival.
@@ -50,7 +51,7 @@ pub fn spawn(
         let mut tracker = BootTracker::new(settings::boot_rules(
             &configs.borrow_and_update().watch.boot,
         ));
-        let mut tick = ticks(LOOK_EVERY);
+        let mut tick = cadence::every(LOOK_EVERY);
         while let Some(wake) = next_wake(&mut tick, &mut configs, &shutdown).await {
             if let Wake::Reconfigured(config) = wake {
                 tracker.set_rules(settings::boot_rules(&config.watch.boot));

@@ -53,7 +53,7 @@ fn this_os() -> Os {
 }
 
 fn sample_every(config: &Config) -> tokio::time::Interval {
-    crate::watch::ticks(config.watch.bridge.interval.max(Duration::from_millis(100)))
+    crate::cadence::every(config.watch.bridge.interval.max(Duration::from_millis(100)))
 }
 
 /// Samples every `watch.bridge.interval`, following config reloads; on

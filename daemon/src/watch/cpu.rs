@@ -10,10 +10,11 @@ use sysinfo::{CpuRefreshKind, RefreshKind, System};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::cadence;
 use crate::config::{Config, CpuWatchConfig, settings};
 use crate::metrics::Metrics;
 use crate::watch::processes::ProcessTable;
-use crate::watch::{Wake, next_wake, publish, ticks};
+use crate::watch::{Wake, next_wake, publish};
 use meshd_model::cpu::{CpuSample, SpikeDetector, reduce_for_metrics};
 
 /// One sample and when it was taken.
@@ -72,7 +73,7 @@ pub struct CpuWatch {
 }
 
 fn sample_every(config: &CpuWatchConfig) -> tokio::time::Interval {
-    ticks(config.interval.max(sysinfo::MINIMUM_CPU_UPDATE_INTERVAL))
+    cadence::every(config.interval.max(sysinfo::MINIMUM_CPU_UPDATE_INTERVAL))
 }
 
 /// Starts sampling every `watch.cpu.interval`, following config reloads. `other_alarms` are the other

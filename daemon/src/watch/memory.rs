@@ -17,11 +17,12 @@ use meshd_proto::facts::MemoryFacts;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::cadence;
 use crate::config::{Config, settings};
 use crate::metrics::Metrics;
 use crate::watch::cpu::Sampled;
 use crate::watch::facts::with_source;
-use crate::watch::{Wake, next_wake, publish, ticks};
+use crate::watch::{Wake, next_wake, publish};
 
 /// Runs until shutdown; publishes the active memory alarms.
 pub fn spawn(
@@ -35,12 +36,12 @@ pub fn spawn(
     tokio::spawn(async move {
         let mut config = configs.borrow_and_update().clone();
         let mut judge = MemoryWatch::new(node, settings::memory_rules(&config.watch.memory));
-        let mut tick = ticks(config.watch.memory.interval);
+        let mut tick = cadence::every(config.watch.memory.interval);
         while let Some(wake) = next_wake(&mut tick, &mut configs, &shutdown).await {
             if let Wake::Reconfigured(new) = wake {
                 config = new;
                 judge.reconfigure(settings::memory_rules(&config.watch.memory));
-                tick = ticks(config.watch.memory.interval);
+                tick = cadence::every(config.watch.memory.interval);
                 continue;
             }
             let platform = config.platform.clone();

@@ -11,19 +11,12 @@ pub mod memory;
 pub mod processes;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Interval;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
-
-/// A tick every `every` on the daemon's timer grid; when the runtime falls
-/// behind, the missed ticks are skipped, not fired in a burst.
-pub fn ticks(every: Duration) -> Interval {
-    crate::cadence::every(every)
-}
 
 /// What woke a watcher that works on a tick and follows the config.
 #[derive(Debug)]

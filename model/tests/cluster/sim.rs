@@ -18,7 +18,7 @@ use std::time::{Duration, Instant, SystemTime};
 use meshd_model::alerts::{self, AlertState, Labels, Role};
 use meshd_model::fixtures;
 use meshd_model::linkstats::{
-    LATE, LATENESS_MEMORY, LinkStats, LinkStatsConfig, ProbeClass, ProbeStats, RTT_BOUNDS,
+    LATE, LatenessLog, LinkStats, LinkStatsConfig, ProbeClass, ProbeStats, RTT_BOUNDS,
 };
 use meshd_model::node::{Look, NodeCore, NodeSettings, ReplyAction};
 use meshd_model::outbox::OutboxSettings;
@@ -199,7 +199,7 @@ struct Daemon {
     snapshot: BTreeMap<NodeId, ProbeStats>,
     snapshot_lateness: Duration,
     told: BTreeMap<usize, (bool, bool)>,
-    lateness: VecDeque<(Instant, Duration)>,
+    lateness: LatenessLog,
     next_mtu: Instant,
     /// Everything sent so far, for a stream that opens.
     full: Option<ReportUpdate>,
@@ -763,7 +763,7 @@ impl Sim {
             snapshot: BTreeMap::new(),
             snapshot_lateness: Duration::ZERO,
             told: BTreeMap::new(),
-            lateness: VecDeque::new(),
+            lateness: LatenessLog::default(),
             next_mtu: self.now,
             full: None,
             out: BTreeMap::new(),
@@ -1348,16 +1348,7 @@ impl Sim {
             return;
         };
         let run = d.run;
-        while d
-            .lateness
-            .front()
-            .is_some_and(|(at, _)| now.saturating_duration_since(*at) > LATENESS_MEMORY)
-        {
-            d.lateness.pop_front();
-        }
-        if late >= Duration::from_millis(1) {
-            d.lateness.push_back((now, late));
-        }
+        d.lateness.note(late, now);
         let mtu_due = now >= d.next_mtu;
         if mtu_due {
             d.next_mtu = now + MTU_INTERVAL;
@@ -1428,7 +1419,7 @@ impl Sim {
             links.insert(ids[peer].clone(), s);
         }
         d.snapshot = links;
-        d.snapshot_lateness = d.lateness.iter().map(|(_, l)| *l).max().unwrap_or_default();
+        d.snapshot_lateness = d.lateness.worst(now);
         if significant {
             self.wake(x);
         }
