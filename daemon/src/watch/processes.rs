@@ -52,6 +52,12 @@ struct Seen {
     sample: u64,
 }
 
+impl Seen {
+    fn is(&self, start: u64, kernel_name: &str) -> bool {
+        self.start == start && self.kernel_name == kernel_name
+    }
+}
+
 /// The processes seen last sample, by pid, updated in place each sample.
 #[derive(Debug, Default)]
 struct Known {
@@ -71,7 +77,7 @@ impl Known {
     fn is_known(&self, pid: u32, start: u64, kernel_name: &str) -> bool {
         self.entries
             .get(&pid)
-            .is_some_and(|seen| seen.start == start && seen.kernel_name == kernel_name)
+            .is_some_and(|seen| seen.is(start, kernel_name))
     }
 
     /// The identity of the process, resolved with `args` (its command line,
@@ -87,9 +93,7 @@ impl Known {
     ) -> (&Identity, Option<u64>) {
         let sample = self.sample;
         match self.entries.entry(pid) {
-            Entry::Occupied(entry)
-                if entry.get().start == start && entry.get().kernel_name == kernel_name =>
-            {
+            Entry::Occupied(entry) if entry.get().is(start, kernel_name) => {
                 let seen = entry.into_mut();
                 let before = std::mem::replace(&mut seen.cpu, cpu);
                 seen.sample = sample;
@@ -107,15 +111,9 @@ impl Known {
                     cpu,
                     sample,
                 };
-                // A pid reused, or a process that exec'd: resolved afresh.
-                let seen = match entry {
-                    Entry::Occupied(mut entry) => {
-                        entry.insert(seen);
-                        entry.into_mut()
-                    }
-                    Entry::Vacant(entry) => entry.insert(seen),
-                };
-                (&seen.identity, None)
+                // New, a pid reused, or a process that exec'd: resolved
+                // afresh.
+                (&entry.insert_entry(seen).into_mut().identity, None)
             }
         }
     }
@@ -553,27 +551,5 @@ mod linux_tests {
             (bash.name.as_str(), bash.command.as_deref()),
             ("bash", Some("bash"))
         );
-    }
-
-    /// A timing to run by hand, not a check: `cargo test -p meshd --lib
-    /// watch::processes -- --ignored --nocapture`. Samples this host's
-    /// `/proc` `MESHD_SAMPLE_RUNS` times (1000) and prints the mean.
-    #[test]
-    #[ignore = "a timing, run by hand"]
-    fn sampling_this_hosts_proc_timing() {
-        let Ok(mut table) = ProcessTable::new() else {
-            return;
-        };
-        let runs: u32 = std::env::var("MESHD_SAMPLE_RUNS")
-            .ok()
-            .and_then(|r| r.parse().ok())
-            .unwrap_or(1000);
-        let mut processes = 0;
-        let start = std::time::Instant::now();
-        for _ in 0..runs {
-            processes = table.sample(std::time::Instant::now()).unwrap().len();
-        }
-        let mean = start.elapsed() / runs.max(1);
-        println!("{runs} samples of {processes} processes: {mean:?} per sample");
     }
 }
