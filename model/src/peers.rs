@@ -740,6 +740,34 @@ mod tests {
         }
     }
 
+    /// b's updates on one stream, one after another.
+    struct Updates {
+        stream: StreamId,
+        at: Instant,
+        sequence: u64,
+        wall: SystemTime,
+    }
+
+    impl Updates {
+        /// Whether b's next update, `gap` after the last and made by
+        /// `change` from a heartbeat, makes the engine look.
+        fn news(
+            &mut self,
+            book: &mut PeerBook,
+            gap: Duration,
+            change: impl FnOnce(&mut ReportUpdate),
+        ) -> bool {
+            self.at += gap;
+            self.sequence += 1;
+            let mut next = update(self.sequence, false, self.wall);
+            change(&mut next);
+            let before = book.generation();
+            let answer = book.update(self.stream, next, self.at, self.wall);
+            assert_eq!(answer.refusal, None);
+            book.generation() != before
+        }
+    }
+
     /// b's stream on the management path, opened at `t0`.
     fn book_with_b(t0: Instant, wall: SystemTime) -> (PeerBook, StreamId) {
         let started = wall - Duration::from_secs(60);
@@ -802,34 +830,28 @@ mod tests {
         let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
         let (mut book, stream) = book_with_b(t0, wall);
         book.update(stream, update(10, true, wall), t0, wall);
-        let mut at = t0;
-        let mut sequence = 10;
-        let mut send = |book: &mut PeerBook, gap: Duration, change: fn(&mut ReportUpdate)| {
-            at += gap;
-            sequence += 1;
-            let mut next = update(sequence, false, wall);
-            change(&mut next);
-            let before = book.generation();
-            let answer = book.update(stream, next, at, wall);
-            assert_eq!(answer.refusal, None);
-            book.generation() != before
+        let mut b = Updates {
+            stream,
+            at: t0,
+            sequence: 10,
+            wall,
         };
         let beat = Duration::from_millis(500);
-        assert!(!send(&mut book, beat, |_| {}), "a heartbeat is no news");
-        assert!(send(&mut book, beat, |u| u.hears = Some(vec![id("a")])));
-        assert!(send(&mut book, beat, |u| u.lateness = LATE), "late now");
+        assert!(!b.news(&mut book, beat, |_| {}), "a heartbeat is no news");
+        assert!(b.news(&mut book, beat, |u| u.hears = Some(vec![id("a")])));
+        assert!(b.news(&mut book, beat, |u| u.lateness = LATE), "late now");
         assert!(
-            !send(&mut book, beat, |u| u.lateness = LATE * 2),
+            !b.news(&mut book, beat, |u| u.lateness = LATE * 2),
             "still late"
         );
-        assert!(send(&mut book, beat, |_| {}), "on time again");
-        assert!(send(&mut book, beat, |u| u.load.cpu_saturated = true));
-        assert!(!send(&mut book, beat, |u| {
+        assert!(b.news(&mut book, beat, |_| {}), "on time again");
+        assert!(b.news(&mut book, beat, |u| u.load.cpu_saturated = true));
+        assert!(!b.news(&mut book, beat, |u| {
             u.load.cpu_saturated = true;
             u.load.cpu_busy_ratio = 0.97;
         }));
         // A peer quiet for longer than quiet_after is news when it speaks.
-        assert!(send(&mut book, Duration::from_secs(5), |u| {
+        assert!(b.news(&mut book, Duration::from_secs(5), |u| {
             u.load.cpu_saturated = true;
         }));
     }
@@ -841,18 +863,15 @@ mod tests {
         let (mut book, stream) = book_with_b(t0, wall);
         book.update(stream, update(10, true, wall), t0, wall);
         let healthy = crate::fixtures::healthy_observation("b", "a");
-        let mut at = t0;
-        let mut sequence = 10;
+        let mut b = Updates {
+            stream,
+            at: t0,
+            sequence: 10,
+            wall,
+        };
+        let beat = Duration::from_millis(500);
         let mut send = |book: &mut PeerBook, links: Vec<LinkObservation>| {
-            at += Duration::from_millis(500);
-            sequence += 1;
-            let next = ReportUpdate {
-                links,
-                ..update(sequence, false, wall)
-            };
-            let before = book.generation();
-            assert_eq!(book.update(stream, next, at, wall).refusal, None);
-            book.generation() != before
+            b.news(book, beat, |u| u.links = links)
         };
         assert!(send(&mut book, vec![healthy.clone()]), "a new link");
         let mut refreshed = healthy.clone();
@@ -869,14 +888,11 @@ mod tests {
         silent.silence = Duration::from_secs(1);
         assert!(send(&mut book, vec![silent]), "the link went silent");
         assert!(send(&mut book, vec![healthy]), "and came back");
-        let removed = ReportUpdate {
-            removed_links: vec![LinkEnd::node_only(id("a"))],
-            ..update(sequence + 1, false, wall)
-        };
-        let before = book.generation();
-        let later = t0 + Duration::from_secs(3);
-        book.update(stream, removed, later, wall);
-        assert_ne!(book.generation(), before, "a link removed");
+        assert!(
+            b.news(&mut book, beat, |u| u.removed_links =
+                vec![LinkEnd::node_only(id("a"))]),
+            "a link removed"
+        );
     }
 
     #[test]
