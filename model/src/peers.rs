@@ -768,6 +768,24 @@ mod tests {
         }
     }
 
+    /// A book that holds b's full report (sequence 10), and b's updates
+    /// that follow it.
+    fn b_after_a_full_report() -> (PeerBook, Updates) {
+        let t0 = crate::fixtures::epoch();
+        let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let (mut book, stream) = book_with_b(t0, wall);
+        book.update(stream, update(10, true, wall), t0, wall);
+        (
+            book,
+            Updates {
+                stream,
+                at: t0,
+                sequence: 10,
+                wall,
+            },
+        )
+    }
+
     /// b's stream on the management path, opened at `t0`.
     fn book_with_b(t0: Instant, wall: SystemTime) -> (PeerBook, StreamId) {
         let started = wall - Duration::from_secs(60);
@@ -826,16 +844,7 @@ mod tests {
 
     #[test]
     fn only_news_makes_the_engine_look_a_heartbeat_does_not() {
-        let t0 = crate::fixtures::epoch();
-        let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
-        let (mut book, stream) = book_with_b(t0, wall);
-        book.update(stream, update(10, true, wall), t0, wall);
-        let mut b = Updates {
-            stream,
-            at: t0,
-            sequence: 10,
-            wall,
-        };
+        let (mut book, mut b) = b_after_a_full_report();
         let beat = Duration::from_millis(500);
         assert!(!b.news(&mut book, beat, |_| {}), "a heartbeat is no news");
         assert!(b.news(&mut book, beat, |u| u.hears = Some(vec![id("a")])));
@@ -858,17 +867,8 @@ mod tests {
 
     #[test]
     fn a_link_is_news_when_its_class_changes_not_when_its_figures_refresh() {
-        let t0 = crate::fixtures::epoch();
-        let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
-        let (mut book, stream) = book_with_b(t0, wall);
-        book.update(stream, update(10, true, wall), t0, wall);
+        let (mut book, mut b) = b_after_a_full_report();
         let healthy = crate::fixtures::healthy_observation("b", "a");
-        let mut b = Updates {
-            stream,
-            at: t0,
-            sequence: 10,
-            wall,
-        };
         let beat = Duration::from_millis(500);
         let mut send = |book: &mut PeerBook, links: Vec<LinkObservation>| {
             b.news(book, beat, |u| u.links = links)
@@ -880,7 +880,7 @@ mod tests {
         refreshed.silence = Duration::from_millis(80);
         assert!(!send(&mut book, vec![refreshed.clone()]), "figures only");
         assert_eq!(
-            book.views(t0)[&id("b")].report.links[0].probes_sent_total,
+            book.views(crate::fixtures::epoch())[&id("b")].report.links[0].probes_sent_total,
             refreshed.probes_sent_total,
             "the figures are kept all the same"
         );
