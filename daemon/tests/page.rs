@@ -21,9 +21,11 @@ use serde_json::{Value, json};
 
 /// Generous bounds on behaviour, never speed measurements.
 const SETTLE: Duration = Duration::from_secs(15);
-/// The bound from the cut to the open page showing it: detection
-/// (about 1.2 s on a busy machine) plus the page's push.
-const LIVE: Duration = Duration::from_secs(2);
+/// How far the open page may trail node a's own verdict: its push, not a
+/// reload or a poll. Detection time itself depends on how loaded the machine
+/// is (a late node holds its verdicts back) and is measured by
+/// `lab-bench detection`, not asserted here.
+const FOLLOW: Duration = Duration::from_secs(1);
 
 const WIDTH: u32 = 1200;
 const HEIGHT: u32 = 860;
@@ -250,13 +252,9 @@ async fn the_open_page_draws_the_mesh_and_follows_it_live() {
         shown.saturating_sub(verdict)
     );
     assert!(
-        shown.saturating_sub(verdict) <= Duration::from_secs(1),
+        shown.saturating_sub(verdict) <= FOLLOW,
         "the page showed node a's verdict {:?} after it changed",
         shown.saturating_sub(verdict)
-    );
-    assert!(
-        shown <= LIVE,
-        "the page showed the cut after {shown:?} (verdict after {verdict:?})"
     );
     assert_not_reloaded(&mut browser, &page).await;
     assert_eq!(
