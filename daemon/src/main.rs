@@ -266,6 +266,7 @@ fn run(config_path: Option<PathBuf>, hostname: &str) -> anyhow::Result<()> {
 /// Two workers: meshd's work is many small tasks, and it must stay light
 /// next to the jobs it watches.
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    meshd::cadence::start();
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -279,6 +280,7 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 /// and those switches cost more than the work. Blocking reads (facts, the
 /// process table) still go to the blocking pool.
 fn node_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    meshd::cadence::start();
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

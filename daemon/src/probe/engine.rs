@@ -7,9 +7,9 @@
 //! registered with the runtime: see [`ProbeSocket`]). Nothing is measured
 //! wrong for it: datagrams carry the kernel's receive time, and a reply
 //! carries how long the request waited here, which the prober takes out
-//! of the round trip (`host_delay`). Only with a probe interval above
-//! [`MAX_REPLY_HOLD`] does a readable socket wake the task, so no request
-//! waits longer than that for its reply.
+//! of the round trip (`host_delay`). Only when the ticks are further apart
+//! than [`MAX_REPLY_HOLD`] does a readable socket wake the task, so no
+//! request waits longer than that for its reply.
 
 use std::future::poll_fn;
 use std::io;
@@ -36,10 +36,11 @@ use crate::metrics::Metrics;
 /// impossible even with a broken config).
 const MIN_TICK: Duration = Duration::from_millis(10);
 
-/// The longest a request waits for its reply here. Up to this interval the
-/// tick alone reads the sockets; a peer's probe timeout (500 ms by default)
-/// must leave room for it.
-pub const MAX_REPLY_HOLD: Duration = Duration::from_millis(100);
+/// The longest a request waits for its reply here: the longest gap between
+/// two ticks at the default 100 ms interval (two steps of the timer grid).
+/// Up to this gap the tick alone reads the sockets; a peer's probe timeout
+/// (500 ms by default) must leave room for it.
+pub const MAX_REPLY_HOLD: Duration = Duration::from_millis(128);
 
 /// Shortest timeout whatever the settings say; below this every probe on a
 /// busy host would be "lost".
@@ -281,7 +282,7 @@ impl Engine {
             due
         };
         for mut waiting in due {
-            let registered = self.settings.interval > MAX_REPLY_HOLD;
+            let registered = crate::cadence::longest_gap(self.settings.interval) > MAX_REPLY_HOLD;
             match bind(&waiting.spec, registered).await {
                 Ok((socket, local, peer)) => {
                     tracing::info!(peer = %waiting.spec.link.remote.node, %local, %peer, "probing the cable");

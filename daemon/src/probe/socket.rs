@@ -1,8 +1,8 @@
 //! A cable's probe socket, bound to this end's address and connected to
 //! the peer's. At the default probe interval it is not registered with the
 //! runtime: the probe task reads it on its tick, so a datagram arriving
-//! does not wake the task (or the thread) at all. With a probe interval
-//! above [`super::engine::MAX_REPLY_HOLD`] it is registered, and a request
+//! does not wake the task (or the thread) at all. With ticks further apart
+//! than [`super::engine::MAX_REPLY_HOLD`] it is registered, and a request
 //! is answered as soon as it arrives.
 
 use std::io;

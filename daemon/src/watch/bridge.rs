@@ -52,7 +52,7 @@ fn this_os() -> Os {
     }
 }
 
-fn sample_every(config: &Config) -> tokio::time::Interval {
+fn sample_every(config: &Config) -> crate::cadence::Ticker {
     crate::cadence::every(config.watch.bridge.interval.max(Duration::from_millis(100)))
 }
 

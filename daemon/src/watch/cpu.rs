@@ -72,7 +72,7 @@ pub struct CpuWatch {
     pub samples: watch::Receiver<Option<Arc<Sampled>>>,
 }
 
-fn sample_every(config: &CpuWatchConfig) -> tokio::time::Interval {
+fn sample_every(config: &CpuWatchConfig) -> cadence::Ticker {
     cadence::every(config.interval.max(sysinfo::MINIMUM_CPU_UPDATE_INTERVAL))
 }
 

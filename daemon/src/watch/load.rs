@@ -25,9 +25,8 @@ use tokio_util::sync::CancellationToken;
 /// negligible.
 const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
 
-/// How often the lateness of meshd's own timers is measured: on the finest
-/// point of the timer grid, so the probe shares its wake-ups with every
-/// other timer.
+/// How often the lateness of meshd's own timers is measured: every step of
+/// the timer grid, so the probe shares its wake-ups with every other timer.
 const LATENESS_PROBE: Duration = crate::cadence::GRID;
 
 /// Timers this late mean meshd's judgements are late too: a tenth of the

@@ -12,8 +12,8 @@ pub mod processes;
 
 use std::sync::Arc;
 
+use crate::cadence::Ticker;
 use tokio::sync::watch;
-use tokio::time::Interval;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
@@ -28,7 +28,7 @@ pub enum Wake {
 /// The next tick or config change; `None` at shutdown, or when the config
 /// is gone (the node is stopping).
 pub async fn next_wake(
-    tick: &mut Interval,
+    tick: &mut Ticker,
     configs: &mut watch::Receiver<Arc<Config>>,
     shutdown: &CancellationToken,
 ) -> Option<Wake> {
