@@ -133,7 +133,7 @@ fn inputs(n: usize, cut: bool, moment: Moment) -> MeshInputs {
             let report = PeerReport {
                 sequence: 42,
                 sent_at: moment.wall - age,
-                links: observations(p, moment.wall - age),
+                links: observations(p, moment.wall - age).into(),
                 hears: (0..n).filter(|q| *q != p).map(node_id).collect(),
                 heard_on_management: (0..n).filter(|q| *q != p).map(node_id).collect(),
                 has_quorum: true,

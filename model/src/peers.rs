@@ -14,7 +14,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use meshd_proto::domain::{
-    ClockSample, Incarnation, NodeId, PeerReport, Refusal, RejectReason, ReportUpdate, StreamOpen,
+    ClockSample, Incarnation, LinkEnd, LinkObservation, NodeId, PeerReport, Refusal, RejectReason,
+    ReportUpdate, StreamOpen,
 };
 use meshd_proto::facts::NodeFacts;
 
@@ -624,6 +625,17 @@ fn check_update(sender: &NodeId, update: &ReportUpdate) -> Result<(), (RejectRea
             format!("links: {sender} reports a link of {}", link.local.node),
         ));
     }
+    let mut far_ends = BTreeSet::new();
+    if let Some(link) = update
+        .links
+        .iter()
+        .find(|l| !far_ends.insert(&l.remote.node))
+    {
+        return Err((
+            RejectReason::Malformed,
+            format!("links: the link to {} is reported twice", link.remote.node),
+        ));
+    }
     if let Some((index, alarm)) = update.foreign_alarm(sender) {
         return Err((
             RejectReason::ForeignAlarm,
@@ -662,40 +674,30 @@ fn is_news(report: &PeerReport, update: &ReportUpdate, rules: &LinkRules) -> boo
 /// Applies `update` to `report`; returns the facts it carried.
 fn apply(report: &mut PeerReport, update: ReportUpdate) -> Option<NodeFacts> {
     if update.full {
-        report.links = update.links;
-        report.alarms = update.alarms.unwrap_or_default();
-        report.hears = update.hears.unwrap_or_default();
-        report.heard_on_management = update.heard_on_management.unwrap_or_default();
+        report.links = update.links.into();
+        report.alarms = update.alarms.unwrap_or_default().into();
+        report.hears = update.hears.unwrap_or_default().into();
+        report.heard_on_management = update.heard_on_management.unwrap_or_default().into();
         report.has_quorum = update.has_quorum.unwrap_or_default();
-        report.clock_offsets = update.clock_offsets.unwrap_or_default();
+        report.clock_offsets = update.clock_offsets.unwrap_or_default().into();
     } else {
-        for link in update.links {
-            match report
-                .links
-                .iter_mut()
-                .find(|l| l.remote.node == link.remote.node)
-            {
-                Some(known) => *known = link,
-                None => report.links.push(link),
-            }
+        if !update.links.is_empty() || !update.removed_links.is_empty() {
+            report.links = merged_links(&report.links, update.links, &update.removed_links);
         }
-        report
-            .links
-            .retain(|l| !update.removed_links.iter().any(|r| r.node == l.remote.node));
         if let Some(alarms) = update.alarms {
-            report.alarms = alarms;
+            report.alarms = alarms.into();
         }
         if let Some(hears) = update.hears {
-            report.hears = hears;
+            report.hears = hears.into();
         }
         if let Some(heard) = update.heard_on_management {
-            report.heard_on_management = heard;
+            report.heard_on_management = heard.into();
         }
         if let Some(has_quorum) = update.has_quorum {
             report.has_quorum = has_quorum;
         }
         if let Some(offsets) = update.clock_offsets {
-            report.clock_offsets = offsets;
+            report.clock_offsets = offsets.into();
         }
     }
     report.sequence = update.sequence;
@@ -703,6 +705,26 @@ fn apply(report: &mut PeerReport, update: ReportUpdate) -> Option<NodeFacts> {
     report.load = update.load;
     report.lateness = update.lateness;
     update.facts
+}
+
+/// `known` with each link of `sent` in its far end's place (new far ends
+/// after the known ones) and the `removed` far ends left out. Only the
+/// observations kept as they were are cloned.
+fn merged_links(
+    known: &[LinkObservation],
+    mut sent: Vec<LinkObservation>,
+    removed: &[LinkEnd],
+) -> Arc<[LinkObservation]> {
+    let mut links = Vec::with_capacity(known.len() + sent.len());
+    for old in known {
+        match sent.iter().position(|l| l.remote.node == old.remote.node) {
+            Some(i) => links.push(sent.remove(i)),
+            None => links.push(old.clone()),
+        }
+    }
+    links.append(&mut sent);
+    links.retain(|l| !removed.iter().any(|r| r.node == l.remote.node));
+    links.into()
 }
 
 #[cfg(test)]
@@ -893,6 +915,67 @@ mod tests {
                 vec![LinkEnd::node_only(id("a"))]),
             "a link removed"
         );
+    }
+
+    #[test]
+    fn links_are_replaced_in_place_added_after_and_removed_and_a_heartbeat_shares_them() {
+        let (mut book, mut b) = b_after_a_full_report();
+        let beat = Duration::from_millis(500);
+        let obs = |far: &str, sent: u64| {
+            let mut o = crate::fixtures::healthy_observation("b", far);
+            o.probes_sent_total = sent;
+            o
+        };
+        let far_ends = |book: &PeerBook| -> Vec<(String, u64)> {
+            book.views(crate::fixtures::epoch())[&id("b")]
+                .report
+                .links
+                .iter()
+                .map(|l| (l.remote.node.to_string(), l.probes_sent_total))
+                .collect()
+        };
+        let pairs = |v: &[(&str, u64)]| -> Vec<(String, u64)> {
+            v.iter().map(|(n, s)| ((*n).to_owned(), *s)).collect()
+        };
+        b.news(&mut book, beat, |u| {
+            u.links = vec![obs("a", 1), obs("c", 1)]
+        });
+        b.news(&mut book, beat, |u| {
+            u.links = vec![obs("d", 2), obs("a", 2)]
+        });
+        assert_eq!(far_ends(&book), pairs(&[("a", 2), ("c", 1), ("d", 2)]));
+        b.news(&mut book, beat, |u| {
+            u.links = vec![obs("c", 3)];
+            u.removed_links = vec![LinkEnd::node_only(id("a"))];
+        });
+        assert_eq!(far_ends(&book), pairs(&[("c", 3), ("d", 2)]));
+
+        let held = book.views(crate::fixtures::epoch())[&id("b")]
+            .report
+            .clone();
+        b.news(&mut book, beat, |_| {});
+        let after = book.views(crate::fixtures::epoch())[&id("b")]
+            .report
+            .clone();
+        assert_eq!(
+            after.sequence,
+            held.sequence + 1,
+            "a copy, not the held one"
+        );
+        assert!(Arc::ptr_eq(&after.links, &held.links), "links shared");
+        assert!(Arc::ptr_eq(&after.hears, &held.hears), "hears shared");
+    }
+
+    #[test]
+    fn an_update_reporting_a_link_twice_is_refused() {
+        let (mut book, b) = b_after_a_full_report();
+        let mut twice = update(b.sequence + 1, false, b.wall);
+        let link = crate::fixtures::healthy_observation("b", "a");
+        twice.links = vec![link.clone(), link];
+        let answer = book.update(b.stream, twice, b.at, b.wall);
+        let refusal = answer.refusal.expect("refused");
+        assert_eq!(refusal.reason, RejectReason::Malformed);
+        assert_eq!(refusal.detail, "links: the link to a is reported twice");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::facts::{BootIdentity, Cable, CheckResult, NodeFacts};
@@ -714,6 +715,11 @@ pub struct NodeLoad {
 
 /// All a node holds of one peer's report: the last full report with every
 /// update since applied to it.
+///
+/// The lists are shared slices: a report is copied on write while the last
+/// look's readers still hold it (once per peer per look), and most updates
+/// (heartbeats) change none of them, so a copy shares them instead of
+/// cloning every observation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PeerReport {
     pub sender: NodeIdentity,
@@ -722,20 +728,18 @@ pub struct PeerReport {
     /// When the sender sent it, on the sender's wall clock: for display and
     /// clock offsets only.
     pub sent_at: SystemTime,
-    pub links: Vec<LinkObservation>,
-    pub alarms: Vec<Alarm>,
+    pub links: Arc<[LinkObservation]>,
+    pub alarms: Arc<[Alarm]>,
     /// Members the sender has evidence of life for.
-    pub hears: Vec<NodeId>,
+    pub hears: Arc<[NodeId]>,
     /// Members whose management path the sender hears.
-    pub heard_on_management: Vec<NodeId>,
+    pub heard_on_management: Arc<[NodeId]>,
     pub load: NodeLoad,
     /// How late the sender's timers ran when it sent its last update.
     pub lateness: Duration,
     pub has_quorum: bool,
     /// The sender's clock against its peers'.
-    pub clock_offsets: Vec<ClockOffset>,
-    /// The sender's platform facts, when it has sent them.
-    pub facts: Option<NodeFacts>,
+    pub clock_offsets: Arc<[ClockOffset]>,
 }
 
 impl PeerReport {
@@ -745,15 +749,14 @@ impl PeerReport {
             sender,
             sequence: 0,
             sent_at: SystemTime::UNIX_EPOCH,
-            links: Vec::new(),
-            alarms: Vec::new(),
-            hears: Vec::new(),
-            heard_on_management: Vec::new(),
+            links: Arc::new([]),
+            alarms: Arc::new([]),
+            hears: Arc::new([]),
+            heard_on_management: Arc::new([]),
             load: NodeLoad::default(),
             lateness: Duration::ZERO,
             has_quorum: false,
-            clock_offsets: Vec::new(),
-            facts: None,
+            clock_offsets: Arc::new([]),
         }
     }
 }

@@ -376,7 +376,7 @@ impl Engine {
             .filter(|(id, _)| lives.get(id).is_some_and(|l| !l.fresh_paths.is_empty()))
             .collect();
         for (hearer, view) in fresh_peers {
-            for heard in &view.report.hears {
+            for heard in view.report.hears.iter() {
                 if heard != hearer && *heard != inputs.local.id {
                     let life = lives.entry(heard).or_default();
                     life.hearers.push(hearer);
@@ -647,7 +647,7 @@ mod tests {
                     let report = PeerReport {
                         sender: identity(n, *self.incarnation.get(n).unwrap_or(&1)),
                         sequence: 1,
-                        links: self.observations(n),
+                        links: self.observations(n).into(),
                         hears: hears.iter().map(|h| id(h)).collect(),
                         heard_on_management: self
                             .nodes
@@ -1159,8 +1159,10 @@ mod tests {
         let b = inputs.peers.get_mut(&id("b")).expect("b");
         let liar = std::sync::Arc::make_mut(&mut b.report);
         // b claims to be c's end of c–a, and reports a link to a stranger.
-        liar.links.push(obs("c", "a", 9_000));
-        liar.links.push(obs("b", "zz", 9_000));
+        let mut links = liar.links.to_vec();
+        links.push(obs("c", "a", 9_000));
+        links.push(obs("b", "zz", 9_000));
+        liar.links = links.into();
         let status = Engine::new(settings()).evaluate(&inputs, moment).status;
         assert_eq!(link(&status, "a", "c").state, LinkState::Up);
         assert_eq!(status.links.len(), 3);
@@ -1173,7 +1175,7 @@ mod tests {
         let mut inputs = mesh.inputs(moment);
         inputs.local_links.clear();
         for view in inputs.peers.values_mut() {
-            std::sync::Arc::make_mut(&mut view.report).links.clear();
+            std::sync::Arc::make_mut(&mut view.report).links = std::sync::Arc::new([]);
         }
         inputs.expected_links.push(ExpectedLink {
             local: LinkEnd {
