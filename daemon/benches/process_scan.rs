@@ -1,5 +1,7 @@
 //! What one sample of this host's process table costs the CPU watcher
-//! (Linux: `/proc`, one `pread` per process through the fds it keeps).
+//! (Linux: a listing of `/proc`, and one `pread` through the fds it keeps
+//! per process that is due: the busy ones every sample, the idle ones one
+//! sample in four). Samples are taken back to back, as at a steady tick.
 //!
 //! `cargo bench -p meshd --bench process_scan` (option: `--runs N`, 1000 by
 //! default). Prints a table; asserts nothing.

@@ -1,16 +1,25 @@
 //! The process table the CPU watcher samples every tick, read as cheaply as
-//! the OS allows: each tick reads every process's CPU time, parent and
-//! resident memory (Linux: its `/proc/<pid>/stat` alone, through an fd kept
-//! open from tick to tick by
-//! [`ProcReader`](meshd_platform::linux::procs::ProcReader), so that a
-//! tick is one listing of `/proc` and one `pread` per process, not an open,
-//! reads and a close),
-//! and names and command lines are resolved once per process and cached by
+//! the OS allows. Every tick lists every process, so one that starts or
+//! exits is seen at once, and reads the CPU time, parent and resident
+//! memory of those that may have changed. On Linux that is a process's
+//! `/proc/<pid>/stat` alone, read through an fd kept open by
+//! [`ProcReader`](meshd_platform::linux::procs::ProcReader) (one `pread`,
+//! not an open, reads and a close), and only for processes that were busy
+//! at their last read, new ones, and a share of the idle ones: a process
+//! whose CPU time stood still between its last two reads is read again on
+//! one tick in four and at least every 4 s (`IDLE_READ_EVERY`,
+//! `IDLE_REREAD`), and shown in between as at its last read, with 0 cores. A steady tick on a mostly idle host is
+//! then one listing of `/proc` and a `pread` for each busy process and a
+//! quarter of the idle ones. (On macOS sysinfo reads every process every
+//! tick.) CPU is a rate over the time since the process's own previous
+//! read, so one that wakes between reads shows its average since then.
+//!
+//! Names and command lines are resolved once per process and cached by
 //! pid, start time and kernel name (an `exec` changes the name, so it is
-//! resolved again). The cache is updated in place, not rebuilt: a steady
-//! host costs one small read per process per tick, no command line at all,
-//! and no allocation per process but the name and command line each
-//! sample owns.
+//! resolved again, as is a reused pid, at the process's next read). The
+//! cache is updated in place, not rebuilt: a steady host costs no command
+//! line at all, and no allocation per process but the name and command line
+//! each sample owns.
 //!
 //! Every process's command line is resolved once, not only the busiest
 //! ones': the job watcher finds job ranks by their command line
@@ -38,6 +47,16 @@ struct Identity {
     command: Option<String>,
 }
 
+/// One reading of a process's counters.
+#[derive(Debug, Clone, Copy)]
+struct Reading {
+    at: Instant,
+    /// CPU time, in [`Known::cpu_per_second`] units.
+    cpu: u64,
+    parent: Option<u32>,
+    memory_bytes: Option<u64>,
+}
+
 /// A process seen at a sample. With its pid, its start time names it for
 /// good (a pid is reused, the pair is not); its kernel name changes on
 /// `exec`, and then it is resolved again.
@@ -46,9 +65,12 @@ struct Seen {
     start: u64,
     kernel_name: String,
     identity: Identity,
-    /// Its CPU time at that sample.
-    cpu: u64,
-    /// Which sample last saw it.
+    /// Its last reading, which a sample that does not read it shows.
+    last: Reading,
+    /// The CPU time and instant of the reading before `last`; none for a
+    /// process read once, which has no rate yet.
+    before: Option<(u64, Instant)>,
+    /// Which sample last saw it, read or only listed.
     sample: u64,
 }
 
@@ -56,18 +78,44 @@ impl Seen {
     fn is(&self, start: u64, kernel_name: &str) -> bool {
         self.start == start && self.kernel_name == kernel_name
     }
+
+    /// As its last reading shows it, with its CPU rate between that
+    /// reading and the one before, however far apart they are.
+    fn to_sample(&self, pid: u32, cpu_per_second: f64) -> ProcessSample {
+        ProcessSample {
+            name: self.identity.name.clone(),
+            pid,
+            cores: self.before.map_or(0.0, |(cpu, at)| {
+                let elapsed = self.last.at.saturating_duration_since(at);
+                cores(cpu, self.last.cpu, cpu_per_second, elapsed.as_secs_f64())
+            }),
+            command: self.identity.command.clone(),
+            parent: self.last.parent,
+            memory_bytes: self.last.memory_bytes,
+        }
+    }
 }
 
 /// The processes seen last sample, by pid, updated in place each sample.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Known {
     entries: HashMap<u32, Seen>,
     sample: u64,
+    /// The unit of the readings' CPU times, per second.
+    cpu_per_second: f64,
 }
 
 impl Known {
-    /// Starts a sample: the processes it does not [`Known::observe`] are
-    /// forgotten at [`Known::end`].
+    fn new(cpu_per_second: f64) -> Self {
+        Self {
+            entries: HashMap::new(),
+            sample: 0,
+            cpu_per_second,
+        }
+    }
+
+    /// Starts a sample: the processes it does not see are forgotten at
+    /// [`Known::end`].
     fn begin(&mut self) {
         self.sample = self.sample.wrapping_add(1);
     }
@@ -80,24 +128,25 @@ impl Known {
             .is_some_and(|seen| seen.is(start, kernel_name))
     }
 
-    /// The identity of the process, resolved with `args` (its command line,
-    /// read only for a process not seen before), and the CPU time it had at
-    /// the previous sample; `cpu` is its CPU time now.
+    /// The process as read now, its identity resolved with `args` (its
+    /// command line, read only for a process not seen before), its CPU a
+    /// rate since its previous reading.
     fn observe(
         &mut self,
         pid: u32,
         start: u64,
         kernel_name: &str,
-        cpu: u64,
+        reading: Reading,
         args: impl FnOnce() -> Option<Vec<String>>,
-    ) -> (&Identity, Option<u64>) {
+    ) -> ProcessSample {
         let sample = self.sample;
-        match self.entries.entry(pid) {
+        let seen = match self.entries.entry(pid) {
             Entry::Occupied(entry) if entry.get().is(start, kernel_name) => {
                 let seen = entry.into_mut();
-                let before = std::mem::replace(&mut seen.cpu, cpu);
+                seen.before = Some((seen.last.cpu, seen.last.at));
+                seen.last = reading;
                 seen.sample = sample;
-                (&seen.identity, Some(before))
+                seen
             }
             entry => {
                 let args = args().unwrap_or_default();
@@ -108,14 +157,16 @@ impl Known {
                         name: full_name(kernel_name, args.first().map(String::as_str)),
                         command: command_line(&args),
                     },
-                    cpu,
+                    last: reading,
+                    before: None,
                     sample,
                 };
                 // New, a pid reused, or a process that exec'd: resolved
                 // afresh.
-                (&entry.insert_entry(seen).into_mut().identity, None)
+                entry.insert_entry(seen).into_mut()
             }
-        }
+        };
+        seen.to_sample(pid, self.cpu_per_second)
     }
 
     /// Ends a sample: forgets the processes it did not see (gone, or
@@ -186,19 +237,58 @@ pub use other::ProcessTable;
 
 #[cfg(target_os = "linux")]
 mod linux {
-    use meshd_platform::linux::procs::{ProcReader, clock_ticks_per_second, page_bytes};
+    use std::time::Duration;
+
+    use meshd_platform::linux::procs::{Listed, ProcReader, clock_ticks_per_second, page_bytes};
 
     use super::*;
 
-    /// `/proc`, one `stat` read per process per tick, through the fds the
-    /// reader keeps.
+    /// An idle process is read on one tick in this many, its pid choosing
+    /// which, so each tick reads about as many of the idle ones. Most of a
+    /// host's processes sleep (kernel threads, daemons), and generating
+    /// their `stat` lines was most of a tick's cost; a quarter of it is
+    /// left, while one that wakes is seen within 4 ticks (4 s at the
+    /// default interval, well inside the 10 s spike window), with its
+    /// average over the whole time.
+    const IDLE_READ_EVERY: u64 = 4;
+
+    /// And an idle process is read at least this often, whatever the
+    /// interval (up to 60 s): a long interval reads every process every
+    /// tick, as ticks are few, rather than missing one that wakes for
+    /// minutes.
+    const IDLE_REREAD: Duration = Duration::from_secs(4);
+
+    // Skipping is Linux's alone: sysinfo reads every process anyway.
+    impl Known {
+        /// Whether `pid`, listed now, is to be read: a new one, one busy at
+        /// its last read or read once, and an idle one when its turn
+        /// comes.
+        fn due(&self, pid: u32, now: Instant) -> bool {
+            let Some(seen) = self.entries.get(&pid) else {
+                return true;
+            };
+            let idle = seen.before.is_some_and(|(cpu, _)| cpu == seen.last.cpu);
+            !idle
+                || self.sample.wrapping_add(u64::from(pid)) % IDLE_READ_EVERY == 0
+                || now.saturating_duration_since(seen.last.at) >= IDLE_REREAD
+        }
+
+        /// A process listed but not read, as at its last reading, which
+        /// found it idle: 0 cores.
+        fn keep(&mut self, pid: u32) -> Option<ProcessSample> {
+            let seen = self.entries.get_mut(&pid)?;
+            seen.sample = self.sample;
+            Some(seen.to_sample(pid, self.cpu_per_second))
+        }
+    }
+
+    /// `/proc`: a listing and a `stat` read per process due, through the
+    /// fds the reader keeps.
     #[derive(Debug)]
     pub struct ProcessTable {
         reader: ProcReader,
-        ticks_per_second: f64,
         page_bytes: u64,
         known: Known,
-        last: Option<Instant>,
     }
 
     impl ProcessTable {
@@ -212,51 +302,49 @@ mod linux {
         pub fn with_root(root: impl Into<std::path::PathBuf>) -> Self {
             Self {
                 reader: ProcReader::new(root),
-                ticks_per_second: f64::from(
-                    u32::try_from(clock_ticks_per_second()).unwrap_or(u32::MAX),
-                ),
                 page_bytes: page_bytes(),
-                known: Known::default(),
-                last: None,
+                known: Known::new(f64::from(
+                    u32::try_from(clock_ticks_per_second()).unwrap_or(u32::MAX),
+                )),
             }
         }
 
         /// Every live process (zombies are gone, whatever their parent
-        /// says); CPU is a rate since the previous sample, 0 for a process
-        /// first seen now.
+        /// says, once read); CPU is a rate since the process's previous
+        /// read, 0 for a process first seen now or not read now.
         pub fn sample(&mut self, now: Instant) -> std::io::Result<Vec<ProcessSample>> {
-            let stats = self.reader.processes()?;
-            let elapsed = self.last.map_or(0.0, |last| {
-                now.saturating_duration_since(last).as_secs_f64()
-            });
-            self.last = Some(now);
             self.known.begin();
-            let mut samples = Vec::with_capacity(stats.len());
-            for stat in &stats {
+            let known = &self.known;
+            let listed = self.reader.processes(|pid| known.due(pid, now))?;
+            let mut samples = Vec::with_capacity(listed.len());
+            for entry in &listed {
+                let stat = match entry {
+                    Listed::Read(stat) => stat,
+                    Listed::Skipped(pid) => {
+                        samples.extend(self.known.keep(*pid));
+                        continue;
+                    }
+                };
                 if matches!(stat.state, 'Z' | 'X') {
                     continue;
                 }
+                let reading = Reading {
+                    at: now,
+                    cpu: stat.cpu_ticks,
+                    parent: Some(stat.ppid),
+                    memory_bytes: Some(stat.rss_pages.saturating_mul(self.page_bytes)),
+                };
                 let reader = &mut self.reader;
-                let (identity, before) = self.known.observe(
+                samples.push(self.known.observe(
                     stat.pid,
                     stat.start_ticks,
                     &stat.comm,
-                    stat.cpu_ticks,
+                    reading,
                     || {
                         // A kernel thread has no command line to read.
                         (!stat.kernel_thread).then(|| reader.command_line(stat.pid))?
                     },
-                );
-                samples.push(ProcessSample {
-                    name: identity.name.clone(),
-                    pid: stat.pid,
-                    cores: before.map_or(0.0, |before| {
-                        cores(before, stat.cpu_ticks, self.ticks_per_second, elapsed)
-                    }),
-                    command: identity.command.clone(),
-                    parent: Some(stat.ppid),
-                    memory_bytes: Some(stat.rss_pages.saturating_mul(self.page_bytes)),
-                });
+                ));
             }
             self.known.end();
             Ok(samples)
@@ -279,7 +367,6 @@ mod other {
     pub struct ProcessTable {
         system: System,
         known: Known,
-        last: Option<Instant>,
     }
 
     impl ProcessTable {
@@ -287,8 +374,8 @@ mod other {
             Ok(Self {
                 system: System::new_with_specifics(RefreshKind::nothing())
                     .map_err(std::io::Error::other)?,
-                known: Known::default(),
-                last: None,
+                // sysinfo counts CPU time in milliseconds.
+                known: Known::new(1000.0),
             })
         }
 
@@ -301,10 +388,6 @@ mod other {
                     .with_memory()
                     .without_tasks(),
             );
-            let elapsed = self.last.map_or(0.0, |last| {
-                now.saturating_duration_since(last).as_secs_f64()
-            });
-            self.last = Some(now);
             // The arguments of the processes not seen before, in one refresh.
             let new: Vec<Pid> = self
                 .system
@@ -331,13 +414,17 @@ mod other {
                 if process.status() == ProcessStatus::Zombie {
                     continue;
                 }
-                // sysinfo counts CPU time in milliseconds.
-                let cpu = process.accumulated_cpu_time();
-                let (identity, before) = self.known.observe(
+                let reading = Reading {
+                    at: now,
+                    cpu: process.accumulated_cpu_time(),
+                    parent: process.parent().map(|p| p.as_u32()),
+                    memory_bytes: Some(process.memory()),
+                };
+                samples.push(self.known.observe(
                     pid.as_u32(),
                     process.start_time(),
                     &process.name().to_string_lossy(),
-                    cpu,
+                    reading,
                     || {
                         Some(
                             process
@@ -347,15 +434,7 @@ mod other {
                                 .collect(),
                         )
                     },
-                );
-                samples.push(ProcessSample {
-                    name: identity.name.clone(),
-                    pid: pid.as_u32(),
-                    cores: before.map_or(0.0, |before| cores(before, cpu, 1000.0, elapsed)),
-                    command: identity.command.clone(),
-                    parent: process.parent().map(|p| p.as_u32()),
-                    memory_bytes: Some(process.memory()),
-                });
+                ));
             }
             self.known.end();
             Ok(samples)
@@ -398,37 +477,51 @@ mod tests {
         assert!(command_line(&long).unwrap().len() <= MAX_COMMAND_CHARS);
     }
 
+    fn reading(at: Instant, cpu: u64) -> Reading {
+        Reading {
+            at,
+            cpu,
+            parent: Some(1),
+            memory_bytes: Some(4096),
+        }
+    }
+
     #[test]
     fn known_processes_are_updated_in_place_and_forgotten_once_unseen() {
-        let mut known = Known::default();
+        let t0 = Instant::now();
+        let at = |secs| t0 + std::time::Duration::from_secs(secs);
+        let mut known = Known::new(100.0);
         known.begin();
-        let (identity, before) = known.observe(10, 500, "python3", 100, || {
+        let sample = known.observe(10, 500, "python3", reading(at(0), 100), || {
             Some(vec!["python3".to_owned(), "train.py".to_owned()])
         });
-        assert_eq!(identity.command.as_deref(), Some("python3 train.py"));
-        assert_eq!(before, None);
-        known.observe(11, 501, "bash", 5, || None);
+        assert_eq!(sample.command.as_deref(), Some("python3 train.py"));
+        assert_eq!((sample.cores, sample.memory_bytes), (0.0, Some(4096)));
+        known.observe(11, 501, "bash", reading(at(0), 5), || None);
         known.end();
 
-        // The same process: its CPU time then, and no command line asked
-        // for. The one not seen is forgotten.
+        // The same process: a rate over the time since its last reading,
+        // and no command line asked for. The one not seen is forgotten.
         known.begin();
-        let (identity, before) =
-            known.observe(10, 500, "python3", 150, || panic!("resolved again"));
-        assert_eq!((identity.name.as_str(), before), ("python3", Some(100)));
+        let sample = known.observe(10, 500, "python3", reading(at(2), 150), || {
+            panic!("resolved again")
+        });
+        assert_eq!(sample.name, "python3");
+        assert!((sample.cores - 0.25).abs() < 1e-9, "{sample:?}");
         known.end();
         assert_eq!(known.entries.len(), 1);
 
         // An exec (a new kernel name), then the pid reused (a new start
-        // time): each resolved afresh, with no CPU time before.
+        // time): each resolved afresh, with no rate.
         known.begin();
-        let (identity, before) =
-            known.observe(10, 500, "torchrun", 160, || Some(vec!["torchrun".into()]));
-        assert_eq!((identity.name.as_str(), before), ("torchrun", None));
+        let sample = known.observe(10, 500, "torchrun", reading(at(3), 160), || {
+            Some(vec!["torchrun".into()])
+        });
+        assert_eq!((sample.name.as_str(), sample.cores), ("torchrun", 0.0));
         known.end();
         known.begin();
-        let (identity, before) = known.observe(10, 900, "torchrun", 1, || None);
-        assert_eq!((identity.command.as_deref(), before), (None, None));
+        let sample = known.observe(10, 900, "torchrun", reading(at(4), 1), || None);
+        assert_eq!((sample.command.as_deref(), sample.cores), (None, 0.0));
         known.end();
         assert_eq!(known.entries.len(), 1);
     }
@@ -445,15 +538,17 @@ mod tests {
 
 #[cfg(all(test, target_os = "linux"))]
 mod linux_tests {
-    use std::time::Duration;
+    use std::collections::BTreeMap;
+    use std::time::{Duration, Instant};
 
+    use meshd_model::cpu::ProcessSample;
     use meshd_platform::linux::procs::{clock_ticks_per_second, page_bytes};
 
     use super::ProcessTable;
 
-    fn stat(pid: u32, comm: &str, state: char, ticks: u64, start: u64) -> String {
+    fn stat(pid: u32, comm: &str, state: char, ticks: u64, start: u64, rss: u64) -> String {
         format!(
-            "{pid} ({comm}) {state} 1 {pid} {pid} 0 -1 4194560 0 0 0 0 {ticks} 0 0 0 20 0 1 0 {start} 1000 25 0\n"
+            "{pid} ({comm}) {state} 1 {pid} {pid} 0 -1 4194560 0 0 0 0 {ticks} 0 0 0 20 0 1 0 {start} 1000 {rss} 0\n"
         )
     }
 
@@ -491,15 +586,15 @@ mod linux_tests {
             &[
                 (
                     10,
-                    stat(10, "python3", 'R', 1_000, 500),
+                    stat(10, "python3", 'R', 1_000, 500, 25),
                     "python3\0-m\0mlx.launch\0",
                 ),
                 (
                     11,
-                    stat(11, "UniversalContro", 'S', 0, 501),
+                    stat(11, "UniversalContro", 'S', 0, 501, 25),
                     "/System/UniversalControl\0",
                 ),
-                (12, stat(12, "defunct", 'Z', 0, 502), ""),
+                (12, stat(12, "defunct", 'Z', 0, 502, 25), ""),
             ],
         );
         let first = table.sample(t0).unwrap();
@@ -516,16 +611,21 @@ mod linux_tests {
 
         // A second later: python3 used one tick-second per second. Its
         // command line now says otherwise, but it is not read again.
+        // UniversalControl used a tick, so it is read again next tick.
         let ticks = clock_ticks_per_second();
         write(
             root.path(),
             &[
                 (
                     10,
-                    stat(10, "python3", 'R', 1_000 + ticks, 500),
+                    stat(10, "python3", 'R', 1_000 + ticks, 500, 25),
                     "changed\0",
                 ),
-                (11, stat(11, "UniversalContro", 'S', 0, 501), "changed\0"),
+                (
+                    11,
+                    stat(11, "UniversalContro", 'S', 1, 501, 25),
+                    "changed\0",
+                ),
             ],
         );
         let second = table.sample(t0 + Duration::from_secs(1)).unwrap();
@@ -538,8 +638,12 @@ mod linux_tests {
         write(
             root.path(),
             &[
-                (10, stat(10, "python3", 'R', 5, 900), "python3\0other.py\0"),
-                (11, stat(11, "bash", 'S', 3, 501), "bash\0"),
+                (
+                    10,
+                    stat(10, "python3", 'R', 5, 900, 25),
+                    "python3\0other.py\0",
+                ),
+                (11, stat(11, "bash", 'S', 3, 501, 25), "bash\0"),
             ],
         );
         let third = table.sample(t0 + Duration::from_secs(2)).unwrap();
@@ -551,5 +655,184 @@ mod linux_tests {
             (bash.name.as_str(), bash.command.as_deref()),
             ("bash", Some("bash"))
         );
+    }
+
+    fn by_pid(samples: Vec<ProcessSample>) -> BTreeMap<u32, ProcessSample> {
+        samples.into_iter().map(|p| (p.pid, p)).collect()
+    }
+
+    /// The tick that last read `process`: the tests below write each
+    /// process's resident pages as the tick number.
+    fn read_at(process: &ProcessSample) -> u64 {
+        process.memory_bytes.unwrap() / page_bytes()
+    }
+
+    fn sleeper(pid: u32, tick: u64) -> (u32, String, &'static str) {
+        (pid, stat(pid, "sleeper", 'S', 5, 500, tick), "sleeper\0")
+    }
+
+    #[test]
+    fn idle_processes_are_read_one_tick_in_four_and_busy_ones_every_tick() {
+        let root = tempfile::tempdir().unwrap();
+        let mut table = ProcessTable::with_root(root.path());
+        let t0 = Instant::now();
+        let per_second = clock_ticks_per_second();
+        let idle = [20, 21, 22, 23];
+        let mut reads: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+        for tick in 1..=14 {
+            let mut processes: Vec<_> = idle.iter().map(|pid| sleeper(*pid, tick)).collect();
+            processes.push((
+                30,
+                stat(30, "python3", 'R', tick * per_second, 600, tick),
+                "python3\0train.py\0",
+            ));
+            write(root.path(), &processes);
+            let samples = by_pid(table.sample(t0 + Duration::from_secs(tick)).unwrap());
+            assert_eq!(
+                samples.keys().copied().collect::<Vec<_>>(),
+                [20, 21, 22, 23, 30],
+                "tick {tick}"
+            );
+            for pid in idle {
+                // Read or not, the same process, idle.
+                let p = &samples[&pid];
+                assert_eq!(
+                    (p.name.as_str(), p.command.as_deref(), p.parent, p.cores),
+                    ("sleeper", Some("sleeper"), Some(1), 0.0),
+                    "pid {pid}, tick {tick}"
+                );
+                if read_at(p) == tick {
+                    reads.entry(pid).or_default().push(tick);
+                }
+            }
+            let busy = &samples[&30];
+            assert_eq!(read_at(busy), tick, "the busy one is read every tick");
+            if tick > 1 {
+                assert!((busy.cores - 1.0).abs() < 1e-9, "tick {tick}: {busy:?}");
+            }
+            // Once known idle, their pids spread them: one a tick.
+            if tick > 2 {
+                let read = idle.iter().filter(|pid| reads[*pid].ends_with(&[tick]));
+                assert_eq!(read.count(), 1, "tick {tick}: {reads:?}");
+            }
+        }
+        // Read on the first two ticks (no rate yet at the first), then
+        // every fourth tick from the tick their turn first came.
+        for (pid, ticks) in &reads {
+            assert_eq!(ticks[..2], [1, 2], "pid {pid}");
+            assert!((3..=6).contains(&ticks[2]), "pid {pid}: {ticks:?}");
+            assert!(
+                ticks[2..].windows(2).all(|w| w[1] - w[0] == 4),
+                "pid {pid}: {ticks:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_process_that_woke_unread_shows_its_average_since_its_last_read() {
+        let root = tempfile::tempdir().unwrap();
+        let mut table = ProcessTable::with_root(root.path());
+        let t0 = Instant::now();
+        let per_second = clock_ticks_per_second();
+        let mut sample = |tick: u64, cpu: u64| {
+            write(
+                root.path(),
+                &[(20, stat(20, "sleeper", 'S', cpu, 500, tick), "sleeper\0")],
+            );
+            let samples = table.sample(t0 + Duration::from_secs(tick)).unwrap();
+            assert_eq!(samples.len(), 1);
+            samples.into_iter().next().unwrap()
+        };
+        sample(1, 5);
+        sample(2, 5);
+        // Its first turn as an idle process.
+        let turn = (3..=6)
+            .find(|tick| read_at(&sample(*tick, 5)) == *tick)
+            .expect("read within 4 ticks");
+        // It burns a second of CPU between the next two ticks, unread.
+        for (tick, cpu) in [
+            (turn + 1, 5),
+            (turn + 2, 5 + per_second),
+            (turn + 3, 5 + per_second),
+        ] {
+            let p = sample(tick, cpu);
+            assert_eq!((read_at(&p), p.cores), (turn, 0.0), "tick {tick}");
+        }
+        // Read 4 s after its last read: one second over four, not over the
+        // last tick's one.
+        let p = sample(turn + 4, 5 + per_second);
+        assert_eq!(read_at(&p), turn + 4);
+        assert!((p.cores - 0.25).abs() < 1e-9, "{p:?}");
+        // It moved, so it is read the next tick, found idle again, and
+        // skipped after.
+        let p = sample(turn + 5, 5 + per_second);
+        assert_eq!((read_at(&p), p.cores), (turn + 5, 0.0));
+        assert_eq!(read_at(&sample(turn + 6, 5 + per_second)), turn + 5);
+    }
+
+    #[test]
+    fn new_vanished_and_reused_pids_among_skipped_ones() {
+        let root = tempfile::tempdir().unwrap();
+        let mut table = ProcessTable::with_root(root.path());
+        let t0 = Instant::now();
+        let mut sample = |tick: u64, processes: &[(u32, String, &str)]| {
+            write(root.path(), processes);
+            by_pid(table.sample(t0 + Duration::from_secs(tick)).unwrap())
+        };
+        // 20 and 24 share a turn (pids 4 apart): find it.
+        let mut turn = 0;
+        for tick in 1..=6 {
+            let samples = sample(tick, &[sleeper(20, tick), sleeper(24, tick)]);
+            if tick > 2 && read_at(&samples[&20]) == tick {
+                assert_eq!(read_at(&samples[&24]), tick);
+                turn = tick;
+                break;
+            }
+        }
+        assert!(turn > 2, "read within 4 ticks");
+
+        // The next tick skips both: 24 has exited, a new process has
+        // started, and 20 is another process (a new start time, name and
+        // command line). The listing alone shows the first two.
+        let reused = |tick| (20, stat(20, "bash", 'S', 1, 900, tick), "bash\0");
+        let new = |tick| (40, stat(40, "new", 'S', 1, 950, tick), "new\0-x\0");
+        let samples = sample(turn + 1, &[reused(turn + 1), new(turn + 1)]);
+        assert_eq!(samples.keys().copied().collect::<Vec<_>>(), [20, 40]);
+        assert_eq!(samples[&40].command.as_deref(), Some("new -x"));
+        assert_eq!(read_at(&samples[&40]), turn + 1);
+        // Until its next read, 20 is shown as the process last read.
+        assert_eq!(samples[&20].name, "sleeper");
+        assert_eq!(read_at(&samples[&20]), turn);
+        for tick in turn + 2..turn + 4 {
+            let samples = sample(tick, &[reused(tick), new(tick)]);
+            let p = &samples[&20];
+            assert_eq!(
+                (p.name.as_str(), read_at(p)),
+                ("sleeper", turn),
+                "tick {tick}"
+            );
+            // Read once, so read again to learn whether it is idle.
+            if tick == turn + 2 {
+                assert_eq!(read_at(&samples[&40]), tick);
+            }
+        }
+        let samples = sample(turn + 4, &[reused(turn + 4), new(turn + 4)]);
+        let p = &samples[&20];
+        assert_eq!(
+            (p.name.as_str(), p.command.as_deref(), p.cores, read_at(p)),
+            ("bash", Some("bash"), 0.0, turn + 4)
+        );
+    }
+
+    #[test]
+    fn a_long_interval_reads_idle_processes_every_tick() {
+        let root = tempfile::tempdir().unwrap();
+        let mut table = ProcessTable::with_root(root.path());
+        let t0 = Instant::now();
+        for tick in 1..=6 {
+            write(root.path(), &[sleeper(20, tick)]);
+            let samples = table.sample(t0 + Duration::from_secs(10 * tick)).unwrap();
+            assert_eq!(read_at(&samples[0]), tick);
+        }
     }
 }

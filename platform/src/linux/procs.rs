@@ -1,20 +1,26 @@
 //! The process table as the CPU watcher samples it every second: one
-//! `/proc/<pid>/stat` read per process, which holds everything a tick needs
-//! (name, state, parent, CPU time, start time, resident pages). Command
-//! lines (`/proc/<pid>/cmdline`) are read separately, once per process, by
-//! a caller that caches them; `status` is never read.
+//! `/proc/<pid>/stat` read per process it asks for, which holds everything a
+//! tick needs (name, state, parent, CPU time, start time, resident pages).
+//! Command lines (`/proc/<pid>/cmdline`) are read separately, once per
+//! process, by a caller that caches them; `status` is never read.
 //!
-//! [`ProcReader`] keeps each process's `stat` file open from one tick to
+//! [`ProcReader::processes`] lists `/proc` every call, so a process that
+//! exits or starts is seen at once, and reads the `stat` of only the pids
+//! its caller wants: the others (processes the caller knows to be idle) come
+//! back as [`Listed::Skipped`], unread, since generating a `stat` line is
+//! the kernel's work and most of a tick's cost.
+//!
+//! [`ProcReader`] keeps each process's `stat` file open from one read to
 //! the next, so a steady tick costs one listing of `/proc` (`getdents64`
-//! into a reused buffer) and one `pread` at offset 0 per process, instead
-//! of an open, two reads and a close, and allocates nothing per process
-//! but the parsed name. A procfs fd stays bound to its process: once that
-//! process is gone, reads through it fail (`ESRCH`) even if its pid is
-//! reused, so a kept fd never reads another process; a pid whose fd fails,
-//! or whose start time changed, is opened afresh, and the fd of a pid the
-//! listing no longer has is closed. At most [`MAX_OPEN_STATS`] fds are
-//! kept; processes beyond that are opened, read and closed every tick,
-//! with the same result.
+//! into a reused buffer) and one `pread` at offset 0 per process read,
+//! instead of an open, two reads and a close, and allocates nothing per
+//! process but the parsed name. A procfs fd stays bound to its process:
+//! once that process is gone, reads through it fail (`ESRCH`) even if its
+//! pid is reused, so a kept fd never reads another process; a pid whose fd
+//! fails, or whose start time changed, is opened afresh, and the fd of a
+//! pid the listing no longer has is closed (a pid skipped but listed keeps
+//! its fd). At most [`MAX_OPEN_STATS`] fds are kept; processes beyond that
+//! are opened, read and closed at each read, with the same result.
 //!
 //! ```text
 //! 1234 (python3) S 1 1234 1234 0 -1 4194560 3520 0 0 0 150 37 0 0 20 0 4 0 81234 ...
@@ -155,6 +161,14 @@ pub fn parse_cmdline(raw: &[u8]) -> Vec<String> {
         .collect()
 }
 
+/// A pid of a listing of `/proc`, read or not as the caller wanted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Listed {
+    Read(ProcStat),
+    /// Listed, so alive (or a zombie), but not read.
+    Skipped(u32),
+}
+
 /// Reads the process table under a procfs root (`/proc`; a directory of
 /// the same shape in tests), keeping each process's `stat` open between
 /// calls (see the module docs) and reusing its buffers.
@@ -217,10 +231,14 @@ impl ProcReader {
         &self.root
     }
 
-    /// Every process whose `stat` could be read and parsed. A process
-    /// that exits between the listing and the read is simply not there;
-    /// only a root that cannot be listed is an error.
-    pub fn processes(&mut self) -> std::io::Result<Vec<ProcStat>> {
+    /// Every listed process: its `stat`, read and parsed, where `wants`
+    /// says so for its pid, else [`Listed::Skipped`]. A process that exits
+    /// between the listing and the read is simply not there; only a root
+    /// that cannot be listed is an error.
+    pub fn processes(
+        &mut self,
+        mut wants: impl FnMut(u32) -> bool,
+    ) -> std::io::Result<Vec<Listed>> {
         let dir = rustix::fs::open(
             &self.root,
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
@@ -236,8 +254,10 @@ impl ProcReader {
         let pids = std::mem::take(&mut self.pids);
         let mut found = Vec::with_capacity(pids.len());
         for &pid in &pids {
-            if let Some(stat) = self.stat(&dir, pid) {
-                found.push(stat);
+            if !wants(pid) {
+                found.push(Listed::Skipped(pid));
+            } else if let Some(stat) = self.stat(&dir, pid) {
+                found.push(Listed::Read(stat));
             }
         }
         self.pids = pids;
@@ -473,7 +493,7 @@ mod tests {
         std::fs::create_dir(root.path().join("self")).unwrap();
         std::fs::write(root.path().join("uptime"), "1 2").unwrap();
         let mut reader = ProcReader::new(root.path());
-        let found = reader.processes().unwrap();
+        let found = read_all(&mut reader).unwrap();
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].pid, 1234);
         assert_eq!(
@@ -481,23 +501,31 @@ mod tests {
             Some(vec!["python3".to_owned(), "train.py".to_owned()])
         );
         assert_eq!(reader.command_line(99), None);
-        assert!(
-            ProcReader::new(root.path().join("none"))
-                .processes()
-                .is_err()
-        );
+        assert!(read_all(&mut ProcReader::new(root.path().join("none"))).is_err());
     }
 
     #[cfg(target_os = "linux")]
     #[test]
     fn this_hosts_proc_has_this_process() {
         let mut reader = ProcReader::new("/proc");
-        let found = reader.processes().expect("Linux lists /proc");
+        let found = read_all(&mut reader).expect("Linux lists /proc");
         let me = std::process::id();
         let mine = found.iter().find(|p| p.pid == me).expect("this process");
         assert!(mine.rss_pages > 0);
         assert!(!mine.kernel_thread);
         assert!(reader.command_line(me).is_some_and(|c| !c.is_empty()));
+    }
+
+    /// Every listed process, all of them wanted.
+    fn read_all(reader: &mut ProcReader) -> std::io::Result<Vec<ProcStat>> {
+        Ok(reader
+            .processes(|_| true)?
+            .into_iter()
+            .map(|listed| match listed {
+                Listed::Read(stat) => stat,
+                Listed::Skipped(pid) => panic!("{pid} wanted but skipped"),
+            })
+            .collect())
     }
 
     /// A `stat` line as the fake procfs below holds it: CPU time is `ticks`
@@ -526,7 +554,7 @@ mod tests {
 
     /// What a reader with no fds kept reads: open, read, close.
     fn fresh(root: &Path) -> Vec<ProcStat> {
-        by_pid(ProcReader::new(root).processes().unwrap())
+        by_pid(read_all(&mut ProcReader::new(root)).unwrap())
     }
 
     #[test]
@@ -551,7 +579,7 @@ mod tests {
                 line(12, "no newline", tick, 502, 1).trim_end(),
             );
             put(root.path(), 13, &long);
-            let found = by_pid(reader.processes().unwrap());
+            let found = by_pid(read_all(&mut reader).unwrap());
             assert_eq!(found, fresh(root.path()), "tick {tick}");
             assert_eq!(
                 found.iter().map(|p| p.cpu_ticks).collect::<Vec<_>>(),
@@ -579,25 +607,25 @@ mod tests {
         let mut reader = ProcReader::new(root.path());
         put(root.path(), 10, &line(10, "python3", 1, 500, 1));
         put(root.path(), 11, &line(11, "bash", 1, 501, 1));
-        assert_eq!(reader.processes().unwrap().len(), 2);
+        assert_eq!(read_all(&mut reader).unwrap().len(), 2);
         assert_eq!(reader.kept(), [(10, 500), (11, 501)]);
         // Here the deleted file's fd would still read it; it is the
         // listing without pid 11 that closes the fd. (On procfs the fd of
         // a process gone fails by itself: see
         // `this_hosts_proc_is_read_through_kept_fds`.)
         std::fs::remove_dir_all(root.path().join("11")).unwrap();
-        let found = reader.processes().unwrap();
+        let found = read_all(&mut reader).unwrap();
         assert_eq!(found.iter().map(|p| p.pid).collect::<Vec<_>>(), [10]);
         assert_eq!(reader.kept(), [(10, 500)]);
         // A pid whose stat is now garbage, or empty, is no process, and
         // keeps no fd.
         put(root.path(), 10, "garbage");
-        assert_eq!(reader.processes().unwrap(), []);
+        assert_eq!(read_all(&mut reader).unwrap(), []);
         assert_eq!(reader.kept(), []);
         put(root.path(), 10, &line(10, "python3", 2, 500, 1));
-        assert_eq!(reader.processes().unwrap().len(), 1);
+        assert_eq!(read_all(&mut reader).unwrap().len(), 1);
         put(root.path(), 10, "");
-        assert_eq!(reader.processes().unwrap(), []);
+        assert_eq!(read_all(&mut reader).unwrap(), []);
         assert_eq!(reader.kept(), []);
     }
 
@@ -606,24 +634,67 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let mut reader = ProcReader::new(root.path());
         put(root.path(), 10, &line(10, "python3", 100, 500, 1));
-        assert_eq!(reader.processes().unwrap()[0].start_ticks, 500);
+        assert_eq!(read_all(&mut reader).unwrap()[0].start_ticks, 500);
         // Another process with the pid, from one tick to the next. On
         // procfs the old fd would fail; here it reads the new line, whose
         // start time says it is not the process the fd was opened for.
         put(root.path(), 10, &line(10, "bash", 5, 900, 2));
-        let found = reader.processes().unwrap();
+        let found = read_all(&mut reader).unwrap();
         assert_eq!(found, fresh(root.path()));
         assert_eq!((found[0].start_ticks, found[0].cpu_ticks), (900, 12));
         assert_eq!(found[0].comm, "bash");
         assert_eq!(reader.kept(), [(10, 900)]);
         // Gone for a tick, then back as yet another process.
         std::fs::remove_dir_all(root.path().join("10")).unwrap();
-        assert_eq!(reader.processes().unwrap(), []);
+        assert_eq!(read_all(&mut reader).unwrap(), []);
         assert_eq!(reader.kept(), []);
         put(root.path(), 10, &line(10, "sh", 1, 950, 3));
-        let found = reader.processes().unwrap();
+        let found = read_all(&mut reader).unwrap();
         assert_eq!((found[0].start_ticks, found[0].cpu_ticks), (950, 8));
         assert_eq!(reader.kept(), [(10, 950)]);
+    }
+
+    #[test]
+    fn pids_not_wanted_are_listed_unread_and_keep_their_fds() {
+        let root = tempfile::tempdir().unwrap();
+        let mut reader = ProcReader::new(root.path());
+        put(root.path(), 10, &line(10, "python3", 1, 500, 1));
+        put(root.path(), 11, &line(11, "bash", 1, 501, 1));
+        read_all(&mut reader).unwrap();
+        let pid = |listed: &Listed| match listed {
+            Listed::Read(stat) => stat.pid,
+            Listed::Skipped(pid) => *pid,
+        };
+        let mut asked = Vec::new();
+        let mut listed = reader
+            .processes(|p| {
+                asked.push(p);
+                p != 10
+            })
+            .unwrap();
+        listed.sort_by_key(pid);
+        asked.sort_unstable();
+        assert_eq!(asked, [10, 11], "each listed pid asked once");
+        assert_eq!(
+            listed,
+            [
+                Listed::Skipped(10),
+                Listed::Read(parse_stat(line(11, "bash", 1, 501, 1).as_bytes()).unwrap())
+            ]
+        );
+        // Listed, so still there: its fd is kept, and reads it when wanted.
+        assert_eq!(reader.kept(), [(10, 500), (11, 501)]);
+        put(root.path(), 10, &line(10, "python3", 9, 500, 2));
+        assert_eq!(by_pid(read_all(&mut reader).unwrap()), fresh(root.path()));
+        // Gone from the listing while skipped: gone, fd and all.
+        std::fs::remove_dir_all(root.path().join("10")).unwrap();
+        assert_eq!(reader.processes(|_| false).unwrap(), [Listed::Skipped(11)]);
+        assert_eq!(reader.kept(), [(11, 501)]);
+        // The pid reused while skipped: the next read is of the new process.
+        put(root.path(), 11, &line(11, "sh", 3, 950, 1));
+        assert_eq!(reader.processes(|_| false).unwrap(), [Listed::Skipped(11)]);
+        assert_eq!(read_all(&mut reader).unwrap()[0].start_ticks, 950);
+        assert_eq!(reader.kept(), [(11, 950)]);
     }
 
     #[test]
@@ -634,14 +705,14 @@ mod tests {
         for pid in 1..=count {
             put(root.path(), pid, &line(pid, "worker", 0, u64::from(pid), 1));
         }
-        let found = by_pid(reader.processes().unwrap());
+        let found = by_pid(read_all(&mut reader).unwrap());
         assert_eq!(found.len(), MAX_OPEN_STATS + 20);
         assert_eq!(reader.kept().len(), MAX_OPEN_STATS);
         // Every one changes: kept fd or not, each reads as a fresh open.
         for pid in 1..=count {
             put(root.path(), pid, &line(pid, "worker", 1, u64::from(pid), 2));
         }
-        let found = by_pid(reader.processes().unwrap());
+        let found = by_pid(read_all(&mut reader).unwrap());
         assert_eq!(found, fresh(root.path()));
         assert!(found.iter().all(|p| p.cpu_ticks == 8 && p.rss_pages == 2));
         assert_eq!(reader.kept().len(), MAX_OPEN_STATS);
@@ -649,7 +720,7 @@ mod tests {
         for (pid, _) in reader.kept().into_iter().take(30) {
             std::fs::remove_dir_all(root.path().join(pid.to_string())).unwrap();
         }
-        let found = by_pid(reader.processes().unwrap());
+        let found = by_pid(read_all(&mut reader).unwrap());
         assert_eq!(found.len(), MAX_OPEN_STATS - 10);
         assert_eq!(found, fresh(root.path()));
         assert_eq!(reader.kept().len(), MAX_OPEN_STATS - 10);
@@ -679,7 +750,7 @@ mod tests {
     #[test]
     fn this_hosts_proc_is_read_through_kept_fds() {
         let mut reader = ProcReader::new("/proc");
-        let first = reader.processes().expect("Linux lists /proc");
+        let first = read_all(&mut reader).expect("Linux lists /proc");
         let me = std::process::id();
         let mine = |found: &[ProcStat]| {
             found
@@ -689,7 +760,7 @@ mod tests {
                 .expect("this process")
         };
         let first = mine(&first);
-        let second = mine(&reader.processes().unwrap());
+        let second = mine(&read_all(&mut reader).unwrap());
         assert_eq!(second.start_ticks, first.start_ticks);
         assert!(second.cpu_ticks >= first.cpu_ticks);
         let is_kept = |reader: &ProcReader, pid: u32| reader.kept().iter().any(|(p, _)| *p == pid);
@@ -706,7 +777,7 @@ mod tests {
             .arg("30")
             .spawn()
             .expect("coreutils' sleep runs");
-        let found = reader.processes().unwrap();
+        let found = read_all(&mut reader).unwrap();
         assert!(found.iter().any(|p| p.pid == child.id()));
         let kept = is_kept(&reader, child.id());
         child.kill().unwrap();
