@@ -138,7 +138,9 @@ struct Engine {
     /// Links were bound or closed since the board was last replaced.
     links_changed: bool,
     next_mtu: Instant,
+    /// Where probes and replies are built.
     buf: Vec<u8>,
+    inbox: stamp::Inbox,
 }
 
 fn initial_seq() -> u64 {
@@ -195,8 +197,8 @@ pub async fn run(
         ticks: Arc::default(),
         links_changed: true,
         next_mtu: Instant::now(),
-        // One byte more than any UDP payload, so nothing is ever truncated.
-        buf: vec![0; MAX_DATAGRAM_LEN + 1],
+        buf: vec![0; MAX_DATAGRAM_LEN],
+        inbox: stamp::Inbox::new(),
     };
     engine.follow(links).await;
     let mut tick = crate::cadence::every(engine.settings.interval);
@@ -351,16 +353,32 @@ impl Engine {
         }
     }
 
-    /// Reads everything queued on link `i`'s socket.
+    /// Reads everything queued on link `i`'s socket, a batch at a time (see
+    /// [`stamp`]): on Linux one `recvmmsg` per tick while fewer than a batch
+    /// are queued, elsewhere one `recvmsg` per datagram and one more that
+    /// finds the queue empty.
     fn drain(&mut self, i: usize) {
         let settings = self.settings;
         let Some(link) = self.links.get_mut(i) else {
             return;
         };
         loop {
-            let received = link.socket.try_recv(&mut self.buf);
-            match received {
-                Ok(r) => link.on_datagram(r, &settings, &mut self.buf),
+            match link.socket.try_recv(&mut self.inbox) {
+                Ok(()) => {
+                    for (received, datagram) in self.inbox.datagrams() {
+                        link.on_datagram(received, datagram, &settings, &mut self.buf);
+                    }
+                    // A batch that is not full emptied the queue, unless an
+                    // error cut it short: the kernel then keeps the error
+                    // for the next drain's first read, which goes on after
+                    // ECONNREFUSED as below. Only an error arriving during
+                    // the call does that (a pending one comes before any
+                    // datagram), so the datagrams behind it wait a tick at
+                    // worst.
+                    if !self.inbox.full() {
+                        return;
+                    }
+                }
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => return,
                 Err(error) => {
                     // ECONNREFUSED: nothing listens on the peer's port (its
@@ -455,17 +473,16 @@ impl Link {
         }
     }
 
+    /// Takes in `datagram`; a reply to it is built in `buf`.
     fn on_datagram(
         &mut self,
         received: stamp::Received,
+        datagram: &[u8],
         settings: &ProberSettings,
         buf: &mut [u8],
     ) {
         let len = received.len;
-        let Some(header) = buf.get(..len).map(packet::decode) else {
-            return;
-        };
-        match header {
+        match packet::decode(datagram) {
             Ok(h) if h.kind == Kind::Reply => {
                 if len == len_of(settings, h.class) {
                     lock(&self.stats).on_reply(h.seq, h.class, h.host_delay(), received.at);

@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 
 use tokio::io::Interest;
 
-use super::stamp::{self, Received};
+use super::stamp::Inbox;
 
 #[derive(Debug)]
 pub enum ProbeSocket {
@@ -39,13 +39,16 @@ impl ProbeSocket {
         }
     }
 
-    /// The next queued datagram, or `WouldBlock`.
-    pub fn try_recv(&self, buf: &mut [u8]) -> io::Result<Received> {
+    /// Reads the next batch of queued datagrams into `inbox` (see
+    /// [`Inbox::try_recv`]), or `WouldBlock`.
+    pub fn try_recv(&self, inbox: &mut Inbox) -> io::Result<()> {
         match self {
-            Self::Polled(socket) => stamp::try_recv_from(socket, buf),
-            // Through `try_io`, so the runtime learns the socket is drained.
+            Self::Polled(socket) => inbox.try_recv(socket),
+            // Through `try_io`, so the runtime learns the socket is drained
+            // (from the read that finds nothing: after a short batch it
+            // still takes the socket for readable, and the task reads again).
             Self::Registered(socket) => {
-                socket.try_io(Interest::READABLE, || stamp::try_recv_from(socket, buf))
+                socket.try_io(Interest::READABLE, || inbox.try_recv(socket))
             }
         }
     }
@@ -63,6 +66,122 @@ impl ProbeSocket {
         match self {
             Self::Polled(socket) => socket.local_addr(),
             Self::Registered(socket) => socket.local_addr(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::poll_fn;
+    use std::net::UdpSocket;
+    use std::time::{Duration, Instant};
+
+    use super::super::stamp;
+    use super::*;
+
+    /// A bound against hanging, not a speed expected.
+    const PATIENCE: Duration = Duration::from_secs(10);
+
+    /// What one drain of the probe task reads: the datagrams and the
+    /// errors. Like the task it reads on after a refused probe, and stops
+    /// at a short batch.
+    #[derive(Debug, Default)]
+    struct Drained {
+        datagrams: Vec<Vec<u8>>,
+        errors: Vec<io::ErrorKind>,
+    }
+
+    impl Drained {
+        fn drain(&mut self, socket: &ProbeSocket, inbox: &mut Inbox) {
+            loop {
+                match socket.try_recv(inbox) {
+                    Ok(()) => {
+                        self.datagrams
+                            .extend(inbox.datagrams().map(|(_, bytes)| bytes.to_vec()));
+                        if !inbox.full() {
+                            return;
+                        }
+                    }
+                    Err(error) if error.kind() == io::ErrorKind::WouldBlock => return,
+                    Err(error) => {
+                        self.errors.push(error.kind());
+                        if error.kind() != io::ErrorKind::ConnectionRefused {
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A probe socket on 127.0.0.1 connected to `peer`, set up as the probe
+    /// task sets up its own.
+    fn connected(peer: SocketAddr) -> UdpSocket {
+        let socket = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        socket.set_nonblocking(true).expect("non-blocking");
+        socket.connect(peer).expect("connect");
+        stamp::enable(&socket).expect("kernel timestamps");
+        socket
+    }
+
+    /// Waits a little for a registered socket to be readable, as the probe
+    /// task does; a polled one is read on the next "tick".
+    async fn tick(socket: &ProbeSocket) {
+        let ready = poll_fn(|cx| socket.poll_recv_ready(cx));
+        let _ = tokio::time::timeout(Duration::from_millis(10), ready).await;
+    }
+
+    #[tokio::test]
+    async fn draining_an_empty_socket_reads_nothing_and_no_error() {
+        for registered in [false, true] {
+            let peer = UdpSocket::bind("127.0.0.1:0").expect("bind");
+            let socket = connected(peer.local_addr().expect("addr"));
+            let socket = ProbeSocket::new(socket, registered).expect("probe socket");
+            let mut drained = Drained::default();
+            tick(&socket).await;
+            drained.drain(&socket, &mut Inbox::new());
+            assert!(drained.datagrams.is_empty(), "registered: {registered}");
+            assert!(drained.errors.is_empty(), "registered: {registered}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_refused_probe_is_an_error_and_the_datagrams_queued_around_it_are_read() {
+        for registered in [false, true] {
+            let peer = UdpSocket::bind("127.0.0.1:0").expect("bind");
+            let peer_addr = peer.local_addr().expect("addr");
+            let socket = connected(peer_addr);
+            let local = socket.local_addr().expect("addr");
+            peer.send_to(b"before", local).expect("send");
+            // Nothing listens on the peer's port any more: the probe comes
+            // back as ICMP port unreachable, ECONNREFUSED on the socket.
+            drop(peer);
+            socket.send(b"probe").expect("send");
+            let peer = UdpSocket::bind(peer_addr).expect("the peer's port again");
+            peer.send_to(b"after", local).expect("send");
+
+            let socket = ProbeSocket::new(socket, registered).expect("probe socket");
+            let mut inbox = Inbox::new();
+            let mut drained = Drained::default();
+            let deadline = Instant::now() + PATIENCE;
+            while drained.datagrams.len() < 2 || drained.errors.is_empty() {
+                assert!(
+                    Instant::now() < deadline,
+                    "registered: {registered}, {drained:?}"
+                );
+                tick(&socket).await;
+                drained.drain(&socket, &mut inbox);
+            }
+            assert_eq!(
+                drained.datagrams,
+                [b"before".to_vec(), b"after".to_vec()],
+                "registered: {registered}"
+            );
+            assert_eq!(
+                drained.errors,
+                [io::ErrorKind::ConnectionRefused],
+                "registered: {registered}"
+            );
         }
     }
 }
