@@ -97,10 +97,15 @@ impl EndView<'_> {
         self.observation.last_reply_at.is_some()
     }
 
-    /// Silence is evidence even from a late end: it only counts the time
-    /// probes that were sent went unanswered (see `linkstats::ProbeStats`).
+    /// Silent for `down_after` beyond what lateness explains. An end's
+    /// silence only counts the time probes it sent went unanswered (see
+    /// `linkstats::ProbeStats`), so its own stall adds little; but the far
+    /// end answers on its probe tick, and a far end whose timers stalled
+    /// answered nothing meanwhile: the worst lateness of either end
+    /// ([`Self::excuse`]) is silence the cable did not cause.
     pub fn silent(&self, rules: &LinkRules) -> bool {
-        self.observation.probes_sent_total > 0 && self.silence() >= rules.down_after
+        self.observation.probes_sent_total > 0
+            && self.silence() >= rules.down_after.saturating_add(self.excuse)
     }
 
     /// This end's timers ran late while it gathered the observation.
@@ -183,8 +188,13 @@ pub fn assess(ends: &[EndView<'_>], rules: &LinkRules) -> Assessment {
             1 => " (1 probe lost)".to_owned(),
             n => format!(" ({n} probes lost in a row)"),
         };
+        let excused = if end.excuse.is_zero() {
+            String::new()
+        } else {
+            format!(", past {} of lateness", fmt_duration(end.excuse))
+        };
         evidence.push(format!(
-            "{}: no reply for {}{lost}",
+            "{}: no reply for {}{lost}{excused}",
             end.node,
             fmt_duration(end.silence()),
         ));
@@ -671,6 +681,27 @@ mod tests {
                 "a: no reply for 700ms (7 probes lost in a row)".to_owned(),
                 "b: no reply for 650ms (7 probes lost in a row)".to_owned(),
             ]
+        );
+    }
+
+    #[test]
+    fn silence_a_stall_explains_is_no_evidence_and_silence_beyond_it_is() {
+        // Both ends silent for 991 ms after one of them stalled 500 ms: the
+        // stalled end answered nothing meanwhile.
+        let (a, d) = (silent(991), silent(991));
+        let excused = |o, excuse| EndView {
+            excuse,
+            ..view("a", o)
+        };
+        let stall = Duration::from_millis(500);
+        let verdict = assess(&[excused(&a, stall), excused(&d, stall)], &rules());
+        assert_eq!(verdict.state, LinkState::Up, "{:?}", verdict.evidence);
+        let (a, d) = (silent(1_200), silent(1_150));
+        let verdict = assess(&[excused(&a, stall), excused(&d, stall)], &rules());
+        assert_eq!(verdict.state, LinkState::Down);
+        assert_eq!(
+            verdict.evidence[0],
+            "a: no reply for 1.2s (7 probes lost in a row), past 500ms of lateness"
         );
     }
 
