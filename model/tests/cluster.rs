@@ -872,3 +872,26 @@ fn a_mesh_whose_timers_all_run_late_pages_nothing_else() {
     let problems = run(5, 47, &[one(7, 0, 1, 30, 3)]);
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
+
+/// A node whose timers run hundreds of milliseconds late answers its peers'
+/// probes that late too (its sockets are read on its probe tick): the gaps
+/// its peers see are its stall, not a cable fault.
+#[test]
+fn a_node_whose_probe_tick_runs_far_behind_is_no_link_fault() {
+    for (seed, ms) in [(53, 250), (59, 450)] {
+        let late = Episode {
+            fault: Fault::Late {
+                x: 1,
+                by: Duration::from_millis(ms),
+            },
+            start: WARMUP,
+            heal: WARMUP + Duration::from_secs(6),
+        };
+        let problems = run_episodes(4, seed, &[late]);
+        assert!(
+            problems.is_empty(),
+            "timers {ms} ms late: {}",
+            problems.join("\n")
+        );
+    }
+}

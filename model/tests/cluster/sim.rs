@@ -194,6 +194,9 @@ struct Daemon {
     core: NodeCore,
     book: PeerBook,
     probes: BTreeMap<usize, LinkStats>,
+    /// Probe requests queued in the sockets, answered on the next probe
+    /// tick (`probe/engine.rs` reads its sockets on the tick only).
+    requests: Vec<Request>,
     next_seq: u64,
     /// What the probe task last published.
     snapshot: BTreeMap<NodeId, ProbeStats>,
@@ -210,6 +213,16 @@ struct Daemon {
     deadline: Instant,
     alerts: AlertState,
     status: Option<MeshStatus>,
+}
+
+/// A peer's probe request waiting in this node's socket.
+#[derive(Debug, Clone, Copy)]
+struct Request {
+    prober: usize,
+    run: u64,
+    seq: u64,
+    class: ProbeClass,
+    arrived: Instant,
 }
 
 #[derive(Debug)]
@@ -247,6 +260,8 @@ enum Ev {
         peer: usize,
         seq: u64,
         class: ProbeClass,
+        /// How long the request waited for the responder's tick.
+        host_delay: Duration,
         at: Instant,
     },
     Look {
@@ -594,21 +609,19 @@ impl Sim {
                 class,
             } => {
                 // A daemon that is not running answers nothing (the port is
-                // closed); across a cut cable nothing comes back.
-                if self.running(responder)
-                    && !self.net.cut_cables.contains_key(&cable(responder, prober))
+                // closed); across a cut cable nothing arrives. The request
+                // waits in the socket for the responder's probe tick.
+                let now = self.now;
+                if !self.net.cut_cables.contains_key(&cable(responder, prober))
+                    && let Some(d) = self.daemon_mut(responder)
                 {
-                    self.push(
-                        self.now + CABLE_LATENCY,
-                        Ev::ProbeReply {
-                            prober,
-                            run,
-                            peer: responder,
-                            seq,
-                            class,
-                            at: self.now + CABLE_LATENCY,
-                        },
-                    );
+                    d.requests.push(Request {
+                        prober,
+                        run,
+                        seq,
+                        class,
+                        arrived: now,
+                    });
                 }
                 None
             }
@@ -618,6 +631,7 @@ impl Sim {
                 peer,
                 seq,
                 class,
+                host_delay,
                 at,
             } => {
                 if self.run_of(prober) == Some(run)
@@ -626,7 +640,7 @@ impl Sim {
                         .and_then(|d| d.probes.get_mut(&peer))
                 {
                     // The kernel stamped it when it arrived.
-                    stats.on_reply(seq, class, Duration::ZERO, at);
+                    stats.on_reply(seq, class, host_delay, at);
                 }
                 None
             }
@@ -759,6 +773,7 @@ impl Sim {
             core,
             book: PeerBook::new(id, members, book_settings()),
             probes,
+            requests: Vec::new(),
             next_seq: run << 32,
             snapshot: BTreeMap::new(),
             snapshot_lateness: Duration::ZERO,
@@ -1349,6 +1364,7 @@ impl Sim {
         };
         let run = d.run;
         d.lateness.note(late, now);
+        let requests = std::mem::take(&mut d.requests);
         let mtu_due = now >= d.next_mtu;
         if mtu_due {
             d.next_mtu = now + MTU_INTERVAL;
@@ -1373,6 +1389,22 @@ impl Sim {
                         sent.push((*peer, seq, *class));
                     }
                 }
+            }
+        }
+        for r in requests {
+            if !cut.contains_key(&cable(x, r.prober)) {
+                self.push(
+                    now + CABLE_LATENCY,
+                    Ev::ProbeReply {
+                        prober: r.prober,
+                        run: r.run,
+                        peer: x,
+                        seq: r.seq,
+                        class: r.class,
+                        host_delay: now.saturating_duration_since(r.arrived),
+                        at: now + CABLE_LATENCY,
+                    },
+                );
             }
         }
         for (peer, seq, class) in sent {
