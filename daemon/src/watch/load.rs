@@ -25,9 +25,12 @@ use tokio_util::sync::CancellationToken;
 /// negligible.
 const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
 
-/// How often the lateness of meshd's own timers is measured: every step of
-/// the timer grid, so the probe shares its wake-ups with every other timer.
-const LATENESS_PROBE: Duration = crate::cadence::GRID;
+/// How often the lateness of meshd's own timers is measured: every other
+/// step of the timer grid, half a step off it, where nothing else is due
+/// (see [`crate::cadence::every_off_grid`]). A stall of the runtime that
+/// long always shows; the probe task's own ticks, ten a second, show
+/// shorter ones in its links' figures.
+const LATENESS_PROBE: Duration = Duration::from_millis(128);
 
 /// Timers this late mean meshd's judgements are late too: a tenth of the
 /// shortest `down_after` in use (600 ms by default) would be 60 ms; this
@@ -78,7 +81,7 @@ pub fn spawn(saturated_above: f64, shutdown: CancellationToken) -> watch::Receiv
 /// Wakes every [`LATENESS_PROBE`] and keeps the worst lateness seen since
 /// the sampler last took it.
 async fn measure_lateness(worst_us: Arc<AtomicU64>, shutdown: CancellationToken) {
-    let mut tick = crate::cadence::every(LATENESS_PROBE);
+    let mut tick = crate::cadence::every_off_grid(LATENESS_PROBE);
     loop {
         let due = tokio::select! {
             () = shutdown.cancelled() => return,
