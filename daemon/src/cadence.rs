@@ -10,7 +10,7 @@
 //! (15 a second) on top of the timers' own, a third of a node's wake-ups.
 //!
 //! So the grid's step is that block, [`GRID`], and its origin the
-//! runtime's start (see [`start`]): every tick at or above one step falls
+//! runtime's start (see [`build_runtime`]): every tick at or above one step falls
 //! on a block start, where the move down and the tick are one wake-up.
 //! Ticks of every timer share those instants, so the lateness probe, the
 //! probe tick, the watchers and the heartbeat wake the node together. A
@@ -40,15 +40,29 @@ pub const GRID: Duration = Duration::from_millis(64);
 
 static ORIGIN: OnceLock<Instant> = OnceLock::new();
 
-/// Fixes the grid's origin at this instant; call it right before building
-/// the runtime, whose timer wheel starts counting then. The wheel rounds a
-/// deadline up to its next millisecond, so an origin up to a millisecond
-/// before the wheel's start still puts every grid point on a block start.
-/// Without this call (tests, embedders) the origin is the first timer's
-/// start: the ticks keep their periods, only the wake-ups are not shared
-/// with the wheel's.
-pub fn start() {
-    let _ = origin();
+/// What building a runtime may still do after its timer wheel started
+/// counting (set up the scheduler): well under this.
+const AFTER_WHEEL_START: Duration = Duration::from_micros(500);
+
+/// Builds the runtime with `build` and fixes the grid's origin at the
+/// instant its timer wheel started counting, which tokio does not tell: the
+/// wheel rounds a deadline up to its next millisecond, so an origin up to a
+/// millisecond before that start puts every grid point on a block start,
+/// one later or earlier than that puts none. The wheel starts late in the
+/// build (after the I/O driver), so the origin is the build's start when
+/// the build was short, and [`AFTER_WHEEL_START`] before its end when it
+/// was not (a host too busy to build a runtime in a millisecond).
+/// Without it (tests, embedders) the origin is the first timer's start:
+/// the ticks keep their periods, only their wake-ups are not shared.
+pub fn build_runtime<T>(build: impl FnOnce() -> T) -> T {
+    let before = Instant::now();
+    let built = build();
+    let after = Instant::now();
+    let start = after
+        .checked_sub(AFTER_WHEEL_START)
+        .map_or(before, |late| late.max(before));
+    let _ = ORIGIN.set(start);
+    built
 }
 
 fn origin() -> Instant {

@@ -266,12 +266,13 @@ fn run(config_path: Option<PathBuf>, hostname: &str) -> anyhow::Result<()> {
 /// Two workers: meshd's work is many small tasks, and it must stay light
 /// next to the jobs it watches.
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    meshd::cadence::start();
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")
+    meshd::cadence::build_runtime(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+    })
+    .context("cannot start the async runtime")
 }
 
 /// One node's daemon: a single thread. Its work is hundreds of tiny tasks a
@@ -280,11 +281,12 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 /// and those switches cost more than the work. Blocking reads (facts, the
 /// process table) still go to the blocking pool.
 fn node_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    meshd::cadence::start();
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")
+    meshd::cadence::build_runtime(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    })
+    .context("cannot start the async runtime")
 }
 
 /// SIGINT and SIGTERM (launchd and systemd stop with SIGTERM).
