@@ -8,11 +8,12 @@
 //! at their last read, new ones, and a share of the idle ones: a process
 //! whose CPU time stood still between its last two reads is read again on
 //! one tick in four and at least every 4 s (`IDLE_READ_EVERY`,
-//! `IDLE_REREAD`), and shown in between as at its last read, with 0 cores. A steady tick on a mostly idle host is
-//! then one listing of `/proc` and a `pread` for each busy process and a
-//! quarter of the idle ones. (On macOS sysinfo reads every process every
-//! tick.) CPU is a rate over the time since the process's own previous
-//! read, so one that wakes between reads shows its average since then.
+//! `IDLE_REREAD`), and shown in between as at its last read, with 0
+//! cores. A steady tick on a mostly idle host is then one listing of
+//! `/proc` and a `pread` for each busy process and a quarter of the idle
+//! ones. (On macOS sysinfo reads every process every tick.) CPU is a rate
+//! over the time since the process's own previous read, so one that wakes
+//! between reads shows its average since then.
 //!
 //! Names and command lines are resolved once per process and cached by
 //! pid, start time and kernel name (an `exec` changes the name, so it is
