@@ -10,10 +10,10 @@
 //! (15 a second) on top of the timers' own, a third of a node's wake-ups.
 //!
 //! So the grid's step is that block, [`GRID`], and its origin the
-//! runtime's start (see [`build_runtime`]): every tick at or above one step falls
-//! on a block start, where the move down and the tick are one wake-up.
-//! Ticks of every timer share those instants, so the lateness probe, the
-//! probe tick, the watchers and the heartbeat wake the node together. A
+//! runtime's start (see [`build_runtime`]): every tick at or above one
+//! step falls on a block start, where the move down and the tick are one
+//! wake-up. Ticks of every timer share those instants, so the probe tick,
+//! the watchers and the heartbeat wake the node together. A
 //! period that is not a whole number of steps (the probe's 100 ms) keeps
 //! its rate on average: each tick is its exact instant rounded up to the
 //! next step (gaps of 64 and 128 ms alternate, ten ticks a second).
@@ -129,14 +129,20 @@ pub fn every_off_grid(period: Duration) -> Ticker {
 
 fn ticker(period: Duration, offset: Duration) -> Ticker {
     let period = period.max(Duration::from_millis(1));
-    let mut ticker = Ticker {
+    let first = tick_at_or_after(Instant::now(), period, offset);
+    Ticker {
         period,
         offset,
-        sleep: Box::pin(tokio::time::sleep_until(Instant::now())),
-    };
-    let first = ticker.next_at_or_after(Instant::now());
-    ticker.sleep.as_mut().reset(first);
-    ticker
+        sleep: Box::pin(tokio::time::sleep_until(first)),
+    }
+}
+
+/// The first tick at or after `at` of a timer of `period` ticking `offset`
+/// after the grid's instants.
+fn tick_at_or_after(at: Instant, period: Duration, offset: Duration) -> Instant {
+    at.checked_sub(offset)
+        .and_then(|shifted| align(shifted, period).checked_add(offset))
+        .unwrap_or(at)
 }
 
 /// See [`every`]. A tick missed because the runtime fell behind is
@@ -160,19 +166,11 @@ impl Ticker {
     fn poll_tick(&mut self, cx: &mut Context<'_>) -> Poll<Instant> {
         ready!(self.sleep.as_mut().poll(cx));
         let due = self.sleep.deadline();
-        let after = Instant::now().max(due) + Duration::from_nanos(1);
-        let next = self.next_at_or_after(after);
+        let now = Instant::now().max(due);
+        let after = now.checked_add(Duration::from_nanos(1)).unwrap_or(now);
+        let next = tick_at_or_after(after, self.period, self.offset);
         self.sleep.as_mut().reset(next);
         Poll::Ready(due)
-    }
-
-    fn next_at_or_after(&self, at: Instant) -> Instant {
-        match at.checked_sub(self.offset) {
-            Some(shifted) => align(shifted, self.period)
-                .checked_add(self.offset)
-                .unwrap_or(at),
-            None => at,
-        }
     }
 }
 
