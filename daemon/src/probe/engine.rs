@@ -12,7 +12,6 @@
 //! request waits longer than that for its reply.
 
 use std::future::poll_fn;
-use std::io;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
@@ -24,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::packet::{self, HEADER_LEN, Header, Kind, MAX_DATAGRAM_LEN};
 use super::responder::{self, Answer, REPLY_BURST, REPLY_RATE_PER_SEC, TokenBucket};
-use super::socket::ProbeSocket;
+use super::socket::{Drain, ProbeSocket, Step};
 use super::{
     ProbeBoard, ProbeError, ProbedLink, ProberSettings, ResponderCounters, SharedStats, Ticks,
     lock, stamp,
@@ -353,45 +352,29 @@ impl Engine {
         }
     }
 
-    /// Reads everything queued on link `i`'s socket, a batch at a time (see
-    /// [`stamp`]): on Linux one `recvmmsg` per tick while fewer than a batch
-    /// are queued, elsewhere one `recvmsg` per datagram and one more that
-    /// finds the queue empty.
+    /// Reads everything queued on link `i`'s socket (see [`Drain`]).
     fn drain(&mut self, i: usize) {
         let settings = self.settings;
         let Some(link) = self.links.get_mut(i) else {
             return;
         };
+        let mut drain = Drain::default();
         loop {
-            match link.socket.try_recv(&mut self.inbox) {
-                Ok(()) => {
+            match drain.step(&link.socket, &mut self.inbox) {
+                Step::Batch => {
                     for (received, datagram) in self.inbox.datagrams() {
                         link.on_datagram(received, datagram, &settings, &mut self.buf);
                     }
-                    // A batch that is not full emptied the queue, unless an
-                    // error cut it short: the kernel then keeps the error
-                    // for the next drain's first read, which goes on after
-                    // ECONNREFUSED as below. Only an error arriving during
-                    // the call does that (a pending one comes before any
-                    // datagram), so the datagrams behind it wait a tick at
-                    // worst.
-                    if !self.inbox.full() {
-                        return;
-                    }
                 }
-                Err(error) if error.kind() == io::ErrorKind::WouldBlock => return,
-                Err(error) => {
+                Step::Error(error) => {
                     // ECONNREFUSED: nothing listens on the peer's port (its
                     // daemon is down); the probes go unanswered and say so.
                     let total = link.counters.count_recv_error();
-                    let now = Instant::now();
-                    if link.logs[1].due(now) {
+                    if link.logs[1].due(Instant::now()) {
                         tracing::debug!(peer = %link.peer, %error, total, "probe socket receive error");
                     }
-                    if error.kind() != io::ErrorKind::ConnectionRefused {
-                        return;
-                    }
                 }
+                Step::Done => return,
             }
         }
     }

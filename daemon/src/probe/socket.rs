@@ -70,6 +70,51 @@ impl ProbeSocket {
     }
 }
 
+/// One drain of a socket: everything queued read a batch at a time (on
+/// Linux one `recvmmsg` per tick while fewer than a batch are queued,
+/// elsewhere one `recvmsg` per datagram and one more that finds the queue
+/// empty). ECONNREFUSED (nothing listens on the peer's port: its daemon is
+/// down) is read past, as the queue may hold datagrams behind it; any
+/// other error ends the drain.
+#[derive(Debug, Default)]
+pub struct Drain {
+    done: bool,
+}
+
+/// What [`Drain::step`] read.
+#[derive(Debug)]
+pub enum Step {
+    /// A batch, in the inbox.
+    Batch,
+    Error(io::Error),
+    Done,
+}
+
+impl Drain {
+    pub fn step(&mut self, socket: &ProbeSocket, inbox: &mut Inbox) -> Step {
+        if self.done {
+            return Step::Done;
+        }
+        match socket.try_recv(inbox) {
+            Ok(()) => {
+                // A batch that is not full emptied the queue, unless an
+                // error cut it short: the kernel then keeps the error for
+                // the next drain's first read, which goes on after
+                // ECONNREFUSED. Only an error arriving during the call does
+                // that (a pending one comes before any datagram), so the
+                // datagrams behind it wait a tick at worst.
+                self.done = !inbox.full();
+                Step::Batch
+            }
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => Step::Done,
+            Err(error) => {
+                self.done = error.kind() != io::ErrorKind::ConnectionRefused;
+                Step::Error(error)
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::future::poll_fn;
@@ -82,9 +127,7 @@ mod tests {
     /// A bound against hanging, not a speed expected.
     const PATIENCE: Duration = Duration::from_secs(10);
 
-    /// What one drain of the probe task reads: the datagrams and the
-    /// errors. Like the task it reads on after a refused probe, and stops
-    /// at a short batch.
+    /// What one drain read: the datagrams and the errors.
     #[derive(Debug, Default)]
     struct Drained {
         datagrams: Vec<Vec<u8>>,
@@ -93,22 +136,14 @@ mod tests {
 
     impl Drained {
         fn drain(&mut self, socket: &ProbeSocket, inbox: &mut Inbox) {
+            let mut drain = Drain::default();
             loop {
-                match socket.try_recv(inbox) {
-                    Ok(()) => {
-                        self.datagrams
-                            .extend(inbox.datagrams().map(|(_, bytes)| bytes.to_vec()));
-                        if !inbox.full() {
-                            return;
-                        }
-                    }
-                    Err(error) if error.kind() == io::ErrorKind::WouldBlock => return,
-                    Err(error) => {
-                        self.errors.push(error.kind());
-                        if error.kind() != io::ErrorKind::ConnectionRefused {
-                            return;
-                        }
-                    }
+                match drain.step(socket, inbox) {
+                    Step::Batch => self
+                        .datagrams
+                        .extend(inbox.datagrams().map(|(_, bytes)| bytes.to_vec())),
+                    Step::Error(error) => self.errors.push(error.kind()),
+                    Step::Done => return,
                 }
             }
         }
