@@ -580,10 +580,10 @@ async fn floods_of_stranger_probes_and_idle_connections_change_no_verdict() {
         strangers.push(alias);
     }
     let mut buffer = vec![0u8; 9000];
-    let small = packet::encode(&Header::request(ProbeClass::Small, 1), 64, &mut buffer)
+    let small = packet::encode(&Header::request(ProbeClass::Small, 1), &[], 64, &mut buffer)
         .expect("a small probe")
         .to_vec();
-    let large = packet::encode(&Header::request(ProbeClass::Mtu, 2), 8972, &mut buffer)
+    let large = packet::encode(&Header::request(ProbeClass::Mtu, 2), &[], 8972, &mut buffer)
         .expect("an MTU probe")
         .to_vec();
     for _ in 0..20 {

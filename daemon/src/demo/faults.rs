@@ -30,15 +30,6 @@ impl LinkFault {
     }
 }
 
-/// Which way a datagram travels through a proxy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Leg {
-    /// From the node that sent the probe towards its peer.
-    Request,
-    /// The peer's answer on its way back.
-    Reply,
-}
-
 /// What a proxy does with one datagram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fate {
@@ -125,24 +116,24 @@ impl Faults {
         }
     }
 
-    /// What happens to one datagram crossing cable `a`–`b`. Delay and loss
-    /// apply to requests only, so `slow 100` adds exactly 100 ms to a round
-    /// trip and `lossy 10` loses 10 % of probes; a cut drops both ways.
-    pub fn fate(&self, a: usize, b: usize, leg: Leg) -> Fate {
+    /// What happens to one datagram crossing cable `a`–`b`, either way. A
+    /// round trip crosses twice, and a datagram may carry a probe one way
+    /// and answers the other (see `probe::packet`), so each crossing gets
+    /// half the delay and the loss that makes two crossings lose the asked
+    /// share: `slow 100` adds 100 ms to a round trip and `lossy 10` loses
+    /// 10 % of probes. A cut drops both ways.
+    pub fn fate(&self, a: usize, b: usize) -> Fate {
         let mut state = self.lock();
         let fault = state.links.get(&pair(a, b)).copied().unwrap_or_default();
         if fault.cut {
             return Fate::Drop;
         }
-        if leg == Leg::Reply {
-            return Fate::Forward {
-                delay: Duration::ZERO,
-            };
-        }
-        if fault.loss_percent > 0 && state.rng.percent(fault.loss_percent) {
+        if fault.loss_percent > 0 && state.rng.chance(crossing_loss(fault.loss_percent)) {
             return Fate::Drop;
         }
-        Fate::Forward { delay: fault.delay }
+        Fate::Forward {
+            delay: fault.delay / 2,
+        }
     }
 
     /// Splits the management network: nodes in different groups cannot
@@ -190,6 +181,13 @@ fn pair(a: usize, b: usize) -> (usize, usize) {
     (a.min(b), a.max(b))
 }
 
+/// The chance that one crossing loses a datagram, so that a round trip
+/// (two independent crossings) is lost with `percent` / 100.
+fn crossing_loss(percent: u8) -> f64 {
+    let round_trip = (f64::from(percent) / 100.0).min(1.0);
+    1.0 - (1.0 - round_trip).sqrt()
+}
+
 /// xorshift64: a tiny, fast, good-enough PRNG for dropping datagrams. Not
 /// for anything that needs unpredictability.
 #[derive(Debug, Clone)]
@@ -214,9 +212,11 @@ impl XorShift {
         x
     }
 
-    /// True with probability `percent` / 100.
-    fn percent(&mut self, percent: u8) -> bool {
-        self.next() % 100 < u64::from(percent)
+    /// True with probability `p`.
+    fn chance(&mut self, p: f64) -> bool {
+        // The top 53 bits: a uniform float in [0, 1).
+        let uniform = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
+        uniform < p
     }
 }
 
@@ -229,39 +229,34 @@ mod tests {
         let faults = Faults::with_seed(1);
         faults.update_link(2, 0, |f| f.cut = true);
         assert!(faults.link(0, 2).cut);
-        assert_eq!(faults.fate(0, 2, Leg::Request), Fate::Drop);
-        assert_eq!(faults.fate(2, 0, Leg::Reply), Fate::Drop);
+        assert_eq!(faults.fate(0, 2), Fate::Drop);
+        assert_eq!(faults.fate(2, 0), Fate::Drop);
         assert!(faults.link(0, 1).is_clear());
         faults.update_link(0, 2, |f| *f = LinkFault::default());
         assert!(faults.faulty_links().is_empty());
     }
 
     #[test]
-    fn delay_applies_to_requests_only() {
+    fn each_way_gets_half_the_delay_of_a_round_trip() {
         let faults = Faults::with_seed(1);
-        let delay = Duration::from_millis(40);
-        faults.update_link(0, 1, |f| f.delay = delay);
-        assert_eq!(faults.fate(1, 0, Leg::Request), Fate::Forward { delay });
-        assert_eq!(
-            faults.fate(1, 0, Leg::Reply),
-            Fate::Forward {
-                delay: Duration::ZERO
-            }
-        );
+        faults.update_link(0, 1, |f| f.delay = Duration::from_millis(40));
+        let half = Fate::Forward {
+            delay: Duration::from_millis(20),
+        };
+        assert_eq!(faults.fate(1, 0), half);
+        assert_eq!(faults.fate(0, 1), half);
     }
 
     #[test]
-    fn lossy_drops_about_the_asked_share() {
+    fn lossy_loses_about_the_asked_share_of_round_trips() {
         let faults = Faults::with_seed(42);
         faults.update_link(0, 1, |f| f.loss_percent = 25);
-        let dropped = (0..10_000)
-            .filter(|_| faults.fate(0, 1, Leg::Request) == Fate::Drop)
+        let lost = (0..10_000)
+            .filter(|_| faults.fate(0, 1) == Fate::Drop || faults.fate(1, 0) == Fate::Drop)
             .count();
-        assert!((2_200..=2_800).contains(&dropped), "dropped {dropped}");
-        let replies_dropped = (0..1_000)
-            .filter(|_| faults.fate(0, 1, Leg::Reply) == Fate::Drop)
-            .count();
-        assert_eq!(replies_dropped, 0);
+        assert!((2_200..=2_800).contains(&lost), "lost {lost}");
+        faults.update_link(0, 1, |f| f.loss_percent = 100);
+        assert!((0..100).all(|_| faults.fate(1, 0) == Fate::Drop));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The probe task: one loop for every cable of this node. It wakes on its
-//! tick (read every socket: answer requests, count replies; send this
-//! tick's probes, expire the unanswered, publish) and on a new config.
+//! tick (read every socket: count replies, take requests; send this tick's
+//! probes with the taken requests' echoes in them, reply to the rest,
+//! expire the unanswered, publish) and on a new config.
 //! Datagrams wait in their sockets until the tick, so the task wakes ten
 //! times a second (at the default interval) however many cables and
 //! datagrams there are, not once per datagram (the sockets are not even
@@ -10,6 +11,12 @@
 //! of the round trip (`host_delay`). Only when the ticks are further apart
 //! than [`MAX_REPLY_HOLD`] does a readable socket wake the task, so no
 //! request waits longer than that for its reply.
+//!
+//! Both ends of a cable probe at the same rate, so between two ticks a
+//! socket usually holds one request of the peer's: its answer rides in this
+//! tick's probe of the same class as an echo (see [`packet`]), one datagram
+//! each way and tick instead of two. A request read between ticks, or one
+//! without a probe of its class to ride in, gets a plain reply.
 
 use std::future::poll_fn;
 use std::net::SocketAddr;
@@ -21,7 +28,7 @@ use meshd_model::linkstats::{LinkStats, LinkStatsConfig, ProbeClass};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::packet::{self, HEADER_LEN, Header, Kind, MAX_DATAGRAM_LEN};
+use super::packet::{self, Echo, HEADER_LEN, Header, Kind, MAX_DATAGRAM_LEN, MAX_ECHOES};
 use super::responder::{self, Answer, REPLY_BURST, REPLY_RATE_PER_SEC, TokenBucket};
 use super::socket::{Drain, ProbeSocket, Step};
 use super::{
@@ -53,6 +60,10 @@ const LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// Consecutive losses from which the aggregator is told at once.
 const LOSING: u32 = 3;
+
+/// Requests of one link waiting for this tick's probes at most; any more
+/// (a peer's burst) are replied to at once.
+const MAX_TAKEN: usize = 2 * MAX_ECHOES;
 
 /// The settings actually used: config validation rejects values outside
 /// these limits already; clamping again keeps the probe rate and sizes safe
@@ -118,6 +129,30 @@ struct Link {
     logs: [Throttle; 2],
     /// What the aggregator was last told about this link.
     told: (bool, bool),
+    /// The peer's last datagram said it reads echoes.
+    peer_reads_echoes: bool,
+    /// Requests read on this tick, answered by its probes.
+    taken: Vec<Taken>,
+}
+
+/// A request whose answer waits for this tick's probe of its class.
+#[derive(Debug, Clone, Copy)]
+struct Taken {
+    class: ProbeClass,
+    seq: u64,
+    /// When the kernel received it.
+    at: Instant,
+    /// Its size: the datagram that answers it is no smaller.
+    len: usize,
+}
+
+/// Whether the requests a drain reads may wait for this tick's probes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hold {
+    /// A tick's drain: its probes go out next.
+    ForProbes,
+    /// Between ticks: answer now.
+    No,
 }
 
 /// A cable whose socket could not be bound yet.
@@ -236,7 +271,7 @@ pub async fn run(
                 if ready.is_empty() { Poll::Pending } else { Poll::Ready(ready) }
             }) => {
                 for i in ready {
-                    engine.drain(i);
+                    engine.drain(i, Hold::No);
                 }
             }
         }
@@ -309,6 +344,8 @@ impl Engine {
                         send_failing: false,
                         logs: Default::default(),
                         told: (false, false),
+                        peer_reads_echoes: false,
+                        taken: Vec::with_capacity(MAX_TAKEN),
                     });
                 }
                 Err(error) => {
@@ -328,7 +365,7 @@ impl Engine {
         // Replies already queued count before anything expires: a task that
         // woke late must not call a probe lost whose reply is waiting.
         for i in 0..self.links.len() {
-            self.drain(i);
+            self.drain(i, Hold::ForProbes);
         }
         {
             let mut ticks = lock(&self.ticks);
@@ -346,6 +383,7 @@ impl Engine {
             if mtu_due {
                 link.probe(ProbeClass::Mtu, &settings, &mut self.buf, now);
             }
+            link.reply_to_taken(&mut self.buf);
         }
         if !self.waiting.is_empty() {
             self.bind_waiting(now).await;
@@ -353,7 +391,7 @@ impl Engine {
     }
 
     /// Reads everything queued on link `i`'s socket (see [`Drain`]).
-    fn drain(&mut self, i: usize) {
+    fn drain(&mut self, i: usize, hold: Hold) {
         let settings = self.settings;
         let Some(link) = self.links.get_mut(i) else {
             return;
@@ -363,7 +401,7 @@ impl Engine {
             match drain.step(&link.socket, &mut self.inbox) {
                 Step::Batch => {
                     for (received, datagram) in self.inbox.datagrams() {
-                        link.on_datagram(received, datagram, &settings, &mut self.buf);
+                        link.on_datagram(received, datagram, &settings, &mut self.buf, hold);
                     }
                 }
                 Step::Error(error) => {
@@ -421,6 +459,8 @@ impl Engine {
 }
 
 impl Link {
+    /// Sends this tick's probe of `class`, carrying the echoes of the taken
+    /// requests of that class.
     fn probe(
         &mut self,
         class: ProbeClass,
@@ -431,14 +471,36 @@ impl Link {
         lock(&self.stats).expire(now);
         let seq = self.next_seq;
         self.next_seq = self.next_seq.wrapping_add(1);
-        let Ok(datagram) =
-            packet::encode(&Header::request(class, seq), len_of(settings, class), buf)
-        else {
+        let mut echoes = [Echo {
+            class,
+            seq: 0,
+            held: Duration::ZERO,
+        }; MAX_ECHOES];
+        let mut count = 0;
+        let mut len = len_of(settings, class);
+        // Not the tick's `now`: the other links' sockets were read since.
+        let sending_at = Instant::now();
+        self.taken.retain(|taken| {
+            let rides = taken.class == class && count < MAX_ECHOES;
+            if let Some(echo) = echoes.get_mut(count).filter(|_| rides) {
+                echo.seq = taken.seq;
+                echo.held = sending_at.saturating_duration_since(taken.at);
+                len = len.max(taken.len);
+                count += 1;
+            }
+            !rides
+        });
+        let echoes = echoes.get(..count).unwrap_or_default();
+        let len = len.max(packet::min_len(count));
+        let Ok(datagram) = packet::encode(&Header::request(class, seq), echoes, len, buf) else {
             return;
         };
         match self.socket.try_send(datagram) {
             Ok(_) => {
                 lock(&self.stats).on_sent(seq, class, now);
+                for _ in echoes {
+                    self.counters.count_reply();
+                }
                 if self.send_failing {
                     self.send_failing = false;
                     tracing::info!(peer = %self.peer, "probes leave again");
@@ -448,6 +510,9 @@ impl Link {
                 // The cable's interface is down or gone: every probe that
                 // cannot leave is a lost one.
                 lock(&self.stats).on_send_failed(class, now);
+                for _ in echoes {
+                    self.counters.count_send_error();
+                }
                 if !self.send_failing {
                     self.send_failing = true;
                     tracing::info!(peer = %self.peer, %error, "cannot send probes");
@@ -456,47 +521,46 @@ impl Link {
         }
     }
 
-    /// Takes in `datagram`; a reply to it is built in `buf`.
+    /// Replies to the requests no probe of this tick carried.
+    fn reply_to_taken(&mut self, buf: &mut [u8]) {
+        for taken in std::mem::take(&mut self.taken) {
+            self.reply(taken, buf);
+        }
+    }
+
+    /// Takes in `datagram`: counts what it answers, and answers it if it is
+    /// a request (its answer built in `buf`, or taken for this tick's
+    /// probes when `hold` allows and the peer reads echoes).
     fn on_datagram(
         &mut self,
         received: stamp::Received,
         datagram: &[u8],
         settings: &ProberSettings,
         buf: &mut [u8],
+        hold: Hold,
     ) {
-        let len = received.len;
-        match packet::decode(datagram) {
-            Ok(h) if h.kind == Kind::Reply => {
-                if len == len_of(settings, h.class) {
-                    lock(&self.stats).on_reply(h.seq, h.class, h.host_delay(), received.at);
-                } else {
-                    self.dropped_invalid(received.at, "a reply of the wrong size");
-                }
+        let (len, at) = (received.len, received.at);
+        let datagram = match packet::decode(datagram) {
+            Ok(datagram) => datagram,
+            Err(error) => return self.dropped_invalid(at, &error.to_string()),
+        };
+        self.peer_reads_echoes = datagram.reads_echoes;
+        for answer in datagram.answers() {
+            // The answer came back at least as large as the probe left: a
+            // path that cuts MTU-sized datagrams loses MTU-sized probes.
+            if len >= len_of(settings, answer.class) {
+                lock(&self.stats).on_reply(answer.seq, answer.class, answer.held, at);
+            } else {
+                self.dropped_invalid(at, "an answer smaller than its probe");
             }
-            Ok(h) => self.answer(h, len, received.at, settings, buf),
-            Err(error) => self.dropped_invalid(received.at, &error.to_string()),
         }
-    }
-
-    fn dropped_invalid(&mut self, at: Instant, why: &str) {
-        let total = self.counters.count_invalid();
-        if self.logs[0].due(at) {
-            tracing::debug!(peer = %self.peer, why, total, "dropped invalid probe datagrams");
+        let request = datagram.header;
+        if request.kind != Kind::Request {
+            return;
         }
-    }
-
-    /// Answers a request with a reply of the same size stamped with this
-    /// node's receive and send times (the kernel's receive stamp, so this
-    /// node's wake-up counts as its own delay, taken out of the RTT).
-    fn answer(
-        &mut self,
-        request: Header,
-        len: usize,
-        at: Instant,
-        settings: &ProberSettings,
-        buf: &mut [u8],
-    ) {
-        let max = len_of(settings, ProbeClass::Mtu).max(len_of(settings, ProbeClass::Small));
+        let max = len_of(settings, ProbeClass::Mtu)
+            .max(len_of(settings, ProbeClass::Small))
+            .max(packet::min_len(MAX_ECHOES));
         match responder::answer(&mut self.bucket, len, max, at) {
             Answer::Reply => {}
             Answer::TooLarge => return self.dropped_invalid(at, "larger than any probe"),
@@ -508,6 +572,31 @@ impl Link {
                 return;
             }
         }
+        let taken = Taken {
+            class: request.class,
+            seq: request.seq,
+            at,
+            len,
+        };
+        if hold == Hold::ForProbes && self.peer_reads_echoes && self.taken.len() < MAX_TAKEN {
+            self.taken.push(taken);
+        } else {
+            self.reply(taken, buf);
+        }
+    }
+
+    fn dropped_invalid(&mut self, at: Instant, why: &str) {
+        let total = self.counters.count_invalid();
+        if self.logs[0].due(at) {
+            tracing::debug!(peer = %self.peer, why, total, "dropped invalid probe datagrams");
+        }
+    }
+
+    /// Replies to a request in a datagram of its own, as large as the
+    /// request (so nothing is ever amplified), stamped with this node's
+    /// receive and send times (the kernel's receive stamp, so this node's
+    /// wake-up counts as its own delay, taken out of the RTT).
+    fn reply(&mut self, request: Taken, buf: &mut [u8]) {
         let ns = |t: Instant| {
             u64::try_from(t.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
         };
@@ -515,24 +604,19 @@ impl Link {
             kind: Kind::Reply,
             class: request.class,
             seq: request.seq,
-            recv_ns: ns(at),
-            send_ns: 0,
+            recv_ns: ns(request.at),
+            send_ns: ns(Instant::now()),
         };
-        let Ok(out) = packet::encode(&reply, len, buf) else {
+        let Ok(out) = packet::encode(&reply, &[], request.len, buf) else {
             return;
         };
-        let out_len = out.len();
-        let Some(out) = buf.get_mut(..out_len) else {
-            return;
-        };
-        packet::stamp_send_time(out, ns(Instant::now()));
         // With the send buffer full the reply is dropped rather than
         // queued; the prober sees loss, which is the truth.
         match self.socket.try_send(out) {
             Ok(_) => self.counters.count_reply(),
             Err(error) => {
                 let total = self.counters.count_send_error();
-                if self.logs[1].due(at) {
+                if self.logs[1].due(request.at) {
                     tracing::debug!(peer = %self.peer, %error, total, "cannot send probe replies");
                 }
             }

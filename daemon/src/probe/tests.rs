@@ -270,18 +270,22 @@ async fn garbage_is_counted_and_never_answered() {
         kind: Kind::Reply,
         ..Header::request(ProbeClass::Small, 1)
     };
-    let reply_bytes = packet::encode(&reply_shaped, 64, &mut buf)
+    let mut reply_bytes = packet::encode(&reply_shaped, &[], 64, &mut buf)
         .expect("encodes")
         .to_vec();
+    // The fake peer is from before echoes: node a answers it with plain
+    // replies.
+    reply_bytes[7] = 0;
     let garbage: [&[u8]; 3] = [b"", b"hello", &[0xFF; 64]];
     for g in garbage {
         peer.send(g).await.expect("sends");
     }
     // A reply to no probe of a's is ignored, never answered.
     peer.send(&reply_bytes).await.expect("sends");
-    let mut request = packet::encode(&Header::request(ProbeClass::Mtu, 42), 100, &mut buf)
+    let mut request = packet::encode(&Header::request(ProbeClass::Mtu, 42), &[], 100, &mut buf)
         .expect("encodes")
         .to_vec();
+    request[7] = 0;
     request[40] = 0xEE; // sender junk after the header is not echoed
     peer.send(&request).await.expect("sends");
 
@@ -289,7 +293,9 @@ async fn garbage_is_counted_and_never_answered() {
     let reply = tokio::time::timeout(PATIENCE, async {
         loop {
             let len = peer.recv(&mut datagram).await.expect("recv works");
-            let h = packet::decode(&datagram[..len]).expect("valid datagram");
+            let h = packet::decode(&datagram[..len])
+                .expect("valid datagram")
+                .header;
             if h.kind == Kind::Reply {
                 return (len, h);
             }
@@ -308,13 +314,79 @@ async fn garbage_is_counted_and_never_answered() {
     assert_eq!(exported(&a.metrics, pa, "answered"), Some(1));
 }
 
+/// A peer that reads echoes gets the answers to its requests inside node
+/// a's own probes of the same class, one datagram each way and tick, and a
+/// plain reply to a request no probe of a's carries.
+#[tokio::test]
+async fn a_peer_that_reads_echoes_is_answered_inside_the_nodes_probes() {
+    let [pa, pb] = free_ports().await;
+    // One MTU probe at the start, then none for an hour.
+    let settings = ProberSettings {
+        mtu_interval: Duration::from_secs(3600),
+        ..fast_settings()
+    };
+    let a = start("a", vec![cable("a", "b", ports(pa, pb))], settings);
+    let peer = fake_peer(pb, pa).await;
+    let mut buf = [0u8; 2048];
+    let mut datagram = [0u8; 4096];
+    let mut answered_by = Vec::new();
+    let mtu = packet::encode(
+        &Header::request(ProbeClass::Mtu, 1_000),
+        &[],
+        1472,
+        &mut buf,
+    )
+    .expect("encodes")
+    .to_vec();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    peer.send(&mtu).await.expect("sends");
+    for seq in 0..10 {
+        let request = packet::encode(&Header::request(ProbeClass::Small, seq), &[], 64, &mut buf)
+            .expect("encodes")
+            .to_vec();
+        peer.send(&request).await.expect("sends");
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        while !answered_by.iter().any(|(s, _, _)| *s == seq) {
+            let len = tokio::time::timeout_at(deadline, peer.recv(&mut datagram))
+                .await
+                .expect("answered in time")
+                .expect("recv works");
+            let got = packet::decode(&datagram[..len]).expect("valid datagram");
+            assert!(got.reads_echoes);
+            for answer in got.answers() {
+                answered_by.push((answer.seq, got.header, len));
+                assert!(answer.held < PATIENCE, "{answer:?}");
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    assert!(answered_by.iter().any(|(seq, ..)| *seq == 1_000));
+    for (seq, carrier, len) in &answered_by {
+        if *seq == 1_000 {
+            assert_eq!(carrier.kind, Kind::Reply, "no MTU probe was due");
+            assert_eq!(
+                (carrier.class, carrier.seq, *len),
+                (ProbeClass::Mtu, 1_000, 1472)
+            );
+        } else {
+            assert_eq!(
+                carrier.kind,
+                Kind::Request,
+                "seq {seq} got a reply of its own"
+            );
+            assert_eq!((carrier.class, *len), (ProbeClass::Small, 64));
+        }
+    }
+    assert_eq!(exported(&a.metrics, pa, "answered"), Some(11));
+}
+
 #[tokio::test]
 async fn datagrams_from_anyone_but_the_cables_peer_are_not_answered() {
     let [pa, pb] = free_ports().await;
     let a = start("a", vec![cable("a", "b", ports(pa, pb))], fast_settings());
     let stranger = UdpSocket::bind((HERE, 0)).await.expect("binds");
     let mut buf = [0u8; 64];
-    let request = packet::encode(&Header::request(ProbeClass::Small, 7), 64, &mut buf)
+    let request = packet::encode(&Header::request(ProbeClass::Small, 7), &[], 64, &mut buf)
         .expect("encodes")
         .to_vec();
     let mut reply = [0u8; 128];
@@ -335,7 +407,7 @@ async fn a_flood_from_the_peer_is_rate_limited() {
     let peer = fake_peer(pb, pa).await;
     let mut buf = [0u8; 64];
     for seq in 0..300 {
-        let request = packet::encode(&Header::request(ProbeClass::Small, seq), 64, &mut buf)
+        let request = packet::encode(&Header::request(ProbeClass::Small, seq), &[], 64, &mut buf)
             .expect("encodes");
         peer.send(request).await.expect("sends");
     }
