@@ -9,9 +9,61 @@ use meshd_proto::domain::{
     NodeState,
 };
 
+/// What [`diff`] compares of the status before: quorum, node and link
+/// states, and alarms. A node keeps this between looks instead of a copy of
+/// its whole status, and [`Verdicts::remember`] copies only what changed,
+/// so a look on a steady mesh copies nothing.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Verdicts {
+    has_quorum: bool,
+    nodes: Vec<(NodeId, NodeState)>,
+    links: Vec<(LinkEnd, LinkEnd, LinkState)>,
+    alarms: Vec<Alarm>,
+}
+
+impl Verdicts {
+    pub fn of(status: &MeshStatus) -> Self {
+        let mut verdicts = Self::default();
+        verdicts.remember(status);
+        verdicts
+    }
+
+    /// Takes `status` as the status before the next diff.
+    pub fn remember(&mut self, status: &MeshStatus) {
+        self.has_quorum = status.quorum.has_quorum;
+        let same_nodes = self
+            .nodes
+            .iter()
+            .map(|(id, state)| (id, *state))
+            .eq(status.nodes.iter().map(|n| (&n.id, n.state)));
+        if !same_nodes {
+            self.nodes = status
+                .nodes
+                .iter()
+                .map(|n| (n.id.clone(), n.state))
+                .collect();
+        }
+        let same_links = self
+            .links
+            .iter()
+            .map(|(a, b, state)| (a, b, *state))
+            .eq(status.links.iter().map(|l| (&l.a, &l.b, l.state)));
+        if !same_links {
+            self.links = status
+                .links
+                .iter()
+                .map(|l| (l.a.clone(), l.b.clone(), l.state))
+                .collect();
+        }
+        if self.alarms != status.alarms {
+            self.alarms.clone_from(&status.alarms);
+        }
+    }
+}
+
 /// What changed from `before` to `after`, stamped with `after`'s time. With
 /// no `before` (the first evaluation) nothing has changed yet.
-pub fn diff(before: Option<&MeshStatus>, after: &MeshStatus) -> Vec<Event> {
+pub fn diff(before: Option<&Verdicts>, after: &MeshStatus) -> Vec<Event> {
     let Some(before) = before else {
         return Vec::new();
     };
@@ -25,7 +77,7 @@ pub fn diff(before: Option<&MeshStatus>, after: &MeshStatus) -> Vec<Event> {
         detail: Some(detail),
     };
 
-    if before.quorum.has_quorum != after.quorum.has_quorum {
+    if before.has_quorum != after.quorum.has_quorum {
         let (kind, verb) = if after.quorum.has_quorum {
             (EventKind::QuorumRegained, "regained")
         } else {
@@ -43,8 +95,11 @@ pub fn diff(before: Option<&MeshStatus>, after: &MeshStatus) -> Vec<Event> {
         ));
     }
 
-    let old_nodes: BTreeMap<&NodeId, NodeState> =
-        before.nodes.iter().map(|n| (&n.id, n.state)).collect();
+    let old_nodes: BTreeMap<&NodeId, NodeState> = before
+        .nodes
+        .iter()
+        .map(|(id, state)| (id, *state))
+        .collect();
     for node in &after.nodes {
         if old_nodes.get(&node.id).is_none_or(|old| *old == node.state) {
             continue;
@@ -68,7 +123,7 @@ pub fn diff(before: Option<&MeshStatus>, after: &MeshStatus) -> Vec<Event> {
     let old_links: BTreeMap<(&LinkEnd, &LinkEnd), LinkState> = before
         .links
         .iter()
-        .map(|l| ((&l.a, &l.b), l.state))
+        .map(|(a, b, state)| ((a, b), *state))
         .collect();
     for link in &after.links {
         let Some(old) = old_links.get(&(&link.a, &link.b)) else {
@@ -244,7 +299,7 @@ mod tests {
         );
         let mut later = s.clone();
         later.evaluated_at = t(9);
-        assert!(diff(Some(&s), &later).is_empty());
+        assert!(diff(Some(&Verdicts::of(&s)), &later).is_empty());
     }
 
     #[test]
@@ -263,7 +318,7 @@ mod tests {
             LinkState::Down,
             vec![alarm(AlarmKind::BridgeLoop)],
         );
-        let events = diff(Some(&before), &after);
+        let events = diff(Some(&Verdicts::of(&before)), &after);
         assert_eq!(
             kinds(&events),
             vec![
@@ -288,7 +343,7 @@ mod tests {
         let before = status(0, false, NodeState::Down, LinkState::Down, vec![]);
         let after = status(1, true, NodeState::Up, LinkState::Up, vec![]);
         assert_eq!(
-            kinds(&diff(Some(&before), &after)),
+            kinds(&diff(Some(&Verdicts::of(&before)), &after)),
             vec![
                 EventKind::QuorumRegained,
                 EventKind::NodeUp,
@@ -301,7 +356,7 @@ mod tests {
     fn gaining_or_losing_evidence_is_not_link_news() {
         let unknown = status(0, true, NodeState::Up, LinkState::Unknown, vec![]);
         let up = status(1, true, NodeState::Up, LinkState::Up, vec![]);
-        assert!(diff(Some(&unknown), &up).is_empty());
-        assert!(diff(Some(&up), &unknown).is_empty());
+        assert!(diff(Some(&Verdicts::of(&unknown)), &up).is_empty());
+        assert!(diff(Some(&Verdicts::of(&up)), &unknown).is_empty());
     }
 }

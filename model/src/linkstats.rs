@@ -447,11 +447,12 @@ impl LinkStats {
         self.scratch_rtts = rtts;
         self.scratch_host_delays = host_delays;
 
+        let [loss, mtu_loss] = self.loss_windows(now);
         ProbeStats {
             rtt,
             rtt_histogram: self.histogram.to_rtt_histogram(),
-            loss: self.loss_windows(ProbeClass::Small, now),
-            mtu_loss: self.loss_windows(ProbeClass::Mtu, now),
+            loss,
+            mtu_loss,
             probes_sent_total: self.sent_total,
             probes_lost_total: self.lost_total,
             last_reply_at: self.last_reply_at,
@@ -553,26 +554,45 @@ impl LinkStats {
         }
     }
 
-    fn loss_windows(&self, class: ProbeClass, now: Instant) -> Vec<LossWindow> {
-        LOSS_WINDOWS
-            .iter()
-            .map(|&window| {
-                let since = now.checked_sub(window);
-                let (mut sent, mut lost) = (0, 0);
-                for r in self.records.iter().rev() {
-                    if since.is_some_and(|since| r.at < since) {
-                        break;
-                    }
-                    if r.class == class && r.fate != Fate::Outage {
-                        sent += 1;
-                        if r.fate == Fate::Lost {
-                            lost += 1;
-                        }
-                    }
-                }
-                LossWindow { window, sent, lost }
-            })
-            .collect()
+    /// Small and MTU probes' loss over each of [`LOSS_WINDOWS`], in one
+    /// walk back through the records (a look reads every link's, and the
+    /// longest window holds a minute of them): each window counts from the
+    /// newest record back to the first one older than its start.
+    fn loss_windows(&self, now: Instant) -> [Vec<LossWindow>; 2] {
+        let since = LOSS_WINDOWS.map(|window| now.checked_sub(window));
+        // Sent and lost, by class (small, MTU) and window.
+        let mut counts = [[(0, 0); LOSS_WINDOWS.len()]; 2];
+        // The windows still counting, shortest first: once a window has met
+        // a record older than its start, the shorter ones have too.
+        let mut counting = LOSS_WINDOWS.len();
+        for r in self.records.iter().rev() {
+            while counting > 0
+                && since[LOSS_WINDOWS.len() - counting].is_some_and(|since| r.at < since)
+            {
+                counting -= 1;
+            }
+            if counting == 0 {
+                break;
+            }
+            if r.fate == Fate::Outage {
+                continue;
+            }
+            let class = match r.class {
+                ProbeClass::Small => 0,
+                ProbeClass::Mtu => 1,
+            };
+            for (sent, lost) in &mut counts[class][LOSS_WINDOWS.len() - counting..] {
+                *sent += 1;
+                *lost += u64::from(r.fate == Fate::Lost);
+            }
+        }
+        counts.map(|by_window| {
+            LOSS_WINDOWS
+                .iter()
+                .zip(by_window)
+                .map(|(&window, (sent, lost))| LossWindow { window, sent, lost })
+                .collect()
+        })
     }
 
     fn add_baseline_sample(&mut self, rtt: Duration, at: Instant) {

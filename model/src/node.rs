@@ -17,7 +17,7 @@ use meshd_proto::domain::{
 use meshd_proto::facts::NodeFacts;
 
 use crate::clock::ClockBook;
-use crate::events;
+use crate::events::{self, Verdicts};
 use crate::linkstats::ProbeStats;
 use crate::observation::link_observation;
 use crate::outbox::{Outbox, OutboxSettings, Snapshot};
@@ -94,7 +94,8 @@ pub struct NodeCore {
     engine: Engine,
     outbox: Outbox,
     clocks: ClockBook,
-    last: Option<MeshStatus>,
+    /// What the next look's events are the changes from.
+    last: Option<Verdicts>,
 }
 
 impl NodeCore {
@@ -166,8 +167,6 @@ impl NodeCore {
                 })
             })
             .collect();
-        let links: Vec<LinkObservation> =
-            local_links.iter().map(|l| l.observation.clone()).collect();
         let clock_offsets = self.clocks.offsets(moment.now);
         let inputs = MeshInputs {
             local: self.identity.clone(),
@@ -183,6 +182,13 @@ impl NodeCore {
         let evaluation = self.engine.evaluate(&inputs, moment);
         let status = evaluation.status;
         let events = events::diff(self.last.as_ref(), &status);
+        self.last.get_or_insert_default().remember(&status);
+        // The observations are judged; now they go out as they are.
+        let links: Vec<LinkObservation> = inputs
+            .local_links
+            .into_iter()
+            .map(|l| l.observation)
+            .collect();
         let urgent = look.urgent || !events.is_empty();
         // Only this node can see that its own clock is off the mesh's: its
         // peers learn it from its reports (the alert leader posts it).
@@ -214,7 +220,6 @@ impl NodeCore {
             .flatten()
             .min()
             .unwrap_or(evaluation.next_deadline);
-        self.last = Some(status.clone());
         Decision {
             status,
             events,

@@ -45,7 +45,7 @@ pub struct Snapshot<'a> {
 }
 
 /// What the peers hold of this node: everything sent so far.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct Sent {
     links: BTreeMap<NodeId, (LinkObservation, Instant)>,
     alarms: Vec<Alarm>,
@@ -123,7 +123,8 @@ impl Outbox {
         moment: Moment,
         urgent: bool,
     ) -> Option<ReportUpdate> {
-        let Some(sent) = self.sent.take() else {
+        let heartbeat_due = self.next_due().is_none_or(|due| moment.now >= due);
+        let Some(sent) = self.sent.as_mut() else {
             return Some(self.first(now, moment));
         };
         let rules = &self.settings.rules;
@@ -143,47 +144,53 @@ impl Outbox {
             has_quorum: None,
             clock_offsets: None,
         };
-        let mut next = sent.clone();
-        for link in now.links {
-            let due = match sent.links.get(&link.remote.node) {
+        // `sent` is brought up to date in place rather than copied: whatever
+        // changes in it goes into the update too, so when the update
+        // carries no news `sent` is as it was. Every link is judged against
+        // what was sent before this update.
+        update.links = now
+            .links
+            .iter()
+            .filter(|link| match sent.links.get(&link.remote.node) {
                 None => true,
                 Some((old, at)) => {
                     EndClass::of(old, rules) != EndClass::of(link, rules)
                         || ((urgent || moment.now.saturating_duration_since(*at) >= refresh)
-                            && old != link)
+                            && old != *link)
                 }
-            };
-            if due {
-                update.links.push(link.clone());
-                next.links
-                    .insert(link.remote.node.clone(), (link.clone(), moment.now));
-            }
+            })
+            .cloned()
+            .collect();
+        for link in &update.links {
+            sent.links
+                .insert(link.remote.node.clone(), (link.clone(), moment.now));
         }
-        for (peer, (old, _)) in &sent.links {
-            if !now.links.iter().any(|l| l.remote.node == *peer) {
+        sent.links.retain(|peer, (old, _)| {
+            let still_observed = now.links.iter().any(|l| l.remote.node == *peer);
+            if !still_observed {
                 update.removed_links.push(old.remote.clone());
-                next.links.remove(peer);
             }
-        }
+            still_observed
+        });
         if !same_alarms(&sent.alarms, now.alarms) {
             update.alarms = Some(now.alarms.to_vec());
-            next.alarms = now.alarms.to_vec();
+            sent.alarms = now.alarms.to_vec();
         }
         if sent.hears != now.hears {
             update.hears = Some(now.hears.to_vec());
-            next.hears = now.hears.to_vec();
+            sent.hears = now.hears.to_vec();
         }
         if sent.heard_on_management != now.heard_on_management {
             update.heard_on_management = Some(now.heard_on_management.to_vec());
-            next.heard_on_management = now.heard_on_management.to_vec();
+            sent.heard_on_management = now.heard_on_management.to_vec();
         }
         if sent.has_quorum != now.has_quorum {
             update.has_quorum = Some(now.has_quorum);
-            next.has_quorum = now.has_quorum;
+            sent.has_quorum = now.has_quorum;
         }
         if offsets_moved(&sent.clock_offsets, now.clock_offsets) {
             update.clock_offsets = Some(now.clock_offsets.to_vec());
-            next.clock_offsets = now.clock_offsets.to_vec();
+            sent.clock_offsets = now.clock_offsets.to_vec();
         }
         let facts_changed = match (&sent.facts, now.facts) {
             (Some(old), Some(new)) => !Arc::ptr_eq(old, new),
@@ -192,16 +199,13 @@ impl Outbox {
         };
         if facts_changed {
             update.facts = now.facts.map(|f| (**f).clone());
-            next.facts = now.facts.cloned();
+            sent.facts = now.facts.cloned();
         }
         let news = update.carries_changes();
-        let heartbeat_due = self.next_due().is_none_or(|due| moment.now >= due);
         if !news && !heartbeat_due {
-            self.sent = Some(sent);
             return None;
         }
-        next.load = now.load;
-        self.sent = Some(next);
+        sent.load = now.load;
         self.sequence += 1;
         self.last_sent_at = Some(moment.now);
         Some(update)

@@ -20,7 +20,7 @@ use meshd_model::fixtures;
 use meshd_model::linkstats::{
     LATE, LatenessLog, LinkStats, LinkStatsConfig, ProbeClass, ProbeStats, RTT_BOUNDS,
 };
-use meshd_model::node::{Look, NodeCore, NodeSettings, ReplyAction};
+use meshd_model::node::{Decision, Look, NodeCore, NodeSettings, ReplyAction};
 use meshd_model::outbox::OutboxSettings;
 use meshd_model::peers::{BookSettings, Path, PeerBook, StreamId};
 use meshd_model::time::Moment;
@@ -201,7 +201,7 @@ struct Daemon {
     /// What the probe task last published.
     snapshot: BTreeMap<NodeId, ProbeStats>,
     snapshot_lateness: Duration,
-    told: BTreeMap<usize, (bool, bool)>,
+    told: BTreeMap<NodeId, (bool, bool)>,
     lateness: LatenessLog,
     next_mtu: Instant,
     /// Everything sent so far, for a stream that opens.
@@ -1434,21 +1434,20 @@ impl Sim {
     }
 
     fn publish(&mut self, x: usize, force: bool) {
+        let Some(links) = self.probe_stats(x) else {
+            return;
+        };
         let now = self.now;
-        let ids: BTreeMap<usize, NodeId> = (0..self.nodes.len()).map(|i| (i, node_id(i))).collect();
         let Some(d) = self.daemon_mut(x) else {
             return;
         };
         let mut significant = force;
-        let mut links = BTreeMap::new();
-        for (peer, stats) in &mut d.probes {
-            let s = stats.stats(now);
+        for (peer, s) in &links {
             let told = (s.silence >= DOWN_AFTER, s.consecutive_lost >= LOSING);
             if d.told.get(peer) != Some(&told) {
-                d.told.insert(*peer, told);
+                d.told.insert(peer.clone(), told);
                 significant = true;
             }
-            links.insert(ids[peer].clone(), s);
         }
         d.snapshot = links;
         d.snapshot_lateness = d.lateness.worst(now);
@@ -1459,11 +1458,35 @@ impl Sim {
 
     /// `Aggregator::look`, then the alert pusher's step.
     fn look(&mut self, x: usize, urgent: bool) {
+        if let Some((moment, decision)) = self.core_look(x, urgent) {
+            self.apply_decision(x, moment, decision);
+        }
+    }
+
+    /// Node `x`'s probe statistics as of now: what its probe task
+    /// publishes on every tick here, and what the daemon's aggregator
+    /// computes on every look (`ProbeBoard::read`), so the benchmark
+    /// (`benches/look.rs`) times it apart. `None` when the node's daemon is
+    /// not running.
+    pub fn probe_stats(&mut self, x: usize) -> Option<BTreeMap<NodeId, ProbeStats>> {
+        let now = self.now;
+        let d = self.daemon_mut(x)?;
+        Some(
+            d.probes
+                .iter_mut()
+                .map(|(peer, stats)| (node_id(*peer), stats.stats(now)))
+                .collect(),
+        )
+    }
+
+    /// The core's part of node `x`'s look now, as the aggregator hands it
+    /// over: the probe task's last snapshot and the book's views. `None`
+    /// when the node's daemon is not running. Public for the benchmark
+    /// (`benches/look.rs`), which times this part alone and then lets the
+    /// node act on the decision with [`Sim::apply_decision`].
+    pub fn core_look(&mut self, x: usize, urgent: bool) -> Option<(Moment, Decision)> {
         let moment = self.moment(x);
-        let late_by = self.nodes[x].late_by;
-        let Some(d) = self.daemon_mut(x) else {
-            return;
-        };
+        let d = self.daemon_mut(x)?;
         d.look_at = None;
         let lateness = d.snapshot_lateness;
         let load = NodeLoad {
@@ -1483,6 +1506,17 @@ impl Sim {
             lateness,
             urgent,
         });
+        Some((moment, decision))
+    }
+
+    /// What node `x` does with a look's decision: steps its alerts, keeps
+    /// the status, sends the update on its open streams and queues the
+    /// next look.
+    pub fn apply_decision(&mut self, x: usize, moment: Moment, decision: Decision) {
+        let late_by = self.nodes[x].late_by;
+        let Some(d) = self.daemon_mut(x) else {
+            return;
+        };
         d.deadline = decision.next_look.max(moment.now + MIN_LOOK_GAP);
         let deadline = d.deadline;
         let update = decision.update;
