@@ -19,13 +19,10 @@
 //! next step (gaps of 64 and 128 ms alternate, ten ticks a second).
 //! Periods shorter than a step tick at their exact instants.
 //!
-//! One timer stays off those instants on purpose: the lateness probe
-//! ([`every_off_grid`]). A task's lateness is measured when it is polled,
-//! and at a step every other tick's work is polled in the same turn: on a
-//! slow host (a debug build under an emulator) that work alone took tens
-//! of milliseconds and read as a saturated node. Half a step off the grid
-//! nothing else is due, so what it measures is how late the runtime serves
-//! a timer.
+//! How late the grid's ticks run is the node's measure of its own load:
+//! the probe task notes its tick's lateness for the load watcher (see
+//! `watch::load::TimerLateness`), rather than a timer of its own costing
+//! as many wake-ups again.
 
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
@@ -118,31 +115,11 @@ fn multiple_at_or_after(at: Instant, period: Duration) -> Instant {
 /// at or after now (never before: a tick's lateness is measured against a
 /// deadline the timer set, not against a busy start).
 pub fn every(period: Duration) -> Ticker {
-    ticker(period, Duration::ZERO)
-}
-
-/// A timer ticking every `period` (rounded up to whole steps) half a step
-/// after the grid's instants, where no other timer of the grid is due.
-pub fn every_off_grid(period: Duration) -> Ticker {
-    ticker(longest_gap(period.max(GRID)), GRID / 2)
-}
-
-fn ticker(period: Duration, offset: Duration) -> Ticker {
     let period = period.max(Duration::from_millis(1));
-    let first = tick_at_or_after(Instant::now(), period, offset);
     Ticker {
         period,
-        offset,
-        sleep: Box::pin(tokio::time::sleep_until(first)),
+        sleep: Box::pin(tokio::time::sleep_until(align(Instant::now(), period))),
     }
-}
-
-/// The first tick at or after `at` of a timer of `period` ticking `offset`
-/// after the grid's instants.
-fn tick_at_or_after(at: Instant, period: Duration, offset: Duration) -> Instant {
-    at.checked_sub(offset)
-        .and_then(|shifted| align(shifted, period).checked_add(offset))
-        .unwrap_or(at)
 }
 
 /// See [`every`]. A tick missed because the runtime fell behind is
@@ -151,8 +128,6 @@ fn tick_at_or_after(at: Instant, period: Duration, offset: Duration) -> Instant 
 #[derive(Debug)]
 pub struct Ticker {
     period: Duration,
-    /// How far after the grid's instants it ticks.
-    offset: Duration,
     sleep: Pin<Box<Sleep>>,
 }
 
@@ -168,7 +143,7 @@ impl Ticker {
         let due = self.sleep.deadline();
         let now = Instant::now().max(due);
         let after = now.checked_add(Duration::from_nanos(1)).unwrap_or(now);
-        let next = tick_at_or_after(after, self.period, self.offset);
+        let next = align(after, self.period);
         self.sleep.as_mut().reset(next);
         Poll::Ready(due)
     }
@@ -260,25 +235,6 @@ mod tests {
         let next = tick.tick().await;
         assert_eq!(next, first + GRID * 4, "the ones missed are skipped");
         assert!(Instant::now() >= next);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn the_off_grid_timer_ticks_half_a_step_after_the_grid() {
-        let mut off = every_off_grid(GRID * 2);
-        let mut on = every(GRID);
-        let mut off_ticks = Vec::new();
-        while off_ticks.len() < 4 {
-            tokio::select! {
-                at = off.tick() => off_ticks.push(at),
-                at = on.tick() => assert_eq!(align(at, GRID), at),
-            }
-        }
-        for pair in off_ticks.windows(2) {
-            assert_eq!(pair[1] - pair[0], GRID * 2, "{off_ticks:?}");
-        }
-        for at in off_ticks {
-            assert_eq!(align(at - GRID / 2, GRID), at - GRID / 2, "{at:?}");
-        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -177,10 +177,12 @@ impl RunningNode {
         let (configs, _) = watch::channel(Arc::new(config.clone()));
         let book = aggregator::peer_book(config);
         let book_changed = Arc::new(Notify::new());
+        let lateness = load::TimerLateness::default();
         let probes = Probes::start(
             settings::probed_links(config, &identity.id),
             settings::prober(config),
             metrics.clone(),
+            lateness.clone(),
             shutdown.clone(),
         );
         let rdma = RdmaProbes::start(
@@ -228,7 +230,7 @@ impl RunningNode {
             book_changed: book_changed.clone(),
             probes,
             rdma,
-            load: load::spawn(config.thresholds.cpu_saturated, shutdown.clone()),
+            load: load::spawn(config.thresholds.cpu_saturated, lateness, shutdown.clone()),
             local_alarms: vec![
                 bridge_alarms,
                 cpu_watch.alarms.clone(),

@@ -31,6 +31,7 @@ use std::sync::Arc;
 
 use meshd::metrics::Metrics;
 use meshd::probe::{LinkPorts, ProbedLink, ProberSettings, Probes};
+use meshd::watch::load::TimerLateness;
 use meshd_model::verdict::ExpectedLink;
 use meshd_proto::domain::{Incarnation, LinkEnd, NodeId, NodeIdentity};
 use tokio_util::sync::CancellationToken;
@@ -87,6 +88,7 @@ fn probes(local: LinkEnd, remote: LinkEnd, shutdown: CancellationToken) -> Probe
         vec![link],
         settings(),
         Arc::new(Metrics::new(&identity)),
+        TimerLateness::default(),
         shutdown,
     )
 }

@@ -36,6 +36,7 @@ use super::{
     lock, stamp,
 };
 use crate::metrics::Metrics;
+use crate::watch::load::TimerLateness;
 
 /// Shortest probe period whatever the settings say: at most one probe per
 /// tick, so this bounds the probe rate of a link (and makes a storm
@@ -169,6 +170,8 @@ struct Engine {
     waiting: Vec<Waiting>,
     metrics: Arc<Metrics>,
     ticks: Arc<Mutex<Ticks>>,
+    /// Where every tick's lateness goes, for the load watcher.
+    lateness: TimerLateness,
     /// Links were bound or closed since the board was last replaced.
     links_changed: bool,
     next_mtu: Instant,
@@ -220,6 +223,7 @@ pub async fn run(
     mut control: watch::Receiver<(Vec<ProbedLink>, ProberSettings)>,
     board: watch::Sender<ProbeBoard>,
     metrics: Arc<Metrics>,
+    lateness: TimerLateness,
     shutdown: CancellationToken,
 ) {
     let (links, settings) = control.borrow_and_update().clone();
@@ -229,6 +233,7 @@ pub async fn run(
         waiting: Vec::new(),
         metrics,
         ticks: Arc::default(),
+        lateness,
         links_changed: true,
         next_mtu: Instant::now(),
         buf: vec![0; MAX_DATAGRAM_LEN],
@@ -372,6 +377,7 @@ impl Engine {
             ticks.drained_at = Some(now);
             ticks.lateness.note(late, now);
         }
+        self.lateness.note(late);
         let mtu_due = now >= self.next_mtu;
         if mtu_due {
             self.next_mtu = now + self.settings.mtu_interval;

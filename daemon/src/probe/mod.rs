@@ -27,6 +27,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
+use crate::watch::load::TimerLateness;
 
 pub use meshd_model::linkstats::ProbeClass;
 pub use packet::{Header, Kind, PacketError};
@@ -175,16 +176,20 @@ pub struct Probes {
 impl Probes {
     /// Starts probing `links`; stops with `shutdown`. A cable whose address
     /// is not there yet (interface down at boot) is retried, and judged from
-    /// the other end meanwhile.
+    /// the other end meanwhile. The task ticks with no cable too, and notes
+    /// how late each tick is in `lateness`.
     pub fn start(
         links: Vec<ProbedLink>,
         settings: ProberSettings,
         metrics: Arc<Metrics>,
+        lateness: TimerLateness,
         shutdown: CancellationToken,
     ) -> Self {
         let (control, control_rx) = watch::channel((links, settings));
         let (board_tx, board) = watch::channel(ProbeBoard::default());
-        let engine = tokio::spawn(engine::run(control_rx, board_tx, metrics, shutdown));
+        let engine = tokio::spawn(engine::run(
+            control_rx, board_tx, metrics, lateness, shutdown,
+        ));
         Self {
             control,
             board,

@@ -17,20 +17,12 @@ use std::time::Duration;
 use meshd_proto::domain::NodeLoad;
 use sysinfo::{CpuRefreshKind, RefreshKind, System};
 use tokio::sync::watch;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// sysinfo needs at least its minimum interval between two samples for a
 /// meaningful usage figure; one second also keeps the sampler's own cost
 /// negligible.
 const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
-
-/// How often the lateness of meshd's own timers is measured: every other
-/// step of the timer grid, half a step off it, where nothing else is due
-/// (see [`crate::cadence::every_off_grid`]). A stall of the runtime that
-/// long always shows; the probe task's own ticks, ten a second, show
-/// shorter ones in its links' figures.
-const LATENESS_PROBE: Duration = Duration::from_millis(128);
 
 /// Timers this late mean meshd's judgements are late too: a tenth of the
 /// shortest `down_after` in use (600 ms by default) would be 60 ms; this
@@ -41,17 +33,35 @@ pub const LATE: Duration = Duration::from_millis(20);
 /// starting, and they grow with the load.
 pub const LATE_WHEN_BUSY: Duration = Duration::from_millis(5);
 
+/// The worst lateness of meshd's timers since it was last taken. The probe
+/// task notes its tick's, ten a second at the default interval: a timer of
+/// its own would cost as many wake-ups again, and no finer a sample (a
+/// stall that delays no probe tick delays no measurement either).
+#[derive(Debug, Clone, Default)]
+pub struct TimerLateness(Arc<AtomicU64>);
+
+impl TimerLateness {
+    pub fn note(&self, late: Duration) {
+        let late_us = u64::try_from(late.as_micros()).unwrap_or(u64::MAX);
+        self.0.fetch_max(late_us, Ordering::Relaxed);
+    }
+
+    /// The worst noted since the last call.
+    pub fn take(&self) -> Duration {
+        Duration::from_micros(self.0.swap(0, Ordering::Relaxed))
+    }
+}
+
 /// Samples the busy share of all cores every second, and the worst
-/// lateness of a timer in that second; `saturated_above` is
-/// `thresholds.cpu_saturated`. A sample reads one kernel table
-/// (microseconds), so it runs inline on the runtime.
-pub fn spawn(saturated_above: f64, shutdown: CancellationToken) -> watch::Receiver<NodeLoad> {
+/// lateness of a timer in that second (as noted in `lateness`);
+/// `saturated_above` is `thresholds.cpu_saturated`. A sample reads one
+/// kernel table (microseconds), so it runs inline on the runtime.
+pub fn spawn(
+    saturated_above: f64,
+    lateness: TimerLateness,
+    shutdown: CancellationToken,
+) -> watch::Receiver<NodeLoad> {
     let (tx, rx) = watch::channel(NodeLoad::default());
-    let worst_lateness_us = Arc::new(AtomicU64::new(0));
-    tokio::spawn(measure_lateness(
-        worst_lateness_us.clone(),
-        shutdown.clone(),
-    ));
     tokio::spawn(async move {
         let refresh = RefreshKind::nothing().with_cpu(CpuRefreshKind::nothing().with_usage());
         let mut system = match System::new_with_specifics(refresh) {
@@ -71,26 +81,14 @@ pub fn spawn(saturated_above: f64, shutdown: CancellationToken) -> watch::Receiv
                 _ = tick.tick() => {}
             }
             system.refresh_cpu_usage();
-            let lateness = Duration::from_micros(worst_lateness_us.swap(0, Ordering::Relaxed));
-            tx.send_replace(load(system.global_cpu_usage(), lateness, saturated_above));
+            tx.send_replace(load(
+                system.global_cpu_usage(),
+                lateness.take(),
+                saturated_above,
+            ));
         }
     });
     rx
-}
-
-/// Wakes every [`LATENESS_PROBE`] and keeps the worst lateness seen since
-/// the sampler last took it.
-async fn measure_lateness(worst_us: Arc<AtomicU64>, shutdown: CancellationToken) {
-    let mut tick = crate::cadence::every_off_grid(LATENESS_PROBE);
-    loop {
-        let due = tokio::select! {
-            () = shutdown.cancelled() => return,
-            due = tick.tick() => due,
-        };
-        let late = Instant::now().saturating_duration_since(due);
-        let late_us = u64::try_from(late.as_micros()).unwrap_or(u64::MAX);
-        worst_us.fetch_max(late_us, Ordering::Relaxed);
-    }
 }
 
 fn load(usage_percent: f32, lateness: Duration, saturated_above: f64) -> NodeLoad {
@@ -133,19 +131,16 @@ mod tests {
         assert_eq!(load(f32::NAN, ON_TIME, 0.9), NodeLoad::default());
     }
 
-    #[tokio::test(flavor = "current_thread")]
-    async fn a_runtime_held_up_shows_as_lateness() {
-        let worst = Arc::new(AtomicU64::new(0));
-        let shutdown = CancellationToken::new();
-        tokio::spawn(measure_lateness(worst.clone(), shutdown.clone()));
-        tokio::task::yield_now().await;
-        // Hold the only runtime thread well past the probe's deadline: the
-        // probe can only wake that much later or more.
-        std::thread::sleep(LATENESS_PROBE + Duration::from_millis(150));
-        tokio::time::sleep(Duration::from_millis(1)).await;
-        tokio::task::yield_now().await;
-        let late = Duration::from_micros(worst.load(Ordering::Relaxed));
-        assert!(late >= Duration::from_millis(150), "{late:?}");
-        shutdown.cancel();
+    #[test]
+    fn timer_lateness_is_the_worst_since_it_was_last_taken() {
+        let lateness = TimerLateness::default();
+        assert_eq!(lateness.take(), Duration::ZERO);
+        for ms in [3, 40, 7] {
+            lateness.clone().note(Duration::from_millis(ms));
+        }
+        assert_eq!(lateness.take(), Duration::from_millis(40));
+        assert_eq!(lateness.take(), Duration::ZERO, "taken");
+        lateness.note(Duration::MAX);
+        assert_eq!(lateness.take(), Duration::from_micros(u64::MAX));
     }
 }
