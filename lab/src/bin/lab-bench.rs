@@ -580,6 +580,7 @@ impl CpuClock {
 
 /// The CPU time process `pid` has used so far, in ns, from its CPU-time
 /// clock.
+#[cfg(target_os = "linux")]
 fn process_cpu_ns(pid: u32) -> anyhow::Result<u64> {
     let process = nix::unistd::Pid::from_raw(
         i32::try_from(pid).with_context(|| format!("pid {pid} is out of range"))?,
@@ -590,6 +591,13 @@ fn process_cpu_ns(pid: u32) -> anyhow::Result<u64> {
         .with_context(|| format!("reading the CPU-time clock of process {pid}"))?;
     let ns = i128::from(now.tv_sec()) * 1_000_000_000 + i128::from(now.tv_nsec());
     u64::try_from(ns).with_context(|| format!("process {pid}: CPU time {ns} ns"))
+}
+
+/// The lab runs on Linux only; elsewhere there is no other process's
+/// CPU-time clock to read (macOS has no `clock_getcpuclockid`).
+#[cfg(not(target_os = "linux"))]
+fn process_cpu_ns(pid: u32) -> anyhow::Result<u64> {
+    anyhow::bail!("no CPU-time clock for process {pid} on this OS")
 }
 
 /// A `/proc/PID/status` value in kB, as MB (10⁶ bytes).
@@ -1021,6 +1029,7 @@ meshd_link_rtt_p50_seconds{peer=\"c\",iface=\"\"} NaN
     }
 
     #[test]
+    #[cfg(target_os = "linux")]
     fn a_process_that_is_not_there_is_an_error_naming_it() {
         // Above pid_max (at most 2^22): no such process.
         let pid = 1 << 23;
