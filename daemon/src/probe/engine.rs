@@ -483,21 +483,24 @@ impl Link {
             held: Duration::ZERO,
         }; MAX_ECHOES];
         let mut count = 0;
-        let mut len = len_of(settings, class);
+        let own_len = len_of(settings, class);
         // Not the tick's `now`: the other links' sockets were read since.
         let sending_at = Instant::now();
         self.taken.retain(|taken| {
-            let rides = taken.class == class && count < MAX_ECHOES;
+            // A request larger than this node's probe of its class (the
+            // peer's config differs) gets a plain reply: carrying its echo
+            // would make this probe as large, and lost where only the
+            // larger size cannot pass.
+            let rides = taken.class == class && taken.len <= own_len && count < MAX_ECHOES;
             if let Some(echo) = echoes.get_mut(count).filter(|_| rides) {
                 echo.seq = taken.seq;
                 echo.held = sending_at.saturating_duration_since(taken.at);
-                len = len.max(taken.len);
                 count += 1;
             }
             !rides
         });
         let echoes = echoes.get(..count).unwrap_or_default();
-        let len = len.max(packet::min_len(count));
+        let len = own_len.max(packet::min_len(count));
         let Ok(datagram) = packet::encode(&Header::request(class, seq), echoes, len, buf) else {
             return;
         };

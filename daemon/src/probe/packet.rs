@@ -23,9 +23,10 @@
 //! class instead of a datagram of its own, which halves the datagrams of a
 //! cable that both ends probe at the same rate. A node attaches echoes only
 //! for a peer whose datagrams say it reads them (flag bit 0); to any other
-//! peer, and for a request it cannot pair with a probe of its own, it sends
-//! plain replies. Nodes from before echoes ignore the flags and the bytes
-//! after the header, so a mesh halfway through an upgrade keeps measuring.
+//! peer, and for a request it cannot pair with a probe of its own of the
+//! same class and at least its size, it sends plain replies. Nodes from
+//! before echoes ignore the flags and the bytes after the header, so a mesh
+//! halfway through an upgrade keeps measuring.
 //!
 //! The responder times are only ever subtracted from each other, so the
 //! clocks of the two nodes never need to agree.

@@ -415,6 +415,35 @@ async fn a_peer_that_reads_echoes_is_answered_inside_the_nodes_probes() {
     assert_eq!(exported(&a.metrics, pa, "answered"), Some(11));
 }
 
+/// A request larger than this node's own probe of its class (the peer's
+/// config says larger probes) gets a plain reply of its size: riding in
+/// this node's probe would make that probe as large, and lost with it
+/// where only the larger size cannot pass.
+#[tokio::test]
+async fn a_request_larger_than_the_nodes_own_probe_gets_a_plain_reply() {
+    let [pa, pb] = free_ports().await;
+    let _a = start("a", vec![cable("a", "b", ports(pa, pb))], fast_settings());
+    let peer = fake_peer(pb, pa).await;
+    let mut buf = [0u8; 2048];
+    let mut datagram = [0u8; 4096];
+    let request = packet::encode(&Header::request(ProbeClass::Small, 77), &[], 200, &mut buf)
+        .expect("encodes")
+        .to_vec();
+    peer.send(&request).await.expect("sends");
+    let (carrier, len) = tokio::time::timeout(PATIENCE, async {
+        loop {
+            let len = peer.recv(&mut datagram).await.expect("recv works");
+            let got = packet::decode(&datagram[..len]).expect("valid datagram");
+            if got.answers().any(|answer| answer.seq == 77) {
+                return (got.header, len);
+            }
+        }
+    })
+    .await
+    .expect("answered in time");
+    assert_eq!((carrier.kind, carrier.seq, len), (Kind::Reply, 77, 200));
+}
+
 #[tokio::test]
 async fn datagrams_from_anyone_but_the_cables_peer_are_not_answered() {
     let [pa, pb] = free_ports().await;
