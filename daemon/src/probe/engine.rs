@@ -477,28 +477,27 @@ impl Link {
         lock(&self.stats).expire(now);
         let seq = self.next_seq;
         self.next_seq = self.next_seq.wrapping_add(1);
+        let own_len = len_of(settings, class);
+        // Not the tick's `now`: the other links' sockets were read since.
+        let sending_at = Instant::now();
+        // A request larger than this node's probe of its class (the peer's
+        // config differs) gets a plain reply: carrying its echo would make
+        // this probe as large, and lost where only the larger size fails.
+        let riding = self
+            .taken
+            .extract_if(.., |taken| taken.class == class && taken.len <= own_len);
         let mut echoes = [Echo {
             class,
             seq: 0,
             held: Duration::ZERO,
         }; MAX_ECHOES];
         let mut count = 0;
-        let own_len = len_of(settings, class);
-        // Not the tick's `now`: the other links' sockets were read since.
-        let sending_at = Instant::now();
-        self.taken.retain(|taken| {
-            // A request larger than this node's probe of its class (the
-            // peer's config differs) gets a plain reply: carrying its echo
-            // would make this probe as large, and lost where only the
-            // larger size cannot pass.
-            let rides = taken.class == class && taken.len <= own_len && count < MAX_ECHOES;
-            if let Some(echo) = echoes.get_mut(count).filter(|_| rides) {
-                echo.seq = taken.seq;
-                echo.held = sending_at.saturating_duration_since(taken.at);
-                count += 1;
-            }
-            !rides
-        });
+        // The slots first: once they are full, the rest stay taken.
+        for (echo, taken) in echoes.iter_mut().zip(riding) {
+            echo.seq = taken.seq;
+            echo.held = sending_at.saturating_duration_since(taken.at);
+            count += 1;
+        }
         let echoes = echoes.get(..count).unwrap_or_default();
         let len = own_len.max(packet::min_len(count));
         let Ok(datagram) = packet::encode(&Header::request(class, seq), echoes, len, buf) else {
@@ -507,9 +506,7 @@ impl Link {
         match self.socket.try_send(datagram) {
             Ok(_) => {
                 lock(&self.stats).on_sent(seq, class, now);
-                for _ in echoes {
-                    self.counters.count_reply();
-                }
+                self.counters.count_replies(echoes.len());
                 if self.send_failing {
                     self.send_failing = false;
                     tracing::info!(peer = %self.peer, "probes leave again");
@@ -519,9 +516,7 @@ impl Link {
                 // The cable's interface is down or gone: every probe that
                 // cannot leave is a lost one.
                 lock(&self.stats).on_send_failed(class, now);
-                for _ in echoes {
-                    self.counters.count_send_error();
-                }
+                self.counters.count_send_errors(echoes.len());
                 if !self.send_failing {
                     self.send_failing = true;
                     tracing::info!(peer = %self.peer, %error, "cannot send probes");

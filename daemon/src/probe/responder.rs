@@ -81,7 +81,11 @@ impl ResponderCounters {
 }
 
 fn bump(counter: &AtomicU64) -> u64 {
-    counter.fetch_add(1, Ordering::Relaxed) + 1
+    add(counter, 1)
+}
+
+fn add(counter: &AtomicU64, n: u64) -> u64 {
+    counter.fetch_add(n, Ordering::Relaxed).saturating_add(n)
 }
 
 /// What a link's socket does with one request: answers it, or drops it.
@@ -111,6 +115,11 @@ impl ResponderCounters {
         bump(&self.replies);
     }
 
+    /// Answers that left together, as echoes in one probe.
+    pub fn count_replies(&self, n: usize) {
+        add(&self.replies, u64::try_from(n).unwrap_or(u64::MAX));
+    }
+
     pub fn count_invalid(&self) -> u64 {
         bump(&self.invalid)
     }
@@ -121,6 +130,11 @@ impl ResponderCounters {
 
     pub fn count_send_error(&self) -> u64 {
         bump(&self.send_errors)
+    }
+
+    /// Answers that could not leave together, as echoes in one probe.
+    pub fn count_send_errors(&self, n: usize) {
+        add(&self.send_errors, u64::try_from(n).unwrap_or(u64::MAX));
     }
 
     pub fn count_recv_error(&self) -> u64 {

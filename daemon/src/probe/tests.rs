@@ -349,6 +349,30 @@ async fn garbage_is_counted_and_never_answered() {
     assert_eq!(exported(&a.metrics, pa, "answered"), Some(1));
 }
 
+/// Sends a request of `class`, `seq` and `len` bytes from the fake peer and
+/// waits for the datagram of node a that answers it (skipping a's probes
+/// that do not): that datagram's header and size.
+async fn carrier_of(peer: &UdpSocket, class: ProbeClass, seq: u64, len: usize) -> (Header, usize) {
+    let mut buf = vec![0u8; len];
+    let request =
+        packet::encode(&Header::request(class, seq), &[], len, &mut buf).expect("encodes");
+    peer.send(request).await.expect("sends");
+    let mut datagram = [0u8; 4096];
+    tokio::time::timeout(PATIENCE, async {
+        loop {
+            let len = peer.recv(&mut datagram).await.expect("recv works");
+            let got = packet::decode(&datagram[..len]).expect("valid datagram");
+            assert!(got.reads_echoes);
+            if let Some(answer) = got.answers().find(|answer| answer.seq == seq) {
+                assert!(answer.held < PATIENCE, "{answer:?}");
+                return (got.header, len);
+            }
+        }
+    })
+    .await
+    .expect("answered in time")
+}
+
 /// A peer that reads echoes gets the answers to its requests inside node
 /// a's own probes of the same class, one datagram each way and tick, and a
 /// plain reply to a request no probe of a's carries.
@@ -362,55 +386,22 @@ async fn a_peer_that_reads_echoes_is_answered_inside_the_nodes_probes() {
     };
     let a = start("a", vec![cable("a", "b", ports(pa, pb))], settings);
     let peer = fake_peer(pb, pa).await;
-    let mut buf = [0u8; 2048];
-    let mut datagram = [0u8; 4096];
-    let mut answered_by = Vec::new();
-    let mtu = packet::encode(
-        &Header::request(ProbeClass::Mtu, 1_000),
-        &[],
-        1472,
-        &mut buf,
-    )
-    .expect("encodes")
-    .to_vec();
     tokio::time::sleep(Duration::from_millis(100)).await;
-    peer.send(&mtu).await.expect("sends");
+    let (carrier, len) = carrier_of(&peer, ProbeClass::Mtu, 1_000, 1472).await;
+    assert_eq!(carrier.kind, Kind::Reply, "no MTU probe was due");
+    assert_eq!(
+        (carrier.class, carrier.seq, len),
+        (ProbeClass::Mtu, 1_000, 1472)
+    );
     for seq in 0..10 {
-        let request = packet::encode(&Header::request(ProbeClass::Small, seq), &[], 64, &mut buf)
-            .expect("encodes")
-            .to_vec();
-        peer.send(&request).await.expect("sends");
-        let deadline = tokio::time::Instant::now() + PATIENCE;
-        while !answered_by.iter().any(|(s, _, _)| *s == seq) {
-            let len = tokio::time::timeout_at(deadline, peer.recv(&mut datagram))
-                .await
-                .expect("answered in time")
-                .expect("recv works");
-            let got = packet::decode(&datagram[..len]).expect("valid datagram");
-            assert!(got.reads_echoes);
-            for answer in got.answers() {
-                answered_by.push((answer.seq, got.header, len));
-                assert!(answer.held < PATIENCE, "{answer:?}");
-            }
-        }
+        let (carrier, len) = carrier_of(&peer, ProbeClass::Small, seq, 64).await;
+        assert_eq!(
+            carrier.kind,
+            Kind::Request,
+            "seq {seq} got a reply of its own"
+        );
+        assert_eq!((carrier.class, len), (ProbeClass::Small, 64));
         tokio::time::sleep(Duration::from_millis(30)).await;
-    }
-    assert!(answered_by.iter().any(|(seq, ..)| *seq == 1_000));
-    for (seq, carrier, len) in &answered_by {
-        if *seq == 1_000 {
-            assert_eq!(carrier.kind, Kind::Reply, "no MTU probe was due");
-            assert_eq!(
-                (carrier.class, carrier.seq, *len),
-                (ProbeClass::Mtu, 1_000, 1472)
-            );
-        } else {
-            assert_eq!(
-                carrier.kind,
-                Kind::Request,
-                "seq {seq} got a reply of its own"
-            );
-            assert_eq!((carrier.class, *len), (ProbeClass::Small, 64));
-        }
     }
     assert_eq!(exported(&a.metrics, pa, "answered"), Some(11));
 }
@@ -424,23 +415,7 @@ async fn a_request_larger_than_the_nodes_own_probe_gets_a_plain_reply() {
     let [pa, pb] = free_ports().await;
     let _a = start("a", vec![cable("a", "b", ports(pa, pb))], fast_settings());
     let peer = fake_peer(pb, pa).await;
-    let mut buf = [0u8; 2048];
-    let mut datagram = [0u8; 4096];
-    let request = packet::encode(&Header::request(ProbeClass::Small, 77), &[], 200, &mut buf)
-        .expect("encodes")
-        .to_vec();
-    peer.send(&request).await.expect("sends");
-    let (carrier, len) = tokio::time::timeout(PATIENCE, async {
-        loop {
-            let len = peer.recv(&mut datagram).await.expect("recv works");
-            let got = packet::decode(&datagram[..len]).expect("valid datagram");
-            if got.answers().any(|answer| answer.seq == 77) {
-                return (got.header, len);
-            }
-        }
-    })
-    .await
-    .expect("answered in time");
+    let (carrier, len) = carrier_of(&peer, ProbeClass::Small, 77, 200).await;
     assert_eq!((carrier.kind, carrier.seq, len), (Kind::Reply, 77, 200));
 }
 
