@@ -92,13 +92,9 @@ pub fn parse_swap_usage(value: &str) -> Option<SwapUsage> {
 
 /// "11625.69M" → bytes, rounded to the nearest byte.
 fn parse_size(text: &str) -> Option<u64> {
-    let (number, unit) = text.split_at(text.len().checked_sub(1)?);
-    let shift = match unit {
-        "K" => 10,
-        "M" => 20,
-        "G" => 30,
-        _ => return None,
-    };
+    let (number, shift) = [('K', 10), ('M', 20), ('G', 30)]
+        .into_iter()
+        .find_map(|(unit, shift)| Some((text.strip_suffix(unit)?, shift)))?;
     let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
     if whole.is_empty()
         || !whole.bytes().all(|b| b.is_ascii_digit())
@@ -199,6 +195,10 @@ mod tests {
         assert_eq!(parse_swap_usage("total = x  used = 1M"), None);
         assert_eq!(parse_size("M"), None);
         assert_eq!(parse_size(".5M"), None);
+        // A unit that is not ASCII is refused, not sliced through.
+        assert_eq!(parse_size("13312.00ˇ"), None);
+        assert_eq!(parse_size("ˇ"), None);
+        assert_eq!(parse_size(""), None);
     }
 
     #[test]
