@@ -269,7 +269,7 @@ mod tests {
             observation,
             confirmed_silence: Duration::ZERO,
             late: false,
-            excuse: Duration::ZERO,
+            excuse: crate::excuse::Excuse::default(),
             rtt_shared: false,
         };
         assess(

@@ -52,6 +52,9 @@ pub fn default_engine_settings() -> EngineSettings {
             rtt_min_increase: Duration::from_millis(1),
             flap_window: Duration::from_secs(60),
             flap_changes: 4,
+            probe_timeout: Duration::from_millis(500),
+            // The daemon's 100 ms tick on its 64 ms grid.
+            tick_gap: Duration::from_millis(128),
         },
     )
 }

@@ -10,6 +10,7 @@ pub mod check_alarms;
 pub mod clock;
 pub mod cpu;
 pub mod events;
+pub mod excuse;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
 pub mod histogram;

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use meshd_proto::domain::{LinkObservation, LinkState, LossWindow, RdmaPortState, RttSummary};
 
-use crate::linkstats::{LATE, LATENESS_MEMORY};
+use crate::excuse::Excuse;
+use crate::linkstats::LATE;
 
 /// The windows the prober reports, by length.
 pub const SHORT_WINDOW: Duration = Duration::from_secs(1);
@@ -51,6 +52,12 @@ pub struct LinkRules {
     /// number of outages (at least two: one pull and plug of a cable is
     /// never flapping).
     pub flap_changes: u32,
+    /// A probe unanswered this long is lost (`probe.timeout`).
+    pub probe_timeout: Duration,
+    /// The longest an on-time probe tick waits for the next: a peer's
+    /// request waits that long for its answer, and a late tick's lateness
+    /// more.
+    pub tick_gap: Duration,
 }
 
 impl LinkRules {
@@ -75,10 +82,9 @@ pub struct EndView<'a> {
     /// The end's timers ran late (its own lateness, or its node saturated)
     /// while it gathered this: its loss and RTT are no evidence.
     pub late: bool,
-    /// The worst lateness either end of the link had within the loss
-    /// window ([`LateMemory`]): what it explains of this end's loss and RTT
-    /// is no evidence.
-    pub excuse: Duration,
+    /// What either end's recent lateness explains of this end's silence,
+    /// loss and RTT ([`crate::excuse::LateMemory`]): no evidence.
+    pub excuse: Excuse,
     /// An end node of the link sees most of its links slow at once: an RTT
     /// rise its cables share is its host's (a starved CPU answers and
     /// forwards late), not this cable's, so RTT is no evidence here.
@@ -105,51 +111,12 @@ impl EndView<'_> {
     /// ([`Self::excuse`]) is silence the cable did not cause.
     pub fn silent(&self, rules: &LinkRules) -> bool {
         self.observation.probes_sent_total > 0
-            && self.silence() >= rules.down_after.saturating_add(self.excuse)
+            && self.silence() >= rules.down_after.saturating_add(self.excuse.worst)
     }
 
     /// This end's timers ran late while it gathered the observation.
     pub fn ran_late(observation: &LinkObservation) -> bool {
         observation.lateness >= LATE
-    }
-}
-
-/// The worst lateness one end of a link reported within the last loss
-/// window. An observation says how late its end ran in the last
-/// [`LATENESS_MEMORY`], but a stall leaves its lost probes and its slow
-/// replies in the other end's 10-s windows for longer: the engine
-/// remembers it for as long as they can show there.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LateMemory {
-    worst: Duration,
-    until: Option<Instant>,
-}
-
-impl LateMemory {
-    /// Notes the lateness an end reported in an observation made `at`.
-    /// Several within a window are kept as their worst, remembered from
-    /// the latest: never less than what each one explains.
-    pub fn note(&mut self, lateness: Duration, at: Instant) {
-        if lateness < LATE {
-            return;
-        }
-        let until = at
-            .checked_add(MEDIUM_WINDOW + LATENESS_MEMORY)
-            .unwrap_or(at);
-        if self.until.is_some_and(|u| u > at) {
-            self.worst = self.worst.max(lateness);
-        } else {
-            self.worst = lateness;
-        }
-        self.until = Some(self.until.map_or(until, |u| u.max(until)));
-    }
-
-    /// The lateness still to be excused at `now`.
-    pub fn at(&self, now: Instant) -> Duration {
-        match self.until {
-            Some(until) if now < until => self.worst,
-            _ => Duration::ZERO,
-        }
     }
 }
 
@@ -188,10 +155,10 @@ pub fn assess(ends: &[EndView<'_>], rules: &LinkRules) -> Assessment {
             1 => " (1 probe lost)".to_owned(),
             n => format!(" ({n} probes lost in a row)"),
         };
-        let excused = if end.excuse.is_zero() {
+        let excused = if end.excuse.worst.is_zero() {
             String::new()
         } else {
-            format!(", past {} of lateness", fmt_duration(end.excuse))
+            format!(", past {} of lateness", fmt_duration(end.excuse.worst))
         };
         evidence.push(format!(
             "{}: no reply for {}{lost}{excused}",
@@ -271,28 +238,15 @@ fn heavy_loss(o: &LinkObservation, rules: &LinkRules) -> Option<f64> {
 fn lossy<'w>(
     windows: &'w [LossWindow],
     rules: &LinkRules,
-    excuse: Duration,
+    excuse: Excuse,
 ) -> Option<(&'w LossWindow, u64)> {
     let w = windows.iter().find(|w| w.window == MEDIUM_WINDOW)?;
     let counted = LossWindow {
-        lost: w.lost.saturating_sub(stalled_probes(w, excuse)),
+        lost: w.lost.saturating_sub(excuse.stalled_probes(w)),
         ..*w
     };
     (counted.lost >= MIN_LOST_FOR_DEGRADED && counted.ratio() >= rules.loss_degraded)
         .then_some((w, counted.lost))
-}
-
-/// The probes of window `w` an end late by `excuse` can have left
-/// unanswered: those sent while it stalled, and the one in flight. An
-/// excuse is zero or at least `LATE` ([`LateMemory`] keeps no less).
-fn stalled_probes(w: &LossWindow, excuse: Duration) -> u64 {
-    if excuse.is_zero() || w.sent == 0 {
-        return 0;
-    }
-    let period = w.window.as_secs_f64() / w.sent as f64;
-    let during = (excuse.as_secs_f64() / period).ceil();
-    // Saturating float-to-int conversion: a hostile lateness is capped.
-    (during as u64).saturating_add(1)
 }
 
 /// Whether a tenth of the probes (the RTT p90) are far above the link's own
@@ -334,9 +288,10 @@ fn degradation(
         if let Some((w, lost)) = lossy(windows, rules, end.excuse).filter(|_| timing_counts) {
             let excused = if lost < w.lost {
                 format!(
-                    ", {} of them excused by {} of lateness",
+                    ", {} of them excused by {} of lateness, up to {}",
                     w.lost - lost,
-                    fmt_duration(end.excuse)
+                    fmt_duration(end.excuse.late_for),
+                    fmt_duration(end.excuse.worst)
                 )
             } else {
                 String::new()
@@ -349,7 +304,7 @@ fn degradation(
             ));
         }
     }
-    if timing_counts && !end.rtt_shared && slow(&o.rtt, rules, end.excuse) {
+    if timing_counts && !end.rtt_shared && slow(&o.rtt, rules, end.excuse.worst) {
         evidence.push(format!(
             "{node}: RTT p90 {} (p99 {}) against a baseline p99 of {}",
             fmt_duration(o.rtt.p90),
@@ -412,8 +367,8 @@ impl EndClass {
             answered: o.last_reply_at.is_some(),
             silent: o.probes_sent_total > 0 && o.silence >= rules.down_after,
             heavy_loss: heavy_loss(o, rules).is_some(),
-            lossy: lossy(&o.loss, rules, Duration::ZERO).is_some(),
-            mtu_lossy: lossy(&o.mtu_loss, rules, Duration::ZERO).is_some(),
+            lossy: lossy(&o.loss, rules, Excuse::default()).is_some(),
+            mtu_lossy: lossy(&o.mtu_loss, rules, Excuse::default()).is_some(),
             slow: slow(&o.rtt, rules, Duration::ZERO),
             slow_cable: slow_cable(o).is_some(),
             rdma_down: rdma_down(o),
@@ -595,33 +550,9 @@ mod tests {
             observation: o,
             confirmed_silence: Duration::ZERO,
             late: EndView::ran_late(o),
-            excuse: Duration::ZERO,
+            excuse: Excuse::default(),
             rtt_shared: false,
         }
-    }
-
-    #[test]
-    fn lateness_is_remembered_for_the_loss_window_as_its_worst() {
-        let t0 = crate::fixtures::epoch();
-        let mut memory = LateMemory::default();
-        memory.note(Duration::from_millis(5), t0);
-        assert_eq!(memory.at(t0), Duration::ZERO, "on time is no excuse");
-        memory.note(Duration::from_millis(900), t0);
-        memory.note(Duration::from_millis(40), t0 + Duration::from_secs(3));
-        assert_eq!(
-            memory.at(t0 + Duration::from_secs(12)),
-            Duration::from_millis(900)
-        );
-        assert_eq!(
-            memory.at(t0 + Duration::from_secs(16)),
-            Duration::ZERO,
-            "forgotten a loss window and a lateness memory after the last"
-        );
-        memory.note(Duration::from_millis(40), t0 + Duration::from_secs(20));
-        assert_eq!(
-            memory.at(t0 + Duration::from_secs(21)),
-            Duration::from_millis(40)
-        );
     }
 
     #[test]
@@ -635,30 +566,27 @@ mod tests {
             ..healthy()
         };
         let (quiet, stalled) = (healthy(), with_loss(9));
-        let excused = |excuse| EndView {
-            excuse,
+        let excused = |ms| EndView {
+            excuse: Excuse {
+                worst: Duration::from_millis(ms),
+                late_for: Duration::from_millis(ms),
+            },
             ..view("b", &stalled)
         };
         // 800 ms at 10 probes a second: 8 probes and the one in flight.
-        let verdict = assess(
-            &[view("a", &quiet), excused(Duration::from_millis(800))],
-            &rules(),
-        );
+        let verdict = assess(&[view("a", &quiet), excused(800)], &rules());
         assert_eq!(verdict.state, LinkState::Up, "{:?}", verdict.evidence);
-        let verdict = assess(
-            &[view("a", &quiet), excused(Duration::from_millis(300))],
-            &rules(),
-        );
+        let verdict = assess(&[view("a", &quiet), excused(300)], &rules());
         assert_eq!(verdict.state, LinkState::Degraded);
         assert!(
             verdict
                 .evidence
                 .iter()
-                .any(|e| e.contains("excused by 300ms")),
+                .any(|e| e.contains("4 of them excused by 300ms of lateness")),
             "{:?}",
             verdict.evidence
         );
-        let verdict = assess(&[view("a", &quiet), excused(Duration::ZERO)], &rules());
+        let verdict = assess(&[view("a", &quiet), excused(0)], &rules());
         assert_eq!(verdict.state, LinkState::Degraded);
     }
 
@@ -689,8 +617,11 @@ mod tests {
         // Both ends silent for 991 ms after one of them stalled 500 ms: the
         // stalled end answered nothing meanwhile.
         let (a, d) = (silent(991), silent(991));
-        let excused = |o, excuse| EndView {
-            excuse,
+        let excused = |o, worst| EndView {
+            excuse: Excuse {
+                worst,
+                late_for: worst,
+            },
             ..view("a", o)
         };
         let stall = Duration::from_millis(500);

@@ -50,7 +50,8 @@ pub struct Look<'a> {
     /// The local watchers' active alarms.
     pub local_alarms: Vec<Alarm>,
     pub load: NodeLoad,
-    /// How late this node's timers ran lately.
+    /// How late this node's timers ran lately, or run now: a probe tick
+    /// overdue at the look counts as late as it is overdue.
     pub lateness: Duration,
     /// Ask for an update to the peers even if only figures moved.
     pub urgent: bool,
@@ -154,15 +155,20 @@ impl NodeCore {
             .iter()
             .filter_map(|link| {
                 let probes = look.probes.get(&link.remote.node)?;
+                let mut observation = link_observation(
+                    link,
+                    probes,
+                    look.rdma.get(&link.remote.node),
+                    look.facts.map(Arc::as_ref),
+                    look.counters,
+                    moment,
+                );
+                // A probe tick that is overdue has not noted its lateness
+                // yet, but the peers must learn it with the figures it
+                // distorts: its peers' probes wait unanswered meanwhile.
+                observation.lateness = observation.lateness.max(look.lateness);
                 Some(LocalObservation {
-                    observation: link_observation(
-                        link,
-                        probes,
-                        look.rdma.get(&link.remote.node),
-                        look.facts.map(Arc::as_ref),
-                        look.counters,
-                        moment,
-                    ),
+                    observation,
                     at: probes.at,
                 })
             })

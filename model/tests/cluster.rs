@@ -139,7 +139,13 @@ fn fit(drawn: &Drawn, n: usize) -> (Fault, Duration) {
             (Fault::ClockOffset { x, ms }, secs(5, 9))
         }
         _ => {
-            let by = Duration::from_millis(25 + drawn.param % 40);
+            // Mostly a busy host's tens of milliseconds; now and then a
+            // starved one's hundreds, up to one and a half seconds.
+            let by = if drawn.param.is_multiple_of(4) {
+                Duration::from_millis(100 + drawn.param / 4 % 1_400)
+            } else {
+                Duration::from_millis(25 + drawn.param % 40)
+            };
             let fault = if drawn.y.is_multiple_of(2) {
                 Fault::Late { x, by }
             } else {
@@ -878,7 +884,7 @@ fn a_mesh_whose_timers_all_run_late_pages_nothing_else() {
 /// its peers see are its stall, not a cable fault.
 #[test]
 fn a_node_whose_probe_tick_runs_far_behind_is_no_link_fault() {
-    for (seed, ms) in [(53, 250), (59, 450)] {
+    for (seed, ms) in [(53, 250), (59, 450), (61, 700), (67, 1_000), (71, 1_500)] {
         let late = Episode {
             fault: Fault::Late {
                 x: 1,

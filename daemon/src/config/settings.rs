@@ -38,6 +38,8 @@ fn link_rules(config: &Config) -> LinkRules {
         rtt_min_increase: t.rtt_min_increase,
         flap_window: t.flap_window,
         flap_changes: t.flap_changes,
+        probe_timeout: config.probe.timeout,
+        tick_gap: crate::cadence::longest_gap(config.probe.interval),
     }
 }
 

@@ -375,6 +375,7 @@ impl Engine {
         {
             let mut ticks = lock(&self.ticks);
             ticks.drained_at = Some(now);
+            ticks.due_by = now.checked_add(crate::cadence::longest_gap(self.settings.interval));
             ticks.lateness.note(late, now);
         }
         self.lateness.note(late);

@@ -132,6 +132,8 @@ pub(crate) type SharedStats = Arc<Mutex<LinkStats>>;
 pub(crate) struct Ticks {
     /// When the task last read every socket and sent its probes.
     pub(crate) drained_at: Option<Instant>,
+    /// When its next tick is due at the latest.
+    pub(crate) due_by: Option<Instant>,
     /// How late the task's timer fired lately.
     pub(crate) lateness: LatenessLog,
 }
@@ -147,12 +149,17 @@ impl ProbeBoard {
     }
 
     /// Every link's statistics and the task's lateness as of its last tick
-    /// (as of `now` before the first one).
+    /// (as of `now` before the first one). A tick overdue now is as late
+    /// as it is overdue: it notes its lateness only once it runs, and
+    /// meanwhile the peers' probes wait unanswered.
     pub fn read(&self, now: Instant) -> ProbeSnapshot {
         let (as_of, lateness) = {
             let ticks = lock(&self.ticks);
             let as_of = ticks.drained_at.map_or(now, |at| at.min(now));
-            (as_of, ticks.lateness.worst(as_of))
+            let overdue = ticks
+                .due_by
+                .map_or(Duration::ZERO, |due| now.saturating_duration_since(due));
+            (as_of, ticks.lateness.worst(as_of).max(overdue))
         };
         ProbeSnapshot {
             links: self

@@ -609,16 +609,24 @@ fn the_board_reads_as_of_the_last_tick_so_a_reply_waiting_for_the_next_is_not_si
     stats.on_sent(2, ProbeClass::Small, t0 + ms(100));
     let mut ticks = Ticks {
         drained_at: Some(t0 + ms(100)),
+        due_by: Some(t0 + ms(228)),
         ..Ticks::default()
     };
     ticks.lateness.note(ms(30), t0 + ms(100));
+    let ticks = Arc::new(Mutex::new(ticks));
     let board = ProbeBoard::new(
         [(id("b"), Arc::new(Mutex::new(stats)))].into(),
-        Arc::new(Mutex::new(ticks)),
+        ticks.clone(),
     );
+    let read = board.read(t0 + ms(200));
+    assert_eq!(read.lateness, ms(30), "the next tick is not due yet");
     let read = board.read(t0 + ms(750));
     let silence = read.links[&id("b")].silence;
     assert!(silence < ms(600), "{silence:?} would read as a dead cable");
-    assert_eq!(read.lateness, ms(30));
+    assert_eq!(
+        read.lateness,
+        ms(522),
+        "the stalled tick is as late as it is overdue"
+    );
     assert_eq!(read.links[&id("b")].at, t0 + ms(100));
 }

@@ -11,7 +11,8 @@ use super::{
     End, Engine, EngineSettings, FnvBuild, KnownLink, Life, LinkKey, LinkViews, Member, MeshInputs,
     Positions, link_key,
 };
-use crate::link::{EndClass, EndView, LateMemory, LinkTracker, assess, fmt_duration};
+use crate::excuse::LateMemory;
+use crate::link::{EndClass, EndView, LinkTracker, assess, fmt_duration};
 use crate::time::Moment;
 
 impl Engine {
@@ -77,7 +78,7 @@ impl Engine {
                         observation,
                         confirmed_silence,
                         late: EndView::ran_late(observation),
-                        excuse: Duration::ZERO,
+                        excuse: crate::excuse::Excuse::default(),
                         rtt_shared: false,
                     },
                     observed_at,
@@ -102,6 +103,7 @@ impl Engine {
                 node_blamed: None,
                 ends_since: [None, None],
                 late: [LateMemory::default(); 2],
+                degraded_seen: None,
             }
         });
         // A node's description of its own end beats its peer's. The node is
@@ -197,19 +199,17 @@ impl Judge<'_> {
                 memory.note(end.view.observation.lateness, end.observed_at);
             }
         }
-        let excuse = link
-            .late
-            .iter()
-            .map(|m| m.at(now))
-            .max()
-            .unwrap_or_default();
         let present: Vec<End<'_>> = views.into_iter().flatten().collect();
         let rtt_shared =
             self.slow_hosts.contains(&link.a.node) || self.slow_hosts.contains(&link.b.node);
+        let [late_a, late_b] = link.late;
         let end_views: Vec<EndView<'_>> = present
             .iter()
             .map(|e| EndView {
-                excuse,
+                // An end's loss window ends when it made the observation.
+                excuse: late_a
+                    .excuse(e.observed_at, now, &self.settings.link)
+                    .and(late_b.excuse(e.observed_at, now, &self.settings.link)),
                 rtt_shared,
                 ..e.view
             })
@@ -218,6 +218,7 @@ impl Judge<'_> {
         let (state, blame, evidence) = if !self.quorum.has_quorum {
             link.tracker.hold_unknown(now);
             link.node_blamed = None;
+            link.degraded_seen = None;
             (
                 LinkState::Unknown,
                 Blame::None,
@@ -230,6 +231,7 @@ impl Judge<'_> {
                 link.tracker.hold_unknown(now);
                 link.node_blamed = Some(node.clone());
             }
+            link.degraded_seen = None;
             let evidence = vec![format!("{node} is down: the node is blamed, not the link")];
             (LinkState::Down, Blame::Node, evidence)
         } else {
@@ -238,7 +240,8 @@ impl Judge<'_> {
             let bad = matches!(assessment.state, LinkState::Down | LinkState::Degraded);
             let unproven = bad
                 .then(|| self.unproven_end(link, &present, end_states))
-                .flatten();
+                .flatten()
+                .or_else(|| self.unspoken_end(link, &present, assessment.state));
             if let Some(reason) = unproven {
                 let state = link.tracker.state();
                 (state, blame_for(state), vec![reason])
@@ -272,6 +275,41 @@ impl Judge<'_> {
             recent_changes: link.tracker.recent_changes(),
             fix: None,
         }
+    }
+
+    /// When was `node`'s latest message, or `now` for this node.
+    fn spoke_at(&self, node: &NodeId) -> Option<Instant> {
+        if node == self.local {
+            return Some(self.now);
+        }
+        self.lives.get(node).and_then(|l| l.last_message)
+    }
+
+    /// Why a degradation cannot be blamed on the link yet: an end that has
+    /// not spoken since the degraded views arrived. A node whose timers run
+    /// late answers its peers' probes late, so their loss reaches this node
+    /// before its own report of the lateness that explains it, which comes
+    /// late too; its next message settles it. `None` when both ends spoke
+    /// after the newest view that the degradation was first seen in.
+    fn unspoken_end(
+        &self,
+        link: &mut KnownLink,
+        present: &[End<'_>],
+        state: LinkState,
+    ) -> Option<String> {
+        if state != LinkState::Degraded {
+            link.degraded_seen = None;
+            return None;
+        }
+        let newest = present.iter().map(|e| e.observed_at).max()?;
+        let seen = *link.degraded_seen.get_or_insert(newest);
+        let node = [&link.a.node, &link.b.node]
+            .into_iter()
+            .find(|node| self.spoke_at(node).is_none_or(|at| at < seen))?;
+        Some(format!(
+            "held: {node} has not spoken since the degradation was reported; \
+             its own report may explain it (a node whose timers run late answers late)"
+        ))
     }
 
     /// Why a fault cannot be blamed on the link yet: an end that has not

@@ -203,7 +203,11 @@ struct KnownLink {
     /// after which the link starts afresh.
     ends_since: [Option<Instant>; 2],
     /// Each end's recent lateness, excused from the other's loss and RTT.
-    late: [crate::link::LateMemory; 2],
+    late: [crate::excuse::LateMemory; 2],
+    /// While the ends' views read degraded: the newest of them when that
+    /// was first seen. Each end must speak after it before the link is
+    /// blamed (see `Judge::unspoken_end`).
+    degraded_seen: Option<Instant>,
 }
 
 /// Keeps what must outlive one evaluation: the links seen so far (a dead

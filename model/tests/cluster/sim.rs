@@ -201,6 +201,8 @@ struct Daemon {
     /// What the probe task last published.
     snapshot: BTreeMap<NodeId, ProbeStats>,
     snapshot_lateness: Duration,
+    /// When the next probe tick is due (`probe::Ticks::due_by`).
+    tick_due: Option<Instant>,
     told: BTreeMap<NodeId, (bool, bool)>,
     lateness: LatenessLog,
     next_mtu: Instant,
@@ -777,6 +779,7 @@ impl Sim {
             next_seq: run << 32,
             snapshot: BTreeMap::new(),
             snapshot_lateness: Duration::ZERO,
+            tick_due: None,
             told: BTreeMap::new(),
             lateness: LatenessLog::default(),
             next_mtu: self.now,
@@ -1423,6 +1426,9 @@ impl Sim {
         // `MissedTickBehavior::Delay`: the next tick is a period after
         // this one fired.
         let next = now + PROBE_INTERVAL;
+        if let Some(d) = self.daemon_mut(x) {
+            d.tick_due = Some(next);
+        }
         self.push(
             next + late_by,
             Ev::ProbeTick {
@@ -1488,7 +1494,11 @@ impl Sim {
         let moment = self.moment(x);
         let d = self.daemon_mut(x)?;
         d.look_at = None;
-        let lateness = d.snapshot_lateness;
+        // `ProbeBoard::read`: an overdue probe tick is late already.
+        let overdue = d.tick_due.map_or(Duration::ZERO, |due| {
+            moment.now.saturating_duration_since(due)
+        });
+        let lateness = d.snapshot_lateness.max(overdue);
         let load = NodeLoad {
             cpu_saturated: lateness >= LATE,
             ..NodeLoad::default()

@@ -1,0 +1,331 @@
+//! What an end's lateness excuses of its link's evidence (Lifeguard). A
+//! node whose timers run late answers its peers' probes late, so they see
+//! loss, silence and slow replies that are its CPU, not the cable. An
+//! observation says how late its end ran within the last
+//! [`LATENESS_MEMORY`]; the engine remembers the runs of observations that
+//! said so for as long as the probes they explain stay in a loss window.
+
+use std::time::{Duration, Instant};
+
+use meshd_proto::domain::LossWindow;
+
+use crate::link::{LinkRules, MEDIUM_WINDOW};
+use crate::linkstats::{LATE, LATENESS_MEMORY};
+
+/// What lateness explains of one end's view of a link.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Excuse {
+    /// The worst lateness: that much more silence, and replies that much
+    /// slower, are no evidence.
+    pub worst: Duration,
+    /// The time, within the view's loss window, whose probes an end's
+    /// lateness may have left unanswered.
+    pub late_for: Duration,
+}
+
+impl Excuse {
+    pub fn is_none(&self) -> bool {
+        self.worst.is_zero() && self.late_for.is_zero()
+    }
+
+    /// Both ends' lateness: the worst of either, and the time both spent
+    /// late (overlapping runs counted twice, which only excuses more),
+    /// never more than a window.
+    pub fn and(self, other: Self) -> Self {
+        Self {
+            worst: self.worst.max(other.worst),
+            late_for: self
+                .late_for
+                .saturating_add(other.late_for)
+                .min(MEDIUM_WINDOW),
+        }
+    }
+
+    /// The probes of window `w` that the late time can have left
+    /// unanswered: those sent while an end ran late, and the one in flight.
+    pub fn stalled_probes(&self, w: &LossWindow) -> u64 {
+        if self.late_for.is_zero() || w.sent == 0 || w.window.is_zero() {
+            return 0;
+        }
+        let period = w.window.as_secs_f64() / w.sent as f64;
+        let during = (self.late_for.as_secs_f64() / period).ceil();
+        // Saturating float-to-int conversion: a hostile lateness is capped.
+        (during as u64).saturating_add(1)
+    }
+}
+
+/// One run of an end's observations that said it ran late.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct LateRun {
+    first: Instant,
+    last: Instant,
+    worst: Duration,
+    /// An observation after it said the end ran on time again.
+    ended: bool,
+}
+
+impl LateRun {
+    /// Until when its probes can still show in a loss window.
+    fn remembered_until(&self) -> Instant {
+        self.last
+            .checked_add(MEDIUM_WINDOW + LATENESS_MEMORY)
+            .unwrap_or(self.last)
+    }
+
+    /// The time in the window ending at `window_end` whose probes the run
+    /// may have left unanswered. A stall of `worst` loses the probes sent
+    /// during it. Beyond that, a node late by `worst` on every tick answers
+    /// a request after up to a tick gap and `worst`: the share of that
+    /// wait past the probe timeout is the share of requests it leaves
+    /// lost, none at all while it stays under the timeout.
+    fn explains(&self, window_end: Instant, rules: &LinkRules) -> Duration {
+        let late = self.late_within(window_end);
+        let wait = rules.tick_gap.saturating_add(self.worst);
+        let lost_share =
+            wait.saturating_sub(rules.probe_timeout).as_secs_f64() / wait.as_secs_f64().max(1e-9);
+        self.worst
+            .min(late)
+            .saturating_add(late.mul_f64(lost_share.clamp(0.0, 1.0)))
+            .min(late)
+    }
+
+    /// The late time in the window ending at `window_end`: no more than
+    /// the run lasted, and only what of it can lie in the window. Each
+    /// observation speaks of the memory before it, and the probes a late
+    /// tick answers waited up to `worst` before it.
+    fn late_within(&self, window_end: Instant) -> Duration {
+        let last = if self.ended {
+            self.last
+        } else {
+            self.last.max(window_end)
+        };
+        let lasted = last
+            .saturating_duration_since(self.first)
+            .saturating_add(self.worst);
+        let could_start = self
+            .first
+            .checked_sub(LATENESS_MEMORY.saturating_add(self.worst))
+            .unwrap_or(self.first);
+        let window_start = window_end.checked_sub(MEDIUM_WINDOW).unwrap_or(window_end);
+        let overlap = last
+            .min(window_end)
+            .saturating_duration_since(could_start.max(window_start));
+        lasted.min(overlap)
+    }
+
+    fn merge(self, other: Self) -> Self {
+        Self {
+            first: self.first.min(other.first),
+            last: self.last.max(other.last),
+            worst: self.worst.max(other.worst),
+            ended: self.ended && other.ended,
+        }
+    }
+}
+
+/// More runs than this within one memory are merged, oldest first: the
+/// merged run spans the time between them too, which only excuses more.
+const MAX_RUNS: usize = 4;
+
+/// One end's recent runs of lateness, as its observations reported them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LateMemory {
+    /// Oldest first.
+    runs: [Option<LateRun>; MAX_RUNS],
+}
+
+impl LateMemory {
+    /// Notes the lateness an end reported in an observation made `at`.
+    /// Observations come in order; the same one may be noted again.
+    pub fn note(&mut self, lateness: Duration, at: Instant) {
+        let mut kept = self
+            .runs
+            .into_iter()
+            .flatten()
+            .filter(|run| run.remembered_until() > at);
+        self.runs = std::array::from_fn(|_| kept.next());
+        let open = self.runs.iter_mut().flatten().find(|run| !run.ended);
+        match open {
+            Some(run) if lateness < LATE => {
+                if at > run.last {
+                    // The end says it ran on time over the memory before
+                    // `at`: it was late until then at most.
+                    run.last = run.last.max(at.checked_sub(LATENESS_MEMORY).unwrap_or(at));
+                    run.ended = true;
+                }
+            }
+            Some(run) => {
+                run.last = run.last.max(at);
+                run.worst = run.worst.max(lateness);
+            }
+            None if lateness < LATE => {}
+            None => self.push(LateRun {
+                first: at,
+                last: at,
+                worst: lateness,
+                ended: false,
+            }),
+        }
+    }
+
+    fn push(&mut self, run: LateRun) {
+        if let Some(free) = self.runs.iter_mut().find(|slot| slot.is_none()) {
+            *free = Some(run);
+            return;
+        }
+        if let [Some(oldest), Some(next), ..] = self.runs {
+            self.runs[0] = Some(oldest.merge(next));
+            self.runs.copy_within(2.., 1);
+            self.runs[MAX_RUNS - 1] = Some(run);
+        }
+    }
+
+    /// What the runs still remembered at `now` excuse of a view whose loss
+    /// window ends at `window_end`.
+    pub fn excuse(&self, window_end: Instant, now: Instant, rules: &LinkRules) -> Excuse {
+        self.runs
+            .iter()
+            .flatten()
+            .filter(|run| now < run.remembered_until())
+            .fold(Excuse::default(), |excuse, run| Excuse {
+                worst: excuse.worst.max(run.worst),
+                late_for: excuse
+                    .late_for
+                    .saturating_add(run.explains(window_end, rules))
+                    .min(MEDIUM_WINDOW),
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// Probes every 100 ms, lost after 500 ms.
+    fn rules() -> LinkRules {
+        LinkRules {
+            tick_gap: ms(100),
+            probe_timeout: ms(500),
+            ..crate::fixtures::default_engine_settings().link
+        }
+    }
+
+    fn window(sent: u64, lost: u64) -> LossWindow {
+        LossWindow {
+            window: MEDIUM_WINDOW,
+            sent,
+            lost,
+        }
+    }
+
+    /// A run of observations every 100 ms from `from` to `to` that said
+    /// the end ran `late`.
+    fn late_run(memory: &mut LateMemory, t0: Instant, from: u64, to: u64, late: Duration) {
+        for at in (from..=to).step_by(100) {
+            memory.note(late, t0 + ms(at));
+        }
+    }
+
+    #[test]
+    fn on_time_is_no_excuse() {
+        let t0 = crate::fixtures::epoch();
+        let mut memory = LateMemory::default();
+        memory.note(ms(5), t0);
+        assert!(memory.excuse(t0, t0, &rules()).is_none());
+        assert_eq!(Excuse::default().stalled_probes(&window(100, 50)), 0);
+    }
+
+    #[test]
+    fn a_stall_excuses_the_probes_sent_during_it_until_they_left_the_window() {
+        let t0 = crate::fixtures::epoch();
+        let mut memory = LateMemory::default();
+        memory.note(ms(300), t0);
+        memory.note(Duration::ZERO, t0 + ms(2_500));
+        let excuse = memory.excuse(t0 + ms(3_000), t0 + ms(3_000), &rules());
+        assert_eq!(excuse.worst, ms(300));
+        assert_eq!(excuse.late_for, ms(300));
+        // 300 ms at 10 probes a second, and the one in flight.
+        assert_eq!(excuse.stalled_probes(&window(100, 50)), 4);
+        // Remembered for a window and the lateness memory after the run,
+        // which ended 2 s before the end said it ran on time again.
+        let later = t0 + ms(12_400);
+        assert!(!memory.excuse(later, later, &rules()).is_none());
+        let later = t0 + ms(12_500);
+        assert!(memory.excuse(later, later, &rules()).is_none());
+    }
+
+    #[test]
+    fn a_busy_node_late_on_every_tick_excuses_no_more_than_a_stall() {
+        // Every request is answered within the timeout: nothing it sends
+        // can be lost to a lateness of 50 ms, so a lossy cable beside it
+        // still shows.
+        let t0 = crate::fixtures::epoch();
+        let mut memory = LateMemory::default();
+        late_run(&mut memory, t0, 0, 9_000, ms(50));
+        let excuse = memory.excuse(t0 + ms(9_000), t0 + ms(9_000), &rules());
+        assert_eq!(excuse.late_for, ms(50));
+        assert_eq!(excuse.stalled_probes(&window(100, 20)), 2);
+    }
+
+    #[test]
+    fn a_node_late_past_the_timeout_excuses_its_share_of_the_whole_run() {
+        let t0 = crate::fixtures::epoch();
+        let mut memory = LateMemory::default();
+        late_run(&mut memory, t0, 0, 5_900, ms(700));
+        // Still late: the run lasts to the view's end, 9.7 s with the
+        // lateness before the first observation. Answers come up to 800 ms
+        // apart, so 300 ms in 800 of them is past the timeout.
+        let excuse = memory.excuse(t0 + ms(9_000), t0 + ms(9_000), &rules());
+        assert_eq!(excuse.worst, ms(700));
+        assert_eq!(excuse.late_for.as_millis(), 700 + 9_700 * 3 / 8);
+        // On time again at 8 s: late until 6 s at most.
+        memory.note(Duration::ZERO, t0 + ms(8_000));
+        let excuse = memory.excuse(t0 + ms(9_000), t0 + ms(9_000), &rules());
+        assert_eq!(excuse.late_for.as_millis(), 700 + 6_700 * 3 / 8);
+        // The 24 of 100 probes such a run loses are all excused.
+        assert_eq!(excuse.stalled_probes(&window(100, 24)), 34);
+        // Once most of the run left the window only what is still in it
+        // counts: its last second.
+        let later = t0 + ms(15_000);
+        assert_eq!(memory.excuse(later, later, &rules()).late_for, ms(1_000));
+    }
+
+    #[test]
+    fn separate_runs_add_up_and_a_full_memory_merges_the_oldest() {
+        let t0 = crate::fixtures::epoch();
+        let mut memory = LateMemory::default();
+        for start in [0, 2_500, 5_000, 7_500, 10_000] {
+            memory.note(ms(300), t0 + ms(start));
+            memory.note(Duration::ZERO, t0 + ms(start + 2_000));
+        }
+        assert_eq!(memory.runs.iter().flatten().count(), MAX_RUNS);
+        // Five stalls of 300 ms; the first two merged into one run that
+        // explains one stall: it spans the time between them, but no
+        // request waited past the timeout.
+        let excuse = memory.excuse(t0 + ms(9_000), t0 + ms(12_000), &rules());
+        assert_eq!(excuse.worst, ms(300));
+        assert_eq!(excuse.late_for, ms(4 * 300));
+    }
+
+    #[test]
+    fn hostile_lateness_never_overflows() {
+        let hostile = Excuse {
+            worst: Duration::MAX,
+            late_for: Duration::MAX,
+        };
+        assert_eq!(hostile.stalled_probes(&window(100, 50)), u64::MAX);
+        assert_eq!(hostile.stalled_probes(&window(0, 0)), 0);
+        assert_eq!(hostile.and(hostile).late_for, MEDIUM_WINDOW);
+        let t0 = crate::fixtures::epoch();
+        let mut memory = LateMemory::default();
+        memory.note(Duration::MAX, t0);
+        memory.note(Duration::MAX, t0 + ms(100));
+        let excuse = memory.excuse(t0 + ms(100), t0 + ms(100), &rules());
+        assert_eq!(excuse.worst, Duration::MAX);
+        assert!(excuse.late_for <= MEDIUM_WINDOW);
+    }
+}
