@@ -290,7 +290,9 @@ impl Judge<'_> {
     /// late answers its peers' probes late, so their loss reaches this node
     /// before its own report of the lateness that explains it, which comes
     /// late too; its next message settles it. `None` when both ends spoke
-    /// after the newest view that the degradation was first seen in.
+    /// after the newest view that the degradation was first seen in, or
+    /// once an end silent that long is stale: then the views at hand
+    /// decide (its other paths may be what is broken).
     fn unspoken_end(
         &self,
         link: &mut KnownLink,
@@ -303,6 +305,12 @@ impl Judge<'_> {
         }
         let newest = present.iter().map(|e| e.observed_at).max()?;
         let seen = *link.degraded_seen.get_or_insert(newest);
+        if seen
+            .checked_add(self.settings.stale_after)
+            .is_none_or(|until| self.now >= until)
+        {
+            return None;
+        }
         let node = [&link.a.node, &link.b.node]
             .into_iter()
             .find(|node| self.spoke_at(node).is_none_or(|at| at < seen))?;

@@ -845,6 +845,49 @@ mod tests {
         );
     }
 
+    /// A node whose timers run late reports that late too: the loss its
+    /// peers see reaches this node before the report of the lateness that
+    /// explains it. A degradation waits for both ends to speak after the
+    /// views it was first seen in, or for the silent end to go stale.
+    #[test]
+    fn a_degradation_waits_for_both_ends_to_speak_after_it() {
+        let degraded = |status: &MeshStatus| {
+            let l = link(status, "b", "c");
+            (l.state, l.evidence.clone())
+        };
+        for c_speaks_again in [true, false] {
+            let mut mesh = Mesh::new(&["a", "b", "c", "d"]);
+            let mut engine = Engine::new(settings());
+            mesh.evaluate(&mut engine, 0);
+            mesh.slow.insert(("b", "c"));
+            mesh.last_heard_ms.insert("c", 900);
+            let (state, evidence) = degraded(&mesh.evaluate(&mut engine, 100));
+            assert_eq!(state, LinkState::Up, "{evidence:?}");
+            assert!(
+                evidence[0].starts_with("held: c has not spoken since the degradation"),
+                "{evidence:?}"
+            );
+            let (from, to) = if c_speaks_again {
+                mesh.last_heard_ms.insert("c", 50);
+                (1_000, 1_600)
+            } else {
+                // Stale 3 s after the views came; its cable still answers.
+                mesh.last_heard_ms.insert("c", 3_900);
+                (3_100, 3_700)
+            };
+            mesh.evaluate(&mut engine, from);
+            if !c_speaks_again {
+                mesh.last_heard_ms.insert("c", 4_500);
+            }
+            let (state, evidence) = degraded(&mesh.evaluate(&mut engine, to));
+            assert_eq!(
+                state,
+                LinkState::Degraded,
+                "c speaks again: {c_speaks_again}: {evidence:?}"
+            );
+        }
+    }
+
     #[test]
     fn a_dead_node_is_one_node_fault_and_never_a_link_fault() {
         let mut mesh = Mesh::new(&["a", "b", "c", "d"]);
