@@ -41,9 +41,10 @@ pub struct RdmaPort {
 }
 
 impl RdmaPort {
-    /// Width × lane speed, when both are known.
+    /// Width × lane speed, when both are known and the product fits (a
+    /// garbled `active_width` or `active_speed` can make it overflow).
     pub fn active_speed_bps(&self) -> Option<u64> {
-        Some(u64::from(self.active_width_lanes?) * self.active_lane_speed_bps?)
+        u64::from(self.active_width_lanes?).checked_mul(self.active_lane_speed_bps?)
     }
 
     /// The port as a node fact, read by `reader`.
@@ -150,9 +151,19 @@ impl DevinfoReader {
                     // `grep`-filtered output has no `port:` lines; each
                     // `state:` then starts the next port of the device.
                     if !self.port_announced && self.port_has_state {
-                        let next = self.current_ports().map_or(1, |ports| {
-                            ports.iter().map(|p| p.port).max().unwrap_or(0) + 1
+                        let next = self.current_ports().map_or(Some(1), |ports| {
+                            ports
+                                .iter()
+                                .map(|p| p.port)
+                                .max()
+                                .unwrap_or(0)
+                                .checked_add(1)
                         });
+                        // After a port numbered u32::MAX there is no next
+                        // port to give this state to.
+                        let Some(next) = next else {
+                            return;
+                        };
                         self.select_port(next);
                     }
                     if let Some(port) = self.current_port() {
@@ -564,6 +575,36 @@ mod tests {
                 (1, RdmaPortState::Active, Some(4)),
                 (2, RdmaPortState::Down, Some(1)),
             ]
+        );
+    }
+
+    #[test]
+    fn a_width_times_speed_that_overflows_is_unknown() {
+        let text = "hca_id:\trdma_en2\n\t\tport:\t1\n\
+                    \t\t\tactive_width:\t\t4294967295X (2)\n\
+                    \t\t\tactive_speed:\t\t18446744073 Gbps (4)\n";
+        let devices = parse_ibv_devinfo(text);
+        let port = &devices[0].ports[0];
+        assert_eq!(
+            (port.active_width_lanes, port.active_lane_speed_bps),
+            (Some(u32::MAX), Some(18_446_744_073_000_000_000))
+        );
+        assert_eq!(port.active_speed_bps(), None);
+        assert_eq!(port.fact(RdmaReader::IbvDevinfo).active_speed_bps, 0);
+    }
+
+    #[test]
+    fn a_grep_filtered_state_after_the_last_port_number_is_dropped() {
+        // The device named again (appended outputs), its second part
+        // without `port:` lines after a port numbered u32::MAX.
+        let text = "hca_id:\ta\n\tport:\t4294967295\n\t\tstate:\tPORT_ACTIVE (4)\n\
+                    hca_id:\ta\n\t\tstate:\tPORT_DOWN (1)\n\t\tstate:\tPORT_INIT (2)\n";
+        let devices = parse_ibv_devinfo(text);
+        let ports: Vec<(u32, RdmaPortState)> =
+            devices[0].ports.iter().map(|p| (p.port, p.state)).collect();
+        assert_eq!(
+            ports,
+            [(u32::MAX, RdmaPortState::Active), (1, RdmaPortState::Down)]
         );
     }
 

@@ -144,7 +144,10 @@ pub fn parse_report_time(text: &str) -> Option<u64> {
     let time = time.split('.').next()?;
     let mut clock = time.split(':').map(|p| p.parse::<i64>().ok());
     let (hour, minute, second) = (clock.next()??, clock.next()??, clock.next()??);
-    let valid = (1..=12).contains(&month)
+    // Four-digit years only: far larger ones would overflow the day and
+    // second arithmetic below.
+    let valid = (0..=9999).contains(&year)
+        && (1..=12).contains(&month)
         && (1..=31).contains(&day)
         && (0..24).contains(&hour)
         && (0..60).contains(&minute)
@@ -203,6 +206,25 @@ mod tests {
         ] {
             assert_eq!(parse_report_time(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn a_huge_year_is_no_time_rather_than_an_overflow() {
+        for hostile in [
+            "9223372036854775807-12-31 23:59:59 +0000",
+            "+9223372036854775807-01-01 00:00:00 -2359",
+            "106751991167301-01-01 00:00:00 +0000",
+            "10000-01-01 00:00:00 +0000",
+        ] {
+            assert_eq!(parse_report_time(hostile), None, "{hostile}");
+        }
+        assert_eq!(
+            parse_report_time("9999-12-31 23:59:59 +0000"),
+            Some(253_402_300_799)
+        );
+        let head = "{\"bug_type\":\"210\",\"timestamp\":\"9223372036854775807-01-01 00:00:00.00 +0000\"}\n";
+        let report = parse_panic_report("h.panic", head).expect("a panic report");
+        assert_eq!(report.at_unix, None);
     }
 
     #[test]
