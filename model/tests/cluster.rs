@@ -44,6 +44,15 @@ const MANAGEMENT_ALARM_BUDGET: Duration = Duration::from_secs(8);
 /// A link verdict blamed on the link is allowed this long after its cable
 /// healed (down to up takes `UP_AFTER`, reports a moment more).
 const LINK_GRACE: Duration = Duration::from_secs(5);
+/// A lossy cable's loss stays in its ends' 10-s windows after the heal, a
+/// degraded link clears only after `link::CLEAR_AFTER` clean, and the
+/// ends' reports and a look take a moment more.
+const LOSS_MEMORY: Duration = Duration::from_secs(18);
+/// A cable losing a tenth of its probes or more is degraded (or worse) on
+/// every quorate node within this: 3 lost in a 10-s window at 2 % or more
+/// from either end is likely within seconds, then `DEGRADED_AFTER`, both
+/// ends speaking after it, and a report.
+const LOSSY_BUDGET: Duration = Duration::from_secs(8);
 
 #[derive(Debug, Clone, PartialEq)]
 enum Fault {
@@ -51,6 +60,12 @@ enum Fault {
         a: usize,
         b: usize,
         how: CableCut,
+    },
+    /// The cable drops this many per mille of the probes that cross it.
+    LossyCable {
+        a: usize,
+        b: usize,
+        per_mille: u64,
     },
     /// The daemon is killed and started again when the fault heals.
     Kill {
@@ -88,7 +103,10 @@ struct Episode {
 
 impl Episode {
     fn window_end(&self) -> Duration {
-        self.heal + SETTLE
+        match self.fault {
+            Fault::LossyCable { .. } => self.heal + LOSS_MEMORY + SETTLE,
+            _ => self.heal + SETTLE,
+        }
     }
 }
 
@@ -106,7 +124,7 @@ fn fit(drawn: &Drawn, n: usize) -> (Fault, Duration) {
     let x = drawn.x % n;
     let y = (x + 1 + drawn.y % (n - 1)) % n;
     let secs = |lo: u64, hi: u64| Duration::from_secs(lo + drawn.secs % (hi - lo + 1));
-    match drawn.kind % 8 {
+    match drawn.kind % 9 {
         0 | 1 => {
             let how = if drawn.param.is_multiple_of(2) {
                 CableCut::Pulled
@@ -138,6 +156,14 @@ fn fit(drawn: &Drawn, n: usize) -> (Fault, Duration) {
             };
             (Fault::ClockOffset { x, ms }, secs(5, 9))
         }
+        8 => (
+            Fault::LossyCable {
+                a: x,
+                b: y,
+                per_mille: 50 + drawn.param % 151,
+            },
+            secs(8, 14),
+        ),
         _ => {
             // Mostly a busy host's tens of milliseconds; now and then a
             // starved one's hundreds, up to one and a half seconds.
@@ -186,6 +212,10 @@ fn schedule(sim: &mut Sim, episode: &Episode) {
     }
     let (begin, end) = match episode.fault.clone() {
         Fault::CutCable { a, b, how } => (Action::Cut(cable(a, b), how), Action::Heal(cable(a, b))),
+        Fault::LossyCable { a, b, per_mille } => (
+            Action::SetLoss(cable(a, b), per_mille),
+            Action::SetLoss(cable(a, b), 0),
+        ),
         Fault::Kill { x } => (Action::Kill(x), Action::Start(x)),
         Fault::Freeze { x } => (Action::Freeze(x), Action::Thaw(x)),
         Fault::CutManagement { x } => (Action::CutManagement(x), Action::HealManagement(x)),
@@ -214,7 +244,9 @@ const FLAP_WINDOW: Duration = Duration::from_secs(60);
 const DOWN_WHILE_FLAPPING: Duration = Duration::from_secs(5);
 
 /// Until when cable `c` may read flapping at `t`: two of its cuts began
-/// within the flap window of each other, the later one before `t`.
+/// within the flap window of each other, the later one before `t`; or it
+/// was lossy before `t` (a second with half its probes lost is an outage,
+/// and two make it flapping).
 fn flapping_until(episodes: &[Episode], c: Cable, t: Duration) -> Option<Duration> {
     let cuts: Vec<Duration> = episodes
         .iter()
@@ -222,9 +254,15 @@ fn flapping_until(episodes: &[Episode], c: Cable, t: Duration) -> Option<Duratio
         .map(|e| e.start)
         .filter(|start| *start <= t)
         .collect();
+    let lossy = episodes
+        .iter()
+        .filter(|e| matches!(e.fault, Fault::LossyCable { a, b, .. } if cable(a, b) == c))
+        .filter(|e| e.start <= t)
+        .map(|e| e.heal + LOSS_MEMORY + FLAP_WINDOW + LINK_GRACE);
     cuts.windows(2)
         .filter(|w| w[1].saturating_sub(w[0]) <= FLAP_WINDOW)
         .map(|w| w[0] + FLAP_WINDOW + LINK_GRACE)
+        .chain(lossy)
         .max()
 }
 
@@ -280,10 +318,14 @@ fn every_look(episodes: &[Episode], sim: &Sim, seen: &Observed<'_>, problems: &m
             problems.push(format!("a link verdict on unknown ends: {link:?}"));
             continue;
         };
-        let explained = episodes.iter().any(|e| {
-            matches!(e.fault, Fault::CutCable { a, b, .. } if cable(a, b) == c)
-                && t >= e.start
-                && t <= e.heal + LINK_GRACE
+        let explained = episodes.iter().any(|e| match e.fault {
+            Fault::CutCable { a, b, .. } => {
+                cable(a, b) == c && t >= e.start && t <= e.heal + LINK_GRACE
+            }
+            Fault::LossyCable { a, b, .. } => {
+                cable(a, b) == c && t >= e.start && t <= e.heal + LOSS_MEMORY
+            }
+            _ => false,
         }) || (link.state == LinkState::Flapping
             && flapping_until(episodes, c, t).is_some_and(|until| t <= until));
         if !explained {
@@ -388,6 +430,33 @@ fn check_episode(sim: &mut Sim, e: &Episode, all: &[Episode], problems: &mut Vec
                         c.0 + 1,
                         c.1 + 1,
                         e.heal,
+                        i + 1,
+                        link.map(|l| (l.state, l.blame, l.evidence.clone()))
+                    ));
+                }
+            }
+        }
+        Fault::LossyCable { a, b, per_mille }
+            if per_mille >= 100 && e.heal >= e.start + LOSSY_BUDGET =>
+        {
+            let c = cable(a, b);
+            let t = e.start + LOSSY_BUDGET;
+            expect_at(sim, t, all, problems);
+            for (i, s) in judges(sim, None) {
+                let link = link_of(s, c);
+                let found = link.is_some_and(|l| {
+                    l.blame == Blame::Link
+                        && matches!(
+                            l.state,
+                            LinkState::Degraded | LinkState::Down | LinkState::Flapping
+                        )
+                });
+                if !found {
+                    problems.push(format!(
+                        "{t:?}: cable n{}-n{} loses {per_mille}‰ since {:?}, but n{} says {:?}",
+                        c.0 + 1,
+                        c.1 + 1,
+                        e.start,
                         i + 1,
                         link.map(|l| (l.state, l.blame, l.evidence.clone()))
                     ));
@@ -606,6 +675,26 @@ fn check_pages(sim: &Sim, e: &Episode, all: &[Episode], problems: &mut Vec<Strin
                 BTreeSet::new()
             };
             (exact, [down, flapping].into())
+        }
+        Fault::LossyCable { a, b, per_mille } => {
+            let c = cable(a, b);
+            let ends = [("a", name(c.0)), ("b", name(c.1))];
+            let degraded = labels("MeshLinkDegraded", &ends, "warning");
+            let worse = [
+                labels("MeshLinkDown", &ends, "critical"),
+                labels("MeshLinkFlapping", &ends, "warning"),
+            ];
+            // A tenth lost or more pages, as degraded unless a second
+            // with half of them lost paged worse first.
+            let certain = per_mille >= 100
+                && e.heal >= e.start + LOSSY_BUDGET
+                && worse.iter().all(|w| !posted.contains(w));
+            let exact = if certain {
+                [degraded.clone()].into()
+            } else {
+                BTreeSet::new()
+            };
+            (exact, worse.into_iter().chain([degraded]).collect())
         }
         Fault::Kill { x } | Fault::Freeze { x } => {
             let down = labels("MeshNodeDown", &[("node", name(x))], "critical");
@@ -868,6 +957,58 @@ fn a_cut_during_a_stall_elsewhere_is_still_found() {
     // The cut's checks see the whole window, the stall's pages included:
     // only the cut may page.
     check_episode(&mut sim, &cut, &all, &mut problems);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// A cable that loses a tenth or a fifth of its probes is degraded on
+/// every node, pages once, and clears after its loss left the windows.
+#[test]
+fn a_lossy_cable_is_degraded_everywhere_and_clears() {
+    for (seed, per_mille) in [(73, 100), (79, 200)] {
+        let lossy = Episode {
+            fault: Fault::LossyCable {
+                a: 0,
+                b: 2,
+                per_mille,
+            },
+            start: WARMUP,
+            heal: WARMUP + Duration::from_secs(12),
+        };
+        let problems = run_episodes(4, seed, &[lossy]);
+        assert!(problems.is_empty(), "{per_mille}‰: {}", problems.join("\n"));
+    }
+}
+
+/// A lossy cable while a node elsewhere runs 700 ms late: the late node's
+/// excuse covers its own links, not this one, and its late reports hold
+/// nothing.
+#[test]
+fn a_lossy_cable_while_another_node_runs_late_is_still_found() {
+    let late = Episode {
+        fault: Fault::Late {
+            x: 0,
+            by: Duration::from_millis(700),
+        },
+        start: WARMUP,
+        heal: WARMUP + Duration::from_secs(14),
+    };
+    let lossy = Episode {
+        fault: Fault::LossyCable {
+            a: 1,
+            b: 2,
+            per_mille: 150,
+        },
+        start: WARMUP + Duration::from_millis(200),
+        heal: WARMUP + Duration::from_secs(12),
+    };
+    let all = [late, lossy.clone()];
+    let mut sim = Sim::new(4, 83);
+    for e in &all {
+        schedule(&mut sim, e);
+    }
+    let mut problems = Vec::new();
+    expect_at(&mut sim, WARMUP, &all, &mut problems);
+    check_episode(&mut sim, &lossy, &all, &mut problems);
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 

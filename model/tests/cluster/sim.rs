@@ -110,6 +110,9 @@ pub enum CableCut {
 #[derive(Debug, Default, Clone)]
 pub struct Network {
     pub cut_cables: BTreeMap<Cable, CableCut>,
+    /// Cables that drop this many per mille of the probes crossing them
+    /// (a bad cable or port: frames lost, the link stays up).
+    pub lossy_cables: BTreeMap<Cable, u64>,
     /// Nodes cut from the management network both ways.
     pub management_cut: BTreeSet<usize>,
     /// Nodes whose inbound management connections are blocked (a
@@ -318,6 +321,8 @@ impl Ord for Queued {
 pub enum Action {
     Cut(Cable, CableCut),
     Heal(Cable),
+    /// Per mille of probes the cable drops; 0 heals it.
+    SetLoss(Cable, u64),
     CutManagement(usize),
     HealManagement(usize),
     BlockManagementInbound(usize),
@@ -611,10 +616,18 @@ impl Sim {
                 class,
             } => {
                 // A daemon that is not running answers nothing (the port is
-                // closed); across a cut cable nothing arrives. The request
-                // waits in the socket for the responder's probe tick.
+                // closed); across a cut cable nothing arrives, across a
+                // lossy one not every probe. The request waits in the
+                // socket for the responder's probe tick.
                 let now = self.now;
-                if !self.net.cut_cables.contains_key(&cable(responder, prober))
+                let c = cable(responder, prober);
+                let dropped = self
+                    .net
+                    .lossy_cables
+                    .get(&c)
+                    .is_some_and(|per_mille| self.rng.below(1_000) < *per_mille);
+                if !dropped
+                    && !self.net.cut_cables.contains_key(&c)
                     && let Some(d) = self.daemon_mut(responder)
                 {
                     d.requests.push(Request {
@@ -700,6 +713,12 @@ impl Sim {
             Action::Heal(c) => {
                 self.net.cut_cables.remove(&c);
                 self.flush_held();
+            }
+            Action::SetLoss(c, 0) => {
+                self.net.lossy_cables.remove(&c);
+            }
+            Action::SetLoss(c, per_mille) => {
+                self.net.lossy_cables.insert(c, per_mille);
             }
             Action::CutManagement(x) => {
                 self.net.management_cut.insert(x);
