@@ -200,12 +200,15 @@ pub fn assess(ends: &[EndView<'_>], rules: &LinkRules) -> Assessment {
         // it is not a cut cable.
         evidence.push("only one end is silent".to_owned());
     }
-    // Lifeguard for degradation: a late node answers late and times out
-    // late, so the loss and RTT of its links, measured from either end,
-    // describe its CPU, not the cable.
-    let timing_counts = ends.iter().all(|e| !e.late);
+    // Lifeguard for degradation: a late node answers late, so the RTT of
+    // its links, measured from either end, describes its CPU, not the
+    // cable. Its loss does only as far as its lateness explains it (the
+    // excuse): a prober that wakes late reads the replies waiting before
+    // it expires a probe, and a responder late by less than the timeout
+    // still answers every request in time.
+    let rtt_counts = ends.iter().all(|e| !e.late);
     for end in ends {
-        degradation(end, rules, timing_counts, &mut evidence);
+        degradation(end, rules, rtt_counts, &mut evidence);
     }
     if !evidence.is_empty() {
         return Assessment {
@@ -276,16 +279,11 @@ fn rdma_down(o: &LinkObservation) -> bool {
     )
 }
 
-fn degradation(
-    end: &EndView<'_>,
-    rules: &LinkRules,
-    timing_counts: bool,
-    evidence: &mut Vec<String>,
-) {
+fn degradation(end: &EndView<'_>, rules: &LinkRules, rtt_counts: bool, evidence: &mut Vec<String>) {
     let o = end.observation;
     let node = end.node;
     for (what, windows) in [("probes", &o.loss), ("MTU-sized probes", &o.mtu_loss)] {
-        if let Some((w, lost)) = lossy(windows, rules, end.excuse).filter(|_| timing_counts) {
+        if let Some((w, lost)) = lossy(windows, rules, end.excuse) {
             let excused = if lost < w.lost {
                 format!(
                     ", {} of them excused by {} of lateness, up to {}",
@@ -304,7 +302,7 @@ fn degradation(
             ));
         }
     }
-    if timing_counts && !end.rtt_shared && slow(&o.rtt, rules, end.excuse.worst) {
+    if rtt_counts && !end.rtt_shared && slow(&o.rtt, rules, end.excuse.worst) {
         evidence.push(format!(
             "{node}: RTT p90 {} (p99 {}) against a baseline p99 of {}",
             fmt_duration(o.rtt.p90),
@@ -813,7 +811,7 @@ mod tests {
     }
 
     #[test]
-    fn a_few_lost_probes_are_noise_and_a_saturated_end_loss_is_no_evidence() {
+    fn a_few_lost_probes_are_noise_and_a_late_end_loss_counts_beyond_its_excuse() {
         let b = healthy();
         let one_late_mtu_probe = LinkObservation {
             mtu_loss: vec![LossWindow {
@@ -834,8 +832,18 @@ mod tests {
             }],
             ..healthy()
         };
+        // Late, but by less than the timeout: every request was answered
+        // in time, so the loss is the cable's.
         let mut busy = view("a", &lossy);
         busy.late = true;
+        busy.excuse = Excuse {
+            worst: Duration::from_millis(40),
+            late_for: Duration::from_millis(40),
+        };
+        let verdict = assess(&[busy, view("b", &b)], &rules());
+        assert_eq!(verdict.state, LinkState::Degraded, "{verdict:?}");
+        // Late past the timeout for two seconds: 21 probes explained.
+        busy.excuse.late_for = Duration::from_secs(2);
         let verdict = assess(&[busy, view("b", &b)], &rules());
         assert_eq!(verdict.state, LinkState::Up, "{verdict:?}");
     }

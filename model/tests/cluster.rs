@@ -1012,6 +1012,46 @@ fn a_lossy_cable_while_another_node_runs_late_is_still_found() {
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
+/// A lossy cable on a busy node, whose timers run tens to hundreds of
+/// milliseconds late the whole time (a job using every core): it answers
+/// every request within the timeout, so the loss is the cable's and is
+/// found.
+#[test]
+fn a_lossy_cable_on_a_node_that_runs_late_is_still_found() {
+    for (seed, ms) in [(89, 30), (97, 250)] {
+        let late = Episode {
+            fault: Fault::Late {
+                x: 1,
+                by: Duration::from_millis(ms),
+            },
+            start: WARMUP,
+            heal: WARMUP + Duration::from_secs(14),
+        };
+        let lossy = Episode {
+            fault: Fault::LossyCable {
+                a: 1,
+                b: 2,
+                per_mille: 150,
+            },
+            start: WARMUP + Duration::from_millis(200),
+            heal: WARMUP + Duration::from_secs(12),
+        };
+        let all = [late, lossy.clone()];
+        let mut sim = Sim::new(4, seed);
+        for e in &all {
+            schedule(&mut sim, e);
+        }
+        let mut problems = Vec::new();
+        expect_at(&mut sim, WARMUP, &all, &mut problems);
+        check_episode(&mut sim, &lossy, &all, &mut problems);
+        assert!(
+            problems.is_empty(),
+            "late by {ms} ms: {}",
+            problems.join("\n")
+        );
+    }
+}
+
 /// Every node's timers run late: verdicts are held, nothing pages but the
 /// mesh saying it runs late.
 #[test]
@@ -1041,4 +1081,19 @@ fn a_node_whose_probe_tick_runs_far_behind_is_no_link_fault() {
             problems.join("\n")
         );
     }
+}
+
+/// Found by the random schedules: a node of eight 645 ms late on every
+/// tick. Its first report of its links' lateness, sent when it turned
+/// late, said 405 ms (the tick then overdue), and a link's figures go out
+/// only every other second: the lateness every message carries must count
+/// too, or its peers' loss outgrows the excuse.
+#[test]
+fn the_lateness_every_message_carries_excuses_what_the_links_figures_lag() {
+    let problems = run(
+        8,
+        12233755910095821122,
+        &[one(52, 3, 0, 13615687128291871780, 0)],
+    );
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }

@@ -155,6 +155,7 @@ pub(super) struct Judge<'a> {
     pub(super) settings: &'a EngineSettings,
     pub(super) lives: &'a BTreeMap<&'a NodeId, Life<'a>>,
     pub(super) local: &'a NodeId,
+    pub(super) local_lateness: Duration,
     pub(super) mesh_saturated: bool,
     /// Nodes most of whose links are slow at once (see `slow_hosts`).
     pub(super) slow_hosts: &'a BTreeSet<NodeId>,
@@ -197,6 +198,13 @@ impl Judge<'_> {
         for (memory, end) in link.late.iter_mut().zip(views.iter()) {
             if let Some(end) = end {
                 memory.note(end.view.observation.lateness, end.observed_at);
+            }
+        }
+        // A link's figures, its lateness among them, go out only now and
+        // then; every message says how late its node runs.
+        for (memory, node) in link.late.iter_mut().zip([&link.a.node, &link.b.node]) {
+            if let Some((lateness, at)) = self.latest_lateness(node) {
+                memory.note(lateness, at);
             }
         }
         let present: Vec<End<'_>> = views.into_iter().flatten().collect();
@@ -275,6 +283,16 @@ impl Judge<'_> {
             recent_changes: link.tracker.recent_changes(),
             fix: None,
         }
+    }
+
+    /// How late `node` said it ran in its latest message, and when that
+    /// came; for this node, its lateness now.
+    fn latest_lateness(&self, node: &NodeId) -> Option<(Duration, Instant)> {
+        if node == self.local {
+            return Some((self.local_lateness, self.now));
+        }
+        let life = self.lives.get(node)?;
+        Some((life.lateness, life.last_message?))
     }
 
     /// When was `node`'s latest message, or `now` for this node.

@@ -287,6 +287,9 @@ type LinkViews<'a> = [Option<End<'a>>; 2];
 struct Life<'a> {
     /// The last message on any path.
     last_message: Option<Instant>,
+    /// How late the node said its timers ran, in that message: every
+    /// message says it, while a link's figures go out only now and then.
+    lateness: Duration,
     /// Paths with an open stream that spoke within `stale_after`.
     fresh_paths: Vec<&'a Path>,
     /// Whether any stream path is still open (closed ones are silent at once).
@@ -353,6 +356,7 @@ impl Engine {
         for (id, view) in &inputs.peers {
             let life = lives.entry(id).or_default();
             life.last_message = Some(view.received_at);
+            life.lateness = view.report.lateness;
             life.any_open = view.paths.values().any(|p| p.open);
             life.fresh_paths = view
                 .paths
@@ -444,6 +448,7 @@ impl Engine {
                     settings: &settings,
                     lives: &lives,
                     local: &inputs.local.id,
+                    local_lateness: inputs.local_lateness,
                     mesh_saturated,
                     slow_hosts: &slow_hosts,
                     now,
