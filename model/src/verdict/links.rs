@@ -197,14 +197,18 @@ impl Judge<'_> {
             .map(|(n, _)| n.clone());
         for (memory, end) in link.late.iter_mut().zip(views.iter()) {
             if let Some(end) = end {
-                memory.note(end.view.observation.lateness, end.observed_at);
+                memory.note(
+                    end.view.observation.lateness,
+                    end.observed_at,
+                    &self.settings.link,
+                );
             }
         }
         // A link's figures, its lateness among them, go out only now and
         // then; every message says how late its node runs.
         for (memory, node) in link.late.iter_mut().zip([&link.a.node, &link.b.node]) {
             if let Some((lateness, at)) = self.latest_lateness(node) {
-                memory.note(lateness, at);
+                memory.note(lateness, at, &self.settings.link);
             }
         }
         let present: Vec<End<'_>> = views.into_iter().flatten().collect();
