@@ -947,17 +947,22 @@ fn a_cut_during_a_stall_elsewhere_is_still_found() {
         start: WARMUP + Duration::from_millis(200),
         heal: WARMUP + Duration::from_secs(6),
     };
-    let all = [stall, cut.clone()];
-    let mut sim = Sim::new(4, 43);
+    let problems = checks_beside(4, 43, &stall, &cut);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The checks of `checked` while `beside` happens too: they see the whole
+/// window, `beside`'s pages included, so only `checked` may page.
+fn checks_beside(n: usize, seed: u64, beside: &Episode, checked: &Episode) -> Vec<String> {
+    let all = [beside.clone(), checked.clone()];
+    let mut sim = Sim::new(n, seed);
     for e in &all {
         schedule(&mut sim, e);
     }
     let mut problems = Vec::new();
     expect_at(&mut sim, WARMUP, &all, &mut problems);
-    // The cut's checks see the whole window, the stall's pages included:
-    // only the cut may page.
-    check_episode(&mut sim, &cut, &all, &mut problems);
-    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    check_episode(&mut sim, checked, &all, &mut problems);
+    problems
 }
 
 /// A cable that loses a tenth or a fifth of its probes is degraded on
@@ -979,15 +984,12 @@ fn a_lossy_cable_is_degraded_everywhere_and_clears() {
     }
 }
 
-/// A lossy cable while a node elsewhere runs 700 ms late: the late node's
-/// excuse covers its own links, not this one, and its late reports hold
-/// nothing.
-#[test]
-fn a_lossy_cable_while_another_node_runs_late_is_still_found() {
+/// Cable n2-n3 losing 15 % of its probes while node `x` runs `ms` late.
+fn lossy_cable_while_late(x: usize, ms: u64, seed: u64) -> Vec<String> {
     let late = Episode {
         fault: Fault::Late {
-            x: 0,
-            by: Duration::from_millis(700),
+            x,
+            by: Duration::from_millis(ms),
         },
         start: WARMUP,
         heal: WARMUP + Duration::from_secs(14),
@@ -1001,14 +1003,15 @@ fn a_lossy_cable_while_another_node_runs_late_is_still_found() {
         start: WARMUP + Duration::from_millis(200),
         heal: WARMUP + Duration::from_secs(12),
     };
-    let all = [late, lossy.clone()];
-    let mut sim = Sim::new(4, 83);
-    for e in &all {
-        schedule(&mut sim, e);
-    }
-    let mut problems = Vec::new();
-    expect_at(&mut sim, WARMUP, &all, &mut problems);
-    check_episode(&mut sim, &lossy, &all, &mut problems);
+    checks_beside(4, seed, &late, &lossy)
+}
+
+/// A lossy cable while a node elsewhere runs 700 ms late: the late node's
+/// excuse covers its own links, not this one, and its late reports hold
+/// nothing.
+#[test]
+fn a_lossy_cable_while_another_node_runs_late_is_still_found() {
+    let problems = lossy_cable_while_late(0, 700, 83);
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
@@ -1019,31 +1022,7 @@ fn a_lossy_cable_while_another_node_runs_late_is_still_found() {
 #[test]
 fn a_lossy_cable_on_a_node_that_runs_late_is_still_found() {
     for (seed, ms) in [(89, 30), (97, 250)] {
-        let late = Episode {
-            fault: Fault::Late {
-                x: 1,
-                by: Duration::from_millis(ms),
-            },
-            start: WARMUP,
-            heal: WARMUP + Duration::from_secs(14),
-        };
-        let lossy = Episode {
-            fault: Fault::LossyCable {
-                a: 1,
-                b: 2,
-                per_mille: 150,
-            },
-            start: WARMUP + Duration::from_millis(200),
-            heal: WARMUP + Duration::from_secs(12),
-        };
-        let all = [late, lossy.clone()];
-        let mut sim = Sim::new(4, seed);
-        for e in &all {
-            schedule(&mut sim, e);
-        }
-        let mut problems = Vec::new();
-        expect_at(&mut sim, WARMUP, &all, &mut problems);
-        check_episode(&mut sim, &lossy, &all, &mut problems);
+        let problems = lossy_cable_while_late(1, ms, seed);
         assert!(
             problems.is_empty(),
             "late by {ms} ms: {}",
