@@ -55,6 +55,7 @@ struct Sent {
     clock_offsets: Vec<ClockOffset>,
     facts: Option<Arc<NodeFacts>>,
     load: NodeLoad,
+    lateness: Duration,
 }
 
 #[derive(Debug)]
@@ -206,6 +207,7 @@ impl Outbox {
             return None;
         }
         sent.load = now.load;
+        sent.lateness = now.lateness;
         self.sequence += 1;
         self.last_sent_at = Some(moment.now);
         Some(update)
@@ -225,6 +227,7 @@ impl Outbox {
             clock_offsets: now.clock_offsets.to_vec(),
             facts: now.facts.cloned(),
             load: now.load,
+            lateness: now.lateness,
         };
         self.sequence += 1;
         self.last_sent_at = Some(moment.now);
@@ -246,7 +249,7 @@ fn full_update(sent: &Sent, sequence: u64, moment: Moment) -> ReportUpdate {
     ReportUpdate {
         sequence,
         sent_at: moment.wall,
-        lateness: Duration::ZERO,
+        lateness: sent.lateness,
         full: true,
         links: sent.links.values().map(|(l, _)| l.clone()).collect(),
         removed_links: Vec::new(),
@@ -257,5 +260,51 @@ fn full_update(sent: &Sent, sequence: u64, moment: Moment) -> ReportUpdate {
         facts: sent.facts.as_deref().cloned(),
         has_quorum: Some(sent.has_quorum),
         clock_offsets: Some(sent.clock_offsets.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::SystemTime;
+
+    use super::*;
+
+    /// A stream that opens learns how late this node runs from its first
+    /// update, as every other update says it: a zero there would read as
+    /// on time and end the peers' memory of its lateness.
+    #[test]
+    fn a_full_update_says_how_late_the_node_runs_now() {
+        let mut outbox = Outbox::new(OutboxSettings {
+            heartbeat: Duration::from_secs(1),
+            refresh: Duration::from_secs(2),
+            rules: crate::fixtures::default_engine_settings().link,
+        });
+        let snapshot = |lateness| Snapshot {
+            links: &[],
+            alarms: &[],
+            hears: &[],
+            heard_on_management: &[],
+            has_quorum: true,
+            clock_offsets: &[],
+            facts: None,
+            load: NodeLoad::default(),
+            lateness,
+        };
+        let t0 = crate::fixtures::epoch();
+        let at = |secs| Moment {
+            now: t0 + Duration::from_secs(secs),
+            wall: SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000 + secs),
+        };
+        let first = outbox
+            .next(&snapshot(Duration::from_millis(40)), at(0), false)
+            .expect("the first update");
+        assert_eq!(first.lateness, Duration::from_millis(40));
+        let beat = outbox
+            .next(&snapshot(Duration::from_millis(700)), at(1), false)
+            .expect("a heartbeat");
+        assert_eq!(beat.lateness, Duration::from_millis(700));
+        let full = outbox.full(at(1)).expect("sent before");
+        assert!(full.full);
+        assert_eq!(full.lateness, Duration::from_millis(700));
     }
 }
