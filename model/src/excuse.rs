@@ -24,13 +24,9 @@ pub struct Excuse {
 }
 
 impl Excuse {
-    pub fn is_none(&self) -> bool {
-        self.worst.is_zero() && self.late_for.is_zero()
-    }
-
-    /// Both ends' lateness: the worst of either, and the time both spent
-    /// late (overlapping runs counted twice, which only excuses more),
-    /// never more than a window.
+    /// Two excuses together (both ends', or several runs of one): the
+    /// worst of either, and both late times (overlapping ones counted
+    /// twice, which only excuses more), never more than a window.
     pub fn and(self, other: Self) -> Self {
         Self {
             worst: self.worst.max(other.worst),
@@ -234,12 +230,11 @@ impl LateMemory {
             .iter()
             .flatten()
             .filter(|run| now < run.remembered_until())
-            .fold(Excuse::default(), |excuse, run| Excuse {
-                worst: excuse.worst.max(run.worst),
-                late_for: excuse
-                    .late_for
-                    .saturating_add(run.explains(window_end, rules))
-                    .min(MEDIUM_WINDOW),
+            .fold(Excuse::default(), |excuse, run| {
+                excuse.and(Excuse {
+                    worst: run.worst,
+                    late_for: run.explains(window_end, rules),
+                })
             })
     }
 }
@@ -282,7 +277,7 @@ mod tests {
         let t0 = crate::fixtures::epoch();
         let mut memory = LateMemory::default();
         memory.note(ms(5), t0, &rules());
-        assert!(memory.excuse(t0, t0, &rules()).is_none());
+        assert_eq!(memory.excuse(t0, t0, &rules()), Excuse::default());
         assert_eq!(Excuse::default().stalled_probes(&window(100, 50)), 0);
     }
 
@@ -302,9 +297,9 @@ mod tests {
         assert_eq!(excuse.stalled_probes(&window(100, 50)), 8);
         // Remembered for a window and the lateness memory after the run.
         let later = t0 + ms(12_400);
-        assert!(!memory.excuse(later, later, &rules()).is_none());
+        assert_ne!(memory.excuse(later, later, &rules()), Excuse::default());
         let later = t0 + ms(12_500);
-        assert!(memory.excuse(later, later, &rules()).is_none());
+        assert_eq!(memory.excuse(later, later, &rules()), Excuse::default());
     }
 
     #[test]

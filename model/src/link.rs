@@ -80,7 +80,8 @@ pub struct EndView<'a> {
     /// link stayed silent. Zero for an observation that was not silent.
     pub confirmed_silence: Duration,
     /// The end's timers ran late (its own lateness, or its node saturated)
-    /// while it gathered this: its loss and RTT are no evidence.
+    /// while it gathered this: its RTT is no evidence, and its loss only
+    /// beyond [`Self::excuse`].
     pub late: bool,
     /// What either end's recent lateness explains of this end's silence,
     /// loss and RTT ([`crate::excuse::LateMemory`]): no evidence.

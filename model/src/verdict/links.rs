@@ -195,17 +195,8 @@ impl Judge<'_> {
             .zip(end_states)
             .find(|(_, s)| *s == NodeState::Down)
             .map(|(n, _)| n.clone());
-        for (memory, end) in link.late.iter_mut().zip(views.iter()) {
-            if let Some(end) = end {
-                memory.note(
-                    end.view.observation.lateness,
-                    end.observed_at,
-                    &self.settings.link,
-                );
-            }
-        }
-        // A link's figures, its lateness among them, go out only now and
-        // then; every message says how late its node runs.
+        // Every message says how late its node runs; a link's figures, its
+        // lateness among them, go out only now and then.
         for (memory, node) in link.late.iter_mut().zip([&link.a.node, &link.b.node]) {
             if let Some((lateness, at)) = self.latest_lateness(node) {
                 memory.note(lateness, at, &self.settings.link);
