@@ -1442,8 +1442,8 @@ impl Sim {
             );
         }
         self.publish(x, false);
-        // `MissedTickBehavior::Delay`: the next tick is a period after
-        // this one fired.
+        // The next tick is a period after this one fired (the daemon's
+        // ticker skips the ticks a late one missed).
         let next = now + PROBE_INTERVAL;
         if let Some(d) = self.daemon_mut(x) {
             d.tick_due = Some(next);
