@@ -13,16 +13,22 @@
 //!
 //! The link is a2's: local 10.78.2.1 on a2, peer 10.78.9.2. The routing
 //! table sends 10.78.9.2 over a1; only the pin keeps the probes on a2,
-//! which the namespace's own packet counters show, whether the link names
-//! its interface or leaves it to be found by the address. A plain socket
-//! bound and connected the same way (the control) goes out by a1, proving
-//! that the layout misroutes without the pin. IPv6 is off in both
-//! namespaces so that nothing else crosses the cables.
+//! which an nftables counter of the UDP datagrams leaving each cable shows,
+//! whether the link names its interface or leaves it to be found by the
+//! address. A plain socket bound and connected the same way (the control)
+//! goes out by a1, proving that the layout misroutes without the pin.
+//!
+//! Only UDP counts: the peer probes this node too, and while no socket
+//! holds the port here (before the prober binds, after it stops) the kernel
+//! answers those probes with ICMP port-unreachable errors that follow the
+//! route over a1, with an ARP request ahead of them. They are the kernel's,
+//! not meshd's; the interface's own packet counters would count them.
 //!
 //! Each side runs in its namespace as this test binary under `ip netns
 //! exec` with one ignored helper selected (the test may not `setns` itself:
 //! no unsafe code); the prober helper prints its counters on one line.
 
+use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -112,12 +118,42 @@ async fn respond_helper() {
     cancel.cancel();
 }
 
-fn tx_packets(iface: &str) -> u64 {
-    std::fs::read_to_string(format!("/sys/class/net/{iface}/statistics/tx_packets"))
-        .expect("counter")
-        .trim()
-        .parse()
-        .expect("number")
+/// The nftables table, in this node's namespace, that counts the UDP
+/// datagrams leaving by each cable.
+const COUNTERS: &str = "meshd_pin";
+
+fn counting_rules() -> String {
+    format!(
+        "table inet {COUNTERS} {{
+            counter udp_a1 {{ }}
+            counter udp_a2 {{ }}
+            chain out {{
+                type filter hook output priority 0; policy accept;
+                oifname \"a1\" meta l4proto udp counter name \"udp_a1\"
+                oifname \"a2\" meta l4proto udp counter name \"udp_a2\"
+            }}
+        }}"
+    )
+}
+
+/// UDP datagrams this namespace has sent out of `iface` (a1 or a2).
+fn udp_sent(iface: &str) -> u64 {
+    let out = Command::new("nft")
+        .args(["list", "counter", "inet", COUNTERS, &format!("udp_{iface}")])
+        .output()
+        .expect("run nft");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "nft list counter udp_{iface}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut words = text.split_whitespace();
+    words
+        .find(|w| *w == "packets")
+        .and_then(|_| words.next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no packet count in:\n{text}"))
 }
 
 /// Probes the peer for `PROBE_FOR` from 10.78.2.1 and prints what each
@@ -131,7 +167,7 @@ async fn probe_helper() {
     let Ok(mode) = std::env::var(PROBE_ENV) else {
         return;
     };
-    let before = (tx_packets("a1"), tx_packets("a2"));
+    let before = (udp_sent("a1"), udp_sent("a2"));
     let replied = if mode == "unpinned" {
         let socket = tokio::net::UdpSocket::bind((LOCAL, 0)).await.expect("bind");
         socket.connect((PEER, PORT)).await.expect("connect");
@@ -160,7 +196,7 @@ async fn probe_helper() {
             .get(&peer)
             .is_some_and(|stats| stats.last_reply_at.is_some())
     };
-    let after = (tx_packets("a1"), tx_packets("a2"));
+    let after = (udp_sent("a1"), udp_sent("a2"));
     println!(
         "RESULT a1={} a2={} replied={replied}",
         after.0 - before.0,
@@ -205,10 +241,19 @@ fn missing_prerequisite() -> Option<String> {
     if euid != Some("0") {
         return Some("not root".into());
     }
-    match Command::new("ip").arg("-V").output() {
-        Ok(out) if out.status.success() => None,
-        _ => Some("`ip` (iproute2) is missing".into()),
+    let runs = |tool: &str, arg: &str| {
+        Command::new(tool)
+            .arg(arg)
+            .output()
+            .is_ok_and(|out| out.status.success())
+    };
+    if !runs("ip", "-V") {
+        return Some("`ip` (iproute2) is missing".into());
     }
+    if !runs("nft", "--version") {
+        return Some("`nft` (nftables) is missing".into());
+    }
+    None
 }
 
 /// What one probing run carried on each cable.
@@ -269,9 +314,9 @@ fn probes_leave_by_the_pinned_cable() {
     for name in [&ns, &peer] {
         ip(&["netns", "add", name]);
         cleanup.namespaces.push(name.clone());
-        // Before any link exists, so no interface ever sends IPv6 router
-        // solicitations or MLD reports that the counters would show. A
-        // kernel without IPv6 has nothing to turn off.
+        // Before any link exists, so that the cables carry IPv4 only (no
+        // router solicitations, no MLD reports) and the layout stays the
+        // one drawn above. A kernel without IPv6 has nothing to turn off.
         let _ = Command::new("ip")
             .args(["netns", "exec", name, "sh", "-c"])
             .arg("echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6; echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6")
@@ -305,6 +350,23 @@ fn probes_leave_by_the_pinned_cable() {
         "dev",
         "a1",
     ]);
+    let mut nft = Command::new("ip")
+        .args(["netns", "exec", &ns, "nft", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run nft");
+    nft.stdin
+        .take()
+        .expect("stdin")
+        .write_all(counting_rules().as_bytes())
+        .expect("write the counting rules");
+    let loaded = nft.wait_with_output().expect("nft");
+    assert!(
+        loaded.status.success(),
+        "nft: {}",
+        String::from_utf8_lossy(&loaded.stderr)
+    );
 
     let exe = std::env::current_exe().expect("test binary");
     cleanup.child = Some(
