@@ -1,19 +1,26 @@
 //! When the engine must look again with no new input: a peer turning suspect
 //! or stale, a link's pending hysteresis, or the idle bound.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::{Engine, MAX_IDLE, MeshInputs};
+use crate::linkstats::LATE;
 
 impl Engine {
     /// When something could change with no new input: a peer turning
-    /// suspect or stale, a link's pending hysteresis.
+    /// suspect or stale (that much later while this node runs late, see
+    /// `node_verdict`), a link's pending hysteresis.
     pub(super) fn next_deadline(&self, inputs: &MeshInputs, now: Instant) -> Instant {
         let idle = now + MAX_IDLE;
+        let allowance = if inputs.local_lateness >= LATE {
+            inputs.local_lateness
+        } else {
+            Duration::ZERO
+        };
         let peers = inputs.peers.values().flat_map(|v| {
             [self.settings.suspect_after, self.settings.stale_after]
                 .into_iter()
-                .filter_map(move |after| v.received_at.checked_add(after))
+                .filter_map(move |after| v.received_at.checked_add(after + allowance))
         });
         let links = self
             .links

@@ -1,9 +1,9 @@
 //! Node verdicts: whether each member is up, suspect or down from every path
-//! that speaks for it, which members run late, and the rule that a late node
-//! may not make a verdict worse.
+//! that speaks for it, which members run late, and how long a late node
+//! waits before it reads a peer's silence as the peer's.
 
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use meshd_proto::domain::{NodeId, NodeState, NodeVerdict};
 
@@ -64,33 +64,36 @@ impl Engine {
                     name_some(life.hearers.iter().map(|n| n.as_str()))
                 ));
             }
-            let heard_directly =
-                age.is_some_and(|a| a < self.settings.suspect_after) && life.any_open;
-            let alive = heard_directly || life.probes_answer || !life.hearers.is_empty();
-            let stale_after = self.settings.stale_after;
-            let silent_everywhere = match age {
-                None => self
-                    .started
-                    .is_none_or(|s| now.saturating_duration_since(s) >= stale_after),
-                Some(age) => !life.any_open || age >= stale_after,
+            let judged = |allowance: Duration| {
+                self.node_state(
+                    &life,
+                    age.map(|a| a.saturating_sub(allowance)),
+                    allowance,
+                    now,
+                )
             };
-            let state = if alive {
-                NodeState::Up
-            } else if silent_everywhere {
-                NodeState::Down
-            } else {
-                NodeState::Suspect
-            };
-            // A node whose own timers run late reads its peers late: their
-            // silence then is its own, and proves nothing.
+            let state = judged(Duration::ZERO);
+            // A node whose own timers run late reads its peers late: a
+            // message may wait that long before it is read, and a stream may
+            // read closed only because this node stalled. Their silence
+            // counts from that much after their last message, and only its
+            // length, not a closed stream, makes them down meanwhile. What
+            // was already decided stays: the lateness holds a verdict back,
+            // it does not take one back.
             let previous = self.node_since.get(id).map(|(s, _)| *s);
-            let state = match previous {
-                Some(before) if late_self && worse(state, before) => {
-                    evidence.push(format!(
-                        "held at {before}: this node's timers run {} late",
-                        fmt_duration(inputs.local_lateness)
-                    ));
-                    before
+            let state = match late_self.then(|| judged(inputs.local_lateness)) {
+                Some(allowed) if worse(state, allowed) => {
+                    let kept = previous
+                        .filter(|p| worse(*p, allowed))
+                        .map_or(allowed, |p| if worse(state, p) { p } else { state });
+                    if kept != state {
+                        evidence.push(format!(
+                            "{kept}, not {state}, until the silence outlasts this node's own \
+                             lateness: its timers run {} late",
+                            fmt_duration(inputs.local_lateness)
+                        ));
+                    }
+                    kept
                 }
                 _ => state,
             };
@@ -128,6 +131,37 @@ impl Engine {
             // `crate::boot::annotate` fills it in.
             boot: Default::default(),
             fix: None,
+        }
+    }
+
+    /// A peer's state from what speaks for it: `age` is how long ago its
+    /// last message came, less `allowance`, the part of that silence this
+    /// node's own lateness may explain (zero when it runs on time; then a
+    /// closed stream also counts as silence at once).
+    fn node_state(
+        &self,
+        life: &Life<'_>,
+        age: Option<Duration>,
+        allowance: Duration,
+        now: Instant,
+    ) -> NodeState {
+        let closed_counts = allowance.is_zero();
+        let open = life.any_open || !closed_counts;
+        let heard_directly = age.is_some_and(|a| a < self.settings.suspect_after) && open;
+        let alive = heard_directly || life.probes_answer || !life.hearers.is_empty();
+        let stale_after = self.settings.stale_after;
+        let silent_everywhere = match age {
+            None => self.started.is_none_or(|s| {
+                now.saturating_duration_since(s).saturating_sub(allowance) >= stale_after
+            }),
+            Some(age) => !open || age >= stale_after,
+        };
+        if alive {
+            NodeState::Up
+        } else if silent_everywhere {
+            NodeState::Down
+        } else {
+            NodeState::Suspect
         }
     }
 
