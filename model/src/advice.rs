@@ -268,6 +268,8 @@ mod tests {
             node,
             observation,
             confirmed_silence: Duration::ZERO,
+            previous_life: Duration::ZERO,
+            far_life: None,
             late: false,
             excuse: crate::excuse::Excuse::default(),
             rtt_shared: false,

@@ -21,6 +21,9 @@ pub struct Excuse {
     /// The time, within the view's loss window, whose probes an end's
     /// lateness may have left unanswered.
     pub late_for: Duration,
+    /// The part of the loss window `late_for` was measured over: the whole
+    /// window, or less when the prober started within it.
+    pub over: Duration,
 }
 
 impl Excuse {
@@ -34,6 +37,7 @@ impl Excuse {
                 .late_for
                 .saturating_add(other.late_for)
                 .min(MEDIUM_WINDOW),
+            over: self.over.max(other.over),
         }
     }
 
@@ -43,7 +47,14 @@ impl Excuse {
         if self.late_for.is_zero() || w.sent == 0 || w.window.is_zero() {
             return 0;
         }
-        let period = w.window.as_secs_f64() / w.sent as f64;
+        // A prober that started within the window sent its probes over
+        // less of it: their period is that part over their count.
+        let span = if self.over.is_zero() {
+            w.window
+        } else {
+            self.over.min(w.window)
+        };
+        let period = span.as_secs_f64() / w.sent as f64;
         let during = (self.late_for.as_secs_f64() / period).ceil();
         // Saturating float-to-int conversion: a hostile lateness is capped.
         (during as u64).saturating_add(1)
@@ -137,13 +148,13 @@ impl LateRun {
     /// lost (the requests that came in its first part waited past the
     /// timeout). A node late by less than the timeout less a tick gap
     /// loses nothing.
-    fn explains(&self, window_end: Instant, rules: &LinkRules) -> Duration {
+    fn explains(&self, window_end: Instant, probing: Duration, rules: &LinkRules) -> Duration {
         let run = self.through(window_end, rules);
         let lasted = run
             .last
             .saturating_duration_since(run.first)
             .saturating_add(run.worst);
-        let late = run.late_within(window_end, lasted);
+        let late = run.late_within(window_end, probing, lasted);
         let share = run.lost_time.as_secs_f64() / lasted.as_secs_f64().max(1e-9);
         let stall = rules
             .tick_gap
@@ -152,16 +163,18 @@ impl LateRun {
         stall.max(scaled(late, share.clamp(0.0, 1.0))).min(late)
     }
 
-    /// The late time in the window ending at `window_end`: no more than
-    /// the run `lasted`, and only what of it can lie in the window. Each
-    /// observation speaks of the memory before it, and the probes a late
-    /// tick answers waited up to `worst` before it.
-    fn late_within(&self, window_end: Instant, lasted: Duration) -> Duration {
+    /// The late time in the `probing` part of the window ending at
+    /// `window_end`: no more than the run `lasted`, and only what of it can
+    /// lie there. Each observation speaks of the memory before it, and the
+    /// probes a late tick answers waited up to `worst` before it.
+    fn late_within(&self, window_end: Instant, probing: Duration, lasted: Duration) -> Duration {
         let could_start = self
             .first
             .checked_sub(LATENESS_MEMORY.saturating_add(self.worst))
             .unwrap_or(self.first);
-        let window_start = window_end.checked_sub(MEDIUM_WINDOW).unwrap_or(window_end);
+        let window_start = window_end
+            .checked_sub(probing.min(MEDIUM_WINDOW))
+            .unwrap_or(window_end);
         let overlap = self
             .last
             .min(window_end)
@@ -224,8 +237,15 @@ impl LateMemory {
     }
 
     /// What the runs still remembered at `now` excuse of a view whose loss
-    /// window ends at `window_end`.
-    pub fn excuse(&self, window_end: Instant, now: Instant, rules: &LinkRules) -> Excuse {
+    /// window ends at `window_end`, of which its prober sent in the last
+    /// `probing` (the whole window, unless it started within it).
+    pub fn excuse(
+        &self,
+        window_end: Instant,
+        probing: Duration,
+        now: Instant,
+        rules: &LinkRules,
+    ) -> Excuse {
         self.runs
             .iter()
             .flatten()
@@ -233,7 +253,8 @@ impl LateMemory {
             .fold(Excuse::default(), |excuse, run| {
                 excuse.and(Excuse {
                     worst: run.worst,
-                    late_for: run.explains(window_end, rules),
+                    late_for: run.explains(window_end, probing, rules),
+                    over: probing.min(MEDIUM_WINDOW),
                 })
             })
     }
@@ -277,7 +298,10 @@ mod tests {
         let t0 = crate::fixtures::epoch();
         let mut memory = LateMemory::default();
         memory.note(ms(5), t0, &rules());
-        assert_eq!(memory.excuse(t0, t0, &rules()), Excuse::default());
+        assert_eq!(
+            memory.excuse(t0, MEDIUM_WINDOW, t0, &rules()),
+            Excuse::default()
+        );
         assert_eq!(Excuse::default().stalled_probes(&window(100, 50)), 0);
     }
 
@@ -287,7 +311,7 @@ mod tests {
         let mut memory = LateMemory::default();
         memory.note(ms(900), t0, &rules());
         memory.note(Duration::ZERO, t0 + ms(2_500), &rules());
-        let excuse = memory.excuse(t0 + ms(3_000), t0 + ms(3_000), &rules());
+        let excuse = memory.excuse(t0 + ms(3_000), MEDIUM_WINDOW, t0 + ms(3_000), &rules());
         assert_eq!(excuse.worst, ms(900));
         // Late from 900 ms before the observation to 2 s before the one
         // that said on time: 1.4 s, with answers up to 1 s apart, half of
@@ -297,9 +321,15 @@ mod tests {
         assert_eq!(excuse.stalled_probes(&window(100, 50)), 8);
         // Remembered for a window and the lateness memory after the run.
         let later = t0 + ms(12_400);
-        assert_ne!(memory.excuse(later, later, &rules()), Excuse::default());
+        assert_ne!(
+            memory.excuse(later, MEDIUM_WINDOW, later, &rules()),
+            Excuse::default()
+        );
         let later = t0 + ms(12_500);
-        assert_eq!(memory.excuse(later, later, &rules()), Excuse::default());
+        assert_eq!(
+            memory.excuse(later, MEDIUM_WINDOW, later, &rules()),
+            Excuse::default()
+        );
     }
 
     #[test]
@@ -310,12 +340,12 @@ mod tests {
         let t0 = crate::fixtures::epoch();
         let mut busy = LateMemory::default();
         late_run(&mut busy, t0, 0, 9_000, ms(50));
-        let excuse = busy.excuse(t0 + ms(9_000), t0 + ms(9_000), &rules());
+        let excuse = busy.excuse(t0 + ms(9_000), MEDIUM_WINDOW, t0 + ms(9_000), &rules());
         assert_eq!((excuse.worst, excuse.late_for), (ms(50), Duration::ZERO));
         assert_eq!(excuse.stalled_probes(&window(100, 20)), 0);
         let mut stalled = LateMemory::default();
         stalled.note(ms(300), t0, &rules());
-        let excuse = stalled.excuse(t0 + ms(1_000), t0 + ms(1_000), &rules());
+        let excuse = stalled.excuse(t0 + ms(1_000), MEDIUM_WINDOW, t0 + ms(1_000), &rules());
         assert_eq!((excuse.worst, excuse.late_for), (ms(300), Duration::ZERO));
     }
 
@@ -329,7 +359,7 @@ mod tests {
             let late = if (4..=5).contains(&second) { 600 } else { 50 };
             memory.note(ms(late), t0 + ms(second * 1_000), &rules());
         }
-        let excuse = memory.excuse(t0 + ms(9_000), t0 + ms(9_000), &rules());
+        let excuse = memory.excuse(t0 + ms(9_000), MEDIUM_WINDOW, t0 + ms(9_000), &rules());
         assert_eq!(excuse.worst, ms(600));
         assert_eq!(excuse.late_for.as_millis(), 2 * 1_000 * 2 / 7);
         // A cable losing a fifth of its probes beside it still shows.
@@ -344,19 +374,24 @@ mod tests {
         // Still late: the run lasts to the view's end, 9.7 s with the
         // lateness before the first observation. Answers come up to 800 ms
         // apart, so 300 ms in 800 of them is past the timeout.
-        let excuse = memory.excuse(t0 + ms(9_000), t0 + ms(9_000), &rules());
+        let excuse = memory.excuse(t0 + ms(9_000), MEDIUM_WINDOW, t0 + ms(9_000), &rules());
         assert_eq!(excuse.worst, ms(700));
         assert_eq!(excuse.late_for.as_millis(), 9_700 * 3 / 8);
         // On time again at 8 s: late until 6 s at most.
         memory.note(Duration::ZERO, t0 + ms(8_000), &rules());
-        let excuse = memory.excuse(t0 + ms(9_000), t0 + ms(9_000), &rules());
+        let excuse = memory.excuse(t0 + ms(9_000), MEDIUM_WINDOW, t0 + ms(9_000), &rules());
         assert_eq!(excuse.late_for.as_millis(), 6_700 * 3 / 8);
         // The 24 of 100 probes such a run loses are all excused.
         assert_eq!(excuse.stalled_probes(&window(100, 24)), 27);
         // Once most of the run left the window only what is still in it
         // counts: its last second.
         let later = t0 + ms(15_000);
-        assert_eq!(memory.excuse(later, later, &rules()).late_for, ms(375));
+        assert_eq!(
+            memory
+                .excuse(later, MEDIUM_WINDOW, later, &rules())
+                .late_for,
+            ms(375)
+        );
     }
 
     #[test]
@@ -372,7 +407,7 @@ mod tests {
         // gap. The first two merged into one run that spans the time
         // between them too, and explains what both lost: 2 in 7 of
         // 600 ms twice.
-        let excuse = memory.excuse(t0 + ms(9_000), t0 + ms(12_000), &rules());
+        let excuse = memory.excuse(t0 + ms(9_000), MEDIUM_WINDOW, t0 + ms(12_000), &rules());
         assert_eq!(excuse.worst, ms(600));
         assert_eq!(excuse.late_for.as_millis(), 2 * 600 * 2 / 7 + 3 * 200);
     }
@@ -382,6 +417,7 @@ mod tests {
         let hostile = Excuse {
             worst: Duration::MAX,
             late_for: Duration::MAX,
+            over: MEDIUM_WINDOW,
         };
         assert_eq!(hostile.stalled_probes(&window(100, 50)), u64::MAX);
         assert_eq!(hostile.stalled_probes(&window(0, 0)), 0);
@@ -390,7 +426,7 @@ mod tests {
         let mut memory = LateMemory::default();
         memory.note(Duration::MAX, t0, &rules());
         memory.note(Duration::MAX, t0 + ms(100), &rules());
-        let excuse = memory.excuse(t0 + ms(100), t0 + ms(100), &rules());
+        let excuse = memory.excuse(t0 + ms(100), MEDIUM_WINDOW, t0 + ms(100), &rules());
         assert_eq!(excuse.worst, Duration::MAX);
         assert!(excuse.late_for <= MEDIUM_WINDOW);
     }

@@ -53,6 +53,7 @@ pub fn default_engine_settings() -> EngineSettings {
             flap_window: Duration::from_secs(60),
             flap_changes: 4,
             probe_timeout: Duration::from_millis(500),
+            probe_interval: Duration::from_millis(100),
             // The daemon's 100 ms tick on its 64 ms grid.
             tick_gap: Duration::from_millis(128),
         },

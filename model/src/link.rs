@@ -54,6 +54,10 @@ pub struct LinkRules {
     pub flap_changes: u32,
     /// A probe unanswered this long is lost (`probe.timeout`).
     pub probe_timeout: Duration,
+    /// How often the prober sends a small probe: how many probes a time
+    /// spans, in a window the prober did not probe through (it started
+    /// within it).
+    pub probe_interval: Duration,
     /// The longest an on-time probe tick waits for the next: a peer's
     /// request waits that long for its answer, and a late tick's lateness
     /// more.
@@ -79,6 +83,16 @@ pub struct EndView<'a> {
     /// silent, so while its later messages say nothing changed, a silent
     /// link stayed silent. Zero for an observation that was not silent.
     pub confirmed_silence: Duration,
+    /// The part of the silence from before the far end's daemon last
+    /// restarted: its previous life's (it was dead or starting), not the
+    /// cable's. Zero when the far end did not restart since the silence
+    /// began.
+    pub previous_life: Duration,
+    /// How long the far end's daemon had run when this end made the
+    /// observation, if it restarted since this node knew it (zero when it
+    /// restarted after): loss over a window longer than that is partly its
+    /// previous life's, when it was dead or starting, not the cable's.
+    pub far_life: Option<Duration>,
     /// The end's timers ran late (its own lateness, or its node saturated)
     /// while it gathered this: its RTT is no evidence, and its loss only
     /// beyond [`Self::excuse`].
@@ -93,11 +107,19 @@ pub struct EndView<'a> {
 }
 
 impl EndView<'_> {
-    /// Silence now: what the end measured, plus what it has confirmed since.
+    /// Silence now: what the end measured, plus what it has confirmed since,
+    /// from the far end's current life only.
     pub fn silence(&self) -> Duration {
         self.observation
             .silence
             .saturating_add(self.confirmed_silence)
+            .saturating_sub(self.previous_life)
+    }
+
+    /// The far end ran through a loss window of this length before the
+    /// observation (or never restarted as far as this node knows).
+    fn far_lived(&self, window: Duration) -> bool {
+        self.far_life.is_none_or(|life| life >= window)
     }
 
     fn ever_answered(&self) -> bool {
@@ -178,7 +200,7 @@ pub fn assess(ends: &[EndView<'_>], rules: &LinkRules) -> Assessment {
     // no evidence of a dead link (Lifeguard), only its silence is.
     let heavy_loss: Vec<(&EndView<'_>, f64)> = ends
         .iter()
-        .filter(|e| !e.late)
+        .filter(|e| !e.late && e.far_lived(SHORT_WINDOW))
         .filter_map(|e| heavy_loss(e.observation, rules).map(|ratio| (e, ratio)))
         .collect();
     if heavy_loss.len() == ends.len() {
@@ -283,8 +305,9 @@ fn rdma_down(o: &LinkObservation) -> bool {
 fn degradation(end: &EndView<'_>, rules: &LinkRules, rtt_counts: bool, evidence: &mut Vec<String>) {
     let o = end.observation;
     let node = end.node;
+    let loss_counts = end.far_lived(MEDIUM_WINDOW);
     for (what, windows) in [("probes", &o.loss), ("MTU-sized probes", &o.mtu_loss)] {
-        if let Some((w, lost)) = lossy(windows, rules, end.excuse) {
+        if let Some((w, lost)) = lossy(windows, rules, end.excuse).filter(|_| loss_counts) {
             let excused = if lost < w.lost {
                 format!(
                     ", {} of them excused by {} of lateness, up to {}",
@@ -548,6 +571,8 @@ mod tests {
             node,
             observation: o,
             confirmed_silence: Duration::ZERO,
+            previous_life: Duration::ZERO,
+            far_life: None,
             late: EndView::ran_late(o),
             excuse: Excuse::default(),
             rtt_shared: false,
@@ -569,6 +594,7 @@ mod tests {
             excuse: Excuse {
                 worst: Duration::from_millis(ms),
                 late_for: Duration::from_millis(ms),
+                over: MEDIUM_WINDOW,
             },
             ..view("b", &stalled)
         };
@@ -620,6 +646,7 @@ mod tests {
             excuse: Excuse {
                 worst,
                 late_for: worst,
+                over: MEDIUM_WINDOW,
             },
             ..view("a", o)
         };
@@ -840,6 +867,7 @@ mod tests {
         busy.excuse = Excuse {
             worst: Duration::from_millis(40),
             late_for: Duration::from_millis(40),
+            over: MEDIUM_WINDOW,
         };
         let verdict = assess(&[busy, view("b", &b)], &rules());
         assert_eq!(verdict.state, LinkState::Degraded, "{verdict:?}");

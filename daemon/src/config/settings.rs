@@ -39,6 +39,7 @@ fn link_rules(config: &Config) -> LinkRules {
         flap_window: t.flap_window,
         flap_changes: t.flap_changes,
         probe_timeout: config.probe.timeout,
+        probe_interval: config.probe.interval,
         tick_gap: crate::cadence::longest_gap(config.probe.interval),
     }
 }

@@ -12,7 +12,7 @@ use super::{
     Positions, link_key,
 };
 use crate::excuse::LateMemory;
-use crate::link::{EndClass, EndView, LinkTracker, assess, fmt_duration};
+use crate::link::{EndClass, EndView, LinkRules, LinkTracker, MEDIUM_WINDOW, assess, fmt_duration};
 use crate::time::Moment;
 
 impl Engine {
@@ -77,6 +77,8 @@ impl Engine {
                         node: observer.as_str(),
                         observation,
                         confirmed_silence,
+                        previous_life: Duration::ZERO,
+                        far_life: None,
                         late: EndView::ran_late(observation),
                         excuse: crate::excuse::Excuse::default(),
                         rtt_shared: false,
@@ -102,7 +104,9 @@ impl Engine {
                 tracker: LinkTracker::new(now),
                 node_blamed: None,
                 ends_since: [None, None],
+                restarted_at: [None, None],
                 late: [LateMemory::default(); 2],
+                remembered_since: now,
                 degraded_seen: None,
             }
         });
@@ -118,6 +122,19 @@ impl Engine {
             own.clone_from(local);
         }
     }
+}
+
+/// How much of its loss window end `e`'s prober has probed through: the
+/// whole window, or since it started (so few probes sent).
+fn probing(e: &End<'_>, rules: &LinkRules) -> Duration {
+    e.view
+        .observation
+        .loss_over(MEDIUM_WINDOW)
+        .filter(|_| !rules.probe_interval.is_zero())
+        .map_or(MEDIUM_WINDOW, |w| {
+            let sent = u32::try_from(w.sent).unwrap_or(u32::MAX);
+            rules.probe_interval.saturating_mul(sent).min(MEDIUM_WINDOW)
+        })
 }
 
 /// Nodes whose links are mostly slow at once (an RTT p99 above its
@@ -156,6 +173,11 @@ pub(super) struct Judge<'a> {
     pub(super) lives: &'a BTreeMap<&'a NodeId, Life<'a>>,
     pub(super) local: &'a NodeId,
     pub(super) local_lateness: Duration,
+    /// This node's first evaluation: nothing it did before answered.
+    pub(super) local_started: Option<Instant>,
+    /// Since when this node looked often enough to know how late its peers
+    /// ran (its start, or the end of its own last stall).
+    pub(super) watching_since: Option<Instant>,
     pub(super) mesh_saturated: bool,
     /// Nodes most of whose links are slow at once (see `slow_hosts`).
     pub(super) slow_hosts: &'a BTreeSet<NodeId>,
@@ -188,6 +210,16 @@ impl Judge<'_> {
             if link.ends_since.iter().any(Option::is_some) {
                 link.tracker.restart(now);
             }
+            for ((restarted, before), after) in link
+                .restarted_at
+                .iter_mut()
+                .zip(link.ends_since)
+                .zip(ends_since)
+            {
+                if before.is_some() && after != before {
+                    *restarted = after;
+                }
+            }
             link.ends_since = ends_since;
         }
         let down_end = [&link.a.node, &link.b.node]
@@ -210,11 +242,14 @@ impl Judge<'_> {
             .iter()
             .map(|e| EndView {
                 // An end's loss window ends when it made the observation.
-                excuse: late_a
-                    .excuse(e.observed_at, now, &self.settings.link)
-                    .and(late_b.excuse(e.observed_at, now, &self.settings.link)),
+                excuse: {
+                    let (rules, probing) = (&self.settings.link, probing(e, &self.settings.link));
+                    late_a
+                        .excuse(e.observed_at, probing, now, rules)
+                        .and(late_b.excuse(e.observed_at, probing, now, rules))
+                },
                 rtt_shared,
-                ..e.view
+                ..self.far_restart(link, e)
             })
             .collect();
 
@@ -244,7 +279,8 @@ impl Judge<'_> {
             let unproven = bad
                 .then(|| self.unproven_end(link, &present, end_states))
                 .flatten()
-                .or_else(|| self.unspoken_end(link, &present, assessment.state));
+                .or_else(|| self.unspoken_end(link, &present, assessment.state))
+                .or_else(|| self.unremembered_lateness(link, &present, assessment.state));
             if let Some(reason) = unproven {
                 let state = link.tracker.state();
                 (state, blame_for(state), vec![reason])
@@ -278,6 +314,65 @@ impl Judge<'_> {
             recent_changes: link.tracker.recent_changes(),
             fix: None,
         }
+    }
+
+    /// End `e`'s view with what the far end's last restart makes of it: the
+    /// part of its silence from before the restart, and how long the far
+    /// end had lived when the view was made (loss windows reaching back
+    /// before that count its previous life). The far end was dead or
+    /// starting then, which its own node verdict covers; a restart and a
+    /// stall right after it would otherwise read as both ends silent (or
+    /// losing every probe) at once, each about a different moment. This
+    /// node's own restart is its start: what it did before is unknown here.
+    fn far_restart<'v>(&self, link: &KnownLink, e: &End<'v>) -> EndView<'v> {
+        let far = usize::from(e.view.node == link.a.node.as_str());
+        let far_node = if far == 0 { &link.a.node } else { &link.b.node };
+        let restarted = if far_node == self.local {
+            self.local_started
+        } else {
+            link.restarted_at[far]
+        };
+        let Some(restarted) = restarted else {
+            return e.view;
+        };
+        let silence_onset = e
+            .observed_at
+            .checked_sub(e.view.observation.silence)
+            .unwrap_or(e.observed_at);
+        EndView {
+            previous_life: restarted.saturating_duration_since(silence_onset),
+            far_life: Some(e.observed_at.saturating_duration_since(restarted)),
+            ..e.view
+        }
+    }
+
+    /// Why a degradation cannot be blamed on the link yet: the loss or RTT
+    /// it rests on was gathered over a window that began before this node
+    /// knew how late the ends ran (it started, first heard of the link, or
+    /// stalled itself since), so what of it a late end explains is not known
+    /// here. The peers that watched the whole window judge meanwhile; a
+    /// window's length later this node does too.
+    fn unremembered_lateness(
+        &self,
+        link: &KnownLink,
+        present: &[End<'_>],
+        state: LinkState,
+    ) -> Option<String> {
+        if state != LinkState::Degraded {
+            return None;
+        }
+        let since = self
+            .watching_since
+            .map_or(link.remembered_since, |w| w.max(link.remembered_since));
+        let oldest = present.iter().map(|e| e.observed_at).min()?;
+        let known_from = since.checked_add(MEDIUM_WINDOW)?;
+        (oldest < known_from).then(|| {
+            format!(
+                "held: its loss and RTT were gathered over {} from before this node knew how late \
+                 the ends ran (it started, first heard of the link or stalled since)",
+                fmt_duration(MEDIUM_WINDOW)
+            )
+        })
     }
 
     /// How late `node` said it ran in its latest message, and when that

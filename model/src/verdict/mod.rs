@@ -19,7 +19,7 @@ use meshd_proto::domain::{
 
 use self::links::Judge;
 use crate::link::{EndView, LinkRules, LinkTracker};
-use crate::linkstats::LATE;
+use crate::linkstats::{LATE, LATENESS_MEMORY};
 use crate::peers::{Path, PeerView};
 use crate::quorum;
 use crate::time::Moment;
@@ -202,8 +202,15 @@ struct KnownLink {
     /// When each end's incarnation was first heard: a new one is a restart,
     /// after which the link starts afresh.
     ends_since: [Option<Instant>; 2],
+    /// When each end was last heard in a new incarnation (a restart, not
+    /// the first hearing): its peer's silence before then is no evidence
+    /// against the cable.
+    restarted_at: [Option<Instant>; 2],
     /// Each end's recent lateness, excused from the other's loss and RTT.
     late: [crate::excuse::LateMemory; 2],
+    /// Since when `late` was kept: this node's start, or when it first
+    /// heard of the link. Lateness before it is not known here.
+    remembered_since: Instant,
     /// While the ends' views read degraded: the newest of them when that
     /// was first seen. Each end must speak after it before the link is
     /// blamed (see `Judge::unspoken_end`).
@@ -224,6 +231,11 @@ pub struct Engine {
     /// The first evaluation: a peer not heard yet is only down once it had
     /// `stale_after` to connect (it may be starting too).
     started: Option<Instant>,
+    /// The last evaluation, and since when evaluations came close enough
+    /// together that no end's report of its lateness went unseen (each
+    /// message says the worst of the last `LATENESS_MEMORY`).
+    looked_at: Option<Instant>,
+    watching_since: Option<Instant>,
 }
 
 /// FNV-1a: node ids are a few bytes, where SipHash's setup costs more than
@@ -312,6 +324,8 @@ impl Engine {
             links: BTreeMap::new(),
             alarm_since: BTreeMap::new(),
             started: None,
+            looked_at: None,
+            watching_since: None,
         }
     }
 
@@ -405,6 +419,15 @@ impl Engine {
     pub fn evaluate(&mut self, inputs: &MeshInputs, moment: Moment) -> Evaluation {
         let now = moment.now;
         self.started.get_or_insert(now);
+        // A node that did not look for longer than lateness is remembered
+        // (it stalled) may have missed how late its peers ran meanwhile.
+        if self
+            .looked_at
+            .is_none_or(|at| now.saturating_duration_since(at) > LATENESS_MEMORY)
+        {
+            self.watching_since = Some(now);
+        }
+        self.looked_at = Some(now);
         self.sync_roster(&inputs.configured);
         let roster = std::mem::take(&mut self.roster);
         let positions = Positions::new(&roster);
@@ -449,6 +472,8 @@ impl Engine {
                     lives: &lives,
                     local: &inputs.local.id,
                     local_lateness: inputs.local_lateness,
+                    local_started: self.started,
+                    watching_since: self.watching_since,
                     mesh_saturated,
                     slow_hosts: &slow_hosts,
                     now,
@@ -731,6 +756,14 @@ mod tests {
             engine.evaluate(&self.inputs(moment), moment).status
         }
 
+        /// Evaluates every second from the start through `until_ms`, as a
+        /// daemon looks at least that often.
+        fn watch(&self, engine: &mut Engine, until_ms: u64) {
+            for ms in (0..=until_ms).step_by(1_000) {
+                self.evaluate(engine, ms);
+            }
+        }
+
         /// Evaluates at `ms`, when settling alarms are not raised yet, and
         /// again once they settled: the second status.
         fn evaluate_settled(&self, engine: &mut Engine, ms: u64) -> MeshStatus {
@@ -814,14 +847,19 @@ mod tests {
         assert!(status.nodes.iter().all(|n| n.state == NodeState::Up));
     }
 
+    /// Well past a loss or RTT window of evaluations, even for views
+    /// seconds old: degradations before it are held
+    /// (`Judge::unremembered_lateness`).
+    const KNOWN: u64 = 15_000;
+
     #[test]
     fn one_slow_cable_is_degraded_but_a_host_slow_on_every_cable_blames_none() {
         let mut mesh = Mesh::new(&["a", "b", "c", "d"]);
         let mut engine = Engine::new(settings());
-        mesh.evaluate(&mut engine, 0);
+        mesh.watch(&mut engine, KNOWN);
         mesh.slow.insert(("b", "c"));
-        mesh.evaluate(&mut engine, 100);
-        let status = mesh.evaluate(&mut engine, 1_000);
+        mesh.evaluate(&mut engine, KNOWN + 100);
+        let status = mesh.evaluate(&mut engine, KNOWN + 1_000);
         let slow = link(&status, "b", "c");
         assert_eq!(
             (slow.state, slow.blame),
@@ -835,10 +873,11 @@ mod tests {
 
         // b answers late on all three of its cables: its host, not a cable.
         let mut engine = Engine::new(settings());
-        mesh.evaluate(&mut engine, 0);
-        mesh.slow.extend([("b", "a"), ("b", "d")]);
-        mesh.evaluate(&mut engine, 100);
-        let status = mesh.evaluate(&mut engine, 1_000);
+        mesh.slow.clear();
+        mesh.watch(&mut engine, KNOWN);
+        mesh.slow.extend([("b", "c"), ("b", "a"), ("b", "d")]);
+        mesh.evaluate(&mut engine, KNOWN + 100);
+        let status = mesh.evaluate(&mut engine, KNOWN + 1_000);
         assert!(
             status.links.iter().all(|l| l.state == LinkState::Up),
             "{:?}",
@@ -863,10 +902,10 @@ mod tests {
         for c_speaks_again in [true, false] {
             let mut mesh = Mesh::new(&["a", "b", "c", "d"]);
             let mut engine = Engine::new(settings());
-            mesh.evaluate(&mut engine, 0);
+            mesh.watch(&mut engine, KNOWN);
             mesh.slow.insert(("b", "c"));
             mesh.last_heard_ms.insert("c", 900);
-            let (state, evidence) = degraded(&mesh.evaluate(&mut engine, 100));
+            let (state, evidence) = degraded(&mesh.evaluate(&mut engine, KNOWN + 100));
             assert_eq!(state, LinkState::Up, "{evidence:?}");
             assert!(
                 evidence[0].starts_with("held: c has not spoken since the degradation"),
@@ -874,12 +913,16 @@ mod tests {
             );
             let (from, to) = if c_speaks_again {
                 mesh.last_heard_ms.insert("c", 50);
-                (1_000, 1_600)
+                (KNOWN + 1_000, KNOWN + 1_600)
             } else {
                 // Stale 3 s after the views came; its cable still answers.
                 mesh.last_heard_ms.insert("c", 3_900);
-                (3_100, 3_700)
+                (KNOWN + 3_100, KNOWN + 3_700)
             };
+            // Looks at least every second meanwhile, as a daemon does.
+            for ms in (KNOWN + 1_100..from).step_by(1_000) {
+                mesh.evaluate(&mut engine, ms);
+            }
             mesh.evaluate(&mut engine, from);
             if !c_speaks_again {
                 mesh.last_heard_ms.insert("c", 4_500);
