@@ -1423,3 +1423,30 @@ fn a_node_that_stalled_does_not_blame_loss_it_did_not_see_explained() {
         assert!(problems.is_empty(), "{n} nodes: {}", problems.join("\n"));
     }
 }
+
+/// Found by the overlapping schedules: a node back after 7 s down while a
+/// peer ran 1.1 s late. The late peer probes and reads replies on its late
+/// ticks and reports late, so it said its cable to the restarted node was
+/// still silent for seconds after the restart: one end silent, read as a
+/// degraded cable. A restarted end's time to answer includes two of the
+/// other end's late ticks.
+#[test]
+fn a_late_peer_of_a_restarted_node_is_given_its_ticks_to_notice() {
+    let restart = Episode {
+        fault: Fault::Kill { x: 4 },
+        start: WARMUP,
+        heal: WARMUP + Duration::from_secs(7),
+    };
+    let late = Episode {
+        fault: Fault::Late {
+            x: 3,
+            by: Duration::from_millis(1_096),
+        },
+        start: WARMUP + Duration::from_millis(2_746),
+        heal: WARMUP + Duration::from_millis(10_746),
+    };
+    for (n, seed) in [(6, 0), (5, 1), (8, 2)] {
+        let problems = checks_beside(n, seed, &late, &restart);
+        assert!(problems.is_empty(), "{n} nodes: {}", problems.join("\n"));
+    }
+}
