@@ -126,7 +126,8 @@ impl EndView<'_> {
         self.observation.last_reply_at.is_some()
     }
 
-    /// Silent for `down_after` beyond what lateness explains. An end's
+    /// Silent for `down_after` beyond what lateness explains, and beyond
+    /// what this end, if late, needs to notice an answer. An end's
     /// silence only counts the time probes it sent went unanswered (see
     /// `linkstats::ProbeStats`), so its own stall adds little; but the far
     /// end answers on its probe tick, and a far end whose timers stalled
@@ -134,7 +135,25 @@ impl EndView<'_> {
     /// ([`Self::excuse`]) is silence the cable did not cause.
     pub fn silent(&self, rules: &LinkRules) -> bool {
         self.observation.probes_sent_total > 0
-            && self.silence() >= rules.down_after.saturating_add(self.excuse.worst)
+            && self.silence()
+                >= rules
+                    .down_after
+                    .saturating_add(self.excuse.worst)
+                    .saturating_add(self.noticing(rules))
+    }
+
+    /// How long after the far end answers again this end may still say it
+    /// is silent: a late end sends its probes and reads their replies on
+    /// its late ticks, up to two of them, and reports late.
+    fn noticing(&self, rules: &LinkRules) -> Duration {
+        if self.late {
+            rules
+                .tick_gap
+                .saturating_add(self.observation.lateness)
+                .saturating_mul(2)
+        } else {
+            Duration::ZERO
+        }
     }
 
     /// This end's timers ran late while it gathered the observation.
@@ -696,23 +715,28 @@ mod tests {
     }
 
     /// Silence only counts probes that were sent and went unanswered, so a
-    /// late end's silence is evidence like anyone's; its loss is not.
+    /// late end's silence is evidence like anyone's once it outlasts what
+    /// the end needs to notice an answer (two late ticks); its loss is not.
     #[test]
     fn a_late_ends_silence_counts_but_its_loss_does_not() {
         let late = |o: LinkObservation| LinkObservation {
             lateness: Duration::from_millis(300),
             ..o
         };
-        let (a, b) = (late(silent(700)), silent(700));
+        // 600 ms, and two ticks of 128 + 300 ms.
+        let (a, b) = (late(silent(1_400)), silent(1_400));
+        assert_eq!(
+            assess(&[view("a", &a), view("b", &b)], &rules()).state,
+            LinkState::Degraded,
+            "the late end may not have read the replies yet"
+        );
+        let (a, b) = (late(silent(1_500)), silent(1_500));
         assert_eq!(
             assess(&[view("a", &a), view("b", &b)], &rules()).state,
             LinkState::Down
         );
         let evidence = assess(&[view("a", &a), view("b", &b)], &rules()).evidence;
-        assert_eq!(
-            evidence[0],
-            "a: no reply for 700ms (7 probes lost in a row)"
-        );
+        assert_eq!(evidence[0], "a: no reply for 1.5s (7 probes lost in a row)");
     }
 
     #[test]

@@ -279,15 +279,16 @@ fn stopped(fault: &Fault) -> Option<usize> {
 }
 
 /// How much later than on a quiet mesh `e` may be judged: a node whose
-/// own timers run late (or just stalled) reads its peers that much later,
-/// so the worst lateness of a fault that overlaps `e` stretches its
-/// budgets. Zero in the random schedules, whose faults come one after
+/// own timers run late (or just stalled) reads its peers that much later
+/// and looks late too, so the worst lateness of a fault that overlaps `e`
+/// stretches its budgets. Zero in the random schedules, whose faults come one after
 /// another.
 fn late_beside(e: &Episode, all: &[Episode]) -> Duration {
     all.iter()
         .filter(|o| *o != e && o.start <= e.window_end() && e.start <= o.heal)
         .filter_map(|o| match o.fault {
-            Fault::Late { by, .. } | Fault::AllLate { by } => Some(by),
+            // Its own verdicts wait its lateness, and its looks run late.
+            Fault::Late { by, .. } | Fault::AllLate { by } => Some(by.saturating_mul(2)),
             Fault::Freeze { .. } => Some(o.heal.saturating_sub(o.start)),
             _ => None,
         })
@@ -1428,8 +1429,8 @@ fn a_node_that_stalled_does_not_blame_loss_it_did_not_see_explained() {
 /// peer ran 1.1 s late. The late peer probes and reads replies on its late
 /// ticks and reports late, so it said its cable to the restarted node was
 /// still silent for seconds after the restart: one end silent, read as a
-/// degraded cable. A restarted end's time to answer includes two of the
-/// other end's late ticks.
+/// degraded cable. A late end's silence counts only once it outlasts two
+/// of its late ticks, what it needs to notice an answer.
 #[test]
 fn a_late_peer_of_a_restarted_node_is_given_its_ticks_to_notice() {
     let restart = Episode {
@@ -1447,6 +1448,30 @@ fn a_late_peer_of_a_restarted_node_is_given_its_ticks_to_notice() {
     };
     for (n, seed) in [(6, 0), (5, 1), (8, 2)] {
         let problems = checks_beside(n, seed, &late, &restart);
+        assert!(problems.is_empty(), "{n} nodes: {}", problems.join("\n"));
+    }
+}
+
+/// Found by the overlapping schedules: the same with a node frozen 6 s,
+/// not restarted, beside a peer 1.4 s late: after the thaw the late peer
+/// said for seconds that the thawed node was silent.
+#[test]
+fn a_late_peer_of_a_thawed_node_is_given_its_ticks_to_notice() {
+    let frozen = Episode {
+        fault: Fault::Freeze { x: 0 },
+        start: WARMUP,
+        heal: WARMUP + Duration::from_secs(6),
+    };
+    let late = Episode {
+        fault: Fault::Late {
+            x: 4,
+            by: Duration::from_millis(1_427),
+        },
+        start: WARMUP + Duration::from_millis(298),
+        heal: WARMUP + Duration::from_millis(7_298),
+    };
+    for (n, seed) in (0..8u64).map(|s| (5 + usize::from(s % 2 == 1), s)) {
+        let problems = checks_beside(n, seed, &late, &frozen);
         assert!(problems.is_empty(), "{n} nodes: {}", problems.join("\n"));
     }
 }

@@ -13,7 +13,6 @@ use super::{
 };
 use crate::excuse::LateMemory;
 use crate::link::{EndClass, EndView, LinkRules, LinkTracker, MEDIUM_WINDOW, assess, fmt_duration};
-use crate::linkstats::LATE;
 use crate::time::Moment;
 
 impl Engine {
@@ -476,24 +475,7 @@ impl Judge<'_> {
         // An end whose daemon (re)started after the silence began was not
         // there to answer: the silence is its start, not the cable, until
         // its end had `down_after` to answer.
-        // A late other end probes and reads its replies on its late ticks,
-        // and says so late too: it needs up to two of them and its report to
-        // notice the restarted end answers.
-        let worst_lateness = [&link.a.node, &link.b.node]
-            .into_iter()
-            .filter_map(|node| self.latest_lateness(node))
-            .map(|(lateness, _)| lateness)
-            .max()
-            .unwrap_or_default();
-        let catch_up = if worst_lateness >= LATE {
-            rules
-                .tick_gap
-                .saturating_add(worst_lateness)
-                .saturating_mul(2)
-        } else {
-            Duration::ZERO
-        };
-        let to_answer = rules.down_after.saturating_add(catch_up);
+        let down_after = rules.down_after;
         for (node, since) in [&link.a.node, &link.b.node]
             .into_iter()
             .zip(link.ends_since)
@@ -501,13 +483,13 @@ impl Judge<'_> {
             if let Some(since) = since
                 && since > onset
                 && since
-                    .checked_add(to_answer)
+                    .checked_add(down_after)
                     .is_some_and(|until| self.now < until)
             {
                 return Some(format!(
                     "held: {node} started {} ago, after the silence began; its end has {} to answer",
                     fmt_duration(self.now.saturating_duration_since(since)),
-                    fmt_duration(to_answer)
+                    fmt_duration(down_after)
                 ));
             }
         }
