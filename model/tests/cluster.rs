@@ -1475,3 +1475,26 @@ fn a_late_peer_of_a_thawed_node_is_given_its_ticks_to_notice() {
         assert!(problems.is_empty(), "{n} nodes: {}", problems.join("\n"));
     }
 }
+
+/// Found by the overlapping schedules: the node next in line to lead the
+/// alerts stalled 1.2 s just after a peer died. Waiting out its own
+/// lateness it still held the dead peer up, and since nobody heard that
+/// peer on the management network it paged it as cut from it. Only a node
+/// shown alive (not merely held up) can be unreachable on management.
+#[test]
+fn a_dead_node_held_up_by_a_late_leader_is_not_management_unreachable() {
+    let kill = Episode {
+        fault: Fault::Kill { x: 0 },
+        start: WARMUP,
+        heal: WARMUP + Duration::from_secs(5),
+    };
+    let stall = Episode {
+        fault: Fault::Freeze { x: 1 },
+        start: WARMUP + Duration::from_millis(126),
+        heal: WARMUP + Duration::from_millis(1_286),
+    };
+    for seed in [11_934_528_680_304_861_728, 1, 2] {
+        let problems = checks_beside(6, seed, &stall, &kill);
+        assert!(problems.is_empty(), "seed {seed}: {}", problems.join("\n"));
+    }
+}

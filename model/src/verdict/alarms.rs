@@ -66,9 +66,17 @@ impl Engine {
                 moment,
             ));
         }
-        let alive = nodes
-            .iter()
-            .filter(|n| quorum.has_quorum && n.state == NodeState::Up);
+        // Shown alive, not merely held up while this node runs late: a dead
+        // node's silence is no management fault.
+        let suspect_after = self.settings.suspect_after;
+        let alive = nodes.iter().filter(|n| {
+            quorum.has_quorum
+                && n.state == NodeState::Up
+                && (n.id == *local
+                    || lives
+                        .get(&n.id)
+                        .is_some_and(|l| l.alive(moment.now, suspect_after, Duration::ZERO)))
+        });
         for node in alive {
             // Who can say whether they hear it there: this node (about a
             // peer), and every peer whose report is fresh. A node judges

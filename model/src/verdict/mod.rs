@@ -315,6 +315,20 @@ struct Life<'a> {
     hearers: Vec<&'a NodeId>,
 }
 
+impl Life<'_> {
+    /// Something shows it alive now: a message on an open stream within
+    /// `suspect_after` of `now` (less `allowance`, what this node's own
+    /// lateness may explain, during which a closed stream does not count),
+    /// its probe responder answering, or a fresh member hearing it.
+    fn alive(&self, now: Instant, suspect_after: Duration, allowance: Duration) -> bool {
+        let open = self.any_open || !allowance.is_zero();
+        let heard = self.last_message.is_some_and(|at| {
+            now.saturating_duration_since(at).saturating_sub(allowance) < suspect_after
+        });
+        (heard && open) || self.probes_answer || !self.hearers.is_empty()
+    }
+}
+
 impl Engine {
     pub fn new(settings: EngineSettings) -> Self {
         Self {

@@ -64,14 +64,7 @@ impl Engine {
                     name_some(life.hearers.iter().map(|n| n.as_str()))
                 ));
             }
-            let judged = |allowance: Duration| {
-                self.node_state(
-                    &life,
-                    age.map(|a| a.saturating_sub(allowance)),
-                    allowance,
-                    now,
-                )
-            };
+            let judged = |allowance: Duration| self.node_state(&life, allowance, now);
             let state = judged(Duration::ZERO);
             // A node whose own timers run late reads its peers late: a
             // message may wait that long before it is read, and a stream may
@@ -134,21 +127,16 @@ impl Engine {
         }
     }
 
-    /// A peer's state from what speaks for it: `age` is how long ago its
-    /// last message came, less `allowance`, the part of that silence this
-    /// node's own lateness may explain (zero when it runs on time; then a
-    /// closed stream also counts as silence at once).
-    fn node_state(
-        &self,
-        life: &Life<'_>,
-        age: Option<Duration>,
-        allowance: Duration,
-        now: Instant,
-    ) -> NodeState {
-        let closed_counts = allowance.is_zero();
-        let open = life.any_open || !closed_counts;
-        let heard_directly = age.is_some_and(|a| a < self.settings.suspect_after) && open;
-        let alive = heard_directly || life.probes_answer || !life.hearers.is_empty();
+    /// A peer's state from what speaks for it, its silence less
+    /// `allowance`, the part of it this node's own lateness may explain
+    /// (zero when it runs on time; then a closed stream also counts as
+    /// silence at once).
+    fn node_state(&self, life: &Life<'_>, allowance: Duration, now: Instant) -> NodeState {
+        let age = life
+            .last_message
+            .map(|at| now.saturating_duration_since(at).saturating_sub(allowance));
+        let open = life.any_open || !allowance.is_zero();
+        let alive = life.alive(now, self.settings.suspect_after, allowance);
         let stale_after = self.settings.stale_after;
         let silent_everywhere = match age {
             None => self.started.is_none_or(|s| {
