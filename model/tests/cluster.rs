@@ -1242,6 +1242,35 @@ fn the_lateness_every_message_carries_excuses_what_the_links_figures_lag() {
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
+/// `fault` from `start_ms` after the warm-up, for `lasts_ms`.
+fn episode(fault: Fault, start_ms: u64, lasts_ms: u64) -> Episode {
+    let start = WARMUP + Duration::from_millis(start_ms);
+    Episode {
+        fault,
+        start,
+        heal: start + Duration::from_millis(lasts_ms),
+    }
+}
+
+fn late_by(x: usize, ms: u64) -> Fault {
+    Fault::Late {
+        x,
+        by: Duration::from_millis(ms),
+    }
+}
+
+/// `checked` beside `quiet` keeps every property, for each (nodes, seed).
+fn assert_beside(cases: &[(usize, u64)], quiet: &Episode, checked: &Episode) {
+    for (n, seed) in cases {
+        let problems = checks_beside(*n, *seed, quiet, checked);
+        assert!(
+            problems.is_empty(),
+            "{n} nodes, seed {seed}: {}",
+            problems.join("\n")
+        );
+    }
+}
+
 /// Found by the overlapping schedules: a node whose timers ran 26 ms late
 /// (a busy host) held its verdict of a dead peer at up for as long as it
 /// ran late, and, being the alert leader, paged the dead node as cut from
@@ -1249,26 +1278,10 @@ fn the_lateness_every_message_carries_excuses_what_the_links_figures_lag() {
 /// the silence.
 #[test]
 fn a_busy_node_calls_a_dead_peer_down() {
+    let kill = episode(Fault::Kill { x: 0 }, 0, 5_000);
     for (n, seed, ms) in [(3, 0, 26), (4, 1, 60), (5, 2, 400)] {
-        let kill = Episode {
-            fault: Fault::Kill { x: 0 },
-            start: WARMUP,
-            heal: WARMUP + Duration::from_secs(5),
-        };
-        let late = Episode {
-            fault: Fault::Late {
-                x: 1,
-                by: Duration::from_millis(ms),
-            },
-            start: WARMUP + Duration::from_millis(80),
-            heal: WARMUP + Duration::from_millis(5_080),
-        };
-        let problems = checks_beside(n, seed, &late, &kill);
-        assert!(
-            problems.is_empty(),
-            "{n} nodes, late by {ms} ms: {}",
-            problems.join("\n")
-        );
+        let late = episode(late_by(1, ms), 80, 5_000);
+        assert_beside(&[(n, seed)], &late, &kill);
     }
 }
 
@@ -1278,23 +1291,9 @@ fn a_busy_node_calls_a_dead_peer_down() {
 /// the late node's cables. It waits a loss window before it judges them.
 #[test]
 fn a_restarted_node_does_not_blame_loss_from_before_it_started() {
-    let kill = Episode {
-        fault: Fault::Kill { x: 0 },
-        start: WARMUP,
-        heal: WARMUP + Duration::from_secs(5),
-    };
-    let late = Episode {
-        fault: Fault::Late {
-            x: 1,
-            by: Duration::from_millis(574),
-        },
-        start: WARMUP,
-        heal: WARMUP + Duration::from_secs(5),
-    };
-    for seed in [3, 5, 7] {
-        let problems = checks_beside(5, seed, &late, &kill);
-        assert!(problems.is_empty(), "seed {seed}: {}", problems.join("\n"));
-    }
+    let kill = episode(Fault::Kill { x: 0 }, 0, 5_000);
+    let late = episode(late_by(1, 574), 0, 5_000);
+    assert_beside(&[(5, 3), (5, 5), (5, 7)], &late, &kill);
 }
 
 /// Found by the overlapping schedules: a node restarted after half a
@@ -1305,20 +1304,9 @@ fn a_restarted_node_does_not_blame_loss_from_before_it_started() {
 /// previous life's.
 #[test]
 fn a_restart_and_a_stall_after_it_are_no_cut_cable() {
-    for seed in [0, 1, 2] {
-        let restart = Episode {
-            fault: Fault::Kill { x: 0 },
-            start: WARMUP,
-            heal: WARMUP + Duration::from_millis(500),
-        };
-        let stall = Episode {
-            fault: Fault::Freeze { x: 2 },
-            start: WARMUP + Duration::from_millis(746),
-            heal: WARMUP + Duration::from_millis(1_270),
-        };
-        let problems = checks_beside(5, seed, &stall, &restart);
-        assert!(problems.is_empty(), "seed {seed}: {}", problems.join("\n"));
-    }
+    let restart = episode(Fault::Kill { x: 0 }, 0, 500);
+    let stall = episode(Fault::Freeze { x: 2 }, 746, 524);
+    assert_beside(&[(5, 0), (5, 1), (5, 2)], &stall, &restart);
 }
 
 /// Found by the overlapping schedules: a node back after 1.3 s down, and
@@ -1328,23 +1316,9 @@ fn a_restart_and_a_stall_after_it_are_no_cut_cable() {
 /// both ends losing everything, each about another moment.
 #[test]
 fn a_restart_and_a_late_peer_after_it_are_no_cut_cable() {
-    for seed in [0, 1, 2] {
-        let restart = Episode {
-            fault: Fault::Kill { x: 0 },
-            start: WARMUP,
-            heal: WARMUP + Duration::from_millis(1_310),
-        };
-        let late = Episode {
-            fault: Fault::Late {
-                x: 1,
-                by: Duration::from_millis(1_269),
-            },
-            start: WARMUP + Duration::from_millis(1_311),
-            heal: WARMUP + Duration::from_millis(6_311),
-        };
-        let problems = checks_beside(5, seed, &late, &restart);
-        assert!(problems.is_empty(), "seed {seed}: {}", problems.join("\n"));
-    }
+    let restart = episode(Fault::Kill { x: 0 }, 0, 1_310);
+    let late = episode(late_by(1, 1_269), 1_311, 5_000);
+    assert_beside(&[(5, 0), (5, 1), (5, 2)], &late, &restart);
 }
 
 /// Found by the overlapping schedules: a node back after 2.4 s down, and a
@@ -1355,20 +1329,13 @@ fn a_restart_and_a_late_peer_after_it_are_no_cut_cable() {
 /// is no evidence.
 #[test]
 fn loss_from_before_a_peer_restarted_is_no_lossy_cable() {
-    let restart = Episode {
-        fault: Fault::Kill { x: 2 },
-        start: WARMUP,
-        heal: WARMUP + Duration::from_millis(2_367),
-    };
-    let stall = Episode {
-        fault: Fault::Freeze { x: 4 },
-        start: WARMUP + Duration::from_millis(2_373),
-        heal: WARMUP + Duration::from_millis(3_469),
-    };
-    for seed in [1_811_292_204_632_440_050, 1, 2] {
-        let problems = checks_beside(5, seed, &stall, &restart);
-        assert!(problems.is_empty(), "seed {seed}: {}", problems.join("\n"));
-    }
+    let restart = episode(Fault::Kill { x: 2 }, 0, 2_367);
+    let stall = episode(Fault::Freeze { x: 4 }, 2_373, 1_096);
+    assert_beside(
+        &[(5, 1_811_292_204_632_440_050), (5, 1), (5, 2)],
+        &stall,
+        &restart,
+    );
 }
 
 /// Found by the overlapping schedules: a node restarted next to a peer
@@ -1378,23 +1345,9 @@ fn loss_from_before_a_peer_restarted_is_no_lossy_cable() {
 /// over the part of the window the prober probed.
 #[test]
 fn a_new_probers_loss_to_a_late_peer_is_excused_over_what_it_probed() {
-    let restart = Episode {
-        fault: Fault::Kill { x: 0 },
-        start: WARMUP,
-        heal: WARMUP + Duration::from_millis(1_374),
-    };
-    let late = Episode {
-        fault: Fault::Late {
-            x: 2,
-            by: Duration::from_millis(696),
-        },
-        start: WARMUP,
-        heal: WARMUP + Duration::from_secs(8),
-    };
-    for seed in [0, 1, 2] {
-        let problems = checks_beside(5, seed, &late, &restart);
-        assert!(problems.is_empty(), "seed {seed}: {}", problems.join("\n"));
-    }
+    let restart = episode(Fault::Kill { x: 0 }, 0, 1_374);
+    let late = episode(late_by(2, 696), 0, 8_000);
+    assert_beside(&[(5, 0), (5, 1), (5, 2)], &late, &restart);
 }
 
 /// Found by the overlapping schedules: a node frozen 7 s (dead as far as
@@ -1406,23 +1359,9 @@ fn a_new_probers_loss_to_a_late_peer_is_excused_over_what_it_probed() {
 /// after.
 #[test]
 fn a_node_that_stalled_does_not_blame_loss_it_did_not_see_explained() {
-    let frozen = Episode {
-        fault: Fault::Freeze { x: 0 },
-        start: WARMUP,
-        heal: WARMUP + Duration::from_secs(7),
-    };
-    let late = Episode {
-        fault: Fault::Late {
-            x: 1,
-            by: Duration::from_millis(671),
-        },
-        start: WARMUP,
-        heal: WARMUP + Duration::from_secs(8),
-    };
-    for (n, seed) in [(3, 0), (4, 1), (5, 2)] {
-        let problems = checks_beside(n, seed, &late, &frozen);
-        assert!(problems.is_empty(), "{n} nodes: {}", problems.join("\n"));
-    }
+    let frozen = episode(Fault::Freeze { x: 0 }, 0, 7_000);
+    let late = episode(late_by(1, 671), 0, 8_000);
+    assert_beside(&[(3, 0), (4, 1), (5, 2)], &late, &frozen);
 }
 
 /// Found by the overlapping schedules: a node back after 7 s down while a
@@ -1433,23 +1372,9 @@ fn a_node_that_stalled_does_not_blame_loss_it_did_not_see_explained() {
 /// of its late ticks, what it needs to notice an answer.
 #[test]
 fn a_late_peer_of_a_restarted_node_is_given_its_ticks_to_notice() {
-    let restart = Episode {
-        fault: Fault::Kill { x: 4 },
-        start: WARMUP,
-        heal: WARMUP + Duration::from_secs(7),
-    };
-    let late = Episode {
-        fault: Fault::Late {
-            x: 3,
-            by: Duration::from_millis(1_096),
-        },
-        start: WARMUP + Duration::from_millis(2_746),
-        heal: WARMUP + Duration::from_millis(10_746),
-    };
-    for (n, seed) in [(6, 0), (5, 1), (8, 2)] {
-        let problems = checks_beside(n, seed, &late, &restart);
-        assert!(problems.is_empty(), "{n} nodes: {}", problems.join("\n"));
-    }
+    let restart = episode(Fault::Kill { x: 4 }, 0, 7_000);
+    let late = episode(late_by(3, 1_096), 2_746, 8_000);
+    assert_beside(&[(6, 0), (5, 1), (8, 2)], &late, &restart);
 }
 
 /// Found by the overlapping schedules: the same with a node frozen 6 s,
@@ -1457,23 +1382,12 @@ fn a_late_peer_of_a_restarted_node_is_given_its_ticks_to_notice() {
 /// said for seconds that the thawed node was silent.
 #[test]
 fn a_late_peer_of_a_thawed_node_is_given_its_ticks_to_notice() {
-    let frozen = Episode {
-        fault: Fault::Freeze { x: 0 },
-        start: WARMUP,
-        heal: WARMUP + Duration::from_secs(6),
-    };
-    let late = Episode {
-        fault: Fault::Late {
-            x: 4,
-            by: Duration::from_millis(1_427),
-        },
-        start: WARMUP + Duration::from_millis(298),
-        heal: WARMUP + Duration::from_millis(7_298),
-    };
-    for (n, seed) in (0..8u64).map(|s| (5 + usize::from(s % 2 == 1), s)) {
-        let problems = checks_beside(n, seed, &late, &frozen);
-        assert!(problems.is_empty(), "{n} nodes: {}", problems.join("\n"));
-    }
+    let frozen = episode(Fault::Freeze { x: 0 }, 0, 6_000);
+    let late = episode(late_by(4, 1_427), 298, 7_000);
+    let cases: Vec<(usize, u64)> = (0..8)
+        .map(|seed| (5 + usize::from(seed % 2 == 1), seed))
+        .collect();
+    assert_beside(&cases, &late, &frozen);
 }
 
 /// Found by the overlapping schedules: the node next in line to lead the
@@ -1483,18 +1397,11 @@ fn a_late_peer_of_a_thawed_node_is_given_its_ticks_to_notice() {
 /// shown alive (not merely held up) can be unreachable on management.
 #[test]
 fn a_dead_node_held_up_by_a_late_leader_is_not_management_unreachable() {
-    let kill = Episode {
-        fault: Fault::Kill { x: 0 },
-        start: WARMUP,
-        heal: WARMUP + Duration::from_secs(5),
-    };
-    let stall = Episode {
-        fault: Fault::Freeze { x: 1 },
-        start: WARMUP + Duration::from_millis(126),
-        heal: WARMUP + Duration::from_millis(1_286),
-    };
-    for seed in [11_934_528_680_304_861_728, 1, 2] {
-        let problems = checks_beside(6, seed, &stall, &kill);
-        assert!(problems.is_empty(), "seed {seed}: {}", problems.join("\n"));
-    }
+    let kill = episode(Fault::Kill { x: 0 }, 0, 5_000);
+    let stall = episode(Fault::Freeze { x: 1 }, 126, 1_160);
+    assert_beside(
+        &[(6, 11_934_528_680_304_861_728), (6, 1), (6, 2)],
+        &stall,
+        &kill,
+    );
 }
