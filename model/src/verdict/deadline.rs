@@ -1,10 +1,9 @@
 //! When the engine must look again with no new input: a peer turning suspect
 //! or stale, a link's pending hysteresis, or the idle bound.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::{Engine, MAX_IDLE, MeshInputs};
-use crate::linkstats::LATE;
 
 impl Engine {
     /// When something could change with no new input: a peer turning
@@ -12,11 +11,7 @@ impl Engine {
     /// `node_verdict`), a link's pending hysteresis.
     pub(super) fn next_deadline(&self, inputs: &MeshInputs, now: Instant) -> Instant {
         let idle = now + MAX_IDLE;
-        let allowance = if inputs.local_lateness >= LATE {
-            inputs.local_lateness
-        } else {
-            Duration::ZERO
-        };
+        let allowance = inputs.lateness_allowance();
         let peers = inputs.peers.values().flat_map(|v| {
             [self.settings.suspect_after, self.settings.stale_after]
                 .into_iter()

@@ -99,6 +99,16 @@ pub struct MeshInputs {
 }
 
 impl MeshInputs {
+    /// How much of a peer's silence this node's own lateness may explain:
+    /// its lateness once it runs late ([`LATE`]), else nothing.
+    pub fn lateness_allowance(&self) -> Duration {
+        if self.local_lateness >= LATE {
+            self.local_lateness
+        } else {
+            Duration::ZERO
+        }
+    }
+
     /// Links that at least one end currently probes, by this node's own
     /// observations and the peers' reports.
     pub fn links_observed(&self) -> usize {
@@ -456,11 +466,10 @@ impl Engine {
         fresh.insert(inputs.local.id.clone());
         let mut quorum = quorum::evaluate(&inputs.configured, &fresh);
         quorum.leader = self.leader(inputs, &quorum);
-        let late_self = inputs.local_lateness >= LATE;
 
         let nodes: Vec<NodeVerdict> = roster
             .iter()
-            .map(|id| self.node_verdict(id, lives.get(id), inputs, late_self, moment))
+            .map(|id| self.node_verdict(id, lives.get(id), inputs, moment))
             .collect();
         let node_states: Vec<NodeState> = nodes.iter().map(|n| n.state).collect();
         let saturated = self.saturated_members(inputs, &lives, now);

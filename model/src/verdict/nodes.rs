@@ -24,7 +24,6 @@ impl Engine {
         id: &NodeId,
         life: Option<&Life<'_>>,
         inputs: &MeshInputs,
-        late_self: bool,
         moment: Moment,
     ) -> NodeVerdict {
         let now = moment.now;
@@ -73,17 +72,18 @@ impl Engine {
             // length, not a closed stream, makes them down meanwhile. What
             // was already decided stays: the lateness holds a verdict back,
             // it does not take one back.
-            let previous = self.node_since.get(id).map(|(s, _)| *s);
-            let state = match late_self.then(|| judged(inputs.local_lateness)) {
-                Some(allowed) if worse(state, allowed) => {
-                    let kept = previous
-                        .filter(|p| worse(*p, allowed))
-                        .map_or(allowed, |p| if worse(state, p) { p } else { state });
+            let allowance = inputs.lateness_allowance();
+            let state = match (!allowance.is_zero()).then(|| judged(allowance)) {
+                Some(allowed) if severity(state) > severity(allowed) => {
+                    let floor = self.node_since.get(id).map_or(allowed, |(previous, _)| {
+                        std::cmp::max_by_key(allowed, *previous, |s| severity(*s))
+                    });
+                    let kept = std::cmp::min_by_key(state, floor, |s| severity(*s));
                     if kept != state {
                         evidence.push(format!(
                             "{kept}, not {state}, until the silence outlasts this node's own \
                              lateness: its timers run {} late",
-                            fmt_duration(inputs.local_lateness)
+                            fmt_duration(allowance)
                         ));
                     }
                     kept
@@ -178,12 +178,11 @@ impl Engine {
     }
 }
 
-/// A new verdict is worse than the one before: a late node may not make it.
-fn worse(new: NodeState, before: NodeState) -> bool {
-    let rank = |s: NodeState| match s {
+/// How bad a node verdict is: up, suspect, down.
+fn severity(state: NodeState) -> u8 {
+    match state {
         NodeState::Up => 0,
         NodeState::Suspect => 1,
         NodeState::Down => 2,
-    };
-    rank(new) > rank(before)
+    }
 }
