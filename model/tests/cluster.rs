@@ -124,6 +124,23 @@ struct Drawn {
     secs: u64,
 }
 
+/// How late a node's timers run, from a drawn number: mostly a busy
+/// host's tens of milliseconds; now and then a starved one's hundreds, up
+/// to one and a half seconds.
+fn drawn_lateness(param: u64) -> Duration {
+    if param.is_multiple_of(4) {
+        Duration::from_millis(100 + param / 4 % 1_400)
+    } else {
+        Duration::from_millis(25 + param % 40)
+    }
+}
+
+/// A clock step of 1.5 to 21.5 s, from a drawn number.
+fn drawn_offset_ms(param: u64, negative: bool) -> i64 {
+    let ms = i64::try_from(1_500 + param % 20_000).unwrap_or(1_500);
+    if negative { -ms } else { ms }
+}
+
 fn fit(drawn: &Drawn, n: usize) -> (Fault, Duration) {
     let x = drawn.x % n;
     let y = (x + 1 + drawn.y % (n - 1)) % n;
@@ -152,12 +169,7 @@ fn fit(drawn: &Drawn, n: usize) -> (Fault, Duration) {
         5 if drawn.param.is_multiple_of(2) => (Fault::CutManagement { x }, secs(10, 13)),
         5 => (Fault::BlockManagementInbound { x }, secs(6, 10)),
         6 => {
-            let ms = i64::try_from(1_500 + drawn.param % 20_000).unwrap_or(1_500);
-            let ms = if drawn.secs.is_multiple_of(2) {
-                ms
-            } else {
-                -ms
-            };
+            let ms = drawn_offset_ms(drawn.param, !drawn.secs.is_multiple_of(2));
             (Fault::ClockOffset { x, ms }, secs(5, 9))
         }
         8 => (
@@ -169,13 +181,7 @@ fn fit(drawn: &Drawn, n: usize) -> (Fault, Duration) {
             secs(8, 14),
         ),
         _ => {
-            // Mostly a busy host's tens of milliseconds; now and then a
-            // starved one's hundreds, up to one and a half seconds.
-            let by = if drawn.param.is_multiple_of(4) {
-                Duration::from_millis(100 + drawn.param / 4 % 1_400)
-            } else {
-                Duration::from_millis(25 + drawn.param % 40)
-            };
+            let by = drawn_lateness(drawn.param);
             let fault = if drawn.y.is_multiple_of(2) {
                 Fault::Late { x, by }
             } else {
@@ -1047,11 +1053,7 @@ fn quiet_beside(q: &DrawnQuiet, n: usize, checked: &Episode) -> Option<Episode> 
     let x = *free.get(q.x % free.len().max(1))?;
     let (fault, lasts) = match q.kind % 3 {
         0 => {
-            let by = if q.param.is_multiple_of(4) {
-                Duration::from_millis(100 + q.param / 4 % 1_400)
-            } else {
-                Duration::from_millis(25 + q.param % 40)
-            };
+            let by = drawn_lateness(q.param);
             (Fault::Late { x, by }, Duration::from_secs(4 + q.param % 5))
         }
         // Shorter than `stale_after` less a heartbeat: no node is down.
@@ -1060,8 +1062,7 @@ fn quiet_beside(q: &DrawnQuiet, n: usize, checked: &Episode) -> Option<Episode> 
             Duration::from_millis(100 + q.param % 1_800),
         ),
         _ => {
-            let ms = i64::try_from(1_500 + q.param % 20_000).unwrap_or(1_500);
-            let ms = if q.param.is_multiple_of(3) { -ms } else { ms };
+            let ms = drawn_offset_ms(q.param, q.param.is_multiple_of(3));
             (
                 Fault::ClockOffset { x, ms },
                 Duration::from_secs(5 + q.param % 5),
