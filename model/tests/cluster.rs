@@ -287,8 +287,8 @@ fn stopped(fault: &Fault) -> Option<usize> {
 /// How much later than on a quiet mesh `e` may be judged: a node whose
 /// own timers run late (or just stalled) reads its peers that much later
 /// and looks late too, so the worst lateness of a fault that overlaps `e`
-/// stretches its budgets. Zero in the random schedules, whose faults come one after
-/// another.
+/// stretches its budgets. Zero in the random schedules, whose faults come
+/// one after another.
 fn late_beside(e: &Episode, all: &[Episode]) -> Duration {
     all.iter()
         .filter(|o| *o != e && o.start <= e.window_end() && e.start <= o.heal)
