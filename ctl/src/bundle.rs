@@ -6,11 +6,11 @@
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use meshd_domain::NodeId;
+use meshd_mesh::checks::node_checks;
+use meshd_mesh::models::ModelTable;
 use meshd_platform::bundle;
-use meshd_platform::mesh::checks::node_checks;
-use meshd_platform::mesh::models::ModelTable;
 use meshd_platform::source::{LiveSource, Recorder};
-use meshd_proto::domain::NodeId;
 
 use crate::client::{self, Target};
 use crate::outcome::{Failure, emit};
@@ -84,7 +84,7 @@ fn write_and_pack(
     node: &NodeId,
     created: u64,
     recorded: &[meshd_platform::source::Recorded],
-    facts: &meshd_proto::facts::NodeFacts,
+    facts: &meshd_domain::facts::NodeFacts,
     daemon: (&str, String),
     top: &str,
     out: &Path,

@@ -6,8 +6,8 @@
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
+use meshd_domain::NodeId;
 use meshd_pki::store::{CertDir, StoreError};
-use meshd_proto::domain::NodeId;
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
 

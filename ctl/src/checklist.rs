@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use meshd_proto::domain::NodeId;
-use meshd_proto::facts::{CheckResult, CheckStatus};
+use meshd_domain::NodeId;
+use meshd_domain::facts::{CheckResult, CheckStatus};
 
 use crate::layout::{WIDTH, hanging};
 

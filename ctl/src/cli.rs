@@ -194,7 +194,7 @@ pub enum BackendArg {
     JacclRing,
 }
 
-impl From<BackendArg> for meshd_platform::mesh::Backend {
+impl From<BackendArg> for meshd_mesh::Backend {
     fn from(backend: BackendArg) -> Self {
         match backend {
             BackendArg::Jaccl => Self::Jaccl,

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use meshd_proto::domain::MeshStatus;
+use meshd_domain::MeshStatus;
 use meshd_proto::wire;
 use meshd_proto::wire::mesh_client::MeshClient;
 use meshd_proto::wire::topology_client::TopologyClient;

@@ -7,12 +7,12 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use meshd_domain::NodeId;
+use meshd_domain::facts::{Cable, CheckResult, NodeFacts};
+use meshd_mesh::checks::diagnose;
+use meshd_mesh::models::ModelTable;
 use meshd_platform::bundle::{self, BundleError};
-use meshd_platform::mesh::checks::diagnose;
-use meshd_platform::mesh::models::ModelTable;
 use meshd_platform::source::LiveSource;
-use meshd_proto::domain::NodeId;
-use meshd_proto::facts::{Cable, CheckResult, NodeFacts};
 use serde::Serialize;
 
 use crate::checklist::{self, Show};
@@ -179,7 +179,7 @@ fn refused_bundle(err: BundleError) -> Failure {
 }
 
 fn is_bundle(dir: &Path) -> bool {
-    bundle::os_of(dir) != meshd_proto::facts::OsKind::Other
+    bundle::os_of(dir) != meshd_domain::facts::OsKind::Other
 }
 
 /// One bundle's facts, re-read from its raw outputs (so a newer meshctl
@@ -245,7 +245,7 @@ fn render(nodes: &[NodeReport], cables: &[Cable], checks: &[CheckResult]) -> Str
     if !cables.is_empty() {
         let _ = writeln!(out, "\ncables");
         for cable in cables {
-            let end = |e: &meshd_proto::facts::CableEnd| {
+            let end = |e: &meshd_domain::facts::CableEnd| {
                 let port = [e.port.as_str(), e.iface.as_str()]
                     .into_iter()
                     .filter(|s| !s.is_empty())

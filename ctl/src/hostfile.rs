@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use meshd_platform::mesh::hostfile::{Hostfile, to_mlx_json, validate_mlx_hostfile};
+use meshd_mesh::hostfile::{Hostfile, to_mlx_json, validate_mlx_hostfile};
 use meshd_proto::wire;
 
 use meshctl::cli::BackendArg;

@@ -20,7 +20,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use meshctl::cli::{CertsCommand, Cli, Command, EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE};
-use meshd_proto::domain::NodeId;
+use meshd_domain::NodeId;
 
 use crate::client::Target;
 use crate::outcome::{Failure, note};

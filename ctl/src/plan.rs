@@ -6,13 +6,12 @@ use std::fmt::Write as _;
 use std::io::Read as _;
 
 use meshctl::cli::BackendArg;
-use meshd_platform::macos::networksetup::{HardwarePort, parse_hardware_ports};
-use meshd_platform::mesh::models::{Model, ModelTable, PortRdma};
-use meshd_platform::mesh::plan::{
-    CablingPlan, DEFAULT_LINK_RANGE, SetupStep, default_names, plan_in_range,
-};
+use meshd_domain::NodeId;
+use meshd_domain::facts::HardwarePort;
+use meshd_mesh::models::{Model, ModelTable, PortRdma};
+use meshd_mesh::plan::{CablingPlan, DEFAULT_LINK_RANGE, SetupStep, default_names, plan_in_range};
+use meshd_platform::macos::networksetup::parse_hardware_ports;
 use meshd_platform::paths::MACOS_CONFIG;
-use meshd_proto::domain::NodeId;
 use serde_json::{Value, json};
 
 use crate::outcome::{Failure, emit};

@@ -5,11 +5,9 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
-use meshd_proto::domain::{
-    Alarm, LinkState, LinkVerdict, MeshStatus, NodeId, NodeState, NodeVerdict,
-};
-use meshd_proto::facts::{Cable, CheckResult};
-use meshd_proto::human;
+use meshd_domain::facts::{Cable, CheckResult};
+use meshd_domain::human;
+use meshd_domain::{Alarm, LinkState, LinkVerdict, MeshStatus, NodeId, NodeState, NodeVerdict};
 use serde::Serialize;
 
 use crate::checklist::{self, Show};
@@ -109,8 +107,8 @@ struct AlarmJson<'a> {
 }
 
 fn rfc3339(t: SystemTime) -> String {
-    meshd_proto::time::rfc3339_millis(t)
-        .unwrap_or_else(|| meshd_proto::time::OUT_OF_RANGE.to_owned())
+    meshd_domain::time::rfc3339_millis(t)
+        .unwrap_or_else(|| meshd_domain::time::OUT_OF_RANGE.to_owned())
 }
 
 fn ids(list: &[NodeId]) -> Vec<&str> {
@@ -506,8 +504,8 @@ pub fn render(status: &MeshStatus, now: SystemTime) -> String {
 
 #[cfg(test)]
 mod tests {
-    use meshd_proto::domain::{Blame, Incarnation, LinkEnd, NodeIdentity, Quorum, Severity};
-    use meshd_proto::facts::CheckStatus;
+    use meshd_domain::facts::CheckStatus;
+    use meshd_domain::{Blame, Incarnation, LinkEnd, NodeIdentity, Quorum, Severity};
 
     use super::*;
 
@@ -580,7 +578,7 @@ mod tests {
                 link("b", "c", LinkState::Up),
             ],
             alarms: vec![Alarm {
-                kind: meshd_proto::domain::AlarmKind::CpuSpike,
+                kind: meshd_domain::AlarmKind::CpuSpike,
                 severity: Severity::Warning,
                 node: id("b"),
                 subject: "cpu".into(),
@@ -618,7 +616,7 @@ mod tests {
             })
         );
         let mut booted = sample();
-        booted.nodes[0].boot = meshd_proto::facts::BootIdentity {
+        booted.nodes[0].boot = meshd_domain::facts::BootIdentity {
             id: Some("40962879-B7EE-4F13-AF6E-E7266EF5E732".into()),
             booted_at_unix: Some(1_790_421_415),
         };

@@ -3,7 +3,7 @@
 
 use std::io::Write;
 
-use meshd_proto::domain::{Event, EventDetail};
+use meshd_domain::{Event, EventDetail};
 use serde::Serialize;
 
 use crate::client::{self, Target};
@@ -23,8 +23,8 @@ struct EventJson<'a> {
 }
 
 pub fn line(event: &Event, json: bool) -> String {
-    let at = meshd_proto::time::rfc3339_millis(event.at)
-        .unwrap_or_else(|| meshd_proto::time::OUT_OF_RANGE.to_owned());
+    let at = meshd_domain::time::rfc3339_millis(event.at)
+        .unwrap_or_else(|| meshd_domain::time::OUT_OF_RANGE.to_owned());
     if json {
         let doc = EventJson {
             at,
@@ -95,7 +95,7 @@ pub async fn run(target: &Target, json: bool) -> Result<(), Failure> {
 mod tests {
     use std::time::{Duration, SystemTime};
 
-    use meshd_proto::domain::{Blame, EventKind, LinkEnd, LinkState, LinkVerdict, NodeId};
+    use meshd_domain::{Blame, EventKind, LinkEnd, LinkState, LinkVerdict, NodeId};
 
     use super::*;
 

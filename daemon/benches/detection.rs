@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use meshd::demo::Demo;
 use meshd::demo::plan::Plan;
-use meshd_proto::domain::{Blame, LinkState, MeshStatus, NodeState};
+use meshd_domain::{Blame, LinkState, MeshStatus, NodeState};
 
 /// How often each node's published status is read: the resolution of the
 /// figures.

@@ -11,18 +11,18 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
+use meshd_domain::facts::{Cable, NodeFacts};
+use meshd_domain::{
+    Alarm, ClockOffset, Event, EventKind, LinkObservation, MeshStatus, NodeId, NodeIdentity,
+    NodeLoad, PeerMessage, PeerReply, RejectReason, ReportUpdate,
+};
+use meshd_mesh::models::ModelTable;
 use meshd_model::histogram::DurationHistogram;
 use meshd_model::node::{Look, NodeCore, ReplyAction};
 use meshd_model::peers::{PeerBook, PeerView};
 use meshd_model::time::Moment;
 use meshd_model::topology::{self, Declared, MeshTopology};
 use meshd_model::verdict::link_measurements;
-use meshd_platform::mesh::models::ModelTable;
-use meshd_proto::domain::{
-    Alarm, ClockOffset, Event, EventKind, LinkObservation, MeshStatus, NodeId, NodeIdentity,
-    NodeLoad, PeerMessage, PeerReply, RejectReason, ReportUpdate,
-};
-use meshd_proto::facts::{Cable, NodeFacts};
 use meshd_proto::wire;
 use prost::Message;
 use tokio::sync::{Notify, broadcast, mpsc, watch};
@@ -126,7 +126,7 @@ impl Published {
     }
 
     /// Each end's latest figures, for readers outside the daemon.
-    pub fn measurements(&self) -> Vec<meshd_proto::domain::LinkMeasurement> {
+    pub fn measurements(&self) -> Vec<meshd_domain::LinkMeasurement> {
         let moment = Moment {
             now: self.at,
             wall: self.status.evaluated_at,

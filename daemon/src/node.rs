@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use meshd_proto::domain::{Incarnation, NodeIdentity};
+use meshd_domain::{Incarnation, NodeIdentity};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;

@@ -33,9 +33,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 use meshd::watch::bridge::linux_bridges;
+use meshd_domain::{Alarm, AlarmKind, NodeId};
 use meshd_model::bridge::{BridgeDetector, Os, StormSettings};
 use meshd_platform::source::ReplaySource;
-use meshd_proto::domain::{Alarm, AlarmKind, NodeId};
 
 const BLAST_ENV: &str = "MESHD_TEST_BLAST_FROM";
 /// 20 packets every 10 ms for 4 s: about 2,000 packets/s, 8,000 at most.

@@ -12,10 +12,10 @@ use meshd::config::{CpuWatchConfig, JobWatchConfig};
 use meshd::metrics::Metrics;
 use meshd::watch::cpu::Sampled;
 use meshd::watch::{cpu, jobs};
-use meshd_proto::domain::{
+use meshd_domain::facts::NodeFacts;
+use meshd_domain::{
     Alarm, AlarmKind, Incarnation, MeshStatus, NodeId, NodeIdentity, NodeState, NodeVerdict, Quorum,
 };
-use meshd_proto::facts::NodeFacts;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -430,7 +430,7 @@ async fn a_rank_whose_launcher_exited_is_reported_orphaned() {
 /// too (when the host gets quiet enough).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cpu_spike_reaches_status_metrics_and_the_event_stream() {
-    use meshd_proto::domain::EventKind;
+    use meshd_domain::EventKind;
     use tokio_stream::StreamExt;
 
     let _serial = meshd_test_lock::exclusive();
@@ -467,7 +467,7 @@ async fn a_cpu_spike_reaches_status_metrics_and_the_event_stream() {
             .expect("an alarm_raised event before the deadline")
             .expect("stream open")
             .expect("event");
-        let event = meshd_proto::domain::Event::try_from(event).expect("well-formed event");
+        let event = meshd_domain::Event::try_from(event).expect("well-formed event");
         if event.kind == EventKind::AlarmRaised
             && event.summary.starts_with("cpu_spike on alarm-test")
         {

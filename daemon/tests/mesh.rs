@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use common::start_demo;
 use meshd::demo::Demo;
-use meshd_proto::domain::{AlarmKind, Blame, EventKind, LinkState, MeshStatus, NodeState};
+use meshd_domain::{AlarmKind, Blame, EventKind, LinkState, MeshStatus, NodeState};
 use meshd_proto::wire;
 use meshd_proto::wire::mesh_client::MeshClient;
 use tokio_stream::StreamExt;
@@ -294,11 +294,7 @@ async fn a_flapping_cable_is_flapping_not_a_stream_of_events() {
         tokio::time::timeout(Duration::from_millis(200), events.next()).await
     {
         if event.subject.contains("a") && event.subject.contains("b") {
-            kinds.push(
-                meshd_proto::domain::Event::try_from(event)
-                    .expect("event")
-                    .kind,
-            );
+            kinds.push(meshd_domain::Event::try_from(event).expect("event").kind);
         }
     }
     let flapping = kinds.iter().position(|k| *k == EventKind::LinkFlapping);

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{channel, http_get, loopback_config, start, stop};
-use meshd_proto::domain::{AlarmKind, MeshStatus, NodeState};
+use meshd_domain::{AlarmKind, MeshStatus, NodeState};
 use meshd_proto::wire;
 use meshd_proto::wire::mesh_client::MeshClient;
 use tokio_stream::StreamExt;
@@ -265,7 +265,7 @@ async fn a_taken_port_fails_the_start_naming_the_address() {
 
 #[tokio::test]
 async fn watch_streams_every_event_live_while_the_channel_serves_other_calls() {
-    use meshd_proto::domain::{Event, EventKind};
+    use meshd_domain::{Event, EventKind};
     let node = start(&loopback_config()).await;
     let channel = channel(node.grpc_addr).await;
     let mut client = MeshClient::new(channel.clone());

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use common::cdp::{Browser, Page, find_chromium};
 use common::{http_get, start_demo, status};
 use meshd::demo::Demo;
-use meshd_proto::domain::{LinkState, MeshStatus, NodeState};
+use meshd_domain::{LinkState, MeshStatus, NodeState};
 use serde_json::{Value, json};
 
 /// Generous bounds on behaviour, never speed measurements.

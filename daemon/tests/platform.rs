@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use meshd::demo::Demo;
 use meshd::demo::plan::Plan;
-use meshd_platform::mesh::hostfile::{Hostfile, to_mlx_json, validate_mlx_hostfile};
-use meshd_proto::domain::{AlarmKind, MeshStatus};
-use meshd_proto::facts::CheckStatus;
+use meshd_domain::facts::CheckStatus;
+use meshd_domain::{AlarmKind, MeshStatus};
+use meshd_mesh::hostfile::{Hostfile, to_mlx_json, validate_mlx_hostfile};
 use meshd_proto::wire;
 use meshd_proto::wire::topology_client::TopologyClient;
 

@@ -38,8 +38,8 @@ use std::sync::Arc;
 use meshd::metrics::Metrics;
 use meshd::probe::{LinkPorts, ProbedLink, ProberSettings, Probes};
 use meshd::watch::load::TimerLateness;
+use meshd_domain::{Incarnation, LinkEnd, NodeId, NodeIdentity};
 use meshd_model::verdict::ExpectedLink;
-use meshd_proto::domain::{Incarnation, LinkEnd, NodeId, NodeIdentity};
 use tokio_util::sync::CancellationToken;
 
 const RESPOND_ENV: &str = "MESHD_TEST_PIN_RESPOND_ON";

@@ -27,11 +27,11 @@ use meshd::demo::Demo;
 use meshd::demo::plan::Plan;
 use meshd::transport::streams::{Route, channel};
 use meshd::transport::tls::MeshTls;
-use meshd_model::linkstats::RTT_BOUNDS;
-use meshd_proto::domain::{
+use meshd_domain::{
     Alarm, AlarmKind, Event, EventDetail, Incarnation, LinkState, MeshStatus, NodeId, NodeIdentity,
     NodeLoad, NodeState, PeerMessage, ReportUpdate, Severity, StreamOpen,
 };
+use meshd_model::linkstats::RTT_BOUNDS;
 use meshd_proto::wire;
 use meshd_proto::wire::mesh_client::MeshClient;
 use meshd_proto::wire::peer_client::PeerClient;
@@ -378,7 +378,7 @@ fn refusal(replies: &Result<Vec<wire::PeerReply>, String>) -> (String, String) {
         .iter()
         .filter(|r| r.reject_reason != 0)
         .map(|r| {
-            let reason = meshd_proto::domain::PeerReply::try_from(r.clone())
+            let reason = meshd_domain::PeerReply::try_from(r.clone())
                 .expect("a well-formed reply")
                 .refusal
                 .expect("a refusal")

@@ -9,7 +9,7 @@ use std::time::Duration;
 use common::{HOSTNAME, stop};
 use meshd::config::Config;
 use meshd::node::RunningNode;
-use meshd_proto::domain::EventKind;
+use meshd_domain::EventKind;
 
 /// The mesh listener's port, the same in every edit (changing it needs a
 /// restart).
@@ -48,7 +48,7 @@ fn save(path: &std::path::Path, text: &str) {
 async fn wait_for(
     node: &RunningNode,
     what: &str,
-    check: impl Fn(&meshd_proto::domain::MeshStatus) -> bool,
+    check: impl Fn(&meshd_domain::MeshStatus) -> bool,
 ) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while !check(&node.state.current()) {

@@ -10,10 +10,10 @@ use std::net::Ipv6Addr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use meshd_domain::RdmaPortState;
 use meshd_lab::vm::{CABLE_ADDRESSES, CABLE_IFACE, CABLE_NIC, Vm, Vms};
 use meshd_platform::ibv::parse_ibv_devinfo;
 use meshd_platform::linux::values::{parse_gid, parse_port_state, parse_rate_bps};
-use meshd_proto::domain::RdmaPortState;
 use serde_json::Value;
 
 /// Carrier changes reach rxe within a second; TCG on shared cores is slow.

@@ -29,7 +29,7 @@ mod sim;
 use std::alloc::System;
 use std::time::{Duration, Instant};
 
-use meshd_proto::domain::LinkState;
+use meshd_domain::LinkState;
 use sim::Sim;
 use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
 

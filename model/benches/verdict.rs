@@ -17,14 +17,14 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use meshd_domain::{
+    Incarnation, InterfaceState, LinkEnd, LinkObservation, LossWindow, NodeId, NodeIdentity,
+    NodeLoad, PeerReport, RdmaPortState, RttHistogram, RttSummary,
+};
 use meshd_model::link::{MEDIUM_WINDOW, SHORT_WINDOW};
 use meshd_model::peers::{Path, PathState, PeerView};
 use meshd_model::time::Moment;
 use meshd_model::verdict::{Engine, EngineSettings, ExpectedLink, LocalObservation, MeshInputs};
-use meshd_proto::domain::{
-    Incarnation, InterfaceState, LinkEnd, LinkObservation, LossWindow, NodeId, NodeIdentity,
-    NodeLoad, PeerReport, RdmaPortState, RttHistogram, RttSummary,
-};
 
 const LONG_WINDOW: Duration = Duration::from_secs(60);
 const HISTOGRAM_BUCKETS: u64 = 18;

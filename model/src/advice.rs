@@ -7,10 +7,10 @@
 
 use std::time::SystemTime;
 
-use meshd_proto::domain::{
+use meshd_domain::human;
+use meshd_domain::{
     Blame, LinkEnd, LinkState, LinkVerdict, MeshStatus, NodeId, NodeState, NodeVerdict,
 };
-use meshd_proto::human;
 
 /// The status with a `fix` on every node and link that is not up (none on
 /// the others), and evidence on every one of them.
@@ -237,9 +237,7 @@ fn link_fix(link: &LinkVerdict, has_quorum: bool, suspects: &[NodeId]) -> Option
 mod tests {
     use std::time::Duration;
 
-    use meshd_proto::domain::{
-        Incarnation, LinkObservation, LossWindow, NodeIdentity, RdmaPortState,
-    };
+    use meshd_domain::{Incarnation, LinkObservation, LossWindow, NodeIdentity, RdmaPortState};
 
     use super::*;
     use crate::fixtures::{default_engine_settings, healthy_observation};

@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant, SystemTime};
 
-use meshd_proto::domain::{AlarmKind, Blame, LinkState, MeshStatus, NodeId, NodeState, Severity};
+use meshd_domain::{AlarmKind, Blame, LinkState, MeshStatus, NodeId, NodeState, Severity};
 
 pub type Labels = BTreeMap<String, String>;
 
@@ -117,7 +117,7 @@ fn alert(
     }
 }
 
-fn node_down(node: &meshd_proto::domain::NodeVerdict, posted_by: &NodeId) -> Alert {
+fn node_down(node: &meshd_domain::NodeVerdict, posted_by: &NodeId) -> Alert {
     alert(
         "MeshNodeDown",
         Severity::Critical,
@@ -356,7 +356,7 @@ impl AlertState {
 
 #[cfg(test)]
 mod tests {
-    use meshd_proto::domain::{
+    use meshd_domain::{
         Alarm, Incarnation, LinkEnd, LinkVerdict, NodeId, NodeIdentity, NodeVerdict, Quorum,
     };
 

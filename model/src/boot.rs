@@ -17,10 +17,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
-use meshd_proto::domain::{
-    Alarm, AlarmKind, Event, EventKind, Incarnation, MeshStatus, NodeId, Severity,
-};
-use meshd_proto::facts::{BootIdentity, NodeFacts, PanicFacts, PanicReport};
+use meshd_domain::facts::{BootIdentity, NodeFacts, PanicFacts, PanicReport};
+use meshd_domain::{Alarm, AlarmKind, Event, EventKind, Incarnation, MeshStatus, NodeId, Severity};
 
 /// Reports carry a node's facts every few seconds and when they change,
 /// so a node that restarted shows its new incarnation before its new
@@ -637,7 +635,7 @@ mod tests {
 
     #[test]
     fn annotate_sets_boots_adds_evidence_and_keeps_one_alarm_per_reboot() {
-        use meshd_proto::domain::{NodeIdentity, NodeState, NodeVerdict, Quorum};
+        use meshd_domain::{NodeIdentity, NodeState, NodeVerdict, Quorum};
         let c = id("c");
         let mut tracker = BootTracker::new(rules());
         tracker.observe(see(&c, 1, &facts("A", 1, None)), t(0));

@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant, SystemTime};
 
-use meshd_proto::domain::{Alarm, AlarmKind, NodeId, Severity};
+use meshd_domain::{Alarm, AlarmKind, NodeId, Severity};
 
 /// Which command line a fix is written for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,7 +22,7 @@ pub enum Os {
 pub struct BridgeObservation {
     pub name: String,
     /// Forwarding frames: UP and RUNNING and its status not `inactive`
-    /// ([`meshd_proto::facts::BridgeFact::forwarding`]); `None` when this
+    /// ([`meshd_domain::facts::BridgeFact::forwarding`]); `None` when this
     /// sample could not tell, which keeps a loop alarm as it was.
     pub active: Option<bool>,
     pub members: Vec<String>,

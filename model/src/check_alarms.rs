@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
-use meshd_proto::domain::{Alarm, AlarmKind, NodeId, Severity};
-use meshd_proto::facts::{CheckResult, CheckStatus};
+use meshd_domain::facts::{CheckResult, CheckStatus};
+use meshd_domain::{Alarm, AlarmKind, NodeId, Severity};
 
 /// A check whose failure pages, and the alarm it becomes.
 struct Mapping {

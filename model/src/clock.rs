@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant, SystemTime};
 
-use meshd_proto::domain::{ClockOffset, ClockSample, NodeId};
+use meshd_domain::{ClockOffset, ClockSample, NodeId};
 
 /// Samples older than this are dropped.
 const MEMORY: Duration = Duration::from_secs(60);

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::time::Moment;
 
-use meshd_proto::domain::{Alarm, AlarmKind, NodeId, Severity};
+use meshd_domain::{Alarm, AlarmKind, NodeId, Severity};
 
 /// The metrics series that sums every process not named on its own.
 pub const OTHER: &str = "other";

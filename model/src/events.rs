@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use meshd_proto::domain::{
+use meshd_domain::{
     Alarm, Event, EventDetail, EventKind, LinkEnd, LinkState, LinkVerdict, MeshStatus, NodeId,
     NodeState,
 };
@@ -200,7 +200,7 @@ fn with_evidence(summary: &str, evidence: &[String]) -> String {
 mod tests {
     use std::time::{Duration, SystemTime};
 
-    use meshd_proto::domain::{
+    use meshd_domain::{
         AlarmKind, Blame, Incarnation, NodeIdentity, NodeVerdict, Quorum, Severity,
     };
 

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use meshd_proto::domain::LossWindow;
+use meshd_domain::LossWindow;
 
 use crate::link::{LinkRules, MEDIUM_WINDOW};
 use crate::linkstats::{LATE, LATENESS_MEMORY};

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use meshd_proto::domain::{
+use meshd_domain::{
     InterfaceState, LinkEnd, LinkObservation, LossWindow, NodeId, RdmaPortState, RttHistogram,
     RttSummary,
 };

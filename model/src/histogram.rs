@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use meshd_proto::domain::RttHistogram;
+use meshd_domain::RttHistogram;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DurationHistogram {

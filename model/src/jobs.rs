@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::time::Moment;
 
-use meshd_proto::domain::{Alarm, AlarmKind, LinkState, MeshStatus, NodeId, NodeState, Severity};
+use meshd_domain::{Alarm, AlarmKind, LinkState, MeshStatus, NodeId, NodeState, Severity};
 
 use crate::cpu::{Hold, ProcessSample};
 
@@ -221,7 +221,7 @@ impl HungJobDetector {
 mod tests {
     use std::time::Duration;
 
-    use meshd_proto::domain::{
+    use meshd_domain::{
         Blame, Incarnation, LinkEnd, LinkVerdict, NodeIdentity, NodeVerdict, Quorum,
     };
 

@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use meshd_proto::domain::{LinkObservation, LinkState, LossWindow, RdmaPortState, RttSummary};
+use meshd_domain::{LinkObservation, LinkState, LossWindow, RdmaPortState, RttSummary};
 
 use crate::excuse::Excuse;
 use crate::linkstats::LATE;
@@ -172,7 +172,7 @@ pub struct Assessment {
 /// A round-trip time or silence as evidence and the mesh page write it, in
 /// meshd's one duration format: "85µs", "1.2ms", "3.4s".
 pub fn fmt_duration(d: Duration) -> String {
-    meshd_proto::human::duration(d)
+    meshd_domain::human::duration(d)
 }
 
 fn percent(ratio: f64) -> String {
@@ -396,9 +396,9 @@ pub struct EndClass {
     pub rdma_probe_failing: bool,
     /// Not a verdict term, but the peer's RDMA probe connects to it: a new
     /// queue pair must reach the peer at once.
-    pub rdma_endpoint: Option<meshd_proto::domain::RdmaEndpoint>,
+    pub rdma_endpoint: Option<meshd_domain::RdmaEndpoint>,
     pub late: bool,
-    pub interface_state: meshd_proto::domain::InterfaceState,
+    pub interface_state: meshd_domain::InterfaceState,
     pub gid_matches_address: Option<bool>,
 }
 
@@ -563,7 +563,7 @@ fn settle(settled: LinkState, raw: LinkState, held: Duration) -> LinkState {
 
 #[cfg(test)]
 mod tests {
-    use meshd_proto::domain::{LossWindow, RdmaProbe, RttSummary};
+    use meshd_domain::{LossWindow, RdmaProbe, RttSummary};
 
     use super::*;
 

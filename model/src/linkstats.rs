@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use meshd_proto::domain::{LossWindow, RttHistogram, RttSummary};
+use meshd_domain::{LossWindow, RttHistogram, RttSummary};
 
 use crate::histogram::DurationHistogram;
 

@@ -9,8 +9,8 @@ use std::time::{Duration, SystemTime};
 
 use crate::time::Moment;
 
-use meshd_proto::domain::{Alarm, AlarmKind, NodeId, Severity};
-use meshd_proto::facts::{MemoryFacts, MemoryPressure};
+use meshd_domain::facts::{MemoryFacts, MemoryPressure};
+use meshd_domain::{Alarm, AlarmKind, NodeId, Severity};
 
 use crate::cpu::Hold;
 

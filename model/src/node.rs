@@ -10,11 +10,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use meshd_proto::domain::{
+use meshd_domain::facts::NodeFacts;
+use meshd_domain::{
     Alarm, AlarmKind, ClockOffset, Counter, Event, Incarnation, LinkObservation, MeshStatus,
     NodeId, NodeIdentity, NodeLoad, PeerReply, RejectReason, ReportUpdate,
 };
-use meshd_proto::facts::NodeFacts;
 
 use crate::clock::ClockBook;
 use crate::events::{self, Verdicts};

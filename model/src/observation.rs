@@ -8,8 +8,8 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use meshd_proto::domain::{Counter, InterfaceState, LinkObservation, RdmaPortState};
-use meshd_proto::facts::{NodeFacts, PortFact};
+use meshd_domain::facts::{NodeFacts, PortFact};
+use meshd_domain::{Counter, InterfaceState, LinkObservation, RdmaPortState};
 
 use crate::linkstats::ProbeStats;
 use crate::rdma::RdmaProbeEnd;
@@ -123,8 +123,8 @@ fn add_port_facts(
 mod tests {
     use std::net::Ipv4Addr;
 
-    use meshd_proto::domain::{LinkEnd, NodeId};
-    use meshd_proto::facts::{Gid, RdmaPortFact};
+    use meshd_domain::facts::{Gid, RdmaPortFact};
+    use meshd_domain::{LinkEnd, NodeId};
 
     use super::*;
     use crate::fixtures::healthy_observation;

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use meshd_proto::domain::{Alarm, AlarmKind, NodeId, Severity};
+use meshd_domain::{Alarm, AlarmKind, NodeId, Severity};
 
 use crate::cpu::ProcessSample;
 use crate::jobs::is_job;

@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use meshd_proto::domain::{Alarm, ClockOffset, LinkObservation, NodeId, NodeLoad, ReportUpdate};
-use meshd_proto::facts::NodeFacts;
+use meshd_domain::facts::NodeFacts;
+use meshd_domain::{Alarm, ClockOffset, LinkObservation, NodeId, NodeLoad, ReportUpdate};
 
 use crate::link::{EndClass, LinkRules};
 use crate::time::Moment;

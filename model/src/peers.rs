@@ -13,11 +13,11 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use meshd_proto::domain::{
+use meshd_domain::facts::NodeFacts;
+use meshd_domain::{
     ClockSample, Incarnation, LinkEnd, LinkObservation, NodeId, PeerReport, Refusal, RejectReason,
     ReportUpdate, StreamOpen,
 };
-use meshd_proto::facts::NodeFacts;
 
 use crate::link::{EndClass, LinkRules};
 use crate::linkstats::LATE;
@@ -729,7 +729,7 @@ fn merged_links(
 
 #[cfg(test)]
 mod tests {
-    use meshd_proto::domain::{LinkEnd, LinkObservation, NodeIdentity, NodeLoad};
+    use meshd_domain::{LinkEnd, LinkObservation, NodeIdentity, NodeLoad};
 
     use super::*;
 

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 
-use meshd_proto::domain::{NodeId, Quorum};
+use meshd_domain::{NodeId, Quorum};
 
 /// The members of `configured` that are in `fresh` form a quorum when they are
 /// a strict majority of `configured`; the leader (the one that pushes alerts)

@@ -13,7 +13,7 @@
 use std::net::Ipv6Addr;
 use std::time::{Duration, SystemTime};
 
-use meshd_proto::domain::{RdmaEndpoint, RdmaProbe};
+use meshd_domain::{RdmaEndpoint, RdmaProbe};
 
 use crate::link::RDMA_PROBE_FAILURES_FOR_DEGRADED;
 

@@ -8,7 +8,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use meshd_proto::domain::{Alarm, AlarmKind, NodeId, Severity};
+use meshd_domain::{Alarm, AlarmKind, NodeId, Severity};
 
 use crate::cpu::ProcessSample;
 

@@ -8,11 +8,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use meshd_platform::mesh::cables::cable_map;
-use meshd_platform::mesh::checks::mesh_checks;
-use meshd_platform::mesh::models::ModelTable;
-use meshd_proto::domain::{LinkEnd, NodeId};
-use meshd_proto::facts::{Cable, CableEnd, CheckResult, NodeFacts};
+use meshd_domain::facts::{Cable, CableEnd, CheckResult, NodeFacts};
+use meshd_domain::{LinkEnd, NodeId};
+use meshd_mesh::cables::cable_map;
+use meshd_mesh::checks::mesh_checks;
+use meshd_mesh::models::ModelTable;
 
 /// What the mesh is made of, as this node sees it.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -14,8 +14,8 @@ mod sim;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use meshd_domain::{AlarmKind, Blame, LinkState, MeshStatus, NodeState};
 use meshd_model::alerts::Labels;
-use meshd_proto::domain::{AlarmKind, Blame, LinkState, MeshStatus, NodeState};
 use proptest::prelude::*;
 use sim::{Action, Cable, CableCut, Observed, Sim, cable};
 
@@ -302,7 +302,7 @@ fn late_beside(e: &Episode, all: &[Episode]) -> Duration {
         .unwrap_or_default()
 }
 
-fn link_of(status: &MeshStatus, c: Cable) -> Option<&meshd_proto::domain::LinkVerdict> {
+fn link_of(status: &MeshStatus, c: Cable) -> Option<&meshd_domain::LinkVerdict> {
     let (a, b) = (format!("n{}", c.0 + 1), format!("n{}", c.1 + 1));
     status
         .links
@@ -319,7 +319,7 @@ fn node_state(status: &MeshStatus, x: usize) -> Option<NodeState> {
         .map(|n| n.state)
 }
 
-fn cable_of(status_link: &meshd_proto::domain::LinkVerdict) -> Option<Cable> {
+fn cable_of(status_link: &meshd_domain::LinkVerdict) -> Option<Cable> {
     let index = |id: &str| id.strip_prefix('n')?.parse::<usize>().ok()?.checked_sub(1);
     Some(cable(
         index(status_link.a.node.as_str())?,
@@ -585,7 +585,7 @@ fn check_episode(sim: &mut Sim, e: &Episode, all: &[Episode], problems: &mut Vec
             problems.push(format!("{t:?}: n{} does not run after the heal", i + 1));
             continue;
         };
-        let settled = |l: &meshd_proto::domain::LinkVerdict| {
+        let settled = |l: &meshd_domain::LinkVerdict| {
             l.state == LinkState::Up
                 || (l.state == LinkState::Flapping
                     && cable_of(l)

@@ -25,7 +25,7 @@ use std::io::{self, Read};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
-use meshd_proto::facts::{NodeFacts, OsKind};
+use meshd_domain::facts::{NodeFacts, OsKind};
 use serde::{Deserialize, Serialize};
 
 use crate::file::{FileError, kind_name, read_beneath};

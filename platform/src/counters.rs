@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use meshd_proto::domain::Counter;
+use meshd_domain::Counter;
 
 /// Where a counter is read; it decides how the counter behaves at its limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

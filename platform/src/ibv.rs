@@ -4,8 +4,8 @@
 
 use std::net::Ipv6Addr;
 
-use meshd_proto::domain::RdmaPortState;
-use meshd_proto::facts::{Gid, RdmaPortFact, RdmaReader};
+use meshd_domain::RdmaPortState;
+use meshd_domain::facts::{Gid, RdmaPortFact, RdmaReader};
 
 /// One RDMA device ("rdma_en2" on macOS, "mlx5_0" on Linux).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -7,11 +7,11 @@
 //!   `linux::*`, [`ibv`]); they never panic, on any input.
 //! - [`collect`] assembles a [`NodeFacts`] for this OS; what cannot be seen
 //!   goes into its `blind_spots`, never silently missing.
-//! - [`mesh`] is pure: the cable map from every node's facts, the checks,
-//!   cabling plans and JACCL hostfiles.
 //!
 //! The daemon and meshctl both use this crate, so `meshctl doctor --from
-//! DIR` diagnoses a bundle on any machine without a daemon.
+//! DIR` diagnoses a bundle on any machine without a daemon. What is judged
+//! of the mesh as a whole from the facts (the cable map, the checks, plans
+//! and hostfiles) is the pure `meshd-mesh` crate.
 
 pub mod bundle;
 pub mod command;
@@ -20,7 +20,6 @@ pub mod file;
 pub mod ibv;
 pub mod linux;
 pub mod macos;
-pub mod mesh;
 pub mod paths;
 pub mod source;
 pub mod verbs;
@@ -28,7 +27,7 @@ pub mod verbs_probe;
 
 use std::collections::BTreeMap;
 
-use meshd_proto::facts::{MemoryFacts, NodeFacts, OsKind};
+use meshd_domain::facts::{MemoryFacts, NodeFacts, OsKind};
 
 use crate::source::Source;
 

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use meshd_proto::facts::OsKind;
+use meshd_domain::facts::{OsKind, SOCKETFILTERFW};
 
 use crate::command::{RunError, run_with_timeout, stderr_suffix};
 use crate::file::{FileError, FileProblem, list_beneath, read_beneath};
@@ -66,9 +66,6 @@ pub enum HostCommand {
     /// one read-only call per Thunderbolt port's service.
     ServiceInfo,
 }
-
-/// The Application Firewall's command-line tool (macOS).
-pub const SOCKETFILTERFW: &str = "/usr/libexec/ApplicationFirewall/socketfilterfw";
 
 impl HostCommand {
     /// Every command: the macOS collector's in the order they are run,

@@ -36,8 +36,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use libloading::Library;
-use meshd_proto::domain::RdmaPortState;
-use meshd_proto::facts::OsKind;
+use meshd_domain::RdmaPortState;
+use meshd_domain::facts::OsKind;
 
 use crate::ibv::{RdmaDevice, RdmaPort};
 

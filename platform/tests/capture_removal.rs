@@ -22,11 +22,11 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use meshd_domain::NodeId;
+use meshd_domain::facts::{CheckStatus, NodeFacts};
+use meshd_mesh::checks::diagnose;
+use meshd_mesh::models::ModelTable;
 use meshd_platform::bundle::replay_facts;
-use meshd_platform::mesh::checks::diagnose;
-use meshd_platform::mesh::models::ModelTable;
-use meshd_proto::domain::NodeId;
-use meshd_proto::facts::{CheckStatus, NodeFacts};
 
 const SCENARIOS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/scenarios");
 

@@ -4,12 +4,12 @@
 //! Thunderbolt Bridge's service, through the macOS join and the node
 //! checks, as the daemon and `meshctl doctor` run them.
 
+use meshd_domain::NodeId;
+use meshd_domain::facts::{CheckResult, CheckStatus, NodeFacts};
+use meshd_mesh::checks::node_checks;
+use meshd_mesh::models::ModelTable;
 use meshd_platform::macos::{MacosOutputs, join};
-use meshd_platform::mesh::checks::node_checks;
-use meshd_platform::mesh::models::ModelTable;
 use meshd_platform::source::{CaptureError, HostCommand};
-use meshd_proto::domain::NodeId;
-use meshd_proto::facts::{CheckResult, CheckStatus, NodeFacts};
 
 const OWN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/macos");
 const SHARED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/macos");

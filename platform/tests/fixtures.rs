@@ -4,6 +4,10 @@
 
 use std::net::Ipv6Addr;
 
+use meshd_domain::RdmaPortState;
+use meshd_domain::facts::{
+    BootIdentity, FirewallRule, Ipv4Method, MemoryFacts, MemoryPressure, PowerSettings,
+};
 use meshd_platform::ibv::{RdmaDevice, parse_ibv_devices, parse_ibv_devinfo};
 use meshd_platform::macos::ifconfig::{Interface, parse_ifconfig};
 use meshd_platform::macos::memory::{MemoryOutputs, boot_identity, memory_facts};
@@ -25,10 +29,6 @@ use meshd_platform::macos::system_profiler::{
     parse_thunderbolt_text,
 };
 use meshd_platform::macos::vm_stat::parse_vm_stat;
-use meshd_proto::domain::RdmaPortState;
-use meshd_proto::facts::{
-    BootIdentity, FirewallRule, Ipv4Method, MemoryFacts, MemoryPressure, PowerSettings,
-};
 
 /// The team's shared captures, and the ones this crate adds (netstat, the
 /// MLX docs' M3 Ultra device list).

@@ -3,14 +3,14 @@
 
 use std::path::Path;
 
-use meshd_platform::counters::{CounterChange, CounterGroup, CounterSample, CounterTracker};
-use meshd_platform::linux::{self, counters::read_port_counters, net::read_bridges};
-use meshd_platform::source::ReplaySource;
-use meshd_proto::domain::{Counter, RdmaPortState};
-use meshd_proto::facts::{
+use meshd_domain::facts::{
     BootIdentity, BridgeFact, Gid, Ipv4Cidr, MemoryFacts, NodeFacts, PanicFacts, PanicReport,
     PortFact, RdmaPortFact, RdmaReader,
 };
+use meshd_domain::{Counter, RdmaPortState};
+use meshd_platform::counters::{CounterChange, CounterGroup, CounterSample, CounterTracker};
+use meshd_platform::linux::{self, counters::read_port_counters, net::read_bridges};
+use meshd_platform::source::ReplaySource;
 
 /// A bundle directory being filled with host files.
 struct Bundle(tempfile::TempDir);
@@ -610,7 +610,7 @@ fn bridges_with_members_state_and_storm_counters() {
 fn this_machine_is_read_honestly() {
     let facts = meshd_platform::collect(
         &meshd_platform::source::LiveSource,
-        meshd_proto::facts::OsKind::Linux,
+        meshd_domain::facts::OsKind::Linux,
     );
     assert_eq!(facts.source, "live");
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").expect("procfs");
@@ -648,7 +648,7 @@ fn interface_mtus_are_read_from_sysfs_and_unreadable_ones_are_unknown() {
         .file("/sys/class/net/veth-a/mtu", "9000\n")
         .file("/sys/class/net/odd0/mtu", "lots\n")
         .unreadable("/sys/class/net/gone0/mtu");
-    let mtus = meshd_platform::interface_mtus(&bundle.replay(), meshd_proto::facts::OsKind::Linux);
+    let mtus = meshd_platform::interface_mtus(&bundle.replay(), meshd_domain::facts::OsKind::Linux);
     assert_eq!(
         mtus.into_iter().collect::<Vec<_>>(),
         [("lo".to_owned(), 65536), ("veth-a".to_owned(), 9000)]

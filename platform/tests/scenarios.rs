@@ -6,17 +6,17 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use meshd_domain::facts::{
+    BridgeFact, CheckResult, CheckStatus, FirewallFact, NodeFacts, OsKind, PortFact,
+};
+use meshd_domain::{NodeId, RdmaPortState};
+use meshd_mesh::checks::{Diagnosis, diagnose};
+use meshd_mesh::models::ModelTable;
 use meshd_platform::bundle;
 use meshd_platform::ibv::{RdmaDevice, RdmaPort};
 use meshd_platform::macos;
 use meshd_platform::macos::NO_RDMA_TRAFFIC_COUNTER;
-use meshd_platform::mesh::checks::{Diagnosis, diagnose};
-use meshd_platform::mesh::models::ModelTable;
 use meshd_platform::source::{CaptureError, HostCommand, ReplaySource, Source, VerbsDevices};
-use meshd_proto::domain::{NodeId, RdmaPortState};
-use meshd_proto::facts::{
-    BridgeFact, CheckResult, CheckStatus, FirewallFact, NodeFacts, OsKind, PortFact,
-};
 
 const SCENARIOS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/scenarios");
 /// The shared captures, and the ones this crate adds.

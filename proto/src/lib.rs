@@ -1,17 +1,14 @@
-//! The meshd.v1 wire protocol and meshd's domain types.
+//! The meshd.v1 wire protocol.
 //!
-//! `wire` is generated from `meshd/v1/*.proto`; `domain` holds the same facts
-//! with their invariants checked (node ids valid, enums known, times present),
-//! and `convert` turns one into the other. Everything that reads a message
-//! from the network goes through `convert`, so a malformed message becomes a
-//! [`convert::WireError`] naming the field instead of a silent misreading.
+//! `wire` is generated from `meshd/v1/*.proto`; the `meshd-domain` crate
+//! holds the same facts with their invariants checked (node ids valid, enums
+//! known, times present), and `convert` turns one into the other.
+//! Everything that reads a message from the network goes through `convert`,
+//! so a malformed message becomes a [`convert::WireError`] naming the field
+//! instead of a silent misreading.
 
 pub mod convert;
-pub mod domain;
-pub mod facts;
-pub mod human;
 pub mod limits;
-pub mod time;
 
 /// Generated protobuf types and gRPC stubs of package `meshd.v1`.
 #[allow(

@@ -19,7 +19,7 @@ use std::time::{Duration, SystemTime};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
-use meshd_proto::domain::{MeshStatus, NodeId};
+use meshd_domain::{MeshStatus, NodeId};
 use serde::Serialize;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
@@ -57,8 +57,8 @@ fn body(posts: &[Post]) -> Result<(Vec<u8>, usize), serde_json::Error> {
             Some(Postable {
                 labels: &p.alert.labels,
                 annotations: &p.alert.annotations,
-                starts_at: meshd_proto::time::rfc3339_millis(p.alert.starts_at)?,
-                ends_at: meshd_proto::time::rfc3339_millis(p.ends_at)?,
+                starts_at: meshd_domain::time::rfc3339_millis(p.alert.starts_at)?,
+                ends_at: meshd_domain::time::rfc3339_millis(p.ends_at)?,
             })
         })
         .collect();
@@ -419,7 +419,7 @@ mod wire_tests {
     use std::net::SocketAddr;
     use std::sync::Mutex;
 
-    use meshd_proto::domain::{Alarm, AlarmKind, Incarnation, NodeIdentity, Quorum, Severity};
+    use meshd_domain::{Alarm, AlarmKind, Incarnation, NodeIdentity, Quorum, Severity};
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -27,7 +27,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use meshd_proto::domain::NodeId;
+use meshd_domain::NodeId;
 use serde::Deserialize;
 
 pub use address::{AddressError, Host, PeerAddress};
@@ -291,9 +291,9 @@ impl LinkConfig {
 
     /// The configured device, else on macOS the one paired with the
     /// interface (`en2` → `rdma_en2`, ARCHITECTURE.md, Field facts).
-    pub fn rdma_device_on(&self, os: meshd_proto::facts::OsKind) -> Option<String> {
+    pub fn rdma_device_on(&self, os: meshd_domain::facts::OsKind) -> Option<String> {
         self.rdma_device.clone().or_else(|| match os {
-            meshd_proto::facts::OsKind::Macos => self
+            meshd_domain::facts::OsKind::Macos => self
                 .local_iface
                 .as_ref()
                 .map(|iface| format!("rdma_{iface}")),
@@ -799,7 +799,7 @@ impl Config {
     }
 
     /// Every rule the config breaks on a node running `os`.
-    pub fn validate_for(&self, os: meshd_proto::facts::OsKind) -> Vec<Problem> {
+    pub fn validate_for(&self, os: meshd_domain::facts::OsKind) -> Vec<Problem> {
         validate::validate(self, os)
     }
 

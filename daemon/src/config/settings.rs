@@ -3,6 +3,7 @@
 //! book's. The model never sees the config; the config never reaches past
 //! this module into a decision.
 
+use meshd_domain::{LinkEnd, NodeId};
 use meshd_model::boot::BootRules;
 use meshd_model::bridge::StormSettings;
 use meshd_model::cpu::SpikeRules;
@@ -15,7 +16,6 @@ use meshd_model::outbox::OutboxSettings;
 use meshd_model::peers::BookSettings;
 use meshd_model::stall::StallRules;
 use meshd_model::verdict::{EngineSettings, ExpectedLink};
-use meshd_proto::domain::{LinkEnd, NodeId};
 
 use super::{
     BootWatchConfig, Config, CpuWatchConfig, JobWatchConfig, LinkConfig, MemoryWatchConfig,

@@ -3,7 +3,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::*;
-use meshd_proto::facts::OsKind;
+use meshd_domain::facts::OsKind;
 
 const HOST: &str = "studio-1.local";
 const EXAMPLE: &str = include_str!(concat!(

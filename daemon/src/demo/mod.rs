@@ -15,7 +15,7 @@ use std::io::BufRead;
 use std::sync::Arc;
 use std::time::Duration;
 
-use meshd_proto::domain::NodeId;
+use meshd_domain::NodeId;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;

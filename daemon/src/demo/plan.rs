@@ -26,7 +26,7 @@ use std::fmt;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 
-use meshd_proto::domain::NodeId;
+use meshd_domain::NodeId;
 
 use crate::config::{Config, LinkConfig, PeerConfig};
 

@@ -79,7 +79,7 @@ impl Mesh for MeshService {
 /// (tonic ends the stream at the first error) rather than shown a history
 /// with silent holes. The stream's permit is returned when this ends.
 async fn forward_events(
-    mut events: broadcast::Receiver<meshd_proto::domain::Event>,
+    mut events: broadcast::Receiver<meshd_domain::Event>,
     client: mpsc::Sender<Result<wire::Event, Status>>,
     shutdown: CancellationToken,
     _permit: OwnedSemaphorePermit,

@@ -9,9 +9,9 @@ use std::pin::Pin;
 use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
+use meshd_domain::{NodeIdentity, PeerReply, Refusal, RejectReason, StreamOpen};
 use meshd_model::peers::{Answer, Path, StreamId};
 use meshd_proto::convert::update_from_wire;
-use meshd_proto::domain::{NodeIdentity, PeerReply, Refusal, RejectReason, StreamOpen};
 use meshd_proto::wire;
 use meshd_proto::wire::peer_server::Peer;
 use tokio::sync::{Notify, mpsc, watch};

@@ -7,9 +7,9 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use meshd_platform::mesh::Backend;
-use meshd_platform::mesh::hostfile::build_hostfile;
-use meshd_proto::domain::NodeId;
+use meshd_domain::NodeId;
+use meshd_mesh::Backend;
+use meshd_mesh::hostfile::build_hostfile;
 use meshd_proto::wire;
 use meshd_proto::wire::topology_server::Topology;
 use tokio::sync::watch;

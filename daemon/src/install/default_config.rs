@@ -2,7 +2,7 @@
 //! named after this host, with the peers and links to fill in shown as
 //! comments. `meshd check-config` accepts it as written.
 
-use meshd_proto::domain::NodeId;
+use meshd_domain::NodeId;
 
 use crate::config::{
     DEFAULT_GRPC_PORT, DEFAULT_LISTEN_GRPC, DEFAULT_LISTEN_METRICS, DEFAULT_PROBE_PORT,

@@ -8,8 +8,8 @@
 
 use std::path::Path;
 
+use meshd_domain::facts::SOCKETFILTERFW;
 use meshd_platform::macos::socketfilterfw::{GlobalState, parse_global_state};
-use meshd_platform::source::SOCKETFILTERFW;
 
 use super::runner::Runner;
 use super::{CommandSpec, InstallError};

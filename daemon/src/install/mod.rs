@@ -27,7 +27,7 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use meshd_proto::domain::NodeId;
+use meshd_domain::NodeId;
 
 pub use runner::{CommandOutput, RecordingRunner, Runner, SystemRunner};
 pub use strict::require_strict_modes;

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use meshd_proto::domain::NodeId;
+use meshd_domain::NodeId;
 
 use super::catalogue as c;
 use super::exposition::{Exposition, as_f64, count};

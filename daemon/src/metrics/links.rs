@@ -9,7 +9,7 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
-use meshd_proto::domain::{LinkObservation, RdmaProbe, RttSummary};
+use meshd_domain::{LinkObservation, RdmaProbe, RttSummary};
 
 use super::catalogue::{self as c, MetricSpec};
 use super::exposition::{Exposition, Histogram, HistogramValues, Vanishing, as_f64};

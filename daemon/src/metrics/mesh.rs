@@ -14,8 +14,8 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use meshd_proto::domain::RejectReason;
-use meshd_proto::facts::CheckStatus;
+use meshd_domain::RejectReason;
+use meshd_domain::facts::CheckStatus;
 
 use super::catalogue as c;
 use super::exposition::{

@@ -24,7 +24,7 @@ mod watchers;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Instant, SystemTime};
 
-use meshd_proto::domain::NodeIdentity;
+use meshd_domain::NodeIdentity;
 
 pub use config::ConfigSeries;
 pub use delivery::{AlertPostOutcome, DeliverySeries, ReportOutcome};
@@ -117,7 +117,7 @@ mod tests {
     use std::collections::BTreeMap;
     use std::time::{Duration, SystemTime};
 
-    use meshd_proto::domain::{
+    use meshd_domain::{
         Counter, Incarnation, InterfaceState, LinkEnd, LinkObservation, NodeId, RdmaPortState,
         RdmaProbe, RttHistogram, RttSummary,
     };

@@ -8,15 +8,15 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use meshd_model::fixtures::healthy_observation;
-use meshd_model::linkstats::RTT_BOUNDS;
-use meshd_model::peers::PeerView;
-use meshd_proto::domain::{
+use meshd_domain::facts::{CheckResult, CheckStatus, MemoryFacts, MemoryPressure};
+use meshd_domain::{
     Blame, ClockOffset, Counter, EventKind, Incarnation, LinkEnd, LinkObservation, LinkState,
     LinkVerdict, LossWindow, MeshStatus, NodeId, NodeIdentity, NodeState, NodeVerdict, PeerReport,
     Quorum, RdmaPortState, RttHistogram,
 };
-use meshd_proto::facts::{CheckResult, CheckStatus, MemoryFacts, MemoryPressure};
+use meshd_model::fixtures::healthy_observation;
+use meshd_model::linkstats::RTT_BOUNDS;
+use meshd_model::peers::PeerView;
 
 use super::exposition::VANISHED_HOLD;
 use super::{AlertPostOutcome, Metrics, ReportOutcome};

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use meshd_proto::facts::MemoryFacts;
+use meshd_domain::facts::MemoryFacts;
 
 use super::catalogue as c;
 use super::exposition::{Exposition, LabelValues, Vanishing, as_f64, count, flag};

@@ -20,9 +20,9 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use meshd_domain::NodeId;
 use meshd_model::linkstats::{LatenessLog, LinkStats, ProbeStats};
 use meshd_model::verdict::ExpectedLink;
-use meshd_proto::domain::NodeId;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 

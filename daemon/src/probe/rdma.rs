@@ -15,12 +15,12 @@ use std::net::{IpAddr, Ipv6Addr};
 use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
+use meshd_domain::{NodeId, RdmaEndpoint};
 use meshd_model::rdma::{Partner, ProbeOutcome, RdmaProbeEnd, RdmaProbeStats, partner};
 use meshd_model::verdict::ExpectedLink;
 use meshd_platform::linux::queue_pairs;
 use meshd_platform::verbs::{self, VerbsError};
 use meshd_platform::verbs_probe::{EndpointAddress, ProbeEndpoint};
-use meshd_proto::domain::{NodeId, RdmaEndpoint};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;

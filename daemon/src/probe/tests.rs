@@ -6,8 +6,8 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
+use meshd_domain::{Incarnation, LinkEnd, LossWindow, NodeId, NodeIdentity};
 use meshd_model::linkstats::ProbeStats;
-use meshd_proto::domain::{Incarnation, LinkEnd, LossWindow, NodeId, NodeIdentity};
 use tokio::net::UdpSocket;
 use tokio_util::sync::CancellationToken;
 

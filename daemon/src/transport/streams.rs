@@ -10,8 +10,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use meshd_domain::{NodeId, NodeIdentity, PeerMessage, PeerReply, StreamOpen};
 use meshd_model::linkstats::RTT_BOUNDS;
-use meshd_proto::domain::{NodeId, NodeIdentity, PeerMessage, PeerReply, StreamOpen};
 use meshd_proto::wire;
 use prost::Message;
 use prost::bytes::{BufMut, Bytes};

@@ -8,8 +8,8 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, PoisonError};
 use std::time::{Duration, SystemTime};
 
+use meshd_domain::{Alarm, NodeId, NodeIdentity};
 use meshd_model::boot::{BootTracker, BootView, Sighting, event};
-use meshd_proto::domain::{Alarm, NodeId, NodeIdentity};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 

@@ -9,8 +9,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use meshd_proto::domain::{Alarm, NodeId};
-use meshd_proto::facts::{NodeFacts, OsKind};
+use meshd_domain::facts::{NodeFacts, OsKind};
+use meshd_domain::{Alarm, NodeId};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -368,7 +368,7 @@ mod tests {
 
     #[test]
     fn mesh_ports_are_the_configured_ones_and_a_macs_discovered_thunderbolt_ports() {
-        use meshd_proto::facts::PortFact;
+        use meshd_domain::facts::PortFact;
         let config = Config::parse(
             "[[peers]]\nid = \"b\"\naddress = \"10.0.0.2:7420\"\n\
              [[links]]\npeer = \"b\"\nlocal_iface = \"en2\"\n\

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
+use meshd_domain::{Alarm, NodeId};
 use meshd_model::time::Moment;
-use meshd_proto::domain::{Alarm, NodeId};
 use sysinfo::{CpuRefreshKind, RefreshKind, System};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;

@@ -17,13 +17,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use meshd_domain::facts::{NodeFacts, OsKind};
+use meshd_domain::{Alarm, Counter, NodeId};
+use meshd_mesh::checks::node_checks;
+use meshd_mesh::models::ModelTable;
 use meshd_platform::counters::{CounterSample, CounterTracker};
 use meshd_platform::linux::counters::read_port_counters;
-use meshd_platform::mesh::checks::node_checks;
-use meshd_platform::mesh::models::ModelTable;
 use meshd_platform::source::{LiveSource, ReplaySource, Source};
-use meshd_proto::domain::{Alarm, Counter, NodeId};
-use meshd_proto::facts::{NodeFacts, OsKind};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 

@@ -6,12 +6,12 @@
 
 use std::sync::Arc;
 
+use meshd_domain::facts::{NodeFacts, OsKind};
+use meshd_domain::{Alarm, MeshStatus, NodeId};
 use meshd_model::jobs::{HungJobDetector, is_job, mesh_fault};
 use meshd_model::orphans::OrphanDetector;
 use meshd_model::stall::{DataCounters, StallDetector};
 use meshd_platform::linux::counters::read_data_counters;
-use meshd_proto::domain::{Alarm, MeshStatus, NodeId};
-use meshd_proto::facts::{NodeFacts, OsKind};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use meshd_proto::domain::NodeLoad;
+use meshd_domain::NodeLoad;
 use sysinfo::{CpuRefreshKind, RefreshKind, System};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;

@@ -10,10 +10,10 @@ use std::time::{Instant, SystemTime};
 
 use meshd_model::time::Moment;
 
+use meshd_domain::facts::MemoryFacts;
+use meshd_domain::{Alarm, NodeId};
 use meshd_model::jobs::is_job;
 use meshd_model::memory::{JobsRunning, MemoryWatch};
-use meshd_proto::domain::{Alarm, NodeId};
-use meshd_proto::facts::MemoryFacts;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 

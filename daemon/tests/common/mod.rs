@@ -10,7 +10,7 @@ use meshd::config::Config;
 use meshd::demo::plan::Plan;
 use meshd::demo::{Demo, DemoError};
 use meshd::node::RunningNode;
-use meshd_proto::domain::MeshStatus;
+use meshd_domain::MeshStatus;
 use meshd_proto::wire;
 use meshd_proto::wire::mesh_client::MeshClient;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

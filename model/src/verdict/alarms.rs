@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant, SystemTime};
 
-use meshd_proto::domain::{
+use meshd_domain::{
     Alarm, AlarmKind, ClockOffset, NodeId, NodeState, NodeVerdict, Quorum, Severity,
 };
 

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
-use meshd_proto::domain::{Blame, LinkEnd, LinkState, LinkVerdict, NodeId, NodeState, Quorum};
+use meshd_domain::{Blame, LinkEnd, LinkState, LinkVerdict, NodeId, NodeState, Quorum};
 
 use super::{
     End, Engine, EngineSettings, FnvBuild, KnownLink, Life, LinkKey, LinkViews, Member, MeshInputs,

@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant, SystemTime};
 
-use meshd_proto::domain::{
+use meshd_domain::{
     Alarm, AlarmKind, ClockOffset, LinkEnd, LinkMeasurement, LinkObservation, MeshStatus, NodeId,
     NodeIdentity, NodeLoad, NodeState, NodeVerdict, Quorum,
 };
@@ -571,7 +571,7 @@ impl Engine {
 mod tests {
     use std::time::SystemTime;
 
-    use meshd_proto::domain::{Blame, Incarnation, LinkState, LinkVerdict, PeerReport, Severity};
+    use meshd_domain::{Blame, Incarnation, LinkState, LinkVerdict, PeerReport, Severity};
 
     use super::*;
     use crate::peers::PathState;

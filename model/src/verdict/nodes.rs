@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use meshd_proto::domain::{NodeId, NodeState, NodeVerdict};
+use meshd_domain::{NodeId, NodeState, NodeVerdict};
 
 use super::{Engine, Life, MeshInputs, name_some};
 use crate::link::fmt_duration;

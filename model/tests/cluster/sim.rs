@@ -15,6 +15,10 @@ use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 use std::time::{Duration, Instant, SystemTime};
 
+use meshd_domain::{
+    Incarnation, LinkEnd, MeshStatus, NodeId, NodeIdentity, NodeLoad, PeerReply, Refusal,
+    ReportUpdate, StreamOpen,
+};
 use meshd_model::alerts::{self, AlertState, Labels, Role};
 use meshd_model::fixtures;
 use meshd_model::linkstats::{
@@ -25,10 +29,6 @@ use meshd_model::outbox::OutboxSettings;
 use meshd_model::peers::{BookSettings, Path, PeerBook, StreamId};
 use meshd_model::time::Moment;
 use meshd_model::verdict::ExpectedLink;
-use meshd_proto::domain::{
-    Incarnation, LinkEnd, MeshStatus, NodeId, NodeIdentity, NodeLoad, PeerReply, Refusal,
-    ReportUpdate, StreamOpen,
-};
 
 /// The daemon's timing with a config that sets nothing.
 pub mod timing {

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
-use meshd_proto::facts::Ipv4Cidr;
+use meshd_domain::facts::Ipv4Cidr;
 use serde_json::Value;
 
 /// The addresses found, and what could not be read.

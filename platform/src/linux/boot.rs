@@ -2,7 +2,7 @@
 //! makes at every boot) and `btime` in `/proc/stat` (the boot time, in
 //! seconds since the Unix epoch).
 
-use meshd_proto::facts::BootIdentity;
+use meshd_domain::facts::BootIdentity;
 
 use crate::macos::sysctl::parse_uuid;
 use crate::source::Source;

@@ -4,8 +4,8 @@
 
 use std::io::ErrorKind;
 
-use meshd_proto::domain::RdmaPortState;
-use meshd_proto::facts::{Gid, PortFact, RdmaPortFact, RdmaReader};
+use meshd_domain::RdmaPortState;
+use meshd_domain::facts::{Gid, PortFact, RdmaPortFact, RdmaReader};
 
 use super::net::SYS_CLASS_NET;
 use super::values::{parse_gid, parse_phys_link_up, parse_port_state, parse_rate_bps, parse_word};

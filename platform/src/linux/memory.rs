@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use meshd_proto::facts::MemoryFacts;
+use meshd_domain::facts::MemoryFacts;
 
 use crate::source::Source;
 

@@ -18,7 +18,7 @@ pub mod queue_pairs;
 pub mod values;
 pub mod verbs_check;
 
-use meshd_proto::facts::{NodeFacts, OsKind};
+use meshd_domain::facts::{NodeFacts, OsKind};
 
 use self::addresses::{InterfaceAddresses, parse_ip_addr_json};
 use self::values::parse_word;

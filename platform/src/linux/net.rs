@@ -18,7 +18,7 @@
 
 use std::collections::BTreeMap;
 
-use meshd_proto::facts::BridgeFact;
+use meshd_domain::facts::BridgeFact;
 
 use super::values::{bridge_member_link, bridge_up, interface_up};
 use crate::counters::parse_counter_value;

@@ -13,7 +13,7 @@
 //! `/var/lib/systemd/pstore` at boot where it is enabled; meshd does not
 //! read that archive, so there a panic is seen only until it runs.
 
-use meshd_proto::facts::{PanicFacts, PanicReport};
+use meshd_domain::facts::{PanicFacts, PanicReport};
 
 use crate::source::Source;
 

@@ -5,7 +5,7 @@
 
 use std::net::Ipv6Addr;
 
-use meshd_proto::domain::RdmaPortState;
+use meshd_domain::RdmaPortState;
 
 /// `ports/<n>/state`: "4: ACTIVE". The number is what the kernel means;
 /// the name is only checked when there is no number.

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 
-use meshd_proto::facts::{PortFact, RdmaPortFact, RdmaReader};
+use meshd_domain::facts::{PortFact, RdmaPortFact, RdmaReader};
 
 use crate::ibv::{RdmaDevice, RdmaPort};
 
@@ -97,8 +97,8 @@ fn disagreements(verbs: &RdmaPort, sysfs: &RdmaPortFact) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use meshd_proto::domain::RdmaPortState;
-    use meshd_proto::facts::Gid;
+    use meshd_domain::RdmaPortState;
+    use meshd_domain::facts::Gid;
 
     use super::*;
 

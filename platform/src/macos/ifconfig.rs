@@ -7,7 +7,7 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use meshd_proto::facts::{BridgeFact, Ipv4Cidr};
+use meshd_domain::facts::{BridgeFact, Ipv4Cidr};
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Interface {

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use meshd_proto::facts::{BootIdentity, MemoryFacts};
+use meshd_domain::facts::{BootIdentity, MemoryFacts};
 
 use super::sysctl::{
     parse_boottime, parse_pressure_level, parse_swap_usage, parse_sysctl_values, parse_unsigned,
@@ -132,7 +132,7 @@ pub fn read_memory(source: &dyn Source, blind_spots: &mut Vec<String>) -> Option
 #[cfg(test)]
 mod tests {
     use super::*;
-    use meshd_proto::facts::MemoryPressure;
+    use meshd_domain::facts::MemoryPressure;
 
     #[test]
     fn memory_from_the_three_outputs() {

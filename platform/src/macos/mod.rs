@@ -23,9 +23,9 @@ pub mod vm_stat;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use meshd_proto::facts::{
-    BridgeFact, FirewallFact, NodeFacts, OsKind, PanicFacts, PanicReport, PeerFact, PortFact,
-    RdmaPortFact, RdmaReader,
+use meshd_domain::facts::{
+    BridgeFact, FirewallFact, HardwarePort, NodeFacts, OsKind, PanicFacts, PanicReport, PeerFact,
+    PortFact, RdmaPortFact, RdmaReader,
 };
 
 use crate::ibv::{RdmaDevice, parse_ibv_devices, parse_ibv_devinfo};
@@ -34,7 +34,7 @@ use crate::source::{CaptureError, HostCommand, Source};
 use self::ifconfig::{Interface, parse_ifconfig};
 use self::memory::{MemoryOutputs, boot_identity, memory_facts};
 use self::networksetup::{
-    HardwarePort, NetworkService, parse_all_services, parse_hardware_ports, parse_service_info,
+    NetworkService, parse_all_services, parse_hardware_ports, parse_service_info,
     parse_service_order, service_for_device,
 };
 use self::panic_report::{
@@ -707,7 +707,7 @@ fn bridges(parsed: &Parsed) -> Option<Vec<BridgeFact>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use meshd_proto::domain::RdmaPortState;
+    use meshd_domain::RdmaPortState;
 
     fn outputs(texts: &[(HostCommand, &str)]) -> MacosOutputs {
         texts

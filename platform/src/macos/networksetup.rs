@@ -2,28 +2,7 @@
 //! services (`-listallnetworkservices`, `-listnetworkserviceorder`) and how
 //! a service gets its address (`-getinfo SERVICE`).
 
-use meshd_proto::facts::Ipv4Method;
-
-/// One block of `networksetup -listallhardwareports`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct HardwarePort {
-    /// "Thunderbolt 2", "Thunderbolt Bridge", "Wi-Fi".
-    pub name: String,
-    /// "en6"; empty when the block has no `Device:` line.
-    pub device: String,
-    pub ethernet_address: String,
-}
-
-impl HardwarePort {
-    /// N of "Thunderbolt N", the receptacle whose interface this is.
-    pub fn thunderbolt_number(&self) -> Option<u32> {
-        let number = self.name.strip_prefix("Thunderbolt ")?;
-        if number.is_empty() || !number.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
-        }
-        number.parse().ok()
-    }
-}
+use meshd_domain::facts::{HardwarePort, Ipv4Method};
 
 /// Blocks of `Hardware Port:` / `Device:` / `Ethernet Address:` separated
 /// by blank lines; the trailing `VLAN Configurations` section is not a

@@ -15,7 +15,7 @@
 //! cut off anywhere by the bounded read. Reports from before macOS 11 are
 //! plain text with a `panic(cpu …)` line; that line is found too.
 
-use meshd_proto::facts::PanicReport;
+use meshd_domain::facts::PanicReport;
 
 use super::sysctl::parse_uuid;
 

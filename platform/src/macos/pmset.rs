@@ -16,7 +16,7 @@
 //! Mac: a MacBook has no `autorestart`, a Mac without `pmset disablesleep`
 //! ever set has no `SleepDisabled`.
 
-use meshd_proto::facts::PowerSettings;
+use meshd_domain::facts::PowerSettings;
 
 /// The settings meshd judges; `None` when `text` names none of them (not
 /// `pmset -g` output).

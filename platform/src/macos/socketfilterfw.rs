@@ -14,7 +14,7 @@
 //! N` and pad the parentheses; newer ones start with `Total number of apps
 //! = N` and do not. Whitespace is free either way.
 
-use meshd_proto::facts::{FirewallFact, FirewallRule};
+use meshd_domain::facts::{FirewallFact, FirewallRule};
 
 /// `--getglobalstate`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use meshd_proto::facts::MemoryPressure;
+use meshd_domain::facts::MemoryPressure;
 
 /// `None` when the output is blank.
 pub fn parse_hw_model(text: &str) -> Option<String> {

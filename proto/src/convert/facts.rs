@@ -2,11 +2,11 @@
 //! panic reports and the firewall, each bounded in size and count.
 
 use super::{Result, WireError, bounded, each, memory_pressure, memory_pressure_wire, non_empty};
-use crate::facts::{
+use crate::wire;
+use meshd_domain::facts::{
     BootIdentity, BridgeFact, CheckResult, FirewallFact, FirewallRule, MemoryFacts, NodeFacts,
     OsKind, PanicFacts, PanicReport, PortFact, PowerSettings,
 };
-use crate::wire;
 
 /// Longest boot id accepted (a UUID is 36 characters).
 const MAX_BOOT_ID_CHARS: usize = 64;

@@ -9,11 +9,11 @@ use super::{
     node_id, optional_speed, optional_time, rdma_port_state, rdma_port_state_wire, required, time,
     timestamp,
 };
-use crate::domain::{
+use crate::wire;
+use meshd_domain::{
     Counter, LinkEnd, LinkMeasurement, LinkObservation, LossWindow, RdmaEndpoint, RdmaProbe,
     RttHistogram, RttSummary,
 };
-use crate::wire;
 
 impl From<RttSummary> for wire::RttSummary {
     fn from(r: RttSummary) -> Self {

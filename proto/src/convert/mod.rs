@@ -7,14 +7,15 @@
 
 use std::time::{Duration, SystemTime};
 
-use crate::domain::{
+use crate::wire;
+use meshd_domain::facts::{CheckStatus, Ipv4Method, MemoryPressure};
+use meshd_domain::{
     Blame, EventKind, InterfaceState, LinkState, NodeId, NodeState, RdmaPortState, RejectReason,
     Severity,
 };
-use crate::facts::{CheckStatus, Ipv4Method, MemoryPressure};
-use crate::wire;
 
 mod facts;
+mod hostfile;
 mod measurement;
 mod ports;
 mod status;
@@ -69,7 +70,7 @@ fn optional_node_id(field: &str, id: String) -> Result<Option<NodeId>> {
     }
 }
 
-/// A wire time within [`crate::time`]'s range (1970 to 9999), refused
+/// A wire time within [`meshd_domain::time`]'s range (1970 to 9999), refused
 /// otherwise: nothing downstream formats or adds to a time it cannot hold.
 fn time(field: &str, ts: Option<prost_types::Timestamp>) -> Result<SystemTime> {
     let ts = ts.ok_or_else(|| WireError::new(field, "missing"))?;
@@ -85,7 +86,7 @@ fn time(field: &str, ts: Option<prost_types::Timestamp>) -> Result<SystemTime> {
             format!("{} s is before 1970", ts.seconds),
         ));
     }
-    if ts.seconds > crate::time::LATEST_SECONDS {
+    if ts.seconds > meshd_domain::time::LATEST_SECONDS {
         return Err(WireError::new(
             field,
             format!("{} s is after 9999", ts.seconds),
@@ -254,18 +255,18 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::domain::{
+    use crate::limits;
+    use meshd_domain::facts::{
+        BootIdentity, BridgeFact, Cable, CableEnd, CheckResult, FirewallFact, FirewallRule, Gid,
+        MemoryFacts, NodeFacts, OsKind, PanicFacts, PanicReport, PeerFact, PortFact, PowerSettings,
+        RdmaPortFact, RdmaReader,
+    };
+    use meshd_domain::{
         Alarm, ClockOffset, ClockSample, Counter, Event, EventDetail, Incarnation, LinkEnd,
         LinkMeasurement, LinkObservation, LinkVerdict, LossWindow, MeshStatus, NodeIdentity,
         NodeLoad, NodeVerdict, PeerReply, Quorum, RdmaEndpoint, RdmaProbe, Refusal, ReportUpdate,
         RttHistogram, RttSummary, StreamOpen,
     };
-    use crate::facts::{
-        BootIdentity, BridgeFact, Cable, CableEnd, CheckResult, FirewallFact, FirewallRule, Gid,
-        MemoryFacts, NodeFacts, OsKind, PanicFacts, PanicReport, PeerFact, PortFact, PowerSettings,
-        RdmaPortFact, RdmaReader,
-    };
-    use crate::limits;
 
     fn id(s: &str) -> NodeId {
         NodeId::new(s).expect("valid id")
@@ -336,7 +337,7 @@ mod tests {
                 fix: Some("bring c back".into()),
             }],
             alarms: vec![Alarm {
-                kind: crate::domain::AlarmKind::BridgeLoop,
+                kind: meshd_domain::AlarmKind::BridgeLoop,
                 severity: Severity::Critical,
                 node: id("b"),
                 subject: "bridge0".into(),
@@ -1048,19 +1049,19 @@ mod tests {
             seconds in proptest::prop_oneof![
                 proptest::num::i64::ANY,
                 -10i64..10,
-                crate::time::LATEST_SECONDS - 10..crate::time::LATEST_SECONDS + 10,
+                meshd_domain::time::LATEST_SECONDS - 10..meshd_domain::time::LATEST_SECONDS + 10,
             ],
             nanos in proptest::prop_oneof![proptest::num::i32::ANY, 0i32..1_000_000_000],
         ) {
             let ts = prost_types::Timestamp { seconds, nanos };
-            let valid = (0..=crate::time::LATEST_SECONDS).contains(&seconds)
+            let valid = (0..=meshd_domain::time::LATEST_SECONDS).contains(&seconds)
                 && (0..1_000_000_000).contains(&nanos);
             match time("t", Some(ts)) {
                 Ok(t) => {
                     proptest::prop_assert!(valid);
-                    proptest::prop_assert!(crate::time::in_range(t));
+                    proptest::prop_assert!(meshd_domain::time::in_range(t));
                     proptest::prop_assert_eq!(timestamp(t), Some(ts));
-                    proptest::prop_assert!(crate::time::rfc3339_millis(t).is_some());
+                    proptest::prop_assert!(meshd_domain::time::rfc3339_millis(t).is_some());
                 }
                 Err(err) => {
                     proptest::prop_assert!(!valid);
@@ -1073,7 +1074,7 @@ mod tests {
     #[test]
     fn an_alarm_kind_this_build_does_not_know_is_refused_by_name() {
         let mut alarm = wire::Alarm::from(Alarm {
-            kind: crate::domain::AlarmKind::CpuSpike,
+            kind: meshd_domain::AlarmKind::CpuSpike,
             severity: Severity::Warning,
             node: NodeId::new("a").expect("id"),
             subject: "cpu".into(),
@@ -1085,7 +1086,7 @@ mod tests {
         });
         assert_eq!(
             Alarm::try_from(alarm.clone()).map(|a| a.kind),
-            Ok(crate::domain::AlarmKind::CpuSpike)
+            Ok(meshd_domain::AlarmKind::CpuSpike)
         );
         alarm.kind = "made_up".into();
         let err = Alarm::try_from(alarm).expect_err("unknown kind");

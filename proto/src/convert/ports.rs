@@ -6,10 +6,10 @@ use super::{
     Result, WireError, check_status, check_status_wire, each, ipv4_method, ipv4_method_wire,
     node_id, non_empty, optional_node_id, rdma_port_state, rdma_port_state_wire, required,
 };
-use crate::facts::{
+use crate::wire;
+use meshd_domain::facts::{
     Cable, CableEnd, CheckResult, Gid, Ipv4Cidr, PeerFact, PortFact, RdmaPortFact, RdmaReader,
 };
-use crate::wire;
 
 /// The reader of an RDMA port: unspecified (an older sender) and numbers
 /// this build does not know (a newer one) are an unknown reader, not an

@@ -10,12 +10,12 @@ use super::{
     link_state_wire, node_id, node_ids, node_state, node_state_wire, non_empty, optional_node_id,
     optional_time, required, severity, severity_wire, text_at_most, time, timestamp,
 };
-use crate::domain::{
+use crate::{limits, wire};
+use meshd_domain::facts::{Cable, CheckResult};
+use meshd_domain::{
     Alarm, Event, EventDetail, Incarnation, LinkEnd, LinkMeasurement, LinkVerdict, MeshStatus,
     NodeIdentity, NodeVerdict, Quorum, UnknownName,
 };
-use crate::facts::{Cable, CheckResult};
-use crate::{limits, wire};
 
 impl From<NodeIdentity> for wire::NodeIdentity {
     fn from(n: NodeIdentity) -> Self {

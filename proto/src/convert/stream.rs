@@ -9,13 +9,13 @@ use super::{
     Result, WireError, at_most, each, nanos, node_id, node_ids, reject_reason, reject_reason_wire,
     required, time, timestamp,
 };
-use crate::domain::{
+use crate::limits;
+use crate::wire;
+use meshd_domain::facts::NodeFacts;
+use meshd_domain::{
     Alarm, ClockOffset, ClockSample, Incarnation, LinkEnd, LinkObservation, NodeIdentity, NodeLoad,
     PeerMessage, PeerReply, Refusal, ReportUpdate, RttHistogram, StreamOpen,
 };
-use crate::facts::NodeFacts;
-use crate::limits;
-use crate::wire;
 
 impl From<NodeLoad> for wire::NodeLoad {
     fn from(l: NodeLoad) -> Self {
@@ -134,7 +134,7 @@ impl From<ReportUpdate> for wire::ReportUpdate {
     /// Trimmed to the caps of [`limits`], the most severe alarms first, so
     /// that no peer refuses it.
     fn from(u: ReportUpdate) -> Self {
-        let list = |ids: Vec<crate::domain::NodeId>| wire::NodeList {
+        let list = |ids: Vec<meshd_domain::NodeId>| wire::NodeList {
             ids: ids
                 .iter()
                 .take(limits::MAX_HEARS_PER_REPORT)

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 
-use meshd_platform::mesh::plan::{DEFAULT_LINK_RANGE, LINK_NETMASK};
+use meshd_mesh::plan::{DEFAULT_LINK_RANGE, LINK_NETMASK};
 
 use super::super::error::Problem;
 use super::super::{Config, LinkConfig, ProbeConfig};

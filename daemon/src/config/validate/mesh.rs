@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
-use meshd_proto::domain::NodeId;
+use meshd_domain::NodeId;
 
 use super::super::Config;
 use super::super::address::{Host, PeerAddress};

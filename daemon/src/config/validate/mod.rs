@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use meshd_platform::mesh::plan::{DEFAULT_LINK_RANGE, LINK_NETMASK};
-use meshd_proto::facts::OsKind;
+use meshd_domain::facts::OsKind;
+use meshd_mesh::plan::{DEFAULT_LINK_RANGE, LINK_NETMASK};
 
 use self::alerting::check_alerting;
 use self::links::{check_links, plan_example};

@@ -1,7 +1,7 @@
 //! The `[probe]` and `[report]` sections: probe sizes (which depend on the
 //! OS that sends them) and the intervals and timeouts of probes and reports.
 
-use meshd_proto::facts::OsKind;
+use meshd_domain::facts::OsKind;
 
 use super::super::error::Problem;
 use super::super::{Config, RdmaProbeMode};

@@ -6,8 +6,8 @@
 use std::fmt::Write as _;
 use std::time::SystemTime;
 
-use meshd_proto::domain::{Alarm, Blame, LinkMeasurement, LinkState};
-use meshd_proto::facts::{Cable, CableEnd, CheckResult};
+use meshd_domain::facts::{Cable, CableEnd, CheckResult};
+use meshd_domain::{Alarm, Blame, LinkMeasurement, LinkState};
 
 use super::picture::{MAX_DETAILED_LINES, link_state_label, node_state_label, node_state_name};
 use super::scene::{Pair, Scene, SceneNode};

@@ -7,7 +7,7 @@
 use std::f64::consts::PI;
 use std::fmt::Write as _;
 
-use meshd_proto::domain::{Blame, LinkState, NodeState};
+use meshd_domain::{Blame, LinkState, NodeState};
 
 use super::scene::{Pair, Scene, SceneNode};
 use super::text::{clip, esc, percent};

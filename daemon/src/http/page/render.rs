@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
-use meshd_proto::domain::MeshStatus;
+use meshd_domain::MeshStatus;
 
 use super::scene::{Scene, scene};
 use super::text::{age, esc, utc};

@@ -5,10 +5,10 @@
 
 use std::collections::BTreeMap;
 
-use meshd_proto::domain::{
+use meshd_domain::facts::{Cable, CheckResult, CheckStatus};
+use meshd_domain::{
     Alarm, LinkMeasurement, LinkState, LinkVerdict, MeshStatus, NodeId, NodeVerdict,
 };
-use meshd_proto::facts::{Cable, CheckResult, CheckStatus};
 
 #[derive(Debug)]
 pub struct Scene<'a> {

@@ -2,12 +2,12 @@
 
 use std::time::{Duration, SystemTime};
 
-use meshd_proto::domain::{
+use meshd_domain::facts::{Cable, CableEnd, CheckResult, CheckStatus};
+use meshd_domain::{
     Alarm, AlarmKind, Blame, Incarnation, InterfaceState, LinkEnd, LinkMeasurement, LinkState,
     LinkVerdict, LossWindow, MeshStatus, NodeId, NodeIdentity, NodeState, NodeVerdict, Quorum,
     RdmaPortState, RttSummary, Severity,
 };
-use meshd_proto::facts::{Cable, CableEnd, CheckResult, CheckStatus};
 
 use super::picture::MAX_DETAILED_LINES;
 use super::render::{document, view};

@@ -39,15 +39,15 @@ pub fn esc(text: &str) -> Escaped<'_> {
 /// "just now".
 pub fn age(then: SystemTime, now: SystemTime) -> String {
     match now.duration_since(then) {
-        Ok(ago) => format!("{} ago", meshd_proto::human::duration(ago)),
+        Ok(ago) => format!("{} ago", meshd_domain::human::duration(ago)),
         Err(_) => "just now".to_owned(),
     }
 }
 
 /// A wall-clock time, to the second, in UTC: "2026-11-29T12:00:03Z".
 pub fn utc(t: SystemTime) -> String {
-    meshd_proto::time::rfc3339_seconds(t)
-        .unwrap_or_else(|| meshd_proto::time::OUT_OF_RANGE.to_owned())
+    meshd_domain::time::rfc3339_seconds(t)
+        .unwrap_or_else(|| meshd_domain::time::OUT_OF_RANGE.to_owned())
 }
 
 /// A loss ratio (0–1) as a percentage: "0 %", "0.4 %", "12 %".

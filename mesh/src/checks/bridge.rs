@@ -9,7 +9,7 @@
 
 use std::collections::BTreeSet;
 
-use meshd_proto::facts::{BridgeFact, CheckResult, NodeFacts};
+use meshd_domain::facts::{BridgeFact, CheckResult, NodeFacts};
 
 use super::{Check, NodeView, port_label};
 

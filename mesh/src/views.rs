@@ -10,8 +10,8 @@
 
 use std::collections::BTreeMap;
 
-use meshd_proto::domain::NodeId;
-use meshd_proto::facts::{Cable, CableEnd, NodeFacts, PortFact};
+use meshd_domain::NodeId;
+use meshd_domain::facts::{Cable, CableEnd, NodeFacts, PortFact};
 
 /// One node as the node at the other end of a cable sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,7 +102,7 @@ fn agreed<'v, T: PartialEq + Copy>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use meshd_proto::facts::PeerFact;
+    use meshd_domain::facts::PeerFact;
 
     fn id(s: &str) -> NodeId {
         NodeId::new(s).expect("id")

@@ -5,7 +5,7 @@
 //! updates have been seen to turn sleep back on, so these are re-read with
 //! the platform facts.
 
-use meshd_proto::facts::CheckResult;
+use meshd_domain::facts::CheckResult;
 
 use super::{Check, NodeView};
 

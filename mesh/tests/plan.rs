@@ -3,12 +3,12 @@
 
 use std::collections::BTreeSet;
 
-use meshd_platform::mesh::Backend;
-use meshd_platform::mesh::models::{Model, ModelTable};
-use meshd_platform::mesh::plan::{
+use meshd_domain::facts::{HardwarePort, Ipv4Cidr};
+use meshd_mesh::Backend;
+use meshd_mesh::models::{Model, ModelTable};
+use meshd_mesh::plan::{
     CablingPlan, DEFAULT_LINK_RANGE, PlanRefusal, SetupStep, default_names, plan, plan_in_range,
 };
-use meshd_proto::facts::Ipv4Cidr;
 
 /// Everything wrong with `plan` for `models` (one per node): ports used
 /// at most once and only ports the model has, every required pair cabled
@@ -322,15 +322,17 @@ fn links_config_is_toml_meshd_reads() {
 
 #[test]
 fn a_nodes_hardware_ports_name_its_interfaces_in_its_links() {
-    use meshd_platform::macos::networksetup::parse_hardware_ports;
     let table = table();
     let mac = table.by_id("m5-max-macbook-pro").unwrap();
     let mut p = plan(&[mac; 3], Backend::Jaccl).unwrap();
     let before = p.nodes[0].links_config.clone();
     // Thunderbolt 1 → en1, 2 → en6, 3 → en2: not in en order.
-    let ports = parse_hardware_ports(
-        "Hardware Port: Thunderbolt 1\nDevice: en1\n\nHardware Port: Thunderbolt 2\nDevice: en6\n",
-    );
+    let port = |name: &str, device: &str| HardwarePort {
+        name: name.to_owned(),
+        device: device.to_owned(),
+        ethernet_address: String::new(),
+    };
+    let ports = [port("Thunderbolt 1", "en1"), port("Thunderbolt 2", "en6")];
     let missing = p
         .name_interfaces("node2", &ports)
         .expect("node2 is planned");

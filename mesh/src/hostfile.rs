@@ -12,10 +12,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr};
 
-use meshd_proto::convert::WireError;
-use meshd_proto::domain::NodeId;
-use meshd_proto::facts::Cable;
-use meshd_proto::wire;
+use meshd_domain::NodeId;
+use meshd_domain::facts::Cable;
 use serde_json::{Value, json};
 
 use super::cables::cable_label;
@@ -397,109 +395,5 @@ fn check_jaccl_rows(rows: &[HostRow], layout: Layout, problems: &mut Vec<String>
             }
         }
         Layout::TcpRing => {}
-    }
-}
-
-impl From<&Hostfile> for wire::Hostfile {
-    fn from(hostfile: &Hostfile) -> Self {
-        wire::Hostfile {
-            backend: match hostfile.backend {
-                Backend::Jaccl => wire::HostfileBackend::Jaccl,
-                Backend::JacclRing => wire::HostfileBackend::JacclRing,
-            } as i32,
-            hosts: hostfile
-                .hosts
-                .iter()
-                .map(|h| wire::HostfileHost {
-                    node: h.node.to_string(),
-                    ssh: h.ssh.clone(),
-                    ips: h.ips.clone(),
-                    rdma: h
-                        .rdma
-                        .iter()
-                        .map(|device| wire::HostfileCell {
-                            device: device.clone(),
-                        })
-                        .collect(),
-                })
-                .collect(),
-            warnings: hostfile.warnings.clone(),
-        }
-    }
-}
-
-fn wire_error(field: String, problem: impl Into<String>) -> WireError {
-    WireError {
-        field,
-        problem: problem.into(),
-    }
-}
-
-impl TryFrom<wire::Hostfile> for Hostfile {
-    type Error = WireError;
-
-    /// Checks what a peer could get wrong: the backend, node ids, ssh
-    /// destinations, one cell per rank, a null diagonal, no empty names.
-    fn try_from(w: wire::Hostfile) -> Result<Self, WireError> {
-        let backend = match wire::HostfileBackend::try_from(w.backend) {
-            Ok(wire::HostfileBackend::Jaccl) => Backend::Jaccl,
-            Ok(wire::HostfileBackend::JacclRing) => Backend::JacclRing,
-            Ok(wire::HostfileBackend::Unspecified) => {
-                return Err(wire_error("backend".to_owned(), "unspecified"));
-            }
-            Err(_) => {
-                return Err(wire_error(
-                    "backend".to_owned(),
-                    format!("unknown value {}", w.backend),
-                ));
-            }
-        };
-        let n = w.hosts.len();
-        let hosts = w
-            .hosts
-            .into_iter()
-            .enumerate()
-            .map(|(i, h)| {
-                let field = |name: &str| format!("hosts[{i}].{name}");
-                let node =
-                    NodeId::new(h.node).map_err(|e| wire_error(field("node"), e.to_string()))?;
-                if h.ssh.trim().is_empty() {
-                    return Err(wire_error(field("ssh"), "empty"));
-                }
-                if h.rdma.len() != n {
-                    return Err(wire_error(
-                        field("rdma"),
-                        format!("{} cells; needs one per host ({n})", h.rdma.len()),
-                    ));
-                }
-                let rdma = h
-                    .rdma
-                    .into_iter()
-                    .enumerate()
-                    .map(|(j, cell)| match cell.device {
-                        Some(d) if d.is_empty() => Err(wire_error(
-                            field(&format!("rdma[{j}].device")),
-                            "empty device name; leave it unset for no device",
-                        )),
-                        Some(_) if i == j => Err(wire_error(
-                            field(&format!("rdma[{j}].device")),
-                            "the diagonal has no device",
-                        )),
-                        device => Ok(device),
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
-                Ok(HostfileHost {
-                    node,
-                    ssh: h.ssh,
-                    ips: h.ips,
-                    rdma,
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Hostfile {
-            backend,
-            hosts,
-            warnings: w.warnings,
-        })
     }
 }

@@ -1,5 +1,5 @@
 //! The Mac models people mesh and their Thunderbolt 5 ports, read from the
-//! data file `platform/models.toml` (port usability is data, not code).
+//! data file `mesh/models.toml` (port usability is data, not code).
 
 use std::collections::BTreeSet;
 
@@ -109,13 +109,13 @@ struct PortEntry {
     unreliable: Option<String>,
 }
 
-const BUILTIN_MODELS: &str = include_str!("../../models.toml");
+const BUILTIN_MODELS: &str = include_str!("../models.toml");
 
 impl ModelTable {
-    /// The table shipped in `platform/models.toml`; a test proves it parses.
+    /// The table shipped in `mesh/models.toml`; a test proves it parses.
     pub fn builtin() -> ModelTable {
         ModelTable::from_toml(BUILTIN_MODELS)
-            .unwrap_or_else(|e| panic!("platform/models.toml is checked by tests: {e}"))
+            .unwrap_or_else(|e| panic!("mesh/models.toml is checked by tests: {e}"))
     }
 
     /// Parses and checks model data: ids kebab-case and unique, identifiers

@@ -16,8 +16,8 @@ mod rdma;
 
 use std::collections::BTreeMap;
 
-use meshd_proto::domain::NodeId;
-use meshd_proto::facts::{Cable, CheckResult, CheckStatus, NodeFacts, OsKind, PeerFact, PortFact};
+use meshd_domain::NodeId;
+use meshd_domain::facts::{Cable, CheckResult, CheckStatus, NodeFacts, OsKind, PeerFact, PortFact};
 
 use super::models::{Model, ModelTable};
 use super::views::{PeerView, PeerViews, agreed_model, peer_views};

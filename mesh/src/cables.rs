@@ -4,8 +4,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use meshd_proto::domain::NodeId;
-use meshd_proto::facts::{Cable, CableEnd, NodeFacts, PortFact};
+use meshd_domain::NodeId;
+use meshd_domain::facts::{Cable, CableEnd, NodeFacts, PortFact};
 
 /// Every cable of the mesh, in a deterministic order (by node ids, then
 /// ports); each cable's `a` end is on the lower node id.

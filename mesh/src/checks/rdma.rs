@@ -3,13 +3,13 @@
 
 use std::net::Ipv4Addr;
 
-use meshd_proto::domain::RdmaPortState;
-use meshd_proto::facts::{CheckResult, NodeFacts, OsKind, PortFact};
+use meshd_domain::RdmaPortState;
+use meshd_domain::facts::{CheckResult, NodeFacts, OsKind, PortFact};
 
 use super::links::{address_fix, cidrs};
 use super::{Check, NodeView, peer_label, port_label};
-use crate::mesh::views::agreed_rdma_service;
-use crate::mesh::{TB5_LINK_BPS, gbps};
+use crate::views::agreed_rdma_service;
+use crate::{TB5_LINK_BPS, gbps};
 
 /// Thunderbolt 4 / USB4 ports top out at 40 Gb/s.
 pub(super) const TB4_MAX_BPS: u64 = 40_000_000_000;

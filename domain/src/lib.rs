@@ -1,6 +1,13 @@
-//! meshd's domain types: the facts of the wire messages with their invariants
-//! checked. The daemon's pure model and meshctl work on these, never on raw
-//! wire structs.
+//! meshd's vocabulary: the facts of the wire messages with their invariants
+//! checked (node ids valid, enums known, times present). The pure model,
+//! the mesh checks, the daemon and meshctl all speak it; the wire protocol
+//! (`meshd-proto`) converts to and from it and nothing else reads raw wire
+//! structs. Plain data and pure functions, so a crate that depends only on
+//! this one stays free of I/O.
+
+pub mod facts;
+pub mod human;
+pub mod time;
 
 use std::fmt;
 use std::str::FromStr;

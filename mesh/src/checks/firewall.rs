@@ -6,10 +6,10 @@
 //! A rule is tied to the binary's code signature: an ad-hoc-signed meshd
 //! rebuilt in place can lose it, which `sudo meshd install` restores.
 
-use meshd_proto::facts::{CheckResult, FirewallRule, NodeFacts};
+use meshd_domain::facts::{CheckResult, FirewallRule, NodeFacts};
 
 use super::Check;
-use crate::source::SOCKETFILTERFW;
+use meshd_domain::facts::SOCKETFILTERFW;
 
 fn allow_fix(path: &str) -> String {
     format!(

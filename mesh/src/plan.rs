@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
-use meshd_proto::facts::Ipv4Cidr;
+use meshd_domain::facts::Ipv4Cidr;
 
-use crate::macos::networksetup::HardwarePort;
+use meshd_domain::facts::HardwarePort;
 
 use super::models::{Model, ModelPort};
 use super::{Backend, JACCL_MAX_RANKS};

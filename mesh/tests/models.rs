@@ -1,7 +1,7 @@
 //! The built-in model table parses, is consistent, and bad model data is
 //! rejected with a reason; the parser never panics.
 
-use meshd_platform::mesh::models::{ModelDataError, ModelTable, PortRdma};
+use meshd_mesh::models::{ModelDataError, ModelTable, PortRdma};
 use proptest::prelude::*;
 
 const BUILTIN: &str = include_str!("../models.toml");

@@ -5,14 +5,14 @@
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use meshd_platform::mesh::cables::cable_map;
-use meshd_platform::mesh::checks::{mesh_checks, node_checks};
-use meshd_platform::mesh::models::ModelTable;
-use meshd_proto::domain::{NodeId, RdmaPortState};
-use meshd_proto::facts::{
+use meshd_domain::facts::{
     BridgeFact, Cable, CableEnd, CheckResult, CheckStatus, FirewallFact, FirewallRule, Gid,
     Ipv4Cidr, Ipv4Method, NodeFacts, OsKind, PeerFact, PortFact, PowerSettings, RdmaPortFact,
 };
+use meshd_domain::{NodeId, RdmaPortState};
+use meshd_mesh::cables::cable_map;
+use meshd_mesh::checks::{mesh_checks, node_checks};
+use meshd_mesh::models::ModelTable;
 
 const G80: u64 = 80_000_000_000;
 const G40: u64 = 40_000_000_000;
@@ -1038,7 +1038,7 @@ fn bridge0_is_judged_by_device_when_the_thunderbolt_ports_are_unknown() {
 
 #[test]
 fn the_far_ends_view_fills_unknowns_and_a_contradiction_warns() {
-    use meshd_platform::mesh::checks::diagnose;
+    use meshd_mesh::checks::diagnose;
     let models = ModelTable::builtin();
     // n2's own capture has neither its model nor rdma_ctl; n1 sees it as
     // a Mac Studio that offers the RDMA service.
@@ -1097,7 +1097,7 @@ fn a_peer_seen_offering_no_rdma_service_has_rdma_off() {
         .as_mut()
         .unwrap()
         .rdma_service = Some(false);
-    let diagnosis = meshd_platform::mesh::checks::diagnose(&facts, &ModelTable::builtin());
+    let diagnosis = meshd_mesh::checks::diagnose(&facts, &ModelTable::builtin());
     let rdma = check(&diagnosis.node_checks[&name(1)], "rdma_enabled");
     assert_eq!(rdma.status, CheckStatus::Fail, "{rdma:?}");
     assert_eq!(

@@ -10,7 +10,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::{NodeId, RdmaPortState};
+use crate::{NodeId, RdmaPortState};
 
 /// Which platform layer gathered the facts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -272,6 +272,31 @@ impl fmt::Display for Ipv4Method {
         f.write_str(self.as_str())
     }
 }
+
+/// One block of `networksetup -listallhardwareports`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct HardwarePort {
+    /// "Thunderbolt 2", "Thunderbolt Bridge", "Wi-Fi".
+    pub name: String,
+    /// "en6"; empty when the block has no `Device:` line.
+    pub device: String,
+    pub ethernet_address: String,
+}
+
+impl HardwarePort {
+    /// N of "Thunderbolt N", the receptacle whose interface this is.
+    pub fn thunderbolt_number(&self) -> Option<u32> {
+        let number = self.name.strip_prefix("Thunderbolt ")?;
+        if number.is_empty() || !number.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        number.parse().ok()
+    }
+}
+
+/// The Application Firewall's command-line tool (macOS), which the firewall
+/// facts are read with and the firewall fixes name.
+pub const SOCKETFILTERFW: &str = "/usr/libexec/ApplicationFirewall/socketfilterfw";
 
 /// The macOS Application Firewall as `socketfilterfw` shows it. Only the
 /// rules for meshd are kept: they are what the checks judge, and they keep
@@ -540,7 +565,7 @@ impl TryFrom<String> for Ipv4Cidr {
 mod rdma_port_state_name {
     use serde::{Deserialize, Deserializer, Serializer};
 
-    use crate::domain::RdmaPortState;
+    use crate::RdmaPortState;
 
     pub fn serialize<S: Serializer>(state: &RdmaPortState, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(state.as_str())

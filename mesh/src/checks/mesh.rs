@@ -5,15 +5,15 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::Ipv4Addr;
 
-use meshd_proto::domain::NodeId;
-use meshd_proto::facts::{Cable, CableEnd, CheckResult, Ipv4Cidr, NodeFacts, OsKind, PortFact};
+use meshd_domain::NodeId;
+use meshd_domain::facts::{Cable, CableEnd, CheckResult, Ipv4Cidr, NodeFacts, OsKind, PortFact};
 
 use super::{Check, model_with_views, peer_label, port_label, unknown_cabling};
-use crate::mesh::JACCL_MAX_RANKS;
-use crate::mesh::cables::{cable_label, end_label};
-use crate::mesh::gbps;
-use crate::mesh::models::ModelTable;
-use crate::mesh::views::{PeerView, PeerViews};
+use crate::JACCL_MAX_RANKS;
+use crate::cables::{cable_label, end_label};
+use crate::gbps;
+use crate::models::ModelTable;
+use crate::views::{PeerView, PeerViews};
 
 pub(super) struct Mesh<'a> {
     pub(super) members: &'a [&'a NodeId],

@@ -5,17 +5,16 @@
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
-use meshd_platform::mesh::Backend;
-use meshd_platform::mesh::hostfile::{
+use meshd_domain::NodeId;
+use meshd_domain::facts::{Cable, CableEnd};
+use meshd_mesh::Backend;
+use meshd_mesh::hostfile::{
     Hostfile, HostfileError, build_hostfile, to_mlx_json, validate_mlx_hostfile,
 };
-use meshd_proto::domain::NodeId;
-use meshd_proto::facts::{Cable, CableEnd};
-use meshd_proto::wire;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/macos");
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 
 fn fixture(name: &str) -> Value {
     let text = std::fs::read_to_string(format!("{FIXTURES}/{name}")).expect(name);
@@ -303,39 +302,6 @@ fn validation_names_what_mlx_launch_would_reject() {
             );
         }
     }
-}
-
-#[test]
-fn wire_round_trip_and_bad_wire_fields_are_named() {
-    let ranks = ranks(3);
-    let hostfile = build(&ranks, &full_mesh(&ranks), Backend::JacclRing).unwrap();
-    let w = wire::Hostfile::from(&hostfile);
-    assert_eq!(w.backend, wire::HostfileBackend::JacclRing as i32);
-    assert_eq!(Hostfile::try_from(w.clone()), Ok(hostfile));
-
-    let broken = |edit: fn(&mut wire::Hostfile)| {
-        let mut bad = w.clone();
-        edit(&mut bad);
-        Hostfile::try_from(bad).unwrap_err().to_string()
-    };
-    assert_eq!(broken(|h| h.backend = 0), "backend: unspecified");
-    assert_eq!(broken(|h| h.backend = 9), "backend: unknown value 9");
-    assert!(broken(|h| h.hosts[1].node = "a b".into()).starts_with("hosts[1].node: "));
-    assert_eq!(broken(|h| h.hosts[2].ssh.clear()), "hosts[2].ssh: empty");
-    assert_eq!(
-        broken(|h| {
-            h.hosts[0].rdma.pop();
-        }),
-        "hosts[0].rdma: 2 cells; needs one per host (3)"
-    );
-    assert_eq!(
-        broken(|h| h.hosts[1].rdma[1].device = Some("rdma_en1".into())),
-        "hosts[1].rdma[1].device: the diagonal has no device"
-    );
-    assert_eq!(
-        broken(|h| h.hosts[1].rdma[0].device = Some(String::new())),
-        "hosts[1].rdma[0].device: empty device name; leave it unset for no device"
-    );
 }
 
 fn any_json() -> impl Strategy<Value = Value> {
