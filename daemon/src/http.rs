@@ -14,8 +14,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tokio_util::sync::CancellationToken;
 
-use crate::aggregator::{MAX_LOOK_INTERVAL, MeshState};
 use crate::metrics::Metrics;
+use crate::state::{MAX_LOOK_INTERVAL, MeshState};
 
 /// A verdict older than this many evaluation periods means the aggregator
 /// is stuck, and the node should not call itself healthy.

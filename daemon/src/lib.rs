@@ -5,14 +5,16 @@
 //! Layout (docs/ARCHITECTURE.md): the decisions live in the `meshd-model`
 //! crate, pure and with time passed in; here are the edges that feed and
 //! drive it. `probe` measures the cables, `watch` the node itself; the
-//! `aggregator` owns the state and runs the model; `grpc` is the thin
-//! served surface and `reporter` the client side towards the peers; `http`
-//! serves metrics, health and the mesh page; `alert` pushes to Alertmanager; `config`
-//! loads, validates, reloads and turns the file into settings; `node`
-//! wires one running meshd; `demo` runs a whole mesh in one process with
-//! injected faults; `install` makes meshd a launchd or systemd service. OS
-//! facts and the pure checks, plans and hostfiles built on them live in the
-//! `meshd-platform` crate, which meshctl shares.
+//! `aggregator` gathers their output and the peers' reports and runs the
+//! model's node core; `state` holds what they share; `grpc` is the thin
+//! served surface and `transport` the client side towards the peers;
+//! `http` serves metrics, health and the mesh page; `alert` pushes to
+//! Alertmanager; `config` loads, validates, reloads and turns the file into
+//! settings; `node` wires one running meshd (and alone uses the
+//! aggregator); `demo` runs a whole mesh in one process with injected
+//! faults; `install` makes meshd a launchd or systemd service. OS facts
+//! live in the `meshd-platform` crate, the pure checks, plans and hostfiles
+//! built on them in `meshd-mesh`, both shared with meshctl.
 
 pub mod aggregator;
 pub mod alert;
@@ -27,5 +29,6 @@ pub mod logging;
 pub mod metrics;
 pub mod node;
 pub mod probe;
+pub mod state;
 pub mod transport;
 pub mod watch;

@@ -13,21 +13,23 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use meshd_model::peers::Path;
+use meshd_model::peers::{Path, PeerBook};
 use tokio::sync::Notify;
 
-use crate::aggregator::{self, Aggregator, Feeds, MeshState};
+use crate::aggregator::{Aggregator, Feeds, Handles};
 use crate::alert::AlertPusher;
 use crate::config::reload::{ConfigReload, Hangups};
 use crate::config::{Config, settings};
-use crate::grpc::{self, MeshService, PeerService, ReadOnly, TopologyService};
+use crate::grpc::cables::{CableEnd, CableListeners};
+use crate::grpc::{self, GrpcError, MeshService, PeerService, ReadOnly, TopologyService};
 use crate::metrics::Metrics;
 use crate::probe::Probes;
 use crate::probe::rdma::RdmaProbes;
-use crate::transport::cables::{CableEnd, CableListeners, label};
+use crate::state::{MeshState, Notices, SharedBook};
+use crate::transport::path_label;
 use crate::transport::streams::{Route, Streams};
 use crate::transport::tls::{self, MeshTls, TlsError};
-use crate::watch::{boot, bridge, cpu, facts, jobs, load, memory};
+use crate::watch::{bridge, cpu, facts, memory};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -42,8 +44,8 @@ pub enum StartError {
         addr: SocketAddr,
         error: std::io::Error,
     },
-    #[error("cannot set up gRPC reflection: {0}")]
-    Reflection(#[from] tonic_reflection::server::Error),
+    #[error(transparent)]
+    Grpc(#[from] GrpcError),
     #[error("cannot set up TLS: {0}")]
     Tls(#[from] TlsError),
     #[error("cannot set up alerting: {0}")]
@@ -52,8 +54,8 @@ pub enum StartError {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
-    #[error("gRPC server failed: {0}")]
-    Grpc(#[from] tonic::transport::Error),
+    #[error(transparent)]
+    Grpc(#[from] GrpcError),
     #[error("HTTP server failed: {0}")]
     Http(std::io::Error),
     #[error("a node task panicked: {0}")]
@@ -73,6 +75,9 @@ pub struct RunningNode {
     pub state: MeshState,
     /// The config in force; every component follows it.
     configs: watch::Sender<Arc<Config>>,
+    /// Where notices for the event stream go (a config refused); counted
+    /// and streamed like the looks' events.
+    pub notices: Notices,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
     tasks: JoinSet<Result<(), ServeError>>,
@@ -154,122 +159,33 @@ impl RunningNode {
         config: &Config,
         hostname: &str,
     ) -> Result<Self, StartError> {
-        let BoundNode {
-            tls,
-            grpc_listener,
-            http_listener,
-            mesh_listener,
-            grpc_addr,
-            metrics_addr,
-            mesh_addr,
-        } = bound;
         if config.tls.insecure && !config.peers.is_empty() {
             tracing::warn!(
                 "tls.insecure: reports between nodes are neither encrypted nor authenticated; anyone on the management network can forge them"
             );
         }
-
         let identity = identity(config, hostname, SystemTime::now());
         let metrics = Arc::new(Metrics::new(&identity));
         metrics.set_insecure(config.tls.insecure);
         let shutdown = CancellationToken::new();
         // The config in force: every component follows it (live reload).
         let (configs, _) = watch::channel(Arc::new(config.clone()));
-        let book = aggregator::peer_book(config);
+        let book = peer_book(config);
         let book_changed = Arc::new(Notify::new());
-        let lateness = load::TimerLateness::default();
-        let probes = Probes::start(
-            settings::probed_links(config, &identity.id),
-            settings::prober(config),
-            metrics.clone(),
-            lateness.clone(),
-            shutdown.clone(),
+        let feeds = feeds(
+            &configs,
+            &identity,
+            &book,
+            &book_changed,
+            &metrics,
+            &shutdown,
         );
-        let rdma = RdmaProbes::start(
-            settings::expected_links(config, &identity.id),
-            settings::rdma_prober(config),
-            book.clone(),
-            shutdown.clone(),
-        );
-        let facts_watch = facts::spawn(
-            identity.id.clone(),
-            configs.subscribe(),
-            metrics.clone(),
-            shutdown.clone(),
-        );
-        let bridge_alarms = bridge::spawn(
-            configs.subscribe(),
-            facts_watch.facts.clone(),
-            identity.id.clone(),
-            metrics.clone(),
-            shutdown.clone(),
-        );
-        // Storm alarms explain CPU spikes.
-        let cpu_watch = cpu::spawn(
-            identity.id.clone(),
-            configs.subscribe(),
-            vec![bridge_alarms.clone()],
-            metrics.clone(),
-            shutdown.clone(),
-        );
-        // The job and boot watchers need the mesh status and state, which
-        // exist only once the aggregator does, and the aggregator needs
-        // their alarms (and the boots).
-        let (job_alarms, job_alarms_rx) = watch::channel(Vec::new());
-        let (boot_alarms, boot_alarms_rx) = watch::channel(Vec::new());
-        let (boot_view, boot_view_rx) = watch::channel(Arc::default());
-        let memory_alarms = memory::spawn(
-            identity.id.clone(),
-            configs.subscribe(),
-            cpu_watch.samples.clone(),
-            metrics.clone(),
-            shutdown.clone(),
-        );
-        let feeds = Feeds {
-            book: book.clone(),
-            book_changed: book_changed.clone(),
-            probes,
-            rdma,
-            load: load::spawn(config.thresholds.cpu_saturated, lateness, shutdown.clone()),
-            local_alarms: vec![
-                bridge_alarms,
-                cpu_watch.alarms.clone(),
-                job_alarms_rx,
-                facts_watch.alarms,
-                memory_alarms,
-                boot_alarms_rx,
-            ],
-            facts: facts_watch.facts.clone(),
-            port_counters: facts_watch.counters,
-            boots: boot_view_rx,
-        };
-        let (aggregator, state, outgoing) = Aggregator::new(config, identity.clone(), feeds);
-        jobs::spawn(
-            identity.id.clone(),
-            configs.subscribe(),
-            jobs::JobFeeds {
-                samples: cpu_watch.samples,
-                status: state.status.clone(),
-                facts: facts_watch.facts.clone(),
-            },
-            job_alarms,
-            metrics.clone(),
-            shutdown.clone(),
-        );
-        boot::spawn(
-            configs.subscribe(),
-            boot::BootInputs {
-                identity: identity.clone(),
-                book: book.clone(),
-                local_facts: facts_watch.facts,
-                state: state.clone(),
-            },
-            boot::BootOutputs {
-                alarms: boot_alarms,
-                view: boot_view,
-            },
-            shutdown.clone(),
-        );
+        let (aggregator, handles) = Aggregator::new(config, identity.clone(), feeds);
+        let Handles {
+            state,
+            outgoing,
+            notices,
+        } = handles;
         let peer = PeerService::new(
             outgoing.identity.clone(),
             book,
@@ -286,7 +202,6 @@ impl RunningNode {
             metrics.clone(),
         )?;
         let mut tasks = JoinSet::new();
-
         tasks.spawn({
             let (configs, shutdown) = (configs.subscribe(), shutdown.clone());
             async move {
@@ -296,8 +211,13 @@ impl RunningNode {
         });
         tasks.spawn(follow_paths(
             configs.subscribe(),
-            Streams::new(outgoing, tls.clone(), metrics.clone(), shutdown.clone()),
-            CableListeners::new(tls.clone(), peer.clone(), shutdown.clone()),
+            Streams::new(
+                outgoing,
+                bound.tls.clone(),
+                metrics.clone(),
+                shutdown.clone(),
+            ),
+            CableListeners::new(bound.tls.clone(), peer.clone(), shutdown.clone()),
             shutdown.clone(),
         ));
         tasks.spawn({
@@ -307,40 +227,14 @@ impl RunningNode {
                 Ok(())
             }
         });
-        let read_only = ReadOnly {
-            mesh: MeshService::new(state.clone(), shutdown.clone()),
-            topology: TopologyService::new(state.clone(), configs.subscribe()),
+        let served = Served {
+            state: &state,
+            configs: &configs,
+            metrics: &metrics,
+            peer,
+            shutdown: &shutdown,
         };
-        tasks.spawn(grpc::serve_local(
-            grpc_listener,
-            read_only.clone(),
-            shutdown.clone(),
-        )?);
-        if let Some(listener) = mesh_listener {
-            let incoming = tls::incoming(
-                listener,
-                tls.as_ref().map(|t| t.server.clone()),
-                shutdown.clone(),
-            );
-            tasks.spawn(grpc::serve_mesh(
-                incoming,
-                read_only,
-                peer,
-                shutdown.clone(),
-            )?);
-        }
-        tasks.spawn({
-            let router =
-                crate::http::router(metrics.clone(), state.clone(), shutdown.clone(), grpc_addr);
-            let shutdown = shutdown.clone();
-            async move {
-                axum::serve(http_listener, router)
-                    .with_graceful_shutdown(shutdown.cancelled_owned())
-                    .await
-                    .map_err(ServeError::Http)
-            }
-        });
-
+        let (grpc_addr, mesh_addr, metrics_addr) = served.spawn(bound, &mut tasks)?;
         tracing::info!(
             node = %identity.id,
             incarnation = identity.incarnation.0,
@@ -357,6 +251,7 @@ impl RunningNode {
             metrics_addr,
             state,
             configs,
+            notices,
             metrics,
             shutdown,
             tasks,
@@ -371,7 +266,7 @@ impl RunningNode {
             path,
             hostname,
             configs: self.configs.clone(),
-            state: self.state.clone(),
+            notices: self.notices.clone(),
             node: self.identity.id.clone(),
             hangups,
             metrics: self.metrics.clone(),
@@ -435,6 +330,131 @@ fn local_addr(
         .map_err(|error| StartError::Listen { what, addr, error })
 }
 
+/// A peer book for this config's membership.
+fn peer_book(config: &Config) -> SharedBook {
+    Arc::new(std::sync::Mutex::new(PeerBook::new(
+        config.node.id.clone(),
+        config.members().into_iter().collect(),
+        settings::book(config),
+    )))
+}
+
+/// Starts the probes and the local watchers: everything the aggregator
+/// reads besides the peer book.
+fn feeds(
+    configs: &watch::Sender<Arc<Config>>,
+    identity: &NodeIdentity,
+    book: &SharedBook,
+    book_changed: &Arc<Notify>,
+    metrics: &Arc<Metrics>,
+    shutdown: &CancellationToken,
+) -> Feeds {
+    let config = configs.borrow().clone();
+    let node = &identity.id;
+    let probes = Probes::start(
+        crate::probe::probed_links(&config, node),
+        crate::probe::settings(&config),
+        metrics.clone(),
+        shutdown.clone(),
+    );
+    let rdma = RdmaProbes::start(
+        settings::expected_links(&config, node),
+        crate::probe::rdma::settings(&config),
+        book.clone(),
+        shutdown.clone(),
+    );
+    let facts = facts::spawn(
+        node.clone(),
+        configs.subscribe(),
+        metrics.clone(),
+        shutdown.clone(),
+    );
+    let bridge_alarms = bridge::spawn(
+        configs.subscribe(),
+        facts.facts.clone(),
+        node.clone(),
+        metrics.clone(),
+        shutdown.clone(),
+    );
+    // Storm alarms explain CPU spikes.
+    let cpu = cpu::spawn(
+        node.clone(),
+        configs.subscribe(),
+        vec![bridge_alarms.clone()],
+        facts.facts.clone(),
+        metrics.clone(),
+        shutdown.clone(),
+    );
+    let memory_alarms = memory::spawn(
+        node.clone(),
+        configs.subscribe(),
+        cpu.samples.clone(),
+        metrics.clone(),
+        shutdown.clone(),
+    );
+    Feeds {
+        book: book.clone(),
+        book_changed: book_changed.clone(),
+        probes,
+        rdma,
+        local_alarms: vec![bridge_alarms, cpu.alarms, facts.alarms, memory_alarms],
+        facts: facts.facts,
+        port_counters: facts.counters,
+        samples: cpu.samples,
+    }
+}
+
+/// What the node serves: gRPC on the local and mesh listeners, metrics and
+/// the page over HTTP.
+struct Served<'a> {
+    state: &'a MeshState,
+    configs: &'a watch::Sender<Arc<Config>>,
+    metrics: &'a Arc<Metrics>,
+    peer: PeerService,
+    shutdown: &'a CancellationToken,
+}
+
+impl Served<'_> {
+    /// Serves on the bound listeners; returns the local gRPC, mesh and
+    /// metrics addresses.
+    fn spawn(
+        self,
+        bound: BoundNode,
+        tasks: &mut JoinSet<Result<(), ServeError>>,
+    ) -> Result<(SocketAddr, Option<SocketAddr>, SocketAddr), StartError> {
+        let shutdown = self.shutdown;
+        let read_only = ReadOnly {
+            mesh: MeshService::new(self.state.clone(), shutdown.clone()),
+            topology: TopologyService::new(self.state.clone(), self.configs.subscribe()),
+        };
+        let local = grpc::serve_local(bound.grpc_listener, read_only.clone(), shutdown.clone())?;
+        tasks.spawn(async move { Ok(local.await?) });
+        if let Some(listener) = bound.mesh_listener {
+            let incoming = tls::incoming(
+                listener,
+                bound.tls.as_ref().map(|t| t.server.clone()),
+                shutdown.clone(),
+            );
+            let mesh = grpc::serve_mesh(incoming, read_only, self.peer, shutdown.clone())?;
+            tasks.spawn(async move { Ok(mesh.await?) });
+        }
+        let router = crate::http::router(
+            self.metrics.clone(),
+            self.state.clone(),
+            shutdown.clone(),
+            bound.grpc_addr,
+        );
+        let (listener, shutdown) = (bound.http_listener, shutdown.clone());
+        tasks.spawn(async move {
+            axum::serve(listener, router)
+                .with_graceful_shutdown(shutdown.cancelled_owned())
+                .await
+                .map_err(ServeError::Http)
+        });
+        Ok((bound.grpc_addr, bound.mesh_addr, bound.metrics_addr))
+    }
+}
+
 /// Where this node's report streams go, for `config`: each peer's
 /// management address, and the peer's end of every cable to it.
 pub fn routes(config: &Config) -> Vec<Route> {
@@ -445,7 +465,7 @@ pub fn routes(config: &Config) -> Vec<Route> {
     });
     let cables = config.links.iter().map(|link| Route {
         peer: link.peer.clone(),
-        path: label(link.local_iface.as_deref(), link.local_address),
+        path: path_label(link.local_iface.as_deref(), link.local_address),
         address: link.peer_probe_addr(&config.probe).to_string(),
     });
     management.chain(cables).collect()

@@ -1,21 +1,23 @@
-//! The CPU and job watchers on the real sysinfo path: a copy of `yes` named
-//! like a known offender or a job rank burns a core, and the watchers must
-//! see it by name and raise (then clear) their alarms. Deadlines are
-//! generous; nothing here asserts a speed.
+//! The CPU watcher on the real sysinfo path, and the node core's job
+//! judgement on its samples: a copy of `yes` named like a known offender or
+//! a job rank burns a core, and they must see it by name and raise (then
+//! clear) their alarms. Deadlines are generous; nothing here asserts a
+//! speed.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use meshd::config::{CpuWatchConfig, JobWatchConfig};
+use meshd::config::{CpuWatchConfig, JobWatchConfig, settings};
 use meshd::metrics::Metrics;
-use meshd::watch::cpu::Sampled;
-use meshd::watch::{cpu, jobs};
-use meshd_domain::facts::NodeFacts;
+use meshd::state::Published;
+use meshd::watch::cpu;
 use meshd_domain::{
     Alarm, AlarmKind, Incarnation, MeshStatus, NodeId, NodeIdentity, NodeState, NodeVerdict, Quorum,
 };
+use meshd_model::job_watch::{JobFigures, JobWatch, Sampled};
+use meshd_model::jobs::mesh_fault;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -149,10 +151,12 @@ async fn a_busy_universal_control_raises_a_cpu_spike_that_clears_when_it_stops()
     let mut burner = Burner::start("UniversalControl");
     let pid = burner.pid();
     let (_configs, configs) = configs_with(|c| c.watch.cpu = config.clone());
+    let (_facts, facts) = watch::channel(None);
     let mut watcher = cpu::spawn(
         identity().id,
         configs,
         Vec::new(),
+        facts,
         metrics.clone(),
         shutdown.clone(),
     );
@@ -191,7 +195,7 @@ async fn a_busy_universal_control_raises_a_cpu_spike_that_clears_when_it_stops()
         "{:?}",
         alarm.fix
     );
-    let text = metrics.render(&meshd::aggregator::Published::placeholder(&identity()));
+    let text = metrics.render(&Published::placeholder(&identity()));
     assert!(
         text.contains(r#"meshd_process_cpu_cores{process="UniversalControl"}"#),
         "{text}"
@@ -261,50 +265,60 @@ fn peer_down_status() -> MeshStatus {
     }
 }
 
-/// The senders of a job watcher's inputs, held for the test's length: the
-/// watchers stop when the config's sender is dropped.
-struct JobInputs {
+/// What the node core made of the job ranks in the latest sample.
+struct Judged {
+    alarms: watch::Receiver<Vec<Alarm>>,
+    figures: watch::Receiver<Option<JobFigures>>,
+    /// Held for the test's length: the watcher stops when it is dropped.
     _configs: watch::Sender<Arc<meshd::config::Config>>,
-    _status: watch::Sender<Arc<MeshStatus>>,
-    _facts: watch::Sender<Option<Arc<NodeFacts>>>,
 }
 
-/// The real CPU sampler feeding a job watcher configured by `jobs`, on a
-/// mesh where peer b is down; returns the watcher's alarms.
+impl Judged {
+    /// The metrics as the node renders them with these figures.
+    fn render(&self, metrics: &Metrics) -> String {
+        metrics.render(&Published {
+            jobs: *self.figures.borrow(),
+            ..Published::placeholder(&identity())
+        })
+    }
+}
+
+/// The real CPU sampler, and the job judgement the node core runs on each
+/// of its samples (`meshd_model::job_watch`, with the rules the config
+/// gives), on a mesh where peer b is down.
 fn job_watcher(
     jobs: JobWatchConfig,
     metrics: &Arc<Metrics>,
     shutdown: &CancellationToken,
-) -> (JobInputs, watch::Receiver<Vec<Alarm>>) {
+) -> Judged {
+    let rules = settings::jobs(&jobs);
     let (configs_tx, configs) = configs_with(|c| c.watch.jobs = jobs);
-    let watcher = cpu::spawn(
-        identity().id,
-        configs.clone(),
-        Vec::new(),
-        metrics.clone(),
-        shutdown.clone(),
-    );
-    let (status_tx, status) = watch::channel(Arc::new(peer_down_status()));
-    let (facts_tx, facts) = watch::channel(None);
-    let (alarms_tx, alarms) = watch::channel(Vec::new());
-    jobs::spawn(
+    let (_facts, facts) = watch::channel(None);
+    let mut samples = cpu::spawn(
         identity().id,
         configs,
-        jobs::JobFeeds {
-            samples: watcher.samples,
-            status,
-            facts,
-        },
-        alarms_tx,
+        Vec::new(),
+        facts,
         metrics.clone(),
         shutdown.clone(),
-    );
-    let inputs = JobInputs {
+    )
+    .samples;
+    let (alarms_tx, alarms) = watch::channel(Vec::new());
+    let (figures_tx, figures) = watch::channel(None);
+    let fault = mesh_fault(&peer_down_status(), &identity().id);
+    let mut judge = JobWatch::new(identity().id, &rules);
+    tokio::spawn(async move {
+        while samples.changed().await.is_ok() {
+            let sampled = samples.borrow_and_update().clone();
+            alarms_tx.send_replace(judge.judge(sampled.as_deref(), fault.as_ref()).to_vec());
+            figures_tx.send_replace(judge.figures());
+        }
+    });
+    Judged {
+        alarms,
+        figures,
         _configs: configs_tx,
-        _status: status_tx,
-        _facts: facts_tx,
-    };
-    (inputs, alarms)
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -315,7 +329,7 @@ async fn a_busy_job_rank_with_a_dead_peer_is_reported_hung() {
     let metrics = Arc::new(Metrics::new(&identity()));
     let mut burner = Burner::start("mlx-rank0");
     let pid = burner.pid();
-    let (_feeds, mut alarms) = job_watcher(
+    let mut judged = job_watcher(
         JobWatchConfig {
             busy_cores: BUSY_CORES,
             window: Duration::from_secs(2),
@@ -325,7 +339,10 @@ async fn a_busy_job_rank_with_a_dead_peer_is_reported_hung() {
         &shutdown,
     );
 
-    let raised = until(&mut alarms, "job_hung", |a: &Vec<Alarm>| !a.is_empty()).await;
+    let raised = until(&mut judged.alarms, "job_hung", |a: &Vec<Alarm>| {
+        !a.is_empty()
+    })
+    .await;
     let alarm = &raised[0];
     assert_eq!(alarm.kind, AlarmKind::JobHung);
     assert_eq!(alarm.subject, "mlx-rank0");
@@ -342,14 +359,14 @@ async fn a_busy_job_rank_with_a_dead_peer_is_reported_hung() {
         "{:?}",
         alarm.evidence
     );
-    let text = metrics.render(&meshd::aggregator::Published::placeholder(&identity()));
+    let text = judged.render(&metrics);
     assert!(
         text.contains(r#"meshd_job_processes{state="busy"}"#),
         "{text}"
     );
 
     burner.stop();
-    until(&mut alarms, "job_hung to clear", Vec::is_empty).await;
+    until(&mut judged.alarms, "job_hung to clear", Vec::is_empty).await;
 }
 
 /// A rank whose launcher exits is re-parented by the kernel (to init, or
@@ -361,7 +378,7 @@ async fn a_rank_whose_launcher_exited_is_reported_orphaned() {
     let shutdown = CancellationToken::new();
     let _stop = shutdown.clone().drop_guard();
     let metrics = Arc::new(Metrics::new(&identity()));
-    let (_feeds, mut alarms) = job_watcher(
+    let mut judged = job_watcher(
         JobWatchConfig {
             orphan_grace: Duration::from_secs(1),
             ..JobWatchConfig::default()
@@ -396,7 +413,7 @@ async fn a_rank_whose_launcher_exited_is_reported_orphaned() {
     let kill = move || {
         let _ = Command::new("kill").arg(pid.to_string()).status();
     };
-    let raised = until(&mut alarms, "job_orphaned", |a: &Vec<Alarm>| {
+    let raised = until(&mut judged.alarms, "job_orphaned", |a: &Vec<Alarm>| {
         a.iter().any(|a| a.kind == AlarmKind::JobOrphaned)
     })
     .await;
@@ -415,11 +432,13 @@ async fn a_rank_whose_launcher_exited_is_reported_orphaned() {
         evidence.contains("holds "),
         "its memory is named: {evidence}"
     );
-    let text = metrics.render(&meshd::aggregator::Published::placeholder(&identity()));
+    let text = judged.render(&metrics);
     assert!(text.contains("meshd_job_orphaned_processes 1"), "{text}");
-    until(&mut alarms, "job_orphaned to clear", |a: &Vec<Alarm>| {
-        a.iter().all(|a| a.kind != AlarmKind::JobOrphaned)
-    })
+    until(
+        &mut judged.alarms,
+        "job_orphaned to clear",
+        |a: &Vec<Alarm>| a.iter().all(|a| a.kind != AlarmKind::JobOrphaned),
+    )
     .await;
 }
 

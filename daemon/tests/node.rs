@@ -114,7 +114,7 @@ struct PeersOnly {
 async fn metrics_and_healthz_answer_over_http() {
     let node = start(&loopback_config()).await;
     // Let the aggregator evaluate a few times so the histogram has samples.
-    tokio::time::sleep(meshd::aggregator::MAX_LOOK_INTERVAL * 3).await;
+    tokio::time::sleep(meshd::state::MAX_LOOK_INTERVAL * 3).await;
 
     let (code, body) = http_get(node.metrics_addr, "/metrics").await;
     assert_eq!(code, 200);
@@ -277,14 +277,17 @@ async fn watch_streams_every_event_live_while_the_channel_serves_other_calls() {
     // The subscription is taken when the call is served; let it settle.
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     for i in 0..3 {
-        node.state.announce(Event {
-            at: std::time::SystemTime::now(),
-            observer: node.identity.id.clone(),
-            kind: EventKind::ConfigReloaded,
-            subject: "config".into(),
-            summary: format!("event {i}"),
-            detail: None,
-        });
+        node.notices
+            .send(Event {
+                at: std::time::SystemTime::now(),
+                observer: node.identity.id.clone(),
+                kind: EventKind::ConfigReloaded,
+                subject: "config".into(),
+                summary: format!("event {i}"),
+                detail: None,
+            })
+            .await
+            .expect("the aggregator takes notices");
         let got = tokio::time::timeout(std::time::Duration::from_secs(5), events.next())
             .await
             .unwrap_or_else(|_| panic!("event {i} did not arrive"))

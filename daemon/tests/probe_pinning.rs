@@ -37,7 +37,6 @@ use std::sync::Arc;
 
 use meshd::metrics::Metrics;
 use meshd::probe::{LinkPorts, ProbedLink, ProberSettings, Probes};
-use meshd::watch::load::TimerLateness;
 use meshd_domain::{Incarnation, LinkEnd, NodeId, NodeIdentity};
 use meshd_model::verdict::ExpectedLink;
 use tokio_util::sync::CancellationToken;
@@ -94,7 +93,6 @@ fn probes(local: LinkEnd, remote: LinkEnd, shutdown: CancellationToken) -> Probe
         vec![link],
         settings(),
         Arc::new(Metrics::new(&identity)),
-        TimerLateness::default(),
         shutdown,
     )
 }

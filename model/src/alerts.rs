@@ -264,6 +264,20 @@ pub struct Step {
 }
 
 impl AlertState {
+    /// What to post after a look that produced `status`: its alerts, as
+    /// this node's role in it posts them (the daemon's alert pusher and the
+    /// whole-cluster simulation both step this way).
+    pub fn after_look(
+        &mut self,
+        status: &MeshStatus,
+        now: Instant,
+        wall: SystemTime,
+        resend_every: Duration,
+    ) -> Step {
+        let role = Role::of(status);
+        self.step(alerts(status, role), role, now, wall, resend_every)
+    }
+
     /// What to post now. A follower posts nothing and forgets what it
     /// posted: the leader owns the alerts from now on and reconciles what
     /// it finds at Alertmanager.

@@ -109,3 +109,39 @@ pub fn healthy_observation(from: &str, to: &str) -> LinkObservation {
         rdma_endpoint: None,
     }
 }
+
+/// The node core's settings of a config that sets nothing: the engine's
+/// above, a heartbeat a second with figures at most every other one, and the
+/// watchers' defaults. The daemon's tests pin the config's defaults to these.
+pub fn default_node_settings() -> crate::node::NodeSettings {
+    let engine = default_engine_settings();
+    let patterns = vec!["mlx".to_owned(), "exo".to_owned()];
+    crate::node::NodeSettings {
+        engine,
+        outbox: crate::outbox::OutboxSettings {
+            heartbeat: Duration::from_secs(1),
+            refresh: Duration::from_secs(2),
+            rules: engine.link,
+        },
+        boot: crate::boot::BootRules {
+            alarm_for: Duration::from_secs(15 * 60),
+        },
+        jobs: crate::job_watch::JobSettings {
+            hung: crate::jobs::JobRules {
+                patterns: patterns.clone(),
+                busy_cores: 0.9,
+                window: Duration::from_secs(10),
+            },
+            orphans: crate::orphans::OrphanRules {
+                patterns,
+                grace: Duration::from_secs(30),
+            },
+            stalls: crate::stall::StallRules {
+                window: Duration::from_secs(60),
+                busy_cores: 0.9,
+                idle_cores: 0.05,
+            },
+        },
+        cpu_saturated_above: 0.9,
+    }
+}

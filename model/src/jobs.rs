@@ -113,15 +113,15 @@ impl HungJobDetector {
         }
     }
 
-    /// Feeds one sample of the processes and the mesh status at that time;
-    /// returns the active alarms and how many job processes are busy/idle.
+    /// Feeds one sample of the processes and the mesh fault involving this
+    /// node at that time (see [`mesh_fault`]); returns the active alarms and
+    /// how many job processes are busy/idle.
     pub fn update(
         &mut self,
         processes: &[ProcessSample],
-        status: Option<&MeshStatus>,
+        fault: Option<&MeshFault>,
         moment: Moment,
     ) -> (Vec<Alarm>, JobCounts) {
-        let fault = status.and_then(|s| mesh_fault(s, &self.node));
         let mut counts = JobCounts::default();
         let mut seen = Vec::new();
         for process in processes
@@ -155,7 +155,7 @@ impl HungJobDetector {
         }
         let alarms = hung
             .into_iter()
-            .map(|(name, procs)| self.alarm(name, &procs, fault.as_ref(), moment))
+            .map(|(name, procs)| self.alarm(name, &procs, fault, moment))
             .collect();
         (alarms, counts)
     }
@@ -314,6 +314,12 @@ mod tests {
         }
     }
 
+    /// What `status` shows of a fault involving node a, as the core hands it
+    /// to the detector.
+    fn fault(status: &MeshStatus) -> Option<MeshFault> {
+        mesh_fault(status, &id("a"))
+    }
+
     #[test]
     fn job_patterns_match_name_or_command_line_ignoring_case() {
         let patterns = config().patterns;
@@ -368,12 +374,12 @@ mod tests {
             p("mlx-rank1", 43, 0.1, None),
             p("Safari", 7, 2.0, None),
         ];
-        let down = status(Some("b"), None);
-        let (alarms, counts) = d.update(&procs, Some(&down), t(0));
+        let down = fault(&status(Some("b"), None));
+        let (alarms, counts) = d.update(&procs, down.as_ref(), t(0));
         assert!(alarms.is_empty());
         assert_eq!(counts, JobCounts { busy: 1, idle: 1 });
-        assert!(d.update(&procs, Some(&down), t(9)).0.is_empty());
-        let (alarms, _) = d.update(&procs, Some(&down), t(10));
+        assert!(d.update(&procs, down.as_ref(), t(9)).0.is_empty());
+        let (alarms, _) = d.update(&procs, down.as_ref(), t(10));
         assert_eq!(alarms.len(), 1, "{alarms:?}");
         let alarm = &alarms[0];
         assert_eq!(alarm.kind, AlarmKind::JobHung);
@@ -395,7 +401,7 @@ mod tests {
         let procs = [p("mlx-rank0", 42, 4.0, None)];
         for s in 0..60 {
             assert!(
-                d.update(&procs, Some(&status(None, None)), t(s))
+                d.update(&procs, fault(&status(None, None)).as_ref(), t(s))
                     .0
                     .is_empty()
             );
@@ -407,9 +413,9 @@ mod tests {
     fn a_bad_link_of_this_node_is_named() {
         let mut d = HungJobDetector::new(id("a"), &config());
         let procs = [p("python3", 42, 1.0, Some("python3 -m mlx.launch"))];
-        let flapping = status(None, Some(("a", "c", LinkState::Flapping)));
-        d.update(&procs, Some(&flapping), t(0));
-        let (alarms, _) = d.update(&procs, Some(&flapping), t(10));
+        let flapping = fault(&status(None, Some(("a", "c", LinkState::Flapping))));
+        d.update(&procs, flapping.as_ref(), t(0));
+        let (alarms, _) = d.update(&procs, flapping.as_ref(), t(10));
         assert!(
             alarms[0]
                 .summary
@@ -425,9 +431,9 @@ mod tests {
             p("python3", 42, 1.0, Some("python3 -m mlx.launch --rank 0")),
             p("python3", 43, 1.0, Some("python3 -m mlx.launch --rank 1")),
         ];
-        let down = status(Some("c"), None);
-        d.update(&procs, Some(&down), t(0));
-        let (alarms, counts) = d.update(&procs, Some(&down), t(10));
+        let down = fault(&status(Some("c"), None));
+        d.update(&procs, down.as_ref(), t(0));
+        let (alarms, counts) = d.update(&procs, down.as_ref(), t(10));
         assert_eq!(counts.busy, 2);
         assert_eq!(alarms.len(), 1);
         assert_eq!(alarms[0].evidence.len(), 3);
@@ -438,17 +444,17 @@ mod tests {
     fn clears_when_the_mesh_recovers_or_the_process_calms_down_after_the_window() {
         let procs = [p("mlx-rank0", 42, 1.0, None)];
         let calm = [p("mlx-rank0", 42, 0.0, None)];
-        let down = status(Some("b"), None);
-        let healthy = status(None, None);
+        let down = fault(&status(Some("b"), None));
+        let healthy = fault(&status(None, None));
         for (after, mesh) in [(&procs, &healthy), (&calm, &down)] {
             let mut d = HungJobDetector::new(id("a"), &config());
-            d.update(&procs, Some(&down), t(0));
-            assert_eq!(d.update(&procs, Some(&down), t(10)).0.len(), 1);
+            d.update(&procs, down.as_ref(), t(0));
+            assert_eq!(d.update(&procs, down.as_ref(), t(10)).0.len(), 1);
             // One good sample does not clear it...
-            assert_eq!(d.update(after, Some(mesh), t(11)).0.len(), 1);
-            assert_eq!(d.update(after, Some(mesh), t(20)).0.len(), 1);
+            assert_eq!(d.update(after, mesh.as_ref(), t(11)).0.len(), 1);
+            assert_eq!(d.update(after, mesh.as_ref(), t(20)).0.len(), 1);
             // ...a whole window of them does.
-            assert!(d.update(after, Some(mesh), t(21)).0.is_empty());
+            assert!(d.update(after, mesh.as_ref(), t(21)).0.is_empty());
         }
     }
 
@@ -456,14 +462,14 @@ mod tests {
     fn clears_at_once_when_the_process_exits() {
         let mut d = HungJobDetector::new(id("a"), &config());
         let procs = [p("mlx-rank0", 42, 1.0, None)];
-        let down = status(Some("b"), None);
-        d.update(&procs, Some(&down), t(0));
-        assert_eq!(d.update(&procs, Some(&down), t(10)).0.len(), 1);
-        let (alarms, counts) = d.update(&[], Some(&down), t(11));
+        let down = fault(&status(Some("b"), None));
+        d.update(&procs, down.as_ref(), t(0));
+        assert_eq!(d.update(&procs, down.as_ref(), t(10)).0.len(), 1);
+        let (alarms, counts) = d.update(&[], down.as_ref(), t(11));
         assert!(alarms.is_empty());
         assert_eq!(counts, JobCounts::default());
         // The pid comes back as something else: a new process, a new clock.
         let reused = [p("mlx-rank0", 42, 1.0, None)];
-        assert!(d.update(&reused, Some(&down), t(12)).0.is_empty());
+        assert!(d.update(&reused, down.as_ref(), t(12)).0.is_empty());
     }
 }

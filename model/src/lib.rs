@@ -14,9 +14,11 @@ pub mod excuse;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
 pub mod histogram;
+pub mod job_watch;
 pub mod jobs;
 pub mod link;
 pub mod linkstats;
+pub mod load;
 pub mod memory;
 pub mod node;
 pub mod observation;

@@ -93,6 +93,18 @@ pub struct LinkStatsConfig {
 /// the default `down_after`.
 pub const LATE: Duration = Duration::from_millis(20);
 
+/// Small probes lost in a row from which the prober's reader is told at
+/// once ([`LinkStats::news`]), not at its next look.
+pub const LOSING: u32 = 3;
+
+/// What changes in a link's probing that its reader must see at once: the
+/// rest (figures moving) waits for the next look.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ProbeNews {
+    pub silent: bool,
+    pub losing: bool,
+}
+
 /// Lateness is remembered this long: the longest evidence a verdict rests
 /// on that a late timer can distort is a loss or RTT window's recent part
 /// and a silence of `down_after`.
@@ -398,6 +410,16 @@ impl LinkStats {
     /// Small probes lost in a row, as of the last [`Self::expire`].
     pub fn consecutive_lost(&self) -> u32 {
         self.consecutive_lost
+    }
+
+    /// What the prober tells its reader at once when it changes, as of
+    /// `now`: silence for `outage` (the link's `down_after`), and
+    /// [`LOSING`] or more small probes lost in a row.
+    pub fn news(&self, now: Instant, outage: Duration) -> ProbeNews {
+        ProbeNews {
+            silent: self.silence(now) >= outage,
+            losing: self.consecutive_lost >= LOSING,
+        }
     }
 
     pub fn outstanding(&self) -> usize {

@@ -1,10 +1,11 @@
 //! One node, without I/O: what it decides each time it looks. Probe
-//! statistics, what its book holds of the peers, its own alarms and facts,
-//! and the two clocks come in; its status, the events, the update to send
-//! its peers, the alerts to post and when to look again come out. The
-//! daemon's aggregator drives it with real sockets and timers; the
-//! whole-cluster simulation (model/tests/cluster.rs) drives many of them
-//! with simulated ones, so what is tested is what runs.
+//! statistics, what its book holds of the peers, its own alarms, facts and
+//! latest process sample, and the two clocks come in; its whole status
+//! (verdicts, alarms, boots, the cable map and checks), the events, the
+//! update to send its peers, the figures behind its metrics and when to look
+//! again come out. The daemon's aggregator drives it with real sockets and
+//! timers; the whole-cluster simulation (model/tests/cluster.rs) drives many
+//! of them with simulated ones, so what is tested is what runs.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -16,20 +17,30 @@ use meshd_domain::{
     NodeId, NodeIdentity, NodeLoad, PeerReply, RejectReason, ReportUpdate,
 };
 
+use crate::boot::{self, BootRules, BootTracker, Sighting};
 use crate::clock::ClockBook;
 use crate::events::{self, Verdicts};
+use crate::job_watch::{JobFigures, JobSettings, JobWatch, Sampled};
+use crate::jobs::{MeshFault, mesh_fault};
 use crate::linkstats::ProbeStats;
+use crate::load::node_load;
 use crate::observation::link_observation;
 use crate::outbox::{Outbox, OutboxSettings, Snapshot};
-use crate::peers::PeerView;
+use crate::peers::{BookSnapshot, PathLiveness, PeerView};
 use crate::rdma::RdmaProbeEnd;
 use crate::time::Moment;
+use crate::topology::{Declared, TopologyCache, declared_cables};
 use crate::verdict::{Engine, EngineSettings, ExpectedLink, LocalObservation, MeshInputs};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeSettings {
     pub engine: EngineSettings,
     pub outbox: OutboxSettings,
+    pub boot: BootRules,
+    pub jobs: JobSettings,
+    /// `thresholds.cpu_saturated`: a CPU busier than this saturates the node
+    /// at a smaller lateness ([`crate::load`]).
+    pub cpu_saturated_above: f64,
 }
 
 /// What the node looks at, once.
@@ -42,14 +53,16 @@ pub struct Look<'a> {
     /// Each link's active RDMA probe, by the far end's node; none when the
     /// probe is off.
     pub rdma: &'a BTreeMap<NodeId, RdmaProbeEnd>,
-    /// What the book holds of each peer.
-    pub peers: BTreeMap<NodeId, PeerView>,
+    /// What the book holds of the peers.
+    pub book: BookSnapshot,
     pub facts: Option<&'a Arc<NodeFacts>>,
     /// The ports' error counters, by port name.
     pub counters: &'a BTreeMap<String, Vec<Counter>>,
     /// The local watchers' active alarms.
     pub local_alarms: Vec<Alarm>,
-    pub load: NodeLoad,
+    /// The latest sample of this node's CPU, processes and RDMA data
+    /// counters; `None` until the first (or where the CPU cannot be read).
+    pub sampled: Option<&'a Sampled>,
     /// How late this node's timers ran lately, or run now: a probe tick
     /// overdue at the look counts as late as it is overdue.
     pub lateness: Duration,
@@ -60,10 +73,24 @@ pub struct Look<'a> {
 /// What one look decided.
 #[derive(Debug)]
 pub struct Decision {
+    /// Everything the status shows: verdicts, alarms, each node's boot,
+    /// the cable map and the checks (not the figures, which readers ask
+    /// for: [`crate::verdict::link_measurements`]).
     pub status: MeshStatus,
     pub events: Vec<Event>,
     /// This node's links as observed now.
     pub links: Vec<LinkObservation>,
+    /// This node's load as judged.
+    pub load: NodeLoad,
+    /// What the book held of each peer, as judged.
+    pub peers: BTreeMap<NodeId, PeerView>,
+    /// Each peer's paths and whether they are up.
+    pub paths: Vec<PathLiveness>,
+    /// Links at least one end probes, by this node's probes and the peers'.
+    pub links_observed: usize,
+    /// What the job processes amount to, as of the latest sample; `None`
+    /// before the first.
+    pub jobs: Option<JobFigures>,
     /// The update to send on every stream, if one is due.
     pub update: Option<ReportUpdate>,
     /// Each peer's clock against this node's.
@@ -97,6 +124,12 @@ pub struct NodeCore {
     clocks: ClockBook,
     /// What the next look's events are the changes from.
     last: Option<Verdicts>,
+    boots: BootTracker,
+    jobs: JobWatch,
+    /// The mesh fault involving this node as the last look saw it: what a
+    /// busy job rank may be waiting on.
+    fault: Option<MeshFault>,
+    topology: TopologyCache,
 }
 
 impl NodeCore {
@@ -111,6 +144,10 @@ impl NodeCore {
             outbox: Outbox::new(settings.outbox),
             clocks: ClockBook::default(),
             last: None,
+            boots: BootTracker::new(settings.boot),
+            jobs: JobWatch::new(identity.id.clone(), &settings.jobs),
+            fault: None,
+            topology: TopologyCache::default(),
             identity,
             configured,
             expected,
@@ -126,12 +163,9 @@ impl NodeCore {
         &self.settings
     }
 
-    pub fn expected_links(&self) -> &[ExpectedLink] {
-        &self.expected
-    }
-
     /// A new config: membership, links and settings. Links that did not
-    /// change keep their verdict history.
+    /// change keep their verdict history, members their boots, job ranks
+    /// what their detectors held.
     pub fn reconfigure(
         &mut self,
         configured: BTreeSet<NodeId>,
@@ -141,17 +175,132 @@ impl NodeCore {
         self.engine.set_settings(settings.engine);
         self.outbox.set_settings(settings.outbox);
         self.clocks.retain(|peer| configured.contains(peer));
+        self.boots.set_rules(settings.boot);
+        self.boots.retain(&configured);
+        self.jobs.reconfigure(&settings.jobs);
+        self.topology.forget();
         self.configured = configured;
         self.expected = expected;
         self.settings = settings;
     }
 
-    /// Looks once: builds this node's link observations, judges, decides
-    /// what to send and post.
-    pub fn look(&mut self, look: Look<'_>) -> Decision {
+    /// Looks once: builds this node's link observations, follows the
+    /// members' boots and its own job ranks, judges, decides what to send
+    /// and post.
+    pub fn look(&mut self, mut look: Look<'_>) -> Decision {
         let moment = look.moment;
-        let local_links: Vec<LocalObservation> = self
-            .expected
+        let local_links = self.local_links(&look, moment);
+        let load = node_load(
+            look.sampled.map(|s| s.sample.busy_ratio),
+            look.lateness,
+            self.settings.cpu_saturated_above,
+        );
+        let boot_events = self.follow_boots(&look.book, look.facts, moment.wall);
+        let mut local_alarms = std::mem::take(&mut look.local_alarms);
+        local_alarms.extend(self.boots.alarms(moment.wall));
+        local_alarms.extend_from_slice(self.jobs.judge(look.sampled, self.fault.as_ref()));
+        let inputs = MeshInputs {
+            local: self.identity.clone(),
+            configured: self.configured.clone(),
+            local_load: load,
+            local_lateness: look.lateness,
+            local_links,
+            expected_links: self.expected.clone(),
+            peers: std::mem::take(&mut look.book.views),
+            local_alarms,
+            clock_offsets: self.clocks.offsets(moment.now),
+        };
+        let evaluation = self.engine.evaluate(&inputs, moment);
+        let mut status = evaluation.status;
+        self.fault = mesh_fault(&status, &self.identity.id);
+        boot::annotate(&mut status, &self.boots.view(moment.wall));
+        let declared = declared_cables(
+            self.expected
+                .iter()
+                .map(|l| Declared {
+                    local: &l.local,
+                    remote: &l.remote,
+                })
+                .chain(inputs.peers.values().flat_map(|p| {
+                    p.report.links.iter().map(|o| Declared {
+                        local: &o.local,
+                        remote: &o.remote,
+                    })
+                })),
+        );
+        let topology = self.topology.refresh(
+            &self.configured,
+            &self.identity.id,
+            look.facts,
+            &look.book,
+            declared,
+        );
+        status.cables.clone_from(&topology.cables);
+        status.checks.clone_from(&topology.checks);
+
+        let mut events = events::diff(self.last.as_ref(), &status);
+        self.last.get_or_insert_default().remember(&status);
+        events.extend(boot_events);
+        let urgent = look.urgent || !events.is_empty();
+        let paths = self.engine.path_liveness(&inputs.peers, moment.now);
+        let links_observed = inputs.links_observed();
+        let MeshInputs {
+            local_links,
+            local_alarms,
+            clock_offsets,
+            peers,
+            ..
+        } = inputs;
+        // The observations are judged; now they go out as they are.
+        let links: Vec<LinkObservation> = local_links.into_iter().map(|l| l.observation).collect();
+        // Only this node can see that its own clock is off the mesh's: its
+        // peers learn it from its reports (the alert leader posts it).
+        let reported_alarms: Vec<Alarm> = local_alarms
+            .into_iter()
+            .chain(
+                status
+                    .alarms
+                    .iter()
+                    .filter(|a| a.kind == AlarmKind::ClockSkew && a.node == self.identity.id)
+                    .cloned(),
+            )
+            .collect();
+        let snapshot = Snapshot {
+            links: &links,
+            alarms: &reported_alarms,
+            hears: &evaluation.hears,
+            heard_on_management: &evaluation.heard_on_management,
+            has_quorum: status.quorum.has_quorum,
+            clock_offsets: &clock_offsets,
+            facts: look.facts,
+            load,
+            lateness: look.lateness,
+        };
+        let update = self.outbox.next(&snapshot, moment, urgent);
+        let next_look = [Some(evaluation.next_deadline), self.outbox.next_due()]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(evaluation.next_deadline);
+        Decision {
+            status,
+            events,
+            links,
+            load,
+            peers,
+            paths,
+            links_observed,
+            jobs: self.jobs.figures(),
+            update,
+            clock_offsets,
+            next_look,
+        }
+    }
+
+    /// This node's observation of each configured link it has probe
+    /// statistics for.
+    fn local_links(&self, look: &Look<'_>, moment: Moment) -> Vec<LocalObservation> {
+        self.expected
             .iter()
             .filter_map(|link| {
                 let probes = look.probes.get(&link.remote.node)?;
@@ -172,68 +321,39 @@ impl NodeCore {
                     at: probes.at,
                 })
             })
-            .collect();
-        let clock_offsets = self.clocks.offsets(moment.now);
-        let inputs = MeshInputs {
-            local: self.identity.clone(),
-            configured: self.configured.clone(),
-            local_load: look.load,
-            local_lateness: look.lateness,
-            local_links,
-            expected_links: self.expected.clone(),
-            peers: look.peers,
-            local_alarms: look.local_alarms,
-            clock_offsets,
-        };
-        let evaluation = self.engine.evaluate(&inputs, moment);
-        let status = evaluation.status;
-        let events = events::diff(self.last.as_ref(), &status);
-        self.last.get_or_insert_default().remember(&status);
-        // The observations are judged; now they go out as they are.
-        let links: Vec<LinkObservation> = inputs
-            .local_links
-            .into_iter()
-            .map(|l| l.observation)
-            .collect();
-        let urgent = look.urgent || !events.is_empty();
-        // Only this node can see that its own clock is off the mesh's: its
-        // peers learn it from its reports (the alert leader posts it).
-        let reported_alarms: Vec<Alarm> = inputs
-            .local_alarms
-            .iter()
-            .chain(
-                status
-                    .alarms
-                    .iter()
-                    .filter(|a| a.kind == AlarmKind::ClockSkew && a.node == self.identity.id),
-            )
-            .cloned()
-            .collect();
-        let snapshot = Snapshot {
-            links: &links,
-            alarms: &reported_alarms,
-            hears: &evaluation.hears,
-            heard_on_management: &evaluation.heard_on_management,
-            has_quorum: status.quorum.has_quorum,
-            clock_offsets: &inputs.clock_offsets,
-            facts: look.facts,
-            load: look.load,
-            lateness: look.lateness,
-        };
-        let update = self.outbox.next(&snapshot, moment, urgent);
-        let next_look = [Some(evaluation.next_deadline), self.outbox.next_due()]
-            .into_iter()
-            .flatten()
-            .min()
-            .unwrap_or(evaluation.next_deadline);
-        Decision {
-            status,
-            events,
-            links,
-            update,
-            clock_offsets: inputs.clock_offsets,
-            next_look,
+            .collect()
+    }
+
+    /// Takes every member's run and boot as this look sees them (this
+    /// node's own, and each peer's from its latest report and facts);
+    /// returns the events of what changed: restarts, reboots, panics.
+    fn follow_boots(
+        &mut self,
+        book: &BookSnapshot,
+        own_facts: Option<&Arc<NodeFacts>>,
+        wall: SystemTime,
+    ) -> Vec<Event> {
+        let mut changes = Vec::new();
+        for member in &self.configured {
+            let sighting = if *member == self.identity.id {
+                Sighting {
+                    node: member,
+                    incarnation: Some(self.identity.incarnation),
+                    facts: own_facts.map(Arc::as_ref),
+                }
+            } else {
+                Sighting {
+                    node: member,
+                    incarnation: book.views.get(member).map(|v| v.report.sender.incarnation),
+                    facts: book.facts.get(member).map(Arc::as_ref),
+                }
+            };
+            changes.extend(self.boots.observe(sighting, wall));
         }
+        changes
+            .iter()
+            .map(|change| boot::event(change, &self.identity.id, wall))
+            .collect()
     }
 
     /// Everything sent so far, for a stream that just opened.

@@ -55,6 +55,28 @@ impl fmt::Display for Path {
 /// One stream, as the book knows it.
 pub type StreamId = u64;
 
+/// Everything a look takes from the book.
+#[derive(Debug, Clone, Default)]
+pub struct BookSnapshot {
+    /// Every peer heard since this node started or its membership changed.
+    pub views: BTreeMap<NodeId, PeerView>,
+    /// The members' latest facts...
+    pub facts: BTreeMap<NodeId, Arc<NodeFacts>>,
+    /// ...and their version, which changes with them.
+    pub facts_version: u64,
+    /// Refused peer streams and updates since start, by reason.
+    pub rejected: BTreeMap<RejectReason, u64>,
+}
+
+/// One path to a peer and whether it is up: its stream is open and spoke
+/// within `report.stale_after` (the verdicts' own rule for a fresh path).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathLiveness {
+    pub peer: NodeId,
+    pub path: Path,
+    pub up: bool,
+}
+
 #[derive(Debug, Clone)]
 struct Stream {
     node: NodeId,
@@ -584,6 +606,16 @@ impl PeerBook {
                 )
             })
             .collect()
+    }
+
+    /// What a look takes from the book, in one go under its lock.
+    pub fn snapshot(&self, now: Instant) -> BookSnapshot {
+        BookSnapshot {
+            views: self.views(now),
+            facts: self.facts.clone(),
+            facts_version: self.facts_version,
+            rejected: self.rejected.clone(),
+        }
     }
 
     /// The last report of `peer`, if it is heard now: one of its paths is

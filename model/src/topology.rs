@@ -7,12 +7,15 @@
 //! and in the demo is all of them.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use meshd_domain::facts::{Cable, CableEnd, CheckResult, NodeFacts};
 use meshd_domain::{LinkEnd, NodeId};
 use meshd_mesh::cables::cable_map;
 use meshd_mesh::checks::mesh_checks;
 use meshd_mesh::models::ModelTable;
+
+use crate::peers::BookSnapshot;
 
 /// What the mesh is made of, as this node sees it.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -96,6 +99,87 @@ pub fn mesh_topology(
         .collect();
     checks.extend(mesh_checks(&members, facts, &cables, models));
     MeshTopology { cables, checks }
+}
+
+/// The cable map and checks, redone only when what they are made of
+/// changed: a member's facts, the declared cables (this node's config, its
+/// peers' reports) or the membership. They change with cables and
+/// settings, not with verdicts, so most looks reuse them.
+#[derive(Debug)]
+pub struct TopologyCache {
+    models: ModelTable,
+    topology: MeshTopology,
+    basis: Option<Basis>,
+}
+
+/// What the topology was last made from; membership is not in it because a
+/// new membership clears it ([`TopologyCache::forget`]).
+#[derive(Debug)]
+struct Basis {
+    local_facts: Option<Arc<NodeFacts>>,
+    facts_version: u64,
+    declared: Vec<Cable>,
+}
+
+impl Default for TopologyCache {
+    fn default() -> Self {
+        Self {
+            models: ModelTable::builtin(),
+            topology: MeshTopology::default(),
+            basis: None,
+        }
+    }
+}
+
+impl TopologyCache {
+    /// The membership changed: the next refresh builds afresh.
+    pub fn forget(&mut self) {
+        self.basis = None;
+    }
+
+    /// The topology of `members` from this node's facts, the peers' facts
+    /// in `book` and the `declared` cables.
+    pub fn refresh(
+        &mut self,
+        members: &BTreeSet<NodeId>,
+        local: &NodeId,
+        local_facts: Option<&Arc<NodeFacts>>,
+        book: &BookSnapshot,
+        declared: Vec<Cable>,
+    ) -> &MeshTopology {
+        let unchanged = self.basis.as_ref().is_some_and(|basis| {
+            basis.facts_version == book.facts_version
+                && same_facts(basis.local_facts.as_ref(), local_facts)
+                && basis.declared == declared
+        });
+        if !unchanged {
+            let mut facts: BTreeMap<NodeId, NodeFacts> = book
+                .facts
+                .iter()
+                .map(|(id, f)| (id.clone(), (**f).clone()))
+                .collect();
+            if let Some(own) = local_facts {
+                facts.insert(local.clone(), (**own).clone());
+            }
+            self.topology = mesh_topology(members, &facts, &declared, &self.models);
+            self.basis = Some(Basis {
+                local_facts: local_facts.cloned(),
+                facts_version: book.facts_version,
+                declared,
+            });
+        }
+        &self.topology
+    }
+}
+
+/// The same read of the facts: facts are shared, and a new read is a new
+/// `Arc`.
+fn same_facts(a: Option<&Arc<NodeFacts>>, b: Option<&Arc<NodeFacts>>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        _ => false,
+    }
 }
 
 #[cfg(test)]

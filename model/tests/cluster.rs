@@ -14,7 +14,7 @@ mod sim;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use meshd_domain::{AlarmKind, Blame, LinkState, MeshStatus, NodeState};
+use meshd_domain::{AlarmKind, Blame, EventKind, LinkState, MeshStatus, NodeState};
 use meshd_model::alerts::Labels;
 use proptest::prelude::*;
 use sim::{Action, Cable, CableCut, Observed, Sim, cable};
@@ -1405,4 +1405,62 @@ fn a_dead_node_held_up_by_a_late_leader_is_not_management_unreachable() {
         &stall,
         &kill,
     );
+}
+
+/// Every node follows the members' boots in its own core, from the runs
+/// and facts its book holds: a daemon restarted on the same boot of its
+/// host is a restart to each peer (once its facts had `FACTS_GRACE` to show
+/// another boot), a host that booted again is a reboot, raised as
+/// `node_rebooted` by every peer that saw both boots and posted once.
+#[test]
+fn restarts_and_reboots_are_told_apart_on_every_node() {
+    let secs = Duration::from_secs;
+    let mut sim = Sim::new(3, 5);
+    sim.schedule(WARMUP, Action::Kill(2));
+    sim.schedule(WARMUP + secs(1), Action::Start(2));
+    sim.schedule(secs(60), Action::Reboot(1));
+    sim.schedule(secs(62), Action::Start(1));
+    let mut rebooted_alarm_on = BTreeSet::new();
+    sim.run_until(secs(80), &mut |_, seen: Observed<'_>| {
+        if seen
+            .status
+            .alarms
+            .iter()
+            .any(|a| a.kind == AlarmKind::NodeRebooted && a.node.as_str() == "n2")
+        {
+            rebooted_alarm_on.insert(seen.node);
+        }
+    });
+    let told = |observer: usize, kind: EventKind, subject: &str| {
+        sim.events
+            .iter()
+            .filter(|(_, x, e)| *x == observer && e.kind == kind && e.subject == subject)
+            .count()
+    };
+    assert_eq!(told(0, EventKind::NodeRestarted, "n3"), 1);
+    assert_eq!(told(1, EventKind::NodeRestarted, "n3"), 1);
+    for observer in [0, 2] {
+        assert_eq!(
+            told(observer, EventKind::NodeRebooted, "n2"),
+            1,
+            "{observer}"
+        );
+    }
+    for observer in 0..3 {
+        assert_eq!(
+            told(observer, EventKind::NodeRebooted, "n3"),
+            0,
+            "{observer}"
+        );
+    }
+    assert_eq!(rebooted_alarm_on, BTreeSet::from([0, 1, 2]));
+    let pages = sim
+        .posts
+        .iter()
+        .filter(|p| {
+            p.firing && p.labels.get("alertname").map(String::as_str) == Some("MeshNodeRebooted")
+        })
+        .map(|p| p.labels.get("node").cloned().unwrap_or_default())
+        .collect::<BTreeSet<_>>();
+    assert_eq!(pages, BTreeSet::from(["n2".to_owned()]));
 }

@@ -662,7 +662,7 @@ mod wire_tests {
         pusher.push(&status, now).await;
 
         let logs = String::from_utf8_lossy(&captured.0.lock().expect("log")).into_owned();
-        let scrape = metrics.render(&crate::aggregator::Published::placeholder(&identity));
+        let scrape = metrics.render(&crate::state::Published::placeholder(&identity));
         let basic_header = base64::Engine::encode(
             &base64::engine::general_purpose::STANDARD,
             "meshd-user:pa55-SECRET",

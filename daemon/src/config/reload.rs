@@ -13,9 +13,9 @@ use notify::{RecursiveMode, Watcher};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::aggregator::MeshState;
 use crate::config::Config;
 use crate::metrics::Metrics;
+use crate::state::Notices;
 
 /// Editors write a file in several steps; wait for them to finish.
 const SETTLE: Duration = Duration::from_millis(200);
@@ -25,7 +25,8 @@ pub struct ConfigReload {
     pub path: PathBuf,
     pub hostname: String,
     pub configs: watch::Sender<Arc<Config>>,
-    pub state: MeshState,
+    /// Where a refusal goes, for the event stream.
+    pub notices: Notices,
     pub node: NodeId,
     pub hangups: Hangups,
     /// Whether the last read succeeded, and when the config in force was read.
@@ -68,7 +69,8 @@ impl ConfigReload {
         let refuse = |problems: String| {
             self.metrics.config.refused();
             tracing::error!(path = %self.path.display(), ?trigger, "config refused, the running config stays in force:\n{problems}");
-            self.state.announce(Event {
+            // A full queue (a burst of refusals) loses the event, not the log line.
+            let _ = self.notices.try_send(Event {
                 at: now,
                 observer: self.node.clone(),
                 kind: EventKind::ConfigRejected,

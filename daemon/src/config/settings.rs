@@ -7,6 +7,7 @@ use meshd_domain::{LinkEnd, NodeId};
 use meshd_model::boot::BootRules;
 use meshd_model::bridge::StormSettings;
 use meshd_model::cpu::SpikeRules;
+use meshd_model::job_watch::JobSettings;
 use meshd_model::jobs::JobRules;
 use meshd_model::link::LinkRules;
 use meshd_model::memory::MemoryRules;
@@ -19,10 +20,7 @@ use meshd_model::verdict::{EngineSettings, ExpectedLink};
 
 use super::{
     BootWatchConfig, Config, CpuWatchConfig, JobWatchConfig, LinkConfig, MemoryWatchConfig,
-    ProbeConfig,
 };
-use crate::probe::rdma::RdmaSettings;
-use crate::probe::{LinkPorts, ProbedLink, ProberSettings};
 
 /// A link's figures (RTT, loss) are sent to the peers at most this many
 /// heartbeats apart when nothing the verdicts rest on changed.
@@ -54,7 +52,9 @@ pub fn engine(config: &Config) -> EngineSettings {
     )
 }
 
-/// The node core's settings: the engine's, and when to send the peers what.
+/// The node core's settings: the engine's, when to send the peers what,
+/// and the rules of the judgements the core makes beside the verdicts
+/// (boots, job ranks, saturation).
 pub fn node(config: &Config) -> NodeSettings {
     NodeSettings {
         engine: engine(config),
@@ -63,6 +63,9 @@ pub fn node(config: &Config) -> NodeSettings {
             refresh: config.report.interval.saturating_mul(REFRESH_HEARTBEATS),
             rules: link_rules(config),
         },
+        boot: boot_rules(&config.watch.boot),
+        jobs: jobs(&config.watch.jobs),
+        cpu_saturated_above: config.thresholds.cpu_saturated,
     }
 }
 
@@ -76,14 +79,6 @@ pub fn book(config: &Config) -> BookSettings {
     }
 }
 
-/// The active RDMA probe's mode and this OS's verbs library.
-pub fn rdma_prober(config: &Config) -> RdmaSettings {
-    RdmaSettings {
-        mode: config.probe.rdma,
-        library: meshd_platform::verbs::library_for(meshd_platform::this_os()),
-    }
-}
-
 /// The cables this node is configured to have.
 pub fn expected_links(config: &Config, local: &NodeId) -> Vec<ExpectedLink> {
     config
@@ -93,22 +88,8 @@ pub fn expected_links(config: &Config, local: &NodeId) -> Vec<ExpectedLink> {
         .collect()
 }
 
-/// The cables this node probes, with the ports of their responders.
-pub fn probed_links(config: &Config, local: &NodeId) -> Vec<ProbedLink> {
-    config
-        .links
-        .iter()
-        .map(|link| ProbedLink {
-            link: expected_link(link, local),
-            ports: LinkPorts {
-                local: link.local_probe_addr(&config.probe).port(),
-                peer: link.peer_probe_addr(&config.probe).port(),
-            },
-        })
-        .collect()
-}
-
-fn expected_link(link: &LinkConfig, local: &NodeId) -> ExpectedLink {
+/// One cable of `config` as `local` is configured to have it.
+pub fn expected_link(link: &LinkConfig, local: &NodeId) -> ExpectedLink {
     ExpectedLink {
         local: LinkEnd {
             node: local.clone(),
@@ -127,20 +108,6 @@ fn expected_link(link: &LinkConfig, local: &NodeId) -> ExpectedLink {
     }
 }
 
-/// The probe settings every link shares; each link's ports come with it
-/// ([`probed_links`]).
-pub fn prober(config: &Config) -> ProberSettings {
-    let c: &ProbeConfig = &config.probe;
-    ProberSettings {
-        interval: c.interval,
-        payload_bytes: c.payload_bytes,
-        mtu_interval: c.mtu_interval,
-        mtu_payload_bytes: c.mtu_payload_bytes,
-        timeout: c.timeout,
-        outage_gap: config.thresholds.down_after,
-    }
-}
-
 pub fn spike_rules(c: &CpuWatchConfig) -> SpikeRules {
     SpikeRules {
         spike_ratio: c.spike_ratio,
@@ -150,26 +117,22 @@ pub fn spike_rules(c: &CpuWatchConfig) -> SpikeRules {
     }
 }
 
-pub fn job_rules(c: &JobWatchConfig) -> JobRules {
-    JobRules {
-        patterns: c.patterns.clone(),
-        busy_cores: c.busy_cores,
-        window: c.window,
-    }
-}
-
-pub fn orphan_rules(c: &JobWatchConfig) -> OrphanRules {
-    OrphanRules {
-        patterns: c.patterns.clone(),
-        grace: c.orphan_grace,
-    }
-}
-
-pub fn stall_rules(c: &JobWatchConfig) -> StallRules {
-    StallRules {
-        window: c.stall_window,
-        busy_cores: c.busy_cores,
-        idle_cores: c.idle_cores,
+pub fn jobs(c: &JobWatchConfig) -> JobSettings {
+    JobSettings {
+        hung: JobRules {
+            patterns: c.patterns.clone(),
+            busy_cores: c.busy_cores,
+            window: c.window,
+        },
+        orphans: OrphanRules {
+            patterns: c.patterns.clone(),
+            grace: c.orphan_grace,
+        },
+        stalls: StallRules {
+            window: c.stall_window,
+            busy_cores: c.busy_cores,
+            idle_cores: c.idle_cores,
+        },
     }
 }
 
@@ -207,6 +170,10 @@ mod tests {
         assert_eq!(
             engine(&config),
             meshd_model::fixtures::default_engine_settings()
+        );
+        assert_eq!(
+            node(&config),
+            meshd_model::fixtures::default_node_settings()
         );
     }
 }

@@ -12,7 +12,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
-use crate::aggregator::MeshState;
+use crate::state::MeshState;
 
 #[derive(Debug, Clone)]
 pub struct MeshService {

@@ -2,6 +2,7 @@
 //! (`Mesh`, `Topology`), the intake of peer reports (`Peer`), standard
 //! health and reflection. Handlers never wait on probes or verdicts.
 
+pub mod cables;
 mod mesh;
 mod peer;
 mod topology;
@@ -21,8 +22,16 @@ pub use mesh::{MAX_EVENT_STREAMS, MeshService};
 pub use peer::PeerService;
 pub use topology::TopologyService;
 
-use crate::node::{ServeError, StartError};
 use crate::transport::tls::{Accepted, incoming};
+
+/// What can stop the gRPC services: setting them up, or serving.
+#[derive(Debug, thiserror::Error)]
+pub enum GrpcError {
+    #[error("cannot set up gRPC reflection: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+    #[error("gRPC server failed: {0}")]
+    Serve(#[from] tonic::transport::Error),
+}
 
 /// The read-only meshd.v1 services, served on every listener but the
 /// cables'.
@@ -86,7 +95,7 @@ pub fn serve_local(
     listener: TcpListener,
     services: ReadOnly,
     shutdown: CancellationToken,
-) -> Result<impl Future<Output = Result<(), ServeError>>, StartError> {
+) -> Result<impl Future<Output = Result<(), GrpcError>>, GrpcError> {
     let advertised: Vec<&'static str> = READ_ONLY.iter().chain(&STANDARD).copied().collect();
     let reflection = reflection(&advertised);
     let reflection_v1 = reflection().build_v1()?;
@@ -120,7 +129,7 @@ pub fn serve_mesh(
     services: ReadOnly,
     peer: PeerService,
     shutdown: CancellationToken,
-) -> Result<impl Future<Output = Result<(), ServeError>>, StartError> {
+) -> Result<impl Future<Output = Result<(), GrpcError>>, GrpcError> {
     let advertised: Vec<&'static str> = READ_ONLY
         .iter()
         .chain(&[service_names::PEER])
@@ -156,7 +165,7 @@ pub async fn serve_cable(
     incoming: ReceiverStream<std::io::Result<Accepted>>,
     peer: PeerService,
     shutdown: CancellationToken,
-) -> Result<(), ServeError> {
+) -> Result<(), GrpcError> {
     server()
         .add_service(peer_server(peer))
         .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())

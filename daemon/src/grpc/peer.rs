@@ -20,7 +20,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::aggregator::SharedBook;
+use crate::state::SharedBook;
 use crate::transport::tls::PeerInfo;
 
 /// The largest message a peer may send: a full report of 8 nodes with

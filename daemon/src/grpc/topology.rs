@@ -15,9 +15,9 @@ use meshd_proto::wire::topology_server::Topology;
 use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 
-use crate::aggregator::MeshState;
 use crate::config::Config;
 use crate::config::Host;
+use crate::state::MeshState;
 
 #[derive(Debug, Clone)]
 pub struct TopologyService {

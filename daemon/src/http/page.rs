@@ -29,7 +29,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 
-use crate::aggregator::MeshState;
+use crate::state::MeshState;
 
 pub const STYLE: &str = include_str!("page/assets/style.css");
 pub const SCRIPT: &str = include_str!("page/assets/script.js");

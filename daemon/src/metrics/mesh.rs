@@ -23,7 +23,7 @@ use super::exposition::{
 };
 use super::links::unix_seconds;
 use super::lock;
-use crate::aggregator::Published;
+use crate::state::Published;
 
 /// The evaluation times exported: the aggregator's bounds at each decade.
 const EXPORTED_EVALUATION_BOUNDS: [Duration; 5] = [
@@ -147,8 +147,8 @@ impl MeshSeries {
             family.sample(&[peer.as_str()], unix_seconds(heard));
         }
         let mut family = out.family(&c::PEER_PATH_UP);
-        for (peer, path, up) in &published.paths {
-            family.sample(&[peer.as_str(), path], flag(*up));
+        for path in &published.paths {
+            family.sample(&[path.peer.as_str(), &path.path.to_string()], flag(path.up));
         }
         let mut family = out.family(&c::PEER_CLOCK_OFFSET_SECONDS);
         for offset in &published.clock_offsets {

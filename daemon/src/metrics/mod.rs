@@ -28,10 +28,10 @@ use meshd_domain::NodeIdentity;
 
 pub use config::ConfigSeries;
 pub use delivery::{AlertPostOutcome, DeliverySeries, ReportOutcome};
-pub use probes::ProbeSeries;
+pub use probes::{ProbeSeries, ResponderCounters, ResponderStats};
 pub use watchers::WatcherSeries;
 
-use crate::aggregator::Published;
+use crate::state::Published;
 use exposition::Exposition;
 use links::LinkSeries;
 use mesh::MeshSeries;
@@ -105,7 +105,7 @@ impl Metrics {
         self.links.write(&mut out, &published.links, now);
         self.probes.write(&mut out);
         self.delivery.write(&mut out);
-        self.watchers.write(&mut out, now);
+        self.watchers.write(&mut out, published.jobs, now);
         self.config.write(&mut out);
         self.process.write(&mut out);
         out.into_text()

@@ -5,12 +5,86 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::catalogue as c;
 use super::exposition::{Exposition, as_f64};
 use super::lock;
-use crate::probe::{ResponderCounters, ResponderStats};
+
+/// Live counters of one probe responder: the probe task counts, the
+/// exporter reads them at scrape time.
+#[derive(Debug, Default)]
+pub struct ResponderCounters {
+    replies: AtomicU64,
+    invalid: AtomicU64,
+    rate_limited: AtomicU64,
+    send_errors: AtomicU64,
+    recv_errors: AtomicU64,
+}
+
+/// A snapshot of [`ResponderCounters`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ResponderStats {
+    pub replies: u64,
+    /// Datagrams that were not a valid probe request (dropped unanswered).
+    pub invalid: u64,
+    pub rate_limited: u64,
+    pub send_errors: u64,
+    pub recv_errors: u64,
+}
+
+impl ResponderCounters {
+    pub fn snapshot(&self) -> ResponderStats {
+        ResponderStats {
+            replies: self.replies.load(Ordering::Relaxed),
+            invalid: self.invalid.load(Ordering::Relaxed),
+            rate_limited: self.rate_limited.load(Ordering::Relaxed),
+            send_errors: self.send_errors.load(Ordering::Relaxed),
+            recv_errors: self.recv_errors.load(Ordering::Relaxed),
+        }
+    }
+}
+
+fn bump(counter: &AtomicU64) -> u64 {
+    add(counter, 1)
+}
+
+fn add(counter: &AtomicU64, n: u64) -> u64 {
+    counter.fetch_add(n, Ordering::Relaxed).saturating_add(n)
+}
+
+impl ResponderCounters {
+    pub fn count_reply(&self) {
+        bump(&self.replies);
+    }
+
+    /// Answers that left together, as echoes in one probe.
+    pub fn count_replies(&self, n: usize) {
+        add(&self.replies, u64::try_from(n).unwrap_or(u64::MAX));
+    }
+
+    pub fn count_invalid(&self) -> u64 {
+        bump(&self.invalid)
+    }
+
+    pub fn count_rate_limited(&self) -> u64 {
+        bump(&self.rate_limited)
+    }
+
+    pub fn count_send_error(&self) -> u64 {
+        bump(&self.send_errors)
+    }
+
+    /// Answers that could not leave together, as echoes in one probe.
+    pub fn count_send_errors(&self, n: usize) {
+        add(&self.send_errors, u64::try_from(n).unwrap_or(u64::MAX));
+    }
+
+    pub fn count_recv_error(&self) -> u64 {
+        bump(&self.recv_errors)
+    }
+}
 
 #[derive(Debug, Default)]
 pub struct ProbeSeries {

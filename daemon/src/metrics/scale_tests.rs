@@ -15,13 +15,14 @@ use meshd_domain::{
     Quorum, RdmaPortState, RttHistogram,
 };
 use meshd_model::fixtures::healthy_observation;
+use meshd_model::job_watch::JobFigures;
 use meshd_model::linkstats::RTT_BOUNDS;
-use meshd_model::peers::PeerView;
+use meshd_model::peers::{Path, PathLiveness, PeerView};
 
+use super::ResponderCounters;
 use super::exposition::VANISHED_HOLD;
 use super::{AlertPostOutcome, Metrics, ReportOutcome};
-use crate::aggregator::Published;
-use crate::probe::ResponderCounters;
+use crate::state::Published;
 
 /// The per-node checks meshd runs, as many as a Mac node reports.
 const NODE_CHECKS: usize = 11;
@@ -185,12 +186,14 @@ fn healthy_node(nodes: usize, at: Instant) -> (Metrics, Published) {
         paths: peers
             .clone()
             .flat_map(|p| {
-                [
-                    (id(p), "management".to_owned(), true),
-                    (id(p), format!("en{p}"), true),
-                ]
+                [Path::Management, Path::Cable(format!("en{p}"))].map(|path| PathLiveness {
+                    peer: id(p),
+                    path,
+                    up: true,
+                })
             })
             .collect(),
+        jobs: Some(JobFigures::default()),
         events: EventKind::ALL.iter().map(|kind| (*kind, 1)).collect(),
         at,
         ..Published::placeholder(&me)
@@ -216,8 +219,6 @@ fn healthy_node(nodes: usize, at: Instant) -> (Metrics, Published) {
         [("bridge0", false, 0)].into_iter(),
         [("bridge0", 0.0)].into_iter(),
     );
-    watchers.record_job_processes(0, 0);
-    watchers.record_orphans(0, 0);
     watchers.record_facts(Duration::from_millis(300), 0, Some(1_700_000_000));
     watchers.record_memory(Some(&MemoryFacts {
         total_bytes: Some(1 << 39),

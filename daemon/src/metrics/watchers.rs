@@ -1,12 +1,13 @@
 //! The local watchers' latest samples: bridges and broadcast rates, CPU by
-//! process, job processes and orphans, memory, and the last read of the
-//! platform facts.
+//! process, memory, and the last read of the platform facts; and what the
+//! node core made of the job processes (from the latest publication).
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use meshd_domain::facts::MemoryFacts;
+use meshd_model::job_watch::JobFigures;
 
 use super::catalogue as c;
 use super::exposition::{Exposition, LabelValues, Vanishing, as_f64, count, flag};
@@ -38,9 +39,6 @@ struct State {
     rates: BTreeMap<String, f64>,
     /// Process name (already a bounded set) → cores.
     processes: BTreeMap<String, f64>,
-    jobs: Option<(usize, usize)>,
-    /// Orphaned job processes and the memory they hold.
-    orphans: Option<(usize, u64)>,
     facts: Option<FactsRead>,
     /// The latest memory reading; `None` until one was made, or when the
     /// last read saw nothing.
@@ -57,8 +55,6 @@ impl Default for State {
             bridges: BTreeMap::new(),
             rates: BTreeMap::new(),
             processes: BTreeMap::new(),
-            jobs: None,
-            orphans: None,
             facts: None,
             memory: None,
             vanished_bridges: Vanishing::default(),
@@ -92,14 +88,6 @@ impl WatcherSeries {
         lock(&self.state).processes.clone_from(cores);
     }
 
-    pub fn record_job_processes(&self, busy: usize, idle: usize) {
-        lock(&self.state).jobs = Some((busy, idle));
-    }
-
-    pub fn record_orphans(&self, processes: usize, memory_bytes: u64) {
-        lock(&self.state).orphans = Some((processes, memory_bytes));
-    }
-
     /// After each read of this node's platform facts.
     pub fn record_facts(&self, took: Duration, blind_spots: usize, booted_at_unix: Option<u64>) {
         lock(&self.state).facts = Some(FactsRead {
@@ -115,7 +103,9 @@ impl WatcherSeries {
         lock(&self.state).memory = memory.cloned();
     }
 
-    pub fn write(&self, out: &mut Exposition, now: Instant) {
+    /// The watchers' series, and `jobs`, the job processes as the core
+    /// judged them last (none before the first process sample).
+    pub fn write(&self, out: &mut Exposition, jobs: Option<JobFigures>, now: Instant) {
         let mut guard = lock(&self.state);
         let state = &mut *guard;
         let bridges: Vec<(LabelValues, f64)> = state
@@ -155,16 +145,14 @@ impl WatcherSeries {
             now,
         );
         out.family(&c::PROCESS_CPU_CORES).samples(&processes);
-        if let Some((busy, idle)) = state.jobs {
+        if let Some(JobFigures { counts, orphans }) = jobs {
             out.family(&c::JOB_PROCESSES)
-                .sample(&["busy"], count(busy))
-                .sample(&["idle"], count(idle));
-        }
-        if let Some((processes, memory_bytes)) = state.orphans {
+                .sample(&["busy"], count(counts.busy))
+                .sample(&["idle"], count(counts.idle));
             out.family(&c::JOB_ORPHANED_PROCESSES)
-                .sample(&[], count(processes));
+                .sample(&[], count(orphans.processes));
             out.family(&c::JOB_ORPHANED_MEMORY_BYTES)
-                .sample(&[], as_f64(memory_bytes));
+                .sample(&[], as_f64(orphans.memory_bytes));
         }
         if let Some(read) = state.facts {
             out.family(&c::FACTS_READ_DURATION_SECONDS)

@@ -24,19 +24,15 @@ use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use meshd_model::linkstats::{LinkStats, LinkStatsConfig, ProbeClass};
+use meshd_model::linkstats::{LinkStats, LinkStatsConfig, ProbeClass, ProbeNews};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::packet::{self, Echo, HEADER_LEN, Header, Kind, MAX_DATAGRAM_LEN, MAX_ECHOES};
 use super::responder::{self, Answer, REPLY_BURST, REPLY_RATE_PER_SEC, TokenBucket};
 use super::socket::{Drain, ProbeSocket, Step};
-use super::{
-    ProbeBoard, ProbeError, ProbedLink, ProberSettings, ResponderCounters, SharedStats, Ticks,
-    lock, stamp,
-};
-use crate::metrics::Metrics;
-use crate::watch::load::TimerLateness;
+use super::{ProbeBoard, ProbeError, ProbedLink, ProberSettings, SharedStats, Ticks, lock, stamp};
+use crate::metrics::{Metrics, ResponderCounters};
 
 /// Shortest probe period whatever the settings say: at most one probe per
 /// tick, so this bounds the probe rate of a link (and makes a storm
@@ -58,9 +54,6 @@ const RETRY_AFTER: Duration = Duration::from_secs(5);
 
 /// Repeated drops and errors are logged at most this often per link.
 const LOG_EVERY: Duration = Duration::from_secs(10);
-
-/// Consecutive losses from which the aggregator is told at once.
-const LOSING: u32 = 3;
 
 /// Requests of one link waiting for this tick's probes at most; any more
 /// (a peer's burst) are replied to at once.
@@ -129,7 +122,7 @@ struct Link {
     send_failing: bool,
     logs: [Throttle; 2],
     /// What the aggregator was last told about this link.
-    told: (bool, bool),
+    told: ProbeNews,
     /// The peer's last datagram said it reads echoes.
     peer_reads_echoes: bool,
     /// Requests read on this tick, answered by its probes.
@@ -170,8 +163,6 @@ struct Engine {
     waiting: Vec<Waiting>,
     metrics: Arc<Metrics>,
     ticks: Arc<Mutex<Ticks>>,
-    /// Where every tick's lateness goes, for the load watcher.
-    lateness: TimerLateness,
     /// Links were bound or closed since the board was last replaced.
     links_changed: bool,
     next_mtu: Instant,
@@ -223,7 +214,6 @@ pub async fn run(
     mut control: watch::Receiver<(Vec<ProbedLink>, ProberSettings)>,
     board: watch::Sender<ProbeBoard>,
     metrics: Arc<Metrics>,
-    lateness: TimerLateness,
     shutdown: CancellationToken,
 ) {
     let (links, settings) = control.borrow_and_update().clone();
@@ -233,7 +223,6 @@ pub async fn run(
         waiting: Vec::new(),
         metrics,
         ticks: Arc::default(),
-        lateness,
         links_changed: true,
         next_mtu: Instant::now(),
         buf: vec![0; MAX_DATAGRAM_LEN],
@@ -348,7 +337,7 @@ impl Engine {
                         epoch: now,
                         send_failing: false,
                         logs: Default::default(),
-                        told: (false, false),
+                        told: ProbeNews::default(),
                         peer_reads_echoes: false,
                         taken: Vec::with_capacity(MAX_TAKEN),
                     });
@@ -378,7 +367,6 @@ impl Engine {
             ticks.due_by = now.checked_add(crate::cadence::longest_gap(self.settings.interval));
             ticks.lateness.note(late, now);
         }
-        self.lateness.note(late);
         let mtu_due = now >= self.next_mtu;
         if mtu_due {
             self.next_mtu = now + self.settings.mtu_interval;
@@ -434,13 +422,7 @@ impl Engine {
         let outage = self.settings.outage_gap;
         let mut significant = force;
         for link in &mut self.links {
-            let told = {
-                let stats = lock(&link.stats);
-                (
-                    stats.silence(now) >= outage,
-                    stats.consecutive_lost() >= LOSING,
-                )
-            };
+            let told = lock(&link.stats).news(now, outage);
             if told != link.told {
                 link.told = told;
                 significant = true;

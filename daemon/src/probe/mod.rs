@@ -26,12 +26,11 @@ use meshd_model::verdict::ExpectedLink;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::config::{Config, settings};
 use crate::metrics::Metrics;
-use crate::watch::load::TimerLateness;
 
 pub use meshd_model::linkstats::ProbeClass;
 pub use packet::{Header, Kind, PacketError};
-pub use responder::{ResponderCounters, ResponderStats};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
@@ -99,6 +98,36 @@ pub struct ProberSettings {
     /// A gap in replies this long is an outage, judged by its silence, not
     /// loss (`thresholds.down_after`).
     pub outage_gap: Duration,
+}
+
+/// The cables `local` probes by `config`, with the ports of their
+/// responders.
+pub fn probed_links(config: &Config, local: &NodeId) -> Vec<ProbedLink> {
+    config
+        .links
+        .iter()
+        .map(|link| ProbedLink {
+            link: settings::expected_link(link, local),
+            ports: LinkPorts {
+                local: link.local_probe_addr(&config.probe).port(),
+                peer: link.peer_probe_addr(&config.probe).port(),
+            },
+        })
+        .collect()
+}
+
+/// The probe settings every link shares by `config`; each link's ports come
+/// with it ([`probed_links`]).
+pub fn settings(config: &Config) -> ProberSettings {
+    let c = &config.probe;
+    ProberSettings {
+        interval: c.interval,
+        payload_bytes: c.payload_bytes,
+        mtu_interval: c.mtu_interval,
+        mtu_payload_bytes: c.mtu_payload_bytes,
+        timeout: c.timeout,
+        outage_gap: config.thresholds.down_after,
+    }
 }
 
 /// What every link's probes measured, as of the probe task's last tick.
@@ -184,19 +213,16 @@ impl Probes {
     /// Starts probing `links`; stops with `shutdown`. A cable whose address
     /// is not there yet (interface down at boot) is retried, and judged from
     /// the other end meanwhile. The task ticks with no cable too, and notes
-    /// how late each tick is in `lateness`.
+    /// how late each tick is: how late this node runs.
     pub fn start(
         links: Vec<ProbedLink>,
         settings: ProberSettings,
         metrics: Arc<Metrics>,
-        lateness: TimerLateness,
         shutdown: CancellationToken,
     ) -> Self {
         let (control, control_rx) = watch::channel((links, settings));
         let (board_tx, board) = watch::channel(ProbeBoard::default());
-        let engine = tokio::spawn(engine::run(
-            control_rx, board_tx, metrics, lateness, shutdown,
-        ));
+        let engine = tokio::spawn(engine::run(control_rx, board_tx, metrics, shutdown));
         Self {
             control,
             board,

@@ -25,8 +25,8 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::aggregator::SharedBook;
-use crate::config::RdmaProbeMode;
+use crate::config::{Config, RdmaProbeMode};
+use crate::state::SharedBook;
 
 /// One probe a second per cable: the bound, and plenty to see a
 /// path that stopped working within the verdicts' debounce.
@@ -50,6 +50,14 @@ pub struct RdmaSettings {
     pub mode: RdmaProbeMode,
     /// The verbs library; `None` where the OS has none.
     pub library: Option<&'static str>,
+}
+
+/// The active RDMA probe's mode by `config`, and this OS's verbs library.
+pub fn settings(config: &Config) -> RdmaSettings {
+    RdmaSettings {
+        mode: config.probe.rdma,
+        library: meshd_platform::verbs::library_for(meshd_platform::this_os()),
+    }
 }
 
 /// Every cable's RDMA probe, by the far end's node.

@@ -1,7 +1,7 @@
 //! The responder's side of a link socket: which requests it answers (its
-//! budget and size limit) and what it counts.
+//! budget and size limit). What it answered and dropped is counted in the
+//! metrics' [`crate::metrics::ResponderCounters`].
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 /// Replies per second on one link, sustained. Each link's socket only
@@ -47,47 +47,6 @@ impl TokenBucket {
     }
 }
 
-/// Live counters of one responder, shared with whoever exports metrics.
-#[derive(Debug, Default)]
-pub struct ResponderCounters {
-    replies: AtomicU64,
-    invalid: AtomicU64,
-    rate_limited: AtomicU64,
-    send_errors: AtomicU64,
-    recv_errors: AtomicU64,
-}
-
-/// A snapshot of [`ResponderCounters`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ResponderStats {
-    pub replies: u64,
-    /// Datagrams that were not a valid probe request (dropped unanswered).
-    pub invalid: u64,
-    pub rate_limited: u64,
-    pub send_errors: u64,
-    pub recv_errors: u64,
-}
-
-impl ResponderCounters {
-    pub fn snapshot(&self) -> ResponderStats {
-        ResponderStats {
-            replies: self.replies.load(Ordering::Relaxed),
-            invalid: self.invalid.load(Ordering::Relaxed),
-            rate_limited: self.rate_limited.load(Ordering::Relaxed),
-            send_errors: self.send_errors.load(Ordering::Relaxed),
-            recv_errors: self.recv_errors.load(Ordering::Relaxed),
-        }
-    }
-}
-
-fn bump(counter: &AtomicU64) -> u64 {
-    add(counter, 1)
-}
-
-fn add(counter: &AtomicU64, n: u64) -> u64 {
-    counter.fetch_add(n, Ordering::Relaxed).saturating_add(n)
-}
-
 /// What a link's socket does with one request: answers it, or drops it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Answer {
@@ -107,38 +66,6 @@ pub fn answer(bucket: &mut TokenBucket, len: usize, max_len: usize, at: Instant)
         Answer::Reply
     } else {
         Answer::RateLimited
-    }
-}
-
-impl ResponderCounters {
-    pub fn count_reply(&self) {
-        bump(&self.replies);
-    }
-
-    /// Answers that left together, as echoes in one probe.
-    pub fn count_replies(&self, n: usize) {
-        add(&self.replies, u64::try_from(n).unwrap_or(u64::MAX));
-    }
-
-    pub fn count_invalid(&self) -> u64 {
-        bump(&self.invalid)
-    }
-
-    pub fn count_rate_limited(&self) -> u64 {
-        bump(&self.rate_limited)
-    }
-
-    pub fn count_send_error(&self) -> u64 {
-        bump(&self.send_errors)
-    }
-
-    /// Answers that could not leave together, as echoes in one probe.
-    pub fn count_send_errors(&self, n: usize) {
-        add(&self.send_errors, u64::try_from(n).unwrap_or(u64::MAX));
-    }
-
-    pub fn count_recv_error(&self) -> u64 {
-        bump(&self.recv_errors)
     }
 }
 

@@ -89,13 +89,7 @@ struct Node {
 fn start(node: &str, links: Vec<ProbedLink>, settings: ProberSettings) -> Node {
     let metrics = metrics(node);
     let stop = CancellationToken::new();
-    let probes = Probes::start(
-        links,
-        settings,
-        metrics.clone(),
-        TimerLateness::default(),
-        stop.clone(),
-    );
+    let probes = Probes::start(links, settings, metrics.clone(), stop.clone());
     Node {
         probes,
         metrics,
@@ -264,21 +258,14 @@ async fn fake_peer(at: u16, node_a_port: u16) -> UdpSocket {
     socket
 }
 
-/// The probe task's ticks are the load watcher's measure of how late
-/// this node's timers run, with no cable to probe too.
+/// The probe task's ticks are the node's measure of how late its timers
+/// run (what the core judges saturation by), with no cable to probe too.
 #[tokio::test(flavor = "current_thread")]
 async fn a_runtime_held_up_shows_in_the_lateness_the_probe_task_notes() {
-    let lateness = TimerLateness::default();
     let stop = CancellationToken::new();
-    let _probes = Probes::start(
-        Vec::new(),
-        fast_settings(),
-        metrics("a"),
-        lateness.clone(),
-        stop.clone(),
-    );
+    let probes = Probes::start(Vec::new(), fast_settings(), metrics("a"), stop.clone());
+    let board = probes.subscribe();
     tokio::time::sleep(fast_settings().interval * 3).await;
-    lateness.take();
     // Hold the only runtime thread well past the next tick: that tick can
     // only come that much later or more.
     let held = Duration::from_millis(150);
@@ -287,7 +274,7 @@ async fn a_runtime_held_up_shows_in_the_lateness_the_probe_task_notes() {
     let mut worst = Duration::ZERO;
     while worst < held && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(5)).await;
-        worst = worst.max(lateness.take());
+        worst = worst.max(board.borrow().read(std::time::Instant::now()).lateness);
     }
     assert!(worst >= held, "{worst:?}");
     stop.cancel();

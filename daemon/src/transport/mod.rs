@@ -1,13 +1,18 @@
 //! How this node talks to its peers: mutual TLS ([`tls`]) and its report
 //! streams to every peer on every path ([`streams`]). The intake of the
-//! peers' streams is the gRPC `Peer` service (`crate::grpc`).
+//! peers' streams is the gRPC `Peer` service (`crate::grpc`), on the mesh
+//! listener and on each cable's (`crate::grpc::cables`).
 
-pub mod cables;
 pub mod streams;
 pub mod tls;
 
 use std::hash::{BuildHasher, Hasher};
 use std::sync::OnceLock;
+
+/// How a cable is named in paths: its interface, else its address.
+pub fn path_label(iface: Option<&str>, address: std::net::IpAddr) -> String {
+    iface.map_or_else(|| address.to_string(), str::to_owned)
+}
 
 /// This process's instance number: random, the same on every stream it
 /// opens, different after a restart. Two live daemons claiming one node id

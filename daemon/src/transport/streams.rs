@@ -26,8 +26,8 @@ use tonic::{Request, Status};
 use tonic_prost::ProstDecoder;
 
 use super::tls::MeshTls;
-use crate::aggregator::{Encoded, Outgoing, ReplyIn};
 use crate::metrics::{Metrics, ReportOutcome};
+use crate::state::{Encoded, Outgoing, ReplyIn};
 
 /// `meshd.v1.Peer/Stream`, as the generated client calls it.
 const STREAM_PATH: &str = "/meshd.v1.Peer/Stream";

@@ -20,9 +20,9 @@ use tokio_util::sync::CancellationToken;
 use crate::cadence;
 use crate::config::{Config, settings};
 use crate::metrics::Metrics;
-use crate::watch::cpu::Sampled;
 use crate::watch::facts::with_source;
 use crate::watch::{Wake, next_wake, publish};
+use meshd_model::job_watch::Sampled;
 
 /// Runs until shutdown; publishes the active memory alarms.
 pub fn spawn(

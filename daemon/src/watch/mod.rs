@@ -1,12 +1,11 @@
-//! Local watchers: what this node notices about itself (and, for reboots,
-//! about its peers).
+//! Local watchers: what this node notices about itself. Each reads the OS
+//! on its own tick and publishes what changed; judgements that need the
+//! mesh (hung jobs, the members' boots, saturation) are the node core's,
+//! from what these publish.
 
-pub mod boot;
 pub mod bridge;
 pub mod cpu;
 pub mod facts;
-pub mod jobs;
-pub mod load;
 pub mod memory;
 pub mod processes;
 

@@ -20,7 +20,7 @@ use meshd_domain::{
 use self::links::Judge;
 use crate::link::{EndView, LinkRules, LinkTracker};
 use crate::linkstats::{LATE, LATENESS_MEMORY};
-use crate::peers::{Path, PeerView};
+use crate::peers::{Path, PathLiveness, PathState, PeerView};
 use crate::quorum;
 use crate::time::Moment;
 
@@ -387,6 +387,29 @@ impl Engine {
         now.saturating_duration_since(at) < self.settings.stale_after
     }
 
+    /// Each path to each peer, up when its stream is open and fresh: the
+    /// paths a peer's life is judged on.
+    pub fn path_liveness(
+        &self,
+        peers: &BTreeMap<NodeId, PeerView>,
+        now: Instant,
+    ) -> Vec<PathLiveness> {
+        peers
+            .iter()
+            .flat_map(|(peer, view)| {
+                view.paths.iter().map(move |(path, state)| PathLiveness {
+                    peer: peer.clone(),
+                    path: path.clone(),
+                    up: self.path_fresh(state, now),
+                })
+            })
+            .collect()
+    }
+
+    fn path_fresh(&self, state: &PathState, now: Instant) -> bool {
+        state.open && self.fresh(state.last_message, now)
+    }
+
     /// What this node knows of each peer's life.
     fn lives<'a>(&self, inputs: &'a MeshInputs, now: Instant) -> BTreeMap<&'a NodeId, Life<'a>> {
         let down_after = self.settings.link.down_after;
@@ -399,7 +422,7 @@ impl Engine {
             life.fresh_paths = view
                 .paths
                 .iter()
-                .filter(|(_, p)| p.open && self.fresh(p.last_message, now))
+                .filter(|(_, p)| self.path_fresh(p, now))
                 .map(|(path, _)| path)
                 .collect();
             if life.any_open {

@@ -13,19 +13,20 @@
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use meshd_domain::facts::{BootIdentity, NodeFacts};
 use meshd_domain::{
-    Incarnation, LinkEnd, MeshStatus, NodeId, NodeIdentity, NodeLoad, PeerReply, Refusal,
+    Event, Incarnation, LinkEnd, MeshStatus, NodeId, NodeIdentity, PeerReply, Refusal,
     ReportUpdate, StreamOpen,
 };
-use meshd_model::alerts::{self, AlertState, Labels, Role};
+use meshd_model::alerts::{self, AlertState, Labels};
 use meshd_model::fixtures;
 use meshd_model::linkstats::{
-    LATE, LatenessLog, LinkStats, LinkStatsConfig, ProbeClass, ProbeStats, RTT_BOUNDS,
+    LatenessLog, LinkStats, LinkStatsConfig, ProbeClass, ProbeNews, ProbeStats, RTT_BOUNDS,
 };
 use meshd_model::node::{Decision, Look, NodeCore, NodeSettings, ReplyAction};
-use meshd_model::outbox::OutboxSettings;
 use meshd_model::peers::{BookSettings, Path, PeerBook, StreamId};
 use meshd_model::time::Moment;
 use meshd_model::verdict::ExpectedLink;
@@ -48,8 +49,6 @@ pub mod timing {
     /// HTTP/2 keepalive on both ends: a ping every 10 s, answered within
     /// 10 s, so a connection that carries nothing for 20 s is closed.
     pub const KEEPALIVE_DEAD: Duration = Duration::from_secs(20);
-    /// `probe::engine::LOSING`.
-    pub const LOSING: u32 = 3;
     /// `alerting.resend_interval`.
     pub const RESEND: Duration = Duration::from_secs(30);
     /// One-way latency of the management network and of a cable.
@@ -206,7 +205,7 @@ struct Daemon {
     snapshot_lateness: Duration,
     /// When the next probe tick is due (`probe::Ticks::due_by`).
     tick_due: Option<Instant>,
-    told: BTreeMap<NodeId, (bool, bool)>,
+    told: BTreeMap<usize, ProbeNews>,
     lateness: LatenessLog,
     next_mtu: Instant,
     /// Everything sent so far, for a stream that opens.
@@ -218,6 +217,8 @@ struct Daemon {
     deadline: Instant,
     alerts: AlertState,
     status: Option<MeshStatus>,
+    /// This host's facts as the daemon read them at start.
+    facts: Arc<NodeFacts>,
 }
 
 /// A peer's probe request waiting in this node's socket.
@@ -243,6 +244,8 @@ pub struct SimNode {
     /// The probe timer's phase.
     phase: Duration,
     last_incarnation: u64,
+    /// How often the host booted since the simulation began: its boot id.
+    boots: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -329,6 +332,9 @@ pub enum Action {
     UnblockManagementInbound(usize),
     Kill(usize),
     Start(usize),
+    /// The host reboots: its daemon dies, and starts (with `Start`) on a
+    /// new boot of the host.
+    Reboot(usize),
     Freeze(usize),
     Thaw(usize),
     SetClockOffset(usize, i64),
@@ -364,6 +370,8 @@ pub struct Sim {
     rng: Rng,
     /// Every post any node made, in order.
     pub posts: Vec<Posted>,
+    /// Every event any node's looks produced, with when and whose.
+    pub events: Vec<(Instant, usize, Event)>,
     /// What Alertmanager holds firing, by labels.
     pub firing: BTreeMap<Labels, alerts::Alert>,
 }
@@ -405,17 +413,9 @@ fn expected_links(i: usize, n: usize) -> Vec<ExpectedLink> {
         .collect()
 }
 
+/// The daemon's settings with a config that sets nothing.
 pub fn settings() -> NodeSettings {
-    let engine = fixtures::default_engine_settings();
-    NodeSettings {
-        engine,
-        outbox: OutboxSettings {
-            heartbeat: REPORT_INTERVAL,
-            // `config::settings::REFRESH_HEARTBEATS`.
-            refresh: REPORT_INTERVAL * 2,
-            rules: engine.link,
-        },
-    }
+    fixtures::default_node_settings()
 }
 
 fn probe_config() -> LinkStatsConfig {
@@ -449,6 +449,7 @@ impl Sim {
                 late_by: Duration::ZERO,
                 phase: Duration::from_millis(rng.below(100)),
                 last_incarnation: 0,
+                boots: 0,
             })
             .collect();
         let mut sim = Self {
@@ -464,6 +465,7 @@ impl Sim {
             actions: Vec::new(),
             rng,
             posts: Vec::new(),
+            events: Vec::new(),
             firing: BTreeMap::new(),
         };
         for i in 0..n {
@@ -735,6 +737,10 @@ impl Sim {
                 self.flush_held();
             }
             Action::Kill(x) => self.kill(x),
+            Action::Reboot(x) => {
+                self.kill(x);
+                self.nodes[x].boots += 1;
+            }
             Action::Start(x) => self.start(x),
             Action::Freeze(x) => {
                 if self.running(x) {
@@ -772,6 +778,15 @@ impl Sim {
             hostname: id.to_string(),
         };
         let core = NodeCore::new(identity, members.clone(), expected_links(x, n), settings());
+        // What the host's facts say of its boot: the daemon reads them at
+        // start; a restart reads the same boot again, a reboot a new one.
+        let facts = Arc::new(NodeFacts {
+            boot: BootIdentity {
+                id: Some(format!("{id}-boot-{}", self.nodes[x].boots)),
+                booted_at_unix: None,
+            },
+            ..NodeFacts::default()
+        });
         let probes = (0..n)
             .filter(|j| *j != x)
             .map(|j| (j, LinkStats::new(probe_config())))
@@ -808,6 +823,7 @@ impl Sim {
             deadline: self.now,
             alerts: AlertState::default(),
             status: None,
+            facts,
         });
         // The probe task publishes once as it starts: every link, nothing
         // measured yet.
@@ -1467,10 +1483,9 @@ impl Sim {
             return;
         };
         let mut significant = force;
-        for (peer, s) in &links {
-            let told = (s.silence >= DOWN_AFTER, s.consecutive_lost >= LOSING);
-            if d.told.get(peer) != Some(&told) {
-                d.told.insert(peer.clone(), told);
+        for (peer, stats) in &d.probes {
+            let news = stats.news(now, DOWN_AFTER);
+            if d.told.insert(*peer, news) != Some(news) {
                 significant = true;
             }
         }
@@ -1518,20 +1533,16 @@ impl Sim {
             moment.now.saturating_duration_since(due)
         });
         let lateness = d.snapshot_lateness.max(overdue);
-        let load = NodeLoad {
-            cpu_saturated: lateness >= LATE,
-            ..NodeLoad::default()
-        };
         let counters = BTreeMap::new();
         let decision = d.core.look(Look {
             moment,
             probes: &d.snapshot,
             rdma: &BTreeMap::new(),
-            peers: d.book.views(moment.now),
-            facts: None,
+            book: d.book.snapshot(moment.now),
+            facts: Some(&d.facts),
             counters: &counters,
             local_alarms: Vec::new(),
-            load,
+            sampled: None,
             lateness,
             urgent,
         });
@@ -1554,14 +1565,11 @@ impl Sim {
             debug_assert_eq!(d.full.as_ref().map(|f| f.sequence), Some(update.sequence));
         }
         let status = decision.status;
-        let role = Role::of(&status);
-        let step = d.alerts.step(
-            alerts::alerts(&status, role),
-            role,
-            moment.now,
-            moment.wall,
-            RESEND,
-        );
+        let step = d
+            .alerts
+            .after_look(&status, moment.now, moment.wall, RESEND);
+        self.events
+            .extend(decision.events.into_iter().map(|e| (moment.now, x, e)));
         let mut posts = step.posts;
         if step.reconcile {
             let active: Vec<alerts::Alert> = self.firing.values().cloned().collect();

@@ -14,9 +14,10 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::tls::{MeshTls, incoming};
+use super::{PeerService, serve_cable};
 use crate::config::Config;
-use crate::grpc::{PeerService, serve_cable};
+use crate::transport::path_label;
+use crate::transport::tls::{MeshTls, incoming};
 
 /// How long to wait before trying to bind a cable's listener again.
 const RETRY_AFTER: Duration = Duration::from_secs(5);
@@ -37,15 +38,10 @@ impl CableEnd {
             .iter()
             .map(|link| CableEnd {
                 addr: link.local_probe_addr(&config.probe),
-                label: label(link.local_iface.as_deref(), link.local_address),
+                label: path_label(link.local_iface.as_deref(), link.local_address),
             })
             .collect()
     }
-}
-
-/// How a cable is named in paths: its interface, else its address.
-pub fn label(iface: Option<&str>, address: std::net::IpAddr) -> String {
-    iface.map_or_else(|| address.to_string(), str::to_owned)
 }
 
 /// The running cable listeners.
