@@ -9,7 +9,9 @@ use std::pin::Pin;
 use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
-use meshd_domain::{NodeIdentity, PeerReply, Refusal, RejectReason, StreamOpen};
+use meshd_domain::{
+    NodeId, NodeIdentity, PeerReply, Refusal, RejectReason, ReportUpdate, StreamOpen,
+};
 use meshd_model::peers::{Answer, Path, StreamId};
 use meshd_proto::convert::update_from_wire;
 use meshd_proto::wire;
@@ -150,42 +152,87 @@ impl PeerService {
                 .await;
             return;
         }
-        let first = tokio::select! {
-            () = self.shutdown.cancelled() => return,
-            first = tokio::time::timeout(IDLE_TIMEOUT, inbound.message()) => first,
+        let Some(open) = self.receive_open(&mut inbound, &replies).await else {
+            return;
         };
-        let open = match first {
-            Ok(Ok(Some(wire::PeerMessage {
-                body: Some(wire::peer_message::Body::Open(open)),
-            }))) => StreamOpen::try_from(open),
+        let Some(id) = self
+            .admit(authenticated.as_ref(), &open, remote, &replies)
+            .await
+        else {
+            return;
+        };
+        self.receive_updates(id, &open.rtt_bounds, &mut inbound, &replies)
+            .await;
+        self.close(id);
+    }
+
+    /// Waits for the peer's next message, at most [`IDLE_TIMEOUT`].
+    async fn receive(&self, inbound: &mut Streaming<wire::PeerMessage>) -> Received {
+        let next = tokio::select! {
+            () = self.shutdown.cancelled() => return Received::Shutdown,
+            next = tokio::time::timeout(IDLE_TIMEOUT, inbound.message()) => next,
+        };
+        match next {
+            Ok(Ok(Some(message))) => Received::Message(message),
             Ok(Err(status)) if too_large(&status) => {
-                self.refuse_over_limit(&replies, status.message().to_owned())
-                    .await;
-                return;
+                Received::TooLarge(status.message().to_owned())
             }
-            _ => {
-                self.refuse_malformed(&replies, "a stream must open with StreamOpen".to_owned())
+            Ok(Ok(None) | Err(_)) | Err(_) => Received::Ended,
+        }
+    }
+
+    /// The stream's first message, which must open it; `None` when the
+    /// peer was refused or the node shuts down.
+    async fn receive_open(
+        &self,
+        inbound: &mut Streaming<wire::PeerMessage>,
+        replies: &mpsc::Sender<Result<wire::PeerReply, Status>>,
+    ) -> Option<StreamOpen> {
+        let open = match self.receive(inbound).await {
+            Received::Message(wire::PeerMessage {
+                body: Some(wire::peer_message::Body::Open(open)),
+            }) => StreamOpen::try_from(open),
+            Received::Shutdown => return None,
+            Received::TooLarge(detail) => {
+                self.refuse_over_limit(replies, detail).await;
+                return None;
+            }
+            Received::Message(_) | Received::Ended => {
+                self.refuse_malformed(replies, "a stream must open with StreamOpen".to_owned())
                     .await;
-                return;
+                return None;
             }
         };
-        let open = match open {
-            Ok(open) => open,
+        match open {
+            Ok(open) => Some(open),
             Err(error) => {
-                self.refuse_malformed(&replies, error.to_string()).await;
-                return;
+                self.refuse_malformed(replies, error.to_string()).await;
+                None
             }
-        };
+        }
+    }
+
+    /// Opens the stream in the peer book, or tells the peer why not.
+    async fn admit(
+        &self,
+        authenticated: Option<&NodeId>,
+        open: &StreamOpen,
+        remote: String,
+        replies: &mpsc::Sender<Result<wire::PeerReply, Status>>,
+    ) -> Option<StreamId> {
         let opened = self.book().open(
-            authenticated.as_ref(),
-            &open,
+            authenticated,
+            open,
             self.path.clone(),
             remote.clone(),
             Instant::now(),
             SystemTime::now(),
         );
-        let id = match opened {
-            Ok(id) => id,
+        match opened {
+            Ok(id) => {
+                self.changed.notify_one();
+                Some(id)
+            }
             Err(refusal) => {
                 tracing::debug!(%remote, sender = %open.sender.id, reason = %refusal.reason, "peer stream refused: {}", refusal.detail);
                 let reply = self.reply(
@@ -197,71 +244,100 @@ impl PeerService {
                     },
                 );
                 let _ = replies.send(Ok(reply)).await;
-                return;
+                None
             }
-        };
-        self.changed.notify_one();
-        let bounds = open.rtt_bounds;
+        }
+    }
+
+    /// Applies the peer's updates in turn until the stream ends.
+    async fn receive_updates(
+        &self,
+        id: StreamId,
+        bounds: &[Duration],
+        inbound: &mut Streaming<wire::PeerMessage>,
+        replies: &mpsc::Sender<Result<wire::PeerReply, Status>>,
+    ) {
         let mut budget = RateBudget::new(UPDATES_PER_SECOND);
-        loop {
-            let next = tokio::select! {
-                () = self.shutdown.cancelled() => break,
-                next = tokio::time::timeout(IDLE_TIMEOUT, inbound.message()) => next,
-            };
-            let message = match next {
-                Ok(Ok(Some(message))) => message,
-                Ok(Err(status)) if too_large(&status) => {
-                    self.refuse_over_limit(&replies, status.message().to_owned())
-                        .await;
-                    break;
-                }
-                Ok(Ok(None)) | Ok(Err(_)) | Err(_) => break,
-            };
-            let now = Instant::now();
-            if !budget.take(now) {
-                self.refuse_over_limit(
-                    &replies,
-                    format!("more than {UPDATES_PER_SECOND} updates a second"),
-                )
-                .await;
-                break;
-            }
-            let update = match message.body {
-                Some(wire::peer_message::Body::Update(update)) => update_from_wire(update, &bounds),
-                _ => {
-                    self.book().count_malformed();
-                    break;
-                }
-            };
-            let update = match update {
-                Ok(update) => update,
-                Err(error) => {
-                    self.refuse_malformed(&replies, error.to_string()).await;
-                    break;
-                }
-            };
-            let sequence = update.sequence;
-            let (answer, generation) = {
-                let mut book = self.book();
-                let before = book.generation();
-                let answer = book.update(id, update, now, SystemTime::now());
-                (answer, book.generation() != before)
-            };
-            if generation {
-                self.changed.notify_one();
-            }
-            let refused = answer.refusal.is_some();
-            if refused || answer.clock.is_some() || answer.resync {
-                let reply = self.reply(sequence, answer);
-                if replies.try_send(Ok(reply)).is_err() {
-                    break;
-                }
-            }
-            if refused {
+        while let Some((update, now)) = self
+            .next_update(&mut budget, bounds, inbound, replies)
+            .await
+        {
+            if !self.apply(id, update, now, replies) {
                 break;
             }
         }
-        self.close(id);
+    }
+
+    /// The next update and when it came, within the rate budget; `None`
+    /// when the stream ends (a peer that broke a rule is told which).
+    async fn next_update(
+        &self,
+        budget: &mut RateBudget,
+        bounds: &[Duration],
+        inbound: &mut Streaming<wire::PeerMessage>,
+        replies: &mpsc::Sender<Result<wire::PeerReply, Status>>,
+    ) -> Option<(ReportUpdate, Instant)> {
+        let message = match self.receive(inbound).await {
+            Received::Message(message) => message,
+            Received::TooLarge(detail) => {
+                self.refuse_over_limit(replies, detail).await;
+                return None;
+            }
+            Received::Ended | Received::Shutdown => return None,
+        };
+        let now = Instant::now();
+        if !budget.take(now) {
+            self.refuse_over_limit(
+                replies,
+                format!("more than {UPDATES_PER_SECOND} updates a second"),
+            )
+            .await;
+            return None;
+        }
+        let update = match message.body {
+            Some(wire::peer_message::Body::Update(update)) => update_from_wire(update, bounds),
+            _ => {
+                self.book().count_malformed();
+                return None;
+            }
+        };
+        match update {
+            Ok(update) => Some((update, now)),
+            Err(error) => {
+                self.refuse_malformed(replies, error.to_string()).await;
+                None
+            }
+        }
+    }
+
+    /// Applies one update to the book and answers when there is something
+    /// to say. False when the stream ends: the update was refused, or the
+    /// peer does not read its replies.
+    fn apply(
+        &self,
+        id: StreamId,
+        update: ReportUpdate,
+        now: Instant,
+        replies: &mpsc::Sender<Result<wire::PeerReply, Status>>,
+    ) -> bool {
+        let sequence = update.sequence;
+        let (answer, generation) = {
+            let mut book = self.book();
+            let before = book.generation();
+            let answer = book.update(id, update, now, SystemTime::now());
+            (answer, book.generation() != before)
+        };
+        if generation {
+            self.changed.notify_one();
+        }
+        let refused = answer.refusal.is_some();
+        if refused || answer.clock.is_some() || answer.resync {
+            let reply = self.reply(sequence, answer);
+            if replies.try_send(Ok(reply)).is_err() {
+                return false;
+            }
+        }
+        !refused
     }
 
     fn close(&self, id: StreamId) {
@@ -280,6 +356,21 @@ impl PeerService {
 /// the size and the cap.
 fn too_large(status: &Status) -> bool {
     status.code() == tonic::Code::OutOfRange
+}
+
+/// What waiting for a peer's next message brought.
+#[derive(Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "each lives only until its message is taken out; boxing would allocate for every message"
+)]
+enum Received {
+    Message(wire::PeerMessage),
+    /// A message over [`MAX_MESSAGE_BYTES`], in tonic's words.
+    TooLarge(String),
+    /// The peer ended the stream, it broke, or it went idle.
+    Ended,
+    Shutdown,
 }
 
 /// A token bucket over one second, with time passed in.

@@ -49,27 +49,66 @@ fn write(
     rdma_states: &mut Vanishing,
     now: Instant,
 ) {
-    // The same order every scrape, whatever order the links came in.
-    let mut links: Vec<&LinkObservation> = links.iter().collect();
-    links.sort_by(|x, y| (&x.remote.node, &x.local.iface).cmp(&(&y.remote.node, &y.local.iface)));
-    let ends: Vec<[String; 2]> = links
-        .iter()
-        .map(|o| {
-            [
-                o.remote.node.to_string(),
-                o.local.iface.clone().unwrap_or_default(),
-            ]
-        })
-        .collect();
-    let each = || {
-        links
+    let links = LabelledLinks::sorted(links);
+    write_rtt_histograms(out, &links);
+    write_rtt_quantiles(out, &links);
+    write_probe_counts(out, &links);
+    write_speeds(out, &links);
+    write_rdma(out, &links, rdma_states, now);
+    write_error_counters(out, &links);
+}
+
+/// This node's links with their `peer` and `iface` label values.
+struct LabelledLinks<'a> {
+    links: Vec<&'a LinkObservation>,
+    ends: Vec<[String; 2]>,
+}
+
+impl<'a> LabelledLinks<'a> {
+    /// The same order every scrape, whatever order the links came in.
+    fn sorted(links: &'a [LinkObservation]) -> Self {
+        let mut links: Vec<&LinkObservation> = links.iter().collect();
+        links.sort_by(|x, y| {
+            (&x.remote.node, &x.local.iface).cmp(&(&y.remote.node, &y.local.iface))
+        });
+        let ends = links
+            .iter()
+            .map(|o| {
+                [
+                    o.remote.node.to_string(),
+                    o.local.iface.clone().unwrap_or_default(),
+                ]
+            })
+            .collect();
+        Self { links, ends }
+    }
+
+    fn each(&self) -> impl Iterator<Item = (&'a LinkObservation, [&str; 2])> + '_ {
+        self.links
             .iter()
             .copied()
-            .zip(ends.iter().map(|[p, i]| [p.as_str(), i.as_str()]))
-    };
+            .zip(self.ends.iter().map(|[p, i]| [p.as_str(), i.as_str()]))
+    }
+}
 
+/// One sample of `spec` for each link that has the figure.
+fn write_figure(
+    out: &mut Exposition,
+    spec: &MetricSpec,
+    links: &LabelledLinks<'_>,
+    figure: impl Fn(&LinkObservation) -> Option<f64>,
+) {
+    let mut family = out.family(spec);
+    for (o, end) in links.each() {
+        if let Some(value) = figure(o) {
+            family.sample(&end, value);
+        }
+    }
+}
+
+fn write_rtt_histograms(out: &mut Exposition, links: &LabelledLinks<'_>) {
     let mut family = out.family(&c::LINK_RTT_SECONDS);
-    for (o, end) in each() {
+    for (o, end) in links.each() {
         let h = &o.rtt_histogram;
         let values = HistogramValues {
             bounds: &h.bounds,
@@ -80,60 +119,68 @@ fn write(
             family.histogram(&end, &coarse.values());
         }
     }
-    // Exact, unlike a quantile estimated from the histogram's buckets,
-    // whose 100-250 µs bucket cannot place a veth link's RTT. Two gauges,
-    // not one with a `quantile` label: Prometheus keeps that label for
-    // summaries.
+}
+
+/// Exact, unlike a quantile estimated from the histogram's buckets, whose
+/// 100-250 µs bucket cannot place a veth link's RTT. Two gauges, not one
+/// with a `quantile` label: Prometheus keeps that label for summaries.
+fn write_rtt_quantiles(out: &mut Exposition, links: &LabelledLinks<'_>) {
     type Quantile = fn(&RttSummary) -> Duration;
     let quantiles: [(&MetricSpec, Quantile); 2] = [
         (&c::LINK_RTT_P50_SECONDS, |rtt| rtt.p50),
         (&c::LINK_RTT_P99_SECONDS, |rtt| rtt.p99),
     ];
     for (spec, quantile) in quantiles {
-        let mut family = out.family(spec);
-        for (o, end) in each() {
-            let seconds = if o.rtt.samples == 0 {
+        write_figure(out, spec, links, |o| {
+            Some(if o.rtt.samples == 0 {
                 f64::NAN
             } else {
                 quantile(&o.rtt).as_secs_f64()
-            };
-            family.sample(&end, seconds);
-        }
+            })
+        });
     }
-    let mut family = out.family(&c::LINK_PROBES_SENT_TOTAL);
-    for (o, end) in each() {
-        family.sample(&end, as_f64(o.probes_sent_total));
-    }
-    let mut family = out.family(&c::LINK_PROBES_LOST_TOTAL);
-    for (o, end) in each() {
-        family.sample(&end, as_f64(o.probes_lost_total));
-    }
+}
+
+/// Probes sent and lost, the loss over each window, the last reply.
+fn write_probe_counts(out: &mut Exposition, links: &LabelledLinks<'_>) {
+    write_figure(out, &c::LINK_PROBES_SENT_TOTAL, links, |o| {
+        Some(as_f64(o.probes_sent_total))
+    });
+    write_figure(out, &c::LINK_PROBES_LOST_TOTAL, links, |o| {
+        Some(as_f64(o.probes_lost_total))
+    });
     let mut family = out.family(&c::LINK_LOSS_RATIO);
-    for (o, [peer, iface]) in each() {
+    for (o, [peer, iface]) in links.each() {
         for window in &o.loss {
             let window_name = humantime::format_duration(window.window).to_string();
             family.sample(&[peer, iface, &window_name], window.ratio());
         }
     }
-    let mut family = out.family(&c::LINK_LAST_REPLY_TIMESTAMP_SECONDS);
-    for (o, end) in each() {
-        if let Some(at) = o.last_reply_at {
-            family.sample(&end, unix_seconds(at));
-        }
-    }
-    let mut family = out.family(&c::LINK_SPEED_BYTES_PER_SECOND);
-    for (o, end) in each() {
-        if let Some(bps) = o.negotiated_speed_bps {
-            family.sample(&end, as_f64(bps) / BITS_PER_BYTE);
-        }
-    }
-    let mut family = out.family(&c::LINK_EXPECTED_SPEED_BYTES_PER_SECOND);
-    for (o, end) in each() {
-        if let Some(bps) = o.expected_speed_bps {
-            family.sample(&end, as_f64(bps) / BITS_PER_BYTE);
-        }
-    }
-    let states = each()
+    write_figure(out, &c::LINK_LAST_REPLY_TIMESTAMP_SECONDS, links, |o| {
+        o.last_reply_at.map(unix_seconds)
+    });
+}
+
+/// The speed negotiated and the speed expected of the cable.
+fn write_speeds(out: &mut Exposition, links: &LabelledLinks<'_>) {
+    write_figure(out, &c::LINK_SPEED_BYTES_PER_SECOND, links, |o| {
+        o.negotiated_speed_bps
+            .map(|bps| as_f64(bps) / BITS_PER_BYTE)
+    });
+    write_figure(out, &c::LINK_EXPECTED_SPEED_BYTES_PER_SECOND, links, |o| {
+        o.expected_speed_bps.map(|bps| as_f64(bps) / BITS_PER_BYTE)
+    });
+}
+
+/// The RDMA port's state, then what its probe found.
+fn write_rdma(
+    out: &mut Exposition,
+    links: &LabelledLinks<'_>,
+    rdma_states: &mut Vanishing,
+    now: Instant,
+) {
+    let states = links
+        .each()
         .map(|(o, [peer, iface])| {
             let key = vec![
                 peer.to_owned(),
@@ -158,17 +205,15 @@ fn write(
         }),
     ];
     for (spec, figure) in rdma_figures {
-        let mut family = out.family(spec);
-        for (o, end) in each() {
-            if let Some(value) = o.rdma_probe.as_ref().and_then(figure) {
-                family.sample(&end, value);
-            }
-        }
+        write_figure(out, spec, links, |o| o.rdma_probe.as_ref().and_then(figure));
     }
-    // Totals since meshd started watching the port (the platform
-    // accumulates the hardware deltas).
+}
+
+/// Totals since meshd started watching the port (the platform accumulates
+/// the hardware deltas).
+fn write_error_counters(out: &mut Exposition, links: &LabelledLinks<'_>) {
     let mut family = out.family(&c::LINK_ERRORS_TOTAL);
-    for (o, [peer, iface]) in each() {
+    for (o, [peer, iface]) in links.each() {
         for counter in &o.error_counters {
             family.sample(&[peer, iface, &counter.name], as_f64(counter.value));
         }

@@ -14,10 +14,11 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use meshd_domain::RejectReason;
 use meshd_domain::facts::CheckStatus;
+use meshd_domain::{EventKind, MeshStatus, RejectReason};
+use meshd_model::histogram::DurationHistogram;
 
-use super::catalogue as c;
+use super::catalogue::{self as c, MetricSpec};
 use super::exposition::{
     Exposition, Histogram, HistogramValues, LabelValues, Vanishing, as_f64, count, flag,
 };
@@ -47,136 +48,203 @@ pub struct MeshSeries {
 impl MeshSeries {
     pub fn write(&self, out: &mut Exposition, published: &Published, now: Instant) {
         let status = &published.status;
-        let quorum = &status.quorum;
-        out.family(&c::QUORUM_HAS_QUORUM)
-            .sample(&[], flag(quorum.has_quorum));
-        out.family(&c::QUORUM_MEMBERS)
-            .sample(&[], count(quorum.members.len()));
-        out.family(&c::QUORUM_CONFIGURED_MEMBERS)
-            .sample(&[], count(quorum.configured.len()));
-        out.family(&c::QUORUM_IS_LEADER)
-            .sample(&[], flag(quorum.leader.as_ref() == Some(&status.node.id)));
-
-        let nodes = status
-            .nodes
-            .iter()
-            .map(|node| {
-                (
-                    vec![node.id.to_string(), node.state.as_str().to_owned()],
-                    1.0,
-                )
-            })
-            .collect();
-        let nodes = lock(&self.node_states).update(nodes, now);
-        out.family(&c::NODE_STATE).samples(&nodes);
-        let me = &status.node.id;
-        let links = status
-            .links
-            .iter()
-            .filter(|link| &link.a.node == me || &link.b.node == me)
-            .map(|link| {
-                let key = vec![
-                    link.a.node.to_string(),
-                    link.b.node.to_string(),
-                    link.state.as_str().to_owned(),
-                    // Whom the verdict blames: a change of blame is a new
-                    // series, the old one reads 0 for a while.
-                    link.blame.as_str().to_owned(),
-                ];
-                (key, 1.0)
-            })
-            .collect();
-        let links = lock(&self.link_states).update(links, now);
-        out.family(&c::LINK_STATE).samples(&links);
-
-        let mut alarms: BTreeMap<LabelValues, f64> = BTreeMap::new();
-        for alarm in &status.alarms {
-            let key = vec![
-                alarm.node.to_string(),
-                alarm.kind.as_str().to_owned(),
-                alarm.severity.as_str().to_owned(),
-            ];
-            *alarms.entry(key).or_default() += 1.0;
-        }
-        let alarms = lock(&self.alarms).update(alarms.into_iter().collect(), now);
-        out.family(&c::ALARMS_ACTIVE).samples(&alarms);
-
-        // This node's own checks and the mesh-wide ones: a peer exports its
-        // own. Several results of one check (one per port): the worst one
-        // stands for the series.
-        let mut worst: BTreeMap<(String, &str), CheckStatus> = BTreeMap::new();
-        for check in &status.checks {
-            let node = match &check.node {
-                Some(node) if node == me => node.to_string(),
-                Some(_) => continue,
-                None => String::new(),
-            };
-            let entry = worst.entry((node, &check.name)).or_insert(check.status);
-            *entry = worse(*entry, check.status);
-        }
-        let checks = worst
-            .into_iter()
-            .map(|((node, check), current)| {
-                let key = vec![node, check.to_owned(), current.as_str().to_owned()];
-                (key, 1.0)
-            })
-            .collect();
-        let checks = lock(&self.checks).update(checks, now);
-        out.family(&c::CHECK_STATUS).samples(&checks);
-
-        let mut family = out.family(&c::CABLES);
-        for (source, discovered) in [("discovered", true), ("configured", false)] {
-            let n = status
-                .cables
-                .iter()
-                .filter(|cable| cable.discovered == discovered)
-                .count();
-            family.sample(&[source], count(n));
-        }
-
-        let members = quorum.configured.len();
-        out.family(&c::LINKS_EXPECTED)
-            .sample(&[], count(members * members.saturating_sub(1) / 2));
-        out.family(&c::LINKS_OBSERVED)
-            .sample(&[], count(published.links_observed));
-        let mut family = out.family(&c::PEER_LAST_REPORT_TIMESTAMP_SECONDS);
-        let evaluated_at = published.status.evaluated_at;
-        for (peer, view) in &published.peers {
-            let age = published.at.saturating_duration_since(view.received_at);
-            let heard = evaluated_at.checked_sub(age).unwrap_or(evaluated_at);
-            family.sample(&[peer.as_str()], unix_seconds(heard));
-        }
-        let mut family = out.family(&c::PEER_PATH_UP);
-        for path in &published.paths {
-            family.sample(&[path.peer.as_str(), &path.path.to_string()], flag(path.up));
-        }
-        let mut family = out.family(&c::PEER_CLOCK_OFFSET_SECONDS);
-        for offset in &published.clock_offsets {
-            #[allow(clippy::cast_precision_loss)]
-            let seconds = offset.offset_ns as f64 / 1e9;
-            family.sample(&[offset.peer.as_str()], seconds);
-        }
-        let mut family = out.family(&c::REPORTS_REJECTED_TOTAL);
-        for reason in RejectReason::ALL {
-            let total = published.rejected.get(reason).copied().unwrap_or(0);
-            family.sample(&[reason.as_str()], as_f64(total));
-        }
+        write_quorum(out, status);
+        self.write_verdicts(out, status, now);
+        write_cables(out, status);
+        write_link_counts(out, published);
+        write_peers(out, published);
+        write_rejected_reports(out, &published.rejected);
         out.family(&c::NODE_CPU_BUSY_RATIO)
             .sample(&[], published.load.cpu_busy_ratio);
-        let mut family = out.family(&c::EVENTS_TOTAL);
-        for (kind, total) in &published.events {
-            family.sample(&[kind.as_str()], as_f64(*total));
-        }
-        let times = &published.evaluation_times;
-        let values = HistogramValues {
-            bounds: times.bounds(),
-            counts: times.counts(),
-            sum: times.sum(),
+        write_events(out, &published.events);
+        write_evaluation_times(out, &published.evaluation_times);
+    }
+
+    /// The series that come and go: node and link states, alarms, checks.
+    fn write_verdicts(&self, out: &mut Exposition, status: &MeshStatus, now: Instant) {
+        write_vanishing(
+            out,
+            &c::NODE_STATE,
+            &self.node_states,
+            node_states(status),
+            now,
+        );
+        let links = own_link_states(status);
+        write_vanishing(out, &c::LINK_STATE, &self.link_states, links, now);
+        write_vanishing(
+            out,
+            &c::ALARMS_ACTIVE,
+            &self.alarms,
+            active_alarms(status),
+            now,
+        );
+        write_vanishing(out, &c::CHECK_STATUS, &self.checks, own_checks(status), now);
+    }
+}
+
+fn write_quorum(out: &mut Exposition, status: &MeshStatus) {
+    let quorum = &status.quorum;
+    out.family(&c::QUORUM_HAS_QUORUM)
+        .sample(&[], flag(quorum.has_quorum));
+    out.family(&c::QUORUM_MEMBERS)
+        .sample(&[], count(quorum.members.len()));
+    out.family(&c::QUORUM_CONFIGURED_MEMBERS)
+        .sample(&[], count(quorum.configured.len()));
+    out.family(&c::QUORUM_IS_LEADER)
+        .sample(&[], flag(quorum.leader.as_ref() == Some(&status.node.id)));
+}
+
+/// Writes `current` and, at 0, what `held` remembers vanished from it.
+fn write_vanishing(
+    out: &mut Exposition,
+    spec: &MetricSpec,
+    held: &Mutex<Vanishing>,
+    current: Vec<(LabelValues, f64)>,
+    now: Instant,
+) {
+    let series = lock(held).update(current, now);
+    out.family(spec).samples(&series);
+}
+
+fn node_states(status: &MeshStatus) -> Vec<(LabelValues, f64)> {
+    status
+        .nodes
+        .iter()
+        .map(|node| {
+            (
+                vec![node.id.to_string(), node.state.as_str().to_owned()],
+                1.0,
+            )
+        })
+        .collect()
+}
+
+/// The links this node is an end of.
+fn own_link_states(status: &MeshStatus) -> Vec<(LabelValues, f64)> {
+    let me = &status.node.id;
+    status
+        .links
+        .iter()
+        .filter(|link| &link.a.node == me || &link.b.node == me)
+        .map(|link| {
+            let key = vec![
+                link.a.node.to_string(),
+                link.b.node.to_string(),
+                link.state.as_str().to_owned(),
+                // Whom the verdict blames: a change of blame is a new
+                // series, the old one reads 0 for a while.
+                link.blame.as_str().to_owned(),
+            ];
+            (key, 1.0)
+        })
+        .collect()
+}
+
+/// How many alarms are active by node, kind and severity.
+fn active_alarms(status: &MeshStatus) -> Vec<(LabelValues, f64)> {
+    let mut alarms: BTreeMap<LabelValues, f64> = BTreeMap::new();
+    for alarm in &status.alarms {
+        let key = vec![
+            alarm.node.to_string(),
+            alarm.kind.as_str().to_owned(),
+            alarm.severity.as_str().to_owned(),
+        ];
+        *alarms.entry(key).or_default() += 1.0;
+    }
+    alarms.into_iter().collect()
+}
+
+/// This node's own checks and the mesh-wide ones: a peer exports its own.
+/// Several results of one check (one per port): the worst one stands for
+/// the series.
+fn own_checks(status: &MeshStatus) -> Vec<(LabelValues, f64)> {
+    let me = &status.node.id;
+    let mut worst: BTreeMap<(String, &str), CheckStatus> = BTreeMap::new();
+    for check in &status.checks {
+        let node = match &check.node {
+            Some(node) if node == me => node.to_string(),
+            Some(_) => continue,
+            None => String::new(),
         };
-        if let Some(coarse) = Histogram::regrouped(&values, &EXPORTED_EVALUATION_BOUNDS) {
-            out.family(&c::EVALUATION_DURATION_SECONDS)
-                .histogram(&[], &coarse.values());
-        }
+        let entry = worst.entry((node, &check.name)).or_insert(check.status);
+        *entry = worse(*entry, check.status);
+    }
+    worst
+        .into_iter()
+        .map(|((node, check), current)| {
+            let key = vec![node, check.to_owned(), current.as_str().to_owned()];
+            (key, 1.0)
+        })
+        .collect()
+}
+
+fn write_cables(out: &mut Exposition, status: &MeshStatus) {
+    let mut family = out.family(&c::CABLES);
+    for (source, discovered) in [("discovered", true), ("configured", false)] {
+        let n = status
+            .cables
+            .iter()
+            .filter(|cable| cable.discovered == discovered)
+            .count();
+        family.sample(&[source], count(n));
+    }
+}
+
+/// The links a full mesh of the configured members has, and those observed.
+fn write_link_counts(out: &mut Exposition, published: &Published) {
+    let members = published.status.quorum.configured.len();
+    out.family(&c::LINKS_EXPECTED)
+        .sample(&[], count(members * members.saturating_sub(1) / 2));
+    out.family(&c::LINKS_OBSERVED)
+        .sample(&[], count(published.links_observed));
+}
+
+/// When each peer was last heard, its paths, and its clock.
+fn write_peers(out: &mut Exposition, published: &Published) {
+    let mut family = out.family(&c::PEER_LAST_REPORT_TIMESTAMP_SECONDS);
+    let evaluated_at = published.status.evaluated_at;
+    for (peer, view) in &published.peers {
+        let age = published.at.saturating_duration_since(view.received_at);
+        let heard = evaluated_at.checked_sub(age).unwrap_or(evaluated_at);
+        family.sample(&[peer.as_str()], unix_seconds(heard));
+    }
+    let mut family = out.family(&c::PEER_PATH_UP);
+    for path in &published.paths {
+        family.sample(&[path.peer.as_str(), &path.path.to_string()], flag(path.up));
+    }
+    let mut family = out.family(&c::PEER_CLOCK_OFFSET_SECONDS);
+    for offset in &published.clock_offsets {
+        #[allow(clippy::cast_precision_loss)]
+        let seconds = offset.offset_ns as f64 / 1e9;
+        family.sample(&[offset.peer.as_str()], seconds);
+    }
+}
+
+/// Every reason, refused or not, so each series exists from the start.
+fn write_rejected_reports(out: &mut Exposition, rejected: &BTreeMap<RejectReason, u64>) {
+    let mut family = out.family(&c::REPORTS_REJECTED_TOTAL);
+    for reason in RejectReason::ALL {
+        let total = rejected.get(reason).copied().unwrap_or(0);
+        family.sample(&[reason.as_str()], as_f64(total));
+    }
+}
+
+fn write_events(out: &mut Exposition, events: &BTreeMap<EventKind, u64>) {
+    let mut family = out.family(&c::EVENTS_TOTAL);
+    for (kind, total) in events {
+        family.sample(&[kind.as_str()], as_f64(*total));
+    }
+}
+
+fn write_evaluation_times(out: &mut Exposition, times: &DurationHistogram) {
+    let values = HistogramValues {
+        bounds: times.bounds(),
+        counts: times.counts(),
+        sum: times.sum(),
+    };
+    if let Some(coarse) = Histogram::regrouped(&values, &EXPORTED_EVALUATION_BOUNDS) {
+        out.family(&c::EVALUATION_DURATION_SECONDS)
+            .histogram(&[], &coarse.values());
     }
 }
 

@@ -15,14 +15,15 @@ use meshd_model::linkstats::RTT_BOUNDS;
 use meshd_proto::wire;
 use prost::Message;
 use prost::bytes::{BufMut, Bytes};
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::broadcast::{self, error::RecvError};
+use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::client::Grpc;
 use tonic::codec::{Codec, EncodeBuf, Encoder};
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::transport::{Channel, Endpoint, Uri};
-use tonic::{Request, Status};
+use tonic::{Request, Status, Streaming};
 use tonic_prost::ProstDecoder;
 
 use super::tls::MeshTls;
@@ -261,7 +262,7 @@ async fn stream_once(
     let identity = identity_rx.borrow_and_update().clone();
     let mut full_rx = outgoing.full.clone();
     // Subscribed before the full state is read, so no update falls between.
-    let mut updates = outgoing.updates.subscribe();
+    let updates = outgoing.updates.subscribe();
     let Some(full) = full_rx.borrow_and_update().clone() else {
         // Nothing to say before the first update: wait for it.
         return tokio::select! {
@@ -269,104 +270,168 @@ async fn stream_once(
             _ = full_rx.changed() => Ended::Failed("waiting for the first update".to_owned()),
         };
     };
-    let channel = match channel(route, tls).await {
-        Ok(channel) => channel,
+    let (tx, replies) = match open_stream(route, tls, &identity, &full).await {
+        Ok(opened) => opened,
         Err(error) => return Ended::Failed(error),
     };
+    metrics
+        .delivery
+        .count_report_sent(&route.peer, ReportOutcome::Accepted);
+    tracing::debug!(peer = %route.peer, path = %route.path, "report stream open");
+    let live = Live {
+        route,
+        outgoing,
+        metrics,
+        tx,
+        sent: full.sequence,
+        full: full_rx,
+    };
+    live.carry(identity_rx, updates, replies, stop).await
+}
+
+/// Connects to `route`'s peer and opens the stream with this node's
+/// identity and everything sent so far: the queue the stream sends from,
+/// and the peer's replies.
+async fn open_stream(
+    route: &Route,
+    tls: Option<&MeshTls>,
+    identity: &NodeIdentity,
+    full: &Encoded,
+) -> Result<(mpsc::Sender<Bytes>, Streaming<wire::PeerReply>), String> {
+    let channel = channel(route, tls).await?;
     let (tx, rx) = mpsc::channel::<Bytes>(STREAM_QUEUE);
     let instance = super::instance();
     // The queue is empty: these two cannot fail.
-    let _ = tx.try_send(open_message(&identity, instance));
+    let _ = tx.try_send(open_message(identity, instance));
     let _ = tx.try_send(full.bytes.clone());
-    let mut sent = full.sequence;
     let mut grpc = Grpc::new(channel);
-    if let Err(error) = grpc.ready().await {
-        return Ended::Failed(format!("not ready: {error}"));
-    }
+    grpc.ready()
+        .await
+        .map_err(|error| format!("not ready: {error}"))?;
     let replies = grpc
         .streaming(
             Request::new(ReceiverStream::new(rx)),
             PathAndQuery::from_static(STREAM_PATH),
             EncodedCodec,
         )
-        .await;
-    let mut replies = match replies {
-        Ok(response) => response.into_inner(),
-        Err(status) => return Ended::Failed(status.message().to_owned()),
-    };
-    metrics
-        .delivery
-        .count_report_sent(&route.peer, ReportOutcome::Accepted);
-    tracing::debug!(peer = %route.peer, path = %route.path, "report stream open");
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => return Ended::Shutdown,
-            changed = identity_rx.changed() => {
-                return if changed.is_err() { Ended::Shutdown } else { Ended::Reincarnated };
-            }
-            update = updates.recv() => {
-                let next = match update {
-                    Ok(update) if update.sequence <= sent => continue,
-                    Ok(update) => update,
-                    Err(broadcast::error::RecvError::Lagged(_)) => {
-                        match full_rx.borrow_and_update().clone() {
-                            Some(full) => full,
-                            None => continue,
-                        }
-                    }
-                    Err(broadcast::error::RecvError::Closed) => return Ended::Shutdown,
-                };
-                if !send(&tx, &next, &mut sent) {
-                    return Ended::Failed("the stream stopped taking updates".to_owned());
+        .await
+        .map_err(|status| status.message().to_owned())?;
+    Ok((tx, replies.into_inner()))
+}
+
+/// A stream once open: what it has queued, and where its replies go.
+struct Live<'a> {
+    route: &'a Route,
+    outgoing: &'a Outgoing,
+    metrics: &'a Metrics,
+    tx: mpsc::Sender<Bytes>,
+    /// The sequence of the last update queued.
+    sent: u64,
+    full: watch::Receiver<Option<Arc<Encoded>>>,
+}
+
+impl Live<'_> {
+    /// Sends every update and takes every reply until the stream ends.
+    async fn carry(
+        mut self,
+        mut identity_rx: watch::Receiver<NodeIdentity>,
+        mut updates: broadcast::Receiver<Arc<Encoded>>,
+        mut replies: Streaming<wire::PeerReply>,
+        stop: &CancellationToken,
+    ) -> Ended {
+        loop {
+            let went_on = tokio::select! {
+                () = stop.cancelled() => return Ended::Shutdown,
+                changed = identity_rx.changed() => {
+                    return if changed.is_err() { Ended::Shutdown } else { Ended::Reincarnated };
                 }
-            }
-            reply = replies.message() => {
-                let reply = match reply {
-                    Ok(Some(reply)) => reply,
-                    Ok(None) => return Ended::Failed("the peer closed the stream".to_owned()),
-                    Err(status) => return Ended::Failed(status.message().to_owned()),
-                };
-                let arrived = SystemTime::now();
-                let reply = match PeerReply::try_from(reply) {
-                    Ok(reply) => reply,
-                    Err(error) => return Ended::Failed(format!("a malformed reply: {error}")),
-                };
-                if reply.refusal.is_some() {
-                    metrics.delivery.count_report_sent(&route.peer, ReportOutcome::Rejected);
-                }
-                if reply.resync
-                    && let Some(full) = full_rx.borrow().clone()
-                {
-                    sent = 0;
-                    if !send(&tx, &full, &mut sent) {
-                        return Ended::Failed("the stream stopped taking updates".to_owned());
-                    }
-                }
-                let refused = reply.refusal.clone();
-                let _ = outgoing
-                    .replies
-                    .send(ReplyIn {
-                        peer: route.peer.clone(),
-                        reply,
-                        arrived,
-                        at: Instant::now(),
-                    })
-                    .await;
-                if let Some(refusal) = refused {
-                    return Ended::Failed(format!("refused: {}: {}", refusal.reason, refusal.detail));
-                }
+                update = updates.recv() => self.forward(update),
+                reply = replies.message() => self.take_reply(reply).await,
+            };
+            if let Err(ended) = went_on {
+                return ended;
             }
         }
     }
-}
 
-fn send(tx: &mpsc::Sender<Bytes>, update: &Arc<Encoded>, sent: &mut u64) -> bool {
-    match tx.try_send(update.bytes.clone()) {
-        Ok(()) => {
-            *sent = update.sequence;
-            true
+    /// Queues an update not sent yet; a stream that fell behind the
+    /// updates sends everything instead.
+    fn forward(&mut self, update: Result<Arc<Encoded>, RecvError>) -> Result<(), Ended> {
+        let next = match update {
+            Ok(update) if update.sequence <= self.sent => return Ok(()),
+            Ok(update) => update,
+            Err(RecvError::Lagged(_)) => match self.full.borrow_and_update().clone() {
+                Some(full) => full,
+                None => return Ok(()),
+            },
+            Err(RecvError::Closed) => return Err(Ended::Shutdown),
+        };
+        self.send(&next)
+    }
+
+    /// Counts a refusal, sends everything again when the peer asks, and
+    /// hands the reply to the aggregator. A refusal ends the stream.
+    async fn take_reply(
+        &mut self,
+        reply: Result<Option<wire::PeerReply>, Status>,
+    ) -> Result<(), Ended> {
+        let reply = match reply {
+            Ok(Some(reply)) => reply,
+            Ok(None) => return Err(Ended::Failed("the peer closed the stream".to_owned())),
+            Err(status) => return Err(Ended::Failed(status.message().to_owned())),
+        };
+        let arrived = SystemTime::now();
+        let reply = PeerReply::try_from(reply)
+            .map_err(|error| Ended::Failed(format!("a malformed reply: {error}")))?;
+        if reply.refusal.is_some() {
+            self.metrics
+                .delivery
+                .count_report_sent(&self.route.peer, ReportOutcome::Rejected);
         }
-        Err(_) => false,
+        if reply.resync {
+            self.resend_everything()?;
+        }
+        let refused = reply.refusal.clone();
+        let _ = self
+            .outgoing
+            .replies
+            .send(ReplyIn {
+                peer: self.route.peer.clone(),
+                reply,
+                arrived,
+                at: Instant::now(),
+            })
+            .await;
+        match refused {
+            Some(refusal) => Err(Ended::Failed(format!(
+                "refused: {}: {}",
+                refusal.reason, refusal.detail
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    fn resend_everything(&mut self) -> Result<(), Ended> {
+        let full = self.full.borrow().clone();
+        match full {
+            Some(full) => {
+                self.sent = 0;
+                self.send(&full)
+            }
+            None => Ok(()),
+        }
+    }
+
+    fn send(&mut self, update: &Arc<Encoded>) -> Result<(), Ended> {
+        match self.tx.try_send(update.bytes.clone()) {
+            Ok(()) => {
+                self.sent = update.sequence;
+                Ok(())
+            }
+            Err(_) => Err(Ended::Failed(
+                "the stream stopped taking updates".to_owned(),
+            )),
+        }
     }
 }
 
