@@ -159,11 +159,7 @@ impl RunningNode {
         config: &Config,
         hostname: &str,
     ) -> Result<Self, StartError> {
-        if config.tls.insecure && !config.peers.is_empty() {
-            tracing::warn!(
-                "tls.insecure: reports between nodes are neither encrypted nor authenticated; anyone on the management network can forge them"
-            );
-        }
+        warn_if_insecure(config);
         let identity = identity(config, hostname, SystemTime::now());
         let metrics = Arc::new(Metrics::new(&identity));
         metrics.set_insecure(config.tls.insecure);
@@ -202,13 +198,9 @@ impl RunningNode {
             metrics.clone(),
         )?;
         let mut tasks = JoinSet::new();
-        tasks.spawn({
-            let (configs, shutdown) = (configs.subscribe(), shutdown.clone());
-            async move {
-                aggregator.run(configs, shutdown).await;
-                Ok(())
-            }
-        });
+        tasks.spawn(run_to_end(
+            aggregator.run(configs.subscribe(), shutdown.clone()),
+        ));
         tasks.spawn(follow_paths(
             configs.subscribe(),
             Streams::new(
@@ -220,13 +212,9 @@ impl RunningNode {
             CableListeners::new(bound.tls.clone(), peer.clone(), shutdown.clone()),
             shutdown.clone(),
         ));
-        tasks.spawn({
-            let (status, shutdown) = (state.status.clone(), shutdown.clone());
-            async move {
-                pusher.run(status, shutdown).await;
-                Ok(())
-            }
-        });
+        tasks.spawn(run_to_end(
+            pusher.run(state.status.clone(), shutdown.clone()),
+        ));
         let served = Served {
             state: &state,
             configs: &configs,
@@ -328,6 +316,20 @@ fn local_addr(
     listener
         .local_addr()
         .map_err(|error| StartError::Listen { what, addr, error })
+}
+
+/// A task of the node that ends without an error of its own.
+async fn run_to_end(task: impl Future<Output = ()>) -> Result<(), ServeError> {
+    task.await;
+    Ok(())
+}
+
+fn warn_if_insecure(config: &Config) {
+    if config.tls.insecure && !config.peers.is_empty() {
+        tracing::warn!(
+            "tls.insecure: reports between nodes are neither encrypted nor authenticated; anyone on the management network can forge them"
+        );
+    }
 }
 
 /// A peer book for this config's membership.

@@ -189,64 +189,21 @@ impl NodeCore {
     /// and post.
     pub fn look(&mut self, mut look: Look<'_>) -> Decision {
         let moment = look.moment;
-        let local_links = self.local_links(&look, moment);
-        let load = node_load(
-            look.sampled.map(|s| s.sample.busy_ratio),
-            look.lateness,
-            self.settings.cpu_saturated_above,
-        );
-        let boot_events = self.follow_boots(&look.book, look.facts, moment.wall);
-        let mut local_alarms = std::mem::take(&mut look.local_alarms);
-        local_alarms.extend(self.boots.alarms(moment.wall));
-        local_alarms.extend_from_slice(self.jobs.judge(look.sampled, self.fault.as_ref()));
-        let inputs = MeshInputs {
-            local: self.identity.clone(),
-            configured: self.configured.clone(),
-            local_load: load,
-            local_lateness: look.lateness,
-            local_links,
-            expected_links: self.expected.clone(),
-            peers: std::mem::take(&mut look.book.views),
-            local_alarms,
-            clock_offsets: self.clocks.offsets(moment.now),
-        };
+        let (inputs, boot_events) = self.inputs(&mut look);
         let evaluation = self.engine.evaluate(&inputs, moment);
         let mut status = evaluation.status;
         self.fault = mesh_fault(&status, &self.identity.id);
         boot::annotate(&mut status, &self.boots.view(moment.wall));
-        let declared = declared_cables(
-            self.expected
-                .iter()
-                .map(|l| Declared {
-                    local: &l.local,
-                    remote: &l.remote,
-                })
-                .chain(inputs.peers.values().flat_map(|p| {
-                    p.report.links.iter().map(|o| Declared {
-                        local: &o.local,
-                        remote: &o.remote,
-                    })
-                })),
-        );
-        let topology = self.topology.refresh(
-            &self.configured,
-            &self.identity.id,
-            look.facts,
-            &look.book,
-            declared,
-        );
-        status.cables.clone_from(&topology.cables);
-        status.checks.clone_from(&topology.checks);
-
+        self.map_cables(&mut status, &look, &inputs.peers);
         let mut events = events::diff(self.last.as_ref(), &status);
         self.last.get_or_insert_default().remember(&status);
         events.extend(boot_events);
-        let urgent = look.urgent || !events.is_empty();
         let paths = self.engine.path_liveness(&inputs.peers, moment.now);
         let links_observed = inputs.links_observed();
         let MeshInputs {
             local_links,
             local_alarms,
+            local_load: load,
             clock_offsets,
             peers,
             ..
@@ -276,12 +233,9 @@ impl NodeCore {
             load,
             lateness: look.lateness,
         };
-        let update = self.outbox.next(&snapshot, moment, urgent);
-        let next_look = [Some(evaluation.next_deadline), self.outbox.next_due()]
-            .into_iter()
-            .flatten()
-            .min()
-            .unwrap_or(evaluation.next_deadline);
+        let update = self
+            .outbox
+            .next(&snapshot, moment, look.urgent || !events.is_empty());
         Decision {
             status,
             events,
@@ -293,8 +247,77 @@ impl NodeCore {
             jobs: self.jobs.figures(),
             update,
             clock_offsets,
-            next_look,
+            next_look: self.next_look(evaluation.next_deadline),
         }
+    }
+
+    /// What the engine judges this look: this node's links and load, the
+    /// peers' reports, the local watchers' alarms with the boots' and the
+    /// job ranks' (both followed here first); and the boots' events.
+    fn inputs(&mut self, look: &mut Look<'_>) -> (MeshInputs, Vec<Event>) {
+        let moment = look.moment;
+        let local_links = self.local_links(look, moment);
+        let load = node_load(
+            look.sampled.map(|s| s.sample.busy_ratio),
+            look.lateness,
+            self.settings.cpu_saturated_above,
+        );
+        let boot_events = self.follow_boots(&look.book, look.facts, moment.wall);
+        let mut local_alarms = std::mem::take(&mut look.local_alarms);
+        local_alarms.extend(self.boots.alarms(moment.wall));
+        local_alarms.extend_from_slice(self.jobs.judge(look.sampled, self.fault.as_ref()));
+        let inputs = MeshInputs {
+            local: self.identity.clone(),
+            configured: self.configured.clone(),
+            local_load: load,
+            local_lateness: look.lateness,
+            local_links,
+            expected_links: self.expected.clone(),
+            peers: std::mem::take(&mut look.book.views),
+            local_alarms,
+            clock_offsets: self.clocks.offsets(moment.now),
+        };
+        (inputs, boot_events)
+    }
+
+    /// Puts the cable map and the checks in `status`: from the members'
+    /// facts and the cables this node and its peers declare.
+    fn map_cables(
+        &mut self,
+        status: &mut MeshStatus,
+        look: &Look<'_>,
+        peers: &BTreeMap<NodeId, PeerView>,
+    ) {
+        let declared = declared_cables(
+            self.expected
+                .iter()
+                .map(|l| Declared {
+                    local: &l.local,
+                    remote: &l.remote,
+                })
+                .chain(peers.values().flat_map(|p| {
+                    p.report.links.iter().map(|o| Declared {
+                        local: &o.local,
+                        remote: &o.remote,
+                    })
+                })),
+        );
+        let topology = self.topology.refresh(
+            &self.configured,
+            &self.identity.id,
+            look.facts,
+            &look.book,
+            declared,
+        );
+        status.cables.clone_from(&topology.cables);
+        status.checks.clone_from(&topology.checks);
+    }
+
+    /// The engine's deadline, or the next heartbeat if it comes sooner.
+    fn next_look(&self, deadline: Instant) -> Instant {
+        self.outbox
+            .next_due()
+            .map_or(deadline, |due| due.min(deadline))
     }
 
     /// This node's observation of each configured link it has probe
