@@ -61,7 +61,7 @@ impl Role {
 /// The alert an alarm kind becomes, and whether it is about one node (its
 /// `node` label) or the whole mesh (no node label: every node raises the
 /// same one).
-fn alarm_alert(kind: AlarmKind) -> Option<(&'static str, bool)> {
+fn alert_of_kind(kind: AlarmKind) -> Option<(&'static str, bool)> {
     Some(match kind {
         // Only a node without quorum raises it, and then as MeshNoQuorum.
         AlarmKind::NoQuorum => return None,
@@ -134,109 +134,132 @@ fn node_down(node: &meshd_domain::NodeVerdict, posted_by: &NodeId) -> Alert {
 /// alerts only for nodes that are down.
 pub fn alerts(status: &MeshStatus, role: Role) -> Vec<Alert> {
     let me = &status.node.id;
-    let mut out = Vec::new();
-    match role {
-        Role::Follower => {}
-        Role::Minority => {
-            // A peer silent on every path is down whatever the quorum: a
-            // two-node mesh that lost a node must still page.
-            let seen_by = format!(
-                "seen by {me} alone, without quorum ({} of {} members heard)",
-                status.quorum.members.len(),
-                status.quorum.configured.len()
-            );
-            for node in status.nodes.iter().filter(|n| n.state == NodeState::Down) {
-                let mut down = node_down(node, me);
-                down.annotations
-                    .insert("seen_by".to_owned(), seen_by.clone());
-                out.push(down);
-            }
-            // The engine raises no_quorum once it settled: a node that
-            // starts, or restarts, is without quorum for a moment.
-            let no_quorum = status
-                .alarms
-                .iter()
-                .find(|a| a.kind == AlarmKind::NoQuorum && a.node == *me);
-            if let Some(no_quorum) = no_quorum {
-                let unheard: Vec<&str> = status
-                    .quorum
-                    .configured
-                    .iter()
-                    .filter(|id| !status.quorum.members.contains(id))
-                    .map(NodeId::as_str)
-                    .collect();
-                out.push(alert(
-                    "MeshNoQuorum",
-                    Severity::Warning,
-                    &[],
-                    "A part of the mesh has no quorum: link verdicts are held".to_owned(),
-                    format!(
-                        "{me} hears {} of {} members; not heard: {}",
-                        status.quorum.members.len(),
-                        status.quorum.configured.len(),
-                        unheard.join(", ")
-                    ),
-                    no_quorum.since,
-                    me,
-                ));
-            }
-        }
-        Role::Leader => {
-            for link in &status.links {
-                let named = match (link.state, link.blame) {
-                    (LinkState::Down, Blame::Link) => {
-                        Some(("MeshLinkDown", Severity::Critical, "down"))
-                    }
-                    (LinkState::Degraded, Blame::Link) => {
-                        Some(("MeshLinkDegraded", Severity::Warning, "degraded"))
-                    }
-                    (LinkState::Flapping, Blame::Link) => {
-                        Some(("MeshLinkFlapping", Severity::Warning, "flapping"))
-                    }
-                    _ => None,
-                };
-                if let Some((name, severity, what)) = named {
-                    let (a, b) = (link.a.node.as_str(), link.b.node.as_str());
-                    out.push(alert(
-                        name,
-                        severity,
-                        &[("a", a), ("b", b)],
-                        format!("Link {a} <-> {b} is {what}"),
-                        link.evidence.join("; "),
-                        link.since,
-                        me,
-                    ));
-                }
-            }
-            for node in status.nodes.iter().filter(|n| n.state == NodeState::Down) {
-                out.push(node_down(node, me));
-            }
-            for alarm in &status.alarms {
-                if let Some((name, about_a_node)) = alarm_alert(alarm.kind) {
-                    let mut description = alarm.evidence.join("; ");
-                    if let Some(fix) = &alarm.fix {
-                        description.push_str(&format!(" Fix: {fix}"));
-                    }
-                    let node = [("node", alarm.node.as_str())];
-                    let labels: &[(&str, &str)] = if about_a_node { &node } else { &[] };
-                    out.push(alert(
-                        name,
-                        alarm.severity,
-                        labels,
-                        alarm.summary.clone(),
-                        description,
-                        alarm.since,
-                        me,
-                    ));
-                }
-            }
-        }
-    }
+    let mut out: Vec<Alert> = match role {
+        Role::Follower => Vec::new(),
+        Role::Minority => minority_alerts(status, me),
+        Role::Leader => link_alerts(status, me)
+            .chain(node_down_alerts(status, me))
+            .chain(alarm_alerts(status, me))
+            .collect(),
+    };
     // One alert per label set: two alarms of a kind about one node (a
     // bridge loop on two bridges) are one page.
     let mut seen = BTreeSet::new();
     out.retain(|a| seen.insert(a.labels.clone()));
     out
+}
+
+/// What a node without quorum can vouch for alone: a peer silent on every
+/// path is down whatever the quorum (a two-node mesh that lost a node must
+/// still page), and the lost quorum itself.
+fn minority_alerts(status: &MeshStatus, me: &NodeId) -> Vec<Alert> {
+    let seen_by = format!(
+        "seen by {me} alone, without quorum ({} of {} members heard)",
+        status.quorum.members.len(),
+        status.quorum.configured.len()
+    );
+    let mut out: Vec<Alert> = node_down_alerts(status, me)
+        .map(|mut down| {
+            down.annotations
+                .insert("seen_by".to_owned(), seen_by.clone());
+            down
+        })
+        .collect();
+    out.extend(no_quorum_alert(status, me));
+    out
+}
+
+/// `MeshNoQuorum`, once the engine raised no_quorum on this node: it does
+/// so only once the condition settled, since a node that starts, or
+/// restarts, is without quorum for a moment.
+fn no_quorum_alert(status: &MeshStatus, me: &NodeId) -> Option<Alert> {
+    let no_quorum = status
+        .alarms
+        .iter()
+        .find(|a| a.kind == AlarmKind::NoQuorum && a.node == *me)?;
+    let unheard: Vec<&str> = status
+        .quorum
+        .configured
+        .iter()
+        .filter(|id| !status.quorum.members.contains(id))
+        .map(NodeId::as_str)
+        .collect();
+    Some(alert(
+        "MeshNoQuorum",
+        Severity::Warning,
+        &[],
+        "A part of the mesh has no quorum: link verdicts are held".to_owned(),
+        format!(
+            "{me} hears {} of {} members; not heard: {}",
+            status.quorum.members.len(),
+            status.quorum.configured.len(),
+            unheard.join(", ")
+        ),
+        no_quorum.since,
+        me,
+    ))
+}
+
+/// An alert for each link that is down, degraded or flapping by its own
+/// fault.
+fn link_alerts<'a>(status: &'a MeshStatus, me: &'a NodeId) -> impl Iterator<Item = Alert> + 'a {
+    status.links.iter().filter_map(move |link| {
+        let (name, severity, what) = match (link.state, link.blame) {
+            (LinkState::Down, Blame::Link) => ("MeshLinkDown", Severity::Critical, "down"),
+            (LinkState::Degraded, Blame::Link) => {
+                ("MeshLinkDegraded", Severity::Warning, "degraded")
+            }
+            (LinkState::Flapping, Blame::Link) => {
+                ("MeshLinkFlapping", Severity::Warning, "flapping")
+            }
+            _ => return None,
+        };
+        let (a, b) = (link.a.node.as_str(), link.b.node.as_str());
+        Some(alert(
+            name,
+            severity,
+            &[("a", a), ("b", b)],
+            format!("Link {a} <-> {b} is {what}"),
+            link.evidence.join("; "),
+            link.since,
+            me,
+        ))
+    })
+}
+
+/// `MeshNodeDown` for each node that is down.
+fn node_down_alerts<'a>(
+    status: &'a MeshStatus,
+    me: &'a NodeId,
+) -> impl Iterator<Item = Alert> + 'a {
+    status
+        .nodes
+        .iter()
+        .filter(|n| n.state == NodeState::Down)
+        .map(move |node| node_down(node, me))
+}
+
+/// An alert for each alarm of a kind that has one, its fix appended to
+/// the description.
+fn alarm_alerts<'a>(status: &'a MeshStatus, me: &'a NodeId) -> impl Iterator<Item = Alert> + 'a {
+    status.alarms.iter().filter_map(move |alarm| {
+        let (name, about_a_node) = alert_of_kind(alarm.kind)?;
+        let mut description = alarm.evidence.join("; ");
+        if let Some(fix) = &alarm.fix {
+            description.push_str(&format!(" Fix: {fix}"));
+        }
+        let node = [("node", alarm.node.as_str())];
+        let labels: &[(&str, &str)] = if about_a_node { &node } else { &[] };
+        Some(alert(
+            name,
+            alarm.severity,
+            labels,
+            alarm.summary.clone(),
+            description,
+            alarm.since,
+            me,
+        ))
+    })
 }
 
 /// Firing alerts are posted with an end this many resend intervals ahead:

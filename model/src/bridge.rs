@@ -154,6 +154,43 @@ impl BridgeDetector {
         now: Instant,
         wall: SystemTime,
     ) -> Vec<Alarm> {
+        self.sample_rates(bridges, mesh, now);
+        let mut alarms = Vec::new();
+        let mut since = BTreeMap::new();
+        for bridge in bridges {
+            let previous = self.since.get(&bridge.name).copied();
+            let mesh_members: Vec<&str> = bridge
+                .members
+                .iter()
+                .filter(|m| mesh.contains(*m))
+                .map(String::as_str)
+                .collect();
+            let evidence = self.evidence(bridge, &mesh_members);
+            let loop_since = previous.and_then(|p| p.loop_since);
+            let looping = self.loop_alarm(bridge, &mesh_members, &evidence, loop_since, wall);
+            let storm_since = previous.and_then(|p| p.storm_since);
+            let storm = self.storm_alarm(bridge, &mesh_members, evidence, storm_since, wall);
+            let entry = Since {
+                loop_since: looping.as_ref().map(|a| a.since),
+                storm_since: storm.as_ref().map(|a| a.since),
+            };
+            if entry.loop_since.is_some() || entry.storm_since.is_some() {
+                since.insert(bridge.name.clone(), entry);
+            }
+            alarms.extend(looping);
+            alarms.extend(storm);
+        }
+        self.since = since;
+        alarms
+    }
+
+    /// Takes the counters of the bridges and of their mesh members.
+    fn sample_rates(
+        &mut self,
+        bridges: &[BridgeObservation],
+        mesh: &BTreeSet<String>,
+        now: Instant,
+    ) {
         let mut seen = BTreeSet::new();
         let storm = self.storm;
         for bridge in bridges {
@@ -170,87 +207,82 @@ impl BridgeDetector {
         // An interface that vanished (a deleted bridge, a member that left)
         // starts over if it comes back.
         self.rates.retain(|name, _| seen.contains(name));
+    }
 
-        let mut alarms = Vec::new();
-        let mut since = BTreeMap::new();
-        for bridge in bridges {
-            let previous = self.since.get(&bridge.name).copied();
-            let mut entry = Since {
-                loop_since: None,
-                storm_since: None,
-            };
-            let mesh_members: Vec<&str> = bridge
-                .members
-                .iter()
-                .filter(|m| mesh.contains(*m))
-                .map(String::as_str)
-                .collect();
-            let storming: Vec<(&str, Option<f64>)> = std::iter::once(bridge.name.as_str())
-                .chain(mesh_members.iter().copied())
-                .filter_map(|name| self.rates.get(name).map(|r| (name, r)))
-                .filter(|(_, r)| r.storming)
-                .map(|(name, r)| (name, r.per_second))
-                .collect();
-            let evidence = self.evidence(bridge, &mesh_members);
-
-            let looping = match bridge.active {
-                Some(active) => active,
-                // An unreadable state is no evidence either way.
-                None => previous.is_some_and(|p| p.loop_since.is_some()),
-            };
-            if looping && !mesh_members.is_empty() {
-                let started = previous.and_then(|p| p.loop_since).unwrap_or(wall);
-                entry.loop_since = Some(started);
-                alarms.push(Alarm {
-                    kind: AlarmKind::BridgeLoop,
-                    severity: Severity::Warning,
-                    node: self.node.clone(),
-                    subject: bridge.name.clone(),
-                    summary: format!(
-                        "{} bridges mesh ports {}: broadcast frames can loop between cables",
-                        bridge.name,
-                        mesh_members.join(", ")
-                    ),
-                    evidence: evidence.clone(),
-                    fix: Some(fix(self.os, bridge, &mesh_members)),
-                    since: started,
-                    updated: wall,
-                });
-            }
-            if !storming.is_empty() {
-                let started = previous.and_then(|p| p.storm_since).unwrap_or(wall);
-                entry.storm_since = Some(started);
-                let what: Vec<String> = storming
-                    .iter()
-                    .map(|(name, rate)| match rate {
-                        Some(r) => format!("{name} {r:.0}/s"),
-                        None => format!("{name} (rate unknown this sample)"),
-                    })
-                    .collect();
-                alarms.push(Alarm {
-                    kind: AlarmKind::BroadcastStorm,
-                    severity: Severity::Warning,
-                    node: self.node.clone(),
-                    subject: bridge.name.clone(),
-                    summary: format!(
-                        "broadcast storm on {}: {} (threshold {}/s for {})",
-                        bridge.name,
-                        what.join(", "),
-                        self.storm.packets_per_second,
-                        humantime::format_duration(self.storm.window)
-                    ),
-                    evidence,
-                    fix: Some(fix(self.os, bridge, &mesh_members)),
-                    since: started,
-                    updated: wall,
-                });
-            }
-            if entry.loop_since.is_some() || entry.storm_since.is_some() {
-                since.insert(bridge.name.clone(), entry);
-            }
+    /// `bridge_loop` while `bridge` forwards with mesh ports among its
+    /// members; `held_since` is when the alarm began, if it was raised.
+    fn loop_alarm(
+        &self,
+        bridge: &BridgeObservation,
+        mesh_members: &[&str],
+        evidence: &[String],
+        held_since: Option<SystemTime>,
+        wall: SystemTime,
+    ) -> Option<Alarm> {
+        let looping = match bridge.active {
+            Some(active) => active,
+            // An unreadable state is no evidence either way.
+            None => held_since.is_some(),
+        };
+        if !looping || mesh_members.is_empty() {
+            return None;
         }
-        self.since = since;
-        alarms
+        Some(Alarm {
+            kind: AlarmKind::BridgeLoop,
+            severity: Severity::Warning,
+            node: self.node.clone(),
+            subject: bridge.name.clone(),
+            summary: format!(
+                "{} bridges mesh ports {}: broadcast frames can loop between cables",
+                bridge.name,
+                mesh_members.join(", ")
+            ),
+            evidence: evidence.to_vec(),
+            fix: Some(fix(self.os, bridge, mesh_members)),
+            since: held_since.unwrap_or(wall),
+            updated: wall,
+        })
+    }
+
+    /// `broadcast_storm` while `bridge` or one of its mesh members storms;
+    /// `held_since` is when the alarm began, if it was raised.
+    fn storm_alarm(
+        &self,
+        bridge: &BridgeObservation,
+        mesh_members: &[&str],
+        evidence: Vec<String>,
+        held_since: Option<SystemTime>,
+        wall: SystemTime,
+    ) -> Option<Alarm> {
+        let storming: Vec<String> = std::iter::once(bridge.name.as_str())
+            .chain(mesh_members.iter().copied())
+            .filter_map(|name| self.rates.get(name).map(|r| (name, r)))
+            .filter(|(_, r)| r.storming)
+            .map(|(name, r)| match r.per_second {
+                Some(r) => format!("{name} {r:.0}/s"),
+                None => format!("{name} (rate unknown this sample)"),
+            })
+            .collect();
+        if storming.is_empty() {
+            return None;
+        }
+        Some(Alarm {
+            kind: AlarmKind::BroadcastStorm,
+            severity: Severity::Warning,
+            node: self.node.clone(),
+            subject: bridge.name.clone(),
+            summary: format!(
+                "broadcast storm on {}: {} (threshold {}/s for {})",
+                bridge.name,
+                storming.join(", "),
+                self.storm.packets_per_second,
+                humantime::format_duration(self.storm.window)
+            ),
+            evidence,
+            fix: Some(fix(self.os, bridge, mesh_members)),
+            since: held_since.unwrap_or(wall),
+            updated: wall,
+        })
     }
 
     fn rate_of(&mut self, name: &str, seen: &mut BTreeSet<String>) -> &mut Rate {

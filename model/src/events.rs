@@ -68,69 +68,105 @@ pub fn diff(before: Option<&Verdicts>, after: &MeshStatus) -> Vec<Event> {
         return Vec::new();
     };
     let mut events = Vec::new();
-    let event = |kind: EventKind, subject: String, summary: String, detail: EventDetail| Event {
+    events.extend(quorum_event(before, after));
+    events.extend(node_events(before, after));
+    events.extend(link_events(before, after));
+    events.extend(alarm_events(before, after));
+    events
+}
+
+/// An event `after`'s node observed at `after`'s time.
+fn event(
+    after: &MeshStatus,
+    kind: EventKind,
+    subject: String,
+    summary: String,
+    detail: EventDetail,
+) -> Event {
+    Event {
         at: after.evaluated_at,
         observer: after.node.id.clone(),
         kind,
         subject,
         summary,
         detail: Some(detail),
-    };
-
-    if before.has_quorum != after.quorum.has_quorum {
-        let (kind, verb) = if after.quorum.has_quorum {
-            (EventKind::QuorumRegained, "regained")
-        } else {
-            (EventKind::QuorumLost, "lost")
-        };
-        events.push(event(
-            kind,
-            "quorum".to_owned(),
-            format!(
-                "quorum {verb}: {} of {} members fresh",
-                after.quorum.members.len(),
-                after.quorum.configured.len()
-            ),
-            EventDetail::Quorum(after.quorum.clone()),
-        ));
     }
+}
 
+/// Quorum lost or regained.
+fn quorum_event(before: &Verdicts, after: &MeshStatus) -> Option<Event> {
+    if before.has_quorum == after.quorum.has_quorum {
+        return None;
+    }
+    let (kind, verb) = if after.quorum.has_quorum {
+        (EventKind::QuorumRegained, "regained")
+    } else {
+        (EventKind::QuorumLost, "lost")
+    };
+    Some(event(
+        after,
+        kind,
+        "quorum".to_owned(),
+        format!(
+            "quorum {verb}: {} of {} members fresh",
+            after.quorum.members.len(),
+            after.quorum.configured.len()
+        ),
+        EventDetail::Quorum(after.quorum.clone()),
+    ))
+}
+
+/// Each node known before whose state changed.
+fn node_events(before: &Verdicts, after: &MeshStatus) -> Vec<Event> {
     let old_nodes: BTreeMap<&NodeId, NodeState> = before
         .nodes
         .iter()
         .map(|(id, state)| (id, *state))
         .collect();
-    for node in &after.nodes {
-        if old_nodes.get(&node.id).is_none_or(|old| *old == node.state) {
-            continue;
-        }
-        let kind = match node.state {
-            NodeState::Up => EventKind::NodeUp,
-            NodeState::Suspect => EventKind::NodeSuspect,
-            NodeState::Down => EventKind::NodeDown,
-        };
-        events.push(event(
-            kind,
-            node.id.to_string(),
-            with_evidence(
-                &format!("node {} is {}", node.id, node.state),
-                &node.evidence,
-            ),
-            EventDetail::Node(node.clone()),
-        ));
-    }
+    after
+        .nodes
+        .iter()
+        .filter(|node| {
+            old_nodes
+                .get(&node.id)
+                .is_some_and(|old| *old != node.state)
+        })
+        .map(|node| {
+            let kind = match node.state {
+                NodeState::Up => EventKind::NodeUp,
+                NodeState::Suspect => EventKind::NodeSuspect,
+                NodeState::Down => EventKind::NodeDown,
+            };
+            event(
+                after,
+                kind,
+                node.id.to_string(),
+                with_evidence(
+                    &format!("node {} is {}", node.id, node.state),
+                    &node.evidence,
+                ),
+                EventDetail::Node(node.clone()),
+            )
+        })
+        .collect()
+}
 
+/// Each link known before whose state changed in a way that is news (see
+/// [`link_event_kind`]).
+fn link_events(before: &Verdicts, after: &MeshStatus) -> Vec<Event> {
     let old_links: BTreeMap<(&LinkEnd, &LinkEnd), LinkState> = before
         .links
         .iter()
         .map(|(a, b, state)| ((a, b), *state))
         .collect();
-    for link in &after.links {
-        let Some(old) = old_links.get(&(&link.a, &link.b)) else {
-            continue;
-        };
-        if let Some(kind) = link_event_kind(*old, link.state) {
-            events.push(event(
+    after
+        .links
+        .iter()
+        .filter_map(|link| {
+            let old = old_links.get(&(&link.a, &link.b))?;
+            let kind = link_event_kind(*old, link.state)?;
+            Some(event(
+                after,
                 kind,
                 link_subject(link),
                 with_evidence(
@@ -138,34 +174,42 @@ pub fn diff(before: Option<&Verdicts>, after: &MeshStatus) -> Vec<Event> {
                     &link.evidence,
                 ),
                 EventDetail::Link(link.clone()),
-            ));
-        }
-    }
+            ))
+        })
+        .collect()
+}
 
+/// The alarms raised since `before`, then those cleared, each set in the
+/// order of its key (kind, node, subject).
+fn alarm_events(before: &Verdicts, after: &MeshStatus) -> Vec<Event> {
     let key = |a: &Alarm| (a.kind, a.node.clone(), a.subject.clone());
     let old_alarms: BTreeMap<_, &Alarm> = before.alarms.iter().map(|a| (key(a), a)).collect();
     let new_alarms: BTreeMap<_, &Alarm> = after.alarms.iter().map(|a| (key(a), a)).collect();
-    for (k, alarm) in &new_alarms {
-        if !old_alarms.contains_key(k) {
-            events.push(event(
+    let raised = new_alarms
+        .iter()
+        .filter(|(k, _)| !old_alarms.contains_key(k))
+        .map(|(_, alarm)| {
+            event(
+                after,
                 EventKind::AlarmRaised,
                 alarm.subject.clone(),
                 format!("{} on {}: {}", alarm.kind, alarm.node, alarm.summary),
                 EventDetail::Alarm((*alarm).clone()),
-            ));
-        }
-    }
-    for (k, alarm) in &old_alarms {
-        if !new_alarms.contains_key(k) {
-            events.push(event(
+            )
+        });
+    let cleared = old_alarms
+        .iter()
+        .filter(|(k, _)| !new_alarms.contains_key(k))
+        .map(|(_, alarm)| {
+            event(
+                after,
                 EventKind::AlarmCleared,
                 alarm.subject.clone(),
                 format!("{} on {} cleared", alarm.kind, alarm.node),
                 EventDetail::Alarm((*alarm).clone()),
-            ));
-        }
-    }
-    events
+            )
+        });
+    raised.chain(cleared).collect()
 }
 
 /// "a/en2 <-> b/en3": how links are named in events and by meshctl.

@@ -15,12 +15,15 @@ use std::time::{Duration, Instant, SystemTime};
 
 use meshd_domain::facts::NodeFacts;
 use meshd_domain::{
-    ClockSample, Incarnation, LinkEnd, LinkObservation, NodeId, PeerReport, Refusal, RejectReason,
+    ClockSample, Incarnation, NodeId, NodeIdentity, PeerReport, Refusal, RejectReason,
     ReportUpdate, StreamOpen,
 };
 
+use self::report::{apply, check_update};
 use crate::link::{EndClass, LinkRules};
 use crate::linkstats::LATE;
+
+mod report;
 
 /// An incarnation more than this far ahead of this node's wall clock (as
 /// nanoseconds since 1970) is refused: a sane clock or counter cannot give
@@ -153,6 +156,18 @@ fn sequence_bound(
     }
 }
 
+/// What the book does with an update on a live stream.
+enum Admission {
+    Apply,
+    /// Already applied (from another path), or from a peer no longer held.
+    Ignore,
+    /// An update in between is missing: the sender must send its full
+    /// report.
+    Resync,
+    /// Refused, not yet counted.
+    Refuse(Refusal),
+}
+
 /// What the engine reads of one peer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PeerView {
@@ -277,103 +292,152 @@ impl PeerBook {
         now: Instant,
         wall: SystemTime,
     ) -> Result<StreamId, Refusal> {
-        let sender = &open.sender;
+        if let Err(refused) = self.check_sender(authenticated, &open.sender, wall) {
+            return Err(self.refuse(refused));
+        }
+        if let Some(refused) = self.stale_incarnation(open, &remote, now) {
+            return Err(self.refuse(refused));
+        }
+        self.start_incarnation(open, now);
+        let sender = &open.sender.id;
+        let id = self.add_stream(sender, &path, open.instance, remote, now);
+        self.heard(sender, &path, now);
+        Ok(id)
+    }
+
+    /// Whether `sender` may open a stream at all: its certificate (if any)
+    /// names it, it is a member other than this node, and its incarnation
+    /// is not further ahead than a sane clock gives.
+    fn check_sender(
+        &self,
+        authenticated: Option<&NodeId>,
+        sender: &NodeIdentity,
+        wall: SystemTime,
+    ) -> Result<(), Refusal> {
         if let Some(cert) = authenticated
             && *cert != sender.id
         {
-            return Err(self.refuse(refusal(
+            return Err(refusal(
                 RejectReason::NotAuthenticated,
                 format!(
                     "the certificate is {cert}'s, the stream claims {}",
                     sender.id
                 ),
-            )));
+            ));
         }
         if sender.id == self.local || !self.members.contains(&sender.id) {
-            return Err(self.refuse(refusal(
+            return Err(refusal(
                 RejectReason::UnknownNode,
                 format!("{} is not a member of this mesh", sender.id),
-            )));
+            ));
         }
         let ahead = wall_nanos(wall)
             .saturating_add(u64::try_from(MAX_INCARNATION_AHEAD.as_nanos()).unwrap_or(u64::MAX));
         if sender.incarnation.0 > ahead {
-            return Err(self.refuse(refusal(
+            return Err(refusal(
                 RejectReason::IncarnationAhead,
                 format!(
                     "incarnation {} is more than a day ahead of this node's clock",
                     sender.incarnation.0
                 ),
-            )));
+            ));
         }
-        if let Some(known) = self.peers.get(&sender.id) {
-            let current = known.report.sender.incarnation;
-            let stale = sender.incarnation < current
-                || (sender.incarnation == current && known.instance != open.instance);
-            if stale {
-                // A node restarted after its clock stepped back is refused
-                // until it takes a larger incarnation; but while the
-                // current one is alive too, two daemons claim the id.
-                let current_instance = known.instance;
-                if self
-                    .live_instances(&sender.id, now)
-                    .contains(&current_instance)
-                {
-                    self.note_duplicate(&sender.id, current_instance, &remote, now);
-                }
-                let mut refused = refusal(
-                    RejectReason::OldIncarnation,
-                    format!(
-                        "incarnation {} is not newer than {} already heard from {}",
-                        sender.incarnation.0, current.0, sender.id
-                    ),
-                );
-                refused.known_incarnation = Some(current);
-                return Err(self.refuse(refused));
-            }
+        Ok(())
+    }
+
+    /// The refusal of a stream from an older incarnation than the one
+    /// heard, or from another instance of the same one.
+    fn stale_incarnation(
+        &mut self,
+        open: &StreamOpen,
+        remote: &str,
+        now: Instant,
+    ) -> Option<Refusal> {
+        let sender = &open.sender;
+        let known = self.peers.get(&sender.id)?;
+        let current = known.report.sender.incarnation;
+        let stale = sender.incarnation < current
+            || (sender.incarnation == current && known.instance != open.instance);
+        if !stale {
+            return None;
         }
+        // A node restarted after its clock stepped back is refused until it
+        // takes a larger incarnation; but while the current one is alive
+        // too, two daemons claim the id.
+        let current_instance = known.instance;
+        if self
+            .live_instances(&sender.id, now)
+            .contains(&current_instance)
+        {
+            self.note_duplicate(&sender.id, current_instance, remote, now);
+        }
+        let mut refused = refusal(
+            RejectReason::OldIncarnation,
+            format!(
+                "incarnation {} is not newer than {} already heard from {}",
+                sender.incarnation.0, current.0, sender.id
+            ),
+        );
+        refused.known_incarnation = Some(current);
+        Some(refused)
+    }
+
+    /// A stream of an incarnation not heard before: the peer starts afresh
+    /// (keeping only a duplicate claim on its id).
+    fn start_incarnation(&mut self, open: &StreamOpen, now: Instant) {
+        let sender = &open.sender;
         let restarted = self
             .peers
             .get(&sender.id)
             .is_none_or(|p| p.report.sender.incarnation != sender.incarnation);
-        if restarted {
-            let duplicate = self.peers.get(&sender.id).and_then(|p| p.duplicate.clone());
-            // What arrives on streams of the superseded incarnation is
-            // refused from now on.
-            for stream in self.streams.values_mut().filter(|s| s.node == sender.id) {
-                stream.superseded = true;
-            }
-            self.peers.insert(
-                sender.id.clone(),
-                Peer {
-                    instance: open.instance,
-                    report: Arc::new(PeerReport::empty(sender.clone())),
-                    received_at: now,
-                    since: now,
-                    paths: BTreeMap::new(),
-                    links_received: BTreeMap::new(),
-                    duplicate,
-                    sequence_at: now,
-                },
-            );
-            self.generation += 1;
+        if !restarted {
+            return;
         }
+        let duplicate = self.peers.get(&sender.id).and_then(|p| p.duplicate.clone());
+        // What arrives on streams of the superseded incarnation is refused
+        // from now on.
+        for stream in self.streams.values_mut().filter(|s| s.node == sender.id) {
+            stream.superseded = true;
+        }
+        self.peers.insert(
+            sender.id.clone(),
+            Peer {
+                instance: open.instance,
+                report: Arc::new(PeerReport::empty(sender.clone())),
+                received_at: now,
+                since: now,
+                paths: BTreeMap::new(),
+                links_received: BTreeMap::new(),
+                duplicate,
+                sequence_at: now,
+            },
+        );
+        self.generation += 1;
+    }
+
+    fn add_stream(
+        &mut self,
+        node: &NodeId,
+        path: &Path,
+        instance: u64,
+        remote: String,
+        now: Instant,
+    ) -> StreamId {
         let id = self.next_stream;
         self.next_stream += 1;
         self.streams.insert(
             id,
             Stream {
-                node: sender.id.clone(),
+                node: node.clone(),
                 path: path.clone(),
-                instance: open.instance,
+                instance,
                 remote,
                 last_message: now,
                 last_clock_sample: None,
                 superseded: false,
             },
         );
-        self.heard(&sender.id, &path, now);
-        Ok(id)
+        id
     }
 
     fn live_instances(&self, node: &NodeId, now: Instant) -> BTreeSet<u64> {
@@ -439,34 +503,44 @@ impl PeerBook {
         now: Instant,
         wall: SystemTime,
     ) -> Answer {
-        let superseded = match self.streams.get(&id) {
-            None => true,
-            Some(stream) if stream.superseded => {
-                let (node, remote) = (stream.node.clone(), stream.remote.clone());
-                if let Some(current) = self.peers.get(&node).map(|p| p.instance) {
-                    self.note_duplicate(&node, current, &remote, now);
-                }
-                true
+        let (node, clock_due) = match self.stream_spoke(id, now) {
+            Ok(spoke) => spoke,
+            Err(refused) => {
+                return Answer {
+                    refusal: Some(refused),
+                    clock: None,
+                    resync: false,
+                };
             }
-            Some(_) => false,
         };
-        let Some(stream) = self.streams.get_mut(&id).filter(|_| !superseded) else {
-            let known = self
-                .streams
-                .get(&id)
-                .and_then(|s| self.peers.get(&s.node))
-                .map(|p| p.report.sender.incarnation);
-            let mut refused = refusal(
-                RejectReason::OldIncarnation,
-                "a newer incarnation of this node is heard; this stream is superseded",
-            );
-            refused.known_incarnation = known;
-            let refused = self.refuse(refused);
-            return Answer {
-                refusal: Some(refused),
-                clock: None,
-                resync: false,
-            };
+        let clock = clock_due.then_some(ClockSample {
+            echoed: update.sent_at,
+            received: wall,
+            replied: wall,
+        });
+        let (refusal, resync) = match self.admit(&node, &update, now, wall) {
+            Admission::Apply => {
+                self.apply_update(node, update, now);
+                (None, false)
+            }
+            Admission::Ignore => (None, false),
+            Admission::Resync => (None, true),
+            Admission::Refuse(refused) => (Some(self.refuse(refused)), false),
+        };
+        Answer {
+            refusal,
+            clock,
+            resync,
+        }
+    }
+
+    /// A message arrived on stream `id`: the stream and its node's path
+    /// spoke now. Returns the node, and whether the answer is due a clock
+    /// sample; refused (and counted) when the stream is closed or
+    /// superseded.
+    fn stream_spoke(&mut self, id: StreamId, now: Instant) -> Result<(NodeId, bool), Refusal> {
+        let Some(stream) = self.streams.get_mut(&id).filter(|s| !s.superseded) else {
+            return Err(self.refuse_superseded(id, now));
         };
         stream.last_message = now;
         let clock_due = stream
@@ -477,26 +551,48 @@ impl PeerBook {
         }
         let (node, path) = (stream.node.clone(), stream.path.clone());
         self.heard(&node, &path, now);
-        let clock = clock_due.then_some(ClockSample {
-            echoed: update.sent_at,
-            received: wall,
-            replied: wall,
-        });
-        let Some(peer) = self.peers.get_mut(&node) else {
-            return Answer {
-                refusal: None,
-                clock,
-                resync: false,
-            };
+        Ok((node, clock_due))
+    }
+
+    /// The refusal of a message on stream `id`, closed or superseded. A
+    /// superseded stream that still speaks is a second daemon claiming its
+    /// node's id.
+    fn refuse_superseded(&mut self, id: StreamId, now: Instant) -> Refusal {
+        if let Some(stream) = self.streams.get(&id).filter(|s| s.superseded) {
+            let (node, remote) = (stream.node.clone(), stream.remote.clone());
+            if let Some(current) = self.peers.get(&node).map(|p| p.instance) {
+                self.note_duplicate(&node, current, &remote, now);
+            }
+        }
+        let known = self
+            .streams
+            .get(&id)
+            .and_then(|s| self.peers.get(&s.node))
+            .map(|p| p.report.sender.incarnation);
+        let mut refused = refusal(
+            RejectReason::OldIncarnation,
+            "a newer incarnation of this node is heard; this stream is superseded",
+        );
+        refused.known_incarnation = known;
+        self.refuse(refused)
+    }
+
+    /// What to do with `update` from `node`, by its sequence and what it
+    /// says.
+    fn admit(
+        &self,
+        node: &NodeId,
+        update: &ReportUpdate,
+        now: Instant,
+        wall: SystemTime,
+    ) -> Admission {
+        let Some(peer) = self.peers.get(node) else {
+            return Admission::Ignore;
         };
         let current = peer.report.sequence;
         if update.sequence <= current {
             // Already applied from another path.
-            return Answer {
-                refusal: None,
-                clock,
-                resync: false,
-            };
+            return Admission::Ignore;
         }
         let bound = sequence_bound(
             current,
@@ -506,34 +602,29 @@ impl PeerBook {
             wall,
         );
         if update.sequence > bound {
-            let refused = self.refuse(refusal(
+            return Admission::Refuse(refusal(
                 RejectReason::OverLimit,
                 format!(
                     "sequence {} is beyond {bound}, more than a sender can have counted",
                     update.sequence
                 ),
             ));
-            return Answer {
-                refusal: Some(refused),
-                clock,
-                resync: false,
-            };
         }
         if !update.full && update.sequence != current + 1 {
-            return Answer {
-                refusal: None,
-                clock,
-                resync: true,
-            };
+            return Admission::Resync;
         }
-        if let Err((reason, problem)) = check_update(&node, &update) {
-            let refused = self.refuse(refusal(reason, problem));
-            return Answer {
-                refusal: Some(refused),
-                clock,
-                resync: false,
-            };
+        match check_update(node, update) {
+            Ok(()) => Admission::Apply,
+            Err((reason, problem)) => Admission::Refuse(refusal(reason, problem)),
         }
+    }
+
+    /// Applies an admitted `update` to `node`'s report, keeping its facts
+    /// apart; bumps the generation when the engine must look again.
+    fn apply_update(&mut self, node: NodeId, update: ReportUpdate, now: Instant) {
+        let Some(peer) = self.peers.get_mut(&node) else {
+            return;
+        };
         if update.full {
             peer.links_received.clear();
         }
@@ -554,11 +645,6 @@ impl PeerBook {
         }
         if news {
             self.generation += 1;
-        }
-        Answer {
-            refusal: None,
-            clock,
-            resync: false,
         }
     }
 
@@ -648,38 +734,6 @@ impl PeerBook {
     }
 }
 
-/// A node speaks only for itself: its links start at it, its alarms are
-/// about it (except those its peers raise about it: a reboot, a panic).
-fn check_update(sender: &NodeId, update: &ReportUpdate) -> Result<(), (RejectReason, String)> {
-    if let Some(link) = update.links.iter().find(|l| l.local.node != *sender) {
-        return Err((
-            RejectReason::Malformed,
-            format!("links: {sender} reports a link of {}", link.local.node),
-        ));
-    }
-    let mut far_ends = BTreeSet::new();
-    if let Some(link) = update
-        .links
-        .iter()
-        .find(|l| !far_ends.insert(&l.remote.node))
-    {
-        return Err((
-            RejectReason::Malformed,
-            format!("links: the link to {} is reported twice", link.remote.node),
-        ));
-    }
-    if let Some((index, alarm)) = update.foreign_alarm(sender) {
-        return Err((
-            RejectReason::ForeignAlarm,
-            format!(
-                "alarms[{index}]: {sender} raises an alarm about {}",
-                alarm.node
-            ),
-        ));
-    }
-    Ok(())
-}
-
 /// Whether `update` changes what the engine judges `report` on. A
 /// heartbeat does not: what it proves (the peer lives, on that path) is
 /// kept by [`PeerBook::heard`], which bumps the generation when a quiet
@@ -701,62 +755,6 @@ fn is_news(report: &PeerReport, update: &ReportUpdate, rules: &LinkRules) -> boo
         })
         || update.load.cpu_saturated != report.load.cpu_saturated
         || (update.lateness >= LATE) != (report.lateness >= LATE)
-}
-
-/// Applies `update` to `report`; returns the facts it carried.
-fn apply(report: &mut PeerReport, update: ReportUpdate) -> Option<NodeFacts> {
-    if update.full {
-        report.links = update.links.into();
-        report.alarms = update.alarms.unwrap_or_default().into();
-        report.hears = update.hears.unwrap_or_default().into();
-        report.heard_on_management = update.heard_on_management.unwrap_or_default().into();
-        report.has_quorum = update.has_quorum.unwrap_or_default();
-        report.clock_offsets = update.clock_offsets.unwrap_or_default().into();
-    } else {
-        if !update.links.is_empty() || !update.removed_links.is_empty() {
-            report.links = merged_links(&report.links, update.links, &update.removed_links);
-        }
-        if let Some(alarms) = update.alarms {
-            report.alarms = alarms.into();
-        }
-        if let Some(hears) = update.hears {
-            report.hears = hears.into();
-        }
-        if let Some(heard) = update.heard_on_management {
-            report.heard_on_management = heard.into();
-        }
-        if let Some(has_quorum) = update.has_quorum {
-            report.has_quorum = has_quorum;
-        }
-        if let Some(offsets) = update.clock_offsets {
-            report.clock_offsets = offsets.into();
-        }
-    }
-    report.sequence = update.sequence;
-    report.sent_at = update.sent_at;
-    report.load = update.load;
-    report.lateness = update.lateness;
-    update.facts
-}
-
-/// `known` with each link of `sent` in its far end's place (new far ends
-/// after the known ones) and the `removed` far ends left out. Only the
-/// observations kept as they were are cloned.
-fn merged_links(
-    known: &[LinkObservation],
-    mut sent: Vec<LinkObservation>,
-    removed: &[LinkEnd],
-) -> Arc<[LinkObservation]> {
-    let mut links = Vec::with_capacity(known.len() + sent.len());
-    for old in known {
-        match sent.iter().position(|l| l.remote.node == old.remote.node) {
-            Some(i) => links.push(sent.remove(i)),
-            None => links.push(old.clone()),
-        }
-    }
-    links.append(&mut sent);
-    links.retain(|l| !removed.iter().any(|r| r.node == l.remote.node));
-    links.into()
 }
 
 #[cfg(test)]

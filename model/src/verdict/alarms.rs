@@ -30,7 +30,9 @@ impl Engine {
 
     /// The alarms only the merged view can raise: no quorum, a node heard
     /// on its cables but not on the management network, a clock off the
-    /// mesh's, two daemons with one id, most of the mesh running late.
+    /// mesh's, two daemons with one id, most of the mesh running late. Each
+    /// is stamped with since when it holds, and held back while it settles
+    /// (see [`Engine::settled_at`]).
     pub(super) fn engine_alarms(
         &mut self,
         inputs: &MeshInputs,
@@ -40,153 +42,13 @@ impl Engine {
         saturated: &[&NodeId],
         moment: Moment,
     ) -> Vec<Alarm> {
-        let local = &inputs.local.id;
-        let mut alarms = Vec::new();
-        if !quorum.has_quorum {
-            let unheard: Vec<&str> = quorum
-                .configured
-                .iter()
-                .filter(|id| !quorum.members.contains(id))
-                .map(NodeId::as_str)
-                .collect();
-            alarms.push(self.stamp(
-                draft(
-                    AlarmKind::NoQuorum,
-                    Severity::Warning,
-                    local,
-                    "quorum",
-                    format!(
-                        "no quorum: hears {} of {} members; link alarms are held back",
-                        quorum.members.len(),
-                        quorum.configured.len()
-                    ),
-                    vec![format!("not heard: {}", unheard.join(", "))],
-                    "check the management network and that meshd runs on the unheard nodes",
-                ),
-                moment,
-            ));
-        }
-        // Shown alive, not merely held up while this node runs late: a dead
-        // node's silence is no management fault.
-        let suspect_after = self.settings.suspect_after;
-        let alive = nodes.iter().filter(|n| {
-            quorum.has_quorum
-                && n.state == NodeState::Up
-                && (n.id == *local
-                    || lives
-                        .get(&n.id)
-                        .is_some_and(|l| l.alive(moment.now, suspect_after, Duration::ZERO)))
-        });
-        for node in alive {
-            // Who can say whether they hear it there: this node (about a
-            // peer), and every peer whose report is fresh. A node judges
-            // itself too, from its peers' reports over the cables: when it
-            // is the alert leader, nobody else would post the alarm.
-            let witnesses: Vec<bool> = (node.id != *local)
-                .then(|| {
-                    lives
-                        .get(&node.id)
-                        .is_some_and(|l| l.fresh_paths.contains(&&Path::Management))
-                })
-                .into_iter()
-                .chain(
-                    inputs
-                        .peers
-                        .iter()
-                        .filter(|(id, _)| {
-                            **id != node.id
-                                && lives.get(id).is_some_and(|l| !l.fresh_paths.is_empty())
-                        })
-                        .map(|(_, v)| v.report.heard_on_management.contains(&node.id)),
-                )
-                .collect();
-            let on_management = witnesses.iter().filter(|heard| **heard).count();
-            let could = witnesses.len();
-            if on_management * 2 < could {
-                alarms.push(self.stamp(
-    draft(
-                    AlarmKind::ManagementUnreachable,
-                    Severity::Warning,
-                    &node.id,
-                    "management",
-                    format!(
-                        "{} is unreachable on the management network but answers on its cables",
-                        node.id
-                    ),
-                    vec![format!(
-                        "heard on the management network by {on_management} of the {could} members that could"
-                    )],
-                    "check the management network (Wi-Fi, switch port, cable) of this node; its links are judged on their own evidence meanwhile"),
-    moment,
-));
-            }
-        }
-        if let Some(skew) = clock_skew(&inputs.clock_offsets)
-            && u128::from(skew.unsigned_abs()) > self.settings.clock_skew_bound.as_nanos()
-        {
-            let (direction, by) = if skew > 0 {
-                ("behind", skew.unsigned_abs())
-            } else {
-                ("ahead of", skew.unsigned_abs())
-            };
-            let by = Duration::from_nanos(by);
-            alarms.push(self.stamp(
-    draft(
-                AlarmKind::ClockSkew,
-                Severity::Warning,
-                local,
-                "clock",
-                format!(
-                    "the clock of {local} is {} {direction} the mesh's",
-                    fmt_duration(by)
-                ),
-                inputs
-                    .clock_offsets
-                    .iter()
-                    .map(|o| {
-                        format!(
-                            "{}: {:+.3}s (±{})",
-                            o.peer,
-                            o.offset_ns as f64 / 1e9,
-                            fmt_duration(o.rtt / 2)
-                        )
-                    })
-                    .collect(),
-                "check time synchronisation on this node (System Settings > General > Date & Time; `sntp -sS time.apple.com`, or chrony/timedatectl on Linux)"),
-    moment,
-));
-        }
-        for (id, view) in &inputs.peers {
-            if let Some(duplicate) = &view.duplicate {
-                alarms.push(self.stamp(
-    draft(
-                    AlarmKind::DuplicateNodeId,
-                    Severity::Critical,
-                    id,
-                    "node id",
-                    format!("two live daemons claim to be {id}"),
-                    vec![format!("streams from {}", duplicate.remotes.join(" and "))],
-                    "give each node its own `node.id` (a cloned disk or a copied config keeps the old one) and restart the duplicate"),
-    moment,
-));
-            }
-        }
-        if saturated.len() * 2 > quorum.members.len().max(1) {
-            alarms.push(self.stamp(
-    draft(
-                AlarmKind::MeshSaturated,
-                Severity::Warning,
-                local,
-                "mesh",
-                format!(
-                    "most of the mesh runs its timers late: link verdicts are held (late: {})",
-                    name_some(saturated.iter().map(|n| n.as_str()))
-                ),
-                likely_causes(&inputs.local_alarms, inputs.peers.values()),
-                "find what starves the nodes (a broadcast storm, a CPU hog named by cpu_spike) and stop it"),
-    moment,
-));
-        }
+        let mut drafts = Vec::new();
+        drafts.extend(no_quorum_alarm(quorum, &inputs.local.id));
+        drafts.extend(self.management_unreachable_alarms(inputs, quorum, lives, nodes, moment.now));
+        drafts.extend(clock_skew_alarm(inputs, self.settings.clock_skew_bound));
+        drafts.extend(duplicate_node_id_alarms(&inputs.peers));
+        drafts.extend(mesh_saturated_alarm(inputs, quorum, saturated));
+        let mut alarms: Vec<Alarm> = drafts.into_iter().map(|a| self.stamp(a, moment)).collect();
         let raised: BTreeSet<(AlarmKind, NodeId)> =
             alarms.iter().map(|a| (a.kind, a.node.clone())).collect();
         self.alarm_since.retain(|key, _| raised.contains(key));
@@ -195,6 +57,42 @@ impl Engine {
                 .is_none_or(|at| at <= moment.now)
         });
         alarms
+    }
+
+    /// `management_unreachable` for every node shown alive that fewer than
+    /// half of the members who could say hear on the management network.
+    /// Only with quorum.
+    fn management_unreachable_alarms(
+        &self,
+        inputs: &MeshInputs,
+        quorum: &Quorum,
+        lives: &BTreeMap<&NodeId, Life<'_>>,
+        nodes: &[NodeVerdict],
+        now: Instant,
+    ) -> Vec<Alarm> {
+        if !quorum.has_quorum {
+            return Vec::new();
+        }
+        let local = &inputs.local.id;
+        // Shown alive, not merely held up while this node runs late: a dead
+        // node's silence is no management fault.
+        let suspect_after = self.settings.suspect_after;
+        let alive = nodes.iter().filter(|n| {
+            n.state == NodeState::Up
+                && (n.id == *local
+                    || lives
+                        .get(&n.id)
+                        .is_some_and(|l| l.alive(now, suspect_after, Duration::ZERO)))
+        });
+        alive
+            .filter_map(|node| {
+                let witnesses = management_witnesses(&node.id, inputs, lives);
+                let on_management = witnesses.iter().filter(|heard| **heard).count();
+                let could = witnesses.len();
+                (on_management * 2 < could)
+                    .then(|| management_unreachable_alarm(&node.id, on_management, could))
+            })
+            .collect()
     }
 
     /// When an alarm whose condition holds may be raised: conditions that a
@@ -236,6 +134,151 @@ fn draft(
         since: SystemTime::UNIX_EPOCH,
         updated: SystemTime::UNIX_EPOCH,
     }
+}
+
+/// `no_quorum`, on this node, when it does not hear a majority of the
+/// configured members.
+fn no_quorum_alarm(quorum: &Quorum, local: &NodeId) -> Option<Alarm> {
+    if quorum.has_quorum {
+        return None;
+    }
+    let unheard: Vec<&str> = quorum
+        .configured
+        .iter()
+        .filter(|id| !quorum.members.contains(id))
+        .map(NodeId::as_str)
+        .collect();
+    Some(draft(
+        AlarmKind::NoQuorum,
+        Severity::Warning,
+        local,
+        "quorum",
+        format!(
+            "no quorum: hears {} of {} members; link alarms are held back",
+            quorum.members.len(),
+            quorum.configured.len()
+        ),
+        vec![format!("not heard: {}", unheard.join(", "))],
+        "check the management network and that meshd runs on the unheard nodes",
+    ))
+}
+
+/// Whether each member that can say hears `node` on the management
+/// network: this node (about a peer), and every peer whose report is
+/// fresh. A node judges itself too, from its peers' reports over the
+/// cables: when it is the alert leader, nobody else would post the alarm.
+fn management_witnesses(
+    node: &NodeId,
+    inputs: &MeshInputs,
+    lives: &BTreeMap<&NodeId, Life<'_>>,
+) -> Vec<bool> {
+    let this_node = (*node != inputs.local.id).then(|| {
+        lives
+            .get(node)
+            .is_some_and(|l| l.fresh_paths.contains(&&Path::Management))
+    });
+    let fresh_peers = inputs
+        .peers
+        .iter()
+        .filter(|(id, _)| *id != node && lives.get(id).is_some_and(|l| !l.fresh_paths.is_empty()))
+        .map(|(_, v)| v.report.heard_on_management.contains(node));
+    this_node.into_iter().chain(fresh_peers).collect()
+}
+
+/// `management_unreachable` on `node`, heard on the management network by
+/// `on_management` of the `could` members that could say.
+fn management_unreachable_alarm(node: &NodeId, on_management: usize, could: usize) -> Alarm {
+    draft(
+        AlarmKind::ManagementUnreachable,
+        Severity::Warning,
+        node,
+        "management",
+        format!("{node} is unreachable on the management network but answers on its cables"),
+        vec![format!(
+            "heard on the management network by {on_management} of the {could} members that \
+             could"
+        )],
+        "check the management network (Wi-Fi, switch port, cable) of this node; its links are \
+         judged on their own evidence meanwhile",
+    )
+}
+
+/// `clock_skew`, on this node, when the median of its peers' clocks is
+/// more than `bound` off its own.
+fn clock_skew_alarm(inputs: &MeshInputs, bound: Duration) -> Option<Alarm> {
+    let skew = clock_skew(&inputs.clock_offsets)
+        .filter(|skew| u128::from(skew.unsigned_abs()) > bound.as_nanos())?;
+    let direction = if skew > 0 { "behind" } else { "ahead of" };
+    let by = Duration::from_nanos(skew.unsigned_abs());
+    let local = &inputs.local.id;
+    Some(draft(
+        AlarmKind::ClockSkew,
+        Severity::Warning,
+        local,
+        "clock",
+        format!(
+            "the clock of {local} is {} {direction} the mesh's",
+            fmt_duration(by)
+        ),
+        inputs
+            .clock_offsets
+            .iter()
+            .map(|o| {
+                format!(
+                    "{}: {:+.3}s (±{})",
+                    o.peer,
+                    o.offset_ns as f64 / 1e9,
+                    fmt_duration(o.rtt / 2)
+                )
+            })
+            .collect(),
+        "check time synchronisation on this node (System Settings > General > Date & Time; \
+         `sntp -sS time.apple.com`, or chrony/timedatectl on Linux)",
+    ))
+}
+
+/// `duplicate_node_id` on every peer whose id two live daemons claim.
+fn duplicate_node_id_alarms(peers: &BTreeMap<NodeId, PeerView>) -> Vec<Alarm> {
+    peers
+        .iter()
+        .filter_map(|(id, view)| {
+            let duplicate = view.duplicate.as_ref()?;
+            Some(draft(
+                AlarmKind::DuplicateNodeId,
+                Severity::Critical,
+                id,
+                "node id",
+                format!("two live daemons claim to be {id}"),
+                vec![format!("streams from {}", duplicate.remotes.join(" and "))],
+                "give each node its own `node.id` (a cloned disk or a copied config keeps the old \
+                 one) and restart the duplicate",
+            ))
+        })
+        .collect()
+}
+
+/// `mesh_saturated`, on this node, when most members of the quorum run
+/// their timers late.
+fn mesh_saturated_alarm(
+    inputs: &MeshInputs,
+    quorum: &Quorum,
+    saturated: &[&NodeId],
+) -> Option<Alarm> {
+    (saturated.len() * 2 > quorum.members.len().max(1)).then(|| {
+        draft(
+            AlarmKind::MeshSaturated,
+            Severity::Warning,
+            &inputs.local.id,
+            "mesh",
+            format!(
+                "most of the mesh runs its timers late: link verdicts are held (late: {})",
+                name_some(saturated.iter().map(|n| n.as_str()))
+            ),
+            likely_causes(&inputs.local_alarms, inputs.peers.values()),
+            "find what starves the nodes (a broadcast storm, a CPU hog named by cpu_spike) and \
+             stop it",
+        )
+    })
 }
 
 /// The median of the peers' clocks against this node's: positive when this

@@ -5,7 +5,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
-use meshd_domain::{Blame, LinkEnd, LinkState, LinkVerdict, NodeId, NodeState, Quorum};
+use meshd_domain::{
+    Blame, LinkEnd, LinkState, LinkVerdict, NodeId, NodeState, NodeVerdict, Quorum,
+};
 
 use super::{
     End, Engine, EngineSettings, FnvBuild, KnownLink, Life, LinkKey, LinkViews, Member, MeshInputs,
@@ -16,6 +18,57 @@ use crate::link::{EndClass, EndView, LinkRules, LinkTracker, MEDIUM_WINDOW, asse
 use crate::time::Moment;
 
 impl Engine {
+    /// The verdict on every link seen so far (learning those not seen
+    /// before), from both ends' views and the states of the nodes at them.
+    pub(super) fn link_verdicts(
+        &mut self,
+        inputs: &MeshInputs,
+        lives: &BTreeMap<&NodeId, Life<'_>>,
+        quorum: &Quorum,
+        nodes: &[NodeVerdict],
+        mesh_saturated: bool,
+        moment: Moment,
+    ) -> Vec<LinkVerdict> {
+        let now = moment.now;
+        let roster = std::mem::take(&mut self.roster);
+        let positions = Positions::new(&roster);
+        let ends = self.gather_link_ends(inputs, &positions, now);
+        let settings = self.settings;
+        let slow_hosts = slow_hosts(&ends, &roster, &settings);
+        let node_states: Vec<NodeState> = nodes.iter().map(|n| n.state).collect();
+        let judge = Judge {
+            quorum,
+            settings: &settings,
+            lives,
+            local: &inputs.local.id,
+            local_lateness: inputs.local_lateness,
+            local_started: self.started,
+            watching_since: self.watching_since,
+            mesh_saturated,
+            slow_hosts: &slow_hosts,
+            now,
+        };
+        let links = self
+            .links
+            .iter_mut()
+            .map(|(key, link)| {
+                let views = ends.get(key).copied().unwrap_or_default();
+                let states = [key.0, key.1].map(|m| {
+                    node_states
+                        .get(usize::from(m))
+                        .copied()
+                        .unwrap_or(NodeState::Down)
+                });
+                let ends_since =
+                    [&link.a.node, &link.b.node].map(|n| inputs.peers.get(n).map(|p| p.since));
+                judge.link(link, views, states, ends_since, moment)
+            })
+            .collect();
+        drop(positions);
+        self.roster = roster;
+        links
+    }
+
     /// Every end's view of every link, from this node's own observations and
     /// from each peer's report; also learns links not seen before.
     pub(super) fn gather_link_ends<'a>(

@@ -14,10 +14,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use meshd_domain::{
     Alarm, AlarmKind, ClockOffset, LinkEnd, LinkMeasurement, LinkObservation, MeshStatus, NodeId,
-    NodeIdentity, NodeLoad, NodeState, NodeVerdict, Quorum,
+    NodeIdentity, NodeLoad, NodeState, Quorum,
 };
 
-use self::links::Judge;
 use crate::link::{EndView, LinkRules, LinkTracker};
 use crate::linkstats::{LATE, LATENESS_MEMORY};
 use crate::peers::{Path, PathLiveness, PathState, PeerView};
@@ -465,96 +464,21 @@ impl Engine {
 
     pub fn evaluate(&mut self, inputs: &MeshInputs, moment: Moment) -> Evaluation {
         let now = moment.now;
-        self.started.get_or_insert(now);
-        // A node that did not look for longer than lateness is remembered
-        // (it stalled) may have missed how late its peers ran meanwhile.
-        if self
-            .looked_at
-            .is_none_or(|at| now.saturating_duration_since(at) > LATENESS_MEMORY)
-        {
-            self.watching_since = Some(now);
-        }
-        self.looked_at = Some(now);
+        self.note_look(now);
         self.sync_roster(&inputs.configured);
-        let roster = std::mem::take(&mut self.roster);
-        let positions = Positions::new(&roster);
         let lives = self.lives(inputs, now);
-
-        let mut fresh: BTreeSet<NodeId> = lives
-            .iter()
-            .filter(|(_, l)| !l.fresh_paths.is_empty())
-            .map(|(id, _)| (*id).clone())
-            .collect();
-        // This node is evaluating, so it is alive by construction.
-        fresh.insert(inputs.local.id.clone());
+        let fresh = fresh_members(inputs, &lives);
         let mut quorum = quorum::evaluate(&inputs.configured, &fresh);
         quorum.leader = self.leader(inputs, &quorum);
 
-        let nodes: Vec<NodeVerdict> = roster
-            .iter()
-            .map(|id| self.node_verdict(id, lives.get(id), inputs, moment))
-            .collect();
-        let node_states: Vec<NodeState> = nodes.iter().map(|n| n.state).collect();
+        let nodes = self.node_verdicts(inputs, &lives, moment);
         let saturated = self.saturated_members(inputs, &lives, now);
         let mesh_saturated = saturated.len() * 2 > fresh.len();
+        let links = self.link_verdicts(inputs, &lives, &quorum, &nodes, mesh_saturated, moment);
 
-        let ends = self.gather_link_ends(inputs, &positions, now);
-        let settings = self.settings;
-        let slow_hosts = links::slow_hosts(&ends, &roster, &settings);
-        let links = self
-            .links
-            .iter_mut()
-            .map(|(key, link)| {
-                let views = ends.get(key).copied().unwrap_or_default();
-                let states = [key.0, key.1].map(|m| {
-                    node_states
-                        .get(usize::from(m))
-                        .copied()
-                        .unwrap_or(NodeState::Down)
-                });
-                let judge = Judge {
-                    quorum: &quorum,
-                    settings: &settings,
-                    lives: &lives,
-                    local: &inputs.local.id,
-                    local_lateness: inputs.local_lateness,
-                    local_started: self.started,
-                    watching_since: self.watching_since,
-                    mesh_saturated,
-                    slow_hosts: &slow_hosts,
-                    now,
-                };
-                let ends_since =
-                    [&link.a.node, &link.b.node].map(|n| inputs.peers.get(n).map(|p| p.since));
-                judge.link(link, views, states, ends_since, moment)
-            })
-            .collect();
-        drop(positions);
-        self.roster = roster;
+        let mut alarms = reported_alarms(inputs, &fresh);
+        alarms.extend(self.engine_alarms(inputs, &quorum, &lives, &nodes, &saturated, moment));
 
-        let mut alarms = inputs.local_alarms.clone();
-        for (id, view) in &inputs.peers {
-            if fresh.contains(id) {
-                alarms.extend(view.report.alarms.iter().cloned());
-            }
-        }
-        // Bridges on two nodes make a cycle in the mesh: only the merged
-        // view of every node's alarms can tell.
-        let mut alarms = crate::bridge::escalate_bridge_loops(alarms);
-        let engine_alarms = self.engine_alarms(inputs, &quorum, &lives, &nodes, &saturated, moment);
-        alarms.extend(engine_alarms);
-
-        let hears: Vec<NodeId> = lives
-            .iter()
-            .filter(|(_, l)| !l.fresh_paths.is_empty() || l.probes_answer)
-            .map(|(id, _)| (*id).clone())
-            .collect();
-        let heard_on_management: Vec<NodeId> = lives
-            .iter()
-            .filter(|(_, l)| l.fresh_paths.contains(&&Path::Management))
-            .map(|(id, _)| (*id).clone())
-            .collect();
-        let next_deadline = self.next_deadline(inputs, now);
         Evaluation {
             status: super::advice::advised(MeshStatus {
                 node: inputs.local.clone(),
@@ -567,10 +491,25 @@ impl Engine {
                 checks: Vec::new(),
                 measurements: Vec::new(),
             }),
-            hears,
-            heard_on_management,
-            next_deadline,
+            hears: hears(&lives),
+            heard_on_management: heard_on_management(&lives),
+            next_deadline: self.next_deadline(inputs, now),
         }
+    }
+
+    /// Notes an evaluation at `now`: the first, and since when evaluations
+    /// came close enough together to see every end's lateness.
+    fn note_look(&mut self, now: Instant) {
+        self.started.get_or_insert(now);
+        // A node that did not look for longer than lateness is remembered
+        // (it stalled) may have missed how late its peers ran meanwhile.
+        if self
+            .looked_at
+            .is_none_or(|at| now.saturating_duration_since(at) > LATENESS_MEMORY)
+        {
+            self.watching_since = Some(now);
+        }
+        self.looked_at = Some(now);
     }
 
     /// The lowest id among the members of this node's quorum that hold
@@ -588,6 +527,50 @@ impl Engine {
             })
             .cloned()
     }
+}
+
+/// The members with a fresh path, and this node: it is evaluating, so it
+/// is alive by construction.
+fn fresh_members(inputs: &MeshInputs, lives: &BTreeMap<&NodeId, Life<'_>>) -> BTreeSet<NodeId> {
+    let mut fresh: BTreeSet<NodeId> = lives
+        .iter()
+        .filter(|(_, l)| !l.fresh_paths.is_empty())
+        .map(|(id, _)| (*id).clone())
+        .collect();
+    fresh.insert(inputs.local.id.clone());
+    fresh
+}
+
+/// The alarms this node and its fresh peers raise themselves. Bridges on
+/// two nodes make a cycle in the mesh: only the merged view of every
+/// node's alarms can tell.
+fn reported_alarms(inputs: &MeshInputs, fresh: &BTreeSet<NodeId>) -> Vec<Alarm> {
+    let mut alarms = inputs.local_alarms.clone();
+    for (id, view) in &inputs.peers {
+        if fresh.contains(id) {
+            alarms.extend(view.report.alarms.iter().cloned());
+        }
+    }
+    crate::bridge::escalate_bridge_loops(alarms)
+}
+
+/// The members this node has evidence of life for: a fresh path, or its
+/// probes answered.
+fn hears(lives: &BTreeMap<&NodeId, Life<'_>>) -> Vec<NodeId> {
+    lives
+        .iter()
+        .filter(|(_, l)| !l.fresh_paths.is_empty() || l.probes_answer)
+        .map(|(id, _)| (*id).clone())
+        .collect()
+}
+
+/// The members whose management path this node hears.
+fn heard_on_management(lives: &BTreeMap<&NodeId, Life<'_>>) -> Vec<NodeId> {
+    lives
+        .iter()
+        .filter(|(_, l)| l.fresh_paths.contains(&&Path::Management))
+        .map(|(id, _)| (*id).clone())
+        .collect()
 }
 
 #[cfg(test)]

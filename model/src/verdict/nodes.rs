@@ -14,12 +14,28 @@ use crate::peers::Path;
 use crate::time::Moment;
 
 impl Engine {
+    /// The verdict on every configured member, in roster order.
+    pub(super) fn node_verdicts(
+        &mut self,
+        inputs: &MeshInputs,
+        lives: &BTreeMap<&NodeId, Life<'_>>,
+        moment: Moment,
+    ) -> Vec<NodeVerdict> {
+        let roster = std::mem::take(&mut self.roster);
+        let nodes = roster
+            .iter()
+            .map(|id| self.node_verdict(id, lives.get(id), inputs, moment))
+            .collect();
+        self.roster = roster;
+        nodes
+    }
+
     /// Up when anything shows it alive (a recent message on any path, this
     /// node's probes answered, a fresh member hearing it); down when every
     /// path is silent (streams closed or quiet past `stale_after`) and
     /// nothing else speaks for it; suspect in between, which lasts at most
     /// until `stale_after`.
-    pub(super) fn node_verdict(
+    fn node_verdict(
         &mut self,
         id: &NodeId,
         life: Option<&Life<'_>>,
@@ -27,72 +43,93 @@ impl Engine {
         moment: Moment,
     ) -> NodeVerdict {
         let now = moment.now;
-        let view = inputs.peers.get(id);
-        let (state, evidence) = if *id == inputs.local.id {
+        let is_local = *id == inputs.local.id;
+        let (state, evidence) = if is_local {
             (NodeState::Up, vec!["this node".to_owned()])
         } else {
-            let life = life.cloned().unwrap_or_default();
-            let age = life
-                .last_message
-                .map(|at| now.saturating_duration_since(at));
-            let mut evidence = Vec::new();
-            evidence.push(match (age, life.fresh_paths.is_empty()) {
-                (None, _) => format!("nothing heard from {id} since this node started"),
-                (Some(age), false) => format!(
-                    "last message {} ago ({})",
-                    fmt_duration(age),
-                    name_some(life.fresh_paths.iter().map(|p| match p {
-                        Path::Management => "management",
-                        Path::Cable(end) => end.as_str(),
-                    }))
-                ),
-                (Some(age), true) if !life.any_open => {
-                    format!(
-                        "every stream closed; last message {} ago",
-                        fmt_duration(age)
-                    )
-                }
-                (Some(age), true) => format!("last message {} ago", fmt_duration(age)),
-            });
-            if life.probes_answer {
-                evidence.push("its probe responder answers on the cable".to_owned());
-            }
-            if !life.hearers.is_empty() {
-                evidence.push(format!(
-                    "heard by {}",
-                    name_some(life.hearers.iter().map(|n| n.as_str()))
-                ));
-            }
-            let judged = |allowance: Duration| self.node_state(&life, allowance, now);
-            let state = judged(Duration::ZERO);
-            // A node whose own timers run late reads its peers late: a
-            // message may wait that long before it is read, and a stream may
-            // read closed only because this node stalled. Their silence
-            // counts from that much after their last message, and only its
-            // length, not a closed stream, makes them down meanwhile. What
-            // was already decided stays: the lateness holds a verdict back,
-            // it does not take one back.
-            let allowance = inputs.lateness_allowance();
-            let state = match (!allowance.is_zero()).then(|| judged(allowance)) {
-                Some(allowed) if severity(state) > severity(allowed) => {
-                    let floor = self.node_since.get(id).map_or(allowed, |(previous, _)| {
-                        std::cmp::max_by_key(allowed, *previous, |s| severity(*s))
-                    });
-                    let kept = std::cmp::min_by_key(state, floor, |s| severity(*s));
-                    if kept != state {
-                        evidence.push(format!(
-                            "{kept}, not {state}, until the silence outlasts this node's own \
-                             lateness: its timers run {} late",
-                            fmt_duration(allowance)
-                        ));
-                    }
-                    kept
-                }
-                _ => state,
-            };
-            (state, evidence)
+            self.peer_state(id, &life.cloned().unwrap_or_default(), inputs, now)
         };
-        let since = match self.node_since.get_mut(id) {
+        let since = self.state_since(id, state, now);
+        let view = inputs.peers.get(id);
+        NodeVerdict {
+            id: id.clone(),
+            state,
+            since: moment.wall_of(since),
+            evidence,
+            identity: if is_local {
+                Some(inputs.local.clone())
+            } else {
+                view.map(|v| v.report.sender.clone())
+            },
+            last_report_at: view.map(|v| moment.wall_of(v.received_at)),
+            cpu_saturated: if is_local {
+                inputs.local_load.cpu_saturated
+            } else {
+                view.is_some_and(|v| v.report.load.cpu_saturated)
+            },
+            // From the facts, which the engine does not see:
+            // `crate::boot::annotate` fills it in.
+            boot: Default::default(),
+            fix: None,
+        }
+    }
+
+    /// A peer's state and the evidence for it: what speaks for it, judged
+    /// as if this node ran on time, then held back by what this node's own
+    /// lateness may explain.
+    fn peer_state(
+        &self,
+        id: &NodeId,
+        life: &Life<'_>,
+        inputs: &MeshInputs,
+        now: Instant,
+    ) -> (NodeState, Vec<String>) {
+        let mut evidence = life_evidence(id, life, now);
+        let state = self.node_state(life, Duration::ZERO, now);
+        let allowance = inputs.lateness_allowance();
+        let kept = self.held_back_by_lateness(id, life, state, allowance, now);
+        if kept != state {
+            evidence.push(format!(
+                "{kept}, not {state}, until the silence outlasts this node's own lateness: its \
+                 timers run {} late",
+                fmt_duration(allowance)
+            ));
+        }
+        (kept, evidence)
+    }
+
+    /// `state`, peer `id`'s state judged as if this node ran on time, held
+    /// back while `allowance` (this node's own lateness) may explain the
+    /// silence. A node whose own timers run late reads its peers late: a
+    /// message may wait that long before it is read, and a stream may read
+    /// closed only because this node stalled. Their silence counts from
+    /// that much after their last message, and only its length, not a
+    /// closed stream, makes them down meanwhile. What was already decided
+    /// stays: the lateness holds a verdict back, it does not take one back.
+    fn held_back_by_lateness(
+        &self,
+        id: &NodeId,
+        life: &Life<'_>,
+        state: NodeState,
+        allowance: Duration,
+        now: Instant,
+    ) -> NodeState {
+        if allowance.is_zero() {
+            return state;
+        }
+        let allowed = self.node_state(life, allowance, now);
+        if severity(state) <= severity(allowed) {
+            return state;
+        }
+        let floor = self.node_since.get(id).map_or(allowed, |(previous, _)| {
+            std::cmp::max_by_key(allowed, *previous, |s| severity(*s))
+        });
+        std::cmp::min_by_key(state, floor, |s| severity(*s))
+    }
+
+    /// Since when node `id` is in `state`: now, if it just changed.
+    fn state_since(&mut self, id: &NodeId, state: NodeState, now: Instant) -> Instant {
+        match self.node_since.get_mut(id) {
             Some(entry) => {
                 if entry.0 != state {
                     *entry = (state, now);
@@ -103,27 +140,6 @@ impl Engine {
                 self.node_since.insert(id.clone(), (state, now));
                 now
             }
-        };
-        NodeVerdict {
-            id: id.clone(),
-            state,
-            since: moment.wall_of(since),
-            evidence,
-            identity: if *id == inputs.local.id {
-                Some(inputs.local.clone())
-            } else {
-                view.map(|v| v.report.sender.clone())
-            },
-            last_report_at: view.map(|v| moment.wall_of(v.received_at)),
-            cpu_saturated: if *id == inputs.local.id {
-                inputs.local_load.cpu_saturated
-            } else {
-                view.is_some_and(|v| v.report.load.cpu_saturated)
-            },
-            // From the facts, which the engine does not see:
-            // `crate::boot::annotate` fills it in.
-            boot: Default::default(),
-            fix: None,
         }
     }
 
@@ -176,6 +192,42 @@ impl Engine {
         }
         late
     }
+}
+
+/// What speaks for a peer and what against it: its last message and the
+/// paths that carried it, its probe responder, the members hearing it.
+fn life_evidence(id: &NodeId, life: &Life<'_>, now: Instant) -> Vec<String> {
+    let age = life
+        .last_message
+        .map(|at| now.saturating_duration_since(at));
+    let mut evidence = vec![match (age, life.fresh_paths.is_empty()) {
+        (None, _) => format!("nothing heard from {id} since this node started"),
+        (Some(age), false) => format!(
+            "last message {} ago ({})",
+            fmt_duration(age),
+            name_some(life.fresh_paths.iter().map(|p| match p {
+                Path::Management => "management",
+                Path::Cable(end) => end.as_str(),
+            }))
+        ),
+        (Some(age), true) if !life.any_open => {
+            format!(
+                "every stream closed; last message {} ago",
+                fmt_duration(age)
+            )
+        }
+        (Some(age), true) => format!("last message {} ago", fmt_duration(age)),
+    }];
+    if life.probes_answer {
+        evidence.push("its probe responder answers on the cable".to_owned());
+    }
+    if !life.hearers.is_empty() {
+        evidence.push(format!(
+            "heard by {}",
+            name_some(life.hearers.iter().map(|n| n.as_str()))
+        ));
+    }
+    evidence
 }
 
 /// How bad a node verdict is: up, suspect, down.
