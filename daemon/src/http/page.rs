@@ -138,24 +138,10 @@ async fn push_views(
     _permit: OwnedSemaphorePermit,
 ) {
     let mut events = page.mesh.subscribe_events();
-    let mut refresh = tokio::time::interval(REFRESH);
-    refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // On the timer grid, so the page's refreshes share the node's wake-ups.
+    let mut refresh = crate::cadence::every(REFRESH);
     let mut first = true;
     loop {
-        tokio::select! {
-            () = page.shutdown.cancelled() => return,
-            () = client.closed() => return,
-            _ = refresh.tick() => {}
-            received = events.recv() => {
-                if matches!(received, Err(RecvError::Closed)) {
-                    return;
-                }
-                // A node going down takes its links with it: one view for
-                // the whole burst. Falling behind loses nothing either: the
-                // view is always the whole current status.
-                while matches!(events.try_recv(), Ok(_) | Err(TryRecvError::Lagged(_))) {}
-            }
-        }
         // The status is published before its events are sent, so this is
         // already the view the events describe.
         let view = render::view(
@@ -174,6 +160,19 @@ async fn push_views(
                 return;
             },
         }
-        refresh.reset();
+        tokio::select! {
+            () = page.shutdown.cancelled() => return,
+            () = client.closed() => return,
+            _ = refresh.tick() => {}
+            received = events.recv() => {
+                if matches!(received, Err(RecvError::Closed)) {
+                    return;
+                }
+                // A node going down takes its links with it: one view for
+                // the whole burst. Falling behind loses nothing either: the
+                // view is always the whole current status.
+                while matches!(events.try_recv(), Ok(_) | Err(TryRecvError::Lagged(_))) {}
+            }
+        }
     }
 }

@@ -76,6 +76,7 @@ pub fn spawn(
             .then(|| crate::watch::bridge::watch_network_config(network_changed));
         // Network changes can make reads come fast; their warnings do not.
         let mut warnings = Throttle::new(REPEAT_INTERVAL);
+        let mut tick = crate::cadence::every(platform.facts_interval);
         loop {
             let started = Instant::now();
             let read = {
@@ -127,13 +128,14 @@ pub fn spawn(
             }
             tokio::select! {
                 () = shutdown.cancelled() => return,
-                () = tokio::time::sleep(platform.facts_interval) => {}
+                _ = tick.tick() => {}
                 Some(()) = network_changes.recv() => {}
                 changed = configs.changed() => {
                     if changed.is_err() {
                         return;
                     }
                     platform = configs.borrow_and_update().platform.clone();
+                    tick = crate::cadence::every(platform.facts_interval);
                 }
             }
         }
