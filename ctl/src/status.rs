@@ -344,9 +344,24 @@ fn details(out: &mut String, evidence: &[String], fix: Option<&str>) {
 
 pub fn render(status: &MeshStatus, now: SystemTime) -> String {
     let mut out = String::new();
+    headline(&mut out, status, now);
+    nodes(&mut out, status, now);
+    let troubled: Vec<&LinkVerdict> = status
+        .links
+        .iter()
+        .filter(|l| l.state != LinkState::Up)
+        .collect();
+    links(&mut out, status, &troubled, now);
+    alarms(&mut out, status, troubled.len(), now);
+    checks(&mut out, &status.checks);
+    out
+}
+
+/// The answering node, the quorum and the overall health, one line each.
+fn headline(out: &mut String, status: &MeshStatus, now: SystemTime) {
     let q = &status.quorum;
     hanging(
-        &mut out,
+        out,
         "",
         &format!(
             "meshd {} on {} (incarnation {}), evaluated {} ago",
@@ -357,7 +372,7 @@ pub fn render(status: &MeshStatus, now: SystemTime) -> String {
         ),
     );
     hanging(
-        &mut out,
+        out,
         "quorum: ",
         &format!(
             "{}, {} of {} members fresh ({}), leader {}",
@@ -372,16 +387,18 @@ pub fn render(status: &MeshStatus, now: SystemTime) -> String {
         let _ = writeln!(out, "health: healthy");
     } else {
         hanging(
-            &mut out,
+            out,
             "health: ",
             &format!("UNHEALTHY: {}", status.troubles().join(", ")),
         );
     }
+}
 
+/// Every node's verdict. Evidence in the table for nodes that are up; under
+/// the row, with the fix, for the others.
+fn nodes(out: &mut String, status: &MeshStatus, now: SystemTime) {
     let _ = writeln!(out, "\nnodes");
     let up = |n: &NodeVerdict| n.state == NodeState::Up;
-    // Evidence in the table for nodes that are up; under the row, with the
-    // fix, for the others.
     let rows: Vec<Vec<String>> = std::iter::once(vec![
         "NODE".into(),
         "STATE".into(),
@@ -401,49 +418,53 @@ pub fn render(status: &MeshStatus, now: SystemTime) -> String {
         ]
     }))
     .collect();
-    table_with_details(&mut out, &rows, &status.nodes, |out, node| {
+    table_with_details(out, &rows, &status.nodes, |out, node| {
         if !up(node) {
             details(out, &node.evidence, node.fix.as_deref());
         }
     });
+}
 
-    let troubled: Vec<&LinkVerdict> = status
-        .links
-        .iter()
-        .filter(|l| l.state != LinkState::Up)
-        .collect();
+/// The link matrix, then a table of the `troubled` links (those not up) with
+/// their evidence and fix.
+fn links(out: &mut String, status: &MeshStatus, troubled: &[&LinkVerdict], now: SystemTime) {
     if !status.links.is_empty() {
         let _ = writeln!(out, "\nlinks");
-        matrix(&mut out, status);
+        matrix(out, status);
     }
-    if !troubled.is_empty() {
-        let _ = writeln!(out, "\nlinks not up");
-        let rows: Vec<Vec<String>> = std::iter::once(vec![
-            "LINK".into(),
-            "STATE".into(),
-            "BLAME".into(),
-            "SINCE".into(),
+    if troubled.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "\nlinks not up");
+    let rows: Vec<Vec<String>> = std::iter::once(vec![
+        "LINK".into(),
+        "STATE".into(),
+        "BLAME".into(),
+        "SINCE".into(),
+        String::new(),
+    ])
+    .chain(troubled.iter().map(|l| {
+        vec![
+            format!("{} <-> {}", l.a, l.b),
+            l.state.to_string(),
+            l.blamed_node
+                .as_ref()
+                .map_or_else(|| l.blame.to_string(), |n| format!("node {n}")),
+            ago(now, l.since),
             String::new(),
-        ])
-        .chain(troubled.iter().map(|l| {
-            vec![
-                format!("{} <-> {}", l.a, l.b),
-                l.state.to_string(),
-                l.blamed_node
-                    .as_ref()
-                    .map_or_else(|| l.blame.to_string(), |n| format!("node {n}")),
-                ago(now, l.since),
-                String::new(),
-            ]
-        }))
-        .collect();
-        table_with_details(&mut out, &rows, &troubled, |out, link| {
-            details(out, &link.evidence, link.fix.as_deref());
-        });
-    }
+        ]
+    }))
+    .collect();
+    table_with_details(out, &rows, troubled, |out, link| {
+        details(out, &link.evidence, link.fix.as_deref());
+    });
+}
 
+/// The alarms, most severe and then oldest first. With none, the line says
+/// whether the links and nodes above are all the trouble there is.
+fn alarms(out: &mut String, status: &MeshStatus, troubled_links: usize, now: SystemTime) {
     if status.alarms.is_empty() {
-        let besides = troubled.len()
+        let besides = troubled_links
             + status
                 .nodes
                 .iter()
@@ -458,48 +479,52 @@ pub fn render(status: &MeshStatus, now: SystemTime) -> String {
                 "none besides the links and nodes above"
             }
         );
-    } else {
-        let _ = writeln!(out, "\nalarms");
-        let mut alarms: Vec<&Alarm> = status.alarms.iter().collect();
-        alarms.sort_by(|a, b| b.severity.cmp(&a.severity).then(a.since.cmp(&b.since)));
-        let rows: Vec<Vec<String>> = std::iter::once(vec![
-            "SEVERITY".into(),
-            "NODE".into(),
-            "KIND".into(),
-            "SUBJECT".into(),
-            "SINCE".into(),
+        return;
+    }
+    let _ = writeln!(out, "\nalarms");
+    let mut alarms: Vec<&Alarm> = status.alarms.iter().collect();
+    alarms.sort_by(|a, b| b.severity.cmp(&a.severity).then(a.since.cmp(&b.since)));
+    let rows: Vec<Vec<String>> = std::iter::once(vec![
+        "SEVERITY".into(),
+        "NODE".into(),
+        "KIND".into(),
+        "SUBJECT".into(),
+        "SINCE".into(),
+        String::new(),
+    ])
+    .chain(alarms.iter().map(|alarm| {
+        vec![
+            alarm.severity.to_string(),
+            alarm.node.to_string(),
+            alarm.kind.to_string(),
+            alarm.subject.clone(),
+            ago(now, alarm.since),
             String::new(),
-        ])
-        .chain(alarms.iter().map(|alarm| {
-            vec![
-                alarm.severity.to_string(),
-                alarm.node.to_string(),
-                alarm.kind.to_string(),
-                alarm.subject.clone(),
-                ago(now, alarm.since),
-                String::new(),
-            ]
-        }))
-        .collect();
-        table_with_details(&mut out, &rows, &alarms, |out, alarm| {
-            hanging(out, "    ", &alarm.summary);
-            details(out, &alarm.evidence, alarm.fix.as_deref());
-        });
-    }
+        ]
+    }))
+    .collect();
+    table_with_details(out, &rows, &alarms, |out, alarm| {
+        hanging(out, "    ", &alarm.summary);
+        details(out, &alarm.evidence, alarm.fix.as_deref());
+    });
+}
 
-    if !status.checks.is_empty() {
-        let _ = writeln!(out);
-        hanging(
-            &mut out,
-            "checks: ",
-            &format!(
-                "{} (`meshctl doctor --mesh` lists them all)",
-                checklist::summary(&status.checks)
-            ),
-        );
-        checklist::render(&mut out, &status.checks, Show::Attention);
+/// The summary of the platform and mesh checks, and those that need
+/// attention.
+fn checks(out: &mut String, checks: &[CheckResult]) {
+    if checks.is_empty() {
+        return;
     }
-    out
+    let _ = writeln!(out);
+    hanging(
+        out,
+        "checks: ",
+        &format!(
+            "{} (`meshctl doctor --mesh` lists them all)",
+            checklist::summary(checks)
+        ),
+    );
+    checklist::render(out, checks, Show::Attention);
 }
 
 #[cfg(test)]

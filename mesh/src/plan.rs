@@ -219,103 +219,18 @@ pub fn plan_in_range(
     backend: Backend,
     range: Ipv4Cidr,
 ) -> Result<CablingPlan, PlanRefusal> {
-    let n = nodes.len();
-    if names.len() != n {
-        return Err(PlanRefusal::NamesMismatch {
-            names: names.len(),
-            nodes: n,
-        });
-    }
-    if n < 2 {
-        return Err(PlanRefusal::TooFewNodes(n));
-    }
-    if backend == Backend::Jaccl && n > JACCL_MAX_RANKS {
-        return Err(PlanRefusal::TooManyNodes {
-            nodes: n,
-            max: JACCL_MAX_RANKS,
-        });
-    }
-    let pairs = cabled_pairs(n, backend);
-    let needed = ports_needed(n, backend);
-    let short: Vec<PortShortfall> = nodes
-        .iter()
-        .zip(names)
-        .filter(|(model, _)| model.ports.len() < needed)
-        .map(|(model, name)| PortShortfall {
-            node: name.clone(),
-            model_id: model.id.clone(),
-            ports: model.ports.len(),
-            usable: model.usable_port_count(),
-        })
-        .collect();
-    if !short.is_empty() {
-        return Err(PlanRefusal::NotEnoughPorts {
-            backend,
-            nodes: n,
-            needed,
-            ring_fits: nodes
-                .iter()
-                .all(|m| m.ports.len() >= ports_needed(n, Backend::JacclRing)),
-            short,
-        });
-    }
-    let capacity = if range.prefix > LINK_PREFIX {
-        0
-    } else {
-        1usize << (LINK_PREFIX - range.prefix)
-    };
-    if pairs.len() > capacity {
-        return Err(PlanRefusal::RangeTooSmall {
-            range,
-            cables: pairs.len(),
-            capacity,
-        });
-    }
+    check_node_count(names, nodes, backend)?;
+    let needed = ports_needed(nodes.len(), backend);
+    check_ports(names, nodes, backend, needed)?;
+    let pairs = cabled_pairs(nodes.len(), backend);
+    check_range(range, pairs.len())?;
 
     let chosen: Vec<Vec<&ModelPort>> = nodes
         .iter()
         .map(|m| m.ports_by_preference().into_iter().take(needed).collect())
         .collect();
-    let mut warnings = Vec::new();
-    for ((model, ports), name) in nodes.iter().zip(&chosen).zip(names) {
-        for port in ports {
-            if let Some(reason) = port.unreliable_reason() {
-                warnings.push(format!(
-                    "{name} ({}) uses {}, reported unreliable for RDMA: {reason}",
-                    model.id, port.name
-                ));
-            }
-        }
-    }
-
-    let mut next_port = vec![0usize; n];
-    let mut take_end = |node: usize, address: Ipv4Addr| {
-        let port = chosen[node][next_port[node]].name.clone();
-        next_port[node] += 1;
-        PlannedEnd {
-            node: names[node].clone(),
-            port,
-            address,
-            iface: None,
-        }
-    };
-    let base = u32::from(range.network());
-    let cables: Vec<PlannedCable> = pairs
-        .iter()
-        .enumerate()
-        .map(|(k, &(i, j))| {
-            let network = Ipv4Addr::from(base + 4 * k as u32);
-            PlannedCable {
-                a: take_end(i, Ipv4Addr::from(u32::from(network) + 1)),
-                b: take_end(j, Ipv4Addr::from(u32::from(network) + 2)),
-                subnet: Ipv4Cidr {
-                    address: network,
-                    prefix: LINK_PREFIX,
-                },
-            }
-        })
-        .collect();
-
+    let warnings = unreliable_port_warnings(names, nodes, &chosen);
+    let cables = addressed_cables(names, &chosen, &pairs, range);
     let planned_nodes = nodes
         .iter()
         .zip(names)
@@ -334,6 +249,141 @@ pub fn plan_in_range(
         cables,
         warnings,
     })
+}
+
+/// One name per node, at least two nodes, and for a full mesh no more than
+/// JACCL's [`JACCL_MAX_RANKS`].
+fn check_node_count(
+    names: &[String],
+    nodes: &[&Model],
+    backend: Backend,
+) -> Result<(), PlanRefusal> {
+    let n = nodes.len();
+    if names.len() != n {
+        return Err(PlanRefusal::NamesMismatch {
+            names: names.len(),
+            nodes: n,
+        });
+    }
+    if n < 2 {
+        return Err(PlanRefusal::TooFewNodes(n));
+    }
+    if backend == Backend::Jaccl && n > JACCL_MAX_RANKS {
+        return Err(PlanRefusal::TooManyNodes {
+            nodes: n,
+            max: JACCL_MAX_RANKS,
+        });
+    }
+    Ok(())
+}
+
+/// Every node has the `needed` ports, usable or not; the refusal names those
+/// short and says whether a ring would fit instead.
+fn check_ports(
+    names: &[String],
+    nodes: &[&Model],
+    backend: Backend,
+    needed: usize,
+) -> Result<(), PlanRefusal> {
+    let n = nodes.len();
+    let short: Vec<PortShortfall> = nodes
+        .iter()
+        .zip(names)
+        .filter(|(model, _)| model.ports.len() < needed)
+        .map(|(model, name)| PortShortfall {
+            node: name.clone(),
+            model_id: model.id.clone(),
+            ports: model.ports.len(),
+            usable: model.usable_port_count(),
+        })
+        .collect();
+    if short.is_empty() {
+        return Ok(());
+    }
+    Err(PlanRefusal::NotEnoughPorts {
+        backend,
+        nodes: n,
+        needed,
+        ring_fits: nodes
+            .iter()
+            .all(|m| m.ports.len() >= ports_needed(n, Backend::JacclRing)),
+        short,
+    })
+}
+
+/// `range` holds a /30 for each of the `cables`.
+fn check_range(range: Ipv4Cidr, cables: usize) -> Result<(), PlanRefusal> {
+    let capacity = if range.prefix > LINK_PREFIX {
+        0
+    } else {
+        1usize << (LINK_PREFIX - range.prefix)
+    };
+    if cables > capacity {
+        return Err(PlanRefusal::RangeTooSmall {
+            range,
+            cables,
+            capacity,
+        });
+    }
+    Ok(())
+}
+
+/// A warning for each unreliable port among the `chosen`, naming its node
+/// and the reason.
+fn unreliable_port_warnings(
+    names: &[String],
+    nodes: &[&Model],
+    chosen: &[Vec<&ModelPort>],
+) -> Vec<String> {
+    let mut warnings = Vec::new();
+    for ((model, ports), name) in nodes.iter().zip(chosen).zip(names) {
+        for port in ports {
+            if let Some(reason) = port.unreliable_reason() {
+                warnings.push(format!(
+                    "{name} ({}) uses {}, reported unreliable for RDMA: {reason}",
+                    model.id, port.name
+                ));
+            }
+        }
+    }
+    warnings
+}
+
+/// The cables of `pairs`, in order: the k-th takes the k-th /30 of `range`
+/// and, at each end, the node's next port among the `chosen`.
+fn addressed_cables(
+    names: &[String],
+    chosen: &[Vec<&ModelPort>],
+    pairs: &[(usize, usize)],
+    range: Ipv4Cidr,
+) -> Vec<PlannedCable> {
+    let mut next_port = vec![0usize; names.len()];
+    let mut take_end = |node: usize, address: Ipv4Addr| {
+        let port = chosen[node][next_port[node]].name.clone();
+        next_port[node] += 1;
+        PlannedEnd {
+            node: names[node].clone(),
+            port,
+            address,
+            iface: None,
+        }
+    };
+    let base = u32::from(range.network());
+    pairs
+        .iter()
+        .enumerate()
+        .map(|(k, &(i, j))| {
+            let network = Ipv4Addr::from(base + 4 * k as u32);
+            PlannedCable {
+                a: take_end(i, Ipv4Addr::from(u32::from(network) + 1)),
+                b: take_end(j, Ipv4Addr::from(u32::from(network) + 2)),
+                subnet: Ipv4Cidr {
+                    address: network,
+                    prefix: LINK_PREFIX,
+                },
+            }
+        })
+        .collect()
 }
 
 fn ports_needed(n: usize, backend: Backend) -> usize {

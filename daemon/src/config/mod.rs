@@ -12,12 +12,14 @@
 
 mod address;
 mod alertmanager;
+mod diagnostic;
 mod error;
 mod locate;
 pub mod reload;
 pub mod settings;
 mod types;
 mod validate;
+mod watch;
 
 #[cfg(test)]
 mod tests;
@@ -33,7 +35,12 @@ use serde::Deserialize;
 pub use address::{AddressError, Host, PeerAddress};
 pub use alertmanager::{AlertmanagerConfig, AlertmanagerUrl, BasicAuth, parse_url};
 pub use error::{ConfigError, Diagnostic, Problem};
+pub use watch::{
+    BootWatchConfig, BridgeWatchConfig, CpuWatchConfig, JobWatchConfig, MemoryWatchConfig,
+    WatchConfig,
+};
 
+use diagnostic::{one_line, problem_diagnostic, serde_diagnostic};
 use locate::{Locator, line_of_offset};
 
 /// The largest config file read: a 256-node mesh with every link spelled
@@ -454,164 +461,6 @@ impl Default for AlertingConfig {
     }
 }
 
-/// Local watchers: bridge loops and broadcast storms, CPU spikes and the
-/// processes behind them, hung, orphaned and stalled jobs, memory, and the
-/// peers' reboots.
-#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct WatchConfig {
-    pub bridge: BridgeWatchConfig,
-    pub cpu: CpuWatchConfig,
-    pub jobs: JobWatchConfig,
-    pub memory: MemoryWatchConfig,
-    pub boot: BootWatchConfig,
-}
-
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct BridgeWatchConfig {
-    /// How often bridges and their members' packet counters are read.
-    #[serde(with = "humantime_serde")]
-    pub interval: Duration,
-    /// Broadcast plus multicast packets per second on a bridge or one of its
-    /// members above which traffic is a storm.
-    pub storm_packets_per_second: u64,
-    /// The rate must stay above the threshold this long.
-    #[serde(with = "humantime_serde")]
-    pub storm_window: Duration,
-    /// Interfaces that are mesh ports besides the `local_iface` of the
-    /// `[[links]]` (on macOS the Thunderbolt ports are added by discovery).
-    pub mesh_ifaces: Vec<String>,
-}
-
-impl Default for BridgeWatchConfig {
-    fn default() -> Self {
-        Self {
-            interval: DEFAULT_BRIDGE_INTERVAL,
-            storm_packets_per_second: DEFAULT_STORM_PACKETS_PER_SECOND,
-            storm_window: DEFAULT_STORM_WINDOW,
-            mesh_ifaces: Vec::new(),
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct CpuWatchConfig {
-    #[serde(with = "humantime_serde")]
-    pub interval: Duration,
-    /// Busy share of all cores (0-1) that counts as a spike...
-    pub spike_ratio: f64,
-    /// ...when it holds this long.
-    #[serde(with = "humantime_serde")]
-    pub spike_window: Duration,
-    /// How many of the busiest processes an alarm and the metrics name; the
-    /// rest are summed as `other`.
-    pub top: usize,
-    /// Process names known to add CPU and network noise on a Mac cluster.
-    pub offenders: Vec<String>,
-}
-
-impl Default for CpuWatchConfig {
-    fn default() -> Self {
-        Self {
-            interval: DEFAULT_CPU_INTERVAL,
-            spike_ratio: DEFAULT_SPIKE_RATIO,
-            spike_window: DEFAULT_SPIKE_WINDOW,
-            top: DEFAULT_TOP_PROCESSES,
-            offenders: DEFAULT_OFFENDERS.iter().map(|s| (*s).to_owned()).collect(),
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct JobWatchConfig {
-    /// Case-insensitive substrings of a process's name or command line that
-    /// mark it as a job rank (MLX, exo).
-    pub patterns: Vec<String>,
-    /// CPU a job process must burn, in cores (1.0 = one full core)...
-    pub busy_cores: f64,
-    /// ...for this long while a peer or link of the mesh is down.
-    #[serde(with = "humantime_serde")]
-    pub window: Duration,
-    /// A job process re-parented to launchd/init for this long is orphaned.
-    #[serde(with = "humantime_serde")]
-    pub orphan_grace: Duration,
-    /// A job process at most this busy (in cores) is blocked.
-    pub idle_cores: f64,
-    /// A spinning or blocked job over RDMA ports whose data counters stay
-    /// still this long, with the mesh up, is stalled (Linux).
-    #[serde(with = "humantime_serde")]
-    pub stall_window: Duration,
-}
-
-impl Default for JobWatchConfig {
-    fn default() -> Self {
-        Self {
-            patterns: DEFAULT_JOB_PATTERNS
-                .iter()
-                .map(|s| (*s).to_owned())
-                .collect(),
-            busy_cores: DEFAULT_JOB_BUSY_CORES,
-            window: DEFAULT_JOB_WINDOW,
-            orphan_grace: DEFAULT_ORPHAN_GRACE,
-            idle_cores: DEFAULT_JOB_IDLE_CORES,
-            stall_window: DEFAULT_STALL_WINDOW,
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct MemoryWatchConfig {
-    /// How often memory is read (macOS `vm_stat` and `sysctl`, Linux
-    /// `/proc/meminfo` and `/proc/pressure/memory`).
-    #[serde(with = "humantime_serde")]
-    pub interval: Duration,
-    /// Share of physical memory (0-1) wired while no job process runs that
-    /// is a leak...
-    pub wired_leak_ratio: f64,
-    /// ...when it lasts this long.
-    #[serde(with = "humantime_serde")]
-    pub leak_window: Duration,
-    /// Critical memory pressure held this long raises `memory_pressure`.
-    #[serde(with = "humantime_serde")]
-    pub pressure_window: Duration,
-    /// Linux: the share (0-1) of the last 10 s in which every task stalled
-    /// on memory (PSI `full avg10`) that is critical pressure.
-    pub stall_critical_ratio: f64,
-}
-
-impl Default for MemoryWatchConfig {
-    fn default() -> Self {
-        Self {
-            interval: DEFAULT_MEMORY_INTERVAL,
-            wired_leak_ratio: DEFAULT_WIRED_LEAK_RATIO,
-            leak_window: DEFAULT_LEAK_WINDOW,
-            pressure_window: DEFAULT_PRESSURE_WINDOW,
-            stall_critical_ratio: DEFAULT_STALL_CRITICAL_RATIO,
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct BootWatchConfig {
-    /// How long `node_rebooted` and `kernel_panic` stay raised after a
-    /// peer's host booted again.
-    #[serde(with = "humantime_serde")]
-    pub alarm_for: Duration,
-}
-
-impl Default for BootWatchConfig {
-    fn default() -> Self {
-        Self {
-            alarm_for: DEFAULT_REBOOT_ALARM_FOR,
-        }
-    }
-}
-
 /// The file as written. Differs from [`Config`] only in `node.id` being
 /// optional, which is resolved against the host name.
 #[derive(Debug, Default, Deserialize)]
@@ -819,97 +668,4 @@ impl Config {
         members.dedup();
         members
     }
-}
-
-/// serde's messages name neither the key nor the line; add both, and phrase
-/// the common cases the way an operator would.
-fn serde_diagnostic(err: &toml::de::Error, origin: &str, locator: &Locator<'_>) -> Diagnostic {
-    let start = err.span().map(|s| s.start);
-    let line = start.map(|s| locator.line_of_offset(s));
-    let path = start.and_then(|s| locator.path_at(s)).map(str::to_owned);
-    let message = one_line(err.message());
-
-    if let Some(field) = backticked(&message, "missing field ") {
-        let key = match path {
-            Some(table) => format!("{table}.{field}"),
-            None => field.to_owned(),
-        };
-        return Diagnostic {
-            origin: origin.to_owned(),
-            line,
-            key: Some(key),
-            message: "required key is missing".to_owned(),
-        };
-    }
-
-    let message = humanize_types(&message);
-    let message = if let Some(rest) = message.strip_prefix("unknown field") {
-        format!("unknown key{rest}")
-    } else if message.ends_with("expected a duration") {
-        format!("{message} such as \"100ms\", \"1s\" or \"1m\"")
-    } else if message == "invalid socket address syntax" {
-        format!("{message}; use ip:port, like \"0.0.0.0:{DEFAULT_GRPC_PORT}\"")
-    } else if message == "invalid IP address syntax" {
-        format!(
-            "{message}; use an IPv4 or IPv6 address without a port or scope, like \"10.254.0.1\""
-        )
-    } else {
-        message
-    };
-    Diagnostic {
-        origin: origin.to_owned(),
-        line,
-        key: path,
-        message,
-    }
-}
-
-fn problem_diagnostic(problem: Problem, origin: &str, locator: &Locator<'_>) -> Diagnostic {
-    let mut message = problem.message;
-    if let Some(first) = &problem.first {
-        match locator.exact_line_of(first) {
-            Some(line) => message.push_str(&format!(" (first at line {line})")),
-            None => message.push_str(&format!(" (first at {first})")),
-        }
-    }
-    if let Some(other) = &problem.see {
-        match locator.exact_line_of(other) {
-            Some(line) => message.push_str(&format!(" (see {other} at line {line})")),
-            None => message.push_str(&format!(" (see {other})")),
-        }
-    }
-    Diagnostic {
-        origin: origin.to_owned(),
-        line: locator.line_of(&problem.key),
-        key: Some(problem.key),
-        message,
-    }
-}
-
-/// serde names Rust types ("expected struct ProbeConfig", "expected u16");
-/// say what to write in TOML instead.
-fn humanize_types(message: &str) -> String {
-    if let Some(i) = message.find("expected struct ") {
-        return format!("{}expected a table", message.get(..i).unwrap_or_default());
-    }
-    message
-        .replace("expected u16", "expected an integer from 0 to 65535")
-        .replace("expected u32", "expected an integer from 0 to 4294967295")
-        .replace("expected f64", "expected a number")
-}
-
-/// The name in `` prefix`name`... `` messages from serde.
-fn backticked<'a>(message: &'a str, prefix: &str) -> Option<&'a str> {
-    let rest = message.strip_prefix(prefix)?.strip_prefix('`')?;
-    rest.split_once('`').map(|(name, _)| name)
-}
-
-/// One diagnostic is one line of output, whatever the underlying error says.
-fn one_line(message: &str) -> String {
-    message
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect::<Vec<_>>()
-        .join("; ")
 }

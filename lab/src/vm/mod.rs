@@ -143,6 +143,23 @@ impl Accel {
             Accel::Tcg => "tcg",
         }
     }
+
+    /// meshd's TLS (graviola) needs AVX2, AES-NI, ADX, BMI and PCLMULQDQ:
+    /// the host's CPU under KVM, and under TCG the "max" model, which
+    /// emulates them (QEMU 7.2 and later), not the default qemu64.
+    fn cpu_model(self) -> &'static str {
+        match self {
+            Accel::Kvm => "host",
+            Accel::Tcg => "max",
+        }
+    }
+
+    fn boot_limit(self) -> Duration {
+        match self {
+            Accel::Kvm => KVM_BOOT_LIMIT,
+            Accel::Tcg => BOOT_LIMIT,
+        }
+    }
 }
 
 /// `MESHD_VM_ACCEL`: `kvm`, `tcg`, or `auto` (the default): KVM when
@@ -229,6 +246,33 @@ struct Nic {
     remote: PathBuf,
 }
 
+impl Nic {
+    /// The qemu netdev over the two sockets, and the virtio NIC on it.
+    fn qemu_args(&self) -> [String; 4] {
+        [
+            "-netdev".to_owned(),
+            format!(
+                "dgram,id={id}-net,local.type=unix,local.path={},remote.type=unix,remote.path={}",
+                self.local.display(),
+                self.remote.display(),
+                id = self.id
+            ),
+            "-device".to_owned(),
+            format!(
+                "virtio-net-pci,netdev={id}-net,id={id},mac={},romfile=",
+                self.mac,
+                id = self.id
+            ),
+        ]
+    }
+
+    /// The word of the kernel command line (with its leading space) that
+    /// tells the guest which interface to give this NIC, and its address.
+    fn kernel_arg(&self) -> String {
+        format!(" meshvm.nic={},{},{}", self.mac, self.iface, self.cidr)
+    }
+}
+
 /// A running VM.
 #[derive(Debug)]
 pub struct Vm {
@@ -261,73 +305,10 @@ impl Vm {
         let console = dir.join(format!("{name}-console.log"));
         let agent_socket = dir.join(format!("{name}-agent.sock"));
         let qmp = dir.join(format!("{name}-qmp.sock"));
-        let mut append = format!("console=ttyS0 panic=-1 quiet meshvm.hostname={name}");
-        let mut args: Vec<String> = [
-            "-accel",
-            accel.arg(),
-            "-m",
-            MEMORY,
-            "-smp",
-            "1",
-            "-nodefaults",
-            "-no-user-config",
-            "-display",
-            "none",
-            "-no-reboot",
-        ]
-        .map(str::to_owned)
-        .to_vec();
-        // meshd's TLS (graviola) needs AVX2, AES-NI, ADX, BMI and PCLMULQDQ:
-        // the host's CPU under KVM, and under TCG the "max" model, which
-        // emulates them (QEMU 7.2 and later), not the default qemu64.
-        let cpu = match accel {
-            Accel::Kvm => "host",
-            Accel::Tcg => "max",
-        };
-        args.extend(["-cpu".to_owned(), cpu.to_owned()]);
-        args.extend([
-            "-kernel".to_owned(),
-            image.packages.kernel().display().to_string(),
-            "-initrd".to_owned(),
-            image.initramfs.display().to_string(),
-            "-serial".to_owned(),
-            format!("file:{}", console.display()),
-            "-chardev".to_owned(),
-            format!(
-                "socket,id=agent,path={},server=on,wait=off",
-                agent_socket.display()
-            ),
-            "-serial".to_owned(),
-            "chardev:agent".to_owned(),
-        ]);
-        for nic in nics {
-            args.extend([
-                "-netdev".to_owned(),
-                format!(
-                    "dgram,id={id}-net,local.type=unix,local.path={},remote.type=unix,remote.path={}",
-                    nic.local.display(),
-                    nic.remote.display(),
-                    id = nic.id
-                ),
-                "-device".to_owned(),
-                format!(
-                    "virtio-net-pci,netdev={id}-net,id={id},mac={},romfile=",
-                    nic.mac,
-                    id = nic.id
-                ),
-            ]);
-            append.push_str(&format!(
-                " meshvm.nic={},{},{}",
-                nic.mac, nic.iface, nic.cidr
-            ));
-        }
-        args.extend(["-append".to_owned(), append]);
+        let args = qemu_args(image, name, nics, accel, &console, &agent_socket);
         let stderr_log = dir.join(format!("{name}-qemu.log"));
         let mut qemu = Qemu::start(name, &args, &qmp, &stderr_log)?;
-        let limit = match accel {
-            Accel::Kvm => KVM_BOOT_LIMIT,
-            Accel::Tcg => BOOT_LIMIT,
-        };
+        let limit = accel.boot_limit();
         let deadline = Instant::now() + limit;
         let booted = Agent::connect(name, &agent_socket, deadline)
             .and_then(|mut agent| agent.wait_ready(deadline).map(|()| agent));
@@ -396,6 +377,58 @@ impl Vm {
     pub fn stop(&mut self) {
         self.qemu.stop();
     }
+}
+
+/// qemu's command line for VM `name`: the machine, the kernel and
+/// initramfs, the console and the command channel on serial ports, and the
+/// NICs, which the kernel command line names to the guest.
+fn qemu_args(
+    image: &Image,
+    name: &str,
+    nics: &[Nic],
+    accel: Accel,
+    console: &Path,
+    agent_socket: &Path,
+) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "-accel",
+        accel.arg(),
+        "-m",
+        MEMORY,
+        "-smp",
+        "1",
+        "-nodefaults",
+        "-no-user-config",
+        "-display",
+        "none",
+        "-no-reboot",
+        "-cpu",
+        accel.cpu_model(),
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    args.extend([
+        "-kernel".to_owned(),
+        image.packages.kernel().display().to_string(),
+        "-initrd".to_owned(),
+        image.initramfs.display().to_string(),
+        "-serial".to_owned(),
+        format!("file:{}", console.display()),
+        "-chardev".to_owned(),
+        format!(
+            "socket,id=agent,path={},server=on,wait=off",
+            agent_socket.display()
+        ),
+        "-serial".to_owned(),
+        "chardev:agent".to_owned(),
+    ]);
+    let mut append = format!("console=ttyS0 panic=-1 quiet meshvm.hostname={name}");
+    for nic in nics {
+        args.extend(nic.qemu_args());
+        append.push_str(&nic.kernel_arg());
+    }
+    args.extend(["-append".to_owned(), append]);
+    args
 }
 
 fn tail(text: &str) -> String {

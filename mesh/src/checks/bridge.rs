@@ -101,101 +101,17 @@ pub(super) fn thunderbolt_bridge_inactive(mut check: Check, node: &NodeView) -> 
     let mut other_bridges = Vec::new();
     for bridge in bridges {
         let members = membership(facts, bridge);
-        if members.thunderbolt.is_empty() {
-            if members.unknown.is_empty() {
-                other_bridges.push(bridge.name.as_str());
-            } else {
-                check.blind(format!(
-                    "{}: whether its members {} are Thunderbolt ports is unknown (the \
-                     Thunderbolt ports and their interfaces are not all known)",
-                    bridge.name,
-                    members.unknown.join(", ")
-                ));
-            }
-            continue;
-        }
-        let subject = format!(
-            "{} (Thunderbolt members {}; {})",
-            bridge.name,
-            members.thunderbolt.join(", "),
-            service_context(bridge)
-        );
-        match bridge.up {
-            None => check.blind(format!(
-                "{subject}: whether it is up is unknown (its flags were not shown)"
-            )),
-            Some(false) => {
-                let link = if bridge.member_link == Some(true) {
-                    " (its status says active: a member has link, but a bridge that is down \
-                     forwards nothing)"
-                } else {
-                    ""
-                };
-                let comeback = if bridge.service_enabled == Some(true) {
-                    "; its service is enabled, so a restart or a network change can bring it \
-                     back up, and the bridge watcher raises bridge_loop if it does"
-                } else {
-                    ""
-                };
-                check.pass(format!(
-                    "{subject} is down (no UP/RUNNING): it forwards nothing{link}{comeback}"
-                ));
-            }
-            Some(true) if bridge.member_link == Some(true) => check.fail(
-                format!(
-                    "{subject} is up and a member has link: broadcast frames loop through the mesh"
-                ),
-                bridge_fix(bridge),
-            ),
-            Some(true) => {
-                let status = match bridge.member_link {
-                    Some(false) => "no member has link now",
-                    _ => "its status is not shown",
-                };
-                let cabled: Vec<&str> = members
-                    .thunderbolt
-                    .iter()
-                    .copied()
-                    .filter(|m| member_cabled(facts, m) == Some(true))
-                    .collect();
-                let unknown: Vec<&str> = members
-                    .thunderbolt
-                    .iter()
-                    .copied()
-                    .filter(|m| member_cabled(facts, m).is_none())
-                    .collect();
-                if !cabled.is_empty() {
-                    let ports: Vec<String> = facts
-                        .ports
-                        .iter()
-                        .filter(|p| cabled.contains(&p.iface.as_str()))
-                        .map(port_label)
-                        .collect();
-                    check.fail(
-                        format!(
-                            "{subject} is up ({status}) with {} cabled to a Mac: it forwards \
-                             broadcast frames between cables whenever their links are up",
-                            ports.join(", ")
-                        ),
-                        bridge_fix(bridge),
-                    );
-                } else if unknown.is_empty() {
-                    check.warn(
-                        format!(
-                            "{subject} is up ({status}); no member is cabled to a Mac now, but \
-                             it forwards between them as soon as they are"
-                        ),
-                        bridge_fix(bridge),
-                    );
-                } else {
-                    check.blind(format!(
-                        "{subject} is up ({status}); whether {} {} cabled to a Mac is unknown \
-                         (not in a Thunderbolt report)",
-                        unknown.join(", "),
-                        if unknown.len() == 1 { "is" } else { "are" }
-                    ));
-                }
-            }
+        if !members.thunderbolt.is_empty() {
+            judge_thunderbolt_bridge(&mut check, facts, bridge, &members.thunderbolt);
+        } else if members.unknown.is_empty() {
+            other_bridges.push(bridge.name.as_str());
+        } else {
+            check.blind(format!(
+                "{}: whether its members {} are Thunderbolt ports is unknown (the \
+                 Thunderbolt ports and their interfaces are not all known)",
+                bridge.name,
+                members.unknown.join(", ")
+            ));
         }
     }
     if check.findings.is_empty() {
@@ -207,6 +123,109 @@ pub(super) fn thunderbolt_bridge_inactive(mut check: Check, node: &NodeView) -> 
         check.pass(format!("no bridge has a Thunderbolt member{others}"));
     }
     check.finish_on(facts)
+}
+
+/// A bridge over the `thunderbolt` member ports: down passes, up with a
+/// member that has link fails, and up without one is judged by the cabling.
+fn judge_thunderbolt_bridge(
+    check: &mut Check,
+    facts: &NodeFacts,
+    bridge: &BridgeFact,
+    thunderbolt: &[&str],
+) {
+    let subject = format!(
+        "{} (Thunderbolt members {}; {})",
+        bridge.name,
+        thunderbolt.join(", "),
+        service_context(bridge)
+    );
+    match bridge.up {
+        None => check.blind(format!(
+            "{subject}: whether it is up is unknown (its flags were not shown)"
+        )),
+        Some(false) => check.pass(down_evidence(&subject, bridge)),
+        Some(true) if bridge.member_link == Some(true) => check.fail(
+            format!(
+                "{subject} is up and a member has link: broadcast frames loop through the mesh"
+            ),
+            bridge_fix(bridge),
+        ),
+        Some(true) => judge_up_without_link(check, facts, bridge, thunderbolt, &subject),
+    }
+}
+
+/// Why a bridge that is down passes, and what could bring it back up.
+fn down_evidence(subject: &str, bridge: &BridgeFact) -> String {
+    let link = if bridge.member_link == Some(true) {
+        " (its status says active: a member has link, but a bridge that is down \
+         forwards nothing)"
+    } else {
+        ""
+    };
+    let comeback = if bridge.service_enabled == Some(true) {
+        "; its service is enabled, so a restart or a network change can bring it \
+         back up, and the bridge watcher raises bridge_loop if it does"
+    } else {
+        ""
+    };
+    format!("{subject} is down (no UP/RUNNING): it forwards nothing{link}{comeback}")
+}
+
+/// An up bridge with no member link shown forwards as soon as its members
+/// get link: it fails when a member is cabled to a Mac, warns when none is,
+/// and is skipped when a member's cabling is unknown.
+fn judge_up_without_link(
+    check: &mut Check,
+    facts: &NodeFacts,
+    bridge: &BridgeFact,
+    thunderbolt: &[&str],
+    subject: &str,
+) {
+    let status = match bridge.member_link {
+        Some(false) => "no member has link now",
+        _ => "its status is not shown",
+    };
+    let cabled: Vec<&str> = thunderbolt
+        .iter()
+        .copied()
+        .filter(|m| member_cabled(facts, m) == Some(true))
+        .collect();
+    let unknown: Vec<&str> = thunderbolt
+        .iter()
+        .copied()
+        .filter(|m| member_cabled(facts, m).is_none())
+        .collect();
+    if !cabled.is_empty() {
+        let ports: Vec<String> = facts
+            .ports
+            .iter()
+            .filter(|p| cabled.contains(&p.iface.as_str()))
+            .map(port_label)
+            .collect();
+        check.fail(
+            format!(
+                "{subject} is up ({status}) with {} cabled to a Mac: it forwards \
+                 broadcast frames between cables whenever their links are up",
+                ports.join(", ")
+            ),
+            bridge_fix(bridge),
+        );
+    } else if unknown.is_empty() {
+        check.warn(
+            format!(
+                "{subject} is up ({status}); no member is cabled to a Mac now, but \
+                 it forwards between them as soon as they are"
+            ),
+            bridge_fix(bridge),
+        );
+    } else {
+        check.blind(format!(
+            "{subject} is up ({status}); whether {} {} cabled to a Mac is unknown \
+             (not in a Thunderbolt report)",
+            unknown.join(", "),
+            if unknown.len() == 1 { "is" } else { "are" }
+        ));
+    }
 }
 
 /// macOS re-creates the Thunderbolt Bridge and its network service when a

@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use meshd_domain::facts::{
     BridgeFact, FirewallFact, HardwarePort, NodeFacts, OsKind, PanicFacts, PanicReport, PeerFact,
-    PortFact, RdmaPortFact, RdmaReader,
+    PortFact, PowerSettings, RdmaPortFact, RdmaReader,
 };
 
 use crate::ibv::{RdmaDevice, parse_ibv_devices, parse_ibv_devinfo};
@@ -299,71 +299,24 @@ pub fn join(outputs: &MacosOutputs) -> NodeFacts {
     let mut blind_spots = Vec::new();
     let blind = &mut blind_spots;
 
-    let (os_version, os_build) = match outputs.parsed(HostCommand::SwVers, parse_sw_vers, blind) {
-        Some(versions) => {
-            for (value, line) in [
-                (&versions.product_version, "ProductVersion"),
-                (&versions.build_version, "BuildVersion"),
-            ] {
-                if value.is_empty() {
-                    blind.push(format!("{}: no {line} line", HostCommand::SwVers));
-                }
-            }
-            (versions.product_version, versions.build_version)
-        }
-        None => (String::new(), String::new()),
-    };
-    let model = match outputs.parsed(HostCommand::HwModel, parse_hw_model, blind) {
-        Some(Some(model)) => model,
-        Some(None) => {
-            blind.push(format!("{}: printed no model", HostCommand::HwModel));
-            String::new()
-        }
-        None => String::new(),
-    };
-    let buses = outputs
-        .text(HostCommand::Thunderbolt, blind)
-        .and_then(|text| match parse_thunderbolt(text) {
-            Ok(buses) => Some(buses),
-            Err(error) => {
-                blind.push(format!("{}: {error}", HostCommand::Thunderbolt));
-                None
-            }
-        });
+    let (os_version, os_build) = os_version(outputs, blind);
+    let model = hardware_model(outputs, blind);
+    let buses = thunderbolt_buses(outputs, blind);
     let hardware_ports = outputs.parsed(HostCommand::HardwarePorts, parse_hardware_ports, blind);
     let service_order = outputs.parsed(HostCommand::ServiceOrder, parse_service_order, blind);
     let all_services = outputs.parsed(HostCommand::AllServices, parse_all_services, blind);
     let interfaces = outputs.parsed(HostCommand::Ifconfig, parse_ifconfig, blind);
-    let rdma_enabled = match outputs.parsed(HostCommand::RdmaCtl, parse_rdma_ctl_status, blind) {
-        Some(RdmaCtlStatus::Enabled) => Some(true),
-        Some(RdmaCtlStatus::Disabled) => Some(false),
-        Some(RdmaCtlStatus::Unknown(text)) => {
-            blind.push(format!(
-                "{}: neither enabled nor disabled: {text:?}",
-                HostCommand::RdmaCtl
-            ));
-            None
-        }
-        None => None,
-    };
+    let rdma_enabled = rdma_enabled(outputs, blind);
+    let (listed_devices, described_devices, reader) = rdma_device_outputs(outputs, blind);
     let parsed = Parsed {
         buses,
         hardware_ports,
         service_order,
         all_services,
         interfaces,
-        listed_devices: match &outputs.verbs {
-            Some(devices) => Some(devices.clone()),
-            None => outputs.parsed(HostCommand::IbvDevices, parse_ibv_devices, blind),
-        },
-        reader: match &outputs.verbs {
-            Some(_) => RdmaReader::Verbs,
-            None => RdmaReader::IbvDevinfo,
-        },
-        described_devices: match &outputs.verbs {
-            Some(devices) => Some(devices.clone()),
-            None => outputs.parsed(HostCommand::IbvDevinfo, parse_ibv_devinfo, blind),
-        },
+        listed_devices,
+        described_devices,
+        reader,
     };
 
     let firewall = firewall(outputs, blind);
@@ -379,13 +332,7 @@ pub fn join(outputs: &MacosOutputs) -> NodeFacts {
         },
         blind,
     );
-    let power = outputs.text(HostCommand::Pmset, blind).and_then(|text| {
-        let power = parse_pmset(text);
-        if power.is_none() {
-            blind.push(format!("{}: no setting meshd reads", HostCommand::Pmset));
-        }
-        power
-    });
+    let power = power(outputs, blind);
     let (mut ports, ports_complete) = ports(&parsed, blind);
     apply_ipv4_methods(&mut ports, outputs, parsed.service_order.as_deref(), blind);
     let panics = panics(outputs.panics.as_ref(), blind);
@@ -409,6 +356,96 @@ pub fn join(outputs: &MacosOutputs) -> NodeFacts {
         power,
         panics,
     }
+}
+
+/// The product version and build from `sw_vers`, each empty (and named)
+/// where its line is missing.
+fn os_version(outputs: &MacosOutputs, blind: &mut Vec<String>) -> (String, String) {
+    let Some(versions) = outputs.parsed(HostCommand::SwVers, parse_sw_vers, blind) else {
+        return (String::new(), String::new());
+    };
+    for (value, line) in [
+        (&versions.product_version, "ProductVersion"),
+        (&versions.build_version, "BuildVersion"),
+    ] {
+        if value.is_empty() {
+            blind.push(format!("{}: no {line} line", HostCommand::SwVers));
+        }
+    }
+    (versions.product_version, versions.build_version)
+}
+
+/// The hardware model identifier ("Mac16,9"); empty where it could not be
+/// read.
+fn hardware_model(outputs: &MacosOutputs, blind: &mut Vec<String>) -> String {
+    match outputs.parsed(HostCommand::HwModel, parse_hw_model, blind) {
+        Some(Some(model)) => model,
+        Some(None) => {
+            blind.push(format!("{}: printed no model", HostCommand::HwModel));
+            String::new()
+        }
+        None => String::new(),
+    }
+}
+
+fn thunderbolt_buses(
+    outputs: &MacosOutputs,
+    blind: &mut Vec<String>,
+) -> Option<Vec<ThunderboltBus>> {
+    let text = outputs.text(HostCommand::Thunderbolt, blind)?;
+    match parse_thunderbolt(text) {
+        Ok(buses) => Some(buses),
+        Err(error) => {
+            blind.push(format!("{}: {error}", HostCommand::Thunderbolt));
+            None
+        }
+    }
+}
+
+/// Whether `rdma_ctl status` says RDMA is enabled.
+fn rdma_enabled(outputs: &MacosOutputs, blind: &mut Vec<String>) -> Option<bool> {
+    match outputs.parsed(HostCommand::RdmaCtl, parse_rdma_ctl_status, blind)? {
+        RdmaCtlStatus::Enabled => Some(true),
+        RdmaCtlStatus::Disabled => Some(false),
+        RdmaCtlStatus::Unknown(text) => {
+            blind.push(format!(
+                "{}: neither enabled nor disabled: {text:?}",
+                HostCommand::RdmaCtl
+            ));
+            None
+        }
+    }
+}
+
+/// The RDMA devices as listed and as described, and what described them:
+/// the verbs library where it was read, else `ibv_devices` and
+/// `ibv_devinfo`.
+fn rdma_device_outputs(
+    outputs: &MacosOutputs,
+    blind: &mut Vec<String>,
+) -> (Option<Vec<RdmaDevice>>, Option<Vec<RdmaDevice>>, RdmaReader) {
+    match &outputs.verbs {
+        Some(devices) => (
+            Some(devices.clone()),
+            Some(devices.clone()),
+            RdmaReader::Verbs,
+        ),
+        None => (
+            outputs.parsed(HostCommand::IbvDevices, parse_ibv_devices, blind),
+            outputs.parsed(HostCommand::IbvDevinfo, parse_ibv_devinfo, blind),
+            RdmaReader::IbvDevinfo,
+        ),
+    }
+}
+
+/// The power settings from `pmset`; `None` (and named) where it shows none
+/// that meshd reads.
+fn power(outputs: &MacosOutputs, blind: &mut Vec<String>) -> Option<PowerSettings> {
+    let power = parse_pmset(outputs.text(HostCommand::Pmset, blind)?);
+    if power.is_none() {
+        blind.push(format!("{}: no setting meshd reads", HostCommand::Pmset));
+    }
+    power
 }
 
 /// How each Thunderbolt port's address is configured, from its network
@@ -469,7 +506,69 @@ fn firewall(outputs: &MacosOutputs, blind: &mut Vec<String>) -> Option<FirewallF
 /// when the hardware ports, or a Thunderbolt report that placed every
 /// receptacle, were read.
 fn ports(parsed: &Parsed, blind_spots: &mut Vec<String>) -> (Vec<PortFact>, bool) {
-    let mut receptacles: BTreeMap<u32, (&ThunderboltBus, &ThunderboltPort)> = BTreeMap::new();
+    let (receptacles, every_receptacle_placed) = receptacles(parsed, blind_spots);
+    let hardware_ports: BTreeMap<u32, &HardwarePort> = parsed
+        .hardware_ports
+        .iter()
+        .flatten()
+        .filter_map(|port| Some((port.thunderbolt_number()?, port)))
+        .collect();
+    let numbers: BTreeSet<u32> = receptacles
+        .keys()
+        .chain(hardware_ports.keys())
+        .copied()
+        .collect();
+    let complete =
+        parsed.hardware_ports.is_some() || (parsed.buses.is_some() && every_receptacle_placed);
+
+    let rdma_devices = rdma_devices(parsed);
+    let mut ports: Vec<PortFact> = numbers
+        .into_iter()
+        .map(|number| {
+            let mut port = numbered_port(number, hardware_ports.get(&number).copied());
+            if let Some((bus, receptacle)) = receptacles.get(&number) {
+                apply_thunderbolt(&mut port, bus, receptacle, blind_spots);
+            }
+            let paired = format!("rdma_{}", port.iface);
+            if let Some(device) = rdma_devices
+                .iter()
+                .find(|d| !port.iface.is_empty() && d.name == paired)
+            {
+                port.rdma_device = device.name.clone();
+                port.rdma_node_guid = device.node_guid.clone();
+            }
+            port
+        })
+        .collect();
+    let unclaimed: Vec<PortFact> = rdma_devices
+        .iter()
+        .filter(|device| !ports.iter().any(|p| p.rdma_device == device.name))
+        .map(unclaimed_device_port)
+        .collect();
+    ports.extend(unclaimed);
+    for port in &mut ports {
+        apply_interface(port, parsed.interfaces.as_deref(), blind_spots);
+        port.rdma = rdma_port(
+            parsed.described_devices.as_deref(),
+            &port.rdma_device,
+            parsed.reader,
+        );
+    }
+    (ports, complete)
+}
+
+/// The Thunderbolt report's receptacles by number (the first bus to name a
+/// number keeps it), and whether every receptacle was placed: a bus
+/// without receptacles, or a receptacle without a number, is left out and
+/// named.
+fn receptacles<'p>(
+    parsed: &'p Parsed,
+    blind_spots: &mut Vec<String>,
+) -> (
+    BTreeMap<u32, (&'p ThunderboltBus, &'p ThunderboltPort)>,
+    bool,
+) {
+    let mut receptacles = BTreeMap::new();
     let mut every_receptacle_placed = true;
     for bus in parsed.buses.iter().flatten() {
         if bus.ports.is_empty() {
@@ -505,72 +604,36 @@ fn ports(parsed: &Parsed, blind_spots: &mut Vec<String>) -> (Vec<PortFact>, bool
             }
         }
     }
-    let hardware_ports: BTreeMap<u32, &HardwarePort> = parsed
-        .hardware_ports
-        .iter()
-        .flatten()
-        .filter_map(|port| Some((port.thunderbolt_number()?, port)))
-        .collect();
-    let numbers: BTreeSet<u32> = receptacles
-        .keys()
-        .chain(hardware_ports.keys())
-        .copied()
-        .collect();
-    let complete =
-        parsed.hardware_ports.is_some() || (parsed.buses.is_some() && every_receptacle_placed);
+    (receptacles, every_receptacle_placed)
+}
 
-    let rdma_devices = rdma_devices(parsed);
-    let mut ports: Vec<PortFact> = numbers
-        .into_iter()
-        .map(|number| {
-            let hardware_port = hardware_ports.get(&number);
-            let mut port = PortFact {
-                name: hardware_port
-                    .map_or_else(|| format!("Thunderbolt {number}"), |port| port.name.clone()),
-                receptacle: number,
-                iface: hardware_port.map(|p| p.device.clone()).unwrap_or_default(),
-                usable_for_rdma: true,
-                ..PortFact::default()
-            };
-            if let Some((bus, receptacle)) = receptacles.get(&number) {
-                apply_thunderbolt(&mut port, bus, receptacle, blind_spots);
-            }
-            let paired = format!("rdma_{}", port.iface);
-            if let Some(device) = rdma_devices
-                .iter()
-                .find(|d| !port.iface.is_empty() && d.name == paired)
-            {
-                port.rdma_device = device.name.clone();
-                port.rdma_node_guid = device.node_guid.clone();
-            }
-            port
-        })
-        .collect();
-    for device in &rdma_devices {
-        if ports.iter().any(|p| p.rdma_device == device.name) {
-            continue;
-        }
-        ports.push(PortFact {
-            iface: device
-                .name
-                .strip_prefix("rdma_")
-                .unwrap_or_default()
-                .to_owned(),
-            rdma_device: device.name.clone(),
-            rdma_node_guid: device.node_guid.clone(),
-            usable_for_rdma: true,
-            ..PortFact::default()
-        });
+/// Port `number`, named and paired with its interface by its hardware port
+/// where there is one.
+fn numbered_port(number: u32, hardware_port: Option<&HardwarePort>) -> PortFact {
+    PortFact {
+        name: hardware_port
+            .map_or_else(|| format!("Thunderbolt {number}"), |port| port.name.clone()),
+        receptacle: number,
+        iface: hardware_port.map(|p| p.device.clone()).unwrap_or_default(),
+        usable_for_rdma: true,
+        ..PortFact::default()
     }
-    for port in &mut ports {
-        apply_interface(port, parsed.interfaces.as_deref(), blind_spots);
-        port.rdma = rdma_port(
-            parsed.described_devices.as_deref(),
-            &port.rdma_device,
-            parsed.reader,
-        );
+}
+
+/// A port for an RDMA device that no Thunderbolt port claims, its interface
+/// taken from the device's name (`rdma_enX`).
+fn unclaimed_device_port(device: &RdmaDevice) -> PortFact {
+    PortFact {
+        iface: device
+            .name
+            .strip_prefix("rdma_")
+            .unwrap_or_default()
+            .to_owned(),
+        rdma_device: device.name.clone(),
+        rdma_node_guid: device.node_guid.clone(),
+        usable_for_rdma: true,
+        ..PortFact::default()
     }
-    (ports, complete)
 }
 
 /// Devices named by `ibv_devices` or `ibv_devinfo`, in that order, each
