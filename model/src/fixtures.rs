@@ -145,3 +145,13 @@ pub fn default_node_settings() -> crate::node::NodeSettings {
         cpu_saturated_above: 0.9,
     }
 }
+
+/// The peer book's settings of a config that sets nothing (the daemon's
+/// tests pin the config's defaults to these): a peer silent for a heartbeat
+/// and a half that speaks again is news.
+pub fn default_book_settings() -> crate::peers::BookSettings {
+    crate::peers::BookSettings {
+        quiet_after: Duration::from_millis(1_500),
+        rules: default_engine_settings().link,
+    }
+}

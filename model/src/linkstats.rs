@@ -229,6 +229,16 @@ impl LatenessLog {
             .max()
             .unwrap_or_default()
     }
+
+    /// How late the prober runs as a look at `now` sees it: the worst it
+    /// noted as of its last tick (`as_of`), or, when its next tick was due
+    /// by `due_by` and has not come, as late as that tick is overdue: it
+    /// notes its lateness only once it runs, and meanwhile the peers'
+    /// probes wait unanswered.
+    pub fn seen_at(&self, as_of: Instant, due_by: Option<Instant>, now: Instant) -> Duration {
+        let overdue = due_by.map_or(Duration::ZERO, |due| now.saturating_duration_since(due));
+        self.worst(as_of).max(overdue)
+    }
 }
 
 /// Statistics of one link's probes. Bounded memory: at most

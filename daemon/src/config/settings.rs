@@ -175,5 +175,9 @@ mod tests {
             node(&config),
             meshd_model::fixtures::default_node_settings()
         );
+        assert_eq!(
+            book(&config),
+            meshd_model::fixtures::default_book_settings()
+        );
     }
 }

@@ -185,10 +185,7 @@ impl ProbeBoard {
         let (as_of, lateness) = {
             let ticks = lock(&self.ticks);
             let as_of = ticks.drained_at.map_or(now, |at| at.min(now));
-            let overdue = ticks
-                .due_by
-                .map_or(Duration::ZERO, |due| now.saturating_duration_since(due));
-            (as_of, ticks.lateness.worst(as_of).max(overdue))
+            (as_of, ticks.lateness.seen_at(as_of, ticks.due_by, now))
         };
         ProbeSnapshot {
             links: self

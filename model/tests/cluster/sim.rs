@@ -27,7 +27,7 @@ use meshd_model::linkstats::{
     LatenessLog, LinkStats, LinkStatsConfig, ProbeClass, ProbeNews, ProbeStats, RTT_BOUNDS,
 };
 use meshd_model::node::{Decision, Look, NodeCore, NodeSettings, ReplyAction};
-use meshd_model::peers::{BookSettings, Path, PeerBook, StreamId};
+use meshd_model::peers::{Path, PeerBook, StreamId};
 use meshd_model::time::Moment;
 use meshd_model::verdict::ExpectedLink;
 
@@ -39,7 +39,6 @@ pub mod timing {
     pub const MTU_INTERVAL: Duration = Duration::from_secs(1);
     pub const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
     pub const DOWN_AFTER: Duration = Duration::from_millis(600);
-    pub const REPORT_INTERVAL: Duration = Duration::from_secs(1);
     /// `aggregator::MIN_LOOK_GAP`.
     pub const MIN_LOOK_GAP: Duration = Duration::from_millis(5);
     /// `transport::streams`: connect timeout and reconnect backoff.
@@ -202,7 +201,8 @@ struct Daemon {
     next_seq: u64,
     /// What the probe task last published.
     snapshot: BTreeMap<NodeId, ProbeStats>,
-    snapshot_lateness: Duration,
+    /// When the probe task last published (its board reads as of then).
+    snapshot_at: Instant,
     /// When the next probe tick is due (`probe::Ticks::due_by`).
     tick_due: Option<Instant>,
     told: BTreeMap<usize, ProbeNews>,
@@ -423,14 +423,6 @@ fn probe_config() -> LinkStatsConfig {
         timeout: PROBE_TIMEOUT,
         outage_gap: DOWN_AFTER,
         interval: PROBE_INTERVAL,
-    }
-}
-
-/// `config::settings::book`.
-fn book_settings() -> BookSettings {
-    BookSettings {
-        quiet_after: REPORT_INTERVAL * 3 / 2,
-        rules: fixtures::default_engine_settings().link,
     }
 }
 
@@ -807,12 +799,12 @@ impl Sim {
         self.nodes[x].daemon = Some(Daemon {
             run,
             core,
-            book: PeerBook::new(id, members, book_settings()),
+            book: PeerBook::new(id, members, fixtures::default_book_settings()),
             probes,
             requests: Vec::new(),
             next_seq: run << 32,
             snapshot: BTreeMap::new(),
-            snapshot_lateness: Duration::ZERO,
+            snapshot_at: self.now,
             tick_due: None,
             told: BTreeMap::new(),
             lateness: LatenessLog::default(),
@@ -1490,7 +1482,7 @@ impl Sim {
             }
         }
         d.snapshot = links;
-        d.snapshot_lateness = d.lateness.worst(now);
+        d.snapshot_at = now;
         if significant {
             self.wake(x);
         }
@@ -1529,10 +1521,7 @@ impl Sim {
         let d = self.daemon_mut(x)?;
         d.look_at = None;
         // `ProbeBoard::read`: an overdue probe tick is late already.
-        let overdue = d.tick_due.map_or(Duration::ZERO, |due| {
-            moment.now.saturating_duration_since(due)
-        });
-        let lateness = d.snapshot_lateness.max(overdue);
+        let lateness = d.lateness.seen_at(d.snapshot_at, d.tick_due, moment.now);
         let counters = BTreeMap::new();
         let decision = d.core.look(Look {
             moment,
