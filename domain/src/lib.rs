@@ -6,6 +6,8 @@
 //! this one stays free of I/O.
 
 pub mod facts;
+#[cfg(any(test, feature = "fixtures"))]
+pub mod fixtures;
 pub mod human;
 pub mod time;
 

@@ -237,28 +237,12 @@ fn link_fix(link: &LinkVerdict, has_quorum: bool, suspects: &[NodeId]) -> Option
 mod tests {
     use std::time::Duration;
 
-    use meshd_domain::{Incarnation, LinkObservation, LossWindow, NodeIdentity, RdmaPortState};
+    use meshd_domain::fixtures::{end, identity, wall_ms};
+    use meshd_domain::{LinkObservation, LossWindow, RdmaPortState};
 
     use super::*;
-    use crate::fixtures::{default_engine_settings, healthy_observation};
+    use crate::fixtures::{healthy_observation, link_rules};
     use crate::link::{EndView, MEDIUM_WINDOW, SHORT_WINDOW, assess};
-
-    fn id(s: &str) -> NodeId {
-        NodeId::new(s).expect("valid id")
-    }
-
-    fn t(ms: u64) -> SystemTime {
-        SystemTime::UNIX_EPOCH + Duration::from_millis(1_000_000 + ms)
-    }
-
-    fn identity(s: &str) -> NodeIdentity {
-        NodeIdentity {
-            id: id(s),
-            incarnation: Incarnation(1),
-            version: "test".into(),
-            hostname: s.into(),
-        }
-    }
 
     /// The evidence `link::assess` writes for the two ends' observations.
     fn evidence(a: &LinkObservation, b: &LinkObservation) -> Vec<String> {
@@ -272,25 +256,15 @@ mod tests {
             excuse: crate::excuse::Excuse::default(),
             rtt_shared: false,
         };
-        assess(
-            &[view("a", a), view("b", b)],
-            &default_engine_settings().link,
-        )
-        .evidence
+        assess(&[view("a", a), view("b", b)], &link_rules()).evidence
     }
 
     fn verdict(state: LinkState, evidence: Vec<String>) -> LinkVerdict {
         LinkVerdict {
-            a: LinkEnd {
-                iface: Some("en2".into()),
-                ..LinkEnd::node_only(id("a"))
-            },
-            b: LinkEnd {
-                iface: Some("en3".into()),
-                ..LinkEnd::node_only(id("b"))
-            },
+            a: end("a", "en2"),
+            b: end("b", "en3"),
             state,
-            since: t(0),
+            since: wall_ms(0),
             evidence,
             blame: if state == LinkState::Up {
                 Blame::None
@@ -384,8 +358,8 @@ mod tests {
     #[test]
     fn flapping_without_evidence_gets_some_and_a_fix() {
         let mut status = MeshStatus {
-            node: identity("a"),
-            evaluated_at: t(10_000),
+            node: identity("a", 1),
+            evaluated_at: wall_ms(10_000),
             quorum: Default::default(),
             nodes: vec![],
             links: vec![LinkVerdict {

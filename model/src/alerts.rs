@@ -393,23 +393,13 @@ impl AlertState {
 
 #[cfg(test)]
 mod tests {
+    use meshd_domain::fixtures::{id, wall};
     use meshd_domain::{
-        Alarm, Incarnation, LinkEnd, LinkVerdict, NodeId, NodeIdentity, NodeVerdict, Quorum,
+        Alarm, Incarnation, LinkEnd, LinkVerdict, NodeIdentity, NodeVerdict, Quorum,
     };
 
     use super::*;
-
-    fn id(s: &str) -> NodeId {
-        NodeId::new(s).expect("id")
-    }
-
-    fn t(s: u64) -> SystemTime {
-        crate::fixtures::moment(s).wall
-    }
-
-    fn mono(s: u64) -> Instant {
-        crate::fixtures::moment(s).now
-    }
+    use crate::fixtures::instant;
 
     fn status(link: LinkState, blame: Blame, c: NodeState, alarms: Vec<Alarm>) -> MeshStatus {
         MeshStatus {
@@ -419,7 +409,7 @@ mod tests {
                 version: "t".into(),
                 hostname: "a".into(),
             },
-            evaluated_at: t(10),
+            evaluated_at: wall(10),
             quorum: Quorum {
                 configured: vec![id("a"), id("b"), id("c")],
                 members: vec![id("a"), id("b")],
@@ -429,7 +419,7 @@ mod tests {
             nodes: vec![NodeVerdict {
                 id: id("c"),
                 state: c,
-                since: t(3),
+                since: wall(3),
                 evidence: vec!["last report 5s ago".into()],
                 identity: None,
                 last_report_at: None,
@@ -441,7 +431,7 @@ mod tests {
                 a: LinkEnd::node_only(id("a")),
                 b: LinkEnd::node_only(id("b")),
                 state: link,
-                since: t(5),
+                since: wall(5),
                 evidence: vec!["a: no reply for 700ms".into()],
                 blame,
                 blamed_node: None,
@@ -472,8 +462,8 @@ mod tests {
             summary: "Thunderbolt Bridge over mesh ports".into(),
             evidence: vec!["members: en1, en2".into()],
             fix: Some("networksetup -setnetworkserviceenabled 'Thunderbolt Bridge' off".into()),
-            since: t(1),
-            updated: t(9),
+            since: wall(1),
+            updated: wall(9),
         };
         let out = alerts(
             &status(LinkState::Down, Blame::Link, NodeState::Down, vec![bridge]),
@@ -499,7 +489,7 @@ mod tests {
             ],
             "exactly the labels of the Prometheus rule"
         );
-        assert_eq!(link.starts_at, t(5));
+        assert_eq!(link.starts_at, wall(5));
         assert_eq!(
             link.annotations["runbook_url"],
             format!("{RUNBOOK}#meshlinkdown")
@@ -540,12 +530,12 @@ mod tests {
             summary: "no quorum".into(),
             evidence: vec!["not heard: b".into()],
             fix: None,
-            since: t(3),
-            updated: t(9),
+            since: wall(3),
+            updated: wall(9),
         });
         let out = alerts(&s, Role::Minority);
         assert_eq!(names(&out), ["MeshNodeDown", "MeshNoQuorum"]);
-        assert_eq!(out[1].starts_at, t(3), "since the alarm");
+        assert_eq!(out[1].starts_at, wall(3), "since the alarm");
         assert!(out[0].annotations["seen_by"].contains("without quorum"));
         assert_eq!(
             out[0].labels,
@@ -571,7 +561,7 @@ mod tests {
             Role::Leader,
         );
 
-        let step = state.step(down.clone(), Role::Leader, mono(10), t(10), resend);
+        let step = state.step(down.clone(), Role::Leader, instant(10), wall(10), resend);
         assert!(
             step.reconcile,
             "taking over: look at what others left firing"
@@ -579,17 +569,17 @@ mod tests {
         assert_eq!(step.posts.len(), 1);
         assert_eq!(
             step.posts[0].ends_at,
-            t(10) + resend * 4,
+            wall(10) + resend * 4,
             "a lease, not forever"
         );
         assert!(
             state
-                .step(down.clone(), Role::Leader, mono(20), t(20), resend)
+                .step(down.clone(), Role::Leader, instant(20), wall(20), resend)
                 .posts
                 .is_empty(),
             "not due yet"
         );
-        let step = state.step(down.clone(), Role::Leader, mono(40), t(40), resend);
+        let step = state.step(down.clone(), Role::Leader, instant(40), wall(40), resend);
         assert_eq!(step.posts.len(), 1, "re-sent");
         assert!(
             step.reconcile,
@@ -597,19 +587,19 @@ mod tests {
         );
         assert!(
             !state
-                .step(down.clone(), Role::Leader, mono(41), t(41), resend)
+                .step(down.clone(), Role::Leader, instant(41), wall(41), resend)
                 .reconcile
         );
 
         let posts = state
-            .step(Vec::new(), Role::Leader, mono(41), t(41), resend)
+            .step(Vec::new(), Role::Leader, instant(41), wall(41), resend)
             .posts;
         assert_eq!(posts.len(), 1);
-        assert_eq!(posts[0].ends_at, t(41), "resolved now");
+        assert_eq!(posts[0].ends_at, wall(41), "resolved now");
         assert_eq!(state.firing(), 0);
         assert!(
             state
-                .step(Vec::new(), Role::Leader, mono(42), t(42), resend)
+                .step(Vec::new(), Role::Leader, instant(42), wall(42), resend)
                 .posts
                 .is_empty()
         );
@@ -629,15 +619,15 @@ mod tests {
             summary: "no quorum".into(),
             evidence: vec![],
             fix: None,
-            since: t(0),
-            updated: t(0),
+            since: wall(0),
+            updated: wall(0),
         });
         let posted = minority
             .step(
                 alerts(&no_quorum, Role::Minority),
                 Role::Minority,
-                mono(1),
-                t(1),
+                instant(1),
+                wall(1),
                 resend,
             )
             .posts;
@@ -645,7 +635,7 @@ mod tests {
         // It rejoins as a follower: it posts nothing more, resolves nothing.
         assert!(
             minority
-                .step(Vec::new(), Role::Follower, mono(2), t(2), resend)
+                .step(Vec::new(), Role::Follower, instant(2), wall(2), resend)
                 .posts
                 .is_empty()
         );
@@ -654,22 +644,22 @@ mod tests {
         let mut leader = AlertState::default();
         assert!(
             leader
-                .step(Vec::new(), Role::Leader, mono(0), t(0), resend)
+                .step(Vec::new(), Role::Leader, instant(0), wall(0), resend)
                 .reconcile
         );
         assert!(
             !leader
-                .step(Vec::new(), Role::Leader, mono(2), t(2), resend)
+                .step(Vec::new(), Role::Leader, instant(2), wall(2), resend)
                 .reconcile
         );
         assert!(
             leader
-                .step(Vec::new(), Role::Leader, mono(30), t(30), resend)
+                .step(Vec::new(), Role::Leader, instant(30), wall(30), resend)
                 .reconcile
         );
-        let resolves = leader.reconcile(vec![posted[0].alert.clone()], t(30));
+        let resolves = leader.reconcile(vec![posted[0].alert.clone()], wall(30));
         assert_eq!(resolves.len(), 1);
-        assert_eq!(resolves[0].ends_at, t(30));
+        assert_eq!(resolves[0].ends_at, wall(30));
     }
 
     #[test]
@@ -682,11 +672,11 @@ mod tests {
         let mut follower = AlertState::default();
         assert!(
             follower
-                .step(down.clone(), Role::Follower, mono(1), t(1), resend)
+                .step(down.clone(), Role::Follower, instant(1), wall(1), resend)
                 .posts
                 .is_empty()
         );
-        let step = follower.step(down.clone(), Role::Leader, mono(2), t(2), resend);
+        let step = follower.step(down.clone(), Role::Leader, instant(2), wall(2), resend);
         assert!(step.reconcile);
         // The old leader left the link and a cleared node alert firing.
         let stale_node = alerts(
@@ -695,13 +685,13 @@ mod tests {
         );
         let mut found = down.clone();
         found.extend(stale_node.clone());
-        let resolves = follower.reconcile(found, t(2));
+        let resolves = follower.reconcile(found, wall(2));
         assert_eq!(resolves.len(), 1);
         assert_eq!(resolves[0].alert.labels, stale_node[0].labels);
-        assert_eq!(resolves[0].ends_at, t(2));
+        assert_eq!(resolves[0].ends_at, wall(2));
         // An alert nobody from meshd posted (a Prometheus rule's) is left alone.
         let mut foreign = stale_node[0].clone();
         foreign.annotations.remove(POSTED_BY);
-        assert!(follower.reconcile(vec![foreign], t(3)).is_empty());
+        assert!(follower.reconcile(vec![foreign], wall(3)).is_empty());
     }
 }

@@ -414,15 +414,9 @@ fn is_boot_alarm(alarm: &Alarm) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use meshd_domain::fixtures::{id, wall};
+
     use super::*;
-
-    fn id(s: &str) -> NodeId {
-        NodeId::new(s).expect("id")
-    }
-
-    fn t(secs: u64) -> SystemTime {
-        SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + secs)
-    }
 
     fn facts(boot: &str, booted: u64, panics: Option<PanicFacts>) -> NodeFacts {
         NodeFacts {
@@ -468,14 +462,16 @@ mod tests {
         let c = id("c");
         let mut tracker = BootTracker::new(rules());
         let boot = facts("A", 100, Some(PanicFacts::default()));
-        assert_eq!(tracker.observe(see(&c, 1, &boot), t(0)), None);
+        assert_eq!(tracker.observe(see(&c, 1, &boot), wall(0)), None);
         assert_eq!(
-            tracker.observe(see(&c, 2, &boot), t(1)),
+            tracker.observe(see(&c, 2, &boot), wall(1)),
             None,
             "facts may lag"
         );
-        assert_eq!(tracker.observe(see(&c, 2, &boot), t(20)), None);
-        let change = tracker.observe(see(&c, 2, &boot), t(31)).expect("restart");
+        assert_eq!(tracker.observe(see(&c, 2, &boot), wall(20)), None);
+        let change = tracker
+            .observe(see(&c, 2, &boot), wall(31))
+            .expect("restart");
         assert!(
             matches!(
                 &change,
@@ -486,10 +482,13 @@ mod tests {
             ),
             "{change:?}"
         );
-        assert_eq!(tracker.observe(see(&c, 2, &boot), t(40)), None, "once");
-        assert!(tracker.alarms(t(40)).is_empty(), "a restart pages nobody");
+        assert_eq!(tracker.observe(see(&c, 2, &boot), wall(40)), None, "once");
+        assert!(
+            tracker.alarms(wall(40)).is_empty(),
+            "a restart pages nobody"
+        );
         assert_eq!(
-            event(&change, &id("a"), t(31)).summary,
+            event(&change, &id("a"), wall(31)).summary,
             "c: meshd restarted (incarnation 2) on the same boot A since 1970-01-01T00:01:40Z"
         );
     }
@@ -500,19 +499,21 @@ mod tests {
         let mut tracker = BootTracker::new(rules());
         tracker.observe(
             see(&c, 1, &facts("A", 100, Some(PanicFacts::default()))),
-            t(0),
+            wall(0),
         );
         // The new run shows up first with the old facts, then with its own.
         tracker.observe(
             see(&c, 2, &facts("A", 100, Some(PanicFacts::default()))),
-            t(5),
+            wall(5),
         );
         let after = facts(
             "B",
             500,
             Some(report("panic-full-x.panic", Some(450), Some("a"))),
         );
-        let change = tracker.observe(see(&c, 2, &after), t(8)).expect("reboot");
+        let change = tracker
+            .observe(see(&c, 2, &after), wall(8))
+            .expect("reboot");
         let BootChange::Rebooted(reboot) = &change else {
             panic!("{change:?}")
         };
@@ -521,12 +522,12 @@ mod tests {
             "{reboot:?}"
         );
         // No restart follows: the reboot explained the new incarnation.
-        assert_eq!(tracker.observe(see(&c, 2, &after), t(60)), None);
-        let alarms = tracker.alarms(t(60));
+        assert_eq!(tracker.observe(see(&c, 2, &after), wall(60)), None);
+        let alarms = tracker.alarms(wall(60));
         assert_eq!(alarms.len(), 1);
         assert_eq!(alarms[0].kind, AlarmKind::KernelPanic);
         assert_eq!(alarms[0].severity, Severity::Critical);
-        assert_eq!((alarms[0].node.as_str(), alarms[0].since), ("c", t(8)));
+        assert_eq!((alarms[0].node.as_str(), alarms[0].since), ("c", wall(8)));
         assert!(
             alarms[0].summary.starts_with(
                 "c rebooted after a kernel panic at 1970-01-01T00:07:30Z: panic(cpu 7"
@@ -534,15 +535,15 @@ mod tests {
             "{}",
             alarms[0].summary
         );
-        let view = tracker.view(t(60));
+        let view = tracker.view(wall(60));
         assert_eq!(view.boots[&c].id.as_deref(), Some("B"));
         assert!(
             view.evidence[&c].starts_with("rebooted after a kernel panic"),
             "{view:?}"
         );
         // The alarm lasts alarm_for.
-        assert!(tracker.alarms(t(8 + 900)).is_empty());
-        assert!(tracker.view(t(8 + 900)).evidence.is_empty());
+        assert!(tracker.alarms(wall(8 + 900)).is_empty());
+        assert!(tracker.view(wall(8 + 900)).evidence.is_empty());
     }
 
     #[test]
@@ -607,20 +608,20 @@ mod tests {
         let c = id("c");
         let mut tracker = BootTracker::new(rules());
         let unknown = NodeFacts::default();
-        tracker.observe(see(&c, 1, &unknown), t(0));
-        tracker.observe(see(&c, 2, &unknown), t(1));
+        tracker.observe(see(&c, 1, &unknown), wall(0));
+        tracker.observe(see(&c, 2, &unknown), wall(1));
         assert_eq!(
-            tracker.observe(see(&c, 2, &unknown), t(100)),
+            tracker.observe(see(&c, 2, &unknown), wall(100)),
             None,
             "nothing to compare"
         );
-        tracker.observe(see(&c, 2, &facts("A", 100, None)), t(101));
-        let change = tracker.observe(see(&c, 2, &facts("B", 200, None)), t(102));
+        tracker.observe(see(&c, 2, &facts("A", 100, None)), wall(101));
+        let change = tracker.observe(see(&c, 2, &facts("B", 200, None)), wall(102));
         assert!(
             matches!(change, Some(BootChange::Rebooted(_))),
             "{change:?}"
         );
-        let alarms = tracker.alarms(t(102));
+        let alarms = tracker.alarms(wall(102));
         assert_eq!(alarms[0].kind, AlarmKind::NodeRebooted);
         assert!(
             alarms[0]
@@ -630,7 +631,7 @@ mod tests {
             "{alarms:?}"
         );
         tracker.retain(&BTreeSet::new());
-        assert!(tracker.alarms(t(102)).is_empty());
+        assert!(tracker.alarms(wall(102)).is_empty());
     }
 
     #[test]
@@ -638,9 +639,9 @@ mod tests {
         use meshd_domain::{NodeIdentity, NodeState, NodeVerdict, Quorum};
         let c = id("c");
         let mut tracker = BootTracker::new(rules());
-        tracker.observe(see(&c, 1, &facts("A", 1, None)), t(0));
-        tracker.observe(see(&c, 1, &facts("B", 2, None)), t(1));
-        let raised = tracker.alarms(t(2));
+        tracker.observe(see(&c, 1, &facts("A", 1, None)), wall(0));
+        tracker.observe(see(&c, 1, &facts("B", 2, None)), wall(1));
+        let raised = tracker.alarms(wall(2));
         let mut status = MeshStatus {
             node: NodeIdentity {
                 id: id("a"),
@@ -648,12 +649,12 @@ mod tests {
                 version: String::new(),
                 hostname: String::new(),
             },
-            evaluated_at: t(2),
+            evaluated_at: wall(2),
             quorum: Quorum::default(),
             nodes: vec![NodeVerdict {
                 id: c.clone(),
                 state: NodeState::Up,
-                since: t(0),
+                since: wall(0),
                 evidence: vec!["last report 0.1s ago".into()],
                 identity: None,
                 last_report_at: None,
@@ -669,7 +670,7 @@ mod tests {
             measurements: vec![],
         };
         let mut from_peers = status.clone();
-        annotate(&mut status, &tracker.view(t(2)));
+        annotate(&mut status, &tracker.view(wall(2)));
         assert_eq!(status.alarms.len(), 1);
         assert_eq!(status.nodes[0].boot.id.as_deref(), Some("B"));
         assert_eq!(status.nodes[0].evidence.len(), 2);

@@ -419,29 +419,13 @@ pub fn escalate_bridge_loops(mut alarms: Vec<Alarm>) -> Vec<Alarm> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixtures::moment;
+    use crate::time::Moment;
 
     const SETTINGS: StormSettings = StormSettings {
         packets_per_second: 1_000,
         window: Duration::from_secs(5),
     };
-
-    struct Clock {
-        start: Instant,
-    }
-
-    impl Clock {
-        fn new() -> Self {
-            Self {
-                start: crate::fixtures::epoch(),
-            }
-        }
-        fn at(&self, secs: u64) -> (Instant, SystemTime) {
-            (
-                self.start + Duration::from_secs(secs),
-                SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000 + secs),
-            )
-        }
-    }
 
     fn mesh() -> BTreeSet<String> {
         ["en1", "en2"].into_iter().map(String::from).collect()
@@ -475,9 +459,8 @@ mod tests {
 
     #[test]
     fn loop_is_raised_at_once_and_cleared_when_inactive() {
-        let clock = Clock::new();
         let mut d = detector(Os::MacOs);
-        let (now, wall) = clock.at(0);
+        let Moment { now, wall } = moment(0);
         let alarms = d.observe(&[bridge(true, &["en1", "en2", "en3"])], &mesh(), now, wall);
         assert_eq!(kinds(&alarms), [AlarmKind::BridgeLoop]);
         let a = &alarms[0];
@@ -496,39 +479,38 @@ mod tests {
             Some("sudo networksetup -setnetworkserviceenabled \"Thunderbolt Bridge\" off")
         );
 
-        let (now, later) = clock.at(3);
+        let Moment { now, wall: later } = moment(3);
         let again = d.observe(&[bridge(true, &["en1", "en2", "en3"])], &mesh(), now, later);
         assert_eq!(again[0].since, wall, "since is kept across updates");
         assert_eq!(again[0].updated, later);
 
-        let (now, wall) = clock.at(4);
+        let Moment { now, wall } = moment(4);
         assert!(
             d.observe(&[bridge(false, &["en1"])], &mesh(), now, wall)
                 .is_empty()
         );
         // Raised again later, it starts a new `since`.
-        let (now, wall) = clock.at(5);
+        let Moment { now, wall } = moment(5);
         let back = d.observe(&[bridge(true, &["en1"])], &mesh(), now, wall);
         assert_eq!(back[0].since, wall);
     }
 
     #[test]
     fn an_unknown_state_neither_raises_nor_clears_a_loop() {
-        let clock = Clock::new();
         let mut d = detector(Os::MacOs);
         let unknown = BridgeObservation {
             active: None,
             ..bridge(true, &["en1"])
         };
-        let (now, wall) = clock.at(0);
+        let Moment { now, wall } = moment(0);
         assert!(
             d.observe(std::slice::from_ref(&unknown), &mesh(), now, wall)
                 .is_empty()
         );
-        let (now, wall) = clock.at(1);
+        let Moment { now, wall } = moment(1);
         let raised = d.observe(&[bridge(true, &["en1"])], &mesh(), now, wall);
         assert_eq!(kinds(&raised), [AlarmKind::BridgeLoop]);
-        let (now, later) = clock.at(2);
+        let Moment { now, wall: later } = moment(2);
         let held = d.observe(&[unknown], &mesh(), now, later);
         assert_eq!(kinds(&held), [AlarmKind::BridgeLoop]);
         assert_eq!(held[0].since, wall);
@@ -541,24 +523,23 @@ mod tests {
 
     #[test]
     fn loop_clears_when_mesh_members_leave_or_bridge_vanishes() {
-        let clock = Clock::new();
         let mut d = detector(Os::Linux);
-        let (now, wall) = clock.at(0);
+        let Moment { now, wall } = moment(0);
         assert_eq!(
             kinds(&d.observe(&[bridge(true, &["en2"])], &mesh(), now, wall)),
             [AlarmKind::BridgeLoop]
         );
-        let (now, wall) = clock.at(1);
+        let Moment { now, wall } = moment(1);
         assert!(
             d.observe(&[bridge(true, &["en7"])], &mesh(), now, wall)
                 .is_empty()
         );
-        let (now, wall) = clock.at(2);
+        let Moment { now, wall } = moment(2);
         assert!(
             d.observe(&[bridge(true, &[])], &mesh(), now, wall)
                 .is_empty()
         );
-        let (now, wall) = clock.at(3);
+        let Moment { now, wall } = moment(3);
         assert!(d.observe(&[], &mesh(), now, wall).is_empty());
     }
 
@@ -584,7 +565,6 @@ mod tests {
     /// kinds after each sample.
     fn feed(
         d: &mut BridgeDetector,
-        clock: &Clock,
         count: &mut u64,
         rate: u64,
         from: u64,
@@ -593,7 +573,7 @@ mod tests {
         (from..to)
             .map(|s| {
                 *count += rate;
-                let (now, wall) = clock.at(s);
+                let Moment { now, wall } = moment(s);
                 let alarms = d.observe(&[counted(*count)], &mesh(), now, wall);
                 alarms.into_iter().map(|a| a.kind).collect()
             })
@@ -602,14 +582,13 @@ mod tests {
 
     #[test]
     fn storm_needs_the_full_window_and_clears_after_a_quiet_one() {
-        let clock = Clock::new();
         let mut d = detector(Os::Linux);
         let mut count = 0;
         // First sample at 0 has no rate; from 0 to 4 the rate is high but
         // the window (5 s) is not yet full.
-        let early = feed(&mut d, &clock, &mut count, 20_000, 0, 5);
+        let early = feed(&mut d, &mut count, 20_000, 0, 5);
         assert!(early.iter().all(Vec::is_empty), "{early:?}");
-        let (now, wall) = clock.at(5);
+        let Moment { now, wall } = moment(5);
         count += 20_000;
         let alarms = d.observe(&[counted(count)], &mesh(), now, wall);
         assert_eq!(kinds(&alarms), [AlarmKind::BroadcastStorm]);
@@ -622,12 +601,12 @@ mod tests {
         assert_eq!(d.rates().collect::<Vec<_>>(), [("bridge0", 20_000.0)]);
 
         // One quiet sample does not clear it, nor do four.
-        let quiet = feed(&mut d, &clock, &mut count, 10, 6, 10);
+        let quiet = feed(&mut d, &mut count, 10, 6, 10);
         assert!(
             quiet.iter().all(|k| k == &[AlarmKind::BroadcastStorm]),
             "{quiet:?}"
         );
-        let (now, later) = clock.at(10);
+        let Moment { now, wall: later } = moment(10);
         count += 10;
         let still = d.observe(&[counted(count)], &mesh(), now, later);
         // The quiet run started at 5: at 10 it is a full window.
@@ -636,18 +615,17 @@ mod tests {
 
     #[test]
     fn a_single_spike_or_dip_does_not_flap() {
-        let clock = Clock::new();
         let mut d = detector(Os::Linux);
         let mut count = 0;
-        let mut kinds = feed(&mut d, &clock, &mut count, 10, 0, 3);
-        kinds.extend(feed(&mut d, &clock, &mut count, 50_000, 3, 4));
-        kinds.extend(feed(&mut d, &clock, &mut count, 10, 4, 10));
+        let mut kinds = feed(&mut d, &mut count, 10, 0, 3);
+        kinds.extend(feed(&mut d, &mut count, 50_000, 3, 4));
+        kinds.extend(feed(&mut d, &mut count, 10, 4, 10));
         assert!(kinds.iter().all(Vec::is_empty), "{kinds:?}");
 
-        kinds = feed(&mut d, &clock, &mut count, 50_000, 10, 16);
+        kinds = feed(&mut d, &mut count, 50_000, 10, 16);
         assert_eq!(kinds.last().map(Vec::len), Some(1));
-        kinds = feed(&mut d, &clock, &mut count, 10, 16, 17);
-        kinds.extend(feed(&mut d, &clock, &mut count, 50_000, 17, 30));
+        kinds = feed(&mut d, &mut count, 10, 16, 17);
+        kinds.extend(feed(&mut d, &mut count, 50_000, 17, 30));
         assert!(
             kinds.iter().all(|k| k == &[AlarmKind::BroadcastStorm]),
             "{kinds:?}"
@@ -656,34 +634,32 @@ mod tests {
 
     #[test]
     fn counter_resets_and_wraps_do_not_panic_or_invent_rates() {
-        let clock = Clock::new();
         let mut d = detector(Os::Linux);
         let mut count = u64::MAX - 30_000;
-        let before = feed(&mut d, &clock, &mut count, 10_000, 0, 3);
+        let before = feed(&mut d, &mut count, 10_000, 0, 3);
         assert!(before.iter().all(Vec::is_empty));
         // Wrapped past u64::MAX / reset to a small value: no rate, no panic.
-        let (now, wall) = clock.at(3);
+        let Moment { now, wall } = moment(3);
         assert!(d.observe(&[counted(5)], &mesh(), now, wall).is_empty());
         assert_eq!(d.rates().count(), 0);
         let mut count = 5;
         // The storm goes on from the new base and still needs a window.
-        let after = feed(&mut d, &clock, &mut count, 10_000, 4, 20);
+        let after = feed(&mut d, &mut count, 10_000, 4, 20);
         assert!(after[..4].iter().all(Vec::is_empty), "{after:?}");
         assert_eq!(after.last().map(Vec::len), Some(1));
         // The same instant twice: no division by zero.
-        let (now, wall) = clock.at(19);
+        let Moment { now, wall } = moment(19);
         let _ = d.observe(&[counted(count + 5)], &mesh(), now, wall);
     }
 
     #[test]
     fn storm_on_a_mesh_member_counts_but_not_on_other_members() {
-        let clock = Clock::new();
         let mut d = detector(Os::MacOs);
         let mut observe = |secs: u64, n: u64| {
             let mut b = bridge(false, &["en1", "en5"]);
             b.member_packets.insert("en1".into(), n);
             b.member_packets.insert("en5".into(), n * 10);
-            let (now, wall) = clock.at(secs);
+            let Moment { now, wall } = moment(secs);
             d.observe(&[b], &mesh(), now, wall)
         };
         for s in 0..6 {

@@ -97,17 +97,9 @@ fn dedup(mut items: Vec<&str>) -> Vec<&str> {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
+    use meshd_domain::fixtures::{id, wall};
 
     use super::*;
-
-    fn id(s: &str) -> NodeId {
-        NodeId::new(s).expect("valid id")
-    }
-
-    fn t(secs: u64) -> SystemTime {
-        SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
-    }
 
     fn check(name: &str, status: CheckStatus, evidence: &str, fix: &str) -> CheckResult {
         CheckResult {
@@ -153,7 +145,7 @@ mod tests {
                 "off",
             ),
         ];
-        let first = alarms_from_checks(&id("a"), &checks, &[], t(10));
+        let first = alarms_from_checks(&id("a"), &checks, &[], wall(10));
         assert_eq!(first.len(), 2, "{first:#?}");
         let speed = first
             .iter()
@@ -171,14 +163,18 @@ mod tests {
             .expect("rdma");
         assert_eq!(rdma.severity, Severity::Critical);
 
-        let later = alarms_from_checks(&id("a"), &checks, &first, t(40));
-        assert!(later.iter().all(|a| a.since == t(10) && a.updated == t(40)));
+        let later = alarms_from_checks(&id("a"), &checks, &first, wall(40));
+        assert!(
+            later
+                .iter()
+                .all(|a| a.since == wall(10) && a.updated == wall(40))
+        );
 
         let healed = alarms_from_checks(
             &id("a"),
             &[check("rdma_enabled", CheckStatus::Pass, "enabled", "")],
             &later,
-            t(70),
+            wall(70),
         );
         assert!(healed.is_empty());
         let skipped = alarms_from_checks(
@@ -190,7 +186,7 @@ mod tests {
                 "",
             )],
             &[],
-            t(70),
+            wall(70),
         );
         assert!(skipped.is_empty(), "only failures page");
     }

@@ -106,38 +106,36 @@ impl ClockBook {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use meshd_domain::fixtures::{id, wall_ms};
 
-    fn at(ms: u64) -> SystemTime {
-        SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000) + Duration::from_millis(ms)
-    }
+    use super::*;
 
     #[test]
     fn the_offset_is_the_peers_clock_minus_ours_from_the_best_round_trip() {
         let t0 = crate::fixtures::epoch();
-        let peer = NodeId::new("b").expect("id");
+        let peer = id("b");
         let mut book = ClockBook::default();
         // b's clock is 15 s behind ours; 2 ms each way, 1 ms in b.
         let behind = Duration::from_secs(15);
         book.on_sample(
             &peer,
             ClockSample {
-                echoed: at(0),
-                received: at(2) - behind,
-                replied: at(3) - behind,
+                echoed: wall_ms(0),
+                received: wall_ms(2) - behind,
+                replied: wall_ms(3) - behind,
             },
-            at(5),
+            wall_ms(5),
             t0,
         );
         // A slower sample (100 ms each way) says the same less precisely.
         book.on_sample(
             &peer,
             ClockSample {
-                echoed: at(1_000),
-                received: at(1_140) - behind,
-                replied: at(1_141) - behind,
+                echoed: wall_ms(1_000),
+                received: wall_ms(1_140) - behind,
+                replied: wall_ms(1_141) - behind,
             },
-            at(1_201),
+            wall_ms(1_201),
             t0,
         );
         let offsets = book.offsets(t0);
@@ -151,27 +149,27 @@ mod tests {
     #[test]
     fn nonsense_samples_are_dropped() {
         let t0 = crate::fixtures::epoch();
-        let peer = NodeId::new("b").expect("id");
+        let peer = id("b");
         let mut book = ClockBook::default();
         // Replied before it was received, and a year-long round trip.
         book.on_sample(
             &peer,
             ClockSample {
-                echoed: at(0),
-                received: at(10),
-                replied: at(5),
+                echoed: wall_ms(0),
+                received: wall_ms(10),
+                replied: wall_ms(5),
             },
-            at(1),
+            wall_ms(1),
             t0,
         );
         book.on_sample(
             &peer,
             ClockSample {
                 echoed: SystemTime::UNIX_EPOCH,
-                received: at(0),
-                replied: at(0),
+                received: wall_ms(0),
+                replied: wall_ms(0),
             },
-            at(0),
+            wall_ms(0),
             t0,
         );
         assert!(book.offsets(t0).is_empty());

@@ -400,15 +400,10 @@ fn truncate(s: &str, max_chars: usize) -> String {
 
 #[cfg(test)]
 mod tests {
+    use meshd_domain::fixtures::id;
+
     use super::*;
-
-    fn t(secs: u64) -> Moment {
-        crate::fixtures::moment(secs)
-    }
-
-    fn node() -> NodeId {
-        NodeId::new("studio-1").unwrap()
-    }
+    use crate::fixtures::moment;
 
     fn config() -> SpikeRules {
         SpikeRules {
@@ -444,69 +439,69 @@ mod tests {
         Alarm {
             kind: AlarmKind::BroadcastStorm,
             severity: Severity::Critical,
-            node: node(),
+            node: id("studio-1"),
             subject: "bridge0".to_owned(),
             summary: "40000 broadcast packets/s on bridge0".to_owned(),
             evidence: vec![],
             fix: Some("turn off Thunderbolt Bridge".to_owned()),
-            since: t(0).wall,
-            updated: t(0).wall,
+            since: moment(0).wall,
+            updated: moment(0).wall,
         }
     }
 
     #[test]
     fn hold_needs_the_whole_window_both_ways() {
         let mut h = Hold::new(Duration::from_secs(10));
-        assert_eq!(h.update(true, t(0).now), None);
-        assert_eq!(h.update(true, t(9).now), None);
-        assert_eq!(h.update(true, t(10).now), Some(t(0).now));
+        assert_eq!(h.update(true, moment(0).now), None);
+        assert_eq!(h.update(true, moment(9).now), None);
+        assert_eq!(h.update(true, moment(10).now), Some(moment(0).now));
         // One quiet sample does not clear, and the quiet clock restarts.
-        assert_eq!(h.update(false, t(11).now), Some(t(0).now));
-        assert_eq!(h.update(true, t(12).now), Some(t(0).now));
-        assert_eq!(h.update(false, t(13).now), Some(t(0).now));
-        assert_eq!(h.update(false, t(22).now), Some(t(0).now));
-        assert_eq!(h.update(false, t(23).now), None);
+        assert_eq!(h.update(false, moment(11).now), Some(moment(0).now));
+        assert_eq!(h.update(true, moment(12).now), Some(moment(0).now));
+        assert_eq!(h.update(false, moment(13).now), Some(moment(0).now));
+        assert_eq!(h.update(false, moment(22).now), Some(moment(0).now));
+        assert_eq!(h.update(false, moment(23).now), None);
         assert!(!h.is_active());
         // One busy sample in a quiet run restarts the raising clock.
-        assert_eq!(h.update(true, t(30).now), None);
-        assert_eq!(h.update(false, t(31).now), None);
-        assert_eq!(h.update(true, t(32).now), None);
-        assert_eq!(h.update(true, t(41).now), None);
-        assert_eq!(h.update(true, t(42).now), Some(t(32).now));
+        assert_eq!(h.update(true, moment(30).now), None);
+        assert_eq!(h.update(false, moment(31).now), None);
+        assert_eq!(h.update(true, moment(32).now), None);
+        assert_eq!(h.update(true, moment(41).now), None);
+        assert_eq!(h.update(true, moment(42).now), Some(moment(32).now));
     }
 
     #[test]
     fn hold_survives_a_clock_stepping_back() {
         let mut h = Hold::new(Duration::from_secs(10));
-        assert_eq!(h.update(true, t(100).now), None);
-        assert_eq!(h.update(true, t(50).now), None);
-        assert_eq!(h.update(true, t(110).now), Some(t(100).now));
+        assert_eq!(h.update(true, moment(100).now), None);
+        assert_eq!(h.update(true, moment(50).now), None);
+        assert_eq!(h.update(true, moment(110).now), Some(moment(100).now));
     }
 
     #[test]
     fn spike_raises_only_after_the_window_and_below_threshold_never() {
-        let mut d = SpikeDetector::new(node(), &config());
+        let mut d = SpikeDetector::new(id("studio-1"), &config());
         for s in 0..30 {
-            assert!(d.update(&sample(0.89), &[], t(s)).is_none());
+            assert!(d.update(&sample(0.89), &[], moment(s)).is_none());
         }
-        assert!(d.update(&sample(0.95), &[], t(30)).is_none());
-        assert!(d.update(&sample(0.90), &[], t(39)).is_none());
-        let alarm = d.update(&sample(0.97), &[], t(40)).unwrap().clone();
+        assert!(d.update(&sample(0.95), &[], moment(30)).is_none());
+        assert!(d.update(&sample(0.90), &[], moment(39)).is_none());
+        let alarm = d.update(&sample(0.97), &[], moment(40)).unwrap().clone();
         assert_eq!(alarm.kind, AlarmKind::CpuSpike);
         assert_eq!(alarm.severity, Severity::Warning);
-        assert_eq!(alarm.node, node());
-        assert_eq!(alarm.since, t(30).wall);
-        assert_eq!(alarm.updated, t(40).wall);
-        let later = d.update(&sample(0.99), &[], t(41)).unwrap();
-        assert_eq!(later.since, t(30).wall, "since is kept across updates");
-        assert_eq!(later.updated, t(41).wall);
+        assert_eq!(alarm.node, id("studio-1"));
+        assert_eq!(alarm.since, moment(30).wall);
+        assert_eq!(alarm.updated, moment(40).wall);
+        let later = d.update(&sample(0.99), &[], moment(41)).unwrap();
+        assert_eq!(later.since, moment(30).wall, "since is kept across updates");
+        assert_eq!(later.updated, moment(41).wall);
     }
 
     #[test]
     fn spike_names_the_top_processes_and_marks_offenders() {
-        let mut d = SpikeDetector::new(node(), &config());
-        d.update(&sample(0.95), &[], t(0));
-        let alarm = d.update(&sample(0.95), &[], t(10)).unwrap();
+        let mut d = SpikeDetector::new(id("studio-1"), &config());
+        d.update(&sample(0.95), &[], moment(0));
+        let alarm = d.update(&sample(0.95), &[], moment(10)).unwrap();
         assert!(alarm.summary.contains("python3 3.50 cores"), "{alarm:?}");
         assert!(
             alarm
@@ -528,7 +523,7 @@ mod tests {
 
     #[test]
     fn offender_names_match_exactly() {
-        let mut d = SpikeDetector::new(node(), &config());
+        let mut d = SpikeDetector::new(id("studio-1"), &config());
         let s = CpuSample {
             busy_ratio: 1.0,
             processes: vec![
@@ -536,17 +531,17 @@ mod tests {
                 p("UniversalControlX", 2, 1.0),
             ],
         };
-        d.update(&s, &[], t(0));
-        let alarm = d.update(&s, &[], t(10)).unwrap();
+        d.update(&s, &[], moment(0));
+        let alarm = d.update(&s, &[], moment(10)).unwrap();
         assert!(!alarm.summary.contains("offender"), "{alarm:?}");
         assert_eq!(alarm.fix.as_deref(), Some(GENERIC_FIX));
     }
 
     #[test]
     fn an_active_storm_on_this_node_is_named_as_the_likely_cause() {
-        let mut d = SpikeDetector::new(node(), &config());
-        d.update(&sample(0.95), &[storm()], t(0));
-        let alarm = d.update(&sample(0.95), &[storm()], t(10)).unwrap();
+        let mut d = SpikeDetector::new(id("studio-1"), &config());
+        d.update(&sample(0.95), &[storm()], moment(0));
+        let alarm = d.update(&sample(0.95), &[storm()], moment(10)).unwrap();
         assert!(alarm.summary.contains("likely cause"), "{alarm:?}");
         assert!(
             alarm
@@ -559,30 +554,30 @@ mod tests {
 
         // A storm on another node is not this node's cause.
         let mut other = storm();
-        other.node = NodeId::new("studio-2").unwrap();
-        let alarm = d.update(&sample(0.95), &[other], t(11)).unwrap();
+        other.node = id("studio-2");
+        let alarm = d.update(&sample(0.95), &[other], moment(11)).unwrap();
         assert!(!alarm.summary.contains("likely cause"), "{alarm:?}");
     }
 
     #[test]
     fn a_spike_clears_after_a_quiet_window_and_keeps_naming_the_culprits_meanwhile() {
-        let mut d = SpikeDetector::new(node(), &config());
-        d.update(&sample(0.95), &[], t(0));
-        assert!(d.update(&sample(0.95), &[], t(10)).is_some());
+        let mut d = SpikeDetector::new(id("studio-1"), &config());
+        d.update(&sample(0.95), &[], moment(0));
+        assert!(d.update(&sample(0.95), &[], moment(10)).is_some());
         let quiet = CpuSample {
             busy_ratio: 0.1,
             processes: vec![p("idle", 1, 0.1)],
         };
-        let alarm = d.update(&quiet, &[], t(11)).unwrap();
+        let alarm = d.update(&quiet, &[], moment(11)).unwrap();
         assert!(alarm.summary.contains("UniversalControl"));
-        assert_eq!(alarm.updated, t(11).wall);
-        assert!(d.update(&quiet, &[], t(20)).is_some());
-        assert!(d.update(&quiet, &[], t(21)).is_none());
+        assert_eq!(alarm.updated, moment(11).wall);
+        assert!(d.update(&quiet, &[], moment(20)).is_some());
+        assert!(d.update(&quiet, &[], moment(21)).is_none());
         // A new spike starts from scratch.
-        assert!(d.update(&sample(0.95), &[], t(22)).is_none());
+        assert!(d.update(&sample(0.95), &[], moment(22)).is_none());
         assert_eq!(
-            d.update(&sample(0.95), &[], t(32)).unwrap().since,
-            t(22).wall
+            d.update(&sample(0.95), &[], moment(32)).unwrap().since,
+            moment(22).wall
         );
     }
 

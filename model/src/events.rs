@@ -242,21 +242,10 @@ fn with_evidence(summary: &str, evidence: &[String]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::time::{Duration, SystemTime};
-
-    use meshd_domain::{
-        AlarmKind, Blame, Incarnation, NodeIdentity, NodeVerdict, Quorum, Severity,
-    };
+    use meshd_domain::fixtures::{id, identity, wall};
+    use meshd_domain::{AlarmKind, Blame, NodeVerdict, Quorum, Severity};
 
     use super::*;
-
-    fn id(s: &str) -> NodeId {
-        NodeId::new(s).expect("valid id")
-    }
-
-    fn t(secs: u64) -> SystemTime {
-        SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
-    }
 
     fn status(
         at: u64,
@@ -266,13 +255,8 @@ mod tests {
         alarms: Vec<Alarm>,
     ) -> MeshStatus {
         MeshStatus {
-            node: NodeIdentity {
-                id: id("a"),
-                incarnation: Incarnation(1),
-                version: "test".into(),
-                hostname: "a".into(),
-            },
-            evaluated_at: t(at),
+            node: identity("a", 1),
+            evaluated_at: wall(at),
             quorum: Quorum {
                 configured: vec![id("a"), id("b")],
                 members: vec![id("a")],
@@ -282,7 +266,7 @@ mod tests {
             nodes: vec![NodeVerdict {
                 id: id("b"),
                 state: b,
-                since: t(at),
+                since: wall(at),
                 evidence: vec!["last report 5s ago".into()],
                 identity: None,
                 last_report_at: None,
@@ -294,7 +278,7 @@ mod tests {
                 a: LinkEnd::node_only(id("a")),
                 b: LinkEnd::node_only(id("b")),
                 state: link,
-                since: t(at),
+                since: wall(at),
                 evidence: vec![],
                 blame: Blame::None,
                 blamed_node: None,
@@ -317,8 +301,8 @@ mod tests {
             summary: "s".into(),
             evidence: vec![],
             fix: None,
-            since: t(0),
-            updated: t(0),
+            since: wall(0),
+            updated: wall(0),
         }
     }
 
@@ -342,7 +326,7 @@ mod tests {
             vec![alarm(AlarmKind::CpuSpike)],
         );
         let mut later = s.clone();
-        later.evaluated_at = t(9);
+        later.evaluated_at = wall(9);
         assert!(diff(Some(&Verdicts::of(&s)), &later).is_empty());
     }
 
@@ -376,7 +360,7 @@ mod tests {
         assert!(
             events
                 .iter()
-                .all(|e| e.at == t(1) && e.observer.as_str() == "a")
+                .all(|e| e.at == wall(1) && e.observer.as_str() == "a")
         );
         assert_eq!(events[1].summary, "node b is down: last report 5s ago");
         assert_eq!(events[2].subject, "a <-> b");

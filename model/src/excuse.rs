@@ -273,7 +273,7 @@ mod tests {
         LinkRules {
             tick_gap: ms(100),
             probe_timeout: ms(500),
-            ..crate::fixtures::default_engine_settings().link
+            ..crate::fixtures::link_rules()
         }
     }
 

@@ -1,15 +1,17 @@
-//! Settings and observations shared by the model's tests (and, through the
-//! `fixtures` feature, by the daemon's tests, which check that the config's
-//! defaults map to exactly these settings).
+//! Settings, moments and observations shared by the model's tests (and,
+//! through the `fixtures` feature, by the daemon's tests, which check that
+//! the config's defaults map to exactly these settings). The vocabulary
+//! below them (ids, link ends, wall-clock times) is the domain's fixtures.
 
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
+use meshd_domain::fixtures::{id, wall_ms};
 use meshd_domain::{
-    InterfaceState, LinkEnd, LinkObservation, LossWindow, NodeId, RdmaPortState, RttHistogram,
-    RttSummary,
+    InterfaceState, LinkEnd, LinkObservation, LossWindow, RdmaPortState, RttHistogram, RttSummary,
 };
 
 use crate::link::{LinkRules, MEDIUM_WINDOW, SHORT_WINDOW};
+use crate::time::Moment;
 use crate::verdict::EngineSettings;
 
 /// Tests make up their times as offsets from one real instant, the same
@@ -24,16 +26,27 @@ pub fn epoch() -> Instant {
     *EPOCH.get_or_init(Instant::now)
 }
 
+/// The instant `secs` seconds after [`epoch`].
+pub fn instant(secs: u64) -> Instant {
+    instant_ms(secs * 1_000)
+}
+
+/// The instant `ms` milliseconds after [`epoch`].
+pub fn instant_ms(ms: u64) -> Instant {
+    epoch() + Duration::from_millis(ms)
+}
+
 /// The moment `secs` seconds after [`epoch`], on both clocks.
-pub fn moment(secs: u64) -> crate::time::Moment {
+pub fn moment(secs: u64) -> Moment {
     moment_ms(secs * 1_000)
 }
 
-/// The moment `ms` milliseconds after [`epoch`], on both clocks.
-pub fn moment_ms(ms: u64) -> crate::time::Moment {
-    crate::time::Moment {
-        now: epoch() + Duration::from_millis(ms),
-        wall: SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000) + Duration::from_millis(ms),
+/// The moment `ms` milliseconds after [`epoch`], on both clocks: the wall
+/// clock as many milliseconds after the domain fixtures' wall-clock origin.
+pub fn moment_ms(ms: u64) -> Moment {
+    Moment {
+        now: instant_ms(ms),
+        wall: wall_ms(ms),
     }
 }
 
@@ -60,13 +73,17 @@ pub fn default_engine_settings() -> EngineSettings {
     )
 }
 
+/// The link rules of [`default_engine_settings`].
+pub fn link_rules() -> LinkRules {
+    default_engine_settings().link
+}
+
 /// `from`'s view of a healthy cable to `to`: replies flowing, no loss, RTTs
 /// well inside the baseline.
 pub fn healthy_observation(from: &str, to: &str) -> LinkObservation {
-    let end = |n: &str| LinkEnd::node_only(NodeId::new(n).expect("id"));
     LinkObservation {
-        local: end(from),
-        remote: end(to),
+        local: LinkEnd::node_only(id(from)),
+        remote: LinkEnd::node_only(id(to)),
         interface_state: InterfaceState::Unknown,
         negotiated_speed_bps: None,
         expected_speed_bps: None,
@@ -100,7 +117,7 @@ pub fn healthy_observation(from: &str, to: &str) -> LinkObservation {
         }],
         probes_sent_total: 1000,
         probes_lost_total: 0,
-        last_reply_at: Some(SystemTime::UNIX_EPOCH),
+        last_reply_at: Some(std::time::SystemTime::UNIX_EPOCH),
         error_counters: vec![],
         silence: Duration::from_millis(50),
         consecutive_lost: 0,

@@ -221,19 +221,11 @@ impl HungJobDetector {
 mod tests {
     use std::time::Duration;
 
-    use meshd_domain::{
-        Blame, Incarnation, LinkEnd, LinkVerdict, NodeIdentity, NodeVerdict, Quorum,
-    };
+    use meshd_domain::fixtures::{end, id};
+    use meshd_domain::{Blame, Incarnation, LinkVerdict, NodeIdentity, NodeVerdict, Quorum};
 
     use super::*;
-
-    fn t(secs: u64) -> Moment {
-        crate::fixtures::moment(secs)
-    }
-
-    fn id(s: &str) -> NodeId {
-        NodeId::new(s).unwrap()
-    }
+    use crate::fixtures::moment;
 
     fn config() -> JobRules {
         JobRules {
@@ -253,16 +245,6 @@ mod tests {
         }
     }
 
-    fn end(node: &str, iface: &str) -> LinkEnd {
-        LinkEnd {
-            node: id(node),
-            iface: Some(iface.to_owned()),
-            address: None,
-            rdma_device: None,
-            rdma_port: None,
-        }
-    }
-
     fn status(down_node: Option<&str>, link: Option<(&str, &str, LinkState)>) -> MeshStatus {
         let nodes = ["a", "b", "c"]
             .iter()
@@ -273,7 +255,7 @@ mod tests {
                 } else {
                     NodeState::Up
                 },
-                since: t(0).wall,
+                since: moment(0).wall,
                 evidence: vec![],
                 identity: None,
                 last_report_at: None,
@@ -287,7 +269,7 @@ mod tests {
                 a: end(a, "en2"),
                 b: end(b, "en3"),
                 state,
-                since: t(0).wall,
+                since: moment(0).wall,
                 evidence: vec![],
                 blame: Blame::Link,
                 blamed_node: None,
@@ -303,7 +285,7 @@ mod tests {
                 version: String::new(),
                 hostname: String::new(),
             },
-            evaluated_at: t(0).wall,
+            evaluated_at: moment(0).wall,
             quorum: Quorum::default(),
             nodes,
             links,
@@ -375,17 +357,17 @@ mod tests {
             p("Safari", 7, 2.0, None),
         ];
         let down = fault(&status(Some("b"), None));
-        let (alarms, counts) = d.update(&procs, down.as_ref(), t(0));
+        let (alarms, counts) = d.update(&procs, down.as_ref(), moment(0));
         assert!(alarms.is_empty());
         assert_eq!(counts, JobCounts { busy: 1, idle: 1 });
-        assert!(d.update(&procs, down.as_ref(), t(9)).0.is_empty());
-        let (alarms, _) = d.update(&procs, down.as_ref(), t(10));
+        assert!(d.update(&procs, down.as_ref(), moment(9)).0.is_empty());
+        let (alarms, _) = d.update(&procs, down.as_ref(), moment(10));
         assert_eq!(alarms.len(), 1, "{alarms:?}");
         let alarm = &alarms[0];
         assert_eq!(alarm.kind, AlarmKind::JobHung);
         assert_eq!(alarm.subject, "mlx-rank0");
         assert_eq!(alarm.node, id("a"));
-        assert_eq!(alarm.since, t(0).wall);
+        assert_eq!(alarm.since, moment(0).wall);
         assert!(
             alarm.summary.contains("likely spinning on a dead peer: b"),
             "{alarm:?}"
@@ -401,11 +383,11 @@ mod tests {
         let procs = [p("mlx-rank0", 42, 4.0, None)];
         for s in 0..60 {
             assert!(
-                d.update(&procs, fault(&status(None, None)).as_ref(), t(s))
+                d.update(&procs, fault(&status(None, None)).as_ref(), moment(s))
                     .0
                     .is_empty()
             );
-            assert!(d.update(&procs, None, t(s)).0.is_empty());
+            assert!(d.update(&procs, None, moment(s)).0.is_empty());
         }
     }
 
@@ -414,8 +396,8 @@ mod tests {
         let mut d = HungJobDetector::new(id("a"), &config());
         let procs = [p("python3", 42, 1.0, Some("python3 -m mlx.launch"))];
         let flapping = fault(&status(None, Some(("a", "c", LinkState::Flapping))));
-        d.update(&procs, flapping.as_ref(), t(0));
-        let (alarms, _) = d.update(&procs, flapping.as_ref(), t(10));
+        d.update(&procs, flapping.as_ref(), moment(0));
+        let (alarms, _) = d.update(&procs, flapping.as_ref(), moment(10));
         assert!(
             alarms[0]
                 .summary
@@ -432,8 +414,8 @@ mod tests {
             p("python3", 43, 1.0, Some("python3 -m mlx.launch --rank 1")),
         ];
         let down = fault(&status(Some("c"), None));
-        d.update(&procs, down.as_ref(), t(0));
-        let (alarms, counts) = d.update(&procs, down.as_ref(), t(10));
+        d.update(&procs, down.as_ref(), moment(0));
+        let (alarms, counts) = d.update(&procs, down.as_ref(), moment(10));
         assert_eq!(counts.busy, 2);
         assert_eq!(alarms.len(), 1);
         assert_eq!(alarms[0].evidence.len(), 3);
@@ -448,13 +430,13 @@ mod tests {
         let healthy = fault(&status(None, None));
         for (after, mesh) in [(&procs, &healthy), (&calm, &down)] {
             let mut d = HungJobDetector::new(id("a"), &config());
-            d.update(&procs, down.as_ref(), t(0));
-            assert_eq!(d.update(&procs, down.as_ref(), t(10)).0.len(), 1);
+            d.update(&procs, down.as_ref(), moment(0));
+            assert_eq!(d.update(&procs, down.as_ref(), moment(10)).0.len(), 1);
             // One good sample does not clear it...
-            assert_eq!(d.update(after, mesh.as_ref(), t(11)).0.len(), 1);
-            assert_eq!(d.update(after, mesh.as_ref(), t(20)).0.len(), 1);
+            assert_eq!(d.update(after, mesh.as_ref(), moment(11)).0.len(), 1);
+            assert_eq!(d.update(after, mesh.as_ref(), moment(20)).0.len(), 1);
             // ...a whole window of them does.
-            assert!(d.update(after, mesh.as_ref(), t(21)).0.is_empty());
+            assert!(d.update(after, mesh.as_ref(), moment(21)).0.is_empty());
         }
     }
 
@@ -463,13 +445,13 @@ mod tests {
         let mut d = HungJobDetector::new(id("a"), &config());
         let procs = [p("mlx-rank0", 42, 1.0, None)];
         let down = fault(&status(Some("b"), None));
-        d.update(&procs, down.as_ref(), t(0));
-        assert_eq!(d.update(&procs, down.as_ref(), t(10)).0.len(), 1);
-        let (alarms, counts) = d.update(&[], down.as_ref(), t(11));
+        d.update(&procs, down.as_ref(), moment(0));
+        assert_eq!(d.update(&procs, down.as_ref(), moment(10)).0.len(), 1);
+        let (alarms, counts) = d.update(&[], down.as_ref(), moment(11));
         assert!(alarms.is_empty());
         assert_eq!(counts, JobCounts::default());
         // The pid comes back as something else: a new process, a new clock.
         let reused = [p("mlx-rank0", 42, 1.0, None)];
-        assert!(d.update(&reused, down.as_ref(), t(12)).0.is_empty());
+        assert!(d.update(&reused, down.as_ref(), moment(12)).0.is_empty());
     }
 }

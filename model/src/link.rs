@@ -566,22 +566,13 @@ mod tests {
     use meshd_domain::{LossWindow, RdmaProbe, RttSummary};
 
     use super::*;
-
-    /// The settings of a config that sets nothing (a daemon test pins them to
-    /// the config's defaults).
-    fn rules() -> LinkRules {
-        crate::fixtures::default_engine_settings().link
-    }
-
-    fn healthy() -> LinkObservation {
-        crate::fixtures::healthy_observation("a", "b")
-    }
+    use crate::fixtures::{healthy_observation, instant_ms, link_rules};
 
     fn silent(for_ms: u64) -> LinkObservation {
         LinkObservation {
             silence: Duration::from_millis(for_ms),
             consecutive_lost: 7,
-            ..healthy()
+            ..healthy_observation("a", "b")
         }
     }
 
@@ -606,9 +597,9 @@ mod tests {
                 sent: 100,
                 lost,
             }],
-            ..healthy()
+            ..healthy_observation("a", "b")
         };
-        let (quiet, stalled) = (healthy(), with_loss(9));
+        let (quiet, stalled) = (healthy_observation("a", "b"), with_loss(9));
         let excused = |ms| EndView {
             excuse: Excuse {
                 worst: Duration::from_millis(ms),
@@ -618,9 +609,9 @@ mod tests {
             ..view("b", &stalled)
         };
         // 800 ms at 10 probes a second: 8 probes and the one in flight.
-        let verdict = assess(&[view("a", &quiet), excused(800)], &rules());
+        let verdict = assess(&[view("a", &quiet), excused(800)], &link_rules());
         assert_eq!(verdict.state, LinkState::Up, "{:?}", verdict.evidence);
-        let verdict = assess(&[view("a", &quiet), excused(300)], &rules());
+        let verdict = assess(&[view("a", &quiet), excused(300)], &link_rules());
         assert_eq!(verdict.state, LinkState::Degraded);
         assert!(
             verdict
@@ -630,14 +621,14 @@ mod tests {
             "{:?}",
             verdict.evidence
         );
-        let verdict = assess(&[view("a", &quiet), excused(0)], &rules());
+        let verdict = assess(&[view("a", &quiet), excused(0)], &link_rules());
         assert_eq!(verdict.state, LinkState::Degraded);
     }
 
     #[test]
     fn healthy_ends_are_up() {
-        let (a, b) = (healthy(), healthy());
-        let verdict = assess(&[view("a", &a), view("b", &b)], &rules());
+        let (a, b) = (healthy_observation("a", "b"), healthy_observation("a", "b"));
+        let verdict = assess(&[view("a", &a), view("b", &b)], &link_rules());
         assert_eq!(verdict.state, LinkState::Up);
         assert!(verdict.evidence.is_empty());
     }
@@ -645,7 +636,7 @@ mod tests {
     #[test]
     fn both_ends_silent_is_down_with_evidence() {
         let (a, b) = (silent(700), silent(650));
-        let verdict = assess(&[view("a", &a), view("b", &b)], &rules());
+        let verdict = assess(&[view("a", &a), view("b", &b)], &link_rules());
         assert_eq!(verdict.state, LinkState::Down);
         assert_eq!(
             verdict.evidence,
@@ -670,10 +661,10 @@ mod tests {
             ..view("a", o)
         };
         let stall = Duration::from_millis(500);
-        let verdict = assess(&[excused(&a, stall), excused(&d, stall)], &rules());
+        let verdict = assess(&[excused(&a, stall), excused(&d, stall)], &link_rules());
         assert_eq!(verdict.state, LinkState::Up, "{:?}", verdict.evidence);
         let (a, d) = (silent(1_200), silent(1_150));
-        let verdict = assess(&[excused(&a, stall), excused(&d, stall)], &rules());
+        let verdict = assess(&[excused(&a, stall), excused(&d, stall)], &link_rules());
         assert_eq!(verdict.state, LinkState::Down);
         assert_eq!(
             verdict.evidence[0],
@@ -686,20 +677,20 @@ mod tests {
         let (a, b) = (silent(700), silent(300));
         let mut far = view("b", &b);
         assert_eq!(
-            assess(&[view("a", &a), far], &rules()).state,
+            assess(&[view("a", &a), far], &link_rules()).state,
             LinkState::Degraded
         );
         far.confirmed_silence = Duration::from_millis(300);
         assert_eq!(
-            assess(&[view("a", &a), far], &rules()).state,
+            assess(&[view("a", &a), far], &link_rules()).state,
             LinkState::Down
         );
     }
 
     #[test]
     fn one_silent_end_is_degraded_not_down() {
-        let (a, b) = (silent(2_000), healthy());
-        let verdict = assess(&[view("a", &a), view("b", &b)], &rules());
+        let (a, b) = (silent(2_000), healthy_observation("a", "b"));
+        let verdict = assess(&[view("a", &a), view("b", &b)], &link_rules());
         assert_eq!(verdict.state, LinkState::Degraded);
         assert!(
             verdict
@@ -711,7 +702,10 @@ mod tests {
     #[test]
     fn a_single_observing_end_decides_alone() {
         let a = silent(700);
-        assert_eq!(assess(&[view("a", &a)], &rules()).state, LinkState::Down);
+        assert_eq!(
+            assess(&[view("a", &a)], &link_rules()).state,
+            LinkState::Down
+        );
     }
 
     /// Silence only counts probes that were sent and went unanswered, so a
@@ -726,16 +720,16 @@ mod tests {
         // 600 ms, and two ticks of 128 + 300 ms.
         let (a, b) = (late(silent(1_400)), silent(1_400));
         assert_eq!(
-            assess(&[view("a", &a), view("b", &b)], &rules()).state,
+            assess(&[view("a", &a), view("b", &b)], &link_rules()).state,
             LinkState::Degraded,
             "the late end may not have read the replies yet"
         );
         let (a, b) = (late(silent(1_500)), silent(1_500));
         assert_eq!(
-            assess(&[view("a", &a), view("b", &b)], &rules()).state,
+            assess(&[view("a", &a), view("b", &b)], &link_rules()).state,
             LinkState::Down
         );
-        let evidence = assess(&[view("a", &a), view("b", &b)], &rules()).evidence;
+        let evidence = assess(&[view("a", &a), view("b", &b)], &link_rules()).evidence;
         assert_eq!(evidence[0], "a: no reply for 1.5s (7 probes lost in a row)");
     }
 
@@ -747,9 +741,9 @@ mod tests {
                 sent: 10,
                 lost: 6,
             }],
-            ..healthy()
+            ..healthy_observation("a", "b")
         };
-        let verdict = assess(&[view("a", &lossy), view("b", &lossy)], &rules());
+        let verdict = assess(&[view("a", &lossy), view("b", &lossy)], &link_rules());
         assert_eq!(verdict.state, LinkState::Down);
         assert_eq!(
             verdict.evidence[0],
@@ -765,17 +759,17 @@ mod tests {
                 sent: 10,
                 lost: 8,
             }],
-            ..healthy()
+            ..healthy_observation("a", "b")
         };
         let mut busy = view("a", &lossy);
         busy.late = true;
-        let verdict = assess(&[busy, view("b", &lossy)], &rules());
+        let verdict = assess(&[busy, view("b", &lossy)], &link_rules());
         assert_ne!(verdict.state, LinkState::Down, "{verdict:?}");
     }
 
     #[test]
     fn moderate_loss_slow_rtt_low_speed_and_rdma_down_are_degraded() {
-        let b = healthy();
+        let b = healthy_observation("a", "b");
         let cases = [
             LinkObservation {
                 loss: vec![LossWindow {
@@ -783,7 +777,7 @@ mod tests {
                     sent: 100,
                     lost: 5,
                 }],
-                ..healthy()
+                ..healthy_observation("a", "b")
             },
             LinkObservation {
                 mtu_loss: vec![LossWindow {
@@ -791,28 +785,28 @@ mod tests {
                     sent: 10,
                     lost: 3,
                 }],
-                ..healthy()
+                ..healthy_observation("a", "b")
             },
             LinkObservation {
                 rtt: RttSummary {
                     p90: Duration::from_millis(40),
                     p99: Duration::from_millis(50),
-                    ..healthy().rtt
+                    ..healthy_observation("a", "b").rtt
                 },
-                ..healthy()
+                ..healthy_observation("a", "b")
             },
             LinkObservation {
                 negotiated_speed_bps: Some(40_000_000_000),
                 expected_speed_bps: Some(80_000_000_000),
-                ..healthy()
+                ..healthy_observation("a", "b")
             },
             LinkObservation {
                 rdma_port_state: RdmaPortState::Down,
-                ..healthy()
+                ..healthy_observation("a", "b")
             },
         ];
         for a in &cases {
-            let verdict = assess(&[view("a", a), view("b", &b)], &rules());
+            let verdict = assess(&[view("a", a), view("b", &b)], &link_rules());
             assert_eq!(verdict.state, LinkState::Degraded, "{a:?}");
             assert_eq!(verdict.evidence.len(), 1, "{verdict:?}");
         }
@@ -829,10 +823,10 @@ mod tests {
         };
         let failing = LinkObservation {
             rdma_probe: Some(probe(RDMA_PROBE_FAILURES_FOR_DEGRADED)),
-            ..healthy()
+            ..healthy_observation("a", "b")
         };
-        let b = healthy();
-        let verdict = assess(&[view("a", &failing), view("b", &b)], &rules());
+        let b = healthy_observation("a", "b");
+        let verdict = assess(&[view("a", &failing), view("b", &b)], &link_rules());
         assert_eq!(verdict.state, LinkState::Degraded);
         assert_eq!(
             verdict.evidence,
@@ -841,10 +835,10 @@ mod tests {
 
         let a_miss = LinkObservation {
             rdma_probe: Some(probe(RDMA_PROBE_FAILURES_FOR_DEGRADED - 1)),
-            ..healthy()
+            ..healthy_observation("a", "b")
         };
         assert_eq!(
-            assess(&[view("a", &a_miss), view("b", &b)], &rules()).state,
+            assess(&[view("a", &a_miss), view("b", &b)], &link_rules()).state,
             LinkState::Up
         );
 
@@ -857,23 +851,26 @@ mod tests {
             silent(2_000),
         );
         assert_eq!(
-            assess(&[view("a", &a), view("b", &b)], &rules()).state,
+            assess(&[view("a", &a), view("b", &b)], &link_rules()).state,
             LinkState::Down
         );
     }
 
     #[test]
     fn a_few_lost_probes_are_noise_and_a_late_end_loss_counts_beyond_its_excuse() {
-        let b = healthy();
+        let b = healthy_observation("a", "b");
         let one_late_mtu_probe = LinkObservation {
             mtu_loss: vec![LossWindow {
                 window: MEDIUM_WINDOW,
                 sent: 10,
                 lost: 1,
             }],
-            ..healthy()
+            ..healthy_observation("a", "b")
         };
-        let verdict = assess(&[view("a", &one_late_mtu_probe), view("b", &b)], &rules());
+        let verdict = assess(
+            &[view("a", &one_late_mtu_probe), view("b", &b)],
+            &link_rules(),
+        );
         assert_eq!(verdict.state, LinkState::Up, "{verdict:?}");
 
         let lossy = LinkObservation {
@@ -882,7 +879,7 @@ mod tests {
                 sent: 100,
                 lost: 20,
             }],
-            ..healthy()
+            ..healthy_observation("a", "b")
         };
         // Late, but by less than the timeout: every request was answered
         // in time, so the loss is the cable's.
@@ -893,11 +890,11 @@ mod tests {
             late_for: Duration::from_millis(40),
             over: MEDIUM_WINDOW,
         };
-        let verdict = assess(&[busy, view("b", &b)], &rules());
+        let verdict = assess(&[busy, view("b", &b)], &link_rules());
         assert_eq!(verdict.state, LinkState::Degraded, "{verdict:?}");
         // Late past the timeout for two seconds: 21 probes explained.
         busy.excuse.late_for = Duration::from_secs(2);
-        let verdict = assess(&[busy, view("b", &b)], &rules());
+        let verdict = assess(&[busy, view("b", &b)], &link_rules());
         assert_eq!(verdict.state, LinkState::Up, "{verdict:?}");
     }
 
@@ -907,25 +904,25 @@ mod tests {
             rtt: RttSummary {
                 p90: Duration::from_millis(40),
                 p99: Duration::from_millis(50),
-                ..healthy().rtt
+                ..healthy_observation("a", "b").rtt
             },
-            ..healthy()
+            ..healthy_observation("a", "b")
         };
         let mut busy = view("a", &a);
         busy.late = true;
-        assert_eq!(assess(&[busy], &rules()).state, LinkState::Up);
+        assert_eq!(assess(&[busy], &link_rules()).state, LinkState::Up);
 
         // Measured by a node on time, towards a late node: the late node's
         // replies are what is slow, not the cable.
-        let b = healthy();
+        let b = healthy_observation("a", "b");
         let mut late_far_end = view("b", &b);
         late_far_end.late = true;
         assert_eq!(
-            assess(&[view("a", &a), late_far_end], &rules()).state,
+            assess(&[view("a", &a), late_far_end], &link_rules()).state,
             LinkState::Up
         );
         assert_eq!(
-            assess(&[view("a", &a), view("b", &b)], &rules()).state,
+            assess(&[view("a", &a), view("b", &b)], &link_rules()).state,
             LinkState::Degraded,
             "with both ends on time the RTT counts"
         );
@@ -936,19 +933,22 @@ mod tests {
         let spiky = LinkObservation {
             rtt: RttSummary {
                 p99: Duration::from_millis(3),
-                ..healthy().rtt
+                ..healthy_observation("a", "b").rtt
             },
-            ..healthy()
+            ..healthy_observation("a", "b")
         };
-        assert_eq!(assess(&[view("a", &spiky)], &rules()).state, LinkState::Up);
+        assert_eq!(
+            assess(&[view("a", &spiky)], &link_rules()).state,
+            LinkState::Up
+        );
         let slow = LinkObservation {
             rtt: RttSummary {
                 p90: Duration::from_millis(2),
                 ..spiky.rtt
             },
-            ..healthy()
+            ..healthy_observation("a", "b")
         };
-        let verdict = assess(&[view("a", &slow)], &rules());
+        let verdict = assess(&[view("a", &slow)], &link_rules());
         assert_eq!(verdict.state, LinkState::Degraded);
         assert_eq!(
             verdict.evidence,
@@ -962,12 +962,12 @@ mod tests {
             rtt: RttSummary {
                 p90: Duration::from_micros(900),
                 p99: Duration::from_micros(950),
-                ..healthy().rtt
+                ..healthy_observation("a", "b").rtt
             },
-            ..healthy()
+            ..healthy_observation("a", "b")
         };
         assert_eq!(
-            assess(&[view("a", &a)], &rules()).state,
+            assess(&[view("a", &a)], &link_rules()).state,
             LinkState::Up,
             "9x but < 1 ms"
         );
@@ -978,84 +978,98 @@ mod tests {
         let a = LinkObservation {
             last_reply_at: None,
             silence: Duration::from_millis(100),
-            ..healthy()
+            ..healthy_observation("a", "b")
         };
-        assert_eq!(assess(&[view("a", &a)], &rules()).state, LinkState::Unknown);
-    }
-
-    fn at(ms: u64) -> Instant {
-        crate::fixtures::moment_ms(ms).now
+        assert_eq!(
+            assess(&[view("a", &a)], &link_rules()).state,
+            LinkState::Unknown
+        );
     }
 
     #[test]
     fn tracker_goes_down_at_once_and_recovers_after_a_clean_second() {
-        let mut t = LinkTracker::new(at(0));
-        assert_eq!(t.update(LinkState::Up, at(0), &rules()), LinkState::Up);
+        let mut t = LinkTracker::new(instant_ms(0));
         assert_eq!(
-            t.update(LinkState::Down, at(100), &rules()),
+            t.update(LinkState::Up, instant_ms(0), &link_rules()),
+            LinkState::Up
+        );
+        assert_eq!(
+            t.update(LinkState::Down, instant_ms(100), &link_rules()),
             LinkState::Down
         );
-        assert_eq!(t.since(), at(100));
-        assert_eq!(t.update(LinkState::Up, at(200), &rules()), LinkState::Down);
+        assert_eq!(t.since(), instant_ms(100));
         assert_eq!(
-            t.update(LinkState::Up, at(1_100), &rules()),
+            t.update(LinkState::Up, instant_ms(200), &link_rules()),
             LinkState::Down
         );
-        assert_eq!(t.update(LinkState::Up, at(1_200), &rules()), LinkState::Up);
+        assert_eq!(
+            t.update(LinkState::Up, instant_ms(1_100), &link_rules()),
+            LinkState::Down
+        );
+        assert_eq!(
+            t.update(LinkState::Up, instant_ms(1_200), &link_rules()),
+            LinkState::Up
+        );
         assert_eq!(t.recent_changes(), 1, "one outage");
     }
 
     #[test]
     fn tracker_needs_degradation_to_hold_and_to_clear() {
-        let mut t = LinkTracker::new(at(0));
-        t.update(LinkState::Up, at(0), &rules());
+        let mut t = LinkTracker::new(instant_ms(0));
+        t.update(LinkState::Up, instant_ms(0), &link_rules());
         assert_eq!(
-            t.update(LinkState::Degraded, at(100), &rules()),
+            t.update(LinkState::Degraded, instant_ms(100), &link_rules()),
             LinkState::Up
         );
         assert_eq!(
-            t.update(LinkState::Up, at(200), &rules()),
+            t.update(LinkState::Up, instant_ms(200), &link_rules()),
             LinkState::Up,
             "a blip"
         );
         assert_eq!(
-            t.update(LinkState::Degraded, at(300), &rules()),
+            t.update(LinkState::Degraded, instant_ms(300), &link_rules()),
             LinkState::Up
         );
         assert_eq!(
-            t.update(LinkState::Degraded, at(800), &rules()),
+            t.update(LinkState::Degraded, instant_ms(800), &link_rules()),
             LinkState::Degraded
         );
         assert_eq!(
-            t.update(LinkState::Up, at(900), &rules()),
+            t.update(LinkState::Up, instant_ms(900), &link_rules()),
             LinkState::Degraded
         );
-        assert_eq!(t.update(LinkState::Up, at(5_900), &rules()), LinkState::Up);
+        assert_eq!(
+            t.update(LinkState::Up, instant_ms(5_900), &link_rules()),
+            LinkState::Up
+        );
     }
 
     #[test]
     fn a_link_judged_afresh_holds_a_degradation_like_an_up_link() {
-        let mut t = LinkTracker::new(at(0));
+        let mut t = LinkTracker::new(instant_ms(0));
         // The peer's first reply is a moment away: not a degradation.
         assert_eq!(
-            t.update(LinkState::Degraded, at(0), &rules()),
+            t.update(LinkState::Degraded, instant_ms(0), &link_rules()),
             LinkState::Unknown
         );
-        assert_eq!(t.pending_until(), Some(at(500)));
-        assert_eq!(t.update(LinkState::Up, at(200), &rules()), LinkState::Up);
-        t.restart(at(1_000));
+        assert_eq!(t.pending_until(), Some(instant_ms(500)));
         assert_eq!(
-            t.update(LinkState::Degraded, at(1_000), &rules()),
+            t.update(LinkState::Up, instant_ms(200), &link_rules()),
+            LinkState::Up
+        );
+        t.restart(instant_ms(1_000));
+        assert_eq!(
+            t.update(LinkState::Degraded, instant_ms(1_000), &link_rules()),
             LinkState::Unknown
         );
         assert_eq!(
-            t.update(LinkState::Degraded, at(1_500), &rules()),
+            t.update(LinkState::Degraded, instant_ms(1_500), &link_rules()),
             LinkState::Degraded,
             "a lasting one is"
         );
-        t.restart(at(2_000));
+        t.restart(instant_ms(2_000));
         assert_eq!(
-            t.update(LinkState::Down, at(2_000), &rules()),
+            t.update(LinkState::Down, instant_ms(2_000), &link_rules()),
             LinkState::Down,
             "down needs no wait"
         );
@@ -1063,16 +1077,16 @@ mod tests {
 
     #[test]
     fn tracker_reports_flapping_instead_of_each_change_and_calms_down() {
-        let mut t = LinkTracker::new(at(0));
+        let mut t = LinkTracker::new(instant_ms(0));
         let mut reported = Vec::new();
         let mut now = 0;
-        t.update(LinkState::Up, at(now), &rules());
+        t.update(LinkState::Up, instant_ms(now), &link_rules());
         for _ in 0..4 {
             now += 100;
-            reported.push(t.update(LinkState::Down, at(now), &rules()));
+            reported.push(t.update(LinkState::Down, instant_ms(now), &link_rules()));
             now += 1_100;
-            t.update(LinkState::Up, at(now - 1_000), &rules());
-            reported.push(t.update(LinkState::Up, at(now), &rules()));
+            t.update(LinkState::Up, instant_ms(now - 1_000), &link_rules());
+            reported.push(t.update(LinkState::Up, instant_ms(now), &link_rules()));
         }
         // The second outage within the window makes it flapping; further
         // swings, down and up, change nothing.
@@ -1091,41 +1105,47 @@ mod tests {
         );
         // Quiet for a whole flap window: back to the plain verdict.
         assert_eq!(
-            t.update(LinkState::Up, at(now + 61_000), &rules()),
+            t.update(LinkState::Up, instant_ms(now + 61_000), &link_rules()),
             LinkState::Up
         );
     }
 
     #[test]
     fn flapping_never_hides_a_link_that_stays_down() {
-        let mut t = LinkTracker::new(at(0));
+        let mut t = LinkTracker::new(instant_ms(0));
         let mut now = 0;
-        t.update(LinkState::Up, at(now), &rules());
+        t.update(LinkState::Up, instant_ms(now), &link_rules());
         for _ in 0..2 {
             now += 100;
-            t.update(LinkState::Down, at(now), &rules());
+            t.update(LinkState::Down, instant_ms(now), &link_rules());
             now += 1_100;
-            t.update(LinkState::Up, at(now - 1_000), &rules());
-            t.update(LinkState::Up, at(now), &rules());
+            t.update(LinkState::Up, instant_ms(now - 1_000), &link_rules());
+            t.update(LinkState::Up, instant_ms(now), &link_rules());
         }
         assert_eq!(t.state(), LinkState::Flapping);
         let died = now + 100;
         assert_eq!(
-            t.update(LinkState::Down, at(died), &rules()),
+            t.update(LinkState::Down, instant_ms(died), &link_rules()),
             LinkState::Flapping
         );
         let due = t.pending_until().expect("a deadline to report it down");
-        assert_eq!(due, at(died) + DOWN_WHILE_FLAPPING);
-        assert_eq!(t.update(LinkState::Down, due, &rules()), LinkState::Down);
+        assert_eq!(due, instant_ms(died) + DOWN_WHILE_FLAPPING);
+        assert_eq!(
+            t.update(LinkState::Down, due, &link_rules()),
+            LinkState::Down
+        );
     }
 
     #[test]
     fn holding_back_forgets_without_counting_a_swing() {
-        let mut t = LinkTracker::new(at(0));
-        t.update(LinkState::Up, at(0), &rules());
-        t.hold_unknown(at(100));
+        let mut t = LinkTracker::new(instant_ms(0));
+        t.update(LinkState::Up, instant_ms(0), &link_rules());
+        t.hold_unknown(instant_ms(100));
         assert_eq!(t.state(), LinkState::Unknown);
-        assert_eq!(t.update(LinkState::Up, at(200), &rules()), LinkState::Up);
+        assert_eq!(
+            t.update(LinkState::Up, instant_ms(200), &link_rules()),
+            LinkState::Up
+        );
         assert_eq!(t.recent_changes(), 0);
     }
 }

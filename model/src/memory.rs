@@ -243,11 +243,10 @@ fn usage(memory: &MemoryFacts) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use meshd_domain::fixtures::id;
 
-    fn t(secs: u64) -> Moment {
-        crate::fixtures::moment(secs)
-    }
+    use super::*;
+    use crate::fixtures::moment;
 
     fn rules() -> MemoryRules {
         MemoryRules {
@@ -259,7 +258,7 @@ mod tests {
     }
 
     fn watch() -> MemoryWatch {
-        MemoryWatch::new(NodeId::new("studio-1").expect("id"), rules())
+        MemoryWatch::new(id("studio-1"), rules())
     }
 
     const GIB: u64 = 1 << 30;
@@ -284,9 +283,12 @@ mod tests {
     fn wired_memory_with_no_job_for_the_window_is_a_leak_and_a_job_clears_it() {
         let mut w = watch();
         let leaked = mac(180, MemoryPressure::Normal);
-        assert!(w.update(Some(&leaked), Some(&none()), t(0)).is_empty());
-        assert!(w.update(Some(&leaked), Some(&none()), t(59)).is_empty());
-        let alarms = w.update(Some(&leaked), Some(&none()), t(60));
+        assert!(w.update(Some(&leaked), Some(&none()), moment(0)).is_empty());
+        assert!(
+            w.update(Some(&leaked), Some(&none()), moment(59))
+                .is_empty()
+        );
+        let alarms = w.update(Some(&leaked), Some(&none()), moment(60));
         assert_eq!(alarms.len(), 1, "{alarms:?}");
         let alarm = &alarms[0];
         assert_eq!(alarm.kind, AlarmKind::WiredMemoryLeak);
@@ -298,15 +300,18 @@ mod tests {
             alarm.evidence[0],
             "wired 180.0 GiB of 512.0 GiB (35%), a leak at 25%"
         );
-        assert_eq!(alarm.since, t(0).wall);
+        assert_eq!(alarm.since, moment(0).wall);
         // Unknown jobs: nothing changes.
-        assert_eq!(w.update(Some(&leaked), None, t(61)).len(), 1);
+        assert_eq!(w.update(Some(&leaked), None, moment(61)).len(), 1);
         // A job runs again: its wired memory is its own; clears after the window.
         let running = JobsRunning {
             names: vec!["python3".into()],
         };
-        assert_eq!(w.update(Some(&leaked), Some(&running), t(62)).len(), 1);
-        assert!(w.update(Some(&leaked), Some(&running), t(122)).is_empty());
+        assert_eq!(w.update(Some(&leaked), Some(&running), moment(62)).len(), 1);
+        assert!(
+            w.update(Some(&leaked), Some(&running), moment(122))
+                .is_empty()
+        );
     }
 
     #[test]
@@ -314,8 +319,12 @@ mod tests {
         let mut w = watch();
         for s in 0..200 {
             assert!(
-                w.update(Some(&mac(20, MemoryPressure::Normal)), Some(&none()), t(s))
-                    .is_empty()
+                w.update(
+                    Some(&mac(20, MemoryPressure::Normal)),
+                    Some(&none()),
+                    moment(s)
+                )
+                .is_empty()
             );
         }
         let mut w = watch();
@@ -324,8 +333,12 @@ mod tests {
         };
         for s in 0..200 {
             assert!(
-                w.update(Some(&mac(400, MemoryPressure::Warning)), Some(&busy), t(s))
-                    .is_empty()
+                w.update(
+                    Some(&mac(400, MemoryPressure::Warning)),
+                    Some(&busy),
+                    moment(s)
+                )
+                .is_empty()
             );
         }
         // Total unknown: no share, no judgement.
@@ -335,7 +348,10 @@ mod tests {
             ..MemoryFacts::default()
         };
         for s in 0..200 {
-            assert!(w.update(Some(&unknown), Some(&none()), t(s)).is_empty());
+            assert!(
+                w.update(Some(&unknown), Some(&none()), moment(s))
+                    .is_empty()
+            );
         }
     }
 
@@ -343,8 +359,8 @@ mod tests {
     fn critical_pressure_held_raises_on_macos_and_on_linux_stalls() {
         let mut w = watch();
         let critical = mac(10, MemoryPressure::Critical);
-        w.update(Some(&critical), Some(&none()), t(0));
-        let alarms = w.update(Some(&critical), Some(&none()), t(30));
+        w.update(Some(&critical), Some(&none()), moment(0));
+        let alarms = w.update(Some(&critical), Some(&none()), moment(30));
         assert_eq!(alarms[0].kind, AlarmKind::MemoryPressure);
         assert_eq!(alarms[0].severity, Severity::Critical);
         assert!(
@@ -359,12 +375,12 @@ mod tests {
         );
         // Back to normal: clears after the window, not at once.
         assert_eq!(
-            w.update(Some(&mac(10, MemoryPressure::Normal)), None, t(31))
+            w.update(Some(&mac(10, MemoryPressure::Normal)), None, moment(31))
                 .len(),
             1
         );
         assert!(
-            w.update(Some(&mac(10, MemoryPressure::Normal)), None, t(61))
+            w.update(Some(&mac(10, MemoryPressure::Normal)), None, moment(61))
                 .is_empty()
         );
 
@@ -373,8 +389,8 @@ mod tests {
             stall_full_bp: Some(full_bp),
             ..MemoryFacts::default()
         };
-        w.update(Some(&linux(2_500)), None, t(0));
-        let alarms = w.update(Some(&linux(1_000)), None, t(30));
+        w.update(Some(&linux(2_500)), None, moment(0));
+        let alarms = w.update(Some(&linux(1_000)), None, moment(30));
         assert!(
             alarms[0].summary.ends_with(
                 "every task stalled on memory 10.0% of the last 10 s (critical at 10.0%)"
@@ -383,7 +399,7 @@ mod tests {
         );
         let mut w = watch();
         for s in 0..100 {
-            assert!(w.update(Some(&linux(999)), None, t(s)).is_empty());
+            assert!(w.update(Some(&linux(999)), None, moment(s)).is_empty());
         }
     }
 }

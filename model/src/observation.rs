@@ -123,8 +123,9 @@ fn add_port_facts(
 mod tests {
     use std::net::Ipv4Addr;
 
+    use meshd_domain::LinkEnd;
     use meshd_domain::facts::{Gid, RdmaPortFact};
-    use meshd_domain::{LinkEnd, NodeId};
+    use meshd_domain::fixtures::id;
 
     use super::*;
     use crate::fixtures::healthy_observation;
@@ -159,7 +160,7 @@ mod tests {
             local: LinkEnd {
                 iface: iface.map(str::to_owned),
                 address: Some(IpAddr::V4(Ipv4Addr::from(address))),
-                ..LinkEnd::node_only(NodeId::new("a").expect("id"))
+                ..LinkEnd::node_only(id("a"))
             },
             ..healthy_observation("a", "b")
         }
@@ -242,7 +243,7 @@ mod tests {
         let probes = stats.stats(t0 + Duration::from_secs(1));
         let link = ExpectedLink {
             local: observation(Some("en6"), [10, 254, 0, 5]).local,
-            remote: LinkEnd::node_only(NodeId::new("b").expect("id")),
+            remote: LinkEnd::node_only(id("b")),
             expected_speed_bps: Some(80_000_000_000),
         };
         let moment = Moment {

@@ -185,15 +185,13 @@ impl OrphanDetector {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use meshd_domain::fixtures::{id, wall};
 
-    fn t(secs: u64) -> SystemTime {
-        SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000 + secs)
-    }
+    use super::*;
 
     fn detector() -> OrphanDetector {
         OrphanDetector::new(
-            NodeId::new("c").expect("id"),
+            id("c"),
             OrphanRules {
                 patterns: vec!["mlx".into()],
                 grace: Duration::from_secs(30),
@@ -216,13 +214,13 @@ mod tests {
     fn ranks_whose_launcher_died_are_orphans_after_the_grace_period() {
         let mut d = detector();
         let launched = [rank(42, 40, Some(38)), rank(43, 40, Some(38))];
-        assert_eq!(d.update(&launched, t(0)).1, Orphans::default());
+        assert_eq!(d.update(&launched, wall(0)).1, Orphans::default());
         let adopted = [rank(42, 1, Some(38)), rank(43, 1, Some(38))];
         assert!(
-            d.update(&adopted, t(5)).0.is_empty(),
+            d.update(&adopted, wall(5)).0.is_empty(),
             "within the grace period"
         );
-        let (alarms, orphans) = d.update(&adopted, t(35));
+        let (alarms, orphans) = d.update(&adopted, wall(35));
         assert_eq!(
             orphans,
             Orphans {
@@ -245,9 +243,9 @@ mod tests {
             "python3 (pid 42): re-parented to pid 1 (launchd/init) 30s ago, launched by pid 40; holds 38.0 GiB"
         );
         assert!(alarm.fix.as_deref().expect("fix").contains("kill 42 43"));
-        assert_eq!(alarm.since, t(5));
+        assert_eq!(alarm.since, wall(5));
         // Killed: gone at once.
-        assert_eq!(d.update(&[], t(36)), (vec![], Orphans::default()));
+        assert_eq!(d.update(&[], wall(36)), (vec![], Orphans::default()));
     }
 
     #[test]
@@ -255,31 +253,31 @@ mod tests {
         let mut d = detector();
         let service = [rank(7, 1, Some(1))];
         for s in 0..100 {
-            assert!(d.update(&service, t(s)).0.is_empty());
+            assert!(d.update(&service, wall(s)).0.is_empty());
         }
         let mut d = detector();
         let mut unknown = rank(8, 1, None);
         unknown.parent = None;
-        d.update(&[unknown], t(0));
+        d.update(&[unknown], wall(0));
         for s in 1..100 {
-            assert!(d.update(&[rank(8, 1, None)], t(s)).0.is_empty());
+            assert!(d.update(&[rank(8, 1, None)], wall(s)).0.is_empty());
         }
         // Other processes under pid 1 are not jobs.
         let mut d = detector();
         let mut daemon = rank(9, 30, None);
         daemon.name = "sshd".into();
         daemon.command = None;
-        d.update(&[daemon.clone()], t(0));
+        d.update(&[daemon.clone()], wall(0));
         daemon.parent = Some(1);
-        assert!(d.update(&[daemon], t(100)).0.is_empty());
+        assert!(d.update(&[daemon], wall(100)).0.is_empty());
     }
 
     #[test]
     fn a_subreaper_adopting_the_rank_is_named() {
         let mut d = detector();
-        d.update(&[rank(42, 40, Some(1))], t(0));
-        d.update(&[rank(42, 977, Some(1))], t(1));
-        let (alarms, _) = d.update(&[rank(42, 977, Some(1))], t(31));
+        d.update(&[rank(42, 40, Some(1))], wall(0));
+        d.update(&[rank(42, 977, Some(1))], wall(1));
+        let (alarms, _) = d.update(&[rank(42, 977, Some(1))], wall(31));
         assert!(
             alarms[0].evidence[0]
                 .starts_with("python3 (pid 42): re-parented to pid 977 (a subreaper) 30s ago"),
@@ -290,9 +288,9 @@ mod tests {
     #[test]
     fn unknown_memory_is_said_and_a_reused_pid_starts_afresh() {
         let mut d = detector();
-        d.update(&[rank(42, 40, None)], t(0));
-        d.update(&[rank(42, 1, None)], t(1));
-        let (alarms, orphans) = d.update(&[rank(42, 1, None)], t(40));
+        d.update(&[rank(42, 40, None)], wall(0));
+        d.update(&[rank(42, 1, None)], wall(1));
+        let (alarms, orphans) = d.update(&[rank(42, 1, None)], wall(40));
         assert!(
             alarms[0]
                 .summary
@@ -302,6 +300,6 @@ mod tests {
         // The pid now names another program, first seen under pid 1.
         let mut other = rank(42, 1, None);
         other.name = "mlx-server".into();
-        assert!(d.update(&[other], t(100)).0.is_empty());
+        assert!(d.update(&[other], wall(100)).0.is_empty());
     }
 }

@@ -265,9 +265,8 @@ fn full_update(sent: &Sent, sequence: u64, moment: Moment) -> ReportUpdate {
 
 #[cfg(test)]
 mod tests {
-    use std::time::SystemTime;
-
     use super::*;
+    use crate::fixtures::{link_rules, moment};
 
     /// A stream that opens learns how late this node runs from its first
     /// update, as every other update says it: a zero there would read as
@@ -277,7 +276,7 @@ mod tests {
         let mut outbox = Outbox::new(OutboxSettings {
             heartbeat: Duration::from_secs(1),
             refresh: Duration::from_secs(2),
-            rules: crate::fixtures::default_engine_settings().link,
+            rules: link_rules(),
         });
         let snapshot = |lateness| Snapshot {
             links: &[],
@@ -290,20 +289,15 @@ mod tests {
             load: NodeLoad::default(),
             lateness,
         };
-        let t0 = crate::fixtures::epoch();
-        let at = |secs| Moment {
-            now: t0 + Duration::from_secs(secs),
-            wall: SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000 + secs),
-        };
         let first = outbox
-            .next(&snapshot(Duration::from_millis(40)), at(0), false)
+            .next(&snapshot(Duration::from_millis(40)), moment(0), false)
             .expect("the first update");
         assert_eq!(first.lateness, Duration::from_millis(40));
         let beat = outbox
-            .next(&snapshot(Duration::from_millis(700)), at(1), false)
+            .next(&snapshot(Duration::from_millis(700)), moment(1), false)
             .expect("a heartbeat");
         assert_eq!(beat.lateness, Duration::from_millis(700));
-        let full = outbox.full(at(1)).expect("sent before");
+        let full = outbox.full(moment(1)).expect("sent before");
         assert!(full.full);
         assert_eq!(full.lateness, Duration::from_millis(700));
     }

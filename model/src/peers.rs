@@ -759,13 +759,12 @@ fn is_news(report: &PeerReport, update: &ReportUpdate, rules: &LinkRules) -> boo
 
 #[cfg(test)]
 mod tests {
+    use meshd_domain::fixtures::id;
     use meshd_domain::{LinkEnd, LinkObservation, NodeIdentity, NodeLoad};
 
     use super::*;
-
-    fn id(s: &str) -> NodeId {
-        NodeId::new(s).expect("id")
-    }
+    use crate::fixtures::{link_rules, moment};
+    use crate::time::Moment;
 
     fn update(sequence: u64, full: bool, sent_at: SystemTime) -> ReportUpdate {
         ReportUpdate {
@@ -788,7 +787,7 @@ mod tests {
     fn settings() -> BookSettings {
         BookSettings {
             quiet_after: Duration::from_secs(3),
-            rules: crate::fixtures::default_engine_settings().link,
+            rules: link_rules(),
         }
     }
 
@@ -823,8 +822,7 @@ mod tests {
     /// A book that holds b's full report (sequence 10), and b's updates
     /// that follow it.
     fn b_after_a_full_report() -> (PeerBook, Updates) {
-        let t0 = crate::fixtures::epoch();
-        let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let Moment { now: t0, wall } = moment(0);
         let (mut book, stream) = book_with_b(t0, wall);
         book.update(stream, update(10, true, wall), t0, wall);
         (
@@ -875,8 +873,7 @@ mod tests {
 
     #[test]
     fn a_report_is_current_only_while_a_path_is_open_and_recent() {
-        let t0 = crate::fixtures::epoch();
-        let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let Moment { now: t0, wall } = moment(0);
         let (mut book, stream) = book_with_b(t0, wall);
         let within = Duration::from_secs(3);
         book.update(stream, update(10, true, wall), t0, wall);
@@ -1010,8 +1007,7 @@ mod tests {
 
     #[test]
     fn a_sequence_beyond_what_a_sender_can_count_is_refused_and_the_real_ones_go_on() {
-        let t0 = crate::fixtures::epoch();
-        let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let Moment { now: t0, wall } = moment(0);
         let (mut book, stream) = book_with_b(t0, wall);
         // A minute into its run, b has counted a few hundred updates.
         let first = book.update(stream, update(500, true, wall), t0, wall);

@@ -125,15 +125,13 @@ impl StallDetector {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use meshd_domain::fixtures::{id, wall};
 
-    fn t(secs: u64) -> SystemTime {
-        SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000 + secs)
-    }
+    use super::*;
 
     fn detector() -> StallDetector {
         StallDetector::new(
-            NodeId::new("b").expect("id"),
+            id("b"),
             StallRules {
                 window: Duration::from_secs(60),
                 busy_cores: 0.9,
@@ -163,10 +161,10 @@ mod tests {
         for cores in [1.0, 0.0] {
             let mut d = detector();
             let job = rank(cores);
-            assert_eq!(d.update(&[&job], Some(&data(5)), false, t(0)), None);
-            assert_eq!(d.update(&[&job], Some(&data(5)), false, t(59)), None);
+            assert_eq!(d.update(&[&job], Some(&data(5)), false, wall(0)), None);
+            assert_eq!(d.update(&[&job], Some(&data(5)), false, wall(59)), None);
             let alarm = d
-                .update(&[&job], Some(&data(5)), false, t(60))
+                .update(&[&job], Some(&data(5)), false, wall(60))
                 .expect("stalled");
             assert_eq!(alarm.kind, AlarmKind::JobStalled);
             assert_eq!(
@@ -174,9 +172,9 @@ mod tests {
                 "RDMA data on mlx5_0/1 unchanged for 60s (window 60s)"
             );
             assert!(alarm.evidence[1].contains(if cores > 0.5 { "spinning" } else { "blocked" }));
-            assert_eq!(alarm.since, t(60));
+            assert_eq!(alarm.since, wall(60));
             // Data moves: clear at once.
-            assert_eq!(d.update(&[&job], Some(&data(6)), false, t(61)), None);
+            assert_eq!(d.update(&[&job], Some(&data(6)), false, wall(61)), None);
         }
     }
 
@@ -185,21 +183,25 @@ mod tests {
         let mut d = detector();
         let working = rank(0.5);
         for s in 0..200 {
-            assert_eq!(d.update(&[&working], Some(&data(5)), false, t(s)), None);
+            assert_eq!(d.update(&[&working], Some(&data(5)), false, wall(s)), None);
         }
         let mut d = detector();
         let spinning = rank(1.0);
         for s in 0..200 {
             assert_eq!(
-                d.update(&[&spinning], Some(&data(5)), true, t(s)),
+                d.update(&[&spinning], Some(&data(5)), true, wall(s)),
                 None,
                 "job_hung's"
             );
-            assert_eq!(d.update(&[], Some(&data(5)), false, t(s)), None, "no job");
+            assert_eq!(
+                d.update(&[], Some(&data(5)), false, wall(s)),
+                None,
+                "no job"
+            );
         }
         let mut d = detector();
         for s in 0..200 {
-            assert_eq!(d.update(&[&spinning], None, false, t(s)), None, "macOS");
+            assert_eq!(d.update(&[&spinning], None, false, wall(s)), None, "macOS");
         }
     }
 }

@@ -186,11 +186,9 @@ fn same_facts(a: Option<&Arc<NodeFacts>>, b: Option<&Arc<NodeFacts>>) -> bool {
 mod tests {
     use std::net::{IpAddr, Ipv4Addr};
 
-    use super::*;
+    use meshd_domain::fixtures::id;
 
-    fn id(s: &str) -> NodeId {
-        NodeId::new(s).expect("valid id")
-    }
+    use super::*;
 
     fn end(node: &str, address: Option<[u8; 4]>, device: Option<&str>) -> LinkEnd {
         LinkEnd {

@@ -575,29 +575,12 @@ fn heard_on_management(lives: &BTreeMap<&NodeId, Life<'_>>) -> Vec<NodeId> {
 
 #[cfg(test)]
 mod tests {
-    use std::time::SystemTime;
-
-    use meshd_domain::{Blame, Incarnation, LinkState, LinkVerdict, PeerReport, Severity};
+    use meshd_domain::fixtures::{id, identity};
+    use meshd_domain::{Blame, LinkState, LinkVerdict, PeerReport, Severity};
 
     use super::*;
+    use crate::fixtures::{default_engine_settings, epoch, moment_ms};
     use crate::peers::PathState;
-
-    fn id(s: &str) -> NodeId {
-        NodeId::new(s).expect("valid id")
-    }
-
-    fn identity(s: &str, incarnation: u64) -> NodeIdentity {
-        NodeIdentity {
-            id: id(s),
-            incarnation: Incarnation(incarnation),
-            version: "test".into(),
-            hostname: s.into(),
-        }
-    }
-
-    fn settings() -> EngineSettings {
-        crate::fixtures::default_engine_settings()
-    }
 
     /// `from` observing its cable to `to`, silent for `silence_ms`.
     fn obs(from: &str, to: &str, silence_ms: u64) -> LinkObservation {
@@ -611,7 +594,6 @@ mod tests {
     /// management path and one cable path, every link is quiet except as
     /// `silences` says, and every end observed it `received` ago.
     struct Mesh {
-        t0: Instant,
         nodes: Vec<&'static str>,
         silences: BTreeMap<(&'static str, &'static str), u64>,
         /// How long ago each peer's last message arrived (default 100 ms).
@@ -631,7 +613,6 @@ mod tests {
     impl Mesh {
         fn new(nodes: &[&'static str]) -> Self {
             Self {
-                t0: crate::fixtures::epoch(),
                 nodes: nodes.to_vec(),
                 silences: BTreeMap::new(),
                 last_heard_ms: BTreeMap::new(),
@@ -645,13 +626,10 @@ mod tests {
             }
         }
 
+        /// `ms` into the mesh's life, which starts 100 s after the epoch so
+        /// that its peers can have been heard from before.
         fn at(&self, ms: u64) -> Moment {
-            Moment {
-                now: self.t0 + Duration::from_secs(100) + Duration::from_millis(ms),
-                wall: SystemTime::UNIX_EPOCH
-                    + Duration::from_secs(1_000_000)
-                    + Duration::from_millis(ms),
-            }
+            moment_ms(100_000 + ms)
         }
 
         fn silence(&mut self, x: &'static str, y: &'static str, ms: u64) -> &mut Self {
@@ -752,7 +730,7 @@ mod tests {
                         PeerView {
                             report: std::sync::Arc::new(report),
                             received_at: heard,
-                            since: self.t0,
+                            since: epoch(),
                             paths,
                             links_received,
                             duplicate: None,
@@ -807,7 +785,8 @@ mod tests {
                 "raised before it settled: {:?}",
                 first.alarms
             );
-            let settle = u64::try_from(settings().stale_after.as_millis()).expect("ms");
+            let settle =
+                u64::try_from(default_engine_settings().stale_after.as_millis()).expect("ms");
             self.evaluate(engine, ms + settle)
         }
     }
@@ -839,7 +818,7 @@ mod tests {
     #[test]
     fn a_healthy_mesh_is_all_up() {
         let mesh = Mesh::new(&["a", "b", "c", "d"]);
-        let status = mesh.evaluate(&mut Engine::new(settings()), 0);
+        let status = mesh.evaluate(&mut Engine::new(default_engine_settings()), 0);
         assert!(status.quorum.has_quorum);
         assert_eq!(status.links.len(), 6);
         assert!(
@@ -853,7 +832,7 @@ mod tests {
     #[test]
     fn a_cut_cable_is_that_link_down_blamed_on_the_link_and_nothing_else() {
         let mut mesh = Mesh::new(&["a", "b", "c", "d"]);
-        let mut engine = Engine::new(settings());
+        let mut engine = Engine::new(default_engine_settings());
         mesh.evaluate(&mut engine, 0);
         // Both ends went silent 700 ms ago and have been heard since.
         mesh.silence("b", "c", 700);
@@ -884,7 +863,7 @@ mod tests {
     #[test]
     fn one_slow_cable_is_degraded_but_a_host_slow_on_every_cable_blames_none() {
         let mut mesh = Mesh::new(&["a", "b", "c", "d"]);
-        let mut engine = Engine::new(settings());
+        let mut engine = Engine::new(default_engine_settings());
         mesh.watch(&mut engine, KNOWN);
         mesh.slow.insert(("b", "c"));
         mesh.evaluate(&mut engine, KNOWN + 100);
@@ -901,7 +880,7 @@ mod tests {
         );
 
         // b answers late on all three of its cables: its host, not a cable.
-        let mut engine = Engine::new(settings());
+        let mut engine = Engine::new(default_engine_settings());
         mesh.slow.clear();
         mesh.watch(&mut engine, KNOWN);
         mesh.slow.extend([("b", "c"), ("b", "a"), ("b", "d")]);
@@ -930,7 +909,7 @@ mod tests {
         };
         for c_speaks_again in [true, false] {
             let mut mesh = Mesh::new(&["a", "b", "c", "d"]);
-            let mut engine = Engine::new(settings());
+            let mut engine = Engine::new(default_engine_settings());
             mesh.watch(&mut engine, KNOWN);
             mesh.slow.insert(("b", "c"));
             mesh.last_heard_ms.insert("c", 900);
@@ -968,7 +947,7 @@ mod tests {
     #[test]
     fn a_dead_node_is_one_node_fault_and_never_a_link_fault() {
         let mut mesh = Mesh::new(&["a", "b", "c", "d"]);
-        let mut engine = Engine::new(settings());
+        let mut engine = Engine::new(default_engine_settings());
         mesh.evaluate(&mut engine, 0);
         // c was killed 700 ms ago: its streams are closed and every link to
         // it is silent since. The others have been heard since.
@@ -997,7 +976,7 @@ mod tests {
     #[test]
     fn a_frozen_nodes_links_are_held_until_it_is_down() {
         let mut mesh = Mesh::new(&["a", "b", "c", "d"]);
-        let mut engine = Engine::new(settings());
+        let mut engine = Engine::new(default_engine_settings());
         mesh.evaluate(&mut engine, 0);
         for (heard_ms, expected) in [(2_100, NodeState::Suspect), (3_100, NodeState::Down)] {
             mesh.last_heard_ms.insert("c", heard_ms);
@@ -1018,7 +997,7 @@ mod tests {
     fn a_management_cut_is_a_warning_about_the_node_not_a_node_down() {
         let mut mesh = Mesh::new(&["a", "b", "c", "d"]);
         mesh.management_cut.insert("c");
-        let mut engine = Engine::new(settings());
+        let mut engine = Engine::new(default_engine_settings());
         let status = mesh.evaluate_settled(&mut engine, 0);
         assert_eq!(node_state(&status, "c"), NodeState::Up);
         assert!(
@@ -1040,14 +1019,14 @@ mod tests {
         let mut mesh = Mesh::new(&["a", "b", "c"]);
         mesh.kill("c", 5_000);
         mesh.last_heard_ms.insert("c", u64::MAX);
-        let mut engine = Engine::new(settings());
+        let mut engine = Engine::new(default_engine_settings());
         let status = mesh.evaluate(&mut engine, 0);
         assert_eq!(node_state(&status, "c"), NodeState::Suspect, "{status:#?}");
         assert!(
             status.links.iter().all(|l| l.state != LinkState::Down),
             "no link is down on a start: {status:#?}"
         );
-        let settle = u64::try_from(settings().stale_after.as_millis()).expect("ms");
+        let settle = u64::try_from(default_engine_settings().stale_after.as_millis()).expect("ms");
         let status = mesh.evaluate(&mut engine, settle);
         assert_eq!(node_state(&status, "c"), NodeState::Down, "{status:#?}");
         let c = status.nodes.iter().find(|n| n.id == id("c")).expect("c");
@@ -1062,7 +1041,7 @@ mod tests {
     #[test]
     fn a_two_node_mesh_sees_its_dead_peer_down_without_quorum() {
         let mut mesh = Mesh::new(&["a", "b"]);
-        let mut engine = Engine::new(settings());
+        let mut engine = Engine::new(default_engine_settings());
         mesh.evaluate(&mut engine, 0);
         mesh.kill("b", 700);
         let status = mesh.evaluate_settled(&mut engine, 100);
@@ -1074,7 +1053,7 @@ mod tests {
     #[test]
     fn a_restarted_peer_starts_its_links_afresh() {
         let mut mesh = Mesh::new(&["a", "b", "c"]);
-        let mut engine = Engine::new(settings());
+        let mut engine = Engine::new(default_engine_settings());
         mesh.evaluate(&mut engine, 0);
         mesh.silence("b", "c", 700);
         let status = mesh.evaluate(&mut engine, 100);
@@ -1096,7 +1075,7 @@ mod tests {
     #[test]
     fn a_silence_from_before_a_peer_started_is_not_the_cables() {
         let mut mesh = Mesh::new(&["a", "b", "c"]);
-        let mut engine = Engine::new(settings());
+        let mut engine = Engine::new(default_engine_settings());
         mesh.evaluate(&mut engine, 0);
         // b starts now: a probed it before its daemon was there.
         mesh.incarnation.insert("b", 2);
@@ -1116,7 +1095,8 @@ mod tests {
         assert_ne!(l.state, LinkState::Down, "{l:?}");
         assert!(l.evidence.iter().any(|e| e.contains("started")), "{l:?}");
         // Still silent once b had down_after to answer: the cable.
-        let down_after = u64::try_from(settings().link.down_after.as_millis()).expect("ms");
+        let down_after =
+            u64::try_from(default_engine_settings().link.down_after.as_millis()).expect("ms");
         mesh.silence("a", "b", 900 + down_after + 100);
         let later = mesh.at(1_000 + down_after + 100);
         let status = engine.evaluate(&with_b_since(&mesh, later), later).status;
@@ -1127,7 +1107,7 @@ mod tests {
     #[test]
     fn the_engine_output_carries_a_fix_for_every_node_and_link_not_up() {
         let mut mesh = Mesh::new(&["a", "b", "c"]);
-        let mut engine = Engine::new(settings());
+        let mut engine = Engine::new(default_engine_settings());
         mesh.evaluate(&mut engine, 0);
         mesh.kill("c", 5_000);
         let status = mesh.evaluate(&mut engine, 100);
@@ -1158,7 +1138,7 @@ mod tests {
     fn without_quorum_the_fix_is_the_management_network() {
         let mut mesh = Mesh::new(&["a", "b", "c"]);
         mesh.kill("b", 5_000).kill("c", 5_000);
-        let status = mesh.evaluate(&mut Engine::new(settings()), 0);
+        let status = mesh.evaluate(&mut Engine::new(default_engine_settings()), 0);
         assert!(!status.quorum.has_quorum);
         for l in &status.links {
             assert!(
@@ -1174,7 +1154,7 @@ mod tests {
     #[test]
     fn a_late_evaluator_holds_its_node_verdicts() {
         let mut mesh = Mesh::new(&["a", "b", "c", "d"]);
-        let mut engine = Engine::new(settings());
+        let mut engine = Engine::new(default_engine_settings());
         mesh.evaluate(&mut engine, 0);
         // a's own timers ran 1.5 s late: it read nothing from c meanwhile.
         mesh.lateness = Duration::from_millis(3_000);
@@ -1192,7 +1172,7 @@ mod tests {
     #[test]
     fn a_mesh_that_runs_late_holds_its_link_verdicts_and_says_so() {
         let mut mesh = Mesh::new(&["a", "b", "c"]);
-        let mut engine = Engine::new(settings());
+        let mut engine = Engine::new(default_engine_settings());
         mesh.evaluate(&mut engine, 0);
         mesh.lateness = Duration::from_millis(200);
         mesh.silence("b", "c", 900);
@@ -1207,7 +1187,10 @@ mod tests {
             !kinds(&status).contains(&AlarmKind::MeshSaturated),
             "a moment late is not yet an alarm"
         );
-        let later = mesh.at(100 + u64::try_from(settings().stale_after.as_millis()).expect("ms"));
+        let later =
+            mesh.at(
+                100 + u64::try_from(default_engine_settings().stale_after.as_millis()).expect("ms")
+            );
         let mut inputs = mesh.inputs(later);
         for view in inputs.peers.values_mut() {
             std::sync::Arc::make_mut(&mut view.report).lateness = Duration::from_millis(300);
@@ -1228,7 +1211,9 @@ mod tests {
                 rtt: Duration::from_micros(400),
             })
             .to_vec();
-        let status = Engine::new(settings()).evaluate(&inputs, moment).status;
+        let status = Engine::new(default_engine_settings())
+            .evaluate(&inputs, moment)
+            .status;
         assert!(status.nodes.iter().all(|n| n.state == NodeState::Up));
         let skew = status
             .alarms
@@ -1244,7 +1229,7 @@ mod tests {
         let mut mesh = Mesh::new(&["c", "a", "b", "d"]);
         // a is the lowest id, but hears nobody: it reports no quorum.
         mesh.no_quorum.insert("a");
-        let status = mesh.evaluate(&mut Engine::new(settings()), 0);
+        let status = mesh.evaluate(&mut Engine::new(default_engine_settings()), 0);
         assert_eq!(status.quorum.leader, Some(id("b")));
     }
 
@@ -1253,7 +1238,7 @@ mod tests {
         let mut mesh = Mesh::new(&["a", "b", "c", "d", "e"]);
         mesh.last_heard_ms.insert("e", 5_000);
         mesh.silence("a", "e", 5_000);
-        let status = mesh.evaluate(&mut Engine::new(settings()), 0);
+        let status = mesh.evaluate(&mut Engine::new(default_engine_settings()), 0);
         let e = status.nodes.iter().find(|n| n.id == id("e")).expect("e");
         assert_eq!(e.state, NodeState::Up);
         assert!(e.evidence.iter().any(|l| l == "heard by b, c, d"), "{e:?}");
@@ -1265,7 +1250,7 @@ mod tests {
         mesh.last_heard_ms.insert("c", u64::MAX);
         mesh.last_heard_ms.insert("d", u64::MAX);
         mesh.silence("a", "c", 5_000);
-        let status = mesh.evaluate_settled(&mut Engine::new(settings()), 0);
+        let status = mesh.evaluate_settled(&mut Engine::new(default_engine_settings()), 0);
         assert!(!status.quorum.has_quorum);
         assert!(status.links.iter().all(|l| l.state == LinkState::Unknown));
         assert_eq!(kinds(&status), vec![AlarmKind::NoQuorum]);
@@ -1287,7 +1272,9 @@ mod tests {
         links.push(obs("c", "a", 9_000));
         links.push(obs("b", "zz", 9_000));
         liar.links = links.into();
-        let status = Engine::new(settings()).evaluate(&inputs, moment).status;
+        let status = Engine::new(default_engine_settings())
+            .evaluate(&inputs, moment)
+            .status;
         assert_eq!(link(&status, "a", "c").state, LinkState::Up);
         assert_eq!(status.links.len(), 3);
     }
@@ -1309,7 +1296,9 @@ mod tests {
             remote: LinkEnd::node_only(id("b")),
             expected_speed_bps: None,
         });
-        let status = Engine::new(settings()).evaluate(&inputs, moment).status;
+        let status = Engine::new(default_engine_settings())
+            .evaluate(&inputs, moment)
+            .status;
         assert_eq!(status.links.len(), 1);
         assert_eq!(status.links[0].state, LinkState::Unknown);
         assert_eq!(status.links[0].a.iface.as_deref(), Some("en2"));
@@ -1318,7 +1307,7 @@ mod tests {
     #[test]
     fn a_membership_change_keeps_the_history_of_remaining_links() {
         let mut mesh = Mesh::new(&["a", "b", "c"]);
-        let mut engine = Engine::new(settings());
+        let mut engine = Engine::new(default_engine_settings());
         mesh.evaluate(&mut engine, 0);
         mesh.silence("b", "c", 700);
         let before = mesh.evaluate(&mut engine, 100);
@@ -1343,10 +1332,11 @@ mod tests {
         let mut mesh = Mesh::new(&["a", "b", "c"]);
         mesh.last_heard_ms.insert("b", 1_500);
         let moment = mesh.at(0);
-        let evaluation = Engine::new(settings()).evaluate(&mesh.inputs(moment), moment);
+        let evaluation =
+            Engine::new(default_engine_settings()).evaluate(&mesh.inputs(moment), moment);
         assert_eq!(
             evaluation.next_deadline,
-            moment.now - Duration::from_millis(1_500) + settings().suspect_after
+            moment.now - Duration::from_millis(1_500) + default_engine_settings().suspect_after
         );
     }
 }
