@@ -17,43 +17,28 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use meshd_domain::fixtures::{identity, numbered_id};
 use meshd_domain::{
-    Incarnation, InterfaceState, LinkEnd, LinkObservation, LossWindow, NodeId, NodeIdentity,
-    NodeLoad, PeerReport, RdmaPortState, RttHistogram, RttSummary,
+    InterfaceState, LinkEnd, LinkObservation, LossWindow, NodeId, NodeLoad, PeerReport,
+    RdmaPortState, RttHistogram, RttSummary,
 };
+use meshd_model::fixtures::{default_engine_settings, moment};
 use meshd_model::link::{MEDIUM_WINDOW, SHORT_WINDOW};
 use meshd_model::peers::{Path, PathState, PeerView};
 use meshd_model::time::Moment;
-use meshd_model::verdict::{Engine, EngineSettings, ExpectedLink, LocalObservation, MeshInputs};
+use meshd_model::verdict::{Engine, ExpectedLink, LocalObservation, MeshInputs};
 
 const LONG_WINDOW: Duration = Duration::from_secs(60);
 const HISTOGRAM_BUCKETS: u64 = 18;
 
-/// The defaults of the config, as a running meshd has them.
-fn settings() -> EngineSettings {
-    meshd_model::fixtures::default_engine_settings()
-}
-
-fn node_id(i: usize) -> NodeId {
-    NodeId::new(format!("node-{i:03}")).expect("valid id")
-}
-
-fn identity(i: usize) -> NodeIdentity {
-    NodeIdentity {
-        id: node_id(i),
-        incarnation: Incarnation(1_700_000_000_000_000_000),
-        version: "bench".into(),
-        hostname: format!("node-{i:03}.local"),
-    }
-}
-
+/// Node `node`'s end of its cable to `peer`: a port with its RDMA device.
 fn end(node: usize, peer: usize) -> LinkEnd {
+    let iface = format!("en{}", peer % 6 + 2);
     LinkEnd {
-        node: node_id(node),
-        iface: Some(format!("en{}", peer % 6 + 2)),
         address: Some(std::net::IpAddr::from([10, 0, 0, 1])),
-        rdma_device: Some(format!("rdma_en{}", peer % 6 + 2)),
+        rdma_device: Some(format!("rdma_{iface}")),
         rdma_port: Some(1),
+        ..meshd_domain::fixtures::end(numbered_id(node).as_str(), &iface)
     }
 }
 
@@ -134,14 +119,14 @@ fn inputs(n: usize, cut: bool, moment: Moment) -> MeshInputs {
                 sequence: 42,
                 sent_at: moment.wall - age,
                 links: observations(p, moment.wall - age).into(),
-                hears: (0..n).filter(|q| *q != p).map(node_id).collect(),
-                heard_on_management: (0..n).filter(|q| *q != p).map(node_id).collect(),
+                hears: (0..n).filter(|q| *q != p).map(numbered_id).collect(),
+                heard_on_management: (0..n).filter(|q| *q != p).map(numbered_id).collect(),
                 has_quorum: true,
                 load: NodeLoad {
                     cpu_busy_ratio: 0.2,
                     cpu_saturated: false,
                 },
-                ..PeerReport::empty(identity(p))
+                ..PeerReport::empty(identity(numbered_id(p).as_str(), 1))
             };
             let heard = now - age;
             let fresh = PathState {
@@ -149,7 +134,7 @@ fn inputs(n: usize, cut: bool, moment: Moment) -> MeshInputs {
                 open: true,
             };
             (
-                node_id(p),
+                numbered_id(p),
                 PeerView {
                     links_received: report
                         .links
@@ -171,8 +156,8 @@ fn inputs(n: usize, cut: bool, moment: Moment) -> MeshInputs {
         })
         .collect();
     MeshInputs {
-        local: identity(0),
-        configured: (0..n).map(node_id).collect(),
+        local: identity(numbered_id(0).as_str(), 1),
+        configured: (0..n).map(numbered_id).collect(),
         local_load: NodeLoad {
             cpu_busy_ratio: 0.2,
             cpu_saturated: false,
@@ -198,23 +183,15 @@ fn inputs(n: usize, cut: bool, moment: Moment) -> MeshInputs {
     }
 }
 
-fn moment(after: Duration) -> Moment {
-    let base = meshd_model::fixtures::epoch() + Duration::from_secs(100);
-    Moment {
-        now: base + after,
-        wall: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000) + after,
-    }
-}
-
 fn evaluate(c: &mut Criterion) {
-    let now = moment(Duration::from_secs(10));
+    let now = moment(110);
     let mut group = c.benchmark_group("verdict_evaluate");
     for n in [7usize, 64, 256] {
         // Warmed up: the engine has learned every link on a healthy mesh
         // ten seconds ago and already judged the cut, so each measured
         // evaluation is the steady state a running daemon is in.
-        let mut engine = Engine::new(settings());
-        let before = moment(Duration::ZERO);
+        let mut engine = Engine::new(default_engine_settings());
+        let before = moment(100);
         engine.evaluate(&inputs(n, false, before), before);
         let faulted = inputs(n, true, now);
         engine.evaluate(&faulted, now);
@@ -230,7 +207,7 @@ fn evaluate(c: &mut Criterion) {
 }
 
 fn measurements(c: &mut Criterion) {
-    let now = moment(Duration::ZERO);
+    let now = moment(100);
     let mut group = c.benchmark_group("status_measurements");
     for n in [7usize, 64, 256] {
         let inputs = inputs(n, true, now);

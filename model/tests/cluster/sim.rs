@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use meshd_domain::facts::{BootIdentity, NodeFacts};
+use meshd_domain::fixtures::{numbered_id, wall};
 use meshd_domain::{
     Event, Incarnation, LinkEnd, MeshStatus, NodeId, NodeIdentity, PeerReply, Refusal,
     ReportUpdate, StreamOpen,
@@ -376,17 +377,13 @@ pub struct Sim {
     pub firing: BTreeMap<Labels, alerts::Alert>,
 }
 
-fn node_id(i: usize) -> NodeId {
-    NodeId::new(format!("n{}", i + 1)).expect("a valid id")
-}
-
 /// Node `i`'s end of its cable to `j`: the interface is named after the
 /// peer, the addresses after the pair.
 fn cable_end(i: usize, j: usize) -> LinkEnd {
     let (lo, hi) = (i.min(j), i.max(j));
     let host = if i == lo { 1 } else { 2 };
     LinkEnd {
-        node: node_id(i),
+        node: numbered_id(i),
         iface: Some(format!("tb{}", j + 1)),
         address: Some(std::net::IpAddr::from([
             10,
@@ -406,7 +403,7 @@ fn expected_links(i: usize, n: usize) -> Vec<ExpectedLink> {
             local: cable_end(i, j),
             remote: LinkEnd {
                 address: cable_end(j, i).address,
-                ..LinkEnd::node_only(node_id(j))
+                ..LinkEnd::node_only(numbered_id(j))
             },
             expected_speed_bps: None,
         })
@@ -433,7 +430,7 @@ impl Sim {
         let mut rng = Rng::new(seed);
         let nodes = (0..n)
             .map(|i| SimNode {
-                id: node_id(i),
+                id: numbered_id(i),
                 daemon: None,
                 frozen: false,
                 deferred: Vec::new(),
@@ -493,9 +490,7 @@ impl Sim {
     }
 
     pub fn wall_of(&self, node: usize, at: Instant) -> SystemTime {
-        let base = SystemTime::UNIX_EPOCH
-            + Duration::from_secs(1_700_000_000)
-            + at.saturating_duration_since(self.epoch);
+        let base = wall(0) + at.saturating_duration_since(self.epoch);
         let offset = self.nodes[node].clock_offset_ms;
         let magnitude = Duration::from_millis(offset.unsigned_abs());
         if offset >= 0 {
@@ -762,7 +757,7 @@ impl Sim {
         .unwrap_or(u64::MAX);
         self.nodes[x].last_incarnation = incarnation;
         let id = self.nodes[x].id.clone();
-        let members: BTreeSet<NodeId> = (0..n).map(node_id).collect();
+        let members: BTreeSet<NodeId> = (0..n).map(numbered_id).collect();
         let identity = NodeIdentity {
             id: id.clone(),
             incarnation: Incarnation(incarnation),
@@ -1506,7 +1501,7 @@ impl Sim {
         Some(
             d.probes
                 .iter_mut()
-                .map(|(peer, stats)| (node_id(*peer), stats.stats(now)))
+                .map(|(peer, stats)| (numbered_id(*peer), stats.stats(now)))
                 .collect(),
         )
     }
