@@ -103,10 +103,7 @@ fn agreed<'v, T: PartialEq + Copy>(
 mod tests {
     use super::*;
     use meshd_domain::facts::PeerFact;
-
-    fn id(s: &str) -> NodeId {
-        NodeId::new(s).expect("id")
-    }
+    use meshd_domain::fixtures::id;
 
     fn end(node: &str, port: &str) -> CableEnd {
         CableEnd {

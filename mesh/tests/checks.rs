@@ -9,6 +9,7 @@ use meshd_domain::facts::{
     BridgeFact, Cable, CableEnd, CheckResult, CheckStatus, FirewallFact, FirewallRule, Gid,
     Ipv4Cidr, Ipv4Method, NodeFacts, OsKind, PeerFact, PortFact, PowerSettings, RdmaPortFact,
 };
+use meshd_domain::fixtures::{id, numbered_id};
 use meshd_domain::{NodeId, RdmaPortState};
 use meshd_mesh::cables::cable_map;
 use meshd_mesh::checks::{mesh_checks, node_checks};
@@ -18,14 +19,6 @@ const G80: u64 = 80_000_000_000;
 const G40: u64 = 40_000_000_000;
 /// Mac Studio M3 Ultra: Thunderbolt 2–6 usable, Thunderbolt 1 unreliable.
 const ULTRA: &str = "Mac15,14";
-
-fn id(s: &str) -> NodeId {
-    NodeId::new(s).unwrap()
-}
-
-fn name(i: usize) -> NodeId {
-    id(&format!("n{}", i + 1))
-}
 
 fn uuid(node: usize, port: u32) -> String {
     format!("{node:08X}-0000-4000-8000-{port:012X}")
@@ -153,17 +146,17 @@ fn healthy(n: usize) -> BTreeMap<NodeId, NodeFacts> {
                 }),
                 ..NodeFacts::default()
             };
-            (name(i), facts)
+            (numbered_id(i), facts)
         })
         .collect()
 }
 
 fn port_mut(facts: &mut BTreeMap<NodeId, NodeFacts>, node: usize, number: u32) -> &mut PortFact {
-    &mut facts.get_mut(&name(node)).unwrap().ports[number as usize - 1]
+    &mut facts.get_mut(&numbered_id(node)).unwrap().ports[number as usize - 1]
 }
 
 fn members(n: usize) -> Vec<NodeId> {
-    (0..n).map(name).collect()
+    (0..n).map(numbered_id).collect()
 }
 
 fn check<'r>(results: &'r [CheckResult], check: &str) -> &'r CheckResult {
@@ -200,7 +193,7 @@ fn not_passing(results: &[CheckResult]) -> Vec<(String, Option<String>, CheckSta
 }
 
 fn on(node: usize) -> Option<String> {
-    Some(name(node).to_string())
+    Some(numbered_id(node).to_string())
 }
 
 #[test]
@@ -217,14 +210,14 @@ fn healthy_four_node_mesh_passes_every_check() {
         cables[0],
         Cable {
             a: CableEnd {
-                node: name(0),
+                node: numbered_id(0),
                 port: "Thunderbolt 2".into(),
                 iface: "en3".into(),
                 rdma_device: "rdma_en3".into(),
                 address: Some(Ipv4Addr::new(10, 254, 0, 1)),
             },
             b: CableEnd {
-                node: name(1),
+                node: numbered_id(1),
                 port: "Thunderbolt 2".into(),
                 iface: "en3".into(),
                 rdma_device: "rdma_en3".into(),
@@ -293,7 +286,7 @@ fn a_40_gbps_link_fails_link_speed_on_both_ends() {
     );
     let speed = results
         .iter()
-        .find(|r| r.name == "link_speed" && r.node == Some(name(0)))
+        .find(|r| r.name == "link_speed" && r.node == Some(numbered_id(0)))
         .unwrap();
     assert!(speed.evidence.contains(
         &"Thunderbolt 2 (en3) ↔ Mac Studio (Mac15,14) negotiated 40 Gb/s; a Thunderbolt 5 Mac-to-Mac link runs at 80 Gb/s".to_owned()
@@ -309,7 +302,11 @@ fn a_thunderbolt_4_port_at_40_gbps_only_warns() {
         port.negotiated_speed_bps = G40;
         port.max_speed_bps = G40;
     }
-    let results = node_checks(&name(0), &facts[&name(0)], &ModelTable::builtin());
+    let results = node_checks(
+        &numbered_id(0),
+        &facts[&numbered_id(0)],
+        &ModelTable::builtin(),
+    );
     assert_eq!(check(&results, "link_speed").status, CheckStatus::Warn);
 }
 
@@ -390,7 +387,7 @@ fn gid_mismatch_fails_with_both_addresses() {
     );
     let gid = results
         .iter()
-        .find(|r| r.name == "gid_matches_address" && r.node == Some(name(1)))
+        .find(|r| r.name == "gid_matches_address" && r.node == Some(numbered_id(1)))
         .unwrap();
     assert!(
         gid.evidence.contains(
@@ -414,7 +411,7 @@ fn bridges_mut(facts: &mut NodeFacts) -> &mut Vec<BridgeFact> {
 
 fn bridge_check(f: &NodeFacts) -> CheckResult {
     check(
-        &node_checks(&name(0), f, &ModelTable::builtin()),
+        &node_checks(&numbered_id(0), f, &ModelTable::builtin()),
         "thunderbolt_bridge_inactive",
     )
     .clone()
@@ -423,7 +420,7 @@ fn bridge_check(f: &NodeFacts) -> CheckResult {
 #[test]
 fn active_bridge_fails_and_the_fix_uses_the_service_found_by_device() {
     let mut facts = healthy(4);
-    let bridge = &mut bridges_mut(facts.get_mut(&name(3)).unwrap())[0];
+    let bridge = &mut bridges_mut(facts.get_mut(&numbered_id(3)).unwrap())[0];
     bridge.up = Some(true);
     bridge.member_link = Some(true);
     bridge.service = Some("My Mesh Bridge".to_owned());
@@ -447,7 +444,7 @@ fn active_bridge_fails_and_the_fix_uses_the_service_found_by_device() {
     );
     let bridge = results
         .iter()
-        .find(|r| r.name == "thunderbolt_bridge_inactive" && r.node == Some(name(3)))
+        .find(|r| r.name == "thunderbolt_bridge_inactive" && r.node == Some(numbered_id(3)))
         .unwrap();
     assert_eq!(
         bridge.evidence,
@@ -463,7 +460,7 @@ fn active_bridge_fails_and_the_fix_uses_the_service_found_by_device() {
 
 #[test]
 fn a_bridge_taken_down_passes_although_its_status_says_active_and_its_service_is_on() {
-    let mut f = healthy(2).remove(&name(0)).unwrap();
+    let mut f = healthy(2).remove(&numbered_id(0)).unwrap();
     let bridge = &mut bridges_mut(&mut f)[0];
     // `sudo ifconfig bridge0 down` on a cabled Mac: XNU keeps `status:
     // active` (a member has link), the flags lose UP and RUNNING.
@@ -482,7 +479,7 @@ fn a_bridge_taken_down_passes_although_its_status_says_active_and_its_service_is
 
 #[test]
 fn an_up_bridge_fails_on_cabled_members_whatever_its_service_says() {
-    let mut f = healthy(2).remove(&name(0)).unwrap();
+    let mut f = healthy(2).remove(&numbered_id(0)).unwrap();
     let bridge = &mut bridges_mut(&mut f)[0];
     // The service was made inactive, but bridge0 stayed up with its
     // members; no member has link at the moment of the capture.
@@ -522,7 +519,7 @@ fn an_up_bridge_fails_on_cabled_members_whatever_its_service_says() {
 
 #[test]
 fn other_bridges_are_ignored_and_unknown_bridges_are_no_pass() {
-    let mut f = healthy(2).remove(&name(0)).unwrap();
+    let mut f = healthy(2).remove(&numbered_id(0)).unwrap();
     bridges_mut(&mut f).push(BridgeFact {
         name: "bridge100".into(),
         up: Some(true),
@@ -557,7 +554,7 @@ fn other_bridges_are_ignored_and_unknown_bridges_are_no_pass() {
 
 #[test]
 fn thunderbolt_4_node_with_rdma_enabled_but_no_device_fails() {
-    let mut f = healthy(2).remove(&name(0)).unwrap();
+    let mut f = healthy(2).remove(&numbered_id(0)).unwrap();
     for port in &mut f.ports {
         port.rdma_device.clear();
         port.rdma = None;
@@ -567,7 +564,7 @@ fn thunderbolt_4_node_with_rdma_enabled_but_no_device_fails() {
         }
     }
     f.model = "Mac16,10".into();
-    let results = node_checks(&name(0), &f, &ModelTable::builtin());
+    let results = node_checks(&numbered_id(0), &f, &ModelTable::builtin());
     let rdma = check(&results, "rdma_enabled");
     assert_eq!(rdma.status, CheckStatus::Fail);
     assert!(rdma.evidence[0].starts_with(
@@ -586,7 +583,7 @@ fn thunderbolt_4_node_with_rdma_enabled_but_no_device_fails() {
 #[test]
 fn rdma_disabled_fails_and_port_down_names_the_peer_without_rdma() {
     let mut facts = healthy(2);
-    facts.get_mut(&name(1)).unwrap().rdma_enabled = Some(false);
+    facts.get_mut(&numbered_id(1)).unwrap().rdma_enabled = Some(false);
     let port = port_mut(&mut facts, 0, 2);
     port.rdma.as_mut().unwrap().state = RdmaPortState::Down;
     port.peer.as_mut().unwrap().rdma_service = Some(false);
@@ -607,7 +604,7 @@ fn rdma_disabled_fails_and_port_down_names_the_peer_without_rdma() {
 #[test]
 fn mixed_macos_versions_are_listed() {
     let mut facts = healthy(4);
-    let n3 = facts.get_mut(&name(2)).unwrap();
+    let n3 = facts.get_mut(&numbered_id(2)).unwrap();
     n3.os_version = "26.3".into();
     n3.os_build = "25D125".into();
     let results = all_checks(&facts, &members(4));
@@ -624,7 +621,7 @@ fn mixed_macos_versions_are_listed() {
 #[test]
 fn a_beta_and_a_release_of_one_version_are_told_apart_by_their_build() {
     let mut facts = healthy(3);
-    facts.get_mut(&name(1)).unwrap().os_build = "25C5031i".into();
+    facts.get_mut(&numbered_id(1)).unwrap().os_build = "25C5031i".into();
     let results = mesh_checks(
         &members(3),
         &facts,
@@ -640,7 +637,7 @@ fn a_beta_and_a_release_of_one_version_are_told_apart_by_their_build() {
         ]
     );
     // A build that is unknown cannot be compared: no pass.
-    facts.get_mut(&name(1)).unwrap().os_build.clear();
+    facts.get_mut(&numbered_id(1)).unwrap().os_build.clear();
     let results = mesh_checks(
         &members(3),
         &facts,
@@ -768,7 +765,7 @@ fn config_end(node: &str, port: &str, iface: &str, address: [u8; 4]) -> CableEnd
 #[test]
 fn a_cable_seen_from_one_end_counts_when_config_names_it() {
     let mut facts = healthy(3);
-    facts.remove(&name(2));
+    facts.remove(&numbered_id(2));
     let configured = [Cable {
         a: config_end("n3", "", "en4", [10, 254, 0, 10]),
         b: config_end("n1", "", "en4", [10, 254, 0, 9]),
@@ -937,9 +934,9 @@ fn missing_facts_are_never_a_pass() {
 
 #[test]
 fn an_unknown_model_skips_port_usable_naming_the_known_ones() {
-    let mut f = healthy(2).remove(&name(0)).unwrap();
+    let mut f = healthy(2).remove(&numbered_id(0)).unwrap();
     f.model = "Mac99,1".into();
-    let results = node_checks(&name(0), &f, &ModelTable::builtin());
+    let results = node_checks(&numbered_id(0), &f, &ModelTable::builtin());
     let usable = check(&results, "port_usable");
     assert_eq!(usable.status, CheckStatus::Skipped);
     assert!(
@@ -967,7 +964,7 @@ fn a_linux_host_without_rdma_hardware_warns_instead_of_failing() {
 
 #[test]
 fn an_empty_ibv_devices_list_fails_even_when_rdma_ctl_was_not_read() {
-    let mut f = healthy(2).remove(&name(0)).unwrap();
+    let mut f = healthy(2).remove(&numbered_id(0)).unwrap();
     f.rdma_enabled = None;
     f.blind_spots = vec!["rdma_ctl status: not in the bundle (no rdma_ctl_status.txt)".into()];
     for port in &mut f.ports {
@@ -975,7 +972,7 @@ fn an_empty_ibv_devices_list_fails_even_when_rdma_ctl_was_not_read() {
         port.rdma = None;
     }
     let rdma = check(
-        &node_checks(&name(0), &f, &ModelTable::builtin()),
+        &node_checks(&numbered_id(0), &f, &ModelTable::builtin()),
         "rdma_enabled",
     )
     .clone();
@@ -987,7 +984,7 @@ fn an_empty_ibv_devices_list_fails_even_when_rdma_ctl_was_not_read() {
 
     f.rdma_devices_read = false;
     let rdma = check(
-        &node_checks(&name(0), &f, &ModelTable::builtin()),
+        &node_checks(&numbered_id(0), &f, &ModelTable::builtin()),
         "rdma_enabled",
     )
     .clone();
@@ -1043,11 +1040,11 @@ fn the_far_ends_view_fills_unknowns_and_a_contradiction_warns() {
     // n2's own capture has neither its model nor rdma_ctl; n1 sees it as
     // a Mac Studio that offers the RDMA service.
     let mut facts = healthy(2);
-    let n2 = facts.get_mut(&name(1)).unwrap();
+    let n2 = facts.get_mut(&numbered_id(1)).unwrap();
     n2.model.clear();
     n2.rdma_enabled = None;
     let diagnosis = diagnose(&facts, &models);
-    let n2_checks = &diagnosis.node_checks[&name(1)];
+    let n2_checks = &diagnosis.node_checks[&numbered_id(1)];
     let usable = check(n2_checks, "port_usable");
     assert_eq!(usable.status, CheckStatus::Pass, "{usable:?}");
     assert!(
@@ -1062,7 +1059,7 @@ fn the_far_ends_view_fills_unknowns_and_a_contradiction_warns() {
         "{rdma:?}"
     );
     // Alone, n2's checks cannot know either.
-    let alone = node_checks(&name(1), &facts[&name(1)], &models);
+    let alone = node_checks(&numbered_id(1), &facts[&numbered_id(1)], &models);
     assert_eq!(check(&alone, "port_usable").status, CheckStatus::Skipped);
     let views = check(&diagnosis.mesh_checks, "peer_views_agree");
     assert_eq!(views.status, CheckStatus::Skipped, "{views:?}");
@@ -1081,7 +1078,7 @@ fn the_far_ends_view_fills_unknowns_and_a_contradiction_warns() {
         "{views:?}"
     );
     // A view never overrides what the node captured itself.
-    let usable = check(&diagnosis.node_checks[&name(1)], "port_usable");
+    let usable = check(&diagnosis.node_checks[&numbered_id(1)], "port_usable");
     assert!(
         usable.evidence[0].ends_with("usable for RDMA on m3-ultra-studio"),
         "{usable:?}"
@@ -1091,14 +1088,14 @@ fn the_far_ends_view_fills_unknowns_and_a_contradiction_warns() {
 #[test]
 fn a_peer_seen_offering_no_rdma_service_has_rdma_off() {
     let mut facts = healthy(2);
-    facts.get_mut(&name(1)).unwrap().rdma_enabled = None;
+    facts.get_mut(&numbered_id(1)).unwrap().rdma_enabled = None;
     port_mut(&mut facts, 0, 2)
         .peer
         .as_mut()
         .unwrap()
         .rdma_service = Some(false);
     let diagnosis = meshd_mesh::checks::diagnose(&facts, &ModelTable::builtin());
-    let rdma = check(&diagnosis.node_checks[&name(1)], "rdma_enabled");
+    let rdma = check(&diagnosis.node_checks[&numbered_id(1)], "rdma_enabled");
     assert_eq!(rdma.status, CheckStatus::Fail, "{rdma:?}");
     assert_eq!(
         rdma.evidence[0],

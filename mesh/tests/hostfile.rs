@@ -7,6 +7,7 @@ use std::net::Ipv4Addr;
 
 use meshd_domain::NodeId;
 use meshd_domain::facts::{Cable, CableEnd};
+use meshd_domain::fixtures::id;
 use meshd_mesh::Backend;
 use meshd_mesh::hostfile::{
     Hostfile, HostfileError, build_hostfile, to_mlx_json, validate_mlx_hostfile,
@@ -19,10 +20,6 @@ const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 fn fixture(name: &str) -> Value {
     let text = std::fs::read_to_string(format!("{FIXTURES}/{name}")).expect(name);
     serde_json::from_str(&text).expect(name)
-}
-
-fn id(s: &str) -> NodeId {
-    NodeId::new(s).unwrap()
 }
 
 fn ranks(n: usize) -> Vec<NodeId> {

@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 
 use meshd_domain::NodeId;
 use meshd_domain::facts::{CheckStatus, NodeFacts};
+use meshd_domain::fixtures::id;
 use meshd_mesh::checks::diagnose;
 use meshd_mesh::models::ModelTable;
 use meshd_platform::bundle::replay_facts;
@@ -135,10 +136,6 @@ impl Scenario {
             .collect();
         format!("{} without [{}]", self.name, names.join(", "))
     }
-}
-
-fn id(name: &str) -> NodeId {
-    NodeId::new(name).expect("node id")
 }
 
 fn replay(dir: &Path) -> NodeFacts {

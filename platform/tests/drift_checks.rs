@@ -4,8 +4,8 @@
 //! Thunderbolt Bridge's service, through the macOS join and the node
 //! checks, as the daemon and `meshctl doctor` run them.
 
-use meshd_domain::NodeId;
 use meshd_domain::facts::{CheckResult, CheckStatus, NodeFacts};
+use meshd_domain::fixtures::id;
 use meshd_mesh::checks::node_checks;
 use meshd_mesh::models::ModelTable;
 use meshd_platform::macos::{MacosOutputs, join};
@@ -22,14 +22,10 @@ fn fixture(name: &str) -> String {
 }
 
 fn check(facts: &NodeFacts, name: &str) -> CheckResult {
-    node_checks(
-        &NodeId::new("studio-1").unwrap(),
-        facts,
-        &ModelTable::builtin(),
-    )
-    .into_iter()
-    .find(|c| c.name == name)
-    .unwrap_or_else(|| panic!("no {name}"))
+    node_checks(&id("studio-1"), facts, &ModelTable::builtin())
+        .into_iter()
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("no {name}"))
 }
 
 fn power(pmset: &str) -> CheckResult {

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use meshd_domain::facts::{
     BridgeFact, CheckResult, CheckStatus, FirewallFact, NodeFacts, OsKind, PortFact,
 };
+use meshd_domain::fixtures::id;
 use meshd_domain::{NodeId, RdmaPortState};
 use meshd_mesh::checks::{Diagnosis, diagnose};
 use meshd_mesh::models::ModelTable;
@@ -394,7 +395,7 @@ fn intel_mac_with_an_inactive_thunderbolt_bridge_and_a_vm_bridge() {
 /// The named check of this scenario's only node.
 fn node_check(scenario: &str, name: &str) -> CheckResult {
     let facts = replay(scenario);
-    let node = NodeId::new("mac").expect("id");
+    let node = id("mac");
     diagnose(&BTreeMap::from([(node, facts)]), &ModelTable::builtin())
         .all_checks()
         .find(|c| c.name == name)
@@ -705,10 +706,6 @@ fn verbs_devices_replace_the_ibv_tools_and_their_failure_falls_back() {
         RdmaPortState::Down,
         "from ibv_devinfo"
     );
-}
-
-fn id(name: &str) -> NodeId {
-    NodeId::new(name).expect("node id")
 }
 
 /// The facts of a bundle directory, as `meshctl doctor --from` reads one.

@@ -261,20 +261,13 @@ mod tests {
         MemoryFacts, NodeFacts, OsKind, PanicFacts, PanicReport, PeerFact, PortFact, PowerSettings,
         RdmaPortFact, RdmaReader,
     };
+    use meshd_domain::fixtures::{id, wall};
     use meshd_domain::{
         Alarm, ClockOffset, ClockSample, Counter, Event, EventDetail, Incarnation, LinkEnd,
         LinkMeasurement, LinkObservation, LinkVerdict, LossWindow, MeshStatus, NodeIdentity,
         NodeLoad, NodeVerdict, PeerReply, Quorum, RdmaEndpoint, RdmaProbe, Refusal, ReportUpdate,
         RttHistogram, RttSummary, StreamOpen,
     };
-
-    fn id(s: &str) -> NodeId {
-        NodeId::new(s).expect("valid id")
-    }
-
-    fn at(secs: u64) -> SystemTime {
-        SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
-    }
 
     fn sample_status() -> MeshStatus {
         let identity = NodeIdentity {
@@ -285,7 +278,7 @@ mod tests {
         };
         MeshStatus {
             node: identity.clone(),
-            evaluated_at: at(100),
+            evaluated_at: wall(100),
             quorum: Quorum {
                 configured: vec![id("a"), id("b"), id("c")],
                 members: vec![id("a"), id("b")],
@@ -296,10 +289,10 @@ mod tests {
                 NodeVerdict {
                     id: id("a"),
                     state: NodeState::Up,
-                    since: at(10),
+                    since: wall(10),
                     evidence: vec![],
                     identity: Some(identity),
-                    last_report_at: Some(at(99)),
+                    last_report_at: Some(wall(99)),
                     cpu_saturated: false,
                     boot: BootIdentity {
                         id: Some("40962879-B7EE-4F13-AF6E-E7266EF5E732".into()),
@@ -310,7 +303,7 @@ mod tests {
                 NodeVerdict {
                     id: id("c"),
                     state: NodeState::Down,
-                    since: at(50),
+                    since: wall(50),
                     evidence: vec!["no report for 3s".into()],
                     identity: None,
                     last_report_at: None,
@@ -329,7 +322,7 @@ mod tests {
                 },
                 b: LinkEnd::node_only(id("c")),
                 state: LinkState::Down,
-                since: at(50),
+                since: wall(50),
                 evidence: vec!["c is down".into()],
                 blame: Blame::Node,
                 blamed_node: Some(id("c")),
@@ -344,8 +337,8 @@ mod tests {
                 summary: "Thunderbolt Bridge is active over mesh ports".into(),
                 evidence: vec!["members: en1, en2".into()],
                 fix: Some("networksetup -setnetworkserviceenabled 'Thunderbolt Bridge' off".into()),
-                since: at(60),
-                updated: at(90),
+                since: wall(60),
+                updated: wall(90),
             }],
             cables: vec![Cable {
                 a: CableEnd {
@@ -375,7 +368,7 @@ mod tests {
             measurements: vec![LinkMeasurement {
                 node: id("a"),
                 peer: id("c"),
-                at: at(99),
+                at: wall(99),
                 interface_state: InterfaceState::Up,
                 negotiated_speed_bps: Some(80_000_000_000),
                 expected_speed_bps: None,
@@ -665,7 +658,7 @@ mod tests {
     fn event_round_trips() {
         let status = sample_status();
         let event = Event {
-            at: at(120),
+            at: wall(120),
             observer: id("a"),
             kind: EventKind::LinkDown,
             subject: "a/en2 <-> c".into(),
@@ -725,7 +718,7 @@ mod tests {
         let status = sample_status();
         ReportUpdate {
             sequence: 42,
-            sent_at: at(200),
+            sent_at: wall(200),
             lateness: Duration::from_millis(4),
             full: true,
             links: vec![LinkObservation {
@@ -763,7 +756,7 @@ mod tests {
                 }],
                 probes_sent_total: 1000,
                 probes_lost_total: 3,
-                last_reply_at: Some(at(199)),
+                last_reply_at: Some(wall(199)),
                 error_counters: vec![Counter {
                     name: "symbol_error".into(),
                     value: 2,
@@ -775,7 +768,7 @@ mod tests {
                 rdma_probe: Some(RdmaProbe {
                     last_rtt: Some(Duration::from_micros(12)),
                     consecutive_failures: 0,
-                    last_ok_at: Some(at(199)),
+                    last_ok_at: Some(wall(199)),
                     probes_sent_total: 60,
                     probes_failed_total: 2,
                 }),
@@ -865,9 +858,9 @@ mod tests {
             sequence: 7,
             refusal: None,
             clock: Some(ClockSample {
-                echoed: at(1),
-                received: at(2),
-                replied: at(3),
+                echoed: wall(1),
+                received: wall(2),
+                replied: wall(3),
             }),
             resync: true,
         };
