@@ -137,6 +137,8 @@ fn item(out: &mut String, check: &CheckResult, width: usize) {
 
 #[cfg(test)]
 mod tests {
+    use meshd_domain::fixtures::id;
+
     use super::*;
 
     fn check(
@@ -147,7 +149,7 @@ mod tests {
     ) -> CheckResult {
         CheckResult {
             name: name.into(),
-            node: node.map(|n| NodeId::new(n).expect("id")),
+            node: node.map(id),
             status,
             evidence: evidence.iter().map(|e| (*e).to_owned()).collect(),
             fix: if status == CheckStatus::Fail {

@@ -530,23 +530,16 @@ fn checks(out: &mut String, checks: &[CheckResult]) {
 #[cfg(test)]
 mod tests {
     use meshd_domain::facts::CheckStatus;
+    use meshd_domain::fixtures::{id, wall};
     use meshd_domain::{Blame, Incarnation, LinkEnd, NodeIdentity, Quorum, Severity};
 
     use super::*;
-
-    fn id(s: &str) -> NodeId {
-        NodeId::new(s).expect("valid id")
-    }
-
-    fn t(secs: u64) -> SystemTime {
-        SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + secs)
-    }
 
     fn node(name: &str, state: NodeState) -> NodeVerdict {
         NodeVerdict {
             id: id(name),
             state,
-            since: t(0),
+            since: wall(0),
             evidence: vec![format!("{name} evidence")],
             identity: None,
             last_report_at: None,
@@ -564,7 +557,7 @@ mod tests {
             },
             b: LinkEnd::node_only(id(b)),
             state,
-            since: t(10),
+            since: wall(10),
             evidence: vec!["loss 100% over 1s".into()],
             blame: if state == LinkState::Up {
                 Blame::None
@@ -585,7 +578,7 @@ mod tests {
                 version: "0.1.0".into(),
                 hostname: "a".into(),
             },
-            evaluated_at: t(100),
+            evaluated_at: wall(100),
             quorum: Quorum {
                 configured: vec![id("a"), id("b"), id("c")],
                 members: vec![id("a"), id("b"), id("c")],
@@ -610,8 +603,8 @@ mod tests {
                 summary: "CPU 97% for 30s".into(),
                 evidence: vec!["UniversalControl 85%".into()],
                 fix: Some("turn off Universal Control".into()),
-                since: t(40),
-                updated: t(90),
+                since: wall(40),
+                updated: wall(90),
             }],
             cables: vec![],
             checks: vec![],
@@ -666,7 +659,7 @@ mod tests {
 
     #[test]
     fn table_shows_matrix_troubled_links_with_fixes_and_alarms() {
-        let text = render(&sample(), t(130));
+        let text = render(&sample(), wall(130));
         assert!(
             text.contains("quorum: yes, 3 of 3 members fresh (a, b, c), leader a"),
             "{text}"
@@ -727,7 +720,7 @@ mod tests {
             fix: Some("bring c back".into()),
             ..node("c", NodeState::Down)
         };
-        let text = render(&status, t(130));
+        let text = render(&status, wall(130));
         assert!(
             text.contains(
                 "  c     down   2m10s\n    - last report 42s ago\n    fix: bring c back\n"
@@ -740,7 +733,7 @@ mod tests {
     fn no_alarm_with_a_link_down_does_not_read_as_all_clear() {
         let mut status = sample();
         status.alarms.clear();
-        let text = render(&status, t(130));
+        let text = render(&status, wall(130));
         assert!(
             text.contains("alarms: none besides the links and nodes above"),
             "{text}"
@@ -792,7 +785,7 @@ mod tests {
                 fix: "sudo ifconfig bridge0 down (macOS re-creates it on hotplug)".into(),
             })
             .collect();
-        let text = render(&status, t(130));
+        let text = render(&status, wall(130));
         for line in text.lines() {
             assert!(line.chars().count() <= WIDTH, "{line:?} in\n{text}");
         }
@@ -815,7 +808,7 @@ mod tests {
         status.alarms.clear();
         status.quorum.configured.truncate(1);
         status.quorum.members.truncate(1);
-        let text = render(&status, t(100));
+        let text = render(&status, wall(100));
         assert!(text.contains("health: healthy"), "{text}");
         assert!(text.contains("alarms: none\n"), "{text}");
         assert!(!text.contains("links"), "{text}");
@@ -844,15 +837,15 @@ mod tests {
                 serde_json::from_str(&to_json(&status).expect("json")).expect("parses");
             assert_eq!(value["alarms"][0]["since"], "out of range");
             assert_eq!(value["evaluated_at"], "out of range");
-            let _ = render(&status, t(130));
+            let _ = render(&status, wall(130));
         }
     }
 
     #[test]
     fn durations_use_meshds_one_format() {
-        assert_eq!(ago(t(59), t(0)), "59s");
-        assert_eq!(ago(t(3599), t(0)), "59m59s");
-        assert_eq!(ago(t(7200), t(0)), "2h00m");
-        assert_eq!(ago(t(0), t(5)), "0µs", "a future time is now");
+        assert_eq!(ago(wall(59), wall(0)), "59s");
+        assert_eq!(ago(wall(3599), wall(0)), "59m59s");
+        assert_eq!(ago(wall(7200), wall(0)), "2h00m");
+        assert_eq!(ago(wall(0), wall(5)), "0µs", "a future time is now");
     }
 }

@@ -95,14 +95,15 @@ pub async fn run(target: &Target, json: bool) -> Result<(), Failure> {
 mod tests {
     use std::time::{Duration, SystemTime};
 
-    use meshd_domain::{Blame, EventKind, LinkEnd, LinkState, LinkVerdict, NodeId};
+    use meshd_domain::fixtures::{id, wall_ms};
+    use meshd_domain::{Blame, EventKind, LinkEnd, LinkState, LinkVerdict};
 
     use super::*;
 
     fn event() -> Event {
         Event {
-            at: SystemTime::UNIX_EPOCH + Duration::from_millis(1_800_000_000_123),
-            observer: NodeId::new("a").expect("id"),
+            at: wall_ms(123),
+            observer: id("a"),
             kind: EventKind::LinkDown,
             subject: "b <-> c".into(),
             summary: "link b <-> c is down: b: no reply for 700ms".into(),
@@ -142,16 +143,15 @@ mod tests {
 
     #[test]
     fn json_link_events_say_whom_they_blame() {
-        let end = |id| LinkEnd::node_only(NodeId::new(id).expect("id"));
         let mut blamed = event();
         blamed.detail = Some(EventDetail::Link(LinkVerdict {
-            a: end("b"),
-            b: end("c"),
+            a: LinkEnd::node_only(id("b")),
+            b: LinkEnd::node_only(id("c")),
             state: LinkState::Down,
             since: blamed.at,
             evidence: Vec::new(),
             blame: Blame::Node,
-            blamed_node: Some(NodeId::new("c").expect("id")),
+            blamed_node: Some(id("c")),
             recent_changes: 0,
             fix: None,
         }));

@@ -13,9 +13,8 @@ use meshd::config::{CpuWatchConfig, JobWatchConfig, settings};
 use meshd::metrics::Metrics;
 use meshd::state::Published;
 use meshd::watch::cpu;
-use meshd_domain::{
-    Alarm, AlarmKind, Incarnation, MeshStatus, NodeId, NodeIdentity, NodeState, NodeVerdict, Quorum,
-};
+use meshd_domain::fixtures::identity;
+use meshd_domain::{Alarm, AlarmKind, MeshStatus, NodeId, NodeState, NodeVerdict, Quorum};
 use meshd_model::job_watch::{JobFigures, JobWatch, Sampled};
 use meshd_model::jobs::mesh_fault;
 use tokio::sync::watch;
@@ -75,15 +74,6 @@ fn yes() -> &'static Path {
         .expect("a yes binary")
 }
 
-fn identity() -> NodeIdentity {
-    NodeIdentity {
-        id: NodeId::new("a").expect("id"),
-        incarnation: Incarnation(1),
-        version: "test".to_owned(),
-        hostname: "test".to_owned(),
-    }
-}
-
 fn cores() -> f64 {
     let n = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     f64::from(u32::try_from(n).unwrap_or(u32::MAX))
@@ -137,7 +127,7 @@ async fn a_busy_universal_control_raises_a_cpu_spike_that_clears_when_it_stops()
     let _serial = meshd_test_lock::exclusive();
     let shutdown = CancellationToken::new();
     let _stop = shutdown.clone().drop_guard();
-    let metrics = Arc::new(Metrics::new(&identity()));
+    let metrics = Arc::new(Metrics::new(&identity("a", 1)));
     // One busy core must be a spike whatever the machine: 70% of one core's
     // share of the whole.
     let config = CpuWatchConfig {
@@ -153,7 +143,7 @@ async fn a_busy_universal_control_raises_a_cpu_spike_that_clears_when_it_stops()
     let (_configs, configs) = configs_with(|c| c.watch.cpu = config.clone());
     let (_facts, facts) = watch::channel(None);
     let mut watcher = cpu::spawn(
-        identity().id,
+        identity("a", 1).id,
         configs,
         Vec::new(),
         facts,
@@ -195,7 +185,7 @@ async fn a_busy_universal_control_raises_a_cpu_spike_that_clears_when_it_stops()
         "{:?}",
         alarm.fix
     );
-    let text = metrics.render(&Published::placeholder(&identity()));
+    let text = metrics.render(&Published::placeholder(&identity("a", 1)));
     assert!(
         text.contains(r#"meshd_process_cpu_cores{process="UniversalControl"}"#),
         "{text}"
@@ -253,7 +243,7 @@ fn peer_down_status() -> MeshStatus {
         fix: None,
     };
     MeshStatus {
-        node: identity(),
+        node: identity("a", 1),
         evaluated_at: SystemTime::now(),
         quorum: Quorum::default(),
         nodes: vec![node("a", NodeState::Up), node("b", NodeState::Down)],
@@ -278,7 +268,7 @@ impl Judged {
     fn render(&self, metrics: &Metrics) -> String {
         metrics.render(&Published {
             jobs: *self.figures.borrow(),
-            ..Published::placeholder(&identity())
+            ..Published::placeholder(&identity("a", 1))
         })
     }
 }
@@ -295,7 +285,7 @@ fn job_watcher(
     let (configs_tx, configs) = configs_with(|c| c.watch.jobs = jobs);
     let (_facts, facts) = watch::channel(None);
     let mut samples = cpu::spawn(
-        identity().id,
+        identity("a", 1).id,
         configs,
         Vec::new(),
         facts,
@@ -305,8 +295,8 @@ fn job_watcher(
     .samples;
     let (alarms_tx, alarms) = watch::channel(Vec::new());
     let (figures_tx, figures) = watch::channel(None);
-    let fault = mesh_fault(&peer_down_status(), &identity().id);
-    let mut judge = JobWatch::new(identity().id, &rules);
+    let fault = mesh_fault(&peer_down_status(), &identity("a", 1).id);
+    let mut judge = JobWatch::new(identity("a", 1).id, &rules);
     tokio::spawn(async move {
         while samples.changed().await.is_ok() {
             let sampled = samples.borrow_and_update().clone();
@@ -326,7 +316,7 @@ async fn a_busy_job_rank_with_a_dead_peer_is_reported_hung() {
     let _serial = meshd_test_lock::exclusive();
     let shutdown = CancellationToken::new();
     let _stop = shutdown.clone().drop_guard();
-    let metrics = Arc::new(Metrics::new(&identity()));
+    let metrics = Arc::new(Metrics::new(&identity("a", 1)));
     let mut burner = Burner::start("mlx-rank0");
     let pid = burner.pid();
     let mut judged = job_watcher(
@@ -377,7 +367,7 @@ async fn a_rank_whose_launcher_exited_is_reported_orphaned() {
     let _serial = meshd_test_lock::exclusive();
     let shutdown = CancellationToken::new();
     let _stop = shutdown.clone().drop_guard();
-    let metrics = Arc::new(Metrics::new(&identity()));
+    let metrics = Arc::new(Metrics::new(&identity("a", 1)));
     let mut judged = job_watcher(
         JobWatchConfig {
             orphan_grace: Duration::from_secs(1),

@@ -37,7 +37,8 @@ use std::sync::Arc;
 
 use meshd::metrics::Metrics;
 use meshd::probe::{LinkPorts, ProbedLink, ProberSettings, Probes};
-use meshd_domain::{Incarnation, LinkEnd, NodeId, NodeIdentity};
+use meshd_domain::LinkEnd;
+use meshd_domain::fixtures::{id, identity};
 use meshd_model::verdict::ExpectedLink;
 use tokio_util::sync::CancellationToken;
 
@@ -65,19 +66,14 @@ fn end(node: &str, address: &str, iface: Option<&str>) -> LinkEnd {
     LinkEnd {
         address: Some(address.parse::<IpAddr>().expect("ip")),
         iface: iface.map(str::to_owned),
-        ..LinkEnd::node_only(NodeId::new(node).expect("id"))
+        ..LinkEnd::node_only(id(node))
     }
 }
 
 /// Node `local.node`'s probe engine with one cable, to `remote`, on `PORT`
 /// at both ends: it probes the peer and answers the peer's probes.
 fn probes(local: LinkEnd, remote: LinkEnd, shutdown: CancellationToken) -> Probes {
-    let identity = NodeIdentity {
-        id: local.node.clone(),
-        incarnation: Incarnation(1),
-        version: "test".into(),
-        hostname: local.node.to_string(),
-    };
+    let identity = identity(local.node.as_str(), 1);
     let link = ProbedLink {
         link: ExpectedLink {
             local,
@@ -186,7 +182,7 @@ async fn probe_helper() {
         let board = probes.subscribe();
         tokio::time::sleep(PROBE_FOR).await;
         cancel.cancel();
-        let peer = NodeId::new("b").expect("id");
+        let peer = id("b");
         board
             .borrow()
             .read(std::time::Instant::now())

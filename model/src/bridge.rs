@@ -418,6 +418,8 @@ pub fn escalate_bridge_loops(mut alarms: Vec<Alarm>) -> Vec<Alarm> {
 
 #[cfg(test)]
 mod tests {
+    use meshd_domain::fixtures::id;
+
     use super::*;
     use crate::fixtures::moment;
     use crate::time::Moment;
@@ -450,7 +452,7 @@ mod tests {
     }
 
     fn detector(os: Os) -> BridgeDetector {
-        BridgeDetector::new(NodeId::new("a").expect("node id"), os, SETTINGS)
+        BridgeDetector::new(id("a"), os, SETTINGS)
     }
 
     fn kinds(alarms: &[Alarm]) -> Vec<AlarmKind> {
@@ -679,7 +681,7 @@ mod tests {
         Alarm {
             kind: AlarmKind::BridgeLoop,
             severity: Severity::Warning,
-            node: NodeId::new(node).expect("node id"),
+            node: id(node),
             subject: "bridge0".into(),
             summary: String::new(),
             evidence: vec![],

@@ -25,12 +25,12 @@ pub fn evaluate(configured: &BTreeSet<NodeId>, fresh: &BTreeSet<NodeId>) -> Quor
 
 #[cfg(test)]
 mod tests {
+    use meshd_domain::fixtures::id;
+
     use super::*;
 
     fn ids(list: &[&str]) -> BTreeSet<NodeId> {
-        list.iter()
-            .map(|s| NodeId::new(*s).expect("valid id"))
-            .collect()
+        list.iter().copied().map(id).collect()
     }
 
     #[test]

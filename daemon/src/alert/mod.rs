@@ -379,6 +379,8 @@ impl AlertPusher {
 
 #[cfg(test)]
 mod tests {
+    use meshd_domain::fixtures::wall;
+
     use super::*;
 
     fn post_starting(starts_at: SystemTime) -> Post {
@@ -388,7 +390,7 @@ mod tests {
                 annotations: Default::default(),
                 starts_at,
             },
-            ends_at: SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
+            ends_at: wall(0),
         }
     }
 
@@ -419,7 +421,8 @@ mod wire_tests {
     use std::net::SocketAddr;
     use std::sync::Mutex;
 
-    use meshd_domain::{Alarm, AlarmKind, Incarnation, NodeIdentity, Quorum, Severity};
+    use meshd_domain::fixtures::identity;
+    use meshd_domain::{Alarm, AlarmKind, Quorum, Severity};
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -617,12 +620,7 @@ mod wire_tests {
         let mut bearer = AlertmanagerConfig::url(format!("http://{closed}"));
         bearer.bearer_token_file = Some(write_file(dir.path(), "token", "tok-SECRET\n"));
 
-        let identity = NodeIdentity {
-            id: NodeId::new("a").expect("id"),
-            incarnation: Incarnation(1),
-            version: "test".into(),
-            hostname: "a".into(),
-        };
+        let identity = identity("a", 1);
         let metrics = Arc::new(Metrics::new(&identity));
         let mut pusher = AlertPusher::new(
             identity.id.clone(),

@@ -4,16 +4,13 @@ use std::time::Duration;
 
 use super::*;
 use meshd_domain::facts::OsKind;
+use meshd_domain::fixtures::id;
 
 const HOST: &str = "studio-1.local";
 const EXAMPLE: &str = include_str!(concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../meshd.example.toml"
 ));
-
-fn id(s: &str) -> NodeId {
-    NodeId::new(s).unwrap()
-}
 
 /// What a node with peers needs and most tests do not care about, appended
 /// after the test's own lines so that their line numbers stay.

@@ -149,22 +149,18 @@ async fn management_ip(config: &Config, node: &NodeId) -> Option<Ipv4Addr> {
 
 #[cfg(test)]
 mod tests {
+    use meshd_domain::fixtures::id;
+
     use super::*;
 
     fn members() -> Vec<NodeId> {
-        ["a", "b", "c"]
-            .into_iter()
-            .map(|n| NodeId::new(n).expect("id"))
-            .collect()
+        ["a", "b", "c"].into_iter().map(id).collect()
     }
 
     #[test]
     fn ranks_must_be_configured_members_listed_once() {
         let ok = member_ranks(vec!["c".into(), "a".into()], &members()).expect("members");
-        assert_eq!(
-            ok,
-            vec![NodeId::new("c").expect("id"), NodeId::new("a").expect("id")]
-        );
+        assert_eq!(ok, vec![id("c"), id("a")]);
 
         let err = member_ranks(vec!["a".into(), "zz".into()], &members()).expect_err("stranger");
         assert_eq!(err.code(), tonic::Code::InvalidArgument);

@@ -117,19 +117,20 @@ mod tests {
     use std::collections::BTreeMap;
     use std::time::{Duration, SystemTime};
 
+    use meshd_domain::fixtures::{end, id, wall_ms};
     use meshd_domain::{
-        Counter, Incarnation, InterfaceState, LinkEnd, LinkObservation, NodeId, RdmaPortState,
-        RdmaProbe, RttHistogram, RttSummary,
+        Counter, InterfaceState, LinkEnd, LinkObservation, RdmaPortState, RdmaProbe, RttHistogram,
+        RttSummary,
     };
 
     use super::*;
 
+    /// Node a, whose version the build info is checked to carry.
     fn identity() -> NodeIdentity {
         NodeIdentity {
-            id: NodeId::new("a").expect("id"),
-            incarnation: Incarnation(1),
             version: "0".to_owned(),
             hostname: "h".to_owned(),
+            ..meshd_domain::fixtures::identity("a", 1)
         }
     }
 
@@ -161,13 +162,9 @@ mod tests {
 
     #[test]
     fn cable_speed_rdma_state_errors_and_rtt_are_exported_per_peer() {
-        let id = |s: &str| NodeId::new(s).expect("id");
         let metrics = Metrics::new(&identity());
         let observation = LinkObservation {
-            local: LinkEnd {
-                iface: Some("en2".into()),
-                ..LinkEnd::node_only(id("a"))
-            },
+            local: end("a", "en2"),
             remote: LinkEnd::node_only(id("b")),
             interface_state: InterfaceState::Up,
             negotiated_speed_bps: Some(40_000_000_000),
@@ -189,7 +186,7 @@ mod tests {
             mtu_loss: vec![],
             probes_sent_total: 10,
             probes_lost_total: 0,
-            last_reply_at: Some(SystemTime::UNIX_EPOCH + Duration::from_millis(1_800_000_000_250)),
+            last_reply_at: Some(wall_ms(250)),
             error_counters: vec![Counter {
                 name: "symbol_error".into(),
                 value: 3,

@@ -130,7 +130,7 @@ fn healthy_node(nodes: usize, at: Instant) -> (Metrics, Published) {
     }
     let status = MeshStatus {
         node: me.clone(),
-        evaluated_at: SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
+        evaluated_at: meshd_domain::fixtures::wall(0),
         quorum: Quorum {
             configured: ids.clone(),
             members: ids.clone(),

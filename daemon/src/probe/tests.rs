@@ -6,7 +6,8 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
-use meshd_domain::{Incarnation, LinkEnd, LossWindow, NodeId, NodeIdentity};
+use meshd_domain::fixtures::{end, id, identity};
+use meshd_domain::{LinkEnd, LossWindow};
 use meshd_model::linkstats::ProbeStats;
 use tokio::net::UdpSocket;
 use tokio_util::sync::CancellationToken;
@@ -18,15 +19,11 @@ use super::*;
 const PATIENCE: Duration = Duration::from_secs(15);
 const HERE: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
-fn id(node: &str) -> NodeId {
-    NodeId::new(node).expect("valid node id")
-}
-
-fn end(node: &str) -> LinkEnd {
+/// `node`'s end of a cable on the loopback interface.
+fn loopback_end(node: &str) -> LinkEnd {
     LinkEnd {
         address: Some(HERE),
-        iface: Some("lo".to_owned()),
-        ..LinkEnd::node_only(id(node))
+        ..end(node, "lo")
     }
 }
 
@@ -34,8 +31,8 @@ fn end(node: &str) -> LinkEnd {
 fn cable(local: &str, remote: &str, ports: LinkPorts) -> ProbedLink {
     ProbedLink {
         link: ExpectedLink {
-            local: end(local),
-            remote: end(remote),
+            local: loopback_end(local),
+            remote: loopback_end(remote),
             expected_speed_bps: None,
         },
         ports,
@@ -67,16 +64,7 @@ async fn free_ports<const N: usize>() -> [u16; N] {
 }
 
 fn metrics(node: &str) -> Arc<Metrics> {
-    Arc::new(Metrics::new(&identity(node)))
-}
-
-fn identity(node: &str) -> NodeIdentity {
-    NodeIdentity {
-        id: id(node),
-        incarnation: Incarnation(1),
-        version: "test".into(),
-        hostname: node.into(),
-    }
+    Arc::new(Metrics::new(&identity(node, 1)))
 }
 
 /// A node's probe task and what stops it.

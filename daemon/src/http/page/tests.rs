@@ -1,11 +1,12 @@
 //! The page rendered from hand-made statuses: what a reader must find in it.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use meshd_domain::facts::{Cable, CableEnd, CheckResult, CheckStatus};
+use meshd_domain::fixtures::{id, wall};
 use meshd_domain::{
     Alarm, AlarmKind, Blame, Incarnation, InterfaceState, LinkEnd, LinkMeasurement, LinkState,
-    LinkVerdict, LossWindow, MeshStatus, NodeId, NodeIdentity, NodeState, NodeVerdict, Quorum,
+    LinkVerdict, LossWindow, MeshStatus, NodeIdentity, NodeState, NodeVerdict, Quorum,
     RdmaPortState, RttSummary, Severity,
 };
 
@@ -14,14 +15,6 @@ use super::render::{document, view};
 use super::{SCRIPT, STYLE};
 
 const STALL: Duration = Duration::from_secs(5);
-
-fn id(s: &str) -> NodeId {
-    NodeId::new(s).expect("valid id")
-}
-
-fn at(secs: u64) -> SystemTime {
-    SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + secs)
-}
 
 fn names(n: usize) -> Vec<String> {
     (0..n)
@@ -49,7 +42,7 @@ fn measurement(node: &str, peer: &str) -> LinkMeasurement {
     LinkMeasurement {
         node: id(node),
         peer: id(peer),
-        at: at(99),
+        at: wall(99),
         interface_state: InterfaceState::Up,
         negotiated_speed_bps: Some(80_000_000_000),
         expected_speed_bps: Some(80_000_000_000),
@@ -88,7 +81,7 @@ fn healthy(n: usize) -> MeshStatus {
                 a: LinkEnd::node_only(id(x)),
                 b: LinkEnd::node_only(id(y)),
                 state: LinkState::Up,
-                since: at(10),
+                since: wall(10),
                 evidence: vec![],
                 blame: Blame::None,
                 blamed_node: None,
@@ -107,7 +100,7 @@ fn healthy(n: usize) -> MeshStatus {
     }
     MeshStatus {
         node: identity(&names[0]),
-        evaluated_at: at(100),
+        evaluated_at: wall(100),
         quorum: Quorum {
             configured: names.iter().map(|s| id(s)).collect(),
             members: names.iter().map(|s| id(s)).collect(),
@@ -119,10 +112,10 @@ fn healthy(n: usize) -> MeshStatus {
             .map(|name| NodeVerdict {
                 id: id(name),
                 state: NodeState::Up,
-                since: at(10),
+                since: wall(10),
                 evidence: vec![format!("heard directly {name}")],
                 identity: Some(identity(name)),
-                last_report_at: Some(at(99)),
+                last_report_at: Some(wall(99)),
                 cpu_saturated: false,
                 boot: Default::default(),
                 fix: None,
@@ -169,8 +162,8 @@ fn troubled() -> MeshStatus {
         summary: "Thunderbolt Bridge is active over mesh ports".into(),
         evidence: vec!["members: en1, en2".into()],
         fix: Some("networksetup -setnetworkserviceenabled 'Thunderbolt Bridge' off".into()),
-        since: at(60),
-        updated: at(90),
+        since: wall(60),
+        updated: wall(90),
     });
     status.checks.push(CheckResult {
         name: "rdma_enabled".into(),
@@ -203,7 +196,7 @@ fn count(haystack: &str, needle: &str) -> usize {
 
 #[test]
 fn every_node_and_every_cable_is_drawn_and_detailed() {
-    let html = document(&healthy(5), at(100), STALL);
+    let html = document(&healthy(5), wall(100), STALL);
     for name in ["a", "b", "c", "d", "e"] {
         assert_eq!(count(&html, &format!(r#"data-node="{name}""#)), 1, "{name}");
         assert_eq!(count(&html, &format!(r#"id="node~{name}""#)), 1, "{name}");
@@ -223,7 +216,7 @@ fn every_node_and_every_cable_is_drawn_and_detailed() {
 
 #[test]
 fn cable_details_carry_both_ends_figures() {
-    let html = view(&healthy(2), at(100), STALL);
+    let html = view(&healthy(2), wall(100), STALL);
     let article = section(
         &html,
         r#"<article class="detail" id="cable~a~b""#,
@@ -244,7 +237,7 @@ fn cable_details_carry_both_ends_figures() {
 
 #[test]
 fn state_is_spoken_not_only_coloured() {
-    let html = view(&troubled(), at(100), STALL);
+    let html = view(&troubled(), wall(100), STALL);
     // The cut cable: a DOWN tag on the line, blamed on the link.
     let cut = section(&html, r#"data-cable="a~b""#, "</a>");
     assert!(
@@ -269,7 +262,7 @@ fn state_is_spoken_not_only_coloured() {
 
 #[test]
 fn nodes_show_their_alarms_and_failing_checks_with_fixes() {
-    let html = view(&troubled(), at(100), STALL);
+    let html = view(&troubled(), wall(100), STALL);
     let c = section(&html, r#"id="node~c""#, "</article>");
     assert!(c.contains("Thunderbolt Bridge is active over mesh ports"));
     assert!(c.contains(
@@ -295,7 +288,7 @@ fn without_quorum_the_page_says_so_instead_of_looking_certain() {
         link.state = LinkState::Unknown;
         link.evidence = vec!["no quorum: link verdicts are held back".into()];
     }
-    let html = view(&status, at(100), STALL);
+    let html = view(&status, wall(100), STALL);
     assert!(html.contains(r#"<dd data-quorum="no"><strong>NO</strong>: 1 of 3 members</dd>"#));
     assert!(html.contains("<strong>No quorum.</strong> a hears only 1 of 3 members (a)."));
     assert!(html.contains("Do not act on this view"));
@@ -307,9 +300,9 @@ fn without_quorum_the_page_says_so_instead_of_looking_certain() {
 #[test]
 fn a_stalled_evaluation_is_called_out() {
     let status = healthy(2);
-    let fresh = view(&status, at(101), STALL);
+    let fresh = view(&status, wall(101), STALL);
     assert!(!fresh.contains("Stalled."));
-    let stale = view(&status, at(160), STALL);
+    let stale = view(&status, wall(160), STALL);
     assert!(stale.contains("<strong>Stalled.</strong> The last evaluation is 1m00s ago"));
 }
 
@@ -320,7 +313,7 @@ fn text_from_peers_cannot_inject_markup() {
     status.alarms[0].evidence = vec!["<img src=x onerror=alert(1)>".into()];
     status.links[0].evidence = vec!["\"><svg onload=alert(1)>".into()];
     status.alarms[0].fix = Some("x".repeat(10_000));
-    let html = document(&status, at(100), STALL);
+    let html = document(&status, wall(100), STALL);
     assert!(!html.contains("<script>alert"));
     assert!(!html.contains("<img"));
     assert!(!html.contains("\"><svg onload"));
@@ -330,7 +323,7 @@ fn text_from_peers_cannot_inject_markup() {
 
 #[test]
 fn the_page_names_no_other_origin() {
-    let html = document(&troubled(), at(100), STALL);
+    let html = document(&troubled(), wall(100), STALL);
     for (what, text) in [
         ("page", html.as_str()),
         ("style", STYLE),
@@ -364,7 +357,7 @@ fn the_largest_thunderbolt_mesh_fits_the_size_budget() {
         link.state = LinkState::Degraded;
         link.evidence = vec!["a: 4 % of probes lost over 10s (40 of 1000)".into(); 3];
     }
-    let html = document(&status, at(100), STALL);
+    let html = document(&status, wall(100), STALL);
     let total = html.len() + STYLE.len() + SCRIPT.len();
     eprintln!(
         "7-node page {} + style {} + script {} = {total} bytes",
@@ -387,7 +380,7 @@ fn a_big_lab_shows_every_node_but_only_the_cables_in_trouble() {
     assert!(status.links.len() > MAX_DETAILED_LINES);
     status.links[0].state = LinkState::Down;
     status.links[1].state = LinkState::Degraded;
-    let html = view(&status, at(100), STALL);
+    let html = view(&status, wall(100), STALL);
     assert_eq!(
         count(&html, "<a class=\"cable\""),
         2,
@@ -406,7 +399,7 @@ fn a_cable_without_a_verdict_is_drawn_as_such() {
     status
         .links
         .retain(|l| l.b.node.as_str() != "c" || l.a.node.as_str() != "b");
-    let html = view(&status, at(100), STALL);
+    let html = view(&status, wall(100), STALL);
     let line = section(&html, r#"data-cable="b~c""#, "</a>");
     assert!(line.contains(r#"data-state="unknown""#) && line.contains(">NO VERDICT</text>"));
     assert!(html.contains("this node is not configured to probe it"));
@@ -416,19 +409,22 @@ fn a_cable_without_a_verdict_is_drawn_as_such() {
 fn rendering_is_a_function_of_the_status_and_the_time() {
     let status = troubled();
     assert_eq!(
-        document(&status, at(100), STALL),
-        document(&status, at(100), STALL)
+        document(&status, wall(100), STALL),
+        document(&status, wall(100), STALL)
     );
-    assert_ne!(view(&status, at(100), STALL), view(&status, at(130), STALL));
+    assert_ne!(
+        view(&status, wall(100), STALL),
+        view(&status, wall(130), STALL)
+    );
 }
 
 #[test]
 fn a_lone_node_and_an_empty_status_render() {
     let mut status = healthy(1);
-    let html = view(&status, at(100), STALL);
+    let html = view(&status, wall(100), STALL);
     assert_eq!(count(&html, "<a class=\"node\""), 1);
     status.nodes.clear();
-    let html = view(&status, at(100), STALL);
+    let html = view(&status, wall(100), STALL);
     assert_eq!(
         count(&html, "<a class=\"node\""),
         1,
