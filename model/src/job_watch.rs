@@ -115,6 +115,7 @@ mod tests {
     use std::time::Duration;
 
     use meshd_domain::AlarmKind;
+    use meshd_domain::fixtures::id;
 
     use super::*;
     use crate::fixtures::moment;
@@ -165,7 +166,7 @@ mod tests {
 
     #[test]
     fn a_sample_is_judged_once_and_its_alarms_last_until_the_next() {
-        let mut watch = JobWatch::new(NodeId::new("a").expect("id"), &settings());
+        let mut watch = JobWatch::new(id("a"), &settings());
         let fault = dead_peer();
         assert!(watch.judge(Some(&sampled(0, 7)), Some(&fault)).is_empty());
         assert_eq!(
@@ -183,7 +184,7 @@ mod tests {
 
     #[test]
     fn orphans_and_hung_ranks_are_judged_from_one_sample() {
-        let mut watch = JobWatch::new(NodeId::new("a").expect("id"), &settings());
+        let mut watch = JobWatch::new(id("a"), &settings());
         assert_eq!(watch.figures(), None, "nothing judged yet");
         watch.judge(Some(&sampled(0, 7)), None);
         watch.judge(Some(&sampled(1, 1)), None);

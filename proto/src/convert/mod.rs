@@ -1069,7 +1069,7 @@ mod tests {
         let mut alarm = wire::Alarm::from(Alarm {
             kind: meshd_domain::AlarmKind::CpuSpike,
             severity: Severity::Warning,
-            node: NodeId::new("a").expect("id"),
+            node: id("a"),
             subject: "cpu".into(),
             summary: "busy".into(),
             evidence: vec![],
