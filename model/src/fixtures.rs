@@ -169,6 +169,6 @@ pub fn default_node_settings() -> crate::node::NodeSettings {
 pub fn default_book_settings() -> crate::peers::BookSettings {
     crate::peers::BookSettings {
         quiet_after: Duration::from_millis(1_500),
-        rules: default_engine_settings().link,
+        rules: link_rules(),
     }
 }
