@@ -145,7 +145,7 @@ async fn the_open_page_draws_the_mesh_and_follows_it_live() {
         let measured: Vec<(&str, &str)> = answer
             .measurements
             .iter()
-            .filter(|m| m.rtt.samples > 0)
+            .filter(|m| m.figures.rtt.samples > 0)
             .map(|m| (m.node.as_str(), m.peer.as_str()))
             .collect();
         if measured.len() == 12 {

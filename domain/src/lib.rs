@@ -612,27 +612,36 @@ pub struct Counter {
     pub saturated: bool,
 }
 
-/// What one end measured on one link.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LinkObservation {
-    pub local: LinkEnd,
-    pub remote: LinkEnd,
+/// The figures of one end of a link that readers are shown and the link
+/// verdicts rest on: its port as the platform knows it, and what its
+/// probes measured lately.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkFigures {
     pub interface_state: InterfaceState,
     pub negotiated_speed_bps: Option<u64>,
     pub expected_speed_bps: Option<u64>,
     pub rdma_port_state: RdmaPortState,
-    pub gid_matches_address: Option<bool>,
     pub rtt: RttSummary,
-    pub rtt_histogram: RttHistogram,
     /// Small-probe loss over the sliding windows, shortest first.
     pub loss: Vec<LossWindow>,
+    /// Time since the last reply, as measured when the figures were taken.
+    pub silence: Duration,
+}
+
+/// What one end measured on one link: its figures, and what else the
+/// verdicts and the metrics read of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LinkObservation {
+    pub local: LinkEnd,
+    pub remote: LinkEnd,
+    pub figures: LinkFigures,
+    pub gid_matches_address: Option<bool>,
+    pub rtt_histogram: RttHistogram,
     pub mtu_loss: Vec<LossWindow>,
     pub probes_sent_total: u64,
     pub probes_lost_total: u64,
     pub last_reply_at: Option<SystemTime>,
     pub error_counters: Vec<Counter>,
-    /// Time since the last reply, as measured when the observation was made.
-    pub silence: Duration,
     pub consecutive_lost: u32,
     /// How late the observer's own timers ran while it gathered this (the
     /// worst in the last two seconds): evidence gathered late is suspect.
@@ -674,7 +683,7 @@ pub struct RdmaProbe {
 impl LinkObservation {
     /// The loss window of exactly `window`, if measured.
     pub fn loss_over(&self, window: Duration) -> Option<&LossWindow> {
-        self.loss.iter().find(|w| w.window == window)
+        self.figures.loss.iter().find(|w| w.window == window)
     }
 }
 
@@ -687,14 +696,7 @@ pub struct LinkMeasurement {
     pub peer: NodeId,
     /// When the answering node got these figures, on its own clock.
     pub at: SystemTime,
-    pub interface_state: InterfaceState,
-    pub negotiated_speed_bps: Option<u64>,
-    pub expected_speed_bps: Option<u64>,
-    pub rdma_port_state: RdmaPortState,
-    pub rtt: RttSummary,
-    /// Small-probe loss over the sliding windows, shortest first.
-    pub loss: Vec<LossWindow>,
-    pub silence: Duration,
+    pub figures: LinkFigures,
 }
 
 impl LinkMeasurement {
@@ -704,13 +706,7 @@ impl LinkMeasurement {
             node: observation.local.node.clone(),
             peer: observation.remote.node.clone(),
             at,
-            interface_state: observation.interface_state,
-            negotiated_speed_bps: observation.negotiated_speed_bps,
-            expected_speed_bps: observation.expected_speed_bps,
-            rdma_port_state: observation.rdma_port_state,
-            rtt: observation.rtt,
-            loss: observation.loss.clone(),
-            silence: observation.silence,
+            figures: observation.figures.clone(),
         }
     }
 }

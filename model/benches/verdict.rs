@@ -19,8 +19,8 @@ use std::time::{Duration, SystemTime};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use meshd_domain::fixtures::{identity, numbered_id};
 use meshd_domain::{
-    InterfaceState, LinkEnd, LinkObservation, LossWindow, NodeId, NodeLoad, PeerReport,
-    RdmaPortState, RttHistogram, RttSummary,
+    InterfaceState, LinkEnd, LinkFigures, LinkObservation, LossWindow, NodeId, NodeLoad,
+    PeerReport, RdmaPortState, RttHistogram, RttSummary,
 };
 use meshd_model::fixtures::{default_engine_settings, moment};
 use meshd_model::link::{MEDIUM_WINDOW, SHORT_WINDOW};
@@ -59,21 +59,29 @@ fn observation(from: usize, to: usize, cut: bool, at: SystemTime) -> LinkObserva
     LinkObservation {
         local: end(from, to),
         remote: end(to, from),
-        interface_state: InterfaceState::Up,
-        negotiated_speed_bps: Some(80_000_000_000),
-        expected_speed_bps: Some(80_000_000_000),
-        rdma_port_state: RdmaPortState::Active,
-        gid_matches_address: Some(true),
-        rtt: RttSummary {
-            p50: Duration::from_micros(38),
-            p90: Duration::from_micros(55),
-            p99: Duration::from_micros(92),
-            max: Duration::from_micros(310),
-            host_delay_p50: Duration::from_micros(7),
-            baseline_p50: Duration::from_micros(39),
-            baseline_p99: Duration::from_micros(95),
-            samples: 6_000,
+        figures: LinkFigures {
+            interface_state: InterfaceState::Up,
+            negotiated_speed_bps: Some(80_000_000_000),
+            expected_speed_bps: Some(80_000_000_000),
+            rdma_port_state: RdmaPortState::Active,
+            rtt: RttSummary {
+                p50: Duration::from_micros(38),
+                p90: Duration::from_micros(55),
+                p99: Duration::from_micros(92),
+                max: Duration::from_micros(310),
+                host_delay_p50: Duration::from_micros(7),
+                baseline_p50: Duration::from_micros(39),
+                baseline_p99: Duration::from_micros(95),
+                samples: 6_000,
+            },
+            loss: vec![
+                window(SHORT_WINDOW, 10),
+                window(MEDIUM_WINDOW, 100),
+                window(LONG_WINDOW, 600),
+            ],
+            silence,
         },
+        gid_matches_address: Some(true),
         rtt_histogram: RttHistogram {
             // 17 bounds, 5 µs doubling to ~328 ms, and the overflow bucket.
             bounds: (0..HISTOGRAM_BUCKETS - 1)
@@ -82,17 +90,11 @@ fn observation(from: usize, to: usize, cut: bool, at: SystemTime) -> LinkObserva
             counts: (0..HISTOGRAM_BUCKETS).map(|k| 4_000 >> k.min(12)).collect(),
             sum: Duration::from_millis(400),
         },
-        loss: vec![
-            window(SHORT_WINDOW, 10),
-            window(MEDIUM_WINDOW, 100),
-            window(LONG_WINDOW, 600),
-        ],
         mtu_loss: vec![window(MEDIUM_WINDOW, 10)],
         probes_sent_total: 360_000,
         probes_lost_total: lost(600),
         last_reply_at: Some(at - silence),
         error_counters: vec![],
-        silence,
         consecutive_lost: if cut { 20 } else { 0 },
         lateness: Duration::ZERO,
         rdma_probe: None,

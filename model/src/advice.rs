@@ -294,8 +294,8 @@ mod tests {
     #[test]
     fn a_silent_cable_is_reseated_and_its_ports_checked() {
         let (mut a, mut b) = healthy();
-        a.silence = Duration::from_secs(3);
-        b.silence = Duration::from_secs(3);
+        a.figures.silence = Duration::from_secs(3);
+        b.figures.silence = Duration::from_secs(3);
         let lines = evidence(&a, &b);
         assert_eq!(
             lines,
@@ -310,18 +310,18 @@ mod tests {
     #[test]
     fn each_degradation_gets_its_own_fix() {
         let (mut a, b) = healthy();
-        a.silence = Duration::from_secs(3);
+        a.figures.silence = Duration::from_secs(3);
         let one_way = fix(LinkState::Degraded, evidence(&a, &b));
         assert!(one_way.starts_with("only a gets no replies"), "{one_way}");
 
         let (mut a, b) = healthy();
-        a.rdma_port_state = RdmaPortState::Down;
+        a.figures.rdma_port_state = RdmaPortState::Down;
         let rdma = fix(LinkState::Degraded, evidence(&a, &b));
         assert!(rdma.starts_with("enable RDMA on both Macs"), "{rdma}");
 
         let (mut a, b) = healthy();
-        a.negotiated_speed_bps = Some(40_000_000_000);
-        a.expected_speed_bps = Some(80_000_000_000);
+        a.figures.negotiated_speed_bps = Some(40_000_000_000);
+        a.figures.expected_speed_bps = Some(80_000_000_000);
         let speed = fix(LinkState::Degraded, evidence(&a, &b));
         assert!(speed.contains("Thunderbolt 5 cable and port"), "{speed}");
 
@@ -331,13 +331,13 @@ mod tests {
         assert!(mtu.starts_with("give both ends"), "{mtu}");
 
         let (mut a, b) = healthy();
-        lossy(&mut a.loss, MEDIUM_WINDOW, 10);
+        lossy(&mut a.figures.loss, MEDIUM_WINDOW, 10);
         let loss = fix(LinkState::Degraded, evidence(&a, &b));
         assert!(loss.ends_with("it loses probes"), "{loss}");
 
         let (mut a, b) = healthy();
-        a.rtt.p90 = Duration::from_millis(15);
-        a.rtt.p99 = Duration::from_millis(20);
+        a.figures.rtt.p90 = Duration::from_millis(15);
+        a.figures.rtt.p99 = Duration::from_millis(20);
         let rtt = fix(LinkState::Degraded, evidence(&a, &b));
         assert!(rtt.starts_with("look for a busy CPU on a or b"), "{rtt}");
     }
@@ -345,8 +345,8 @@ mod tests {
     #[test]
     fn heavy_loss_on_both_ends_is_a_cable_fault() {
         let (mut a, mut b) = healthy();
-        lossy(&mut a.loss, SHORT_WINDOW, 9);
-        lossy(&mut b.loss, SHORT_WINDOW, 9);
+        lossy(&mut a.figures.loss, SHORT_WINDOW, 9);
+        lossy(&mut b.figures.loss, SHORT_WINDOW, 9);
         let lines = evidence(&a, &b);
         assert!(
             lines.iter().all(|l| Cause::of(l) == Some(Cause::HeavyLoss)),

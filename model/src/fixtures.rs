@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use meshd_domain::fixtures::{id, wall_ms};
 use meshd_domain::{
-    InterfaceState, LinkEnd, LinkObservation, LossWindow, RdmaPortState, RttHistogram, RttSummary,
+    InterfaceState, LinkEnd, LinkFigures, LinkObservation, LossWindow, RdmaPortState, RttHistogram,
+    RttSummary,
 };
 
 use crate::link::{LinkRules, MEDIUM_WINDOW, SHORT_WINDOW};
@@ -84,32 +85,35 @@ pub fn healthy_observation(from: &str, to: &str) -> LinkObservation {
     LinkObservation {
         local: LinkEnd::node_only(id(from)),
         remote: LinkEnd::node_only(id(to)),
-        interface_state: InterfaceState::Unknown,
-        negotiated_speed_bps: None,
-        expected_speed_bps: None,
-        rdma_port_state: RdmaPortState::None,
-        gid_matches_address: None,
-        rtt: RttSummary {
-            p50: Duration::from_micros(40),
-            p90: Duration::from_micros(60),
-            p99: Duration::from_micros(90),
-            baseline_p99: Duration::from_micros(100),
-            samples: 100,
-            ..RttSummary::default()
+        figures: LinkFigures {
+            interface_state: InterfaceState::Unknown,
+            negotiated_speed_bps: None,
+            expected_speed_bps: None,
+            rdma_port_state: RdmaPortState::None,
+            rtt: RttSummary {
+                p50: Duration::from_micros(40),
+                p90: Duration::from_micros(60),
+                p99: Duration::from_micros(90),
+                baseline_p99: Duration::from_micros(100),
+                samples: 100,
+                ..RttSummary::default()
+            },
+            loss: vec![
+                LossWindow {
+                    window: SHORT_WINDOW,
+                    sent: 10,
+                    lost: 0,
+                },
+                LossWindow {
+                    window: MEDIUM_WINDOW,
+                    sent: 100,
+                    lost: 0,
+                },
+            ],
+            silence: Duration::from_millis(50),
         },
+        gid_matches_address: None,
         rtt_histogram: RttHistogram::default(),
-        loss: vec![
-            LossWindow {
-                window: SHORT_WINDOW,
-                sent: 10,
-                lost: 0,
-            },
-            LossWindow {
-                window: MEDIUM_WINDOW,
-                sent: 100,
-                lost: 0,
-            },
-        ],
         mtu_loss: vec![LossWindow {
             window: MEDIUM_WINDOW,
             sent: 10,
@@ -119,7 +123,6 @@ pub fn healthy_observation(from: &str, to: &str) -> LinkObservation {
         probes_lost_total: 0,
         last_reply_at: Some(std::time::SystemTime::UNIX_EPOCH),
         error_counters: vec![],
-        silence: Duration::from_millis(50),
         consecutive_lost: 0,
         lateness: Duration::ZERO,
         rdma_probe: None,

@@ -111,6 +111,7 @@ impl EndView<'_> {
     /// from the far end's current life only.
     pub fn silence(&self) -> Duration {
         self.observation
+            .figures
             .silence
             .saturating_add(self.confirmed_silence)
             .saturating_sub(self.previous_life)
@@ -308,7 +309,7 @@ fn slow(rtt: &RttSummary, rules: &LinkRules, excuse: Duration) -> bool {
 }
 
 fn slow_cable(o: &LinkObservation) -> Option<(u64, u64)> {
-    match (o.negotiated_speed_bps, o.expected_speed_bps) {
+    match (o.figures.negotiated_speed_bps, o.figures.expected_speed_bps) {
         (Some(have), Some(want)) if have < want => Some((have, want)),
         _ => None,
     }
@@ -316,7 +317,7 @@ fn slow_cable(o: &LinkObservation) -> Option<(u64, u64)> {
 
 fn rdma_down(o: &LinkObservation) -> bool {
     !matches!(
-        o.rdma_port_state,
+        o.figures.rdma_port_state,
         RdmaPortState::None | RdmaPortState::Active
     )
 }
@@ -325,7 +326,10 @@ fn degradation(end: &EndView<'_>, rules: &LinkRules, rtt_counts: bool, evidence:
     let o = end.observation;
     let node = end.node;
     let loss_counts = end.far_lived(MEDIUM_WINDOW);
-    for (what, windows) in [("probes", &o.loss), ("MTU-sized probes", &o.mtu_loss)] {
+    for (what, windows) in [
+        ("probes", &o.figures.loss),
+        ("MTU-sized probes", &o.mtu_loss),
+    ] {
         if let Some((w, lost)) = lossy(windows, rules, end.excuse).filter(|_| loss_counts) {
             let excused = if lost < w.lost {
                 format!(
@@ -345,12 +349,12 @@ fn degradation(end: &EndView<'_>, rules: &LinkRules, rtt_counts: bool, evidence:
             ));
         }
     }
-    if rtt_counts && !end.rtt_shared && slow(&o.rtt, rules, end.excuse.worst) {
+    if rtt_counts && !end.rtt_shared && slow(&o.figures.rtt, rules, end.excuse.worst) {
         evidence.push(format!(
             "{node}: RTT p90 {} (p99 {}) against a baseline p99 of {}",
-            fmt_duration(o.rtt.p90),
-            fmt_duration(o.rtt.p99),
-            fmt_duration(o.rtt.baseline_p99)
+            fmt_duration(o.figures.rtt.p90),
+            fmt_duration(o.figures.rtt.p99),
+            fmt_duration(o.figures.rtt.baseline_p99)
         ));
     }
     if let Some((have, want)) = slow_cable(o) {
@@ -363,7 +367,7 @@ fn degradation(end: &EndView<'_>, rules: &LinkRules, rtt_counts: bool, evidence:
     if rdma_down(o) {
         evidence.push(format!(
             "{node}: RDMA port is {} while IP probes get through",
-            o.rdma_port_state
+            o.figures.rdma_port_state
         ));
     }
     // Reached only while IP probes get through (a link silent on both ends
@@ -406,17 +410,17 @@ impl EndClass {
     pub fn of(o: &LinkObservation, rules: &LinkRules) -> Self {
         Self {
             answered: o.last_reply_at.is_some(),
-            silent: o.probes_sent_total > 0 && o.silence >= rules.down_after,
+            silent: o.probes_sent_total > 0 && o.figures.silence >= rules.down_after,
             heavy_loss: heavy_loss(o, rules).is_some(),
-            lossy: lossy(&o.loss, rules, Excuse::default()).is_some(),
+            lossy: lossy(&o.figures.loss, rules, Excuse::default()).is_some(),
             mtu_lossy: lossy(&o.mtu_loss, rules, Excuse::default()).is_some(),
-            slow: slow(&o.rtt, rules, Duration::ZERO),
+            slow: slow(&o.figures.rtt, rules, Duration::ZERO),
             slow_cable: slow_cable(o).is_some(),
             rdma_down: rdma_down(o),
             rdma_probe_failing: rdma_probe_failing(o).is_some(),
             rdma_endpoint: o.rdma_endpoint,
             late: EndView::ran_late(o),
-            interface_state: o.interface_state,
+            interface_state: o.figures.interface_state,
             gid_matches_address: o.gid_matches_address,
         }
     }
@@ -563,14 +567,17 @@ fn settle(settled: LinkState, raw: LinkState, held: Duration) -> LinkState {
 
 #[cfg(test)]
 mod tests {
-    use meshd_domain::{LossWindow, RdmaProbe, RttSummary};
+    use meshd_domain::{LinkFigures, LossWindow, RdmaProbe, RttSummary};
 
     use super::*;
     use crate::fixtures::{healthy_observation, instant_ms, link_rules};
 
     fn silent(for_ms: u64) -> LinkObservation {
         LinkObservation {
-            silence: Duration::from_millis(for_ms),
+            figures: LinkFigures {
+                silence: Duration::from_millis(for_ms),
+                ..healthy_observation("a", "b").figures
+            },
             consecutive_lost: 7,
             ..healthy_observation("a", "b")
         }
@@ -592,11 +599,14 @@ mod tests {
     #[test]
     fn loss_a_stall_explains_is_excused_and_loss_beyond_it_is_not() {
         let with_loss = |lost| LinkObservation {
-            loss: vec![LossWindow {
-                window: MEDIUM_WINDOW,
-                sent: 100,
-                lost,
-            }],
+            figures: LinkFigures {
+                loss: vec![LossWindow {
+                    window: MEDIUM_WINDOW,
+                    sent: 100,
+                    lost,
+                }],
+                ..healthy_observation("a", "b").figures
+            },
             ..healthy_observation("a", "b")
         };
         let (quiet, stalled) = (healthy_observation("a", "b"), with_loss(9));
@@ -736,11 +746,14 @@ mod tests {
     #[test]
     fn heavy_loss_on_both_ends_is_down() {
         let lossy = LinkObservation {
-            loss: vec![LossWindow {
-                window: SHORT_WINDOW,
-                sent: 10,
-                lost: 6,
-            }],
+            figures: LinkFigures {
+                loss: vec![LossWindow {
+                    window: SHORT_WINDOW,
+                    sent: 10,
+                    lost: 6,
+                }],
+                ..healthy_observation("a", "b").figures
+            },
             ..healthy_observation("a", "b")
         };
         let verdict = assess(&[view("a", &lossy), view("b", &lossy)], &link_rules());
@@ -754,11 +767,14 @@ mod tests {
     #[test]
     fn a_saturated_end_loss_does_not_make_a_link_down() {
         let lossy = LinkObservation {
-            loss: vec![LossWindow {
-                window: SHORT_WINDOW,
-                sent: 10,
-                lost: 8,
-            }],
+            figures: LinkFigures {
+                loss: vec![LossWindow {
+                    window: SHORT_WINDOW,
+                    sent: 10,
+                    lost: 8,
+                }],
+                ..healthy_observation("a", "b").figures
+            },
             ..healthy_observation("a", "b")
         };
         let mut busy = view("a", &lossy);
@@ -772,11 +788,14 @@ mod tests {
         let b = healthy_observation("a", "b");
         let cases = [
             LinkObservation {
-                loss: vec![LossWindow {
-                    window: MEDIUM_WINDOW,
-                    sent: 100,
-                    lost: 5,
-                }],
+                figures: LinkFigures {
+                    loss: vec![LossWindow {
+                        window: MEDIUM_WINDOW,
+                        sent: 100,
+                        lost: 5,
+                    }],
+                    ..healthy_observation("a", "b").figures
+                },
                 ..healthy_observation("a", "b")
             },
             LinkObservation {
@@ -788,20 +807,29 @@ mod tests {
                 ..healthy_observation("a", "b")
             },
             LinkObservation {
-                rtt: RttSummary {
-                    p90: Duration::from_millis(40),
-                    p99: Duration::from_millis(50),
-                    ..healthy_observation("a", "b").rtt
+                figures: LinkFigures {
+                    rtt: RttSummary {
+                        p90: Duration::from_millis(40),
+                        p99: Duration::from_millis(50),
+                        ..healthy_observation("a", "b").figures.rtt
+                    },
+                    ..healthy_observation("a", "b").figures
                 },
                 ..healthy_observation("a", "b")
             },
             LinkObservation {
-                negotiated_speed_bps: Some(40_000_000_000),
-                expected_speed_bps: Some(80_000_000_000),
+                figures: LinkFigures {
+                    negotiated_speed_bps: Some(40_000_000_000),
+                    expected_speed_bps: Some(80_000_000_000),
+                    ..healthy_observation("a", "b").figures
+                },
                 ..healthy_observation("a", "b")
             },
             LinkObservation {
-                rdma_port_state: RdmaPortState::Down,
+                figures: LinkFigures {
+                    rdma_port_state: RdmaPortState::Down,
+                    ..healthy_observation("a", "b").figures
+                },
                 ..healthy_observation("a", "b")
             },
         ];
@@ -874,11 +902,14 @@ mod tests {
         assert_eq!(verdict.state, LinkState::Up, "{verdict:?}");
 
         let lossy = LinkObservation {
-            loss: vec![LossWindow {
-                window: MEDIUM_WINDOW,
-                sent: 100,
-                lost: 20,
-            }],
+            figures: LinkFigures {
+                loss: vec![LossWindow {
+                    window: MEDIUM_WINDOW,
+                    sent: 100,
+                    lost: 20,
+                }],
+                ..healthy_observation("a", "b").figures
+            },
             ..healthy_observation("a", "b")
         };
         // Late, but by less than the timeout: every request was answered
@@ -901,10 +932,13 @@ mod tests {
     #[test]
     fn a_saturated_end_rtt_is_not_evidence() {
         let a = LinkObservation {
-            rtt: RttSummary {
-                p90: Duration::from_millis(40),
-                p99: Duration::from_millis(50),
-                ..healthy_observation("a", "b").rtt
+            figures: LinkFigures {
+                rtt: RttSummary {
+                    p90: Duration::from_millis(40),
+                    p99: Duration::from_millis(50),
+                    ..healthy_observation("a", "b").figures.rtt
+                },
+                ..healthy_observation("a", "b").figures
             },
             ..healthy_observation("a", "b")
         };
@@ -931,9 +965,12 @@ mod tests {
     #[test]
     fn a_few_late_replies_move_the_tail_and_are_not_a_slow_cable() {
         let spiky = LinkObservation {
-            rtt: RttSummary {
-                p99: Duration::from_millis(3),
-                ..healthy_observation("a", "b").rtt
+            figures: LinkFigures {
+                rtt: RttSummary {
+                    p99: Duration::from_millis(3),
+                    ..healthy_observation("a", "b").figures.rtt
+                },
+                ..healthy_observation("a", "b").figures
             },
             ..healthy_observation("a", "b")
         };
@@ -942,9 +979,12 @@ mod tests {
             LinkState::Up
         );
         let slow = LinkObservation {
-            rtt: RttSummary {
-                p90: Duration::from_millis(2),
-                ..spiky.rtt
+            figures: LinkFigures {
+                rtt: RttSummary {
+                    p90: Duration::from_millis(2),
+                    ..spiky.figures.rtt
+                },
+                ..healthy_observation("a", "b").figures
             },
             ..healthy_observation("a", "b")
         };
@@ -959,10 +999,13 @@ mod tests {
     #[test]
     fn small_rtt_rises_are_jitter_not_degradation() {
         let a = LinkObservation {
-            rtt: RttSummary {
-                p90: Duration::from_micros(900),
-                p99: Duration::from_micros(950),
-                ..healthy_observation("a", "b").rtt
+            figures: LinkFigures {
+                rtt: RttSummary {
+                    p90: Duration::from_micros(900),
+                    p99: Duration::from_micros(950),
+                    ..healthy_observation("a", "b").figures.rtt
+                },
+                ..healthy_observation("a", "b").figures
             },
             ..healthy_observation("a", "b")
         };
@@ -976,8 +1019,11 @@ mod tests {
     #[test]
     fn never_answered_is_unknown() {
         let a = LinkObservation {
+            figures: LinkFigures {
+                silence: Duration::from_millis(100),
+                ..healthy_observation("a", "b").figures
+            },
             last_reply_at: None,
-            silence: Duration::from_millis(100),
             ..healthy_observation("a", "b")
         };
         assert_eq!(

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use meshd_domain::facts::{NodeFacts, PortFact};
-use meshd_domain::{Counter, InterfaceState, LinkObservation, RdmaPortState};
+use meshd_domain::{Counter, InterfaceState, LinkFigures, LinkObservation, RdmaPortState};
 
 use crate::linkstats::ProbeStats;
 use crate::rdma::RdmaProbeEnd;
@@ -30,20 +30,22 @@ pub fn link_observation(
     let mut observation = LinkObservation {
         local: link.local.clone(),
         remote: link.remote.clone(),
-        interface_state: InterfaceState::Unknown,
-        negotiated_speed_bps: None,
-        expected_speed_bps: link.expected_speed_bps,
-        rdma_port_state: RdmaPortState::None,
+        figures: LinkFigures {
+            interface_state: InterfaceState::Unknown,
+            negotiated_speed_bps: None,
+            expected_speed_bps: link.expected_speed_bps,
+            rdma_port_state: RdmaPortState::None,
+            rtt: probes.rtt,
+            loss: probes.loss.clone(),
+            silence: probes.silence,
+        },
         gid_matches_address: None,
-        rtt: probes.rtt,
         rtt_histogram: probes.rtt_histogram.clone(),
-        loss: probes.loss.clone(),
         mtu_loss: probes.mtu_loss.clone(),
         probes_sent_total: probes.probes_sent_total,
         probes_lost_total: probes.probes_lost_total,
         last_reply_at: probes.last_reply_at.map(|at| moment.wall_of(at)),
         error_counters: Vec::new(),
-        silence: probes.silence,
         consecutive_lost: probes.consecutive_lost,
         lateness: probes.lateness,
         rdma_probe: rdma.and_then(|r| r.probe),
@@ -94,25 +96,25 @@ fn add_port_facts(
     let Some(port) = port_of(observation, facts) else {
         return;
     };
-    observation.interface_state = match port.iface_up {
+    observation.figures.interface_state = match port.iface_up {
         Some(true) => InterfaceState::Up,
         Some(false) => InterfaceState::Down,
         None => InterfaceState::Unknown,
     };
     if port.negotiated_speed_bps > 0 {
-        observation.negotiated_speed_bps = Some(port.negotiated_speed_bps);
+        observation.figures.negotiated_speed_bps = Some(port.negotiated_speed_bps);
     }
     if observation.local.rdma_device.is_none() && !port.rdma_device.is_empty() {
         observation.local.rdma_device = Some(port.rdma_device.clone());
     }
     if let Some(rdma) = &port.rdma {
-        observation.rdma_port_state = rdma.state;
+        observation.figures.rdma_port_state = rdma.state;
         if let Some(IpAddr::V4(address)) = observation.local.address {
             observation.gid_matches_address =
                 rdma.gid(1).map(|gid| gid == address.to_ipv6_mapped());
         }
     } else if !port.rdma_device.is_empty() {
-        observation.rdma_port_state = RdmaPortState::None;
+        observation.figures.rdma_port_state = RdmaPortState::None;
     }
     if let Some(port_counters) = counters.get(&port.name) {
         observation.error_counters.clone_from(port_counters);
@@ -186,16 +188,16 @@ mod tests {
 
         let mut by_iface = observation(Some("en6"), [10, 254, 0, 5]);
         add_port_facts(&mut by_iface, &facts, &counters);
-        assert_eq!(by_iface.interface_state, InterfaceState::Up);
-        assert_eq!(by_iface.negotiated_speed_bps, Some(80_000_000_000));
-        assert_eq!(by_iface.rdma_port_state, RdmaPortState::Down);
+        assert_eq!(by_iface.figures.interface_state, InterfaceState::Up);
+        assert_eq!(by_iface.figures.negotiated_speed_bps, Some(80_000_000_000));
+        assert_eq!(by_iface.figures.rdma_port_state, RdmaPortState::Down);
         assert_eq!(by_iface.gid_matches_address, Some(true));
         assert_eq!(by_iface.local.rdma_device.as_deref(), Some("rdma_en6"));
         assert!(by_iface.error_counters[0].saturated);
 
         let mut by_address = observation(None, [10, 254, 0, 1]);
         add_port_facts(&mut by_address, &facts, &counters);
-        assert_eq!(by_address.rdma_port_state, RdmaPortState::Active);
+        assert_eq!(by_address.figures.rdma_port_state, RdmaPortState::Active);
         assert!(by_address.error_counters.is_empty());
 
         // GID[1] left over from another address: JACCL fails with errno 22.
@@ -253,11 +255,11 @@ mod tests {
 
         // Without facts the platform fields stay unknown.
         let bare = link_observation(&link, &probes, None, None, &BTreeMap::new(), moment);
-        assert_eq!(bare.interface_state, InterfaceState::Unknown);
-        assert_eq!(bare.rdma_port_state, RdmaPortState::None);
-        assert_eq!(bare.negotiated_speed_bps, None);
-        assert_eq!(bare.expected_speed_bps, Some(80_000_000_000));
-        assert_eq!(bare.rtt.samples, 1);
+        assert_eq!(bare.figures.interface_state, InterfaceState::Unknown);
+        assert_eq!(bare.figures.rdma_port_state, RdmaPortState::None);
+        assert_eq!(bare.figures.negotiated_speed_bps, None);
+        assert_eq!(bare.figures.expected_speed_bps, Some(80_000_000_000));
+        assert_eq!(bare.figures.rtt.samples, 1);
         assert_eq!(
             bare.last_reply_at,
             Some(
@@ -276,9 +278,9 @@ mod tests {
             ..NodeFacts::default()
         };
         let full = link_observation(&link, &probes, None, Some(&facts), &BTreeMap::new(), moment);
-        assert_eq!(full.interface_state, InterfaceState::Up);
-        assert_eq!(full.rdma_port_state, RdmaPortState::Active);
-        assert_eq!(full.negotiated_speed_bps, Some(80_000_000_000));
-        assert_eq!(full.rtt, bare.rtt);
+        assert_eq!(full.figures.interface_state, InterfaceState::Up);
+        assert_eq!(full.figures.rdma_port_state, RdmaPortState::Active);
+        assert_eq!(full.figures.negotiated_speed_bps, Some(80_000_000_000));
+        assert_eq!(full.figures.rtt, bare.figures.rtt);
     }
 }

@@ -924,9 +924,9 @@ mod tests {
         };
         assert!(send(&mut book, vec![healthy.clone()]), "a new link");
         let mut refreshed = healthy.clone();
-        refreshed.rtt.p50 += Duration::from_micros(3);
+        refreshed.figures.rtt.p50 += Duration::from_micros(3);
         refreshed.probes_sent_total += 20;
-        refreshed.silence = Duration::from_millis(80);
+        refreshed.figures.silence = Duration::from_millis(80);
         assert!(!send(&mut book, vec![refreshed.clone()]), "figures only");
         assert_eq!(
             book.views(crate::fixtures::epoch())[&id("b")].report.links[0].probes_sent_total,
@@ -934,7 +934,7 @@ mod tests {
             "the figures are kept all the same"
         );
         let mut silent = refreshed;
-        silent.silence = Duration::from_secs(1);
+        silent.figures.silence = Duration::from_secs(1);
         assert!(send(&mut book, vec![silent]), "the link went silent");
         assert!(send(&mut book, vec![healthy]), "and came back");
         assert!(

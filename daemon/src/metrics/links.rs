@@ -132,10 +132,10 @@ fn write_rtt_quantiles(out: &mut Exposition, links: &LabelledLinks<'_>) {
     ];
     for (spec, quantile) in quantiles {
         write_figure(out, spec, links, |o| {
-            Some(if o.rtt.samples == 0 {
+            Some(if o.figures.rtt.samples == 0 {
                 f64::NAN
             } else {
-                quantile(&o.rtt).as_secs_f64()
+                quantile(&o.figures.rtt).as_secs_f64()
             })
         });
     }
@@ -151,7 +151,7 @@ fn write_probe_counts(out: &mut Exposition, links: &LabelledLinks<'_>) {
     });
     let mut family = out.family(&c::LINK_LOSS_RATIO);
     for (o, [peer, iface]) in links.each() {
-        for window in &o.loss {
+        for window in &o.figures.loss {
             let window_name = humantime::format_duration(window.window).to_string();
             family.sample(&[peer, iface, &window_name], window.ratio());
         }
@@ -164,11 +164,14 @@ fn write_probe_counts(out: &mut Exposition, links: &LabelledLinks<'_>) {
 /// The speed negotiated and the speed expected of the cable.
 fn write_speeds(out: &mut Exposition, links: &LabelledLinks<'_>) {
     write_figure(out, &c::LINK_SPEED_BYTES_PER_SECOND, links, |o| {
-        o.negotiated_speed_bps
+        o.figures
+            .negotiated_speed_bps
             .map(|bps| as_f64(bps) / BITS_PER_BYTE)
     });
     write_figure(out, &c::LINK_EXPECTED_SPEED_BYTES_PER_SECOND, links, |o| {
-        o.expected_speed_bps.map(|bps| as_f64(bps) / BITS_PER_BYTE)
+        o.figures
+            .expected_speed_bps
+            .map(|bps| as_f64(bps) / BITS_PER_BYTE)
     });
 }
 
@@ -185,7 +188,7 @@ fn write_rdma(
             let key = vec![
                 peer.to_owned(),
                 iface.to_owned(),
-                o.rdma_port_state.as_str().to_owned(),
+                o.figures.rdma_port_state.as_str().to_owned(),
             ];
             (key, 1.0)
         })

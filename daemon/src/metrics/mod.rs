@@ -119,8 +119,8 @@ mod tests {
 
     use meshd_domain::fixtures::{end, id, wall_ms};
     use meshd_domain::{
-        Counter, InterfaceState, LinkEnd, LinkObservation, RdmaPortState, RdmaProbe, RttHistogram,
-        RttSummary,
+        Counter, InterfaceState, LinkEnd, LinkFigures, LinkObservation, RdmaPortState, RdmaProbe,
+        RttHistogram, RttSummary,
     };
 
     use super::*;
@@ -166,23 +166,26 @@ mod tests {
         let observation = LinkObservation {
             local: end("a", "en2"),
             remote: LinkEnd::node_only(id("b")),
-            interface_state: InterfaceState::Up,
-            negotiated_speed_bps: Some(40_000_000_000),
-            expected_speed_bps: Some(80_000_000_000),
-            rdma_port_state: RdmaPortState::Active,
-            gid_matches_address: Some(true),
-            rtt: RttSummary {
-                p50: Duration::from_micros(250),
-                p99: Duration::from_millis(2),
-                samples: 9,
-                ..RttSummary::default()
+            figures: LinkFigures {
+                interface_state: InterfaceState::Up,
+                negotiated_speed_bps: Some(40_000_000_000),
+                expected_speed_bps: Some(80_000_000_000),
+                rdma_port_state: RdmaPortState::Active,
+                rtt: RttSummary {
+                    p50: Duration::from_micros(250),
+                    p99: Duration::from_millis(2),
+                    samples: 9,
+                    ..RttSummary::default()
+                },
+                loss: vec![],
+                silence: Duration::ZERO,
             },
+            gid_matches_address: Some(true),
             rtt_histogram: RttHistogram {
                 bounds: vec![Duration::from_micros(100), Duration::from_millis(1)],
                 counts: vec![0, 7, 2],
                 sum: Duration::from_micros(5_750),
             },
-            loss: vec![],
             mtu_loss: vec![],
             probes_sent_total: 10,
             probes_lost_total: 0,
@@ -192,7 +195,6 @@ mod tests {
                 value: 3,
                 saturated: false,
             }],
-            silence: Duration::ZERO,
             consecutive_lost: 0,
             lateness: Duration::ZERO,
             rdma_probe: Some(RdmaProbe {

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use meshd_domain::facts::{CheckResult, CheckStatus, MemoryFacts, MemoryPressure};
 use meshd_domain::{
-    Blame, ClockOffset, Counter, EventKind, Incarnation, LinkEnd, LinkObservation, LinkState,
-    LinkVerdict, LossWindow, MeshStatus, NodeId, NodeIdentity, NodeState, NodeVerdict, PeerReport,
-    Quorum, RdmaPortState, RttHistogram,
+    Blame, ClockOffset, Counter, EventKind, Incarnation, LinkEnd, LinkFigures, LinkObservation,
+    LinkState, LinkVerdict, LossWindow, MeshStatus, NodeId, NodeIdentity, NodeState, NodeVerdict,
+    PeerReport, Quorum, RdmaPortState, RttHistogram,
 };
 use meshd_model::fixtures::healthy_observation;
 use meshd_model::job_watch::JobFigures;
@@ -58,21 +58,24 @@ fn observation(peer: usize) -> LinkObservation {
     LinkObservation {
         local: end(0, peer + 1),
         remote: end(peer, 1),
-        negotiated_speed_bps: Some(80_000_000_000),
-        expected_speed_bps: Some(80_000_000_000),
-        rdma_port_state: RdmaPortState::Active,
+        figures: LinkFigures {
+            negotiated_speed_bps: Some(80_000_000_000),
+            expected_speed_bps: Some(80_000_000_000),
+            rdma_port_state: RdmaPortState::Active,
+            loss: [1, 10, 60]
+                .map(|s| LossWindow {
+                    window: Duration::from_secs(s),
+                    sent: 10 * s,
+                    lost: 0,
+                })
+                .to_vec(),
+            ..healthy_observation("n0", &format!("n{peer}")).figures
+        },
         rtt_histogram: RttHistogram {
             bounds: RTT_BOUNDS.to_vec(),
             counts,
             sum: Duration::from_millis(60),
         },
-        loss: [1, 10, 60]
-            .map(|s| LossWindow {
-                window: Duration::from_secs(s),
-                sent: 10 * s,
-                lost: 0,
-            })
-            .to_vec(),
         error_counters: ["symbol_error", "link_downed"]
             .map(|name| Counter {
                 name: name.to_owned(),

@@ -103,7 +103,7 @@ impl Engine {
                 // The end resends a link whenever it stops or starts being
                 // silent: while its later messages arrive, a silent link
                 // stayed silent.
-                let confirmed = if o.silence >= down_after {
+                let confirmed = if o.figures.silence >= down_after {
                     view.received_at.saturating_duration_since(received)
                 } else {
                     Duration::ZERO
@@ -390,7 +390,7 @@ impl Judge<'_> {
         };
         let silence_onset = e
             .observed_at
-            .checked_sub(e.view.observation.silence)
+            .checked_sub(e.view.observation.figures.silence)
             .unwrap_or(e.observed_at);
         EndView {
             previous_life: restarted.saturating_duration_since(silence_onset),
@@ -493,7 +493,7 @@ impl Judge<'_> {
         let rules = &self.settings.link;
         let silent_onsets = present.iter().filter(|e| e.view.silent(rules)).map(|e| {
             e.observed_at
-                .checked_sub(e.view.observation.silence)
+                .checked_sub(e.view.observation.figures.silence)
                 .unwrap_or(e.observed_at)
         });
         // The fault began no later than the earliest silence; a fault that

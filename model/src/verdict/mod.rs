@@ -430,10 +430,10 @@ impl Engine {
         }
         for local in &inputs.local_links {
             let o = &local.observation;
-            if o.last_reply_at.is_some() && o.silence < down_after {
+            if o.last_reply_at.is_some() && o.figures.silence < down_after {
                 let life = lives.entry(&o.remote.node).or_default();
                 life.probes_answer = true;
-                let replied = local.at.checked_sub(o.silence).unwrap_or(local.at);
+                let replied = local.at.checked_sub(o.figures.silence).unwrap_or(local.at);
                 life.latest_evidence = life.latest_evidence.max(Some(replied));
             }
         }
@@ -576,7 +576,7 @@ fn heard_on_management(lives: &BTreeMap<&NodeId, Life<'_>>) -> Vec<NodeId> {
 #[cfg(test)]
 mod tests {
     use meshd_domain::fixtures::{id, identity};
-    use meshd_domain::{Blame, LinkState, LinkVerdict, PeerReport, Severity};
+    use meshd_domain::{Blame, LinkFigures, LinkState, LinkVerdict, PeerReport, Severity};
 
     use super::*;
     use crate::fixtures::{default_engine_settings, epoch, moment_ms};
@@ -585,7 +585,10 @@ mod tests {
     /// `from` observing its cable to `to`, silent for `silence_ms`.
     fn obs(from: &str, to: &str, silence_ms: u64) -> LinkObservation {
         LinkObservation {
-            silence: Duration::from_millis(silence_ms),
+            figures: LinkFigures {
+                silence: Duration::from_millis(silence_ms),
+                ..crate::fixtures::healthy_observation(from, to).figures
+            },
             ..crate::fixtures::healthy_observation(from, to)
         }
     }
@@ -664,8 +667,8 @@ mod tests {
                 .map(|o| {
                     let mut seen = obs(node, o, *self.silences.get(&(node, *o)).unwrap_or(&50));
                     if self.slow.contains(&(node, *o)) || self.slow.contains(&(*o, node)) {
-                        seen.rtt.p90 = Duration::from_millis(4);
-                        seen.rtt.p99 = Duration::from_millis(5);
+                        seen.figures.rtt.p90 = Duration::from_millis(4);
+                        seen.figures.rtt.p99 = Duration::from_millis(5);
                     }
                     seen
                 })

@@ -11,8 +11,8 @@ use super::{
 };
 use crate::wire;
 use meshd_domain::{
-    Counter, LinkEnd, LinkMeasurement, LinkObservation, LossWindow, RdmaEndpoint, RdmaProbe,
-    RttHistogram, RttSummary,
+    Counter, LinkEnd, LinkFigures, LinkMeasurement, LinkObservation, LossWindow, RdmaEndpoint,
+    RdmaProbe, RttHistogram, RttSummary,
 };
 
 impl From<RttSummary> for wire::RttSummary {
@@ -131,23 +131,24 @@ impl From<wire::Counter> for Counter {
 
 impl From<LinkObservation> for wire::LinkObservation {
     fn from(o: LinkObservation) -> Self {
+        let figures = WireFigures::from(o.figures);
         Self {
             local: Some(o.local.into()),
             remote: Some(o.remote.into()),
-            interface_state: interface_state_wire(o.interface_state),
-            negotiated_speed_bps: o.negotiated_speed_bps.unwrap_or_default(),
-            expected_speed_bps: o.expected_speed_bps.unwrap_or_default(),
-            rdma_port_state: rdma_port_state_wire(o.rdma_port_state),
+            interface_state: figures.interface_state,
+            negotiated_speed_bps: figures.negotiated_speed_bps,
+            expected_speed_bps: figures.expected_speed_bps,
+            rdma_port_state: figures.rdma_port_state,
             gid_matches_address: o.gid_matches_address,
-            rtt: Some(o.rtt.into()),
+            rtt: figures.rtt,
             rtt_histogram: Some(o.rtt_histogram.into()),
-            loss: o.loss.into_iter().map(Into::into).collect(),
+            loss: figures.loss,
             mtu_loss: o.mtu_loss.into_iter().map(Into::into).collect(),
             probes_sent_total: o.probes_sent_total,
             probes_lost_total: o.probes_lost_total,
             last_reply_at: o.last_reply_at.map(Into::into),
             error_counters: o.error_counters.into_iter().map(Into::into).collect(),
-            silence_ns: nanos(o.silence),
+            silence_ns: figures.silence_ns,
             consecutive_lost: o.consecutive_lost,
             lateness_ns: nanos(o.lateness),
             rdma_probe: o.rdma_probe.map(|p| wire::RdmaProbe {
@@ -219,25 +220,27 @@ impl TryFrom<wire::LinkObservation> for LinkObservation {
             local: LinkEnd::try_from(required("local", o.local)?).map_err(|e| e.within("local"))?,
             remote: LinkEnd::try_from(required("remote", o.remote)?)
                 .map_err(|e| e.within("remote"))?,
-            interface_state: interface_state("interface_state", o.interface_state)?,
-            negotiated_speed_bps: optional_speed(o.negotiated_speed_bps),
-            expected_speed_bps: optional_speed(o.expected_speed_bps),
-            rdma_port_state: rdma_port_state("rdma_port_state", o.rdma_port_state)?,
+            figures: LinkFigures::try_from(WireFigures {
+                interface_state: o.interface_state,
+                negotiated_speed_bps: o.negotiated_speed_bps,
+                expected_speed_bps: o.expected_speed_bps,
+                rdma_port_state: o.rdma_port_state,
+                rtt: o.rtt,
+                loss: o.loss,
+                silence_ns: o.silence_ns,
+            })?,
             gid_matches_address: o.gid_matches_address,
-            rtt: o.rtt.map(RttSummary::from).unwrap_or_default(),
             rtt_histogram: o
                 .rtt_histogram
                 .map(RttHistogram::try_from)
                 .transpose()
                 .map_err(|e| e.within("rtt_histogram"))?
                 .unwrap_or_default(),
-            loss: each("loss", o.loss, LossWindow::try_from)?,
             mtu_loss: each("mtu_loss", o.mtu_loss, LossWindow::try_from)?,
             probes_sent_total: o.probes_sent_total,
             probes_lost_total: o.probes_lost_total,
             last_reply_at: optional_time("last_reply_at", o.last_reply_at)?,
             error_counters: o.error_counters.into_iter().map(Counter::from).collect(),
-            silence: Duration::from_nanos(o.silence_ns),
             consecutive_lost: o.consecutive_lost,
             lateness: Duration::from_nanos(o.lateness_ns),
             rdma_probe: o
@@ -264,17 +267,18 @@ impl TryFrom<wire::LinkObservation> for LinkObservation {
 
 impl From<LinkMeasurement> for wire::LinkMeasurement {
     fn from(m: LinkMeasurement) -> Self {
+        let figures = WireFigures::from(m.figures);
         Self {
             node: m.node.to_string(),
             peer: m.peer.to_string(),
             at: timestamp(m.at),
-            interface_state: interface_state_wire(m.interface_state),
-            negotiated_speed_bps: m.negotiated_speed_bps.unwrap_or_default(),
-            expected_speed_bps: m.expected_speed_bps.unwrap_or_default(),
-            rdma_port_state: rdma_port_state_wire(m.rdma_port_state),
-            rtt: Some(m.rtt.into()),
-            loss: m.loss.into_iter().map(Into::into).collect(),
-            silence_ns: nanos(m.silence),
+            interface_state: figures.interface_state,
+            negotiated_speed_bps: figures.negotiated_speed_bps,
+            expected_speed_bps: figures.expected_speed_bps,
+            rdma_port_state: figures.rdma_port_state,
+            rtt: figures.rtt,
+            loss: figures.loss,
+            silence_ns: figures.silence_ns,
         }
     }
 }
@@ -286,13 +290,57 @@ impl TryFrom<wire::LinkMeasurement> for LinkMeasurement {
             node: node_id("node", m.node)?,
             peer: node_id("peer", m.peer)?,
             at: time("at", m.at)?,
-            interface_state: interface_state("interface_state", m.interface_state)?,
-            negotiated_speed_bps: optional_speed(m.negotiated_speed_bps),
-            expected_speed_bps: optional_speed(m.expected_speed_bps),
-            rdma_port_state: rdma_port_state("rdma_port_state", m.rdma_port_state)?,
-            rtt: m.rtt.map(RttSummary::from).unwrap_or_default(),
-            loss: each("loss", m.loss, LossWindow::try_from)?,
-            silence: Duration::from_nanos(m.silence_ns),
+            figures: LinkFigures::try_from(WireFigures {
+                interface_state: m.interface_state,
+                negotiated_speed_bps: m.negotiated_speed_bps,
+                expected_speed_bps: m.expected_speed_bps,
+                rdma_port_state: m.rdma_port_state,
+                rtt: m.rtt,
+                loss: m.loss,
+                silence_ns: m.silence_ns,
+            })?,
+        })
+    }
+}
+
+/// The figures both `LinkObservation` and `LinkMeasurement` carry, as
+/// their wire fields: each message's conversion moves them here, and the
+/// figures are read and checked once.
+struct WireFigures {
+    interface_state: i32,
+    negotiated_speed_bps: u64,
+    expected_speed_bps: u64,
+    rdma_port_state: i32,
+    rtt: Option<wire::RttSummary>,
+    loss: Vec<wire::LossWindow>,
+    silence_ns: u64,
+}
+
+impl From<LinkFigures> for WireFigures {
+    fn from(f: LinkFigures) -> Self {
+        Self {
+            interface_state: interface_state_wire(f.interface_state),
+            negotiated_speed_bps: f.negotiated_speed_bps.unwrap_or_default(),
+            expected_speed_bps: f.expected_speed_bps.unwrap_or_default(),
+            rdma_port_state: rdma_port_state_wire(f.rdma_port_state),
+            rtt: Some(f.rtt.into()),
+            loss: f.loss.into_iter().map(Into::into).collect(),
+            silence_ns: nanos(f.silence),
+        }
+    }
+}
+
+impl TryFrom<WireFigures> for LinkFigures {
+    type Error = WireError;
+    fn try_from(f: WireFigures) -> Result<Self> {
+        Ok(Self {
+            interface_state: interface_state("interface_state", f.interface_state)?,
+            negotiated_speed_bps: optional_speed(f.negotiated_speed_bps),
+            expected_speed_bps: optional_speed(f.expected_speed_bps),
+            rdma_port_state: rdma_port_state("rdma_port_state", f.rdma_port_state)?,
+            rtt: f.rtt.map(RttSummary::from).unwrap_or_default(),
+            loss: each("loss", f.loss, LossWindow::try_from)?,
+            silence: Duration::from_nanos(f.silence_ns),
         })
     }
 }

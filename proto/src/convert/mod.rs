@@ -264,9 +264,9 @@ mod tests {
     use meshd_domain::fixtures::{id, wall};
     use meshd_domain::{
         Alarm, ClockOffset, ClockSample, Counter, Event, EventDetail, Incarnation, LinkEnd,
-        LinkMeasurement, LinkObservation, LinkVerdict, LossWindow, MeshStatus, NodeIdentity,
-        NodeLoad, NodeVerdict, PeerReply, Quorum, RdmaEndpoint, RdmaProbe, Refusal, ReportUpdate,
-        RttHistogram, RttSummary, StreamOpen,
+        LinkFigures, LinkMeasurement, LinkObservation, LinkVerdict, LossWindow, MeshStatus,
+        NodeIdentity, NodeLoad, NodeVerdict, PeerReply, Quorum, RdmaEndpoint, RdmaProbe, Refusal,
+        ReportUpdate, RttHistogram, RttSummary, StreamOpen,
     };
 
     fn sample_status() -> MeshStatus {
@@ -366,25 +366,27 @@ mod tests {
                 fix: "connect a Thunderbolt 5 cable between b and c".into(),
             }],
             measurements: vec![LinkMeasurement {
+                figures: LinkFigures {
+                    interface_state: InterfaceState::Up,
+                    negotiated_speed_bps: Some(80_000_000_000),
+                    expected_speed_bps: None,
+                    rdma_port_state: RdmaPortState::Active,
+                    rtt: RttSummary {
+                        p50: Duration::from_micros(80),
+                        p99: Duration::from_micros(140),
+                        samples: 500,
+                        ..RttSummary::default()
+                    },
+                    loss: vec![LossWindow {
+                        window: Duration::from_secs(1),
+                        sent: 100,
+                        lost: 100,
+                    }],
+                    silence: Duration::from_millis(2_500),
+                },
                 node: id("a"),
                 peer: id("c"),
                 at: wall(99),
-                interface_state: InterfaceState::Up,
-                negotiated_speed_bps: Some(80_000_000_000),
-                expected_speed_bps: None,
-                rdma_port_state: RdmaPortState::Active,
-                rtt: RttSummary {
-                    p50: Duration::from_micros(80),
-                    p99: Duration::from_micros(140),
-                    samples: 500,
-                    ..RttSummary::default()
-                },
-                loss: vec![LossWindow {
-                    window: Duration::from_secs(1),
-                    sent: 100,
-                    lost: 100,
-                }],
-                silence: Duration::from_millis(2_500),
             }],
         }
     }
@@ -722,33 +724,36 @@ mod tests {
             lateness: Duration::from_millis(4),
             full: true,
             links: vec![LinkObservation {
+                figures: LinkFigures {
+                    interface_state: InterfaceState::Up,
+                    negotiated_speed_bps: Some(80_000_000_000),
+                    expected_speed_bps: Some(80_000_000_000),
+                    rdma_port_state: RdmaPortState::Active,
+                    rtt: RttSummary {
+                        p50: Duration::from_micros(40),
+                        p90: Duration::from_micros(55),
+                        p99: Duration::from_micros(90),
+                        max: Duration::from_micros(300),
+                        host_delay_p50: Duration::from_micros(8),
+                        baseline_p50: Duration::from_micros(41),
+                        baseline_p99: Duration::from_micros(95),
+                        samples: 600,
+                    },
+                    loss: vec![LossWindow {
+                        window: Duration::from_secs(1),
+                        sent: 10,
+                        lost: 1,
+                    }],
+                    silence: Duration::from_millis(90),
+                },
                 local: status.links[0].a.clone(),
                 remote: status.links[0].b.clone(),
-                interface_state: InterfaceState::Up,
-                negotiated_speed_bps: Some(80_000_000_000),
-                expected_speed_bps: Some(80_000_000_000),
-                rdma_port_state: RdmaPortState::Active,
                 gid_matches_address: Some(true),
-                rtt: RttSummary {
-                    p50: Duration::from_micros(40),
-                    p90: Duration::from_micros(55),
-                    p99: Duration::from_micros(90),
-                    max: Duration::from_micros(300),
-                    host_delay_p50: Duration::from_micros(8),
-                    baseline_p50: Duration::from_micros(41),
-                    baseline_p99: Duration::from_micros(95),
-                    samples: 600,
-                },
                 rtt_histogram: RttHistogram {
                     bounds: BOUNDS.to_vec(),
                     counts: vec![10, 500, 90],
                     sum: Duration::from_micros(27_000),
                 },
-                loss: vec![LossWindow {
-                    window: Duration::from_secs(1),
-                    sent: 10,
-                    lost: 1,
-                }],
                 mtu_loss: vec![LossWindow {
                     window: Duration::from_secs(10),
                     sent: 10,
@@ -762,7 +767,6 @@ mod tests {
                     value: 2,
                     saturated: false,
                 }],
-                silence: Duration::from_millis(90),
                 consecutive_lost: 0,
                 lateness: Duration::from_millis(3),
                 rdma_probe: Some(RdmaProbe {

@@ -157,13 +157,14 @@ fn figures(measurements: &[&LinkMeasurement], now: SystemTime, out: &mut String)
     );
     for m in measurements {
         let rtt = |d| {
-            if m.rtt.samples == 0 {
+            if m.figures.rtt.samples == 0 {
                 "–".to_owned()
             } else {
                 fmt_duration(d)
             }
         };
         let loss: Vec<String> = m
+            .figures
             .loss
             .iter()
             .filter(|w| w.sent > 0)
@@ -175,7 +176,7 @@ fn figures(measurements: &[&LinkMeasurement], now: SystemTime, out: &mut String)
                 )
             })
             .collect();
-        let link_speed = match (m.negotiated_speed_bps, m.expected_speed_bps) {
+        let link_speed = match (m.figures.negotiated_speed_bps, m.figures.expected_speed_bps) {
             (Some(have), Some(want)) if have < want => {
                 format!("{} (expected {})", speed(have), speed(want))
             }
@@ -184,24 +185,24 @@ fn figures(measurements: &[&LinkMeasurement], now: SystemTime, out: &mut String)
             (None, None) => "unknown".to_owned(),
         };
         let mut silence = String::new();
-        if m.silence.as_secs() >= 1 {
-            silence = format!(" · silent for {}", fmt_duration(m.silence));
+        if m.figures.silence.as_secs() >= 1 {
+            silence = format!(" · silent for {}", fmt_duration(m.figures.silence));
         }
         let _ = write!(
             out,
             r#"<tr><th scope="row">{} → {}</th><td data-label="RTT p50">{}</td><td data-label="RTT p99">{}</td><td data-label="loss">{}</td><td data-label="speed">{}</td><td data-label="RDMA port">{}</td><td data-label="interface">{}</td><td data-label="as of">{}{}</td></tr>"#,
             esc(m.node.as_str()),
             esc(m.peer.as_str()),
-            rtt(m.rtt.p50),
-            rtt(m.rtt.p99),
+            rtt(m.figures.rtt.p50),
+            rtt(m.figures.rtt.p99),
             if loss.is_empty() {
                 "no probes yet".to_owned()
             } else {
                 loss.join(", ")
             },
             esc(&link_speed),
-            m.rdma_port_state,
-            m.interface_state,
+            m.figures.rdma_port_state,
+            m.figures.interface_state,
             age(m.at, now),
             esc(&silence)
         );

@@ -120,16 +120,16 @@ pub fn pair_summary(pair: &Pair<'_>) -> String {
             "\n{} → {}: RTT p50 {} p99 {}",
             m.node,
             m.peer,
-            fmt_duration(m.rtt.p50),
-            fmt_duration(m.rtt.p99)
+            fmt_duration(m.figures.rtt.p50),
+            fmt_duration(m.figures.rtt.p99)
         );
-        if let Some(w) = m.loss.first() {
+        if let Some(w) = m.figures.loss.first() {
             let _ = write!(text, ", loss {}", percent(w.ratio()));
         }
-        if let Some(bps) = m.negotiated_speed_bps {
+        if let Some(bps) = m.figures.negotiated_speed_bps {
             let _ = write!(text, ", {}", super::text::speed(bps));
         }
-        let _ = write!(text, ", RDMA {}", m.rdma_port_state);
+        let _ = write!(text, ", RDMA {}", m.figures.rdma_port_state);
     }
     if let Some(v) = pair.verdict {
         for line in v.evidence.iter().take(5) {

@@ -5,8 +5,8 @@ use std::time::Duration;
 use meshd_domain::facts::{Cable, CableEnd, CheckResult, CheckStatus};
 use meshd_domain::fixtures::{id, wall};
 use meshd_domain::{
-    Alarm, AlarmKind, Blame, Incarnation, InterfaceState, LinkEnd, LinkMeasurement, LinkState,
-    LinkVerdict, LossWindow, MeshStatus, NodeIdentity, NodeState, NodeVerdict, Quorum,
+    Alarm, AlarmKind, Blame, Incarnation, InterfaceState, LinkEnd, LinkFigures, LinkMeasurement,
+    LinkState, LinkVerdict, LossWindow, MeshStatus, NodeIdentity, NodeState, NodeVerdict, Quorum,
     RdmaPortState, RttSummary, Severity,
 };
 
@@ -40,25 +40,27 @@ fn cable_end(node: &str, peer: usize) -> CableEnd {
 
 fn measurement(node: &str, peer: &str) -> LinkMeasurement {
     LinkMeasurement {
+        figures: LinkFigures {
+            interface_state: InterfaceState::Up,
+            negotiated_speed_bps: Some(80_000_000_000),
+            expected_speed_bps: Some(80_000_000_000),
+            rdma_port_state: RdmaPortState::Active,
+            rtt: RttSummary {
+                p50: Duration::from_micros(85),
+                p99: Duration::from_micros(140),
+                samples: 1_000,
+                ..RttSummary::default()
+            },
+            loss: vec![LossWindow {
+                window: Duration::from_secs(1),
+                sent: 100,
+                lost: 0,
+            }],
+            silence: Duration::from_millis(10),
+        },
         node: id(node),
         peer: id(peer),
         at: wall(99),
-        interface_state: InterfaceState::Up,
-        negotiated_speed_bps: Some(80_000_000_000),
-        expected_speed_bps: Some(80_000_000_000),
-        rdma_port_state: RdmaPortState::Active,
-        rtt: RttSummary {
-            p50: Duration::from_micros(85),
-            p99: Duration::from_micros(140),
-            samples: 1_000,
-            ..RttSummary::default()
-        },
-        loss: vec![LossWindow {
-            window: Duration::from_secs(1),
-            sent: 100,
-            lost: 0,
-        }],
-        silence: Duration::from_millis(10),
     }
 }
 
