@@ -12,7 +12,7 @@ use meshd_platform::macos::{MacosOutputs, join};
 use meshd_platform::source::{CaptureError, HostCommand};
 
 const OWN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/macos");
-const SHARED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/macos");
+const SHARED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/macos-captures");
 
 fn fixture(name: &str) -> String {
     [OWN, SHARED]
@@ -164,7 +164,7 @@ fn a_static_cable_passes_and_an_unread_service_is_unknown() {
 }
 
 /// TN3205's capture of an active bridge0 over en2, en3, en4, with the
-/// service named as the shared captures name it.
+/// service named as the captures name it.
 fn bridge(services: &str) -> NodeFacts {
     let outputs = MacosOutputs::default()
         .with(

@@ -1,4 +1,4 @@
-//! Every macOS command output in ../shared/fixtures/macos and in this
+//! Every macOS command output in tests/fixtures/macos-captures and in this
 //! crate's tests/fixtures/macos is parsed by its parser, and the facts it
 //! holds (each directory's SOURCES.md) are asserted.
 
@@ -30,10 +30,10 @@ use meshd_platform::macos::system_profiler::{
 };
 use meshd_platform::macos::vm_stat::parse_vm_stat;
 
-/// The team's shared captures, and the ones this crate adds (netstat, the
+/// The captures in macos-captures/, and the ones this crate adds (netstat, the
 /// MLX docs' M3 Ultra device list).
 const FIXTURE_DIRS: [&str; 2] = [
-    concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/macos"),
+    concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/macos-captures"),
     concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/macos"),
 ];
 

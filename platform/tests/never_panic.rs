@@ -35,7 +35,7 @@ use proptest::prelude::*;
 use serde_json::Value;
 
 const FIXTURE_DIRS: [&str; 3] = [
-    concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/macos"),
+    concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/macos-captures"),
     concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/macos"),
     concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/linux"),
 ];

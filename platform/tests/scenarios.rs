@@ -20,9 +20,9 @@ use meshd_platform::macos::NO_RDMA_TRAFFIC_COUNTER;
 use meshd_platform::source::{CaptureError, HostCommand, ReplaySource, Source, VerbsDevices};
 
 const SCENARIOS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/scenarios");
-/// The shared captures, and the ones this crate adds.
+/// The captures in macos-captures/, and the ones this crate adds.
 const FIXTURE_DIRS: [&str; 2] = [
-    concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/macos"),
+    concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/macos-captures"),
     concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/macos"),
 ];
 const GBPS: u64 = 1_000_000_000;

@@ -300,7 +300,7 @@ mod tests {
     fn macos_bridges_are_the_bridge_stanzas_of_ifconfig() {
         let text = include_str!(concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../../shared/fixtures/macos/ifconfig_a_IntelMac_bridge0-inactive_plus-bridge100-vmnet.txt"
+            "/../platform/tests/fixtures/macos-captures/ifconfig_a_IntelMac_bridge0-inactive_plus-bridge100-vmnet.txt"
         ));
         /// (name, forwarding, members, packets)
         type Seen = (String, Option<bool>, Vec<String>, Option<u64>);
@@ -330,7 +330,7 @@ mod tests {
         // it: the flags lose UP and RUNNING, XNU's status line stays.
         let text = include_str!(concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../../shared/fixtures/macos/ifconfig_bridge0_active_TN3205_excerpt.txt"
+            "/../platform/tests/fixtures/macos-captures/ifconfig_bridge0_active_TN3205_excerpt.txt"
         ));
         let up = macos_bridges(text);
         assert_eq!(up[0].active, Some(true));
