@@ -23,6 +23,9 @@ pub enum Backend {
 /// A Thunderbolt 5 Mac-to-Mac link negotiates 80 Gb/s.
 pub(crate) const TB5_LINK_BPS: u64 = 80_000_000_000;
 
+/// Thunderbolt 4 / USB4 ports top out at 40 Gb/s.
+pub(crate) const TB4_MAX_BPS: u64 = 40_000_000_000;
+
 /// JACCL's full mesh caps at 8 ranks (ARCHITECTURE.md, Field facts).
 pub const JACCL_MAX_RANKS: usize = 8;
 

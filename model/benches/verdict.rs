@@ -23,7 +23,7 @@ use meshd_domain::{
     PeerReport, RdmaPortState, RttHistogram, RttSummary,
 };
 use meshd_model::fixtures::{default_engine_settings, moment};
-use meshd_model::link::{MEDIUM_WINDOW, SHORT_WINDOW};
+use meshd_model::link_rules::{MEDIUM_WINDOW, SHORT_WINDOW};
 use meshd_model::peers::{Path, PathState, PeerView};
 use meshd_model::time::Moment;
 use meshd_model::verdict::{Engine, ExpectedLink, LocalObservation, MeshInputs};

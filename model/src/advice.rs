@@ -242,7 +242,8 @@ mod tests {
 
     use super::*;
     use crate::fixtures::{healthy_observation, link_rules};
-    use crate::link::{EndView, MEDIUM_WINDOW, SHORT_WINDOW, assess};
+    use crate::link::{EndView, assess};
+    use crate::link_rules::{MEDIUM_WINDOW, SHORT_WINDOW};
 
     /// The evidence `link::assess` writes for the two ends' observations.
     fn evidence(a: &LinkObservation, b: &LinkObservation) -> Vec<String> {

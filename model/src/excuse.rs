@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use meshd_domain::LossWindow;
 
-use crate::link::{LinkRules, MEDIUM_WINDOW};
+use crate::link_rules::{LinkRules, MEDIUM_WINDOW};
 use crate::linkstats::{LATE, LATENESS_MEMORY};
 
 /// What lateness explains of one end's view of a link.

@@ -11,7 +11,7 @@ use meshd_domain::{
     RttSummary,
 };
 
-use crate::link::{LinkRules, MEDIUM_WINDOW, SHORT_WINDOW};
+use crate::link_rules::{LinkRules, MEDIUM_WINDOW, SHORT_WINDOW};
 use crate::time::Moment;
 use crate::verdict::EngineSettings;
 

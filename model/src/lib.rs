@@ -17,6 +17,7 @@ pub mod histogram;
 pub mod job_watch;
 pub mod jobs;
 pub mod link;
+pub mod link_rules;
 pub mod linkstats;
 pub mod load;
 pub mod memory;

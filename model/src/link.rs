@@ -8,19 +8,12 @@ use std::time::{Duration, Instant};
 use meshd_domain::{LinkObservation, LinkState, LossWindow, RdmaPortState, RttSummary};
 
 use crate::excuse::Excuse;
+use crate::link_rules::{LinkRules, MEDIUM_WINDOW, SHORT_WINDOW};
 use crate::linkstats::LATE;
 
-/// The windows the prober reports, by length.
-pub const SHORT_WINDOW: Duration = Duration::from_secs(1);
-pub const MEDIUM_WINDOW: Duration = Duration::from_secs(10);
 /// A ratio over few probes is noise: one late MTU-sized probe is 10 % of a
 /// 10 s window. Degraded needs at least this many lost, whatever the ratio.
 pub const MIN_LOST_FOR_DEGRADED: u64 = 3;
-
-/// The active RDMA probe (about one a second) must miss this many in a
-/// row before the RDMA path counts as failing: one lost UC message is not
-/// a broken queue pair.
-pub const RDMA_PROBE_FAILURES_FOR_DEGRADED: u32 = 3;
 
 /// Fewer RTT samples than this say nothing about a p99.
 const MIN_RTT_SAMPLES: u64 = 20;
@@ -37,41 +30,6 @@ pub const CLEAR_AFTER: Duration = Duration::from_secs(5);
 /// this long: one more swing of the flap is not news, a cable that then
 /// died for good is (flapping never hides a link that stays down).
 pub const DOWN_WHILE_FLAPPING: Duration = Duration::from_secs(5);
-
-/// The lines the engine draws, from the config's thresholds.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct LinkRules {
-    pub down_after: Duration,
-    pub loss_degraded: f64,
-    pub loss_down: f64,
-    pub rtt_p99_factor: f64,
-    pub rtt_min_increase: Duration,
-    pub flap_window: Duration,
-    /// Changes between up and down within `flap_window` that make a link
-    /// flapping; down and back is two changes, so this many halved is the
-    /// number of outages (at least two: one pull and plug of a cable is
-    /// never flapping).
-    pub flap_changes: u32,
-    /// A probe unanswered this long is lost (`probe.timeout`).
-    pub probe_timeout: Duration,
-    /// How often the prober sends a small probe: how many probes a time
-    /// spans, in a window the prober did not probe through (it started
-    /// within it).
-    pub probe_interval: Duration,
-    /// The longest an on-time probe tick waits for the next: a peer's
-    /// request waits that long for its answer, and a late tick's lateness
-    /// more.
-    pub tick_gap: Duration,
-}
-
-impl LinkRules {
-    /// Outages within the window that make a link flapping.
-    fn flap_episodes(&self) -> usize {
-        usize::try_from(self.flap_changes / 2)
-            .unwrap_or(usize::MAX)
-            .max(2)
-    }
-}
 
 /// One end's observation of the link, as seen from the evaluating node now.
 #[derive(Debug, Clone, Copy)]
@@ -571,6 +529,7 @@ mod tests {
 
     use super::*;
     use crate::fixtures::{healthy_observation, instant_ms, link_rules};
+    use crate::rdma::RDMA_PROBE_FAILURES_FOR_DEGRADED;
 
     fn silent(for_ms: u64) -> LinkObservation {
         LinkObservation {

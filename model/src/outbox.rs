@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use meshd_domain::facts::NodeFacts;
 use meshd_domain::{Alarm, ClockOffset, LinkObservation, NodeId, NodeLoad, ReportUpdate};
 
-use crate::link::{EndClass, LinkRules};
+use crate::link::EndClass;
+use crate::link_rules::LinkRules;
 use crate::time::Moment;
 
 /// A clock offset that moved less than this since it was sent is not

@@ -20,7 +20,8 @@ use meshd_domain::{
 };
 
 use self::report::{apply, check_update};
-use crate::link::{EndClass, LinkRules};
+use crate::link::EndClass;
+use crate::link_rules::LinkRules;
 use crate::linkstats::LATE;
 
 mod report;

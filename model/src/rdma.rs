@@ -15,7 +15,10 @@ use std::time::{Duration, SystemTime};
 
 use meshd_domain::{RdmaEndpoint, RdmaProbe};
 
-use crate::link::RDMA_PROBE_FAILURES_FOR_DEGRADED;
+/// The active RDMA probe (about one a second) must miss this many in a
+/// row before the RDMA path counts as failing: one lost UC message is not
+/// a broken queue pair.
+pub const RDMA_PROBE_FAILURES_FOR_DEGRADED: u32 = 3;
 
 /// What this end's RDMA probe of one link shows the verdicts and the peer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -9,7 +9,7 @@ use meshd_model::bridge::StormSettings;
 use meshd_model::cpu::SpikeRules;
 use meshd_model::job_watch::JobSettings;
 use meshd_model::jobs::JobRules;
-use meshd_model::link::LinkRules;
+use meshd_model::link_rules::LinkRules;
 use meshd_model::memory::MemoryRules;
 use meshd_model::node::NodeSettings;
 use meshd_model::orphans::OrphanRules;

@@ -5,7 +5,6 @@
 //! needs), runs the detector and publishes the alarms it holds active.
 
 use std::collections::BTreeSet;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -77,7 +76,8 @@ pub fn spawn(
         let mut tick = sample_every(&config);
         let (network_changed, mut network_changes) = tokio::sync::mpsc::channel(1);
         // Kept for the life of the task: dropping it stops the watching.
-        let _network_watch = (os == Os::MacOs).then(|| watch_network_config(network_changed));
+        let _network_watch =
+            (os == Os::MacOs).then(|| crate::watch::network::watch_network_config(network_changed));
         let mut facts_open = true;
         let mut failing = false;
         loop {
@@ -141,45 +141,6 @@ pub fn spawn(
         }
     });
     rx
-}
-
-/// macOS keeps its network configuration (services, the Thunderbolt
-/// Bridge's enabled state) in this directory's preferences.plist.
-const NETWORK_PREFERENCES: &str = "/Library/Preferences/SystemConfiguration";
-
-/// Sends on `changed` whenever macOS's network configuration changes (the
-/// facts watch re-reads on it too); `None`, logged, where it cannot watch.
-pub(crate) fn watch_network_config(
-    changed: tokio::sync::mpsc::Sender<()>,
-) -> Option<notify::RecommendedWatcher> {
-    use notify::Watcher;
-    let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        if event.is_ok_and(|e| !e.kind.is_access()) {
-            // Full means a sample is already due: this one adds nothing.
-            let _ = changed.try_send(());
-        }
-    });
-    let mut watcher = match watcher {
-        Ok(watcher) => watcher,
-        Err(err) => {
-            tracing::warn!(
-                "cannot watch the network configuration, bridges are sampled on the interval only: {err}"
-            );
-            return None;
-        }
-    };
-    match watcher.watch(
-        Path::new(NETWORK_PREFERENCES),
-        notify::RecursiveMode::NonRecursive,
-    ) {
-        Ok(()) => Some(watcher),
-        Err(err) => {
-            tracing::warn!(
-                "cannot watch {NETWORK_PREFERENCES}, bridges are sampled on the interval only: {err}"
-            );
-            None
-        }
-    }
 }
 
 async fn sample(os: Os, mesh: &BTreeSet<String>) -> Result<Vec<BridgeObservation>, String> {

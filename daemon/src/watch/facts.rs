@@ -73,7 +73,7 @@ pub fn spawn(
         // back) is read at once, not a facts interval later.
         let (network_changed, mut network_changes) = tokio::sync::mpsc::channel(1);
         let _network_watch = (meshd_platform::this_os() == OsKind::Macos)
-            .then(|| crate::watch::bridge::watch_network_config(network_changed));
+            .then(|| crate::watch::network::watch_network_config(network_changed));
         // Network changes can make reads come fast; their warnings do not.
         let mut warnings = Throttle::new(REPEAT_INTERVAL);
         let mut tick = crate::cadence::every(platform.facts_interval);

@@ -7,6 +7,7 @@ pub mod bridge;
 pub mod cpu;
 pub mod facts;
 pub mod memory;
+pub mod network;
 pub mod processes;
 
 use std::sync::Arc;

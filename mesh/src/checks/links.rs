@@ -6,10 +6,10 @@ use std::net::Ipv4Addr;
 
 use meshd_domain::facts::{CheckResult, Ipv4Cidr, Ipv4Method, NodeFacts, OsKind, PortFact};
 
-use super::rdma::TB4_MAX_BPS;
 use super::{
     Check, NodeView, linked_ports, no_linked_port, peer_label, port_label, unknown_cabling,
 };
+use crate::TB4_MAX_BPS;
 use crate::{TB5_LINK_BPS, gbps};
 
 pub(super) fn address_fix(facts: &NodeFacts, port: &PortFact, address: &str, prefix: u8) -> String {

@@ -9,10 +9,7 @@ use meshd_domain::facts::{CheckResult, NodeFacts, OsKind, PortFact};
 use super::links::{address_fix, cidrs};
 use super::{Check, NodeView, peer_label, port_label};
 use crate::views::agreed_rdma_service;
-use crate::{TB5_LINK_BPS, gbps};
-
-/// Thunderbolt 4 / USB4 ports top out at 40 Gb/s.
-pub(super) const TB4_MAX_BPS: u64 = 40_000_000_000;
+use crate::{TB4_MAX_BPS, TB5_LINK_BPS, gbps};
 
 pub(super) const ENABLE_RDMA_FIX: &str = "restart into macOS Recovery (hold the power button, \
      Options), open Utilities > Terminal, run `rdma_ctl enable`, then restart";

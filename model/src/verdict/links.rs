@@ -14,7 +14,8 @@ use super::{
     Positions, link_key,
 };
 use crate::excuse::LateMemory;
-use crate::link::{EndClass, EndView, LinkRules, LinkTracker, MEDIUM_WINDOW, assess, fmt_duration};
+use crate::link::{EndClass, EndView, LinkTracker, assess, fmt_duration};
+use crate::link_rules::{LinkRules, MEDIUM_WINDOW};
 use crate::time::Moment;
 
 impl Engine {

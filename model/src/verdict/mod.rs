@@ -17,7 +17,8 @@ use meshd_domain::{
     NodeIdentity, NodeLoad, NodeState, Quorum,
 };
 
-use crate::link::{EndView, LinkRules, LinkTracker};
+use crate::link::{EndView, LinkTracker};
+use crate::link_rules::LinkRules;
 use crate::linkstats::{LATE, LATENESS_MEMORY};
 use crate::peers::{Path, PathLiveness, PathState, PeerView};
 use crate::quorum;
