@@ -566,6 +566,7 @@ mod tests {
             },
             blamed_node: None,
             recent_changes: 0,
+            flapping: false,
             fix: (state != LinkState::Up).then(|| "reseat or replace the cable".to_owned()),
         }
     }

@@ -153,6 +153,7 @@ mod tests {
             blame: Blame::Node,
             blamed_node: Some(id("c")),
             recent_changes: 0,
+            flapping: false,
             fix: None,
         }));
         let doc: serde_json::Value = serde_json::from_str(&line(&blamed, true)).expect("json");

@@ -351,6 +351,7 @@ fn update(sequence: u64, alarms: Vec<Alarm>) -> wire::PeerMessage {
         },
         facts: None,
         has_quorum: None,
+        leader: None,
         clock_offsets: None,
     }))
     .into()

@@ -389,6 +389,9 @@ pub struct LinkVerdict {
     pub blame: Blame,
     pub blamed_node: Option<NodeId>,
     pub recent_changes: u32,
+    /// Enough outages within the flap window to call the link flapping:
+    /// while such a link is down, its flapping holds too.
+    pub flapping: bool,
     /// What to do about a link that is not up, in one line.
     pub fix: Option<String>,
 }
@@ -743,6 +746,8 @@ pub struct PeerReport {
     /// How late the sender's timers ran when it sent its last update.
     pub lateness: Duration,
     pub has_quorum: bool,
+    /// The member the sender follows as its alert leader.
+    pub leader: Option<NodeId>,
     /// The sender's clock against its peers'.
     pub clock_offsets: Arc<[ClockOffset]>,
 }
@@ -761,6 +766,7 @@ impl PeerReport {
             load: NodeLoad::default(),
             lateness: Duration::ZERO,
             has_quorum: false,
+            leader: None,
             clock_offsets: Arc::new([]),
         }
     }
@@ -801,6 +807,9 @@ pub struct ReportUpdate {
     pub load: NodeLoad,
     pub facts: Option<NodeFacts>,
     pub has_quorum: Option<bool>,
+    /// When changed: the member the sender follows as its alert leader
+    /// (`Some(None)`: none).
+    pub leader: Option<Option<NodeId>>,
     pub clock_offsets: Option<Vec<ClockOffset>>,
 }
 
@@ -864,6 +873,7 @@ impl ReportUpdate {
             || self.hears.is_some()
             || self.heard_on_management.is_some()
             || self.has_quorum.is_some()
+            || self.leader.is_some()
             || self.clock_offsets.is_some()
             || self.facts.is_some()
     }

@@ -274,6 +274,7 @@ mod tests {
             },
             blamed_node: None,
             recent_changes: 0,
+            flapping: false,
             fix: None,
         }
     }
@@ -365,6 +366,7 @@ mod tests {
             nodes: vec![],
             links: vec![LinkVerdict {
                 recent_changes: 4,
+                flapping: false,
                 ..verdict(LinkState::Flapping, vec![])
             }],
             alarms: vec![],

@@ -2,8 +2,9 @@
 //! alarms of a node's status, and the state machine that decides what to
 //! send when — firing alerts at once and again every resend interval,
 //! resolved alerts explicitly — and who sends: the leader of the quorum
-//! everything, a node without quorum only what it alone can still vouch for
-//! (a peer silent on every path, the lost quorum itself).
+//! everything, a follower what the leader has not posted within a grace, a
+//! node without quorum only what it alone can still vouch for (the lost
+//! quorum; in a mesh of two, the silent peer). See [`AlertState`].
 //!
 //! An alert's labels are exactly those of the shipped Prometheus rule for
 //! the same fault (dashboards/prometheus/meshd.rules.yml), so when both are
@@ -12,7 +13,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant, SystemTime};
 
-use meshd_domain::{AlarmKind, Blame, LinkState, MeshStatus, NodeId, NodeState, Severity};
+use meshd_domain::{
+    AlarmKind, Blame, LinkState, LinkVerdict, MeshStatus, NodeId, NodeState, Severity,
+};
 
 pub type Labels = BTreeMap<String, String>;
 
@@ -28,13 +31,6 @@ pub struct Alert {
     pub labels: Labels,
     pub annotations: BTreeMap<String, String>,
     pub starts_at: SystemTime,
-}
-
-/// One alert to post, with the end Alertmanager should assume.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Post {
-    pub alert: Alert,
-    pub ends_at: SystemTime,
 }
 
 /// What a node posts.
@@ -149,10 +145,15 @@ pub fn alerts(status: &MeshStatus, role: Role) -> Vec<Alert> {
     out
 }
 
-/// What a node without quorum can vouch for alone: a peer silent on every
-/// path is down whatever the quorum (a two-node mesh that lost a node must
-/// still page), and the lost quorum itself.
+/// What a node without quorum can vouch for alone: the lost quorum itself,
+/// and in a mesh of two, a peer silent on every path (a two-node mesh that
+/// lost a node must still page; it cannot tell a dead peer from being cut
+/// off itself). In a larger mesh a node without quorum is more likely cut
+/// off than surrounded by the dead, so it pages only that.
 fn minority_alerts(status: &MeshStatus, me: &NodeId) -> Vec<Alert> {
+    if status.quorum.configured.len() > 2 {
+        return no_quorum_alert(status, me).into_iter().collect();
+    }
     let seen_by = format!(
         "seen by {me} alone, without quorum ({} of {} members heard)",
         status.quorum.members.len(),
@@ -203,7 +204,23 @@ fn no_quorum_alert(status: &MeshStatus, me: &NodeId) -> Option<Alert> {
 /// An alert for each link that is down, degraded or flapping by its own
 /// fault.
 fn link_alerts<'a>(status: &'a MeshStatus, me: &'a NodeId) -> impl Iterator<Item = Alert> + 'a {
-    status.links.iter().filter_map(move |link| {
+    // A flapping link that stays dark is down, and still flapping: its
+    // flapping page holds instead of resolving and firing again.
+    let flapping_and_down = status
+        .links
+        .iter()
+        .filter(|l| l.flapping && l.state == LinkState::Down && l.blame == Blame::Link)
+        .map(|l| LinkVerdict {
+            state: LinkState::Flapping,
+            ..l.clone()
+        });
+    let links: Vec<LinkVerdict> = status
+        .links
+        .iter()
+        .cloned()
+        .chain(flapping_and_down)
+        .collect();
+    links.into_iter().filter_map(move |link| {
         let (name, severity, what) = match (link.state, link.blame) {
             (LinkState::Down, Blame::Link) => ("MeshLinkDown", Severity::Critical, "down"),
             (LinkState::Degraded, Blame::Link) => {
@@ -262,132 +279,390 @@ fn alarm_alerts<'a>(status: &'a MeshStatus, me: &'a NodeId) -> impl Iterator<Ite
     })
 }
 
-/// Firing alerts are posted with an end this many resend intervals ahead:
-/// if every poster dies, Alertmanager resolves them by itself.
-const LEASE_RESENDS: u32 = 4;
+/// A follower posts an alert itself only once it held it this long and
+/// Alertmanager lacked it this long: an honest leader posts within a look,
+/// and the nodes' views of a fault that ends differ for about a heartbeat,
+/// so only a leader that is gone, deaf or lying leaves an alert missing
+/// this long.
+pub const BACKUP_GRACE: Duration = Duration::from_secs(5);
 
-#[derive(Debug, Default)]
-pub struct AlertState {
-    /// Firing alerts by labels, with when they were last posted.
-    firing: BTreeMap<Labels, (Alert, Instant)>,
-    /// When this node last looked up what Alertmanager holds.
-    reconciled_at: Option<Instant>,
-    /// The role of the last step.
-    role: Option<Role>,
+/// How often a node reads back what Alertmanager holds: the leader to
+/// resolve what nobody holds true any more, a follower to post what the
+/// leader has not. With [`BACKUP_GRACE`] this bounds how long one lying
+/// member can keep a page from Alertmanager; and a follower must see a page
+/// the leader fired and resolved while their views differed (a second or
+/// two, at the end of a fault), or it would take the gap for a leader that
+/// posts nothing.
+pub const CHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// An alert nobody re-posted for this many resend intervals has no live
+/// poster: any leader that does not hold it true resolves it.
+const ABANDONED_AFTER_RESENDS: u32 = 2;
+
+/// What Alertmanager holds of one alert meshd posted, as a poster reads it
+/// back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    /// Its labels, annotations (of the last post) and start.
+    pub alert: Alert,
+    /// Who posted it last (the [`POSTED_BY`] annotation of the last post).
+    pub posted_by: Option<String>,
+    /// Firing now (not resolved).
+    pub firing: bool,
+    /// How long ago it was last posted, by Alertmanager's own clock.
+    pub since_update: Duration,
 }
 
-/// What one step wants done.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct Step {
-    pub posts: Vec<Post>,
-    /// This node just took over posting: the alerts another node left
-    /// firing at Alertmanager must be looked up and, unless still true,
-    /// resolved (see [`AlertState::reconcile`]).
-    pub reconcile: bool,
+/// One post: an alert firing, or its explicit resolve. Times are this
+/// node's wall clock; the pusher converts them to Alertmanager's (the
+/// poster's clock must not decide when a page starts or ends), and posts
+/// a firing alert without an end: Alertmanager's own `resolve_timeout`
+/// ends it if every poster dies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Post {
+    pub alert: Alert,
+    /// Resolved at this time; `None`: firing.
+    pub resolved_at: Option<SystemTime>,
+}
+
+/// An alert this node posted firing and has not resolved.
+#[derive(Debug, Clone)]
+struct Posted {
+    alert: Alert,
+    /// When it was last posted.
+    at: Instant,
+    /// In which role: a node without quorum resolves only what it posted
+    /// without quorum (the rest it can no longer judge).
+    role: Role,
+}
+
+/// The posting state machine of one node. Every node runs it after each
+/// look ([`AlertState::after_look`]) and, every [`CHECK_EVERY`], with what
+/// Alertmanager holds ([`AlertState::check`]):
+///
+/// - the leader posts every alert of its status at once and again every
+///   resend interval, resolves its own posts explicitly when they clear,
+///   and resolves what Alertmanager still fires that nobody holds true: a
+///   former leader's or a minority's leftovers, never an alert a live
+///   member re-posts (two leaders in a one-sided partition do not resolve
+///   each other's pages);
+/// - a follower posts what it held for [`BACKUP_GRACE`] that Alertmanager
+///   lacked as long (a leader that is gone or lies cannot silence a page),
+///   and resolves its own posts when they clear;
+/// - a node without quorum posts only what it alone can vouch for (the lost
+///   quorum; in a mesh of two, the silent peer) and never resolves what it
+///   posted with quorum: it cannot judge it any more.
+///
+/// All posters use the same labels, so Alertmanager merges their posts
+/// into one alert.
+#[derive(Debug, Default)]
+pub struct AlertState {
+    posted: BTreeMap<Labels, Posted>,
+    /// What this node holds true now (as the leader would post it), and
+    /// since when.
+    held_since: BTreeMap<Labels, (Alert, Instant)>,
+    /// Alerts this node holds that Alertmanager lacked at every check
+    /// since then.
+    lacking_since: BTreeMap<Labels, Instant>,
+    role: Option<Role>,
+    checked_at: Option<Instant>,
+    /// What this node resolved lately: what Alertmanager was read to hold
+    /// before that is not resolved again.
+    resolved: BTreeMap<Labels, Instant>,
 }
 
 impl AlertState {
-    /// What to post after a look that produced `status`: its alerts, as
-    /// this node's role in it posts them (the daemon's alert pusher and the
-    /// whole-cluster simulation both step this way).
+    /// What to post after a look that produced `status`: new alerts of this
+    /// node's role at once, its own posts again every `resend_every`, and
+    /// the resolves of its own posts that cleared.
     pub fn after_look(
         &mut self,
         status: &MeshStatus,
         now: Instant,
         wall: SystemTime,
         resend_every: Duration,
-    ) -> Step {
+    ) -> Vec<Post> {
         let role = Role::of(status);
-        self.step(alerts(status, role), role, now, wall, resend_every)
+        let took_over = role == Role::Leader && self.role != Some(Role::Leader);
+        if took_over {
+            // A new leader reads back at once what it inherits.
+            self.checked_at = None;
+        }
+        self.role = Some(role);
+        self.follow_held(status, now);
+        self.resolved
+            .retain(|_, at| now.saturating_duration_since(*at) < CHECK_EVERY * 2);
+        let current = alerts(status, role);
+        let mut posts = self.resolve_cleared(role, &current, wall);
+        for post in &posts {
+            self.resolved.insert(post.alert.labels.clone(), now);
+        }
+        for alert in current {
+            posts.extend(self.post_firing(alert, role, now, resend_every));
+        }
+        // What a follower posted as a backup stays alive while it holds.
+        let refresh: Vec<(Alert, Role)> = self
+            .posted
+            .values()
+            .filter(|p| p.role == Role::Follower && role == Role::Follower)
+            .map(|p| (p.alert.clone(), p.role))
+            .collect();
+        for (alert, posted_as) in refresh {
+            let alert = self
+                .held_since
+                .get(&alert.labels)
+                .map_or(alert, |(current, _)| current.clone());
+            posts.extend(self.post_firing(alert, posted_as, now, resend_every));
+        }
+        posts
     }
 
-    /// What to post now. A follower posts nothing and forgets what it
-    /// posted: the leader owns the alerts from now on and reconciles what
-    /// it finds at Alertmanager.
-    pub fn step(
+    /// Whether it is time to read back what Alertmanager holds.
+    pub fn check_due(&self, now: Instant) -> bool {
+        self.checked_at
+            .is_none_or(|at| now.saturating_duration_since(at) >= CHECK_EVERY)
+    }
+
+    /// What to post given what Alertmanager holds (`found`, every alert
+    /// meshd posted there that is still known to it): the leader resolves
+    /// what is abandoned and untrue, a follower posts what the leader has
+    /// not, and every node resolves its own posts that Alertmanager still
+    /// fires but it no longer holds (left from before a restart of this
+    /// node's pusher, or from another role).
+    pub fn check(
         &mut self,
-        current: Vec<Alert>,
-        role: Role,
+        status: &MeshStatus,
+        found: &[Held],
         now: Instant,
         wall: SystemTime,
         resend_every: Duration,
-    ) -> Step {
-        // The leader also looks again every resend interval: a node that
-        // posted alone while it had no quorum forgets its alerts when it
-        // rejoins as a follower, and only the leader can resolve them.
-        let reconcile_due = role == Role::Leader
-            && self
-                .reconciled_at
-                .is_none_or(|at| now.saturating_duration_since(at) >= resend_every);
-        let took_over = role != Role::Follower && self.role != Some(role);
-        if took_over || reconcile_due {
-            self.reconciled_at = Some(now);
-        }
-        self.role = Some(role);
-        if role == Role::Follower {
-            self.firing.clear();
-            return Step::default();
-        }
-        let lease = wall + resend_every.saturating_mul(LEASE_RESENDS);
+    ) -> Vec<Post> {
+        self.checked_at = Some(now);
+        let role = Role::of(status);
+        let me = status.node.id.as_str();
+        let firing: BTreeMap<&Labels, &Held> = found
+            .iter()
+            .filter(|h| h.firing)
+            .map(|h| (&h.alert.labels, h))
+            .collect();
         let mut posts = Vec::new();
-        let current_labels: BTreeSet<Labels> = current.iter().map(|a| a.labels.clone()).collect();
-        for (labels, (alert, _)) in &self.firing {
-            if !current_labels.contains(labels) {
-                posts.push(Post {
-                    alert: alert.clone(),
-                    ends_at: wall,
-                });
+        if role == Role::Follower {
+            posts.extend(self.back_up(&firing, now, resend_every));
+        }
+        if role == Role::Minority {
+            return posts;
+        }
+        let live: BTreeSet<&str> = status.quorum.members.iter().map(NodeId::as_str).collect();
+        let abandoned_after = resend_every.saturating_mul(ABANDONED_AFTER_RESENDS);
+        for held in firing.values() {
+            if self.held_since.contains_key(&held.alert.labels)
+                || self.resolved.contains_key(&held.alert.labels)
+            {
+                continue;
+            }
+            let mine = held.posted_by.as_deref() == Some(me);
+            // A member cut off from the quorum may still be posting what it
+            // alone vouches for (its lost quorum): that is its own to
+            // resolve, unless nobody refreshed it for long.
+            // Nor is a node ever the judge of its own death: it never holds
+            // that true, and about to be cut off it still leads a moment.
+            let no_live_poster = (held
+                .posted_by
+                .as_deref()
+                .is_none_or(|by| !live.contains(by))
+                && !vouched_alone(&held.alert.labels, status)
+                && !about_me(&held.alert.labels, me))
+                || held.since_update >= abandoned_after;
+            if mine || (role == Role::Leader && no_live_poster) {
+                self.posted.remove(&held.alert.labels);
+                self.resolved.insert(held.alert.labels.clone(), now);
+                posts.push(resolve(held, me, wall));
             }
         }
-        self.firing
-            .retain(|labels, _| current_labels.contains(labels));
-        for alert in current {
-            let due = match self.firing.get(&alert.labels) {
-                None => true,
-                Some((_, sent)) => now.saturating_duration_since(*sent) >= resend_every,
-            };
-            if due {
-                posts.push(Post {
-                    alert: alert.clone(),
-                    ends_at: lease,
-                });
-                self.firing.insert(alert.labels.clone(), (alert, now));
-            }
-        }
-        Step {
-            posts,
-            reconcile: took_over || reconcile_due,
-        }
+        posts
     }
 
-    /// Resolves what Alertmanager still has firing from meshd (`active`:
-    /// their labels and annotations) that this node does not hold true.
-    pub fn reconcile(&self, active: Vec<Alert>, wall: SystemTime) -> Vec<Post> {
-        active
-            .into_iter()
-            .filter(|a| a.annotations.contains_key(POSTED_BY))
-            .filter(|a| !self.firing.contains_key(&a.labels))
-            .map(|alert| Post {
-                alert,
-                ends_at: wall,
-            })
-            .collect()
-    }
-
-    /// Every firing alert, for an Alertmanager that missed earlier posts.
-    pub fn all_firing(&self, wall: SystemTime, resend_every: Duration) -> Vec<Post> {
-        let lease = wall + resend_every.saturating_mul(LEASE_RESENDS);
-        self.firing
+    /// Every alert this node posted firing and has not resolved, for an
+    /// Alertmanager that missed earlier posts.
+    pub fn all_firing(&self) -> Vec<Post> {
+        self.posted
             .values()
-            .map(|(alert, _)| Post {
-                alert: alert.clone(),
-                ends_at: lease,
+            .map(|p| Post {
+                alert: p.alert.clone(),
+                resolved_at: None,
             })
             .collect()
     }
 
+    /// How many alerts this node has posted firing.
     pub fn firing(&self) -> usize {
-        self.firing.len()
+        self.posted.len()
+    }
+
+    /// Follows what this node holds true as the leader would post it (with
+    /// quorum; nothing without).
+    fn follow_held(&mut self, status: &MeshStatus, now: Instant) {
+        let holds: Vec<Alert> = if status.quorum.has_quorum {
+            alerts(status, Role::Leader)
+        } else {
+            Vec::new()
+        };
+        let labels: BTreeSet<Labels> = holds.iter().map(|a| a.labels.clone()).collect();
+        self.held_since.retain(|l, _| labels.contains(l));
+        self.lacking_since.retain(|l, _| labels.contains(l));
+        for alert in holds {
+            match self.held_since.get_mut(&alert.labels) {
+                Some((current, _)) => *current = alert,
+                None => {
+                    self.held_since.insert(alert.labels.clone(), (alert, now));
+                }
+            }
+        }
+    }
+
+    /// Resolves this node's own posts that no longer hold: with quorum,
+    /// what it no longer holds true; without, only what it posted without
+    /// quorum and no longer vouches for (`current`: what it posts now).
+    fn resolve_cleared(&mut self, role: Role, current: &[Alert], wall: SystemTime) -> Vec<Post> {
+        let held = &self.held_since;
+        let vouched: BTreeSet<&Labels> = current.iter().map(|a| &a.labels).collect();
+        let cleared: Vec<Labels> = self
+            .posted
+            .iter()
+            .filter(|(labels, posted)| match role {
+                Role::Minority => posted.role == Role::Minority && !vouched.contains(labels),
+                Role::Leader | Role::Follower => !held.contains_key(*labels),
+            })
+            .map(|(labels, _)| labels.clone())
+            .collect();
+        cleared
+            .into_iter()
+            .filter_map(|labels| self.posted.remove(&labels))
+            .map(|p| Post {
+                alert: p.alert,
+                resolved_at: Some(wall),
+            })
+            .collect()
+    }
+
+    /// Posts `alert` firing if this node has not, or not within
+    /// `resend_every`.
+    fn post_firing(
+        &mut self,
+        alert: Alert,
+        role: Role,
+        now: Instant,
+        resend_every: Duration,
+    ) -> Option<Post> {
+        let due = self
+            .posted
+            .get(&alert.labels)
+            .is_none_or(|p| now.saturating_duration_since(p.at) >= resend_every || p.role != role);
+        if !due {
+            return None;
+        }
+        self.posted.insert(
+            alert.labels.clone(),
+            Posted {
+                alert: alert.clone(),
+                at: now,
+                role,
+            },
+        );
+        Some(Post {
+            alert,
+            resolved_at: None,
+        })
+    }
+
+    /// A follower's backup: what it held for [`BACKUP_GRACE`] that
+    /// Alertmanager lacked at every check for as long.
+    fn back_up(
+        &mut self,
+        firing: &BTreeMap<&Labels, &Held>,
+        now: Instant,
+        resend_every: Duration,
+    ) -> Vec<Post> {
+        let mut due = Vec::new();
+        for (labels, (alert, since)) in &self.held_since {
+            if firing.contains_key(labels) {
+                self.lacking_since.remove(labels);
+                continue;
+            }
+            let lacking = *self.lacking_since.entry(labels.clone()).or_insert(now);
+            let long = |at: Instant| now.saturating_duration_since(at) >= BACKUP_GRACE;
+            if long(*since) && long(lacking) && !self.posted.contains_key(labels) {
+                due.push(alert.clone());
+            }
+        }
+        due.into_iter()
+            .filter_map(|alert| self.post_firing(alert, Role::Follower, now, resend_every))
+            .collect()
+    }
+}
+
+/// How precisely a poster knows Alertmanager's clock: its `Date` header
+/// has whole seconds.
+pub const DATE_RESOLUTION: Duration = Duration::from_secs(1);
+
+/// `t` of a clock that read `local` when another read `remote`, on that
+/// other clock, to the whole second (what an HTTP `Date` header tells).
+pub fn on_clock(t: SystemTime, local: SystemTime, remote: SystemTime) -> SystemTime {
+    match remote.duration_since(local) {
+        Ok(ahead) => t + Duration::from_secs(ahead.as_secs()),
+        Err(behind) => t
+            .checked_sub(Duration::from_secs(behind.duration().as_secs()))
+            .unwrap_or(t),
+    }
+}
+
+/// A post's start and end on Alertmanager's clock, which read `remote` when
+/// this node's read `local` (unknown before its first answer: taken as
+/// this node's). A resolve ends a `Date` second early, never before its
+/// start, so Alertmanager never holds it firing a moment longer: a resolve
+/// whose end is still ahead of Alertmanager's clock fires again.
+pub fn on_alertmanager_clock(
+    post: &Post,
+    local: SystemTime,
+    remote: Option<SystemTime>,
+) -> (SystemTime, Option<SystemTime>) {
+    let shift = |t: SystemTime| remote.map_or(t, |remote| on_clock(t, local, remote));
+    let starts_at = shift(post.alert.starts_at);
+    let ends_at = post.resolved_at.map(|t| {
+        shift(t)
+            .checked_sub(DATE_RESOLUTION)
+            .map_or(starts_at, |end| end.max(starts_at))
+    });
+    (starts_at, ends_at)
+}
+
+/// Whether `labels` name an alert a node without quorum posts of its own
+/// (see [`minority_alerts`]).
+fn vouched_alone(labels: &Labels, status: &MeshStatus) -> bool {
+    match labels.get("alertname").map(String::as_str) {
+        Some("MeshNoQuorum") => true,
+        Some("MeshNodeDown") => status.quorum.configured.len() <= 2,
+        _ => false,
+    }
+}
+
+/// Whether `labels` say that node `me` is down.
+fn about_me(labels: &Labels, me: &str) -> bool {
+    labels.get("alertname").map(String::as_str) == Some("MeshNodeDown")
+        && labels.get("node").map(String::as_str) == Some(me)
+}
+
+/// The resolve of an alert found at Alertmanager, posted by `me`: its own
+/// labels, summary and start, so the resolved notification reads as the
+/// firing one did.
+fn resolve(held: &Held, me: &str, wall: SystemTime) -> Post {
+    let mut alert = held.alert.clone();
+    alert
+        .annotations
+        .insert(POSTED_BY.to_owned(), me.to_owned());
+    Post {
+        alert,
+        resolved_at: Some(wall),
     }
 }
 
@@ -436,6 +711,7 @@ mod tests {
                 blame,
                 blamed_node: None,
                 recent_changes: 1,
+                flapping: false,
                 fix: None,
             }],
             alarms,
@@ -514,10 +790,11 @@ mod tests {
     }
 
     #[test]
-    fn without_quorum_only_a_node_silent_everywhere_and_the_lost_quorum_page() {
+    fn without_quorum_a_mesh_of_two_pages_its_silent_peer_and_a_larger_one_only_the_lost_quorum() {
         let mut s = status(LinkState::Down, Blame::Link, NodeState::Down, vec![]);
         s.quorum.has_quorum = false;
         s.quorum.leader = None;
+        s.quorum.configured = vec![id("a"), id("c")];
         assert_eq!(Role::of(&s), Role::Minority);
         // Without quorum but before the engine raised no_quorum (a start):
         // no quorum page yet.
@@ -528,7 +805,7 @@ mod tests {
             node: id("a"),
             subject: "quorum".into(),
             summary: "no quorum".into(),
-            evidence: vec!["not heard: b".into()],
+            evidence: vec!["not heard: c".into()],
             fix: None,
             since: wall(3),
             updated: wall(9),
@@ -550,148 +827,296 @@ mod tests {
             !out[1].labels.contains_key("node"),
             "one for the whole mesh"
         );
+        // In a mesh of three, a node without quorum is more likely cut off
+        // than alone among the dead: it pages only that.
+        s.quorum.configured = vec![id("a"), id("b"), id("c")];
+        assert_eq!(names(&alerts(&s, Role::Minority)), ["MeshNoQuorum"]);
+    }
+
+    const RESEND: Duration = Duration::from_secs(30);
+
+    /// `status` as node `me` sees it, leading or following `leader`, or
+    /// without quorum.
+    fn as_seen(mut status: MeshStatus, me: &str, leader: Option<&str>) -> MeshStatus {
+        status.node.id = id(me);
+        status.quorum.has_quorum = leader.is_some();
+        status.quorum.leader = leader.map(id);
+        status
+    }
+
+    fn link_down() -> MeshStatus {
+        status(LinkState::Down, Blame::Link, NodeState::Up, vec![])
+    }
+
+    fn healthy() -> MeshStatus {
+        status(LinkState::Up, Blame::None, NodeState::Up, vec![])
+    }
+
+    /// What Alertmanager would hold after `posts`, by `by`, `ago` ago.
+    fn found(posts: &[Post], ago: Duration) -> Vec<Held> {
+        posts
+            .iter()
+            .map(|p| Held {
+                alert: p.alert.clone(),
+                posted_by: p.alert.annotations.get(POSTED_BY).cloned(),
+                firing: p.resolved_at.is_none(),
+                since_update: ago,
+            })
+            .collect()
     }
 
     #[test]
-    fn firing_alerts_are_posted_at_once_then_every_resend_interval_and_resolved_explicitly() {
+    fn the_leader_posts_at_once_then_every_resend_interval_and_resolves_explicitly() {
         let mut state = AlertState::default();
-        let resend = Duration::from_secs(30);
-        let down = alerts(
-            &status(LinkState::Down, Blame::Link, NodeState::Up, vec![]),
-            Role::Leader,
-        );
-
-        let step = state.step(down.clone(), Role::Leader, instant(10), wall(10), resend);
+        let down = as_seen(link_down(), "a", Some("a"));
+        let posts = state.after_look(&down, instant(10), wall(10), RESEND);
+        assert_eq!(posts.len(), 1);
+        assert_eq!(posts[0].resolved_at, None, "firing, with no end of ours");
         assert!(
-            step.reconcile,
-            "taking over: look at what others left firing"
-        );
-        assert_eq!(step.posts.len(), 1);
-        assert_eq!(
-            step.posts[0].ends_at,
-            wall(10) + resend * 4,
-            "a lease, not forever"
+            state.check_due(instant(10)),
+            "a new leader reads back at once"
         );
         assert!(
             state
-                .step(down.clone(), Role::Leader, instant(20), wall(20), resend)
-                .posts
-                .is_empty(),
-            "not due yet"
+                .after_look(&down, instant(20), wall(20), RESEND)
+                .is_empty()
         );
-        let step = state.step(down.clone(), Role::Leader, instant(40), wall(40), resend);
-        assert_eq!(step.posts.len(), 1, "re-sent");
-        assert!(
-            step.reconcile,
-            "the leader looks again every resend interval"
+        assert_eq!(
+            state.after_look(&down, instant(40), wall(40), RESEND).len(),
+            1
         );
-        assert!(
-            !state
-                .step(down.clone(), Role::Leader, instant(41), wall(41), resend)
-                .reconcile
+        let posts = state.after_look(
+            &as_seen(healthy(), "a", Some("a")),
+            instant(41),
+            wall(41),
+            RESEND,
         );
-
-        let posts = state
-            .step(Vec::new(), Role::Leader, instant(41), wall(41), resend)
-            .posts;
         assert_eq!(posts.len(), 1);
-        assert_eq!(posts[0].ends_at, wall(41), "resolved now");
+        assert_eq!(posts[0].resolved_at, Some(wall(41)), "resolved now");
         assert_eq!(state.firing(), 0);
         assert!(
             state
-                .step(Vec::new(), Role::Leader, instant(42), wall(42), resend)
-                .posts
+                .after_look(
+                    &as_seen(healthy(), "a", Some("a")),
+                    instant(42),
+                    wall(42),
+                    RESEND
+                )
                 .is_empty()
         );
     }
 
     #[test]
-    fn what_a_minority_left_firing_is_resolved_by_the_leader_within_a_resend_interval() {
-        let resend = Duration::from_secs(30);
-        let mut minority = AlertState::default();
-        let mut no_quorum = status(LinkState::Up, Blame::None, NodeState::Up, vec![]);
-        no_quorum.quorum.has_quorum = false;
-        no_quorum.alarms.push(Alarm {
+    fn a_follower_posts_what_the_leader_has_not_after_the_grace_and_resolves_it_after() {
+        let mut b = AlertState::default();
+        let down = as_seen(link_down(), "b", Some("a"));
+        assert!(b.after_look(&down, instant(0), wall(0), RESEND).is_empty());
+        // The leader posts nothing (gone, deaf or lying).
+        assert!(b.check(&down, &[], instant(0), wall(0), RESEND).is_empty());
+        assert!(b.after_look(&down, instant(3), wall(3), RESEND).is_empty());
+        assert!(
+            b.check(&down, &[], instant(3), wall(3), RESEND).is_empty(),
+            "held and lacking for less than the grace"
+        );
+        let posts = b.check(&down, &[], instant(6), wall(6), RESEND);
+        assert_eq!(posts.len(), 1, "posted itself");
+        assert_eq!(posts[0].resolved_at, None);
+        assert_eq!(
+            b.after_look(&down, instant(36), wall(36), RESEND).len(),
+            1,
+            "and kept alive while it holds"
+        );
+        let healed = as_seen(healthy(), "b", Some("a"));
+        let posts = b.after_look(&healed, instant(40), wall(40), RESEND);
+        assert_eq!(posts.len(), 1);
+        assert_eq!(posts[0].resolved_at, Some(wall(40)));
+    }
+
+    #[test]
+    fn a_follower_posts_nothing_while_the_leader_does_or_their_views_differ_a_moment() {
+        let mut a = AlertState::default();
+        let mut b = AlertState::default();
+        let down_a = as_seen(link_down(), "a", Some("a"));
+        let down_b = as_seen(link_down(), "b", Some("a"));
+        let leader_posts = a.after_look(&down_a, instant(0), wall(0), RESEND);
+        b.after_look(&down_b, instant(0), wall(0), RESEND);
+        for t in [0, 3, 6, 9] {
+            assert!(
+                b.check(
+                    &down_b,
+                    &found(&leader_posts, Duration::ZERO),
+                    instant(t),
+                    wall(t),
+                    RESEND
+                )
+                .is_empty()
+            );
+        }
+        // The leader saw the link come back a moment before b did.
+        let resolved = a.after_look(
+            &as_seen(healthy(), "a", Some("a")),
+            instant(10),
+            wall(10),
+            RESEND,
+        );
+        for t in [10, 12] {
+            assert!(
+                b.check(
+                    &down_b,
+                    &found(&resolved, Duration::ZERO),
+                    instant(t),
+                    wall(t),
+                    RESEND
+                )
+                .is_empty(),
+                "b still sees it down for a moment, and waits"
+            );
+        }
+        let healed = as_seen(healthy(), "b", Some("a"));
+        assert!(
+            b.after_look(&healed, instant(13), wall(13), RESEND)
+                .is_empty()
+        );
+        assert!(
+            b.check(
+                &healed,
+                &found(&resolved, Duration::ZERO),
+                instant(16),
+                wall(16),
+                RESEND
+            )
+            .is_empty()
+        );
+    }
+
+    #[test]
+    fn the_leader_resolves_what_nobody_holds_true_but_not_a_live_members_page() {
+        let down = alerts(&link_down(), Role::Leader);
+        let node_down = alerts(
+            &status(LinkState::Up, Blame::None, NodeState::Down, vec![]),
+            Role::Leader,
+        );
+        let as_by = |alerts: &[Alert], by: &str| -> Vec<Post> {
+            alerts
+                .iter()
+                .map(|a| {
+                    let mut alert = a.clone();
+                    alert
+                        .annotations
+                        .insert(POSTED_BY.to_owned(), by.to_owned());
+                    Post {
+                        alert,
+                        resolved_at: None,
+                    }
+                })
+                .collect()
+        };
+        let mut a = AlertState::default();
+        let healthy_a = as_seen(healthy(), "a", Some("a"));
+        a.after_look(&healthy_a, instant(0), wall(0), RESEND);
+        // b is a live member: its page stands (two leaders in a one-sided
+        // partition must not resolve each other's).
+        assert!(
+            a.check(
+                &healthy_a,
+                &found(&as_by(&down, "b"), Duration::ZERO),
+                instant(0),
+                wall(0),
+                RESEND
+            )
+            .is_empty()
+        );
+        // c is not a member of a's quorum (dead, or cut off): its leftover
+        // is resolved; so is one nobody refreshed for two resend intervals.
+        let resolves = a.check(
+            &healthy_a,
+            &found(&as_by(&node_down, "c"), Duration::ZERO),
+            instant(3),
+            wall(3),
+            RESEND,
+        );
+        assert_eq!(resolves.len(), 1);
+        assert_eq!(resolves[0].resolved_at, Some(wall(3)));
+        assert_eq!(
+            resolves[0].alert.annotations["summary"],
+            node_down[0].annotations["summary"]
+        );
+        let abandoned = a.check(
+            &healthy_a,
+            &found(&as_by(&down, "b"), RESEND * 2),
+            instant(6),
+            wall(6),
+            RESEND,
+        );
+        assert_eq!(abandoned.len(), 1);
+        // An alert a holds true is never resolved.
+        let down_a = as_seen(link_down(), "a", Some("a"));
+        a.after_look(&down_a, instant(7), wall(7), RESEND);
+        assert!(
+            a.check(
+                &down_a,
+                &found(&as_by(&down, "c"), RESEND * 3),
+                instant(9),
+                wall(9),
+                RESEND
+            )
+            .is_empty()
+        );
+    }
+
+    #[test]
+    fn without_quorum_a_node_of_three_posts_only_its_lost_quorum_and_resolves_nothing_it_posted_before()
+     {
+        let mut a = AlertState::default();
+        let posted = a.after_look(
+            &as_seen(link_down(), "a", Some("a")),
+            instant(0),
+            wall(0),
+            RESEND,
+        );
+        assert_eq!(posted.len(), 1);
+        let mut cut_off = as_seen(link_down(), "a", None);
+        cut_off.nodes[0].state = NodeState::Down;
+        cut_off.alarms.push(Alarm {
             kind: AlarmKind::NoQuorum,
             severity: Severity::Warning,
-            node: no_quorum.node.id.clone(),
+            node: id("a"),
             subject: "quorum".into(),
             summary: "no quorum".into(),
             evidence: vec![],
             fix: None,
-            since: wall(0),
-            updated: wall(0),
+            since: wall(2),
+            updated: wall(2),
         });
-        let posted = minority
-            .step(
-                alerts(&no_quorum, Role::Minority),
-                Role::Minority,
-                instant(1),
-                wall(1),
-                resend,
+        let posts = a.after_look(&cut_off, instant(3), wall(3), RESEND);
+        assert_eq!(
+            names(&posts.iter().map(|p| p.alert.clone()).collect::<Vec<_>>()),
+            vec!["MeshNoQuorum"]
+        );
+        assert!(
+            posts.iter().all(|p| p.resolved_at.is_none()),
+            "nothing resolved: {posts:?}"
+        );
+        assert!(
+            a.check(
+                &cut_off,
+                &found(&posted, RESEND * 3),
+                instant(4),
+                wall(4),
+                RESEND
             )
-            .posts;
-        assert_eq!(posted.len(), 1);
-        // It rejoins as a follower: it posts nothing more, resolves nothing.
-        assert!(
-            minority
-                .step(Vec::new(), Role::Follower, instant(2), wall(2), resend)
-                .posts
-                .is_empty()
+            .is_empty(),
+            "and nothing of anyone's when it reads back"
         );
-        // The leader, leading all along, looks at Alertmanager again within
-        // a resend interval and resolves it.
-        let mut leader = AlertState::default();
-        assert!(
-            leader
-                .step(Vec::new(), Role::Leader, instant(0), wall(0), resend)
-                .reconcile
-        );
-        assert!(
-            !leader
-                .step(Vec::new(), Role::Leader, instant(2), wall(2), resend)
-                .reconcile
-        );
-        assert!(
-            leader
-                .step(Vec::new(), Role::Leader, instant(30), wall(30), resend)
-                .reconcile
-        );
-        let resolves = leader.reconcile(vec![posted[0].alert.clone()], wall(30));
-        assert_eq!(resolves.len(), 1);
-        assert_eq!(resolves[0].ends_at, wall(30));
-    }
-
-    #[test]
-    fn a_new_leader_resolves_what_is_no_longer_true_and_keeps_what_is() {
-        let resend = Duration::from_secs(30);
-        let down = alerts(
-            &status(LinkState::Down, Blame::Link, NodeState::Up, vec![]),
-            Role::Leader,
-        );
-        let mut follower = AlertState::default();
-        assert!(
-            follower
-                .step(down.clone(), Role::Follower, instant(1), wall(1), resend)
-                .posts
-                .is_empty()
-        );
-        let step = follower.step(down.clone(), Role::Leader, instant(2), wall(2), resend);
-        assert!(step.reconcile);
-        // The old leader left the link and a cleared node alert firing.
-        let stale_node = alerts(
-            &status(LinkState::Up, Blame::None, NodeState::Down, vec![]),
-            Role::Leader,
-        );
-        let mut found = down.clone();
-        found.extend(stale_node.clone());
-        let resolves = follower.reconcile(found, wall(2));
-        assert_eq!(resolves.len(), 1);
-        assert_eq!(resolves[0].alert.labels, stale_node[0].labels);
-        assert_eq!(resolves[0].ends_at, wall(2));
-        // An alert nobody from meshd posted (a Prometheus rule's) is left alone.
-        let mut foreign = stale_node[0].clone();
-        foreign.annotations.remove(POSTED_BY);
-        assert!(follower.reconcile(vec![foreign], wall(3)).is_empty());
+        // Back with quorum: its lost quorum is resolved, the link it still
+        // holds down is not.
+        let back = as_seen(link_down(), "a", Some("a"));
+        let posts = a.after_look(&back, instant(10), wall(10), RESEND);
+        let resolved: Vec<&str> = posts
+            .iter()
+            .filter(|p| p.resolved_at.is_some())
+            .map(|p| p.alert.labels["alertname"].as_str())
+            .collect();
+        assert_eq!(resolved, vec!["MeshNoQuorum"]);
     }
 }

@@ -283,6 +283,7 @@ mod tests {
                 blame: Blame::None,
                 blamed_node: None,
                 recent_changes: 0,
+                flapping: false,
                 fix: None,
             }],
             alarms,

@@ -274,6 +274,7 @@ mod tests {
                 blame: Blame::Link,
                 blamed_node: None,
                 recent_changes: 0,
+                flapping: false,
                 fix: None,
             })
             .into_iter()

@@ -195,7 +195,18 @@ pub fn assess(ends: &[EndView<'_>], rules: &LinkRules) -> Assessment {
         };
     }
 
-    if !silent.is_empty() {
+    // A far end late past the probe timeout answers every request too late
+    // to count: one end's silence beside it is that lateness, not the
+    // cable. (Both ends silent is always evidence, above.)
+    let unexplained =
+        |e: &&EndView<'_>| e.excuse.worst.saturating_add(rules.tick_gap) < rules.probe_timeout;
+    evidence.retain(|line| {
+        silent
+            .iter()
+            .filter(|e| !unexplained(e))
+            .all(|e| !line.starts_with(&format!("{}: no reply for", e.node)))
+    });
+    if silent.iter().any(unexplained) {
         // One end hears nothing while the other gets replies: the path works
         // one way round or the silent end's prober is in trouble. Either way
         // it is not a cut cable.
@@ -424,6 +435,12 @@ impl LinkTracker {
 
     pub fn since(&self) -> Instant {
         self.reported_since
+    }
+
+    /// Whether the link has had enough outages within the flap window to
+    /// flap (reported down, not flapping, once it stays dark).
+    pub fn flapping(&self) -> bool {
+        self.flapping
     }
 
     /// Outages within the flap window.

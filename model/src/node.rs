@@ -228,6 +228,7 @@ impl NodeCore {
             hears: &evaluation.hears,
             heard_on_management: &evaluation.heard_on_management,
             has_quorum: status.quorum.has_quorum,
+            leader: status.quorum.leader.as_ref(),
             clock_offsets: &clock_offsets,
             facts: look.facts,
             load,

@@ -39,6 +39,7 @@ pub struct Snapshot<'a> {
     pub hears: &'a [NodeId],
     pub heard_on_management: &'a [NodeId],
     pub has_quorum: bool,
+    pub leader: Option<&'a NodeId>,
     pub clock_offsets: &'a [ClockOffset],
     pub facts: Option<&'a Arc<NodeFacts>>,
     pub load: NodeLoad,
@@ -53,6 +54,7 @@ struct Sent {
     hears: Vec<NodeId>,
     heard_on_management: Vec<NodeId>,
     has_quorum: bool,
+    leader: Option<NodeId>,
     clock_offsets: Vec<ClockOffset>,
     facts: Option<Arc<NodeFacts>>,
     load: NodeLoad,
@@ -144,6 +146,7 @@ impl Outbox {
             load: now.load,
             facts: None,
             has_quorum: None,
+            leader: None,
             clock_offsets: None,
         };
         // `sent` is brought up to date in place rather than copied: whatever
@@ -190,6 +193,10 @@ impl Outbox {
             update.has_quorum = Some(now.has_quorum);
             sent.has_quorum = now.has_quorum;
         }
+        if sent.leader.as_ref() != now.leader {
+            update.leader = Some(now.leader.cloned());
+            sent.leader = now.leader.cloned();
+        }
         if offsets_moved(&sent.clock_offsets, now.clock_offsets) {
             update.clock_offsets = Some(now.clock_offsets.to_vec());
             sent.clock_offsets = now.clock_offsets.to_vec();
@@ -225,6 +232,7 @@ impl Outbox {
             hears: now.hears.to_vec(),
             heard_on_management: now.heard_on_management.to_vec(),
             has_quorum: now.has_quorum,
+            leader: now.leader.cloned(),
             clock_offsets: now.clock_offsets.to_vec(),
             facts: now.facts.cloned(),
             load: now.load,
@@ -260,6 +268,7 @@ fn full_update(sent: &Sent, sequence: u64, moment: Moment) -> ReportUpdate {
         load: sent.load,
         facts: sent.facts.as_deref().cloned(),
         has_quorum: Some(sent.has_quorum),
+        leader: Some(sent.leader.clone()),
         clock_offsets: Some(sent.clock_offsets.clone()),
     }
 }
@@ -285,6 +294,7 @@ mod tests {
             hears: &[],
             heard_on_management: &[],
             has_quorum: true,
+            leader: None,
             clock_offsets: &[],
             facts: None,
             load: NodeLoad::default(),

@@ -781,6 +781,7 @@ mod tests {
             load: NodeLoad::default(),
             facts: None,
             has_quorum: None,
+            leader: None,
             clock_offsets: None,
         }
     }

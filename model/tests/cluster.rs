@@ -11,12 +11,13 @@
 #[path = "cluster/sim.rs"]
 mod sim;
 
-use std::collections::BTreeSet;
-use std::time::Duration;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
 
 use meshd_domain::{AlarmKind, Blame, EventKind, LinkState, MeshStatus, NodeState};
 use meshd_model::alerts::Labels;
 use proptest::prelude::*;
+use sim::alertmanager::Notification;
 use sim::{Action, Cable, CableCut, Observed, Sim, cable};
 
 /// The mesh starts (daemons within the first second, then `stale_after`
@@ -26,7 +27,7 @@ const WARMUP: Duration = Duration::from_secs(8);
 const SETTLE: Duration = Duration::from_secs(15);
 /// A cut cable is down on every quorate node within this: `down_after`,
 /// a probe period, the ends' urgent reports and a look.
-const CUT_DOWN_BUDGET: Duration = Duration::from_millis(1_500);
+const CUT_DOWN_BUDGET: Duration = Duration::from_millis(1_000);
 /// A healed cable is up again within this: a clean second of replies
 /// (`link::UP_AFTER`) and a report.
 const CUT_UP_BUDGET: Duration = Duration::from_millis(2_500);
@@ -96,6 +97,28 @@ enum Fault {
     AllLate {
         by: Duration,
     },
+    /// The node is cut off: its management network and every cable go
+    /// dark. Alive, but nobody hears it and it hears nobody.
+    Isolate {
+        x: usize,
+    },
+    /// The management network splits in halves; the cables still join
+    /// everyone.
+    Split {
+        side: BTreeSet<usize>,
+    },
+    /// Two nodes cannot reach each other: their cable goes dark and their
+    /// management traffic to each other is dropped, while both reach
+    /// everyone else (reachability that is not symmetric across the mesh).
+    PairCut {
+        a: usize,
+        b: usize,
+    },
+    /// A busy node stalls 700 ms every 1.5 s (its daemon gets no CPU, then
+    /// catches up).
+    PeriodicStall {
+        x: usize,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -145,7 +168,7 @@ fn fit(drawn: &Drawn, n: usize) -> (Fault, Duration) {
     let x = drawn.x % n;
     let y = (x + 1 + drawn.y % (n - 1)) % n;
     let secs = |lo: u64, hi: u64| Duration::from_secs(lo + drawn.secs % (hi - lo + 1));
-    match drawn.kind % 9 {
+    match drawn.kind % 13 {
         0 | 1 => {
             let how = if drawn.param.is_multiple_of(2) {
                 CableCut::Pulled
@@ -180,6 +203,22 @@ fn fit(drawn: &Drawn, n: usize) -> (Fault, Duration) {
             },
             secs(8, 14),
         ),
+        9 if n >= 3 => (Fault::Isolate { x }, secs(6, 10)),
+        10 if n >= 3 => (Fault::PairCut { a: x, b: y }, secs(3, 8)),
+        11 if n >= 4 => {
+            // Halves, the lower ids on one side or every other id.
+            let side = (0..n)
+                .filter(|i| {
+                    if drawn.param.is_multiple_of(2) {
+                        *i < n / 2
+                    } else {
+                        i % 2 == 0
+                    }
+                })
+                .collect();
+            (Fault::Split { side }, secs(8, 12))
+        }
+        12 => (Fault::PeriodicStall { x }, secs(6, 10)),
         _ => {
             let by = drawn_lateness(drawn.param);
             let fault = if drawn.y.is_multiple_of(2) {
@@ -212,36 +251,92 @@ fn episodes(n: usize, drawn: &[Drawn]) -> Vec<Episode> {
 }
 
 fn schedule(sim: &mut Sim, episode: &Episode) {
-    let (start, heal) = (episode.start, episode.heal);
-    if let Fault::AllLate { by } = episode.fault {
-        for x in 0..sim.len() {
-            sim.schedule(start, Action::SetLate(x, by));
-            sim.schedule(heal, Action::SetLate(x, Duration::ZERO));
-        }
-        return;
+    for (at, action) in actions(episode, sim.len()) {
+        sim.schedule(at, action);
     }
-    let (begin, end) = match episode.fault.clone() {
-        Fault::CutCable { a, b, how } => (Action::Cut(cable(a, b), how), Action::Heal(cable(a, b))),
-        Fault::LossyCable { a, b, per_mille } => (
+}
+
+/// What `episode` does to the mesh, and when.
+fn actions(episode: &Episode, n: usize) -> Vec<(Duration, Action)> {
+    let (start, heal) = (episode.start, episode.heal);
+    let both = |begin: Action, end: Action| vec![(start, begin), (heal, end)];
+    match episode.fault.clone() {
+        Fault::AllLate { by } => (0..n)
+            .flat_map(|x| {
+                [
+                    (start, Action::SetLate(x, by)),
+                    (heal, Action::SetLate(x, Duration::ZERO)),
+                ]
+            })
+            .collect(),
+        Fault::CutCable { a, b, how } => {
+            both(Action::Cut(cable(a, b), how), Action::Heal(cable(a, b)))
+        }
+        Fault::LossyCable { a, b, per_mille } => both(
             Action::SetLoss(cable(a, b), per_mille),
             Action::SetLoss(cable(a, b), 0),
         ),
-        Fault::Kill { x } => (Action::Kill(x), Action::Start(x)),
-        Fault::Freeze { x } => (Action::Freeze(x), Action::Thaw(x)),
-        Fault::CutManagement { x } => (Action::CutManagement(x), Action::HealManagement(x)),
-        Fault::BlockManagementInbound { x } => (
+        Fault::Kill { x } => both(Action::Kill(x), Action::Start(x)),
+        Fault::Freeze { x } => both(Action::Freeze(x), Action::Thaw(x)),
+        Fault::CutManagement { x } => both(Action::CutManagement(x), Action::HealManagement(x)),
+        Fault::BlockManagementInbound { x } => both(
             Action::BlockManagementInbound(x),
             Action::UnblockManagementInbound(x),
         ),
         Fault::ClockOffset { x, ms } => {
-            (Action::SetClockOffset(x, ms), Action::SetClockOffset(x, 0))
+            both(Action::SetClockOffset(x, ms), Action::SetClockOffset(x, 0))
         }
-        Fault::Late { x, by } => (Action::SetLate(x, by), Action::SetLate(x, Duration::ZERO)),
-        Fault::AllLate { .. } => return,
-    };
-    sim.schedule(start, begin);
-    sim.schedule(heal, end);
+        Fault::Late { x, by } => both(Action::SetLate(x, by), Action::SetLate(x, Duration::ZERO)),
+        Fault::Isolate { x } => {
+            let mut out = both(Action::CutManagement(x), Action::HealManagement(x));
+            for y in (0..n).filter(|y| *y != x) {
+                out.extend(both(
+                    Action::Cut(cable(x, y), CableCut::Dark),
+                    Action::Heal(cable(x, y)),
+                ));
+            }
+            out
+        }
+        Fault::Split { side } => both(Action::SplitManagement(side), Action::HealManagementSplit),
+        Fault::PairCut { a, b } => {
+            let mut out = both(
+                Action::CutManagementPair(cable(a, b)),
+                Action::HealManagementPair(cable(a, b)),
+            );
+            out.extend(both(
+                Action::Cut(cable(a, b), CableCut::Dark),
+                Action::Heal(cable(a, b)),
+            ));
+            out
+        }
+        Fault::PeriodicStall { x } => {
+            let mut out = Vec::new();
+            let mut at = start;
+            while at < heal {
+                out.push((at, Action::Freeze(x)));
+                out.push((at + STALL_FOR, Action::Thaw(x)));
+                at += STALL_EVERY;
+            }
+            out
+        }
+    }
 }
+
+/// The side of a management split that is cut off from the management
+/// majority: the smaller one; none when the halves are even.
+fn cut_off_side(side: &BTreeSet<usize>, n: usize) -> BTreeSet<usize> {
+    let other: BTreeSet<usize> = (0..n).filter(|i| !side.contains(i)).collect();
+    match (side.len() * 2).cmp(&n) {
+        std::cmp::Ordering::Less => side.clone(),
+        std::cmp::Ordering::Greater => other,
+        std::cmp::Ordering::Equal => BTreeSet::new(),
+    }
+}
+
+/// A periodically stalling node stalls this long...
+const STALL_FOR: Duration = Duration::from_millis(700);
+/// ...this often.
+const STALL_EVERY: Duration = Duration::from_millis(1_500);
 
 /// `clock::MEMORY` and a report to carry the change.
 const CLOCK_MEMORY: Duration = Duration::from_secs(62);
@@ -260,7 +355,7 @@ const DOWN_WHILE_FLAPPING: Duration = Duration::from_secs(5);
 fn flapping_until(episodes: &[Episode], c: Cable, t: Duration) -> Option<Duration> {
     let cuts: Vec<Duration> = episodes
         .iter()
-        .filter(|e| matches!(e.fault, Fault::CutCable { a, b, .. } if cable(a, b) == c))
+        .filter(|e| matches!(e.fault, Fault::CutCable { a, b, .. } | Fault::PairCut { a, b } if cable(a, b) == c))
         .map(|e| e.start)
         .filter(|start| *start <= t)
         .collect();
@@ -296,6 +391,7 @@ fn late_beside(e: &Episode, all: &[Episode]) -> Duration {
             // Its own verdicts wait its lateness, and its looks run late.
             Fault::Late { by, .. } | Fault::AllLate { by } => Some(by.saturating_mul(2)),
             Fault::Freeze { .. } => Some(o.heal.saturating_sub(o.start)),
+            Fault::PeriodicStall { .. } => Some(STALL_FOR),
             _ => None,
         })
         .max()
@@ -347,7 +443,7 @@ fn every_look(episodes: &[Episode], sim: &Sim, seen: &Observed<'_>, problems: &m
             continue;
         };
         let explained = episodes.iter().any(|e| match e.fault {
-            Fault::CutCable { a, b, .. } => {
+            Fault::CutCable { a, b, .. } | Fault::PairCut { a, b } => {
                 cable(a, b) == c
                     && t >= e.start
                     && t <= e.heal + LINK_GRACE + late_beside(e, episodes)
@@ -386,7 +482,7 @@ fn every_look(episodes: &[Episode], sim: &Sim, seen: &Observed<'_>, problems: &m
             continue;
         };
         let explained = episodes.iter().any(|e| {
-            stopped(&e.fault) == Some(x)
+            (stopped(&e.fault) == Some(x) || e.fault == Fault::Isolate { x })
                 && t >= e.start
                 && t <= e.heal + NODE_DOWN_BUDGET + late_beside(e, episodes)
         });
@@ -420,9 +516,9 @@ fn check_episode(sim: &mut Sim, e: &Episode, all: &[Episode], problems: &mut Vec
     let n = sim.len();
     let slack = late_beside(e, all);
     match e.fault {
-        Fault::CutCable { a, b, .. } => {
+        Fault::CutCable { a, b, .. } | Fault::PairCut { a, b } => {
             let c = cable(a, b);
-            let mut t = e.start + CUT_DOWN_BUDGET + slack;
+            let mut t = e.start + cut_budget(&e.fault) + slack;
             // A second cut within the flap window reads flapping, and down
             // once it stayed dark `DOWN_WHILE_FLAPPING`.
             let flapping = flapping_until(all, c, e.start).is_some();
@@ -507,7 +603,9 @@ fn check_episode(sim: &mut Sim, e: &Episode, all: &[Episode], problems: &mut Vec
                 }
             }
         }
-        Fault::Kill { x } | Fault::Freeze { x } if e.heal >= e.start + NODE_DOWN_BUDGET + slack => {
+        Fault::Kill { x } | Fault::Freeze { x } | Fault::Isolate { x }
+            if e.heal >= e.start + NODE_DOWN_BUDGET + slack =>
+        {
             let t = e.start + NODE_DOWN_BUDGET + slack;
             expect_at(sim, t, all, problems);
             let judges = judges(sim, Some(x));
@@ -551,6 +649,30 @@ fn check_episode(sim: &mut Sim, e: &Episode, all: &[Episode], problems: &mut Vec
                         "{t:?}: the survivor n{} of a 2-node mesh says n{} is {down:?}",
                         survivor + 1,
                         x + 1
+                    ));
+                }
+            }
+        }
+        Fault::Split { ref side } => {
+            let t = e.start + MANAGEMENT_ALARM_BUDGET + slack;
+            expect_at(sim, t.min(e.heal), all, problems);
+            let expected: BTreeSet<String> = cut_off_side(side, n)
+                .iter()
+                .map(|x| format!("n{}", x + 1))
+                .collect();
+            for i in 0..n {
+                let Some(s) = sim.status(i) else { continue };
+                let named: BTreeSet<String> = s
+                    .alarms
+                    .iter()
+                    .filter(|a| a.kind == AlarmKind::ManagementUnreachable)
+                    .map(|a| a.node.to_string())
+                    .collect();
+                if !s.quorum.has_quorum || named != expected {
+                    problems.push(format!(
+                        "{t:?}: management split {side:?}: n{} has quorum {} and names {named:?} unreachable, not {expected:?}",
+                        i + 1,
+                        s.quorum.has_quorum,
                     ));
                 }
             }
@@ -631,6 +753,23 @@ fn check_episode(sim: &mut Sim, e: &Episode, all: &[Episode], problems: &mut Vec
     check_pages(sim, e, all, problems);
 }
 
+/// Whether `labels` may be paging for a fault other than `e`: a clock
+/// stepped lately still reads skewed, and a cable flapping from earlier cuts
+/// pages as flapping meanwhile.
+fn earlier_faults_page(labels: &Labels, e: &Episode, all: &[Episode]) -> bool {
+    match labels.get("alertname").map(String::as_str) {
+        Some("MeshClockSkew") => all.iter().any(|c| {
+            matches!(c.fault, Fault::ClockOffset { .. })
+                && c.start <= e.window_end()
+                && e.start <= c.heal + CLOCK_MEMORY
+        }),
+        Some("MeshLinkFlapping") => cable_named(labels)
+            .and_then(|c| flapping_until(all, c, e.window_end()))
+            .is_some_and(|until| until >= e.start),
+        _ => false,
+    }
+}
+
 /// The cable a link alert names.
 fn cable_named(labels: &Labels) -> Option<Cable> {
     let index = |key: &str| {
@@ -654,37 +793,33 @@ fn labels(name: &str, pairs: &[(&str, String)], severity: &str) -> Labels {
     l
 }
 
-/// One page per fault: the alerts posted firing during the episode are
-/// exactly the fault's own.
+/// One page per fault, judged where the operator is paged: the label sets
+/// Alertmanager turned firing during the episode are exactly the fault's
+/// own, each turned firing once (no fire, resolve, fire again), held
+/// firing while the fault lasts, and in time.
 fn check_pages(sim: &Sim, e: &Episode, all: &[Episode], problems: &mut Vec<String>) {
     let n = sim.len();
-    let posted: BTreeSet<Labels> = sim
-        .posts
+    let in_window = |at: Instant| {
+        let t = at.saturating_duration_since(sim.epoch);
+        t >= e.start && t < e.window_end()
+    };
+    let notes: Vec<&Notification> = sim
+        .am
+        .notifications
         .iter()
-        .filter(|p| p.firing)
-        .filter(|p| {
-            let t = p.at.saturating_duration_since(sim.epoch);
-            t >= e.start && t < e.window_end()
-        })
-        .map(|p| p.labels.clone())
-        // A clock stepped back lately still reads skewed.
-        .filter(|l| {
-            let skew = l.get("alertname").map(String::as_str) == Some("MeshClockSkew");
-            !(skew
-                && all.iter().any(|c| {
-                    matches!(c.fault, Fault::ClockOffset { .. })
-                        && c.start <= e.window_end()
-                        && e.start <= c.heal + CLOCK_MEMORY
-                }))
-        })
-        // A cable flapping from earlier cuts pages as flapping meanwhile.
-        .filter(|l| {
-            let flapping = l.get("alertname").map(String::as_str) == Some("MeshLinkFlapping");
-            !(flapping
-                && cable_named(l)
-                    .and_then(|c| flapping_until(all, c, e.window_end()))
-                    .is_some_and(|until| until >= e.start))
-        })
+        .filter(|note| in_window(note.at))
+        .collect();
+    let own: Vec<&Notification> = notes
+        .iter()
+        .copied()
+        .filter(|note| !earlier_faults_page(&note.labels, e, all))
+        .collect();
+    check_sequences(e, all, &own, sim.epoch, problems);
+    let posted: BTreeSet<Labels> = notes
+        .iter()
+        .filter(|note| note.firing)
+        .map(|note| note.labels.clone())
+        .filter(|l| !earlier_faults_page(l, e, all))
         .collect();
     let name = |x: usize| format!("n{}", x + 1);
     let named = |posted: &BTreeSet<Labels>, alert: &str| -> BTreeSet<Labels> {
@@ -775,6 +910,48 @@ fn check_pages(sim: &Sim, e: &Episode, all: &[Episode], problems: &mut Vec<Strin
             (BTreeSet::new(), named(&posted, "MeshManagementUnreachable"))
         }
         Fault::ClockOffset { .. } => (BTreeSet::new(), named(&posted, "MeshClockSkew")),
+        Fault::Isolate { x } => {
+            let down = labels("MeshNodeDown", &[("node", name(x))], "critical");
+            let exact = if e.heal >= e.start + NODE_DOWN_BUDGET + slack {
+                [down.clone()].into()
+            } else {
+                BTreeSet::new()
+            };
+            // The majority pages the node it cannot reach; the node itself
+            // pages only that it has no quorum.
+            (exact, [down, no_quorum.clone()].into())
+        }
+        Fault::PairCut { a, b } => {
+            let c = cable(a, b);
+            let ends = [("a", name(c.0)), ("b", name(c.1))];
+            let down = labels("MeshLinkDown", &ends, "critical");
+            let flapping = labels("MeshLinkFlapping", &ends, "warning");
+            let exact = if flapping_until(all, c, e.start).is_none()
+                && e.heal >= e.start + cut_budget(&e.fault) + slack
+            {
+                [down.clone()].into()
+            } else {
+                BTreeSet::new()
+            };
+            (exact, [down, flapping].into())
+        }
+        // The side without a management majority is cut off from it; in a
+        // split into halves no side is, and nobody is to blame alone.
+        Fault::Split { ref side } => {
+            let named: BTreeSet<Labels> = cut_off_side(side, n)
+                .into_iter()
+                .map(|x| labels("MeshManagementUnreachable", &[("node", name(x))], "warning"))
+                .collect();
+            let exact = if e.heal >= e.start + MANAGEMENT_ALARM_BUDGET + slack {
+                named.clone()
+            } else {
+                BTreeSet::new()
+            };
+            (exact, named)
+        }
+        // A stalling node runs late: beside another late one, the mesh may
+        // say most of it runs late.
+        Fault::PeriodicStall { .. } => (BTreeSet::new(), named(&posted, "MeshSaturated")),
         Fault::Late { .. } => (BTreeSet::new(), BTreeSet::new()),
         // The mesh may say it runs late; nothing else.
         Fault::AllLate { .. } => (BTreeSet::new(), named(&posted, "MeshSaturated")),
@@ -801,6 +978,125 @@ fn check_pages(sim: &Sim, e: &Episode, all: &[Episode], problems: &mut Vec<Strin
     }
 }
 
+/// How soon a cut cable is down everywhere: a cut's budget; two nodes that
+/// cannot reach each other at all must first be shown alive through the
+/// others (a member's report proves life only as of `stale_after` before
+/// it), and each speak after the silence as the others relay it (or
+/// `stale_after` pass), so the link is blamed that much later.
+fn cut_budget(fault: &Fault) -> Duration {
+    match fault {
+        Fault::PairCut { .. } => STALE_AFTER * 2 + CUT_DOWN_BUDGET,
+        _ => CUT_DOWN_BUDGET,
+    }
+}
+
+/// When the fault's own page must have reached Alertmanager: its verdict's
+/// budget and a look, a push and a second more.
+const PAGE_AFTER_VERDICT: Duration = Duration::from_secs(1);
+
+/// Each label set's notifications during the episode, in order: at most one
+/// firing (a page that resolves and fires again while nothing changed is
+/// two pages); and the fault's own page (its exact label set) fires within
+/// its budget and stays firing until the fault heals.
+fn check_sequences(
+    e: &Episode,
+    all: &[Episode],
+    notes: &[&Notification],
+    epoch: Instant,
+    problems: &mut Vec<String>,
+) {
+    let mut by_labels: BTreeMap<&Labels, Vec<&Notification>> = BTreeMap::new();
+    for note in notes {
+        by_labels.entry(&note.labels).or_default().push(note);
+    }
+    let at = |note: &Notification| note.at.saturating_duration_since(epoch);
+    for (labels, seq) in &by_labels {
+        let fired: Vec<Duration> = seq.iter().filter(|n| n.firing).map(|n| at(n)).collect();
+        if fired.len() > 1 {
+            problems.push(format!(
+                "{:?}: {labels:?} paged {} times: {:?}",
+                e.fault,
+                fired.len(),
+                seq.iter().map(|n| (at(n), n.firing)).collect::<Vec<_>>()
+            ));
+        }
+    }
+    let Some((own, budget)) = own_page(e, all) else {
+        return;
+    };
+    let seq = by_labels.get(&own).cloned().unwrap_or_default();
+    let Some(first) = seq.iter().find(|n| n.firing) else {
+        return;
+    };
+    if at(first) > e.start + budget {
+        problems.push(format!(
+            "{:?}: {own:?} paged at {:?}, budget {:?} after {:?}",
+            e.fault,
+            at(first),
+            budget,
+            e.start
+        ));
+    }
+    if let Some(resolved) = seq
+        .iter()
+        .find(|n| !n.firing && n.at > first.at && at(n) < e.heal)
+    {
+        problems.push(format!(
+            "{:?}: {own:?} resolved at {:?} while the fault lasts (until {:?})",
+            e.fault,
+            at(resolved),
+            e.heal
+        ));
+    }
+}
+
+/// The page a fault must make, and by when after it began, where the fault
+/// is sure to make one (long enough, no earlier flapping in the way).
+fn own_page(e: &Episode, all: &[Episode]) -> Option<(Labels, Duration)> {
+    let name = |x: usize| format!("n{}", x + 1);
+    let slack = late_beside(e, all);
+    match e.fault {
+        Fault::CutCable { a, b, .. } => {
+            let c = cable(a, b);
+            let budget = CUT_DOWN_BUDGET + PAGE_AFTER_VERDICT + slack;
+            (flapping_until(all, c, e.start).is_none() && e.heal >= e.start + budget).then(|| {
+                (
+                    labels(
+                        "MeshLinkDown",
+                        &[("a", name(c.0)), ("b", name(c.1))],
+                        "critical",
+                    ),
+                    budget,
+                )
+            })
+        }
+        Fault::PairCut { a, b } => {
+            let c = cable(a, b);
+            let budget = cut_budget(&e.fault) + PAGE_AFTER_VERDICT + slack;
+            (flapping_until(all, c, e.start).is_none() && e.heal >= e.start + budget).then(|| {
+                (
+                    labels(
+                        "MeshLinkDown",
+                        &[("a", name(c.0)), ("b", name(c.1))],
+                        "critical",
+                    ),
+                    budget,
+                )
+            })
+        }
+        Fault::Kill { x } | Fault::Freeze { x } | Fault::Isolate { x } => {
+            let budget = NODE_DOWN_BUDGET + PAGE_AFTER_VERDICT + slack;
+            (e.heal >= e.start + budget).then(|| {
+                (
+                    labels("MeshNodeDown", &[("node", name(x))], "critical"),
+                    budget,
+                )
+            })
+        }
+        _ => None,
+    }
+}
+
 fn run(n: usize, seed: u64, drawn: &[Drawn]) -> Vec<String> {
     run_episodes(n, seed, &episodes(n, drawn))
 }
@@ -819,10 +1115,10 @@ fn run_episodes(n: usize, seed: u64, episodes: &[Episode]) -> Vec<String> {
     // heal, Alertmanager holds nothing firing.
     let end = sim.elapsed() + sim::timing::RESEND + Duration::from_secs(2);
     expect_at(&mut sim, end, episodes, &mut problems);
-    if !sim.firing.is_empty() {
+    let firing = sim.am_firing();
+    if !firing.is_empty() {
         problems.push(format!(
-            "{end:?}: Alertmanager still holds firing after every heal: {:?}",
-            sim.firing.keys().collect::<Vec<_>>()
+            "{end:?}: Alertmanager still holds firing after every heal: {firing:?}"
         ));
     }
     problems
@@ -1010,10 +1306,10 @@ fn checks_beside(n: usize, seed: u64, beside: &Episode, checked: &Episode) -> Ve
     check_episode(&mut sim, checked, &all, &mut problems);
     let end = beside.window_end().max(checked.window_end()) + sim::timing::RESEND;
     expect_at(&mut sim, end, &all, &mut problems);
-    if !sim.firing.is_empty() {
+    let firing = sim.am_firing();
+    if !firing.is_empty() {
         problems.push(format!(
-            "{end:?}: Alertmanager still holds firing after both heals: {:?}",
-            sim.firing.keys().collect::<Vec<_>>()
+            "{end:?}: Alertmanager still holds firing after both heals: {firing:?}"
         ));
     }
     problems
@@ -1028,7 +1324,11 @@ fn touched(fault: &Fault) -> Vec<usize> {
         | Fault::CutManagement { x }
         | Fault::BlockManagementInbound { x }
         | Fault::ClockOffset { x, .. }
-        | Fault::Late { x, .. } => vec![x],
+        | Fault::Late { x, .. }
+        | Fault::Isolate { x }
+        | Fault::PeriodicStall { x } => vec![x],
+        Fault::PairCut { a, b } => vec![a, b],
+        Fault::Split { ref side } => side.iter().copied().collect(),
         Fault::AllLate { .. } => Vec::new(),
     }
 }

@@ -1,200 +1,39 @@
-//! The Alertmanager push: while this node leads the quorum, it posts the
-//! alerts its status calls for to every configured Alertmanager
-//! (`POST /api/v2/alerts`), re-sends firing ones every resend interval and
-//! resolves cleared ones explicitly. One task per node, reading the
-//! published status: it never holds up probing or the verdicts, and a slow
-//! or dead Alertmanager only delays its own posts (with backoff).
+//! The Alertmanager push. Every node runs it on its published status: the
+//! leader of the quorum posts every alert at once and again every resend
+//! interval and resolves cleared ones explicitly; a follower posts what
+//! the leader has not within a grace; a node without quorum posts only what
+//! it alone vouches for (`meshd_model::alerts::AlertState` decides). Every
+//! few seconds it reads back what Alertmanager holds (`GET`), and every
+//! post's times are on Alertmanager's clock (from its `Date` header), so a
+//! poster's clock can neither end a page early nor start one late.
 //!
-//! Posts go over http, or https through rustls ([`target`]), with the
-//! configured credentials as an `Authorization` header; an Alertmanager is
-//! named by `host:port` alone in logs and metrics.
+//! One task per node: it never holds up probing or the verdicts, and a slow
+//! or dead Alertmanager only delays its own posts (with backoff). Posts go
+//! over http, or https through rustls ([`target`]), with the configured
+//! credentials as an `Authorization` header; an Alertmanager is named by
+//! `host:port` alone in logs and metrics.
 
 mod target;
+mod wire;
 
 pub use target::{Target, TargetError};
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
-use http_body_util::{BodyExt, Full};
-use hyper::body::Bytes;
-use hyper_util::rt::TokioIo;
 use meshd_domain::{MeshStatus, NodeId};
-use serde::Serialize;
-use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::AlertmanagerConfig;
 use crate::logging::{REPEAT_INTERVAL, Throttle};
 use crate::metrics::{AlertPostOutcome, Metrics};
-use meshd_model::alerts::{Alert, AlertState, Post, Role, alerts};
+use meshd_model::alerts::{AlertState, Post};
+use wire::RemoteClock;
 
-/// One post (connect, send, answer) may take this long.
-const POST_TIMEOUT: Duration = Duration::from_secs(5);
 /// Backoff after failed posts doubles up to this.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
-
-/// Alertmanager API v2 `postableAlert`.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Postable<'a> {
-    labels: &'a std::collections::BTreeMap<String, String>,
-    annotations: &'a std::collections::BTreeMap<String, String>,
-    starts_at: String,
-    ends_at: String,
-}
-
-/// The JSON body of a post, and how many alerts were left out because a
-/// time of theirs cannot be written (outside 1970-9999: the wire refuses
-/// such times, so only a broken clock makes one).
-fn body(posts: &[Post]) -> Result<(Vec<u8>, usize), serde_json::Error> {
-    let postable: Vec<Postable<'_>> = posts
-        .iter()
-        .filter_map(|p| {
-            Some(Postable {
-                labels: &p.alert.labels,
-                annotations: &p.alert.annotations,
-                starts_at: meshd_domain::time::rfc3339_millis(p.alert.starts_at)?,
-                ends_at: meshd_domain::time::rfc3339_millis(p.ends_at)?,
-            })
-        })
-        .collect();
-    let left_out = posts.len() - postable.len();
-    Ok((serde_json::to_vec(&postable)?, left_out))
-}
-
-#[derive(Debug, thiserror::Error)]
-enum PostError {
-    #[error("cannot connect: {0}")]
-    Connect(std::io::Error),
-    #[error("TLS: {0}")]
-    Tls(std::io::Error),
-    #[error("HTTP: {0}")]
-    Http(#[from] hyper::Error),
-    #[error("bad request: {0}")]
-    Request(#[from] hyper::http::Error),
-    #[error("cannot encode the alerts: {0}")]
-    Encode(#[from] serde_json::Error),
-    #[error("Alertmanager answered {status}: {body}")]
-    Status { status: u16, body: String },
-    #[error("no answer within {POST_TIMEOUT:?}")]
-    Timeout,
-    #[error("cannot read the answer: {0}")]
-    Answer(String),
-}
-
-/// The largest answer read from Alertmanager.
-const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
-
-/// Posts `posts`; `Ok(n)` when Alertmanager took them, `n` of them left
-/// out because a time of theirs cannot be written.
-async fn post(target: &Target, posts: &[Post]) -> Result<usize, PostError> {
-    let (payload, left_out) = body(posts)?;
-    let path = target.url.path.clone();
-    send(target, &path, Some(Bytes::from(payload)))
-        .await
-        .map(|_| left_out)
-}
-
-/// One HTTP/1.1 exchange with Alertmanager, plain or TLS, under
-/// [`POST_TIMEOUT`]: `POST` alerts, or `GET` (`payload` None). Returns the
-/// answer's body.
-async fn send(target: &Target, path: &str, payload: Option<Bytes>) -> Result<Bytes, PostError> {
-    let exchange = async {
-        let stream = TcpStream::connect(&target.authority)
-            .await
-            .map_err(PostError::Connect)?;
-        match &target.tls {
-            None => exchange(stream, target, path, payload).await,
-            Some((connector, name)) => {
-                let stream = connector
-                    .connect(name.clone(), stream)
-                    .await
-                    .map_err(PostError::Tls)?;
-                exchange(stream, target, path, payload).await
-            }
-        }
-    };
-    tokio::time::timeout(POST_TIMEOUT, exchange)
-        .await
-        .map_err(|_| PostError::Timeout)?
-}
-
-/// One request over an open connection, plain or TLS.
-async fn exchange<S>(
-    stream: S,
-    target: &Target,
-    path: &str,
-    payload: Option<Bytes>,
-) -> Result<Bytes, PostError>
-where
-    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
-{
-    let (mut sender, connection) =
-        hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-    // The connection is driven beside the request and ends with it.
-    let driver = tokio::spawn(connection);
-    let mut request = match payload {
-        Some(_) => {
-            hyper::Request::post(path).header(hyper::header::CONTENT_TYPE, "application/json")
-        }
-        None => hyper::Request::get(path),
-    }
-    .header(hyper::header::HOST, target.authority.as_str());
-    if let Some(authorization) = &target.authorization {
-        request = request.header(hyper::header::AUTHORIZATION, authorization.clone());
-    }
-    let response = sender
-        .send_request(request.body(Full::new(payload.unwrap_or_default()))?)
-        .await?;
-    let status = response.status();
-    let text = http_body_util::Limited::new(response.into_body(), MAX_ANSWER_BYTES)
-        .collect()
-        .await
-        .map_err(|e| PostError::Answer(e.to_string()))?
-        .to_bytes();
-    driver.abort();
-    if status.is_success() {
-        Ok(text)
-    } else {
-        Err(PostError::Status {
-            status: status.as_u16(),
-            body: String::from_utf8_lossy(&text).chars().take(200).collect(),
-        })
-    }
-}
-
-/// Alertmanager API v2 `gettableAlert`, the parts reconciling needs.
-#[derive(Debug, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Gettable {
-    labels: std::collections::BTreeMap<String, String>,
-    #[serde(default)]
-    annotations: std::collections::BTreeMap<String, String>,
-    starts_at: String,
-}
-
-/// The alerts Alertmanager holds active, for a new leader to reconcile.
-async fn active(target: &Target) -> Result<Vec<Alert>, PostError> {
-    let path = format!(
-        "{}?active=true&silenced=true&inhibited=true",
-        target.url.path
-    );
-    let text = send(target, &path, None).await?;
-    let found: Vec<Gettable> = serde_json::from_slice(&text)?;
-    Ok(found
-        .into_iter()
-        .map(|g| Alert {
-            starts_at: humantime::parse_rfc3339_weak(&g.starts_at)
-                .unwrap_or(SystemTime::UNIX_EPOCH),
-            labels: g.labels,
-            annotations: g.annotations,
-        })
-        .collect())
-}
 
 /// One Alertmanager's delivery state: posts that failed are retried after
 /// a backoff, and an Alertmanager that missed posts gets every firing alert
@@ -206,10 +45,20 @@ struct Destination {
     behind: bool,
     retry_at: Option<tokio::time::Instant>,
     backoff: Duration,
+    /// Its clock, from its latest answer.
+    clock: RemoteClock,
+}
+
+impl Destination {
+    fn waiting(&self) -> bool {
+        self.retry_at
+            .is_some_and(|at| tokio::time::Instant::now() < at)
+    }
 }
 
 /// Resolves kept for an Alertmanager that does not answer; beyond this the
-/// oldest are dropped (Alertmanager resolves them itself when their lease ends).
+/// oldest are dropped (a firing alert nobody re-sends ends by Alertmanager's
+/// `resolve_timeout`).
 const MAX_MISSED_RESOLVES: usize = 1000;
 
 pub struct AlertPusher {
@@ -249,6 +98,7 @@ impl AlertPusher {
                     behind: false,
                     retry_at: None,
                     backoff: FIRST_BACKOFF,
+                    clock: RemoteClock::default(),
                 })
             })
             .collect::<Result<_, TargetError>>()?;
@@ -270,7 +120,8 @@ impl AlertPusher {
         if self.destinations.is_empty() {
             return;
         }
-        // Re-sends and retries are due even when the status does not change.
+        // Re-sends, read-backs and retries are due even when the status does
+        // not change.
         let mut tick = crate::cadence::every(FIRST_BACKOFF);
         loop {
             tokio::select! {
@@ -283,95 +134,121 @@ impl AlertPusher {
         }
     }
 
-    async fn push(&mut self, status: &MeshStatus, now: SystemTime) {
-        let role = Role::of(status);
-        let step = self.state.step(
-            alerts(status, role),
-            role,
-            std::time::Instant::now(),
-            now,
-            self.resend_every,
-        );
-        let mut posts = step.posts;
-        if step.reconcile {
-            // This node just took over: resolve what the one before left
-            // firing that is no longer true.
-            for destination in &self.destinations {
-                match active(&destination.target).await {
-                    Ok(found) => posts.extend(self.state.reconcile(found, now)),
-                    Err(err) => {
-                        tracing::debug!(alertmanager = %destination.target.authority, "cannot read the active alerts to take over: {err}")
-                    }
+    async fn push(&mut self, status: &MeshStatus, wall: SystemTime) {
+        let now = Instant::now();
+        let mut posts = self.state.after_look(status, now, wall, self.resend_every);
+        if self.state.check_due(now) {
+            posts.extend(self.read_back(status, now, wall).await);
+        }
+        self.metrics.delivery.set_alerts_firing(self.state.firing());
+        let resolves: Vec<Post> = posts
+            .iter()
+            .filter(|p| p.resolved_at.is_some())
+            .cloned()
+            .collect();
+        for index in 0..self.destinations.len() {
+            self.deliver(index, &posts, &resolves, wall).await;
+        }
+    }
+
+    /// Reads back what the first Alertmanager that answers holds (several
+    /// configured are usually one cluster that shares what it holds), and
+    /// what the state machine makes of it.
+    async fn read_back(
+        &mut self,
+        status: &MeshStatus,
+        now: Instant,
+        wall: SystemTime,
+    ) -> Vec<Post> {
+        for destination in &mut self.destinations {
+            if destination.waiting() {
+                continue;
+            }
+            match wire::held(&destination.target, wall).await {
+                Ok((found, answer)) => {
+                    destination.clock.note(wall, &answer);
+                    return self
+                        .state
+                        .check(status, &found, now, wall, self.resend_every);
+                }
+                Err(err) => {
+                    tracing::debug!(alertmanager = %destination.target.authority, "cannot read back the alerts: {err}")
                 }
             }
         }
-        self.metrics.delivery.set_alerts_firing(self.state.firing());
-        let resolves: Vec<Post> = posts.iter().filter(|p| p.ends_at <= now).cloned().collect();
-        for destination in &mut self.destinations {
-            let waiting = destination
-                .retry_at
-                .is_some_and(|at| tokio::time::Instant::now() < at);
-            if waiting {
-                destination.missed_resolves.extend(resolves.iter().cloned());
-                let excess = destination
+        Vec::new()
+    }
+
+    /// Sends `posts` to one Alertmanager, or everything it missed when it
+    /// answers again; keeps the resolves while it does not.
+    async fn deliver(&mut self, index: usize, posts: &[Post], resolves: &[Post], wall: SystemTime) {
+        let all_firing = self.state.all_firing();
+        let destination = &mut self.destinations[index];
+        if destination.waiting() {
+            destination.missed_resolves.extend(resolves.iter().cloned());
+            let excess = destination
+                .missed_resolves
+                .len()
+                .saturating_sub(MAX_MISSED_RESOLVES);
+            destination.missed_resolves.drain(..excess);
+            return;
+        }
+        let batch: Vec<Post> = if destination.behind {
+            let mut all = std::mem::take(&mut destination.missed_resolves);
+            all.extend(resolves.iter().cloned());
+            all.extend(all_firing);
+            all
+        } else {
+            posts.to_vec()
+        };
+        if batch.is_empty() {
+            return;
+        }
+        let sent = match wire::body(&batch, wall, &destination.clock) {
+            Ok((payload, left_out)) => wire::post(&destination.target, payload)
+                .await
+                .map(|answer| (answer, left_out)),
+            Err(err) => Err(wire::PostError::Encode(err)),
+        };
+        let authority = destination.target.authority.clone();
+        match sent {
+            Ok((answer, left_out)) => {
+                destination.clock.note(wall, &answer);
+                // Never expected (the wire refuses such times): one line per
+                // interval however often a broken clock posts.
+                if left_out > 0
+                    && let Some(suppressed) = self.warnings.admit(authority.clone(), Instant::now())
+                {
+                    tracing::warn!(
+                        alertmanager = %authority,
+                        left_out,
+                        suppressed,
+                        "alerts with a time outside 1970-9999 left out of the post"
+                    );
+                }
+                if destination.behind {
+                    tracing::info!(alertmanager = %authority, "alerts reach Alertmanager again");
+                }
+                self.metrics
+                    .delivery
+                    .count_alert_post(&authority, AlertPostOutcome::Ok);
+                destination.behind = false;
+                destination.retry_at = None;
+                destination.backoff = FIRST_BACKOFF;
+            }
+            Err(err) => {
+                if !destination.behind {
+                    tracing::warn!(alertmanager = %authority, "cannot post alerts, retrying with backoff: {err}");
+                }
+                self.metrics
+                    .delivery
+                    .count_alert_post(&authority, AlertPostOutcome::Failed);
+                destination.behind = true;
+                destination
                     .missed_resolves
-                    .len()
-                    .saturating_sub(MAX_MISSED_RESOLVES);
-                destination.missed_resolves.drain(..excess);
-                continue;
-            }
-            let batch: Vec<Post> = if destination.behind {
-                let mut all = std::mem::take(&mut destination.missed_resolves);
-                all.extend(resolves.iter().cloned());
-                all.extend(self.state.all_firing(now, self.resend_every));
-                all
-            } else {
-                posts.clone()
-            };
-            if batch.is_empty() {
-                continue;
-            }
-            match post(&destination.target, &batch).await {
-                Ok(left_out) => {
-                    // Never expected (the wire refuses such times): one
-                    // line per interval however often a broken clock posts.
-                    if left_out > 0
-                        && let Some(suppressed) = self.warnings.admit(
-                            destination.target.authority.clone(),
-                            std::time::Instant::now(),
-                        )
-                    {
-                        tracing::warn!(
-                            alertmanager = %destination.target.authority,
-                            left_out,
-                            suppressed,
-                            "alerts with a time outside 1970-9999 left out of the post"
-                        );
-                    }
-                    if destination.behind {
-                        tracing::info!(alertmanager = %destination.target.authority, "alerts reach Alertmanager again");
-                    }
-                    self.metrics
-                        .delivery
-                        .count_alert_post(&destination.target.authority, AlertPostOutcome::Ok);
-                    destination.behind = false;
-                    destination.retry_at = None;
-                    destination.backoff = FIRST_BACKOFF;
-                }
-                Err(err) => {
-                    if !destination.behind {
-                        tracing::warn!(alertmanager = %destination.target.authority, "cannot post alerts, retrying with backoff: {err}");
-                    }
-                    self.metrics
-                        .delivery
-                        .count_alert_post(&destination.target.authority, AlertPostOutcome::Failed);
-                    destination.behind = true;
-                    destination
-                        .missed_resolves
-                        .extend(batch.into_iter().filter(|p| p.ends_at <= now));
-                    destination.retry_at = Some(tokio::time::Instant::now() + destination.backoff);
-                    destination.backoff = (destination.backoff * 2).min(MAX_BACKOFF);
-                }
+                    .extend(batch.into_iter().filter(|p| p.resolved_at.is_some()));
+                destination.retry_at = Some(tokio::time::Instant::now() + destination.backoff);
+                destination.backoff = (destination.backoff * 2).min(MAX_BACKOFF);
             }
         }
     }
@@ -390,7 +267,7 @@ mod tests {
                 annotations: Default::default(),
                 starts_at,
             },
-            ends_at: wall(0),
+            resolved_at: Some(wall(0)),
         }
     }
 
@@ -404,7 +281,8 @@ mod tests {
             SystemTime::UNIX_EPOCH + Duration::from_secs(253_402_300_800),
         ] {
             let posts = [post_starting(bad), fine.clone()];
-            let (payload, left_out) = body(&posts).expect("encoded");
+            let (payload, left_out) =
+                wire::body(&posts, wall(0), &wire::RemoteClock::default()).expect("encoded");
             let sent: serde_json::Value = serde_json::from_slice(&payload).expect("json");
             assert_eq!(sent.as_array().map(Vec::len), Some(1));
             assert_eq!(sent[0]["startsAt"], "2023-11-14T22:13:20.000Z");
@@ -425,7 +303,7 @@ mod wire_tests {
     use meshd_domain::{Alarm, AlarmKind, Quorum, Severity};
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
     use super::*;
     use crate::config::BasicAuth;
@@ -521,7 +399,7 @@ mod wire_tests {
                 annotations: Default::default(),
                 starts_at: now,
             },
-            ends_at: now + Duration::from_secs(120),
+            resolved_at: None,
         }
     }
 
@@ -541,7 +419,13 @@ mod wire_tests {
         config.ca_file = Some(write_file(dir.path(), "ca.pem", ca.cert_pem()));
         config.bearer_token_file = Some(write_file(dir.path(), "token", "tok-123\n"));
         let target = Target::open(&config).expect("target");
-        post(&target, &[firing()]).await.expect("posted over TLS");
+        let (payload, _) = wire::body(
+            &[firing()],
+            SystemTime::now(),
+            &wire::RemoteClock::default(),
+        )
+        .expect("body");
+        wire::post(&target, payload).await.expect("posted over TLS");
         let seen = requests.lock().expect("requests").clone();
         assert_eq!(seen.len(), 1);
         let request = seen[0].to_ascii_lowercase();
@@ -574,8 +458,14 @@ mod wire_tests {
             let mut config = AlertmanagerConfig::url(format!("https://{addr}"));
             config.ca_file = Some(trusted.clone());
             let target = Target::open(&config).expect("target");
-            let err = post(&target, &[firing()]).await.expect_err("refused");
-            assert!(matches!(err, PostError::Tls(_)), "{err}");
+            let (payload, _) = wire::body(
+                &[firing()],
+                SystemTime::now(),
+                &wire::RemoteClock::default(),
+            )
+            .expect("body");
+            let err = wire::post(&target, payload).await.expect_err("refused");
+            assert!(matches!(err, wire::PostError::Tls(_)), "{err}");
             assert!(err.to_string().contains(why), "{why}: {err}");
             assert!(requests.lock().expect("requests").is_empty());
         }

@@ -106,6 +106,7 @@ fn healthy_node(nodes: usize, at: Instant) -> (Metrics, Published) {
                 blame: Blame::None,
                 blamed_node: None,
                 recent_changes: 0,
+                flapping: false,
                 fix: None,
             });
         }

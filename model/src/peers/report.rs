@@ -50,6 +50,7 @@ pub(super) fn apply(report: &mut PeerReport, update: ReportUpdate) -> Option<Nod
         report.hears = update.hears.unwrap_or_default().into();
         report.heard_on_management = update.heard_on_management.unwrap_or_default().into();
         report.has_quorum = update.has_quorum.unwrap_or_default();
+        report.leader = update.leader.flatten();
         report.clock_offsets = update.clock_offsets.unwrap_or_default().into();
     } else {
         if !update.links.is_empty() || !update.removed_links.is_empty() {
@@ -66,6 +67,9 @@ pub(super) fn apply(report: &mut PeerReport, update: ReportUpdate) -> Option<Nod
         }
         if let Some(has_quorum) = update.has_quorum {
             report.has_quorum = has_quorum;
+        }
+        if let Some(leader) = update.leader {
+            report.leader = leader;
         }
         if let Some(offsets) = update.clock_offsets {
             report.clock_offsets = offsets.into();

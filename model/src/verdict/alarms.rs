@@ -172,7 +172,17 @@ fn management_witnesses(
     inputs: &MeshInputs,
     lives: &BTreeMap<&NodeId, Life<'_>>,
 ) -> Vec<bool> {
-    let this_node = (*node != inputs.local.id).then(|| {
+    let configured = inputs.configured.len();
+    // Only a member that itself reaches most of the mesh on the management
+    // network can say another is cut off from it: in a split into halves
+    // nobody does, and no single node is to blame. Two members cannot tell
+    // which of them is cut off, and each says what it sees.
+    let reaches_majority = |heard: usize| configured <= 2 || (heard + 1) * 2 > configured;
+    let heard_here = lives
+        .values()
+        .filter(|l| l.fresh_paths.contains(&&Path::Management))
+        .count();
+    let this_node = (*node != inputs.local.id && reaches_majority(heard_here)).then(|| {
         lives
             .get(node)
             .is_some_and(|l| l.fresh_paths.contains(&&Path::Management))
@@ -181,6 +191,7 @@ fn management_witnesses(
         .peers
         .iter()
         .filter(|(id, _)| *id != node && lives.get(id).is_some_and(|l| !l.fresh_paths.is_empty()))
+        .filter(|(_, v)| reaches_majority(v.report.heard_on_management.len()))
         .map(|(_, v)| v.report.heard_on_management.contains(node));
     this_node.into_iter().chain(fresh_peers).collect()
 }

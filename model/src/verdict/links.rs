@@ -16,6 +16,7 @@ use super::{
 use crate::excuse::LateMemory;
 use crate::link::{EndClass, EndView, LinkTracker, assess, fmt_duration};
 use crate::link_rules::{LinkRules, MEDIUM_WINDOW};
+use crate::linkstats::LATENESS_MEMORY;
 use crate::time::Moment;
 
 impl Engine {
@@ -94,24 +95,36 @@ impl Engine {
             .local_links
             .iter()
             .map(|l| (&inputs.local.id, &l.observation, l.at, Duration::ZERO));
-        let remote = inputs.peers.iter().flat_map(|(id, view)| {
-            view.report.links.iter().map(move |o| {
-                let received = view
-                    .links_received
-                    .get(&o.remote.node)
-                    .copied()
-                    .unwrap_or(view.received_at);
-                // The end resends a link whenever it stops or starts being
-                // silent: while its later messages arrive, a silent link
-                // stayed silent.
-                let confirmed = if o.figures.silence >= down_after {
-                    view.received_at.saturating_duration_since(received)
-                } else {
-                    Duration::ZERO
-                };
-                (id, o, received, confirmed)
-            })
-        });
+        // A far end's view that is stale says nothing of the link now: the
+        // peer was last heard `stale_after` ago or more (cut off from this
+        // node, or dead), and what it measured then would hold a cut
+        // cable degraded, or up, for as long as it stays unheard.
+        let stale_after = self.settings.stale_after;
+        let fresh = move |view: &crate::peers::PeerView| {
+            now.saturating_duration_since(view.received_at) < stale_after
+        };
+        let remote = inputs
+            .peers
+            .iter()
+            .filter(move |(_, view)| fresh(view))
+            .flat_map(|(id, view)| {
+                view.report.links.iter().map(move |o| {
+                    let received = view
+                        .links_received
+                        .get(&o.remote.node)
+                        .copied()
+                        .unwrap_or(view.received_at);
+                    // The end resends a link whenever it stops or starts being
+                    // silent: while its later messages arrive, a silent link
+                    // stayed silent.
+                    let confirmed = if o.figures.silence >= down_after {
+                        view.received_at.saturating_duration_since(received)
+                    } else {
+                        Duration::ZERO
+                    };
+                    (id, o, received, confirmed)
+                })
+            });
         for (observer, observation, observed_at, confirmed_silence) in local.chain(remote) {
             let Some(x) = positions.of(observer) else {
                 continue;
@@ -309,7 +322,11 @@ impl Judge<'_> {
 
         let (state, blame, evidence) = if !self.quorum.has_quorum {
             link.tracker.hold_unknown(now);
-            link.node_blamed = None;
+            // Remembered, so an end that comes back is a return (below),
+            // whether this node had quorum meanwhile or not.
+            if down_end.is_some() {
+                link.node_blamed = down_end;
+            }
             link.degraded_seen = None;
             (
                 LinkState::Unknown,
@@ -327,7 +344,15 @@ impl Judge<'_> {
             let evidence = vec![format!("{node} is down: the node is blamed, not the link")];
             (LinkState::Down, Blame::Node, evidence)
         } else {
-            link.node_blamed = None;
+            if link.node_blamed.take().is_some() {
+                // The node is back (thawed, reachable again): the silence
+                // its ends measured while it was down is its own, as a
+                // restart's is, on both ends. What they measure from now
+                // on is the link's.
+                link.tracker.restart(now);
+                link.restarted_at = [Some(now); 2];
+                return self.link(link, views, end_states, ends_since, moment);
+            }
             let assessment = assess(&end_views, &self.settings.link);
             let bad = matches!(assessment.state, LinkState::Down | LinkState::Degraded);
             let unproven = bad
@@ -366,6 +391,7 @@ impl Judge<'_> {
                 .flatten(),
             blame,
             recent_changes: link.tracker.recent_changes(),
+            flapping: link.tracker.flapping() && blame == Blame::Link,
             fix: None,
         }
     }
@@ -382,7 +408,7 @@ impl Judge<'_> {
         let far = usize::from(e.view.node == link.a.node.as_str());
         let far_node = if far == 0 { &link.a.node } else { &link.b.node };
         let restarted = if far_node == self.local {
-            self.local_started
+            self.local_started.max(link.restarted_at[far])
         } else {
             link.restarted_at[far]
         };
@@ -523,6 +549,39 @@ impl Judge<'_> {
                 return Some(format!(
                     "held: {node} not heard since the fault began (last heard {ago}); \
                      its node may be down rather than the cable"
+                ));
+            }
+        }
+        // An end whose daemon closed every stream and has not opened one
+        // since is restarting (or dead, which its node verdict will say):
+        // what its peers measured meanwhile is its daemon's, not the
+        // cable's, and its new run is not known here yet.
+        for node in [&link.a.node, &link.b.node] {
+            let closed = node != self.local
+                && self
+                    .lives
+                    .get(node)
+                    .is_some_and(|l| l.last_message.is_some() && !l.any_open);
+            if closed {
+                return Some(format!(
+                    "held: {node} closed its streams (a restart?) and has not spoken since"
+                ));
+            }
+        }
+        // A silence is judged against how late its ends run, which every
+        // message says: an end heard for less than that memory (this node
+        // or it just started) may be running late unknown to this node,
+        // and answering on its late ticks. The peers that know judge
+        // meanwhile.
+        for (node, since) in [&link.a.node, &link.b.node]
+            .into_iter()
+            .zip(link.ends_since)
+        {
+            let heard_for = since.map(|s| self.now.saturating_duration_since(s));
+            if node != self.local && heard_for.is_some_and(|d| d < LATENESS_MEMORY) {
+                return Some(format!(
+                    "held: {node} heard for only {}; how late it runs is not known yet",
+                    fmt_duration(heard_for.unwrap_or_default())
                 ));
             }
         }

@@ -470,7 +470,7 @@ impl Engine {
         let lives = self.lives(inputs, now);
         let fresh = fresh_members(inputs, &lives);
         let mut quorum = quorum::evaluate(&inputs.configured, &fresh);
-        quorum.leader = self.leader(inputs, &quorum);
+        quorum.leader = self.leader(inputs, &quorum, &lives);
 
         let nodes = self.node_verdicts(inputs, &lives, moment);
         let saturated = self.saturated_members(inputs, &lives, now);
@@ -515,18 +515,36 @@ impl Engine {
 
     /// The lowest id among the members of this node's quorum that hold
     /// quorum themselves (as their reports say): a deaf lowest-id node is
-    /// skipped instead of silencing every alert.
-    fn leader(&self, inputs: &MeshInputs, quorum: &Quorum) -> Option<NodeId> {
+    /// skipped instead of silencing every alert. Leadership is claimed, not
+    /// just computed: when that would be this node, it defers to a lower
+    /// member that a fresh peer's report says it follows, one this node
+    /// does not hear (in a one-sided partition two nodes would otherwise
+    /// both lead, and each resolve the other's pages).
+    fn leader(
+        &self,
+        inputs: &MeshInputs,
+        quorum: &Quorum,
+        lives: &BTreeMap<&NodeId, Life<'_>>,
+    ) -> Option<NodeId> {
         if !quorum.has_quorum {
             return None;
         }
-        quorum
+        let me = &inputs.local.id;
+        let lowest = quorum
             .members
             .iter()
-            .find(|m| {
-                **m == inputs.local.id || inputs.peers.get(*m).is_some_and(|p| p.report.has_quorum)
-            })
-            .cloned()
+            .find(|m| *m == me || inputs.peers.get(*m).is_some_and(|p| p.report.has_quorum))?;
+        if lowest != me {
+            return Some(lowest.clone());
+        }
+        let followed_lower = inputs
+            .peers
+            .iter()
+            .filter(|(id, _)| lives.get(id).is_some_and(|l| !l.fresh_paths.is_empty()))
+            .filter_map(|(_, view)| view.report.leader.as_ref())
+            .filter(|leader| *leader < me && inputs.configured.contains(*leader))
+            .min();
+        Some(followed_lower.unwrap_or(me).clone())
     }
 }
 

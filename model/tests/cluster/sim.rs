@@ -23,6 +23,10 @@ use meshd_domain::{
     ReportUpdate, StreamOpen,
 };
 use meshd_model::alerts::{self, AlertState, Labels};
+
+#[path = "alertmanager.rs"]
+pub mod alertmanager;
+use alertmanager::Alertmanager;
 use meshd_model::fixtures;
 use meshd_model::linkstats::{
     LatenessLog, LinkStats, LinkStatsConfig, ProbeClass, ProbeNews, ProbeStats, RTT_BOUNDS,
@@ -117,6 +121,12 @@ pub struct Network {
     /// Nodes whose inbound management connections are blocked (a
     /// firewall, a stale address at the peers); what they open works.
     pub management_inbound_blocked: BTreeSet<usize>,
+    /// The management network split in two: the nodes of this side reach
+    /// only each other on it, the rest only each other.
+    pub management_split: Option<BTreeSet<usize>>,
+    /// Pairs of nodes whose management traffic to each other is dropped
+    /// (a firewall rule, a stale route) while both reach everyone else.
+    pub management_pairs_cut: BTreeSet<Cable>,
 }
 
 impl Network {
@@ -128,6 +138,11 @@ impl Network {
                 !self.management_cut.contains(&from)
                     && !self.management_cut.contains(&to)
                     && !self.management_inbound_blocked.contains(&to)
+                    && self
+                        .management_split
+                        .as_ref()
+                        .is_none_or(|side| side.contains(&from) == side.contains(&to))
+                    && !self.management_pairs_cut.contains(&cable(from, to))
             }
             PathKind::Cable => !self.cut_cables.contains_key(&cable(from, to)),
         }
@@ -331,6 +346,12 @@ pub enum Action {
     HealManagement(usize),
     BlockManagementInbound(usize),
     UnblockManagementInbound(usize),
+    /// The management network splits: this side reaches only itself.
+    SplitManagement(BTreeSet<usize>),
+    HealManagementSplit,
+    /// Management traffic between the pair is dropped both ways.
+    CutManagementPair(Cable),
+    HealManagementPair(Cable),
     Kill(usize),
     Start(usize),
     /// The host reboots: its daemon dies, and starts (with `Start`) on a
@@ -345,7 +366,6 @@ pub enum Action {
 /// An alert as Alertmanager saw it posted (by any node).
 #[derive(Debug, Clone)]
 pub struct Posted {
-    pub at: Instant,
     pub labels: Labels,
     pub firing: bool,
 }
@@ -371,10 +391,10 @@ pub struct Sim {
     rng: Rng,
     /// Every post any node made, in order.
     pub posts: Vec<Posted>,
+    /// The one Alertmanager every node posts to.
+    pub am: Alertmanager,
     /// Every event any node's looks produced, with when and whose.
     pub events: Vec<(Instant, usize, Event)>,
-    /// What Alertmanager holds firing, by labels.
-    pub firing: BTreeMap<Labels, alerts::Alert>,
 }
 
 /// Node `i`'s end of its cable to `j`: the interface is named after the
@@ -455,8 +475,11 @@ impl Sim {
             rng,
             posts: Vec::new(),
             events: Vec::new(),
-            firing: BTreeMap::new(),
+            am: Alertmanager::default(),
         };
+        // Alertmanager runs on a clock of its own, up to three minutes off.
+        sim.am.offset = Duration::from_millis(sim.rng.below(180_000));
+        sim.am.behind = sim.rng.below(2) == 0;
         for i in 0..n {
             let start = Duration::from_millis(sim.rng.below(1000));
             sim.schedule(start, Action::Start(i));
@@ -584,6 +607,8 @@ impl Sim {
             }
             Ev::Keepalive => {
                 self.keepalive();
+                let am_now = self.am.clock(self.true_wall());
+                self.am.notify(self.now, am_now);
                 self.push(self.now + Duration::from_millis(500), Ev::Keepalive);
                 None
             }
@@ -721,6 +746,18 @@ impl Sim {
             }
             Action::UnblockManagementInbound(x) => {
                 self.net.management_inbound_blocked.remove(&x);
+                self.flush_held();
+            }
+            Action::SplitManagement(side) => self.net.management_split = Some(side),
+            Action::HealManagementSplit => {
+                self.net.management_split = None;
+                self.flush_held();
+            }
+            Action::CutManagementPair(c) => {
+                self.net.management_pairs_cut.insert(c);
+            }
+            Action::HealManagementPair(c) => {
+                self.net.management_pairs_cut.remove(&c);
                 self.flush_held();
             }
             Action::Kill(x) => self.kill(x),
@@ -1533,6 +1570,58 @@ impl Sim {
         Some((moment, decision))
     }
 
+    /// The simulation's wall clock, without any node's offset.
+    pub fn true_wall(&self) -> SystemTime {
+        wall(0) + self.now.saturating_duration_since(self.epoch)
+    }
+
+    /// The label sets Alertmanager holds firing now.
+    pub fn am_firing(&self) -> Vec<Labels> {
+        self.am
+            .firing_now(self.now, self.am.clock(self.true_wall()))
+    }
+
+    /// Node `x`'s alert pusher after a look: `AlertState::after_look`, and
+    /// every `CHECK_EVERY` `AlertState::check` with what Alertmanager holds;
+    /// each post's times put on Alertmanager's clock as the pusher does,
+    /// with the offset its `Date` header gives (whole seconds).
+    fn push_alerts(&mut self, x: usize, status: &MeshStatus, moment: Moment) {
+        let am_now = self.am.clock(self.true_wall());
+        // What a GET returns, its times back on this node's clock.
+        let found: Vec<alerts::Held> = self
+            .am
+            .held(self.now, am_now)
+            .into_iter()
+            .map(|mut held| {
+                held.alert.starts_at = alerts::on_clock(held.alert.starts_at, am_now, moment.wall);
+                held
+            })
+            .collect();
+        let Some(d) = self.daemon_mut(x) else {
+            return;
+        };
+        let mut posts = d.alerts.after_look(status, moment.now, moment.wall, RESEND);
+        if d.alerts.check_due(moment.now) {
+            posts.extend(
+                d.alerts
+                    .check(status, &found, moment.now, moment.wall, RESEND),
+            );
+        }
+        for post in posts {
+            let (starts_at, ends_at) =
+                alerts::on_alertmanager_clock(&post, moment.wall, Some(am_now));
+            self.posts.push(Posted {
+                labels: post.alert.labels.clone(),
+                firing: post.resolved_at.is_none(),
+            });
+            let alert = alerts::Alert {
+                starts_at,
+                ..post.alert
+            };
+            self.am.post(self.now, am_now, alert, ends_at);
+        }
+    }
+
     /// What node `x` does with a look's decision: steps its alerts, keeps
     /// the status, sends the update on its open streams and queues the
     /// next look.
@@ -1549,32 +1638,9 @@ impl Sim {
             debug_assert_eq!(d.full.as_ref().map(|f| f.sequence), Some(update.sequence));
         }
         let status = decision.status;
-        let step = d
-            .alerts
-            .after_look(&status, moment.now, moment.wall, RESEND);
         self.events
             .extend(decision.events.into_iter().map(|e| (moment.now, x, e)));
-        let mut posts = step.posts;
-        if step.reconcile {
-            let active: Vec<alerts::Alert> = self.firing.values().cloned().collect();
-            if let Some(d) = self.nodes[x].daemon.as_ref() {
-                posts.extend(d.alerts.reconcile(active, moment.wall));
-            }
-        }
-        for post in posts {
-            let firing = post.ends_at > moment.wall;
-            if firing {
-                self.firing
-                    .insert(post.alert.labels.clone(), post.alert.clone());
-            } else {
-                self.firing.remove(&post.alert.labels);
-            }
-            self.posts.push(Posted {
-                at: moment.now,
-                labels: post.alert.labels,
-                firing,
-            });
-        }
+        self.push_alerts(x, &status, moment);
         let Some(d) = self.daemon_mut(x) else {
             return;
         };

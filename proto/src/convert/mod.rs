@@ -327,6 +327,7 @@ mod tests {
                 blame: Blame::Node,
                 blamed_node: Some(id("c")),
                 recent_changes: 1,
+                flapping: false,
                 fix: Some("bring c back".into()),
             }],
             alarms: vec![Alarm {
@@ -793,6 +794,7 @@ mod tests {
             },
             facts: Some(sample_facts()),
             has_quorum: Some(true),
+            leader: Some(Some(id("a"))),
             clock_offsets: Some(vec![ClockOffset {
                 peer: id("b"),
                 offset_ns: -1_500_000_000,
@@ -823,6 +825,7 @@ mod tests {
             heard_on_management: None,
             facts: None,
             has_quorum: None,
+            leader: None,
             clock_offsets: None,
             ..sample_update()
         };

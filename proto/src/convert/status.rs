@@ -174,6 +174,7 @@ impl From<LinkVerdict> for wire::LinkVerdict {
             blame: blame_wire(l.blame),
             blamed_node: l.blamed_node.map(|n| n.to_string()).unwrap_or_default(),
             recent_changes: l.recent_changes,
+            flapping: l.flapping,
             fix: l.fix.unwrap_or_default(),
         }
     }
@@ -193,6 +194,7 @@ impl TryFrom<wire::LinkVerdict> for LinkVerdict {
             blame: blame("blame", l.blame)?,
             blamed_node: optional_node_id("blamed_node", l.blamed_node)?,
             recent_changes: l.recent_changes,
+            flapping: l.flapping,
             fix: non_empty(l.fix),
         })
     }

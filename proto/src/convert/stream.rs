@@ -175,6 +175,9 @@ impl From<ReportUpdate> for wire::ReportUpdate {
             load: Some(u.load.into()),
             facts: u.facts.map(Into::into),
             has_quorum: u.has_quorum,
+            leader: u
+                .leader
+                .map(|leader| leader.map(|id| id.to_string()).unwrap_or_default()),
             clock_offsets: u.clock_offsets.map(|offsets| wire::ClockOffsets {
                 offsets: offsets.into_iter().map(Into::into).collect(),
             }),
@@ -230,6 +233,14 @@ pub fn update_from_wire(u: wire::ReportUpdate, bounds: &[Duration]) -> Result<Re
             .transpose()
             .map_err(|e| e.within("facts"))?,
         has_quorum: u.has_quorum,
+        leader: u
+            .leader
+            .map(|leader| {
+                (!leader.is_empty())
+                    .then(|| node_id("leader", leader))
+                    .transpose()
+            })
+            .transpose()?,
         clock_offsets: u
             .clock_offsets
             .map(|list| each("clock_offsets.offsets", list.offsets, ClockOffset::try_from))

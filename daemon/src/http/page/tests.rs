@@ -88,6 +88,7 @@ fn healthy(n: usize) -> MeshStatus {
                 blame: Blame::None,
                 blamed_node: None,
                 recent_changes: 0,
+                flapping: false,
                 fix: None,
             });
             cables.push(Cable {
