@@ -371,6 +371,17 @@ fn flapping_until(episodes: &[Episode], c: Cable, t: Duration) -> Option<Duratio
         .max()
 }
 
+/// The cable of a pair cut in a mesh of three: each end hears the other
+/// only through the third member's word, a tie that delays a verdict but
+/// does not keep the other up (`HEARSAY_DELAY`), so each end may call the
+/// other down, and page it.
+fn pair_cut_tie(fault: &Fault, n: usize) -> Option<Cable> {
+    match fault {
+        Fault::PairCut { a, b } if n == 3 => Some(cable(*a, *b)),
+        _ => None,
+    }
+}
+
 /// The node a fault stops, if it stops one.
 fn stopped(fault: &Fault) -> Option<usize> {
     match fault {
@@ -482,7 +493,9 @@ fn every_look(episodes: &[Episode], sim: &Sim, seen: &Observed<'_>, problems: &m
             continue;
         };
         let explained = episodes.iter().any(|e| {
-            (stopped(&e.fault) == Some(x) || e.fault == Fault::Isolate { x })
+            (stopped(&e.fault) == Some(x)
+                || e.fault == Fault::Isolate { x }
+                || pair_cut_tie(&e.fault, sim.len()).is_some_and(|c| c.0 == x || c.1 == x))
                 && t >= e.start
                 && t <= e.heal + NODE_DOWN_BUDGET + late_beside(e, episodes)
         });
@@ -524,14 +537,18 @@ fn check_episode(sim: &mut Sim, e: &Episode, all: &[Episode], problems: &mut Vec
             let flapping = flapping_until(all, c, e.start).is_some();
             while t < e.heal {
                 expect_at(sim, t, all, problems);
+                // `DOWN_WHILE_FLAPPING` counts from when the link read down,
+                // which the fault's budget bounds.
                 let may_flap =
-                    flapping && t < e.start + DOWN_WHILE_FLAPPING + CUT_DOWN_BUDGET + slack;
+                    flapping && t < e.start + cut_budget(&e.fault) + DOWN_WHILE_FLAPPING + slack;
                 for (i, s) in judges(sim, None) {
                     let link = link_of(s, c);
+                    let tie = pair_cut_tie(&e.fault, n).is_some();
                     let right = link.is_some_and(|l| {
-                        l.blame == Blame::Link
+                        (l.blame == Blame::Link
                             && (l.state == LinkState::Down
-                                || (may_flap && l.state == LinkState::Flapping))
+                                || (may_flap && l.state == LinkState::Flapping)))
+                            || (tie && l.state == LinkState::Down && l.blame == Blame::Node)
                     });
                     if !right {
                         problems.push(format!(
@@ -926,14 +943,22 @@ fn check_pages(sim: &Sim, e: &Episode, all: &[Episode], problems: &mut Vec<Strin
             let ends = [("a", name(c.0)), ("b", name(c.1))];
             let down = labels("MeshLinkDown", &ends, "critical");
             let flapping = labels("MeshLinkFlapping", &ends, "warning");
-            let exact = if flapping_until(all, c, e.start).is_none()
-                && e.heal >= e.start + cut_budget(&e.fault) + slack
-            {
-                [down.clone()].into()
+            if pair_cut_tie(&e.fault, n).is_some() {
+                let node_down = |x: usize| labels("MeshNodeDown", &[("node", name(x))], "critical");
+                (
+                    BTreeSet::new(),
+                    [down, flapping, node_down(a), node_down(b)].into(),
+                )
             } else {
-                BTreeSet::new()
-            };
-            (exact, [down, flapping].into())
+                let exact = if flapping_until(all, c, e.start).is_none()
+                    && e.heal >= e.start + cut_budget(&e.fault) + slack
+                {
+                    [down.clone()].into()
+                } else {
+                    BTreeSet::new()
+                };
+                (exact, [down, flapping].into())
+            }
         }
         // The side without a management majority is cut off from it; in a
         // split into halves no side is, and nobody is to blame alone.

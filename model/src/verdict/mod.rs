@@ -323,21 +323,33 @@ struct Life<'a> {
     latest_evidence: Option<Instant>,
     /// Fresh members whose reports say they hear it.
     hearers: Vec<&'a NodeId>,
+    /// Whether the hearers are most of the fresh members besides it: only
+    /// then does their word keep it up (see [`Life::alive`]).
+    heard_by_majority: bool,
 }
 
 impl Life<'_> {
-    /// Something shows it alive now: a message on an open stream within
-    /// `suspect_after` of `now` (less `allowance`, what this node's own
-    /// lateness may explain, during which a closed stream does not count),
-    /// its probe responder answering, or a fresh member hearing it.
+    /// Something shows it alive now: direct evidence (a message on an open
+    /// stream within `suspect_after` of `now`, less `allowance`, what this
+    /// node's own lateness may explain, during which a closed stream does
+    /// not count; its probe responder answering), or most of the fresh
+    /// members hearing it. Hearsay from fewer is one member's word against
+    /// this node's silence: it delays a verdict ([`HEARSAY_DELAY`]), never
+    /// keeps a node up, so one stolen key cannot hide a death.
     fn alive(&self, now: Instant, suspect_after: Duration, allowance: Duration) -> bool {
         let open = self.any_open || !allowance.is_zero();
         let heard = self.last_message.is_some_and(|at| {
             now.saturating_duration_since(at).saturating_sub(allowance) < suspect_after
         });
-        (heard && open) || self.probes_answer || !self.hearers.is_empty()
+        (heard && open) || self.probes_answer || self.heard_by_majority
     }
 }
+
+/// How much longer than `stale_after` a node silent to this one stays
+/// suspect, not down, while a minority of the members say they hear it:
+/// long enough for their reports to turn, short enough that a lying member
+/// delays a page by seconds.
+pub const HEARSAY_DELAY: Duration = Duration::from_secs(3);
 
 impl Engine {
     pub fn new(settings: EngineSettings) -> Self {
@@ -444,7 +456,12 @@ impl Engine {
             .iter()
             .filter(|(id, _)| lives.get(id).is_some_and(|l| !l.fresh_paths.is_empty()))
             .collect();
-        for (hearer, view) in fresh_peers {
+        // Those who could vouch for a node: this node and its fresh peers,
+        // but not the node itself.
+        let voters = |id: &NodeId| {
+            1 + fresh_peers.len() - usize::from(fresh_peers.iter().any(|(p, _)| *p == id))
+        };
+        for &(hearer, view) in &fresh_peers {
             for heard in view.report.hears.iter() {
                 if heard != hearer && *heard != inputs.local.id {
                     let life = lives.entry(heard).or_default();
@@ -459,6 +476,9 @@ impl Engine {
                     life.latest_evidence = life.latest_evidence.max(heard_by);
                 }
             }
+        }
+        for (id, life) in &mut lives {
+            life.heard_by_majority = life.hearers.len() * 2 > voters(id);
         }
         lives
     }
@@ -824,13 +844,16 @@ mod tests {
             .expect("link in status")
     }
 
-    fn node_state(status: &MeshStatus, n: &str) -> NodeState {
+    fn node<'s>(status: &'s MeshStatus, n: &str) -> &'s meshd_domain::NodeVerdict {
         status
             .nodes
             .iter()
             .find(|v| v.id.as_str() == n)
-            .map(|v| v.state)
             .expect("node in status")
+    }
+
+    fn node_state(status: &MeshStatus, n: &str) -> NodeState {
+        node(status, n).state
     }
 
     fn kinds(status: &MeshStatus) -> Vec<AlarmKind> {
@@ -1015,6 +1038,44 @@ mod tests {
         }
     }
 
+    /// One member saying it hears a node this node cannot hear (a stolen
+    /// key, or a one-sided partition) delays the verdict by
+    /// `HEARSAY_DELAY`, and no longer; most members hearing it keep it up.
+    #[test]
+    fn one_members_word_delays_a_death_but_most_members_keep_a_node_up() {
+        let stale_after = default_engine_settings().stale_after;
+        let ms = |d: Duration| u64::try_from(d.as_millis()).expect("ms");
+        let mut mesh = Mesh::new(&["a", "b", "c", "d"]);
+        let mut engine = Engine::new(default_engine_settings());
+        mesh.evaluate(&mut engine, 0);
+        // Without b's word c would be down by now.
+        let silent = ms(stale_after) + 100;
+        mesh.kill("c", silent);
+        // b lies: it hears c. d tells the truth.
+        mesh.hears.insert("b", vec!["a", "c", "d"]);
+        let status = mesh.evaluate(&mut engine, silent);
+        let c = node(&status, "c");
+        assert_eq!(c.state, NodeState::Suspect, "{c:?}");
+        assert!(
+            c.evidence.iter().any(|e| e.contains("heard by b only")),
+            "{c:?}"
+        );
+        let dead_for = stale_after + HEARSAY_DELAY;
+        mesh.kill("c", ms(dead_for));
+        mesh.hears.insert("b", vec!["a", "c", "d"]);
+        let status = mesh.evaluate(&mut engine, ms(dead_for));
+        assert_eq!(node_state(&status, "c"), NodeState::Down, "{status:#?}");
+
+        // Silent to a alone, heard by b and d: a one-sided partition.
+        let mut mesh = Mesh::new(&["a", "b", "c", "d"]);
+        let mut engine = Engine::new(default_engine_settings());
+        mesh.kill("c", ms(dead_for) * 2);
+        mesh.hears.insert("b", vec!["a", "c", "d"]);
+        mesh.hears.insert("d", vec!["a", "b", "c"]);
+        let status = mesh.evaluate(&mut engine, ms(dead_for) * 2);
+        assert_eq!(node_state(&status, "c"), NodeState::Up, "{status:#?}");
+    }
+
     #[test]
     fn a_management_cut_is_a_warning_about_the_node_not_a_node_down() {
         let mut mesh = Mesh::new(&["a", "b", "c", "d"]);
@@ -1115,12 +1176,16 @@ mod tests {
             .status;
         let l = link(&status, "a", "b");
         assert_ne!(l.state, LinkState::Down, "{l:?}");
-        assert!(l.evidence.iter().any(|e| e.contains("started")), "{l:?}");
-        // Still silent once b had down_after to answer: the cable.
-        let down_after =
-            u64::try_from(default_engine_settings().link.down_after.as_millis()).expect("ms");
-        mesh.silence("a", "b", 900 + down_after + 100);
-        let later = mesh.at(1_000 + down_after + 100);
+        assert!(l.evidence.iter().any(|e| e.starts_with("held: b")), "{l:?}");
+        // Still silent once b had down_after to answer, and was heard long
+        // enough to know how late it runs: the cable.
+        let settled = default_engine_settings()
+            .link
+            .down_after
+            .max(crate::linkstats::LATENESS_MEMORY);
+        let settled = u64::try_from(settled.as_millis()).expect("ms");
+        mesh.silence("a", "b", 900 + settled + 100);
+        let later = mesh.at(1_000 + settled + 100);
         let status = engine.evaluate(&with_b_since(&mesh, later), later).status;
         let l = link(&status, "a", "b");
         assert_eq!((l.state, l.blame), (LinkState::Down, Blame::Link), "{l:?}");

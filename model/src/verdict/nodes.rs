@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use meshd_domain::{NodeId, NodeState, NodeVerdict};
 
-use super::{Engine, Life, MeshInputs, name_some};
+use super::{Engine, HEARSAY_DELAY, Life, MeshInputs, name_some};
 use crate::link::fmt_duration;
 use crate::linkstats::LATE;
 use crate::peers::Path;
@@ -153,12 +153,18 @@ impl Engine {
             .map(|at| now.saturating_duration_since(at).saturating_sub(allowance));
         let open = life.any_open || !allowance.is_zero();
         let alive = life.alive(now, self.settings.suspect_after, allowance);
-        let stale_after = self.settings.stale_after;
+        // A minority of members hearing it holds the verdict back, for a
+        // bounded time: the silence must outlast `HEARSAY_DELAY` more.
+        let stale_after = if life.hearers.is_empty() {
+            self.settings.stale_after
+        } else {
+            self.settings.stale_after.saturating_add(HEARSAY_DELAY)
+        };
         let silent_everywhere = match age {
             None => self.started.is_none_or(|s| {
                 now.saturating_duration_since(s).saturating_sub(allowance) >= stale_after
             }),
-            Some(age) => !open || age >= stale_after,
+            Some(age) => (!open && life.hearers.is_empty()) || age >= stale_after,
         };
         if alive {
             NodeState::Up
@@ -222,10 +228,15 @@ fn life_evidence(id: &NodeId, life: &Life<'_>, now: Instant) -> Vec<String> {
         evidence.push("its probe responder answers on the cable".to_owned());
     }
     if !life.hearers.is_empty() {
-        evidence.push(format!(
-            "heard by {}",
-            name_some(life.hearers.iter().map(|n| n.as_str()))
-        ));
+        let heard_by = name_some(life.hearers.iter().map(|n| n.as_str()));
+        evidence.push(if life.heard_by_majority {
+            format!("heard by {heard_by}")
+        } else {
+            format!(
+                "heard by {heard_by} only: fewer than most members, whose word delays a \
+                 verdict but cannot keep {id} up"
+            )
+        });
     }
     evidence
 }
