@@ -580,14 +580,20 @@ fn fresh_members(inputs: &MeshInputs, lives: &BTreeMap<&NodeId, Life<'_>>) -> BT
     fresh
 }
 
-/// The alarms this node and its fresh peers raise themselves. Bridges on
+/// The alarms this node and its fresh peers raise themselves, a peer's in
+/// its words, quoted, with this node's fix. Bridges on
 /// two nodes make a cycle in the mesh: only the merged view of every
 /// node's alarms can tell.
 fn reported_alarms(inputs: &MeshInputs, fresh: &BTreeSet<NodeId>) -> Vec<Alarm> {
     let mut alarms = inputs.local_alarms.clone();
     for (id, view) in &inputs.peers {
         if fresh.contains(id) {
-            alarms.extend(view.report.alarms.iter().cloned());
+            alarms.extend(
+                view.report
+                    .alarms
+                    .iter()
+                    .map(|a| crate::peer_alarms::as_reported_by(id, a.clone())),
+            );
         }
     }
     crate::bridge::escalate_bridge_loops(alarms)
