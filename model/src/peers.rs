@@ -227,8 +227,8 @@ pub struct PeerBook {
     /// Bumped whenever something the engine judges changed.
     generation: u64,
     /// When this node last saw each member's run change (a stream of a
-    /// new incarnation after one of an older): what a peer's reboot or
-    /// panic alarm about it must match.
+    /// new incarnation after one of an older; for itself, its first peer):
+    /// what a peer's reboot or panic alarm about it must match.
     run_changed_at: BTreeMap<NodeId, Instant>,
 }
 
@@ -411,6 +411,9 @@ impl PeerBook {
         if self.peers.contains_key(&sender.id) {
             self.run_changed_at.insert(sender.id.clone(), now);
         }
+        // This node's own run is new as of its first peer: what its peers
+        // saw of its reboot is about a run change it lived through.
+        self.run_changed_at.entry(self.local.clone()).or_insert(now);
         let duplicate = self.peers.get(&sender.id).and_then(|p| p.duplicate.clone());
         // What arrives on streams of the superseded incarnation is refused
         // from now on.

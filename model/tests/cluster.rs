@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use meshd_domain::{AlarmKind, Blame, EventKind, LinkState, MeshStatus, NodeState};
 use meshd_model::alerts::Labels;
+use meshd_model::verdict::RESTART_GRACE;
 use proptest::prelude::*;
 use sim::alertmanager::Notification;
 use sim::{Action, Cable, CableCut, Observed, Sim, cable};
@@ -901,7 +902,11 @@ fn check_pages(sim: &Sim, e: &Episode, all: &[Episode], problems: &mut Vec<Strin
             // is a dead node as far as anyone can tell.
             let stall = matches!(e.fault, Fault::Freeze { .. })
                 && e.heal + HEARTBEAT < e.start + STALE_AFTER;
-            let mut allowed: BTreeSet<Labels> = if stall {
+            // A restart within its grace (counted from the last message,
+            // up to a heartbeat before the stop) is no dead node.
+            let restart = matches!(e.fault, Fault::Kill { .. })
+                && e.heal + HEARTBEAT < e.start + RESTART_GRACE;
+            let mut allowed: BTreeSet<Labels> = if stall || restart {
                 BTreeSet::new()
             } else {
                 [down.clone()].into()

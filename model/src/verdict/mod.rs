@@ -29,6 +29,8 @@ mod deadline;
 mod links;
 mod nodes;
 
+pub use nodes::RESTART_GRACE;
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct EngineSettings {
     /// Every peer sends at least this often, a heartbeat when nothing
@@ -1000,10 +1002,19 @@ mod tests {
         let mut mesh = Mesh::new(&["a", "b", "c", "d"]);
         let mut engine = Engine::new(default_engine_settings());
         mesh.evaluate(&mut engine, 0);
-        // c was killed 700 ms ago: its streams are closed and every link to
-        // it is silent since. The others have been heard since.
+        // c's streams closed 700 ms ago and every link to it is silent
+        // since; the others have been heard since. A restart would have
+        // opened new streams by now: c is suspect, its links held.
         mesh.kill("c", 700);
         let status = mesh.evaluate(&mut engine, 100);
+        assert_eq!(node_state(&status, "c"), NodeState::Suspect, "{status:#?}");
+        for n in ["a", "b", "d"] {
+            assert_ne!(link(&status, n, "c").blame, Blame::Link);
+        }
+        // Still gone past the restart grace: dead.
+        let grace = u64::try_from(nodes::RESTART_GRACE.as_millis()).expect("ms");
+        mesh.kill("c", grace + 100);
+        let status = mesh.evaluate(&mut engine, 100 + grace);
         assert_eq!(node_state(&status, "c"), NodeState::Down, "{status:#?}");
         for n in ["a", "b", "d"] {
             let l = link(&status, n, "c");
@@ -1132,7 +1143,7 @@ mod tests {
         let mut mesh = Mesh::new(&["a", "b"]);
         let mut engine = Engine::new(default_engine_settings());
         mesh.evaluate(&mut engine, 0);
-        mesh.kill("b", 700);
+        mesh.kill("b", 2_100);
         let status = mesh.evaluate_settled(&mut engine, 100);
         assert!(!status.quorum.has_quorum);
         assert_eq!(node_state(&status, "b"), NodeState::Down);

@@ -164,7 +164,9 @@ impl Engine {
             None => self.started.is_none_or(|s| {
                 now.saturating_duration_since(s).saturating_sub(allowance) >= stale_after
             }),
-            Some(age) => (!open && life.hearers.is_empty()) || age >= stale_after,
+            Some(age) => {
+                (!open && life.hearers.is_empty() && age >= RESTART_GRACE) || age >= stale_after
+            }
         };
         if alive {
             NodeState::Up
@@ -199,6 +201,13 @@ impl Engine {
         late
     }
 }
+
+/// How long after its last message a peer whose every stream closed stays
+/// `suspect` before it is `down`: a daemon restarting (launchd, systemd, an
+/// upgrade) closes its streams and opens new ones within it, and is no
+/// dead node. A death still reads down this soon after the last message;
+/// a node silent on open streams (frozen) waits `stale_after`.
+pub const RESTART_GRACE: Duration = Duration::from_secs(2);
 
 /// What speaks for a peer and what against it: its last message and the
 /// paths that carried it, its probe responder, the members hearing it.
