@@ -93,12 +93,15 @@ impl EndView<'_> {
     /// answered nothing meanwhile: the worst lateness of either end
     /// ([`Self::excuse`]) is silence the cable did not cause.
     pub fn silent(&self, rules: &LinkRules) -> bool {
-        self.observation.probes_sent_total > 0
-            && self.silence()
-                >= rules
-                    .down_after
-                    .saturating_add(self.excuse.worst)
-                    .saturating_add(self.noticing(rules))
+        self.observation.probes_sent_total > 0 && self.silence() >= self.silent_after(rules)
+    }
+
+    /// How long a silence must last to count (see [`Self::silent`]).
+    pub fn silent_after(&self, rules: &LinkRules) -> Duration {
+        rules
+            .down_after
+            .saturating_add(self.excuse.worst)
+            .saturating_add(self.noticing(rules))
     }
 
     /// How long after the far end answers again this end may still say it
@@ -126,6 +129,8 @@ impl EndView<'_> {
 pub struct Assessment {
     pub state: LinkState,
     pub evidence: Vec<String>,
+    /// Every end that reports is silent: the one evidence no hold hides.
+    pub every_end_silent: bool,
 }
 
 /// A round-trip time or silence as evidence and the mesh page write it, in
@@ -144,6 +149,7 @@ pub fn assess(ends: &[EndView<'_>], rules: &LinkRules) -> Assessment {
         return Assessment {
             state: LinkState::Unknown,
             evidence: vec!["no end reports this link".to_owned()],
+            every_end_silent: false,
         };
     }
     let mut evidence = Vec::new();
@@ -171,6 +177,7 @@ pub fn assess(ends: &[EndView<'_>], rules: &LinkRules) -> Assessment {
         return Assessment {
             state: LinkState::Down,
             evidence,
+            every_end_silent: true,
         };
     }
 
@@ -192,6 +199,7 @@ pub fn assess(ends: &[EndView<'_>], rules: &LinkRules) -> Assessment {
         return Assessment {
             state: LinkState::Down,
             evidence,
+            every_end_silent: false,
         };
     }
 
@@ -226,17 +234,20 @@ pub fn assess(ends: &[EndView<'_>], rules: &LinkRules) -> Assessment {
         return Assessment {
             state: LinkState::Degraded,
             evidence,
+            every_end_silent: false,
         };
     }
     if ends.iter().any(EndView::ever_answered) {
         Assessment {
             state: LinkState::Up,
             evidence: Vec::new(),
+            every_end_silent: false,
         }
     } else {
         Assessment {
             state: LinkState::Unknown,
             evidence: vec!["no probe answered yet".to_owned()],
+            every_end_silent: false,
         }
     }
 }

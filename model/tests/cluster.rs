@@ -772,8 +772,9 @@ fn check_episode(sim: &mut Sim, e: &Episode, all: &[Episode], problems: &mut Vec
 }
 
 /// Whether `labels` may be paging for a fault other than `e`: a clock
-/// stepped lately still reads skewed, and a cable flapping from earlier cuts
-/// pages as flapping meanwhile.
+/// stepped lately still reads skewed, a cable flapping from earlier cuts
+/// pages as flapping meanwhile, and a mesh running late beside `e` pages
+/// that it does.
 fn earlier_faults_page(labels: &Labels, e: &Episode, all: &[Episode]) -> bool {
     match labels.get("alertname").map(String::as_str) {
         Some("MeshClockSkew") => all.iter().any(|c| {
@@ -784,6 +785,12 @@ fn earlier_faults_page(labels: &Labels, e: &Episode, all: &[Episode]) -> bool {
         Some("MeshLinkFlapping") => cable_named(labels)
             .and_then(|c| flapping_until(all, c, e.window_end()))
             .is_some_and(|until| until >= e.start),
+        // A mesh running late beside the fault pages that itself.
+        Some("MeshSaturated") => all.iter().any(|c| {
+            matches!(c.fault, Fault::AllLate { .. })
+                && c.start <= e.window_end()
+                && e.start <= c.window_end()
+        }),
         _ => false,
     }
 }
@@ -1319,6 +1326,31 @@ fn a_cut_during_a_stall_elsewhere_is_still_found() {
         heal: WARMUP + Duration::from_secs(6),
     };
     let problems = checks_beside(4, 43, &stall, &cut);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// While every node runs 30 ms late (a saturated mesh), a cable pulled for
+/// 20 s is still down everywhere and paged: the saturation hold never
+/// hides a link silent at both ends.
+#[test]
+fn a_cable_pulled_while_the_whole_mesh_runs_late_is_down_and_paged() {
+    let late = Episode {
+        fault: Fault::AllLate {
+            by: Duration::from_millis(30),
+        },
+        start: WARMUP,
+        heal: WARMUP + Duration::from_secs(30),
+    };
+    let cut = Episode {
+        fault: Fault::CutCable {
+            a: 0,
+            b: 2,
+            how: CableCut::Pulled,
+        },
+        start: WARMUP + Duration::from_secs(3),
+        heal: WARMUP + Duration::from_secs(23),
+    };
+    let problems = checks_beside(4, 7, &late, &cut);
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 

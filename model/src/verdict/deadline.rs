@@ -1,6 +1,6 @@
 //! When the engine must look again with no new input: a peer turning suspect
 //! or stale (its restart grace or a hearsay delay ending), a link's pending
-//! hysteresis, or the idle bound.
+//! hysteresis, silence or hold, or the idle bound.
 
 use std::time::Instant;
 
@@ -26,7 +26,8 @@ impl Engine {
         let links = self
             .links
             .values()
-            .filter_map(|l| l.tracker.pending_until());
+            .flat_map(|l| [l.tracker.pending_until(), l.recheck_at])
+            .flatten();
         let first_silence = self
             .started
             .and_then(|s| s.checked_add(self.settings.stale_after));

@@ -227,6 +227,12 @@ struct KnownLink {
     /// was first seen. Each end must speak after it before the link is
     /// blamed (see `Judge::unspoken_end`).
     degraded_seen: Option<Instant>,
+    /// Since when a worse verdict is held because most of the mesh runs
+    /// late: the hold lasts `SATURATION_HOLD` at most.
+    saturation_held_since: Option<Instant>,
+    /// When the verdict may change with no new input: an end's silence
+    /// reaching what counts for it, a hold ending.
+    recheck_at: Option<Instant>,
 }
 
 /// Keeps what must outlive one evaluation: the links seen so far (a dead
@@ -1279,14 +1285,17 @@ mod tests {
         let mut engine = Engine::new(default_engine_settings());
         mesh.evaluate(&mut engine, 0);
         mesh.lateness = Duration::from_millis(200);
-        mesh.silence("b", "c", 900);
+        // b hears nothing from c, c hears b: one end silent, held.
+        mesh.silences.insert(("b", "c"), 900);
         let moment = mesh.at(100);
         let mut inputs = mesh.inputs(moment);
         for view in inputs.peers.values_mut() {
             std::sync::Arc::make_mut(&mut view.report).lateness = Duration::from_millis(300);
         }
         let status = engine.evaluate(&inputs, moment).status;
-        assert_eq!(link(&status, "b", "c").state, LinkState::Up, "{status:#?}");
+        let held = link(&status, "b", "c");
+        assert_eq!(held.state, LinkState::Up, "{held:?}");
+        assert!(held.evidence[0].starts_with("held: "), "{held:?}");
         assert!(
             !kinds(&status).contains(&AlarmKind::MeshSaturated),
             "a moment late is not yet an alarm"
