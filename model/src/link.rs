@@ -133,6 +133,14 @@ pub struct Assessment {
     pub every_end_silent: bool,
 }
 
+/// "a 550ms late, b 600ms late".
+fn name_lateness(ends: &[EndView<'_>]) -> String {
+    ends.iter()
+        .map(|e| format!("{} {} late", e.node, fmt_duration(e.observation.lateness)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// A round-trip time or silence as evidence and the mesh page write it, in
 /// meshd's one duration format: "85µs", "1.2ms", "3.4s".
 pub fn fmt_duration(d: Duration) -> String {
@@ -172,6 +180,22 @@ pub fn assess(ends: &[EndView<'_>], rules: &LinkRules) -> Assessment {
             end.node,
             fmt_duration(end.silence()),
         ));
+    }
+    // Ends that both run later than the probe timeout answer each other's
+    // probes too late to count, cable or not: their silence is no
+    // evidence either way (and `mesh_saturated` says why).
+    let too_late = |e: &EndView<'_>| {
+        e.observation.lateness.saturating_add(rules.tick_gap) >= rules.probe_timeout
+    };
+    if silent.len() == ends.len() && ends.len() == 2 && ends.iter().all(too_late) {
+        return Assessment {
+            state: LinkState::Unknown,
+            evidence: vec![format!(
+                "both ends run later than the probe timeout ({}): their silence is no evidence",
+                name_lateness(ends)
+            )],
+            every_end_silent: false,
+        };
     }
     if silent.len() == ends.len() {
         return Assessment {

@@ -1826,3 +1826,43 @@ fn restarts_and_reboots_are_told_apart_on_every_node() {
         .collect::<BTreeSet<_>>();
     assert_eq!(pages, BTreeSet::from(["n2".to_owned()]));
 }
+
+/// A cable losing 19 % of its probes has a second with half of them lost
+/// now and then: it stays degraded through it, one page, not degraded,
+/// down and degraded again.
+#[test]
+fn a_lossy_cables_bad_second_keeps_it_degraded_one_page() {
+    let lossy = Drawn {
+        kind: 203,
+        x: 3,
+        y: 1,
+        param: 3_626_611_774_860_779_051,
+        secs: 0,
+    };
+    assert!(matches!(
+        episodes(8, &[lossy.clone()])[0].fault,
+        Fault::LossyCable { per_mille: 187, .. }
+    ));
+    let problems = run(8, 12_933_792_315_341_390_022, &[lossy]);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// Every node runs 439 ms late: with a tick gap, past the probe timeout,
+/// so every reply comes too late to count, on every cable. Silence at both ends is then no
+/// evidence of a cut, and no link is blamed.
+#[test]
+fn a_mesh_later_than_the_probe_timeout_blames_no_cable() {
+    let late = Drawn {
+        kind: 202,
+        x: 0,
+        y: 5,
+        param: 1_237_419_122_165_678_156,
+        secs: 0,
+    };
+    assert!(matches!(
+        episodes(6, &[late.clone()])[0].fault,
+        Fault::AllLate { by } if by == Duration::from_millis(439)
+    ));
+    let problems = run(6, 4_090_830_463_504_949_858, &[late]);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}

@@ -365,7 +365,17 @@ impl Judge<'_> {
                 link.restarted_at = [Some(now); 2];
                 return self.link(link, views, end_states, ends_since, moment);
             }
-            let assessment = assess(&end_views, &self.settings.link);
+            let mut assessment = assess(&end_views, &self.settings.link);
+            // A link already degraded by loss that loses half its probes
+            // for a second is the same lossy cable having a bad second:
+            // it stays degraded (a page that turns down and back would be
+            // three pages for one fault). Silence at both ends is down.
+            if assessment.state == LinkState::Down
+                && !assessment.every_end_silent
+                && link.tracker.state() == LinkState::Degraded
+            {
+                assessment.state = LinkState::Degraded;
+            }
             let bad = matches!(assessment.state, LinkState::Down | LinkState::Degraded);
             let unproven = bad
                 .then(|| self.unproven_end(link, &present, end_states))
