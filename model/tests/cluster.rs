@@ -1840,7 +1840,7 @@ fn a_lossy_cables_bad_second_keeps_it_degraded_one_page() {
         secs: 0,
     };
     assert!(matches!(
-        episodes(8, &[lossy.clone()])[0].fault,
+        episodes(8, std::slice::from_ref(&lossy))[0].fault,
         Fault::LossyCable { per_mille: 187, .. }
     ));
     let problems = run(8, 12_933_792_315_341_390_022, &[lossy]);
@@ -1860,7 +1860,7 @@ fn a_mesh_later_than_the_probe_timeout_blames_no_cable() {
         secs: 0,
     };
     assert!(matches!(
-        episodes(6, &[late.clone()])[0].fault,
+        episodes(6, std::slice::from_ref(&late))[0].fault,
         Fault::AllLate { by } if by == Duration::from_millis(439)
     ));
     let problems = run(6, 4_090_830_463_504_949_858, &[late]);
