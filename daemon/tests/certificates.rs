@@ -100,11 +100,10 @@ async fn a_certificate_expiring_while_its_node_runs_is_expiring_then_refused_by_
     let issued = ca
         .issue("c", &[], SystemTime::now(), lifetime)
         .expect("a short certificate");
-    let ends = meshd_pki::certificate_facts(
-        &meshd_pki::certificate_der(&issued.cert_pem).expect("der"),
-    )
-    .expect("facts")
-    .not_after;
+    let ends =
+        meshd_pki::certificate_facts(&meshd_pki::certificate_der(&issued.cert_pem).expect("der"))
+            .expect("facts")
+            .not_after;
     let pair = store.node("c");
     std::fs::write(&pair.cert, &issued.cert_pem).expect("cert");
     std::fs::write(&pair.key, &issued.key_pem).expect("key");
@@ -287,7 +286,9 @@ async fn a_serial_revoked_by_a_reload_is_refused_and_its_connections_end() {
     std::fs::write(&config_path, config_text("")).expect("write");
     let loaded = Config::load(&config_path, HOSTNAME).expect("a's config");
     assert_eq!(loaded.peers, a.peers);
-    let mut a = RunningNode::start(&loaded, HOSTNAME).await.expect("a starts");
+    let mut a = RunningNode::start(&loaded, HOSTNAME)
+        .await
+        .expect("a starts");
     a.watch_config(
         config_path.clone(),
         HOSTNAME.to_owned(),
@@ -320,7 +321,9 @@ async fn a_serial_revoked_by_a_reload_is_refused_and_its_connections_end() {
             let alarms = alarms_of(s, AlarmKind::CertificateRefused, "b");
             match s.node.id.as_str() {
                 "a" => alarms.iter().any(|a| a.summary.contains("revoked")) && !heard(s),
-                _ => alarms.iter().any(|a| a.evidence.iter().any(|e| e.contains("revoked"))),
+                _ => alarms
+                    .iter()
+                    .any(|a| a.evidence.iter().any(|e| e.contains("revoked"))),
             }
         },
         management_unreachable,

@@ -82,11 +82,14 @@ fn check_example_with(
     let pair = store.node("studio-1");
     std::fs::write(&pair.cert, issued.cert_pem).expect("cert");
     std::fs::write(&pair.key, issued.key_pem).expect("key");
-    std::fs::set_permissions(&pair.key, std::os::unix::fs::PermissionsExt::from_mode(0o600))
-        .expect("chmod");
+    std::fs::set_permissions(
+        &pair.key,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .expect("chmod");
     let out = meshd(&["check-config", &path]);
-    let stderr = String::from_utf8_lossy(&out.stderr)
-        .replace(&dir.path().display().to_string(), "<dir>");
+    let stderr =
+        String::from_utf8_lossy(&out.stderr).replace(&dir.path().display().to_string(), "<dir>");
     (out.status.code(), stderr)
 }
 
@@ -126,9 +129,7 @@ fn check_config_refuses_a_certificate_of_another_ca() {
     let now = std::time::SystemTime::now();
     let (code, stderr) = check_example_with(|_, _| {
         let other = meshd_pki::Ca::create("another mesh", now, 3650 * DAY).expect("CA");
-        other
-            .issue("studio-1", &[], now, 365 * DAY)
-            .expect("issue")
+        other.issue("studio-1", &[], now, 365 * DAY).expect("issue")
     });
     assert_eq!(code, Some(1), "{stderr}");
     assert!(
@@ -142,9 +143,8 @@ fn check_config_refuses_a_certificate_of_another_ca() {
 #[test]
 fn check_config_warns_of_a_certificate_with_ten_days_left_and_accepts_it() {
     let now = std::time::SystemTime::now();
-    let (code, stderr) = check_example_with(|ca, _| {
-        ca.issue("studio-1", &[], now, 10 * DAY).expect("issue")
-    });
+    let (code, stderr) =
+        check_example_with(|ca, _| ca.issue("studio-1", &[], now, 10 * DAY).expect("issue"));
     assert_eq!(code, Some(0), "{stderr}");
     assert!(
         stderr.contains("warning: ")
@@ -159,8 +159,11 @@ fn check_config_refuses_a_key_that_is_a_fifo_at_once_and_warns_of_a_readable_key
     let dir = tempfile::tempdir().expect("tempdir");
     let path = write(dir.path(), "meshd.toml", EXAMPLE);
     let (_, pair) = common::issue_certificates(&dir.path().join("tls"), "studio-1");
-    std::fs::set_permissions(&pair.key, std::os::unix::fs::PermissionsExt::from_mode(0o644))
-        .expect("chmod");
+    std::fs::set_permissions(
+        &pair.key,
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .expect("chmod");
     let out = meshd(&["check-config", &path]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");

@@ -266,6 +266,11 @@ impl MeshTls {
             .with_single_cert(certs.clone(), key.clone_key())
             .map_err(|e| TlsError::Config(format!("tls.cert and tls.key: {e}")))?;
         server.alpn_protocols = vec![b"h2".to_vec()];
+        // No resumption, either way: a resumed handshake skips the
+        // certificate checks, so an expired or revoked certificate would
+        // keep resuming the sessions it opened while it was good.
+        server.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+        server.send_tls13_tickets = 0;
         let server_verifier = Arc::new(CheckedServers {
             webpki: webpki_server,
             certificates: certificates.clone(),
@@ -278,6 +283,7 @@ impl MeshTls {
             .with_client_auth_cert(certs, key)
             .map_err(|e| TlsError::Config(format!("tls.cert and tls.key: {e}")))?;
         client.alpn_protocols = vec![b"h2".to_vec()];
+        client.resumption = rustls::client::Resumption::disabled();
         Ok(MeshTls {
             server: Arc::new(server),
             client: Arc::new(client),
@@ -701,6 +707,25 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Guarded<S> {
     }
 }
 
+/// How long a refused connection is drained before it closes.
+const REFUSAL_LINGER: Duration = Duration::from_secs(1);
+
+/// Closes a connection whose handshake this end refused so that the
+/// refusal (the TLS alert just written) reaches the client: closing with
+/// unread bytes (its first HTTP/2 frames, sent right after its half of the
+/// handshake) would send a reset, which can discard the alert before the
+/// client reads it, and the client would know only "connection reset".
+/// So the write side is shut and what still arrives is read and dropped,
+/// for at most [`REFUSAL_LINGER`] (the connection's permit is held
+/// meanwhile, so this stays bounded).
+async fn close_after_refusal(mut tcp: TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _ = tcp.shutdown().await;
+    let mut sink = [0u8; 1024];
+    let drain = async { while matches!(tcp.read(&mut sink).await, Ok(1..)) {} };
+    let _ = tokio::time::timeout(REFUSAL_LINGER, drain).await;
+}
+
 /// Handshake budgets by source address (a token bucket each).
 #[derive(Debug, Default)]
 struct HandshakeBudgets {
@@ -877,7 +902,8 @@ pub fn incoming(
             tokio::spawn(async move {
                 let accepted = match (acceptor, permit, guard) {
                     (Some(acceptor), Some(permit), Some((certificates, max_age))) => {
-                        match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                        let handshake = acceptor.accept(tcp).into_fallible();
+                        match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
                             Ok(Ok(stream)) => Accepted {
                                 info: PeerInfo {
                                     remote: Some(remote),
@@ -892,15 +918,16 @@ pub fn incoming(
                                 })),
                                 _permit: permit,
                             },
-                            Ok(Err(error)) => {
+                            Ok(Err((error, tcp))) => {
                                 match refusal_in(&error) {
                                     Some(reason) => {
-                                        tracing::info!(%remote, "TLS handshake refused: the client's certificate: {reason}")
+                                        tracing::info!(%remote, "TLS handshake from {remote} refused: {reason}")
                                     }
                                     None => {
                                         tracing::debug!(%remote, %error, "TLS handshake refused")
                                     }
                                 }
+                                close_after_refusal(tcp).await;
                                 return;
                             }
                             Err(_) => {
