@@ -225,12 +225,22 @@ impl Certificates {
         }
         if let Some(since) = refused_ours.iter().map(|(_, r)| r.since).min() {
             let by: Vec<&str> = refused_ours.iter().map(|(p, _)| p.as_str()).collect();
+            let mut alerts: Vec<&str> = refused_ours
+                .iter()
+                .filter_map(|(_, r)| match &r.reason {
+                    RefusalReason::RefusesOurs(alert) => Some(alert.as_str()),
+                    _ => None,
+                })
+                .collect();
+            alerts.sort_unstable();
+            alerts.dedup();
             alarms.push(refused_alarm(
                 &self.node,
                 format!(
-                    "the certificate of {} is refused by {}",
+                    "the certificate of {} is refused by {}: {}",
                     self.node,
-                    by.join(", ")
+                    by.join(", "),
+                    alerts.join("; ")
                 ),
                 refused_ours
                     .iter()
@@ -409,10 +419,9 @@ mod tests {
             about_c.summary
         );
         let about_a = alarms.iter().find(|a| a.node == id("a")).expect("about a");
-        assert!(
-            about_a.summary.contains("refused by b"),
-            "{}",
-            about_a.summary
+        assert_eq!(
+            about_a.summary,
+            "the certificate of a is refused by b: CertificateExpired"
         );
         certs.accepted(&id("c"));
         certs.accepted(&id("b"));
