@@ -120,7 +120,7 @@ pub fn serial_key(written: &str) -> Option<String> {
         .collect();
     let valid = !digits.is_empty()
         && digits.len() <= 40
-        && digits.len() % 2 == 0
+        && digits.len().is_multiple_of(2)
         && digits.chars().all(|c| c.is_ascii_hexdigit());
     valid.then_some(digits)
 }
