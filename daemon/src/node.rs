@@ -350,7 +350,8 @@ fn warn_if_insecure(config: &Config) {
 
 /// Publishes the certificate alarms, and revokes what each config in force
 /// revokes (`tls.revoked_serials` applies on reload: open connections of a
-/// revoked certificate end on their next read or write).
+/// revoked certificate end on their next read or write) and forgets the
+/// members it removed.
 async fn follow_certificates(
     certificates: Arc<Certificates>,
     alarms: watch::Sender<Vec<meshd_domain::Alarm>>,
@@ -359,9 +360,11 @@ async fn follow_certificates(
 ) {
     let revocations = async {
         while configs.changed().await.is_ok() {
-            let serials = configs.borrow_and_update().tls.revoked_serials.clone();
+            let config = configs.borrow_and_update().clone();
+            let serials = &config.tls.revoked_serials;
             tracing::info!(revoked = serials.len(), "certificate revocations in force");
-            certificates.revoke(&serials);
+            certificates.revoke(serials);
+            certificates.keep_only(&config.members());
         }
     };
     tokio::select! {

@@ -182,6 +182,22 @@ impl Certificates {
         }
     }
 
+    /// Forgets what it knew of nodes no longer among `members` (a reload
+    /// removed them): their expiry series and refusals would otherwise
+    /// stay, since nothing dials them any more.
+    pub fn keep_only(&self, members: &[NodeId]) {
+        let forgot = {
+            let mut seen = self.seen();
+            seen.expiries.retain(|id, _| members.contains(id));
+            let before = seen.refusals.len();
+            seen.refusals.retain(|id, _| members.contains(id));
+            seen.refusals.len() != before
+        };
+        if forgot {
+            self.changed.notify_one();
+        }
+    }
+
     /// The expiry of this node's certificate and of each peer's seen, by
     /// node id (peers are configured members: only they are dialled).
     pub fn expiries(&self) -> Vec<(NodeId, SystemTime)> {
@@ -424,8 +440,11 @@ mod tests {
             "the certificate of a is refused by b: CertificateExpired"
         );
         certs.accepted(&id("c"));
-        certs.accepted(&id("b"));
-        assert_eq!(certs.alarms(now), []);
+        assert_eq!(certs.alarms(now).len(), 1, "b's refusal stays");
+        certs.peer_expiry(&id("b"), now);
+        certs.keep_only(&[id("a"), id("c")]);
+        assert_eq!(certs.alarms(now), [], "b left the mesh");
+        assert_eq!(certs.expiries(), [(id("a"), now + 365 * DAY)]);
     }
 
     #[test]

@@ -967,3 +967,76 @@ pub fn incoming(
     });
     ReceiverStream::new(rx)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().expect("ip")
+    }
+
+    #[test]
+    fn handshakes_are_budgeted_per_source_address() {
+        let mut budgets = HandshakeBudgets::default();
+        let now = Instant::now();
+        let burst = HANDSHAKE_BURST as usize;
+        assert_eq!(
+            (0..burst + 10)
+                .filter(|_| budgets.admit(ip("10.0.0.1"), now))
+                .count(),
+            burst
+        );
+        assert!(
+            budgets.admit(ip("10.0.0.2"), now),
+            "another address has its own budget"
+        );
+        let later = now + Duration::from_secs(1);
+        let refilled = (0..100)
+            .filter(|_| budgets.admit(ip("10.0.0.1"), later))
+            .count();
+        assert_eq!(refilled, HANDSHAKES_PER_SECOND as usize);
+    }
+
+    #[test]
+    fn the_sources_remembered_are_bounded_and_full_budgets_forgotten_first() {
+        let mut budgets = HandshakeBudgets::default();
+        let now = Instant::now();
+        for i in 0..MAX_TRACKED_SOURCES {
+            let [_, _, hi, lo] = u32::try_from(i).expect("small").to_be_bytes();
+            assert!(budgets.admit(IpAddr::from([10, 1, hi, lo]), now));
+        }
+        assert!(
+            !budgets.admit(ip("10.2.0.1"), now),
+            "every remembered source is still spending"
+        );
+        let later = now + Duration::from_secs(1);
+        assert!(budgets.admit(ip("10.2.0.1"), later));
+        assert!(budgets.sources.len() < MAX_TRACKED_SOURCES);
+    }
+
+    #[test]
+    fn certificate_refusals_are_told_apart_from_other_failures() {
+        assert_eq!(
+            refusal_of(&rustls::Error::InvalidCertificate(C::UnknownIssuer)),
+            Some(RefusalReason::UnknownCa)
+        );
+        assert_eq!(
+            refusal_of(&rustls::Error::InvalidCertificate(C::Revoked)),
+            Some(RefusalReason::Revoked)
+        );
+        assert_eq!(
+            refusal_of(&rustls::Error::AlertReceived(
+                AlertDescription::CertificateExpired
+            )),
+            Some(RefusalReason::RefusesOurs("certificate expired".to_owned()))
+        );
+        assert_eq!(
+            refusal_of(&rustls::Error::AlertReceived(
+                AlertDescription::HandshakeFailure
+            )),
+            None
+        );
+        assert_eq!(refusal_of(&rustls::Error::DecryptError), None);
+    }
+}
