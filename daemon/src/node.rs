@@ -18,6 +18,7 @@ use tokio::sync::Notify;
 
 use crate::aggregator::{Aggregator, Feeds, Handles};
 use crate::alert::AlertPusher;
+use crate::certificates::Certificates;
 use crate::config::reload::{ConfigReload, Hangups};
 use crate::config::{Config, settings};
 use crate::grpc::cables::{CableEnd, CableListeners};
@@ -26,7 +27,6 @@ use crate::metrics::Metrics;
 use crate::probe::Probes;
 use crate::probe::rdma::RdmaProbes;
 use crate::state::{MeshState, Notices, SharedBook};
-use crate::transport::certs::Certificates;
 use crate::transport::path_label;
 use crate::transport::streams::{Route, Streams};
 use crate::transport::tls::{self, MeshTls, TlsError};

@@ -31,8 +31,8 @@ pub use delivery::{AlertPostOutcome, DeliverySeries, ReportOutcome};
 pub use probes::{ProbeSeries, ResponderCounters, ResponderStats};
 pub use watchers::WatcherSeries;
 
+use crate::certificates::Certificates;
 use crate::state::Published;
-use crate::transport::certs::Certificates;
 use exposition::Exposition;
 use links::LinkSeries;
 use mesh::MeshSeries;

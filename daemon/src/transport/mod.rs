@@ -1,11 +1,10 @@
-//! How this node talks to its peers: mutual TLS ([`tls`]) with the
-//! certificates' life followed ([`certs`]: expiry, refusals, revocation),
-//! and its report
+//! How this node talks to its peers: mutual TLS ([`tls`]), following the
+//! certificates' life (`crate::certificates`: expiry, refusals,
+//! revocation), and its report
 //! streams to every peer on every path ([`streams`]). The intake of the
 //! peers' streams is the gRPC `Peer` service (`crate::grpc`), on the mesh
 //! listener and on each cable's (`crate::grpc::cables`).
 
-pub mod certs;
 pub mod streams;
 pub mod tls;
 

@@ -40,7 +40,7 @@ use tonic::transport::server::Connected;
 
 use CertificateError as C;
 
-use super::certs::{Certificates, EXPIRY_WARNING, RefusalReason, date};
+use crate::certificates::{Certificates, EXPIRY_WARNING, RefusalReason, date};
 use crate::config::{Config, TlsConfig};
 
 /// A TLS handshake that takes longer than this is abandoned: a stranger
