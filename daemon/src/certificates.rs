@@ -279,13 +279,14 @@ impl Certificates {
                     date(not_after)
                 ),
             ),
+            // The date only: the alarm is published again when it changes,
+            // not as time passes, so a count of days left would go stale.
             Ok(left) if left < EXPIRY_WARNING => (
                 Severity::Warning,
                 format!(
-                    "the certificate of {} expires at {} (in {})",
+                    "the certificate of {} expires at {}",
                     self.node,
-                    date(not_after),
-                    humantime::format_duration(Duration::from_secs(left.as_secs()))
+                    date(not_after)
                 ),
             ),
             Ok(_) => return None,
@@ -424,7 +425,7 @@ mod tests {
         certs.refused(&id("c"), RefusalReason::UnknownCa);
         certs.refused(
             &id("b"),
-            RefusalReason::RefusesOurs("CertificateExpired".to_owned()),
+            RefusalReason::RefusesOurs("certificate expired".to_owned()),
         );
         let alarms = certs.alarms(now);
         let about_c = alarms.iter().find(|a| a.node == id("c")).expect("about c");
@@ -437,7 +438,7 @@ mod tests {
         let about_a = alarms.iter().find(|a| a.node == id("a")).expect("about a");
         assert_eq!(
             about_a.summary,
-            "the certificate of a is refused by b: CertificateExpired"
+            "the certificate of a is refused by b: certificate expired"
         );
         certs.accepted(&id("c"));
         assert_eq!(certs.alarms(now).len(), 1, "b's refusal stays");

@@ -96,7 +96,7 @@ async fn a_certificate_expiring_while_its_node_runs_is_expiring_then_refused_by_
     demo.kill(2).await.expect("c stops");
     let store = meshd_pki::store::CertDir::new(&plan.certs);
     let ca = store.load_ca().expect("the demo's CA");
-    let lifetime = Duration::from_secs(30);
+    let lifetime = Duration::from_secs(40);
     let issued = ca
         .issue("c", &[], SystemTime::now(), lifetime)
         .expect("a short certificate");
