@@ -251,10 +251,7 @@ fn attacker(
         &NodeId::new("x").expect("id"),
     )
     .expect("tls");
-    MeshTls {
-        server: unused.server,
-        client: Arc::new(client),
-    }
+    unused.with_client(Arc::new(client))
 }
 
 /// The holder of node `node`'s own certificate and key.

@@ -416,7 +416,7 @@ pub fn annotate(status: &mut MeshStatus, view: &BootView) {
 }
 
 fn is_boot_alarm(alarm: &Alarm) -> bool {
-    alarm.kind.raised_by_peers()
+    matches!(alarm.kind, AlarmKind::NodeRebooted | AlarmKind::KernelPanic)
 }
 
 #[cfg(test)]

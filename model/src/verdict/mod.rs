@@ -1121,6 +1121,37 @@ mod tests {
     }
 
     #[test]
+    fn a_member_refused_for_its_certificate_is_that_refusal_not_management_unreachable() {
+        let mut mesh = Mesh::new(&["a", "b", "c", "d"]);
+        mesh.management_cut.insert("c");
+        let mut engine = Engine::new(default_engine_settings());
+        let refused = meshd_domain::Alarm {
+            kind: AlarmKind::CertificateRefused,
+            severity: Severity::Critical,
+            node: id("c"),
+            subject: "certificate".to_owned(),
+            summary: "the daemon of c is refused by a: its certificate expired".to_owned(),
+            evidence: Vec::new(),
+            fix: None,
+            since: std::time::SystemTime::UNIX_EPOCH,
+            updated: std::time::SystemTime::UNIX_EPOCH,
+        };
+        let settle = u64::try_from(default_engine_settings().stale_after.as_millis()).expect("ms");
+        for ms in [0, settle] {
+            let moment = mesh.at(ms);
+            let mut inputs = mesh.inputs(moment);
+            inputs.local_alarms.push(refused.clone());
+            let status = engine.evaluate(&inputs, moment).status;
+            assert_eq!(
+                kinds(&status),
+                vec![AlarmKind::CertificateRefused],
+                "{:?}",
+                status.alarms
+            );
+        }
+    }
+
+    #[test]
     fn a_peer_not_heard_since_the_start_is_down_only_once_it_had_time_to_connect() {
         let mut mesh = Mesh::new(&["a", "b", "c"]);
         mesh.kill("c", 5_000);
