@@ -322,6 +322,12 @@ impl AlarmKind {
     /// cannot see its own reboot while it is down, a daemon whose
     /// certificate is refused cannot report at all): a report may carry
     /// these about another node.
+    /// About a host's boot: a reboot, a panic. Only a node that saw the
+    /// host's run change can vouch for one.
+    pub fn about_a_boot(self) -> bool {
+        matches!(self, AlarmKind::NodeRebooted | AlarmKind::KernelPanic)
+    }
+
     pub fn raised_by_peers(self) -> bool {
         matches!(
             self,

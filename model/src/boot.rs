@@ -416,7 +416,7 @@ pub fn annotate(status: &mut MeshStatus, view: &BootView) {
 }
 
 fn is_boot_alarm(alarm: &Alarm) -> bool {
-    matches!(alarm.kind, AlarmKind::NodeRebooted | AlarmKind::KernelPanic)
+    alarm.kind.about_a_boot()
 }
 
 #[cfg(test)]

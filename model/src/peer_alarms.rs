@@ -75,6 +75,14 @@ fn own_fix(kind: AlarmKind, node: &NodeId) -> String {
              on Linux); `meshctl status` on {node} says more"
         ),
         AlarmKind::NodeRebooted | AlarmKind::KernelPanic => crate::boot::fix(kind).to_owned(),
+        AlarmKind::CertificateExpiring => format!(
+            "issue {node} a new certificate from the mesh's CA and restart its meshd; \
+             `meshd check-config` on {node} names the file and its dates"
+        ),
+        AlarmKind::CertificateRefused => format!(
+            "check the certificate {node}'s meshd presents (`meshd check-config` on {node}): \
+             its dates, its CA, its id, and `tls.revoked_serials` on the refusing members"
+        ),
         AlarmKind::NoQuorum | AlarmKind::ManagementUnreachable | AlarmKind::MeshSaturated => {
             format!("run `meshctl status` on {node}: its meshd says what it sees")
         }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use meshd_domain::facts::NodeFacts;
 use meshd_domain::{
-    ClockSample, Incarnation, NodeId, NodeIdentity, PeerReport, Refusal, RejectReason,
+    AlarmKind, ClockSample, Incarnation, NodeId, NodeIdentity, PeerReport, Refusal, RejectReason,
     ReportUpdate, StreamOpen,
 };
 
@@ -647,10 +647,10 @@ impl PeerBook {
         }
     }
 
-    /// Drops from `update` the `node_rebooted` and `kernel_panic` alarms
-    /// this node cannot vouch for: about a non-member, or about a member
-    /// whose run this node did not see change lately (one stolen key could
-    /// otherwise page a panic of anyone). The rest of the update stands: an
+    /// Drops from `update` the alarms about other nodes this node cannot
+    /// vouch for: any about a non-member, and a `node_rebooted` or
+    /// `kernel_panic` about a member whose run this node did not see change
+    /// lately (one stolen key could otherwise page a panic of anyone). The rest of the update stands: an
     /// honest peer that saw a reboot first loses nothing but that alarm,
     /// which this node raises itself once it sees the reboot too. Returns
     /// what was dropped, and why.
@@ -664,13 +664,14 @@ impl PeerBook {
             .settings
             .boot_alarm_for
             .saturating_add(crate::boot::FACTS_GRACE);
-        let unvouched = |node: &NodeId| {
+        let unvouched = |kind: AlarmKind, node: &NodeId| {
             if !self.members.contains(node) {
                 Some("which is not a member")
-            } else if self
-                .run_changed_at
-                .get(node)
-                .is_none_or(|at| now.saturating_duration_since(*at) > vouch_for)
+            } else if kind.about_a_boot()
+                && self
+                    .run_changed_at
+                    .get(node)
+                    .is_none_or(|at| now.saturating_duration_since(*at) > vouch_for)
             {
                 Some("whose restart this node did not see")
             } else {
@@ -686,7 +687,7 @@ impl PeerBook {
             let why = a
                 .kind
                 .raised_by_peers()
-                .then(|| unvouched(&a.node))
+                .then(|| unvouched(a.kind, &a.node))
                 .flatten();
             if let Some(why) = why {
                 dropped.push(format!(

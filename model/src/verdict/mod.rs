@@ -1148,6 +1148,13 @@ mod tests {
                 "{:?}",
                 status.alarms
             );
+            // Its cables answer, but a refused daemon is never up.
+            let c = node(&status, "c");
+            assert_eq!(c.state, NodeState::Suspect, "{c:?}");
+            assert!(
+                c.evidence.iter().any(|e| e.contains("refused here")),
+                "{c:?}"
+            );
         }
     }
 

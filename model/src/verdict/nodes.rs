@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use meshd_domain::{NodeId, NodeState, NodeVerdict};
+use meshd_domain::{AlarmKind, NodeId, NodeState, NodeVerdict};
 
 use super::{Engine, HEARSAY_DELAY, Life, MeshInputs, name_some};
 use crate::link::fmt_duration;
@@ -94,6 +94,19 @@ impl Engine {
                  timers run {} late",
                 fmt_duration(allowance)
             ));
+        }
+        // A daemon this node refuses (its certificate, its id) is not up
+        // whatever answers on its cables: nothing it says is believed.
+        // Only this node's own refusals count, which no peer can forge.
+        let refused = inputs
+            .local_alarms
+            .iter()
+            .find(|a| a.kind == AlarmKind::CertificateRefused && a.node == *id);
+        if let Some(refusal) = refused
+            && kept == NodeState::Up
+        {
+            evidence.push(format!("its daemon is refused here: {}", refusal.summary));
+            return (NodeState::Suspect, evidence);
         }
         (kept, evidence)
     }
