@@ -62,11 +62,19 @@ impl Lab {
         rules: &Path,
         to_alertmanager: bool,
     ) -> Result<(), LabError> {
-        let targets: Vec<String> = self
+        // One static config per node, labelled with its id, as the README
+        // shows: MeshdDown names a node that never answered a scrape.
+        let targets: String = self
             .plan
             .nodes
             .iter()
-            .map(|n| format!("'{}'", n.metrics()))
+            .map(|n| {
+                format!(
+                    "      - targets: ['{}']\n        labels: {{meshd_node: '{}'}}\n",
+                    n.metrics(),
+                    n.id
+                )
+            })
             .collect();
         let alerting = if to_alertmanager {
             format!(
@@ -78,9 +86,8 @@ impl Lab {
         let config = format!(
             "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
              rule_files:\n  - '{}'\n{alerting}\
-             scrape_configs:\n  - job_name: meshd\n    static_configs:\n      - targets: [{}]\n",
+             scrape_configs:\n  - job_name: meshd\n    static_configs:\n{targets}",
             rules.display(),
-            targets.join(", ")
         );
         let file = self.state_dir().join("prometheus.yml");
         std::fs::write(&file, config).map_err(|source| LabError::File {
