@@ -256,6 +256,7 @@ mod tests {
             late: false,
             excuse: crate::excuse::Excuse::default(),
             rtt_shared: false,
+            rdma_shared: false,
         };
         assess(&[view("a", a), view("b", b)], &link_rules()).evidence
     }

@@ -62,6 +62,10 @@ pub struct EndView<'a> {
     /// rise its cables share is its host's (a starved CPU answers and
     /// forwards late), not this cable's, so RTT is no evidence here.
     pub rtt_shared: bool,
+    /// This end's host fails RDMA on most of its links at once: its own
+    /// RDMA (a device, a driver, RDMA left disabled), raised once as its
+    /// `rdma_disabled`, not a fault of each of its cables.
+    pub rdma_shared: bool,
 }
 
 impl EndView<'_> {
@@ -368,6 +372,9 @@ fn degradation(end: &EndView<'_>, rules: &LinkRules, rtt_counts: bool, evidence:
             want / 1_000_000_000
         ));
     }
+    if end.rdma_shared {
+        return;
+    }
     if rdma_down(o) {
         evidence.push(format!(
             "{node}: RDMA port is {} while IP probes get through",
@@ -604,6 +611,7 @@ mod tests {
             late: EndView::ran_late(o),
             excuse: Excuse::default(),
             rtt_shared: false,
+            rdma_shared: false,
         }
     }
 

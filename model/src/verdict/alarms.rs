@@ -52,6 +52,7 @@ impl Engine {
         drafts.extend(clock_skew_alarm(inputs, self.settings.clock_skew_bound));
         drafts.extend(duplicate_node_id_alarms(&inputs.peers));
         drafts.extend(mesh_saturated_alarm(inputs, quorum, saturated));
+        drafts.extend(self.rdma_host_alarms(inputs));
         let mut alarms: Vec<Alarm> = drafts.into_iter().map(|a| self.stamp(a, moment)).collect();
         let raised: BTreeSet<(AlarmKind, NodeId)> =
             alarms.iter().map(|a| (a.kind, a.node.clone())).collect();
@@ -61,6 +62,37 @@ impl Engine {
                 .is_none_or(|at| at <= moment.now)
         });
         alarms
+    }
+
+    /// `rdma_disabled` about each member failing RDMA on most of its links
+    /// (its links are not blamed for it), unless it raised one itself.
+    fn rdma_host_alarms<'a>(&'a self, inputs: &'a MeshInputs) -> impl Iterator<Item = Alarm> + 'a {
+        let raised = |node: &NodeId| {
+            inputs
+                .local_alarms
+                .iter()
+                .chain(inputs.peers.values().flat_map(|v| v.report.alarms.iter()))
+                .any(|a| a.kind == AlarmKind::RdmaDisabled && a.node == *node)
+        };
+        self.rdma_hosts
+            .iter()
+            .filter(move |n| !raised(n))
+            .map(|node| {
+                draft(
+                    AlarmKind::RdmaDisabled,
+                    Severity::Critical,
+                    node,
+                    "rdma",
+                    format!("RDMA fails on most of {node}'s links while IP works"),
+                    vec![format!(
+                        "{node}'s RDMA ports are not active, or its RDMA probes fail, on more than \
+                     half of its links: its host's RDMA, not each cable"
+                    )],
+                    "check RDMA on the node: `rdma_ctl status` (macOS, enabled in Recovery with \
+                 `rdma_ctl enable`), `ibv_devinfo` and the RDMA driver (Linux); `meshctl doctor` \
+                 on it runs the RDMA checks",
+                )
+            })
     }
 
     /// `management_unreachable` for every node shown alive that fewer than

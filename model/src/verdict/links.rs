@@ -42,6 +42,7 @@ impl Engine {
         let ends = self.gather_link_ends(inputs, &positions, now);
         let settings = self.settings;
         let slow_hosts = slow_hosts(&ends, &roster, &settings);
+        self.rdma_hosts = rdma_failing_hosts(&ends, &roster, &settings);
         let node_states: Vec<NodeState> = nodes.iter().map(|n| n.state).collect();
         let judge = Judge {
             quorum,
@@ -53,6 +54,7 @@ impl Engine {
             watching_since: self.watching_since,
             mesh_saturated,
             slow_hosts: &slow_hosts,
+            rdma_hosts: &self.rdma_hosts,
             now,
         };
         let links = self
@@ -159,6 +161,7 @@ impl Engine {
                         late: EndView::ran_late(observation),
                         excuse: crate::excuse::Excuse::default(),
                         rtt_shared: false,
+                        rdma_shared: false,
                     },
                     observed_at,
                 });
@@ -221,6 +224,33 @@ fn probing(e: &End<'_>, rules: &LinkRules) -> Duration {
 /// host answers and forwards late on every cable, while a bad cable slows
 /// one. With a single link nothing can be told apart, and it stays
 /// evidence.
+/// Members whose own ends fail RDMA (port not active, RDMA probes failing
+/// while IP works) on more than half of their links, and at least two: the
+/// host's RDMA, not its cables. With a single link nothing can be told
+/// apart, and it stays the link's.
+pub(super) fn rdma_failing_hosts(
+    ends: &HashMap<LinkKey, LinkViews<'_>, FnvBuild>,
+    roster: &[NodeId],
+    settings: &EngineSettings,
+) -> BTreeSet<NodeId> {
+    let mut counts: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+    for end in ends.values().flat_map(|views| views.iter().flatten()) {
+        let class = EndClass::of(end.view.observation, &settings.link);
+        let (links, failing) = counts.entry(end.view.node).or_default();
+        *links += 1;
+        *failing += usize::from(class.rdma_down || class.rdma_probe_failing);
+    }
+    roster
+        .iter()
+        .filter(|id| {
+            counts
+                .get(id.as_str())
+                .is_some_and(|(links, failing)| *links >= 2 && failing * 2 > *links)
+        })
+        .cloned()
+        .collect()
+}
+
 pub(super) fn slow_hosts(
     ends: &HashMap<LinkKey, LinkViews<'_>, FnvBuild>,
     roster: &[NodeId],
@@ -260,6 +290,8 @@ pub(super) struct Judge<'a> {
     pub(super) mesh_saturated: bool,
     /// Nodes most of whose links are slow at once (see `slow_hosts`).
     pub(super) slow_hosts: &'a BTreeSet<NodeId>,
+    /// Nodes failing RDMA on most of their links (see `rdma_failing_hosts`).
+    pub(super) rdma_hosts: &'a BTreeSet<NodeId>,
     pub(super) now: Instant,
 }
 
@@ -328,6 +360,7 @@ impl Judge<'_> {
                         .and(late_b.excuse(e.observed_at, probing, now, rules))
                 },
                 rtt_shared,
+                rdma_shared: self.rdma_hosts.iter().any(|h| h.as_str() == e.view.node),
                 ..self.far_restart(link, e)
             })
             .collect();

@@ -254,6 +254,9 @@ pub struct Engine {
     /// message says the worst of the last `LATENESS_MEMORY`).
     looked_at: Option<Instant>,
     watching_since: Option<Instant>,
+    /// Members failing RDMA on most of their links, as the last evaluation
+    /// found them: one `rdma_disabled` each, no link fault.
+    rdma_hosts: BTreeSet<NodeId>,
 }
 
 /// FNV-1a: node ids are a few bytes, where SipHash's setup costs more than
@@ -370,6 +373,7 @@ impl Engine {
             started: None,
             looked_at: None,
             watching_since: None,
+            rdma_hosts: BTreeSet::new(),
         }
     }
 
@@ -1097,6 +1101,59 @@ mod tests {
         mesh.hears.insert("d", vec!["a", "b", "c"]);
         let status = mesh.evaluate(&mut engine, ms(dead_for) * 2);
         assert_eq!(node_state(&status, "c"), NodeState::Up, "{status:#?}");
+    }
+
+    /// a's RDMA ports are down on all three of its cables while IP works:
+    /// a's host, raised once as its `rdma_disabled`, not three link faults.
+    /// One cable's RDMA port down stays that cable's.
+    #[test]
+    fn a_hosts_own_rdma_failure_is_one_alarm_not_a_fault_per_cable() {
+        let mesh = Mesh::new(&["a", "b", "c", "d"]);
+        let mut engine = Engine::new(default_engine_settings());
+        let rdma_down_on = |inputs: &mut MeshInputs, far: &[&str]| {
+            for l in &mut inputs.local_links {
+                if far.contains(&l.observation.remote.node.as_str()) {
+                    l.observation.figures.rdma_port_state = meshd_domain::RdmaPortState::Down;
+                }
+            }
+        };
+        let mut status = None;
+        for ms in (0..=12_000).step_by(500) {
+            let moment = mesh.at(ms);
+            let mut inputs = mesh.inputs(moment);
+            rdma_down_on(&mut inputs, &["b", "c", "d"]);
+            status = Some(engine.evaluate(&inputs, moment).status);
+        }
+        let status = status.expect("evaluated");
+        for far in ["b", "c", "d"] {
+            let l = link(&status, "a", far);
+            assert_eq!(l.state, LinkState::Up, "{l:?}");
+        }
+        let rdma: Vec<&Alarm> = status
+            .alarms
+            .iter()
+            .filter(|a| a.kind == AlarmKind::RdmaDisabled)
+            .collect();
+        assert_eq!(rdma.len(), 1, "{:?}", status.alarms);
+        assert_eq!(rdma[0].node, id("a"));
+
+        let mut engine = Engine::new(default_engine_settings());
+        let mut status = None;
+        for ms in (0..=12_000).step_by(500) {
+            let moment = mesh.at(ms);
+            let mut inputs = mesh.inputs(moment);
+            rdma_down_on(&mut inputs, &["b"]);
+            status = Some(engine.evaluate(&inputs, moment).status);
+        }
+        let status = status.expect("evaluated");
+        let l = link(&status, "a", "b");
+        assert_eq!(l.state, LinkState::Degraded, "{l:?}");
+        assert!(
+            status
+                .alarms
+                .iter()
+                .all(|a| a.kind != AlarmKind::RdmaDisabled)
+        );
     }
 
     #[test]
