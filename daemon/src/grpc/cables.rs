@@ -1,10 +1,12 @@
 //! The report streams' way in over each cable: a listener on this end's
 //! address and port (TCP, beside the UDP probe socket on the same number)
-//! that serves only `meshd.v1.Peer`, with mutual TLS. Listeners follow the
-//! config; one whose address is not up yet (a port without its address at
-//! boot) is retried.
+//! that serves only `meshd.v1.Peer`, with mutual TLS, pinned to the
+//! cable's interface (see `probe::pin`) so that it takes only connections
+//! that came by that cable. Listeners follow the config; one whose address
+//! is not up yet (a port without its address at boot) is retried.
 
 use std::collections::BTreeMap;
+use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,16 +18,24 @@ use tokio_util::sync::CancellationToken;
 
 use super::{PeerService, serve_cable};
 use crate::config::Config;
+use crate::probe::pin::pin_to_cable;
 use crate::transport::path_label;
 use crate::transport::tls::{MeshTls, incoming};
 
 /// How long to wait before trying to bind a cable's listener again.
 const RETRY_AFTER: Duration = Duration::from_secs(5);
 
+/// Connections a cable's listener keeps waiting to be accepted: the peer
+/// at the other end opens one.
+const BACKLOG: i32 = 64;
+
 /// One cable's listener: where, and how its streams are labelled.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct CableEnd {
     pub addr: SocketAddr,
+    /// The cable's interface on this end, when the config names it (else
+    /// the interface that holds `addr` is the one).
+    pub iface: Option<String>,
     /// This end of the cable: its interface, or its address.
     pub label: String,
 }
@@ -38,6 +48,7 @@ impl CableEnd {
             .iter()
             .map(|link| CableEnd {
                 addr: link.local_probe_addr(&config.probe),
+                iface: link.local_iface.clone(),
                 label: path_label(link.local_iface.as_deref(), link.local_address),
             })
             .collect()
@@ -100,6 +111,31 @@ impl CableListeners {
     }
 }
 
+/// A listener on `end`'s address, pinned to its interface before it
+/// listens: from the first connection on, only the cable's are taken. Not
+/// pinned (logged once) where the kernel refuses; loopback ends (the demo,
+/// the tests) need no pinning.
+fn bind(end: &CableEnd) -> io::Result<TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(
+        Domain::for_address(end.addr),
+        Type::STREAM,
+        Some(Protocol::TCP),
+    )?;
+    // As tokio's own bind does: a restarted node takes its port back at once.
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&end.addr.into())?;
+    pin_to_cable(
+        &socket,
+        end.iface.as_deref(),
+        end.addr.ip(),
+        "report listener",
+    );
+    socket.listen(BACKLOG)?;
+    TcpListener::from_std(socket.into())
+}
+
 async fn listen(
     end: CableEnd,
     tls: Option<Arc<rustls::ServerConfig>>,
@@ -108,7 +144,7 @@ async fn listen(
 ) {
     let mut last_error = String::new();
     let listener = loop {
-        match TcpListener::bind(end.addr).await {
+        match bind(&end) {
             Ok(listener) => break listener,
             Err(error) => {
                 let error = error.to_string();
