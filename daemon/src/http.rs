@@ -66,14 +66,13 @@ pub async fn serve(mut gate: Gate, router: Router, shutdown: CancellationToken) 
     let mut connections = JoinSet::new();
     while let Some(admitted) = gate.next(&shutdown).await {
         while connections.try_join_next().is_some() {}
-        connections.spawn(serve_connection(
-            admitted,
-            router.clone(),
-            shutdown.clone(),
-        ));
+        connections.spawn(serve_connection(admitted, router.clone(), shutdown.clone()));
     }
     let finished = async { while connections.join_next().await.is_some() {} };
-    if tokio::time::timeout(SHUTDOWN_GRACE, finished).await.is_err() {
+    if tokio::time::timeout(SHUTDOWN_GRACE, finished)
+        .await
+        .is_err()
+    {
         tracing::debug!(
             open = connections.len(),
             "HTTP connections still open after the grace are cut"

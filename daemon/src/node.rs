@@ -433,14 +433,15 @@ impl Served<'_> {
             mesh: MeshService::new(self.state.clone(), shutdown.clone()),
             topology: TopologyService::new(self.state.clone(), self.configs.subscribe()),
         };
-        let gate = |listener, which, cap| {
-            Gate::new(listener, which, cap, self.descriptors, self.metrics.clone())
+        let gate = |listener, which, cap, descriptors| {
+            Gate::new(listener, which, cap, descriptors, self.metrics.clone())
         };
         let local = grpc::serve_local(
             gate(
                 bound.grpc_listener,
                 Listener::LocalGrpc,
                 ports::LOCAL_GRPC_MAX_CONNECTIONS,
+                self.descriptors,
             ),
             read_only.clone(),
             shutdown.clone(),
@@ -465,6 +466,7 @@ impl Served<'_> {
             bound.http_listener,
             Listener::Http,
             ports::HTTP_MAX_CONNECTIONS,
+            self.descriptors.keeping(ports::LOCAL_GRPC_DESCRIPTOR_SHARE),
         );
         tasks.spawn(run_to_end(crate::http::serve(
             http,

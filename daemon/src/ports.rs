@@ -45,6 +45,12 @@ pub const HTTP_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// one, short-lived.
 pub const LOCAL_GRPC_MAX_CONNECTIONS: usize = 512;
 
+/// Descriptors the HTTP port leaves free beyond the watchers' reserve, so
+/// that a flood of the HTTP port under a low limit still leaves meshctl
+/// room to connect: the watchers give way to nothing, meshctl to the
+/// watchers, HTTP to both.
+pub const LOCAL_GRPC_DESCRIPTOR_SHARE: u64 = 64;
+
 /// A local gRPC connection must send its first bytes within this (meshctl
 /// speaks at once).
 pub const LOCAL_GRPC_FIRST_BYTES_TIMEOUT: Duration = Duration::from_secs(1);
@@ -222,7 +228,10 @@ impl Quiet {
 }
 
 fn quiet_error() -> io::Error {
-    io::Error::new(io::ErrorKind::TimedOut, "connection closed after going quiet")
+    io::Error::new(
+        io::ErrorKind::TimedOut,
+        "connection closed after going quiet",
+    )
 }
 
 impl AsyncRead for Quiet {
@@ -317,7 +326,10 @@ mod tests {
         assert!(streams.try_open(2).is_none(), "third over a cap of 2");
         drop(first);
         assert_eq!(streams.open(), 1);
-        assert!(streams.try_open(2).is_some(), "a closed one frees its place");
+        assert!(
+            streams.try_open(2).is_some(),
+            "a closed one frees its place"
+        );
         drop(second);
     }
 
@@ -397,9 +409,6 @@ mod tests {
         let closed = tokio::time::timeout(Duration::from_secs(60), quiet.read(&mut byte))
             .await
             .expect("closed once quiet");
-        assert_eq!(
-            closed.expect_err("closed").kind(),
-            io::ErrorKind::TimedOut
-        );
+        assert_eq!(closed.expect_err("closed").kind(), io::ErrorKind::TimedOut);
     }
 }

@@ -310,12 +310,14 @@ async fn watch_streams_every_event_live_while_the_channel_serves_other_calls() {
 #[tokio::test]
 async fn event_streams_beyond_the_cap_are_refused_and_a_closed_one_frees_its_place() {
     use meshd::grpc::MAX_EVENT_STREAMS;
+    use meshd::ports::EVENT_STREAMS_PER_CONNECTION;
     let node = start(&loopback_config()).await;
     let mut open = Vec::new();
-    // Several connections, as many clients would open them.
-    for _ in 0..4 {
+    // Many connections, as many clients would open them, each with its
+    // share.
+    for _ in 0..MAX_EVENT_STREAMS / EVENT_STREAMS_PER_CONNECTION {
         let mut client = MeshClient::new(channel(node.grpc_addr).await);
-        for _ in 0..MAX_EVENT_STREAMS / 4 {
+        for _ in 0..EVENT_STREAMS_PER_CONNECTION {
             let stream = client
                 .watch_events(wire::WatchEventsRequest {})
                 .await

@@ -70,8 +70,23 @@ impl Descriptors {
         Self::new(soft, RESERVE)
     }
 
+    /// The budget under the soft limit in force now, with [`RESERVE`].
+    pub fn current() -> Option<Self> {
+        let (soft, _) = getrlimit(Resource::RLIMIT_NOFILE).ok()?;
+        Some(Self::new(soft, RESERVE))
+    }
+
     pub fn new(limit: u64, reserve: u64) -> Self {
         Self { limit, reserve }
+    }
+
+    /// The same budget keeping `more` descriptors free besides the reserve:
+    /// for a listener that must give way first.
+    pub fn keeping(self, more: u64) -> Self {
+        Self {
+            reserve: self.reserve.saturating_add(more),
+            ..self
+        }
     }
 
     pub fn limit(&self) -> u64 {
@@ -80,6 +95,14 @@ impl Descriptors {
 
     pub fn reserve(&self) -> u64 {
         self.reserve
+    }
+
+    /// Descriptors free above the reserve now (negative when the reserve
+    /// is already eaten into); `None` when they cannot be counted.
+    pub fn headroom(&self) -> Option<i64> {
+        let free =
+            i128::from(self.limit) - i128::from(self.reserve) - i128::from(open_descriptors()?);
+        Some(i64::try_from(free).unwrap_or(if free < 0 { i64::MIN } else { i64::MAX }))
     }
 
     /// Whether a listener may take one more connection: the open
@@ -122,6 +145,12 @@ mod tests {
         assert!(Descriptors::new(open + 100, 10).have_room());
         assert!(!Descriptors::new(open + 100, 100).have_room());
         assert!(!Descriptors::new(open, 0).have_room());
+        assert!(!Descriptors::new(open + 100, 10).keeping(90).have_room());
+        let headroom = Descriptors::new(open + 100, 10)
+            .headroom()
+            .expect("countable");
+        assert!((85..=90).contains(&headroom), "{headroom}");
+        assert!(Descriptors::new(0, 10).headroom().expect("countable") < 0);
     }
 
     #[test]

@@ -208,12 +208,22 @@ mod tests {
     fn loopback_probes_are_left_alone_and_failures_do_not_stop_probing() {
         let socket = UdpSocket::bind("127.0.0.1:0").expect("bind");
         assert_eq!(
-            pin_to_cable(&socket, None, IpAddr::V4(Ipv4Addr::LOCALHOST), "probe socket"),
+            pin_to_cable(
+                &socket,
+                None,
+                IpAddr::V4(Ipv4Addr::LOCALHOST),
+                "probe socket"
+            ),
             None
         );
         // An address no interface holds: not pinned, logged, no panic.
         assert_eq!(
-            pin_to_cable(&socket, None, "192.0.2.78".parse().expect("ip"), "probe socket"),
+            pin_to_cable(
+                &socket,
+                None,
+                "192.0.2.78".parse().expect("ip"),
+                "probe socket"
+            ),
             None
         );
     }
