@@ -86,7 +86,7 @@ pub async fn serve(mut gate: Gate, router: Router, shutdown: CancellationToken) 
 /// [`HTTP_IDLE_TIMEOUT`] (a client that stopped reading).
 async fn serve_connection(admitted: Admitted, router: Router, shutdown: CancellationToken) {
     let remote = admitted.remote;
-    let io = TokioIo::new(admitted.quiet_after(HTTP_IDLE_TIMEOUT, HTTP_IDLE_TIMEOUT, None));
+    let io = TokioIo::new(admitted.quiet_after(HTTP_IDLE_TIMEOUT, None));
     let connection = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(HTTP_HEADER_READ_TIMEOUT)

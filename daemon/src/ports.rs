@@ -178,18 +178,13 @@ impl Gate {
 }
 
 impl Admitted {
-    /// The connection, closed once no byte moved for `first` at its start
-    /// and for `idle` after that, unless `streams` has one open.
-    pub fn quiet_after(
-        self,
-        first: Duration,
-        idle: Duration,
-        streams: Option<OpenStreams>,
-    ) -> Quiet {
+    /// The connection, closed once no byte moved either way for `idle`,
+    /// unless `streams` has one open.
+    pub fn quiet_after(self, idle: Duration, streams: Option<OpenStreams>) -> Quiet {
         Quiet {
             tcp: self.tcp,
             idle,
-            deadline: Box::pin(tokio::time::sleep(first)),
+            deadline: Box::pin(tokio::time::sleep(idle)),
             streams,
             _permit: self.permit,
         }
@@ -393,11 +388,7 @@ mod tests {
         let (mut gate, mut client, shutdown) = pair().await;
         let streams = OpenStreams::default();
         let admitted = gate.next(&shutdown).await.expect("admitted");
-        let mut quiet = admitted.quiet_after(
-            Duration::from_secs(1),
-            Duration::from_secs(30),
-            Some(streams.clone()),
-        );
+        let mut quiet = admitted.quiet_after(Duration::from_secs(30), Some(streams.clone()));
         client.write_all(b"hello").await.expect("write");
         let mut buf = [0u8; 5];
         quiet.read_exact(&mut buf).await.expect("read");

@@ -42,9 +42,11 @@ impl Connected for LocalConnection {
 }
 
 /// The connections `gate` admits until `shutdown`, as a stream for tonic.
-/// Each must speak within [`LOCAL_GRPC_FIRST_BYTES_TIMEOUT`] and is closed
-/// after [`LOCAL_GRPC_IDLE_TIMEOUT`] without a byte unless it holds an
-/// event stream.
+/// Each must speak within [`LOCAL_GRPC_FIRST_BYTES_TIMEOUT`] before the
+/// server sees it (so a silent one is closed without a byte from meshd,
+/// and costs no HTTP/2 state), and is closed after
+/// [`LOCAL_GRPC_IDLE_TIMEOUT`] without a byte unless it holds an event
+/// stream.
 pub fn incoming(
     mut gate: Gate,
     shutdown: CancellationToken,
@@ -52,19 +54,26 @@ pub fn incoming(
     let (tx, rx) = mpsc::channel(16);
     tokio::spawn(async move {
         while let Some(admitted) = gate.next(&shutdown).await {
-            let streams = OpenStreams::default();
-            let client = LocalClient {
-                remote: admitted.remote,
-                streams: streams.clone(),
-            };
-            let io = admitted.quiet_after(
-                LOCAL_GRPC_FIRST_BYTES_TIMEOUT,
-                LOCAL_GRPC_IDLE_TIMEOUT,
-                Some(streams),
-            );
-            if tx.send(Ok(LocalConnection { io, client })).await.is_err() {
-                return;
-            }
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let mut first = [0u8; 1];
+                let spoke = tokio::time::timeout(
+                    LOCAL_GRPC_FIRST_BYTES_TIMEOUT,
+                    admitted.tcp.peek(&mut first),
+                )
+                .await;
+                if !matches!(spoke, Ok(Ok(1..))) {
+                    tracing::debug!(remote = %admitted.remote, "closed a local connection that did not speak");
+                    return;
+                }
+                let streams = OpenStreams::default();
+                let client = LocalClient {
+                    remote: admitted.remote,
+                    streams: streams.clone(),
+                };
+                let io = admitted.quiet_after(LOCAL_GRPC_IDLE_TIMEOUT, Some(streams));
+                let _ = tx.send(Ok(LocalConnection { io, client })).await;
+            });
         }
     });
     ReceiverStream::new(rx)
