@@ -442,7 +442,8 @@ impl Served<'_> {
                 Listener::LocalGrpc,
                 ports::LOCAL_GRPC_MAX_CONNECTIONS,
                 self.descriptors,
-            ),
+            )
+            .evicting_silent(),
             read_only.clone(),
             shutdown.clone(),
         )?;

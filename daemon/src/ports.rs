@@ -9,6 +9,7 @@
 
 pub mod descriptors;
 
+use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -23,7 +24,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 
-pub use descriptors::Descriptors;
+pub use descriptors::{Descriptors, Room};
 
 use crate::metrics::{Listener, Metrics, Refusal};
 
@@ -75,6 +76,10 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(200);
 /// Refusals are logged at most this often per listener, with their count.
 const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(60);
 
+/// How long a newcomer waits for the place of the silent connection closed
+/// for it: that connection's task lets go of it at once.
+const EVICTION_WAIT: Duration = Duration::from_millis(100);
+
 /// One plain listener's admission: its cap and the descriptor reserve.
 #[derive(Debug)]
 pub struct Gate {
@@ -82,11 +87,15 @@ pub struct Gate {
     which: Listener,
     permits: Arc<Semaphore>,
     cap: usize,
-    descriptors: Descriptors,
+    room: Room,
     metrics: Arc<Metrics>,
     /// Refusals since the last log line, and when that was.
     unlogged: u64,
     logged_at: Option<Instant>,
+    /// Where silent connections give way ([`Gate::evicting_silent`]): the
+    /// admitted connections still waiting for their first bytes, oldest
+    /// first, each by its `pending` token.
+    silent: Option<VecDeque<CancellationToken>>,
 }
 
 /// An admitted connection: it holds its place under the cap until dropped.
@@ -95,6 +104,9 @@ pub struct Admitted {
     pub tcp: TcpStream,
     pub remote: SocketAddr,
     permit: OwnedSemaphorePermit,
+    /// Cancelled once the connection no longer waits for its first bytes:
+    /// it spoke, stayed silent too long, or was closed for a newcomer.
+    pending: CancellationToken,
 }
 
 impl Gate {
@@ -110,11 +122,39 @@ impl Gate {
             which,
             permits: Arc::new(Semaphore::new(cap)),
             cap,
-            descriptors,
+            room: Room::new(descriptors),
             metrics,
             unlogged: 0,
             logged_at: None,
+            silent: None,
         }
+    }
+
+    /// For a listener whose clients speak at once (meshctl): at the cap,
+    /// the connection admitted longest ago that has not spoken yet
+    /// ([`Admitted::spoke_within`]) is closed to make room instead of the
+    /// newcomer being refused, so that a flood of silent connections
+    /// cannot keep a client that speaks out.
+    pub fn evicting_silent(mut self) -> Self {
+        self.silent = Some(VecDeque::new());
+        self
+    }
+
+    /// A place freed by closing the oldest connection still silent; `None`
+    /// where silent connections do not give way, or none is silent.
+    async fn evict_silent(&mut self) -> Option<OwnedSemaphorePermit> {
+        let silent = self.silent.as_mut()?;
+        let oldest = loop {
+            let front = silent.pop_front()?;
+            if !front.is_cancelled() {
+                break front;
+            }
+        };
+        oldest.cancel();
+        tokio::time::timeout(EVICTION_WAIT, self.permits.clone().acquire_owned())
+            .await
+            .ok()?
+            .ok()
     }
 
     /// The next connection within the bounds; `None` once `shutdown`
@@ -134,15 +174,28 @@ impl Gate {
                     continue;
                 }
             };
-            let refusal = match self.permits.clone().try_acquire_owned() {
-                Err(_) => Refusal::Cap,
-                Ok(_) if !self.descriptors.have_room() => Refusal::Descriptors,
-                Ok(permit) => {
+            let permit = match self.permits.clone().try_acquire_owned() {
+                Ok(permit) => Some(permit),
+                Err(_) => self.evict_silent().await,
+            };
+            let refusal = match permit {
+                None => Refusal::Cap,
+                Some(_) if !self.room.take_one() => Refusal::Descriptors,
+                Some(permit) => {
                     let _ = tcp.set_nodelay(true);
+                    let pending = CancellationToken::new();
+                    if let Some(silent) = &mut self.silent {
+                        // Those that spoke or gave up leave from the front.
+                        while silent.front().is_some_and(CancellationToken::is_cancelled) {
+                            silent.pop_front();
+                        }
+                        silent.push_back(pending.clone());
+                    }
                     return Some(Admitted {
                         tcp,
                         remote,
                         permit,
+                        pending,
                     });
                 }
             };
@@ -168,8 +221,8 @@ impl Gate {
             %remote,
             refused = self.unlogged,
             cap = self.cap,
-            descriptor_limit = self.descriptors.limit(),
-            descriptor_reserve = self.descriptors.reserve(),
+            descriptor_limit = self.room.descriptors().limit(),
+            descriptor_reserve = self.room.descriptors().reserve(),
             "refusing connections (logged at most once a minute; meshd_connections_refused_total counts them all)"
         );
         self.unlogged = 0;
@@ -178,6 +231,21 @@ impl Gate {
 }
 
 impl Admitted {
+    /// Whether the client sent its first bytes within `within` (looked at,
+    /// not read); false when it did not, or when its place went to a
+    /// newcomer meanwhile ([`Gate::evicting_silent`]).
+    pub async fn spoke_within(&self, within: Duration) -> bool {
+        let mut first = [0u8; 1];
+        let spoke = tokio::select! {
+            () = self.pending.cancelled() => false,
+            peeked = tokio::time::timeout(within, self.tcp.peek(&mut first)) => {
+                matches!(peeked, Ok(Ok(1..)))
+            }
+        };
+        self.pending.cancel();
+        spoke
+    }
+
     /// The connection, closed once no byte moved either way for `idle`,
     /// unless `streams` has one open.
     pub fn quiet_after(self, idle: Duration, streams: Option<OpenStreams>) -> Quiet {
@@ -364,9 +432,38 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn at_the_cap_a_silent_connection_gives_way_to_a_newcomer() {
+        let (gate, _silent, shutdown) = pair().await;
+        let mut gate = gate.evicting_silent();
+        let silent = gate.next(&shutdown).await.expect("first admitted");
+        let addr = gate.listener.local_addr().expect("addr");
+        let waiting =
+            tokio::spawn(async move { silent.spoke_within(Duration::from_secs(30)).await });
+        let mut speaker = TcpStream::connect(addr).await.expect("connect");
+        speaker.write_all(b"x").await.expect("write");
+        let admitted = tokio::time::timeout(Duration::from_secs(5), gate.next(&shutdown))
+            .await
+            .expect("the newcomer is admitted at once")
+            .expect("admitted");
+        let evicted = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("the silent one is let go at once")
+            .expect("task");
+        assert!(!evicted, "the silent one did not speak");
+        assert!(admitted.spoke_within(Duration::from_secs(5)).await);
+        // One that spoke does not give way: the next newcomer is refused.
+        let mut refused = TcpStream::connect(addr).await.expect("connect");
+        let next = tokio::time::timeout(Duration::from_millis(500), gate.next(&shutdown)).await;
+        assert!(next.is_err(), "nothing admitted over the cap");
+        let mut byte = [0u8; 1];
+        let read = refused.read(&mut byte).await;
+        assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    }
+
+    #[tokio::test]
     async fn a_connection_into_the_descriptor_reserve_is_refused() {
         let (mut gate, mut client, shutdown) = pair().await;
-        gate.descriptors = Descriptors::new(0, 0);
+        gate.room = Room::new(Descriptors::new(0, 0));
         let next = tokio::time::timeout(Duration::from_millis(300), gate.next(&shutdown)).await;
         assert!(next.is_err(), "nothing admitted without room");
         let mut byte = [0u8; 1];

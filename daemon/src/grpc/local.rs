@@ -44,7 +44,8 @@ impl Connected for LocalConnection {
 /// The connections `gate` admits until `shutdown`, as a stream for tonic.
 /// Each must speak within [`LOCAL_GRPC_FIRST_BYTES_TIMEOUT`] before the
 /// server sees it (so a silent one is closed without a byte from meshd,
-/// and costs no HTTP/2 state), and is closed after
+/// and costs no HTTP/2 state; at the cap the oldest silent one gives way
+/// to a newcomer, see [`Gate::evicting_silent`]), and is closed after
 /// [`LOCAL_GRPC_IDLE_TIMEOUT`] without a byte unless it holds an event
 /// stream.
 pub fn incoming(
@@ -56,13 +57,7 @@ pub fn incoming(
         while let Some(admitted) = gate.next(&shutdown).await {
             let tx = tx.clone();
             tokio::spawn(async move {
-                let mut first = [0u8; 1];
-                let spoke = tokio::time::timeout(
-                    LOCAL_GRPC_FIRST_BYTES_TIMEOUT,
-                    admitted.tcp.peek(&mut first),
-                )
-                .await;
-                if !matches!(spoke, Ok(Ok(1..))) {
+                if !admitted.spoke_within(LOCAL_GRPC_FIRST_BYTES_TIMEOUT).await {
                     tracing::debug!(remote = %admitted.remote, "closed a local connection that did not speak");
                     return;
                 }

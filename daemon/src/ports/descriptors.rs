@@ -8,6 +8,8 @@
 //! open (a file under /proc, a pipe to a command, a probe socket) always
 //! finds a free one.
 
+use std::time::{Duration, Instant};
+
 use nix::sys::resource::{Resource, getrlimit, setrlimit};
 
 /// Descriptors kept free for the watchers and probes. The facts watcher
@@ -104,12 +106,66 @@ impl Descriptors {
             i128::from(self.limit) - i128::from(self.reserve) - i128::from(open_descriptors()?);
         Some(i64::try_from(free).unwrap_or(if free < 0 { i64::MIN } else { i64::MAX }))
     }
+}
 
-    /// Whether a listener may take one more connection: the open
-    /// descriptors leave the reserve free. A count that cannot be taken
-    /// (no descriptor left even to list them) is no room.
-    pub fn have_room(&self) -> bool {
-        open_descriptors().is_some_and(|open| open + self.reserve < self.limit)
+/// A count taken this long ago still stands, if it was far enough from
+/// the line.
+const RECOUNT_AFTER: Duration = Duration::from_millis(100);
+
+/// A count stands only this far from the line: what the watchers and the
+/// other listeners open within [`RECOUNT_AFTER`] fits in it.
+const RECOUNT_MARGIN: u64 = 64;
+
+/// One listener's view of the budget: whether it may take one more
+/// connection, the open descriptors leaving the reserve free. They are
+/// counted again only when the answer may have changed (near the line, or
+/// after [`RECOUNT_AFTER`]): a count lists every open descriptor, a few
+/// hundred µs with hundreds open, which per connection would cost a
+/// flood's worth of CPU.
+#[derive(Debug)]
+pub struct Room {
+    descriptors: Descriptors,
+    /// The last count and when it was taken.
+    counted: Option<(Instant, u64)>,
+    /// Connections taken since: each may hold one more descriptor.
+    taken_since: u64,
+}
+
+impl Room {
+    pub fn new(descriptors: Descriptors) -> Self {
+        Self {
+            descriptors,
+            counted: None,
+            taken_since: 0,
+        }
+    }
+
+    pub fn descriptors(&self) -> Descriptors {
+        self.descriptors
+    }
+
+    /// Takes room for one connection, if there is. A count that cannot be
+    /// taken (no descriptor left even to list them) is no room.
+    pub fn take_one(&mut self) -> bool {
+        let Descriptors { limit, reserve } = self.descriptors;
+        let now = Instant::now();
+        let estimate = self
+            .counted
+            .filter(|(at, _)| now.duration_since(*at) < RECOUNT_AFTER)
+            .map(|(_, open)| open + self.taken_since);
+        let clear = estimate.is_some_and(|open| open + RECOUNT_MARGIN + reserve < limit);
+        if !clear {
+            let Some(open) = open_descriptors() else {
+                return false;
+            };
+            self.counted = Some((now, open));
+            self.taken_since = 0;
+            if open + reserve >= limit {
+                return false;
+            }
+        }
+        self.taken_since += 1;
+        true
     }
 }
 
@@ -142,15 +198,49 @@ mod tests {
     #[test]
     fn there_is_room_only_outside_the_reserve() {
         let open = open_descriptors().expect("countable");
-        assert!(Descriptors::new(open + 100, 10).have_room());
-        assert!(!Descriptors::new(open + 100, 100).have_room());
-        assert!(!Descriptors::new(open, 0).have_room());
-        assert!(!Descriptors::new(open + 100, 10).keeping(90).have_room());
+        let take = |d: Descriptors| Room::new(d).take_one();
+        assert!(take(Descriptors::new(open + 100, 10)));
+        assert!(!take(Descriptors::new(open + 100, 100)));
+        assert!(!take(Descriptors::new(open, 0)));
+        assert!(!take(Descriptors::new(open + 100, 10).keeping(90)));
         let headroom = Descriptors::new(open + 100, 10)
             .headroom()
             .expect("countable");
         assert!((85..=90).contains(&headroom), "{headroom}");
         assert!(Descriptors::new(0, 10).headroom().expect("countable") < 0);
+    }
+
+    /// Far from the line one count serves many connections.
+    #[test]
+    fn far_from_the_line_one_count_serves_many() {
+        let mut room = Room::new(Descriptors::new(u64::MAX / 2, 0));
+        assert!(room.take_one());
+        let first = room.counted;
+        for _ in 0..1000 {
+            assert!(room.take_one());
+        }
+        assert_eq!(room.counted, first, "counted again");
+        assert_eq!(room.taken_since, 1001);
+    }
+
+    /// Near the line, or after a while, the descriptors are counted again
+    /// (a count near the line from earlier, here made up, does not stand).
+    #[test]
+    fn near_the_line_or_after_a_while_they_are_counted_again() {
+        let limit = open_descriptors().expect("countable") + 1000;
+        let mut room = Room::new(Descriptors::new(limit, 0));
+        let near = Instant::now();
+        room.counted = Some((near, limit - RECOUNT_MARGIN));
+        assert!(room.take_one(), "the real count is far from the line");
+        let (at, open) = room.counted.expect("counted");
+        assert!(at > near && open < limit - 500, "not counted again");
+        let stale = Instant::now() - 2 * RECOUNT_AFTER;
+        room.counted = Some((stale, 0));
+        assert!(room.take_one());
+        assert!(
+            room.counted.expect("counted").0 > stale,
+            "not counted again"
+        );
     }
 
     #[test]
