@@ -164,3 +164,55 @@ async fn listen(
         tracing::warn!(addr = %end.addr, %error, "the cable's report listener stopped");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::{IpAddr, UdpSocket};
+
+    use super::*;
+    use crate::probe::pin::pin_to_interface;
+
+    /// This host's first interface with a routable IPv4 address.
+    fn routable_address() -> Option<(String, IpAddr)> {
+        nix::ifaddrs::getifaddrs().ok()?.find_map(|entry| {
+            let ip = IpAddr::V4(entry.address?.as_sockaddr_in()?.ip());
+            (!ip.is_loopback()).then_some((entry.interface_name, ip))
+        })
+    }
+
+    /// A cable's report listener takes its address's interface as its
+    /// own, as the cable's probe socket does: the kernel then refuses it
+    /// connections that came by another interface.
+    #[tokio::test]
+    async fn a_cable_listener_is_pinned_to_the_interface_holding_its_address() {
+        let skip = |reason: &str| {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "the cable listener's pinning must be tested under CI: {reason}"
+            );
+            eprintln!("skipped: {reason}");
+        };
+        let Some((iface, ip)) = routable_address() else {
+            return skip("this host has no routable IPv4 address to bind a cable listener to");
+        };
+        let probe = UdpSocket::bind((ip, 0)).expect("bind a probe socket");
+        if let Err(error) = pin_to_interface(&probe, &iface) {
+            return skip(&format!("this kernel does not pin sockets here: {error}"));
+        }
+        let end = CableEnd {
+            addr: SocketAddr::new(ip, 0),
+            iface: None,
+            label: iface.clone(),
+        };
+        let listener = bind(&end).expect("the cable listener binds");
+        let index = nix::net::if_::if_nametoindex(iface.as_str()).expect("index");
+        let pinned = socket2::SockRef::from(&listener)
+            .device_index_v4()
+            .expect("read back");
+        assert_eq!(
+            pinned.map(std::num::NonZeroU32::get),
+            Some(index),
+            "{iface}"
+        );
+    }
+}
