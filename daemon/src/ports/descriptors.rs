@@ -189,24 +189,29 @@ mod tests {
     #[test]
     fn open_descriptors_are_counted() {
         let before = open_descriptors().expect("countable on Linux and macOS");
-        let file = tempfile::tempfile().expect("tempfile");
+        let files: Vec<_> = (0..300)
+            .map(|_| tempfile::tempfile().expect("tempfile"))
+            .collect();
         let after = open_descriptors().expect("countable");
-        assert!(after > before, "{before} then {after}");
-        drop(file);
+        // Other tests of this process open and close a few meanwhile.
+        assert!(after >= before + 200, "{before} then {after}");
+        drop(files);
     }
 
+    /// With wide margins: the other tests of this process open and close
+    /// descriptors meanwhile.
     #[test]
     fn there_is_room_only_outside_the_reserve() {
         let open = open_descriptors().expect("countable");
         let take = |d: Descriptors| Room::new(d).take_one();
-        assert!(take(Descriptors::new(open + 100, 10)));
-        assert!(!take(Descriptors::new(open + 100, 100)));
-        assert!(!take(Descriptors::new(open, 0)));
-        assert!(!take(Descriptors::new(open + 100, 10).keeping(90)));
-        let headroom = Descriptors::new(open + 100, 10)
+        assert!(take(Descriptors::new(open + 1000, 10)));
+        assert!(!take(Descriptors::new(open + 100, 1000)));
+        assert!(!take(Descriptors::new(0, 0)));
+        assert!(!take(Descriptors::new(open + 1000, 10).keeping(2000)));
+        let headroom = Descriptors::new(open + 1000, 10)
             .headroom()
             .expect("countable");
-        assert!((85..=90).contains(&headroom), "{headroom}");
+        assert!((500..=990).contains(&headroom), "{headroom}");
         assert!(Descriptors::new(0, 10).headroom().expect("countable") < 0);
     }
 
