@@ -20,6 +20,7 @@
 pub mod aggregator;
 pub mod alert;
 pub mod cadence;
+pub mod certificates;
 pub mod cli;
 pub mod config;
 pub mod demo;

@@ -205,11 +205,17 @@ fn check_config(file: &std::path::Path, hostname: &str) -> ExitCode {
                 eprintln!("warning: {warning}");
             }
             let config = &checked.config;
-            if let Err(err) = meshd::transport::tls::MeshTls::for_config(config) {
-                eprintln!("{}: {err}", file.display());
-                return ExitCode::from(EXIT_FAILED);
+            let tls_warnings = match meshd::transport::tls::MeshTls::for_config(config) {
+                Ok(tls) => tls.map(|t| t.warnings().to_vec()).unwrap_or_default(),
+                Err(err) => {
+                    eprintln!("{}: {err}", file.display());
+                    return ExitCode::from(EXIT_FAILED);
+                }
+            };
+            for warning in &tls_warnings {
+                eprintln!("warning: {}: {warning}", file.display());
             }
-            let warnings = match checked.warnings.len() {
+            let warnings = match checked.warnings.len() + tls_warnings.len() {
                 0 => String::new(),
                 1 => ", 1 warning".to_owned(),
                 n => format!(", {n} warnings"),

@@ -18,6 +18,7 @@ use tokio::sync::Notify;
 
 use crate::aggregator::{Aggregator, Feeds, Handles};
 use crate::alert::AlertPusher;
+use crate::certificates::Certificates;
 use crate::config::reload::{ConfigReload, Hangups};
 use crate::config::{Config, settings};
 use crate::grpc::cables::{CableEnd, CableListeners};
@@ -123,6 +124,9 @@ impl BoundNode {
     /// clear error instead of a half-started node.
     pub async fn bind(config: &Config) -> Result<Self, StartError> {
         let tls = MeshTls::for_config(config)?;
+        for warning in tls.iter().flat_map(MeshTls::warnings) {
+            tracing::warn!("{warning}");
+        }
         let grpc_listener = bind("gRPC", config.listen.grpc).await?;
         let http_listener = bind("metrics", config.listen.metrics).await?;
         let (mesh_listener, mesh_addr) = match config.listen.mesh {
@@ -170,7 +174,8 @@ impl RunningNode {
         let (configs, _) = watch::channel(Arc::new(config.clone()));
         let book = peer_book(config);
         let book_changed = Arc::new(Notify::new());
-        let feeds = feeds(
+        let (certificate_alarms, certificate_alarms_rx) = watch::channel(Vec::new());
+        let mut feeds = feeds(
             &configs,
             &identity,
             &book,
@@ -178,6 +183,7 @@ impl RunningNode {
             &metrics,
             &shutdown,
         );
+        feeds.local_alarms.push(certificate_alarms_rx);
         let (aggregator, handles) = Aggregator::new(config, identity.clone(), feeds);
         let Handles {
             state,
@@ -200,6 +206,16 @@ impl RunningNode {
             metrics.clone(),
         )?;
         let mut tasks = JoinSet::new();
+        if let Some(tls) = &bound.tls {
+            let certificates = tls.certificates().clone();
+            metrics.watch_certificates(certificates.clone());
+            tasks.spawn(run_to_end(follow_certificates(
+                certificates,
+                certificate_alarms,
+                configs.subscribe(),
+                shutdown.clone(),
+            )));
+        }
         tasks.spawn(run_to_end(
             aggregator.run(configs.subscribe(), shutdown.clone()),
         ));
@@ -335,6 +351,32 @@ fn warn_if_insecure(config: &Config) {
     }
 }
 
+/// Publishes the certificate alarms, and revokes what each config in force
+/// revokes (`tls.revoked_serials` applies on reload: open connections of a
+/// revoked certificate end on their next read or write) and forgets the
+/// members it removed.
+async fn follow_certificates(
+    certificates: Arc<Certificates>,
+    alarms: watch::Sender<Vec<meshd_domain::Alarm>>,
+    mut configs: watch::Receiver<Arc<Config>>,
+    shutdown: CancellationToken,
+) {
+    let revocations = async {
+        while configs.changed().await.is_ok() {
+            let config = configs.borrow_and_update().clone();
+            let serials = &config.tls.revoked_serials;
+            tracing::info!(revoked = serials.len(), "certificate revocations in force");
+            certificates.revoke(serials);
+            certificates.keep_only(&config.members());
+        }
+    };
+    tokio::select! {
+        () = certificates.publish(alarms, shutdown.clone()) => {}
+        () = revocations => {}
+        () = shutdown.cancelled() => {}
+    }
+}
+
 /// A peer book for this config's membership.
 fn peer_book(config: &Config) -> SharedBook {
     Arc::new(std::sync::Mutex::new(PeerBook::new(
@@ -449,11 +491,7 @@ impl Served<'_> {
         )?;
         tasks.spawn(async move { Ok(local.await?) });
         if let Some(listener) = bound.mesh_listener {
-            let incoming = tls::incoming(
-                listener,
-                bound.tls.as_ref().map(|t| t.server.clone()),
-                shutdown.clone(),
-            );
+            let incoming = tls::incoming(listener, bound.tls.clone(), shutdown.clone());
             let mesh = grpc::serve_mesh(incoming, read_only, self.peer, shutdown.clone())?;
             tasks.spawn(async move { Ok(mesh.await?) });
         }

@@ -63,6 +63,157 @@ fn check_config_names_missing_certificates_and_how_to_make_them() {
     assert!(stderr.contains("meshctl certs"), "{stderr}");
 }
 
+const DAY: Duration = Duration::from_secs(24 * 3600);
+
+/// The example config with its CA in `tls/` and studio-1's certificate
+/// issued by `issue` (from that CA, or another): check-config's exit code
+/// and stderr (the config's directory shown as `<dir>`).
+fn check_example_with(
+    issue: impl FnOnce(&meshd_pki::Ca, &Path) -> meshd_pki::Issued,
+) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = write(dir.path(), "meshd.toml", EXAMPLE);
+    let tls = dir.path().join("tls");
+    let store = meshd_pki::store::CertDir::new(&tls);
+    let ca = store
+        .init("meshd test CA", std::time::SystemTime::now(), 3650 * DAY)
+        .expect("CA");
+    let issued = issue(&ca, dir.path());
+    let pair = store.node("studio-1");
+    std::fs::write(&pair.cert, issued.cert_pem).expect("cert");
+    std::fs::write(&pair.key, issued.key_pem).expect("key");
+    std::fs::set_permissions(
+        &pair.key,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .expect("chmod");
+    let out = meshd(&["check-config", &path]);
+    let stderr =
+        String::from_utf8_lossy(&out.stderr).replace(&dir.path().display().to_string(), "<dir>");
+    (out.status.code(), stderr)
+}
+
+#[test]
+fn check_config_refuses_an_expired_certificate_naming_the_file_and_dates() {
+    let now = std::time::SystemTime::now();
+    let (code, stderr) = check_example_with(|ca, _| {
+        ca.issue("studio-1", &[], now - 400 * DAY, 365 * DAY)
+            .expect("issue")
+    });
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("tls.cert (<dir>/tls/studio-1.pem) expired at "),
+        "{stderr}"
+    );
+    assert!(stderr.contains("; now "), "{stderr}");
+    assert!(stderr.contains("meshctl certs issue studio-1"), "{stderr}");
+}
+
+#[test]
+fn check_config_refuses_a_certificate_not_valid_yet_naming_the_file_and_dates() {
+    let now = std::time::SystemTime::now();
+    let (code, stderr) = check_example_with(|ca, _| {
+        ca.issue("studio-1", &[], now + 2 * DAY, 365 * DAY)
+            .expect("issue")
+    });
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("tls.cert (<dir>/tls/studio-1.pem) is not valid yet (valid "),
+        "{stderr}"
+    );
+    assert!(stderr.contains("check this host's clock"), "{stderr}");
+}
+
+#[test]
+fn check_config_refuses_a_certificate_of_another_ca() {
+    let now = std::time::SystemTime::now();
+    let (code, stderr) = check_example_with(|_, _| {
+        let other = meshd_pki::Ca::create("another mesh", now, 3650 * DAY).expect("CA");
+        other.issue("studio-1", &[], now, 365 * DAY).expect("issue")
+    });
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("tls.cert (<dir>/tls/studio-1.pem) (valid ")
+            && stderr.contains("is not accepted by the CA in tls.ca (<dir>/tls/ca.pem)")
+            && stderr.contains("UnknownIssuer"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn check_config_warns_of_a_certificate_with_ten_days_left_and_accepts_it() {
+    let now = std::time::SystemTime::now();
+    let (code, stderr) =
+        check_example_with(|ca, _| ca.issue("studio-1", &[], now, 10 * DAY).expect("issue"));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("warning: ")
+            && stderr.contains("tls.cert (<dir>/tls/studio-1.pem) expires at ")
+            && stderr.contains("(in 9 days;"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn check_config_refuses_a_key_that_is_a_fifo_at_once_and_warns_of_a_readable_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = write(dir.path(), "meshd.toml", EXAMPLE);
+    let (_, pair) = common::issue_certificates(&dir.path().join("tls"), "studio-1");
+    std::fs::set_permissions(
+        &pair.key,
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .expect("chmod");
+    let out = meshd(&["check-config", &path]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("can be read by its group or everyone (mode 644)"),
+        "{stderr}"
+    );
+
+    std::fs::remove_file(&pair.key).expect("remove the key");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&pair.key)
+            .status()
+            .expect("mkfifo runs")
+            .success()
+    );
+    // Nobody ever writes the FIFO: a blocking open would wait forever.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_meshd"))
+        .args(["check-config", &path])
+        .env_remove("MESHD_CONFIG")
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("meshd runs");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("check-config hung on a FIFO key");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut stderr)
+        .expect("read");
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("tls.key: ") && stderr.contains("is a FIFO, not a regular file"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn check_config_refuses_a_certificate_issued_for_another_node() {
     let dir = tempfile::tempdir().expect("tempdir");

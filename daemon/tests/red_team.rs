@@ -251,10 +251,7 @@ fn attacker(
         &NodeId::new("x").expect("id"),
     )
     .expect("tls");
-    MeshTls {
-        server: unused.server,
-        client: Arc::new(client),
-    }
+    unused.with_client(Arc::new(client))
 }
 
 /// The holder of node `node`'s own certificate and key.
@@ -524,6 +521,48 @@ async fn forged_reports_are_refused_by_name_and_change_no_verdict() {
         }
     }
     mesh.assert_unchanged("timestamps outside 1970-9999").await;
+
+    // (g) b's own key raising what only a node's peers may raise: a kernel
+    // panic of a member whose run a did not see change, and of a host that
+    // is no member. Both are dropped and counted; the rest of the update
+    // stands; no alarm, label or page names either.
+    let panic_of = |node: &str| Alarm {
+        kind: AlarmKind::KernelPanic,
+        ..alarm_about(node)
+    };
+    let before = mesh.rejected("foreign_alarm").await;
+    let replies = attack(
+        &thief,
+        target,
+        vec![
+            open(b.clone()),
+            update(FORGED_SEQUENCE, vec![panic_of("c"), panic_of("ceo-laptop")]),
+        ],
+    )
+    .await
+    .expect("a stream");
+    assert!(
+        replies.iter().all(|r| r.reject_reason == 0),
+        "the update stands without them: {replies:?}"
+    );
+    mesh.assert_rejected("foreign_alarm", before + 2).await;
+    tokio::time::sleep(AFTERMATH).await;
+    for i in 0..3 {
+        let status = mesh.demo.node(i).expect("running").state.current();
+        assert!(
+            status
+                .alarms
+                .iter()
+                .all(|a| a.kind != AlarmKind::KernelPanic),
+            "{:#?}",
+            status.alarms
+        );
+    }
+    let (_, metrics) = common::http_get(mesh.plan.nodes[0].metrics(), "/metrics").await;
+    assert!(
+        !metrics.contains("ceo-laptop"),
+        "a non-member became a label"
+    );
     mesh.demo.stop().await;
 }
 

@@ -287,6 +287,13 @@ pub enum AlarmKind {
     JobOrphaned,
     /// A job rank whose RDMA ports move no data although the mesh is up.
     JobStalled,
+    /// This node's TLS certificate ends within 30 days, or has ended.
+    CertificateExpiring,
+    /// A member's daemon is refused at the TLS handshake for a certificate
+    /// reason (expired, unknown CA, wrong name or unknown id, revoked):
+    /// raised by the member that refused it, about the node whose
+    /// certificate it is.
+    CertificateRefused,
 }
 named_enum!(AlarmKind {
     NoQuorum => "no_quorum",
@@ -306,14 +313,26 @@ named_enum!(AlarmKind {
     KernelPanic => "kernel_panic",
     JobOrphaned => "job_orphaned",
     JobStalled => "job_stalled",
+    CertificateExpiring => "certificate_expiring",
+    CertificateRefused => "certificate_refused",
 });
 
 impl AlarmKind {
     /// Raised by a node's peers about it, not by the node itself (a host
-    /// cannot see its own reboot while it is down): a report may carry
+    /// cannot see its own reboot while it is down, a daemon whose
+    /// certificate is refused cannot report at all): a report may carry
     /// these about another node.
-    pub fn raised_by_peers(self) -> bool {
+    /// About a host's boot: a reboot, a panic. Only a node that saw the
+    /// host's run change can vouch for one.
+    pub fn about_a_boot(self) -> bool {
         matches!(self, AlarmKind::NodeRebooted | AlarmKind::KernelPanic)
+    }
+
+    pub fn raised_by_peers(self) -> bool {
+        matches!(
+            self,
+            AlarmKind::NodeRebooted | AlarmKind::KernelPanic | AlarmKind::CertificateRefused
+        )
     }
 }
 

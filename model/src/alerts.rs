@@ -77,6 +77,8 @@ fn alert_of_kind(kind: AlarmKind) -> Option<(&'static str, bool)> {
         AlarmKind::KernelPanic => ("MeshKernelPanic", true),
         AlarmKind::JobOrphaned => ("MeshJobOrphaned", true),
         AlarmKind::JobStalled => ("MeshJobStalled", true),
+        AlarmKind::CertificateExpiring => ("MeshCertificateExpiring", true),
+        AlarmKind::CertificateRefused => ("MeshCertificateRefused", true),
     })
 }
 

@@ -293,13 +293,26 @@ pub fn reboot_evidence(reboot: &Reboot) -> String {
     format!("{how}; now {}", describe(&reboot.current))
 }
 
+/// What to do about a `kernel_panic` or a `node_rebooted` alarm.
+pub fn fix(kind: AlarmKind) -> &'static str {
+    if kind == AlarmKind::KernelPanic {
+        "read the whole report on the node (/Library/Logs/DiagnosticReports on macOS, pstore \
+         on Linux); GPU memory panics (IOGPUMemory) follow wired limits raised with \
+         iogpu.wired_limit_mb and jobs that wire most of the memory: lower them, then relaunch \
+         the job"
+    } else {
+        "if nobody restarted it, look for a power loss or a watchdog reset on the node (pmset \
+         -g log on macOS, journalctl -b -1 on Linux); relaunch the jobs it ran"
+    }
+}
+
 fn alarm(reboot: &Reboot, now: SystemTime) -> Alarm {
     let node = &reboot.node;
     let mut evidence = vec![
         format!("before: {}", describe(&reboot.previous)),
         format!("now: {}", describe(&reboot.current)),
     ];
-    let (kind, severity, summary, fix) = match &reboot.panic {
+    let (kind, severity, summary) = match &reboot.panic {
         PanicVerdict::Panicked(report) => {
             evidence.push(format!(
                 "panic report {}: {}",
@@ -309,11 +322,6 @@ fn alarm(reboot: &Reboot, now: SystemTime) -> Alarm {
                 AlarmKind::KernelPanic,
                 Severity::Critical,
                 format!("{node} {}", reboot_evidence(reboot)),
-                "read the whole report on the node (/Library/Logs/DiagnosticReports on macOS, \
-                 pstore on Linux); GPU memory panics (IOGPUMemory) follow wired limits raised \
-                 with iogpu.wired_limit_mb and jobs that wire most of the memory: lower them, \
-                 then relaunch the job"
-                    .to_owned(),
             )
         }
         other => {
@@ -328,9 +336,6 @@ fn alarm(reboot: &Reboot, now: SystemTime) -> Alarm {
                 AlarmKind::NodeRebooted,
                 Severity::Warning,
                 format!("{node} {}", reboot_evidence(reboot)),
-                "if nobody restarted it, look for a power loss or a watchdog reset on the node \
-                 (pmset -g log on macOS, journalctl -b -1 on Linux); relaunch the jobs it ran"
-                    .to_owned(),
             )
         }
     };
@@ -341,7 +346,7 @@ fn alarm(reboot: &Reboot, now: SystemTime) -> Alarm {
         subject: "boot".to_owned(),
         summary,
         evidence,
-        fix: Some(fix),
+        fix: Some(fix(kind).to_owned()),
         since: reboot.noticed_at,
         updated: now,
     }
@@ -395,12 +400,14 @@ pub fn annotate(status: &mut MeshStatus, view: &BootView) {
         if let Some(boot) = view.boots.get(&node.id) {
             node.boot = boot.clone();
         }
+        // A peer saw the reboot, this node did not: its summary, quoted.
         let raised = || {
             let alarm = alarms
                 .iter()
                 .find(|a| is_boot_alarm(a) && a.node == node.id)?;
             let prefix = format!("{} ", node.id);
-            Some(alarm.summary.strip_prefix(&prefix)?.to_owned())
+            let summary = &alarm.summary;
+            Some(summary.strip_prefix(&prefix).unwrap_or(summary).to_owned())
         };
         if let Some(evidence) = view.evidence.get(&node.id).cloned().or_else(raised) {
             node.evidence.push(evidence);
@@ -409,7 +416,7 @@ pub fn annotate(status: &mut MeshStatus, view: &BootView) {
 }
 
 fn is_boot_alarm(alarm: &Alarm) -> bool {
-    alarm.kind.raised_by_peers()
+    alarm.kind.about_a_boot()
 }
 
 #[cfg(test)]

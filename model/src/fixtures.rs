@@ -173,5 +173,6 @@ pub fn default_book_settings() -> crate::peers::BookSettings {
     crate::peers::BookSettings {
         quiet_after: Duration::from_millis(1_500),
         rules: link_rules(),
+        boot_alarm_for: Duration::from_secs(15 * 60),
     }
 }

@@ -25,6 +25,7 @@ pub mod node;
 pub mod observation;
 pub mod orphans;
 pub mod outbox;
+pub mod peer_alarms;
 pub mod peers;
 pub mod quorum;
 pub mod rdma;

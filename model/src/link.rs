@@ -93,12 +93,15 @@ impl EndView<'_> {
     /// answered nothing meanwhile: the worst lateness of either end
     /// ([`Self::excuse`]) is silence the cable did not cause.
     pub fn silent(&self, rules: &LinkRules) -> bool {
-        self.observation.probes_sent_total > 0
-            && self.silence()
-                >= rules
-                    .down_after
-                    .saturating_add(self.excuse.worst)
-                    .saturating_add(self.noticing(rules))
+        self.observation.probes_sent_total > 0 && self.silence() >= self.silent_after(rules)
+    }
+
+    /// How long a silence must last to count (see [`Self::silent`]).
+    pub fn silent_after(&self, rules: &LinkRules) -> Duration {
+        rules
+            .down_after
+            .saturating_add(self.excuse.worst)
+            .saturating_add(self.noticing(rules))
     }
 
     /// How long after the far end answers again this end may still say it
@@ -126,6 +129,16 @@ impl EndView<'_> {
 pub struct Assessment {
     pub state: LinkState,
     pub evidence: Vec<String>,
+    /// Every end that reports is silent: the one evidence no hold hides.
+    pub every_end_silent: bool,
+}
+
+/// "a 550ms late, b 600ms late".
+fn name_lateness(ends: &[EndView<'_>]) -> String {
+    ends.iter()
+        .map(|e| format!("{} {} late", e.node, fmt_duration(e.observation.lateness)))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// A round-trip time or silence as evidence and the mesh page write it, in
@@ -144,6 +157,7 @@ pub fn assess(ends: &[EndView<'_>], rules: &LinkRules) -> Assessment {
         return Assessment {
             state: LinkState::Unknown,
             evidence: vec!["no end reports this link".to_owned()],
+            every_end_silent: false,
         };
     }
     let mut evidence = Vec::new();
@@ -167,10 +181,27 @@ pub fn assess(ends: &[EndView<'_>], rules: &LinkRules) -> Assessment {
             fmt_duration(end.silence()),
         ));
     }
+    // Ends that both run later than the probe timeout answer each other's
+    // probes too late to count, cable or not: their silence is no
+    // evidence either way (and `mesh_saturated` says why).
+    let too_late = |e: &EndView<'_>| {
+        e.observation.lateness.saturating_add(rules.tick_gap) >= rules.probe_timeout
+    };
+    if silent.len() == ends.len() && ends.len() == 2 && ends.iter().all(too_late) {
+        return Assessment {
+            state: LinkState::Unknown,
+            evidence: vec![format!(
+                "both ends run later than the probe timeout ({}): their silence is no evidence",
+                name_lateness(ends)
+            )],
+            every_end_silent: false,
+        };
+    }
     if silent.len() == ends.len() {
         return Assessment {
             state: LinkState::Down,
             evidence,
+            every_end_silent: true,
         };
     }
 
@@ -192,6 +223,7 @@ pub fn assess(ends: &[EndView<'_>], rules: &LinkRules) -> Assessment {
         return Assessment {
             state: LinkState::Down,
             evidence,
+            every_end_silent: false,
         };
     }
 
@@ -226,17 +258,20 @@ pub fn assess(ends: &[EndView<'_>], rules: &LinkRules) -> Assessment {
         return Assessment {
             state: LinkState::Degraded,
             evidence,
+            every_end_silent: false,
         };
     }
     if ends.iter().any(EndView::ever_answered) {
         Assessment {
             state: LinkState::Up,
             evidence: Vec::new(),
+            every_end_silent: false,
         }
     } else {
         Assessment {
             state: LinkState::Unknown,
             evidence: vec!["no probe answered yet".to_owned()],
+            every_end_silent: false,
         }
     }
 }

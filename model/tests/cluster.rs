@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use meshd_domain::{AlarmKind, Blame, EventKind, LinkState, MeshStatus, NodeState};
 use meshd_model::alerts::Labels;
+use meshd_model::verdict::RESTART_GRACE;
 use proptest::prelude::*;
 use sim::alertmanager::Notification;
 use sim::{Action, Cable, CableCut, Observed, Sim, cable};
@@ -371,6 +372,17 @@ fn flapping_until(episodes: &[Episode], c: Cable, t: Duration) -> Option<Duratio
         .max()
 }
 
+/// The cable of a pair cut in a mesh of three: each end hears the other
+/// only through the third member's word, a tie that delays a verdict but
+/// does not keep the other up (`HEARSAY_DELAY`), so each end may call the
+/// other down, and page it.
+fn pair_cut_tie(fault: &Fault, n: usize) -> Option<Cable> {
+    match fault {
+        Fault::PairCut { a, b } if n == 3 => Some(cable(*a, *b)),
+        _ => None,
+    }
+}
+
 /// The node a fault stops, if it stops one.
 fn stopped(fault: &Fault) -> Option<usize> {
     match fault {
@@ -482,7 +494,9 @@ fn every_look(episodes: &[Episode], sim: &Sim, seen: &Observed<'_>, problems: &m
             continue;
         };
         let explained = episodes.iter().any(|e| {
-            (stopped(&e.fault) == Some(x) || e.fault == Fault::Isolate { x })
+            (stopped(&e.fault) == Some(x)
+                || e.fault == Fault::Isolate { x }
+                || pair_cut_tie(&e.fault, sim.len()).is_some_and(|c| c.0 == x || c.1 == x))
                 && t >= e.start
                 && t <= e.heal + NODE_DOWN_BUDGET + late_beside(e, episodes)
         });
@@ -524,14 +538,18 @@ fn check_episode(sim: &mut Sim, e: &Episode, all: &[Episode], problems: &mut Vec
             let flapping = flapping_until(all, c, e.start).is_some();
             while t < e.heal {
                 expect_at(sim, t, all, problems);
+                // `DOWN_WHILE_FLAPPING` counts from when the link read down,
+                // which the fault's budget bounds.
                 let may_flap =
-                    flapping && t < e.start + DOWN_WHILE_FLAPPING + CUT_DOWN_BUDGET + slack;
+                    flapping && t < e.start + cut_budget(&e.fault) + DOWN_WHILE_FLAPPING + slack;
                 for (i, s) in judges(sim, None) {
                     let link = link_of(s, c);
+                    let tie = pair_cut_tie(&e.fault, n).is_some();
                     let right = link.is_some_and(|l| {
-                        l.blame == Blame::Link
+                        (l.blame == Blame::Link
                             && (l.state == LinkState::Down
-                                || (may_flap && l.state == LinkState::Flapping))
+                                || (may_flap && l.state == LinkState::Flapping)))
+                            || (tie && l.state == LinkState::Down && l.blame == Blame::Node)
                     });
                     if !right {
                         problems.push(format!(
@@ -754,8 +772,9 @@ fn check_episode(sim: &mut Sim, e: &Episode, all: &[Episode], problems: &mut Vec
 }
 
 /// Whether `labels` may be paging for a fault other than `e`: a clock
-/// stepped lately still reads skewed, and a cable flapping from earlier cuts
-/// pages as flapping meanwhile.
+/// stepped lately still reads skewed, a cable flapping from earlier cuts
+/// pages as flapping meanwhile, and a mesh running late beside `e` pages
+/// that it does.
 fn earlier_faults_page(labels: &Labels, e: &Episode, all: &[Episode]) -> bool {
     match labels.get("alertname").map(String::as_str) {
         Some("MeshClockSkew") => all.iter().any(|c| {
@@ -766,6 +785,12 @@ fn earlier_faults_page(labels: &Labels, e: &Episode, all: &[Episode]) -> bool {
         Some("MeshLinkFlapping") => cable_named(labels)
             .and_then(|c| flapping_until(all, c, e.window_end()))
             .is_some_and(|until| until >= e.start),
+        // A mesh running late beside the fault pages that itself.
+        Some("MeshSaturated") => all.iter().any(|c| {
+            matches!(c.fault, Fault::AllLate { .. })
+                && c.start <= e.window_end()
+                && e.start <= c.window_end()
+        }),
         _ => false,
     }
 }
@@ -884,7 +909,11 @@ fn check_pages(sim: &Sim, e: &Episode, all: &[Episode], problems: &mut Vec<Strin
             // is a dead node as far as anyone can tell.
             let stall = matches!(e.fault, Fault::Freeze { .. })
                 && e.heal + HEARTBEAT < e.start + STALE_AFTER;
-            let mut allowed: BTreeSet<Labels> = if stall {
+            // A restart within its grace (counted from the last message,
+            // up to a heartbeat before the stop) is no dead node.
+            let restart = matches!(e.fault, Fault::Kill { .. })
+                && e.heal + HEARTBEAT < e.start + RESTART_GRACE;
+            let mut allowed: BTreeSet<Labels> = if stall || restart {
                 BTreeSet::new()
             } else {
                 [down.clone()].into()
@@ -926,14 +955,22 @@ fn check_pages(sim: &Sim, e: &Episode, all: &[Episode], problems: &mut Vec<Strin
             let ends = [("a", name(c.0)), ("b", name(c.1))];
             let down = labels("MeshLinkDown", &ends, "critical");
             let flapping = labels("MeshLinkFlapping", &ends, "warning");
-            let exact = if flapping_until(all, c, e.start).is_none()
-                && e.heal >= e.start + cut_budget(&e.fault) + slack
-            {
-                [down.clone()].into()
+            if pair_cut_tie(&e.fault, n).is_some() {
+                let node_down = |x: usize| labels("MeshNodeDown", &[("node", name(x))], "critical");
+                (
+                    BTreeSet::new(),
+                    [down, flapping, node_down(a), node_down(b)].into(),
+                )
             } else {
-                BTreeSet::new()
-            };
-            (exact, [down, flapping].into())
+                let exact = if flapping_until(all, c, e.start).is_none()
+                    && e.heal >= e.start + cut_budget(&e.fault) + slack
+                {
+                    [down.clone()].into()
+                } else {
+                    BTreeSet::new()
+                };
+                (exact, [down, flapping].into())
+            }
         }
         // The side without a management majority is cut off from it; in a
         // split into halves no side is, and nobody is to blame alone.
@@ -1289,6 +1326,31 @@ fn a_cut_during_a_stall_elsewhere_is_still_found() {
         heal: WARMUP + Duration::from_secs(6),
     };
     let problems = checks_beside(4, 43, &stall, &cut);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// While every node runs 30 ms late (a saturated mesh), a cable pulled for
+/// 20 s is still down everywhere and paged: the saturation hold never
+/// hides a link silent at both ends.
+#[test]
+fn a_cable_pulled_while_the_whole_mesh_runs_late_is_down_and_paged() {
+    let late = Episode {
+        fault: Fault::AllLate {
+            by: Duration::from_millis(30),
+        },
+        start: WARMUP,
+        heal: WARMUP + Duration::from_secs(30),
+    };
+    let cut = Episode {
+        fault: Fault::CutCable {
+            a: 0,
+            b: 2,
+            how: CableCut::Pulled,
+        },
+        start: WARMUP + Duration::from_secs(3),
+        heal: WARMUP + Duration::from_secs(23),
+    };
+    let problems = checks_beside(4, 7, &late, &cut);
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
@@ -1763,4 +1825,44 @@ fn restarts_and_reboots_are_told_apart_on_every_node() {
         .map(|p| p.labels.get("node").cloned().unwrap_or_default())
         .collect::<BTreeSet<_>>();
     assert_eq!(pages, BTreeSet::from(["n2".to_owned()]));
+}
+
+/// A cable losing 19 % of its probes has a second with half of them lost
+/// now and then: it stays degraded through it, one page, not degraded,
+/// down and degraded again.
+#[test]
+fn a_lossy_cables_bad_second_keeps_it_degraded_one_page() {
+    let lossy = Drawn {
+        kind: 203,
+        x: 3,
+        y: 1,
+        param: 3_626_611_774_860_779_051,
+        secs: 0,
+    };
+    assert!(matches!(
+        episodes(8, std::slice::from_ref(&lossy))[0].fault,
+        Fault::LossyCable { per_mille: 187, .. }
+    ));
+    let problems = run(8, 12_933_792_315_341_390_022, &[lossy]);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// Every node runs 439 ms late: with a tick gap, past the probe timeout,
+/// so every reply comes too late to count, on every cable. Silence at both ends is then no
+/// evidence of a cut, and no link is blamed.
+#[test]
+fn a_mesh_later_than_the_probe_timeout_blames_no_cable() {
+    let late = Drawn {
+        kind: 202,
+        x: 0,
+        y: 5,
+        param: 1_237_419_122_165_678_156,
+        secs: 0,
+    };
+    assert!(matches!(
+        episodes(6, std::slice::from_ref(&late))[0].fault,
+        Fault::AllLate { by } if by == Duration::from_millis(439)
+    ));
+    let problems = run(6, 4_090_830_463_504_949_858, &[late]);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }

@@ -150,6 +150,12 @@ pub const DEFAULT_PRESSURE_WINDOW: Duration = Duration::from_secs(30);
 /// Linux: every task stalled on memory 10 % of the time is thrashing.
 pub const DEFAULT_STALL_CRITICAL_RATIO: f64 = 0.1;
 
+/// Connections between nodes are handshaken again at least this often: an
+/// expired or revoked certificate loses its connections within the hour
+/// at the latest (sooner: a connection also closes when the certificate
+/// on its other end expires, and on a reload that revokes it).
+pub const DEFAULT_MAX_CONNECTION_AGE: Duration = Duration::from_secs(60 * 60);
+
 /// A reboot stays an alarm this long: long enough to be seen and paged,
 /// short enough not to linger.
 pub const DEFAULT_REBOOT_ALARM_FOR: Duration = Duration::from_secs(15 * 60);
@@ -225,7 +231,7 @@ impl Default for ListenConfig {
 
 /// The mesh's certificates (`meshctl certs`): every stream between nodes is
 /// mutual TLS, and a node is who its certificate says.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TlsConfig {
     /// The mesh's CA certificate(s), PEM; more than one while rotating.
@@ -238,6 +244,27 @@ pub struct TlsConfig {
     /// Plain TCP between nodes: anyone on the network can forge reports.
     /// Warned about at start and exported as `meshd_insecure`.
     pub insecure: bool,
+    /// Serial numbers of certificates refused although the CA signed them
+    /// (a stolen node key), hex as `openssl x509 -serial` prints them.
+    /// Applied on reload: open connections of a revoked certificate close.
+    pub revoked_serials: Vec<String>,
+    /// A connection between nodes is opened again (a new handshake, so
+    /// checked again against expiry and `revoked_serials`) after this long.
+    #[serde(with = "humantime_serde")]
+    pub max_connection_age: Duration,
+}
+
+impl Default for TlsConfig {
+    fn default() -> Self {
+        TlsConfig {
+            ca: None,
+            cert: None,
+            key: None,
+            insecure: false,
+            revoked_serials: Vec::new(),
+            max_connection_age: DEFAULT_MAX_CONNECTION_AGE,
+        }
+    }
 }
 
 /// Another member of the mesh. Both keys are required: a peer without an id
@@ -497,7 +524,7 @@ impl ConfigFile {
             ca: beside(base, self.tls.ca),
             cert: beside(base, self.tls.cert),
             key: beside(base, self.tls.key),
-            insecure: self.tls.insecure,
+            ..self.tls
         };
         let platform = PlatformConfig {
             replay_dir: beside(base, self.platform.replay_dir),

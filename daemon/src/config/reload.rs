@@ -13,7 +13,7 @@ use notify::{RecursiveMode, Watcher};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Config;
+use crate::config::{Config, TlsConfig};
 use crate::metrics::Metrics;
 use crate::state::Notices;
 
@@ -149,10 +149,15 @@ fn restart_only(current: &Config, new: &mut Config) -> Vec<(&'static str, String
         ));
         new.listen = current.listen.clone();
     }
-    // Certificates are loaded once, at start.
-    if new.tls != current.tls {
+    // Certificates are loaded once, at start; the serials revoked apply at
+    // once (a stolen key must not wait for a restart).
+    let live = TlsConfig {
+        revoked_serials: new.tls.revoked_serials.clone(),
+        ..current.tls.clone()
+    };
+    if new.tls != live {
         kept.push(("tls", "the certificates loaded at start".to_owned()));
-        new.tls = current.tls.clone();
+        new.tls = live;
     }
     kept
 }
@@ -231,13 +236,19 @@ mod tests {
         let mut new = Config::embedded_default("b");
         new.listen.grpc = "127.0.0.1:1".parse().expect("addr");
         new.tls.insecure = true;
+        new.tls.revoked_serials = vec!["01ab".to_owned()];
         new.report.interval = Duration::from_millis(500);
         let kept = restart_only(&current, &mut new);
         assert_eq!(
             kept.iter().map(|(k, _)| *k).collect::<Vec<_>>(),
             ["node.id", "listen", "tls"]
         );
-        assert_eq!(new.tls, current.tls);
+        assert_eq!(new.tls.insecure, current.tls.insecure);
+        assert_eq!(
+            new.tls.revoked_serials,
+            ["01ab"],
+            "revocations apply at once"
+        );
         assert_eq!(new.node.id, current.node.id);
         assert_eq!(new.listen, current.listen);
         assert_eq!(

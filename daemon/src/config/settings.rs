@@ -76,6 +76,7 @@ pub fn book(config: &Config) -> BookSettings {
     BookSettings {
         quiet_after: config.report.interval.saturating_mul(3) / 2,
         rules: link_rules(config),
+        boot_alarm_for: config.watch.boot.alarm_for,
     }
 }
 

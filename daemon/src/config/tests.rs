@@ -1397,3 +1397,32 @@ fn the_example_draws_no_warnings() {
         vec![]
     );
 }
+
+#[test]
+fn revoked_serials_must_be_serials_and_the_connection_age_bounded() {
+    assert_problem(
+        "[tls]\ninsecure = true\nrevoked_serials = [\"4f:1a\", \"not hex\"]\n",
+        "tls.revoked_serials[1]",
+        "\"not hex\" is not a certificate serial number",
+    );
+    assert_problem(
+        "[tls]\ninsecure = true\nmax_connection_age = \"100ms\"\n",
+        "tls.max_connection_age",
+        "too short",
+    );
+    let config = parse(
+        "[tls]\ninsecure = true\nrevoked_serials = [\"4F:1A\"]\nmax_connection_age = \"10m\"\n",
+    )
+    .expect("valid");
+    assert_eq!(config.tls.revoked_serials, ["4F:1A"]);
+    assert_eq!(config.tls.max_connection_age, Duration::from_secs(600));
+    assert_eq!(
+        Config::embedded_default(HOST).tls.max_connection_age,
+        DEFAULT_MAX_CONNECTION_AGE
+    );
+    let wrong_type = lines("[tls]\ninsecure = true\nrevoked_serials = \"4f1a\"\n");
+    assert!(
+        wrong_type.iter().any(|l| l.contains("tls.revoked_serials")),
+        "{wrong_type:?}"
+    );
+}

@@ -9,7 +9,7 @@ use toml::de::{DeTable, DeValue, ValueDeserializer};
 
 use super::{
     AlertingConfig, LinkConfig, ListenConfig, NodeSection, PeerConfig, PlatformConfig, ProbeConfig,
-    ReportConfig, Thresholds, WatchConfig,
+    ReportConfig, Thresholds, TlsConfig, WatchConfig,
 };
 
 /// The errors of reading each part of `source` into its type, in file
@@ -33,6 +33,7 @@ pub(super) fn errors(source: &str) -> Vec<toml::de::Error> {
             "alerting" => read::<AlertingConfig>(value),
             "watch" => read::<WatchConfig>(value),
             "platform" => read::<PlatformConfig>(value),
+            "tls" => read::<TlsConfig>(value),
             // The whole file's own error names the unknown key and the
             // ones allowed; whatever else is wrong is listed here.
             _ => Vec::new(),

@@ -367,8 +367,10 @@ impl Demo {
     }
 }
 
-/// How long the demo's certificates are good for: longer than any demo runs.
-const CERTIFICATE_LIFETIME: Duration = Duration::from_secs(30 * 24 * 3600);
+/// How long the demo's certificates are good for: longer than any demo
+/// runs, and far from the 30 days under which meshd warns of expiry
+/// (`certificate_expiring`), which would otherwise be the demo's first alarm.
+const CERTIFICATE_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// The mesh's CA and every node's certificate, as `meshctl certs` would
 /// write them, in the plan's directory (which must not hold any yet).

@@ -8,7 +8,6 @@
 use std::collections::BTreeMap;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use meshd_model::peers::Path;
@@ -100,7 +99,7 @@ impl CableListeners {
                 continue;
             }
             let stop = self.shutdown.child_token();
-            let tls = self.tls.as_ref().map(|t| t.server.clone());
+            let tls = self.tls.clone();
             let service = self.service.on(Path::Cable(end.label.clone()));
             self.tasks
                 .spawn(listen(end.clone(), tls, service, stop.clone()));
@@ -138,7 +137,7 @@ fn bind(end: &CableEnd) -> io::Result<TcpListener> {
 
 async fn listen(
     end: CableEnd,
-    tls: Option<Arc<rustls::ServerConfig>>,
+    tls: Option<MeshTls>,
     service: PeerService,
     stop: CancellationToken,
 ) {

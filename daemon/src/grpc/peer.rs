@@ -127,6 +127,7 @@ impl PeerService {
                 }),
                 clock: None,
                 resync: false,
+                dropped: Vec::new(),
             },
         )
     }
@@ -241,6 +242,7 @@ impl PeerService {
                         refusal: Some(refusal),
                         clock: None,
                         resync: false,
+                        dropped: Vec::new(),
                     },
                 );
                 let _ = replies.send(Ok(reply)).await;
@@ -329,6 +331,9 @@ impl PeerService {
         };
         if generation {
             self.changed.notify_one();
+        }
+        for detail in &answer.dropped {
+            tracing::warn!(sequence, "peer alarm dropped: {detail}");
         }
         let refused = answer.refusal.is_some();
         if refused || answer.clock.is_some() || answer.resync {

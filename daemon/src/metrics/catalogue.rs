@@ -131,6 +131,8 @@ metrics! {
         "`peer`'s clock minus this node's, measured NTP-style from the report streams; shown and alarmed on (clock_skew), never used in a verdict.";
     INSECURE: "meshd_insecure", Gauge, [], None,
         "1 when this node runs its mesh without TLS (tls.insecure): reports between nodes can be forged.";
+    TLS_CERTIFICATE_EXPIRY_TIMESTAMP_SECONDS: "meshd_tls_certificate_expiry_timestamp_seconds", Gauge, ["node"], Some(Unit::Seconds),
+        "When the certificate of `node` ends (its notAfter), in seconds since the Unix epoch: this node's own, and each peer's as its last handshake with this node showed it; no series without TLS.";
     REPORTS_REJECTED_TOTAL: "meshd_reports_rejected_total", Counter, ["reason"], None,
         "Peer streams and updates this node refused, by `reason` (unknown_node, replayed, old_incarnation, malformed, foreign_alarm, not_authenticated, over_limit, incarnation_ahead).";
     REPORTS_SENT_TOTAL: "meshd_reports_sent_total", Counter, ["peer", "outcome"], None,

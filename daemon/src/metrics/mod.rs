@@ -22,7 +22,7 @@ mod process;
 mod scale_tests;
 mod watchers;
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Instant, SystemTime};
 
 use meshd_domain::NodeIdentity;
@@ -33,6 +33,7 @@ pub use listeners::{Listener, ListenerSeries, Refusal};
 pub use probes::{ProbeSeries, ResponderCounters, ResponderStats};
 pub use watchers::WatcherSeries;
 
+use crate::certificates::Certificates;
 use crate::state::Published;
 use exposition::Exposition;
 use links::LinkSeries;
@@ -51,6 +52,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub struct Metrics {
     build: [String; 4],
     insecure: std::sync::atomic::AtomicBool,
+    /// The certificates of a node running mutual TLS, once it started.
+    certificates: std::sync::OnceLock<Arc<Certificates>>,
     mesh: MeshSeries,
     links: LinkSeries,
     pub delivery: DeliverySeries,
@@ -72,6 +75,7 @@ impl Metrics {
                 std::env::consts::ARCH.to_owned(),
             ],
             insecure: std::sync::atomic::AtomicBool::new(false),
+            certificates: std::sync::OnceLock::new(),
             mesh: MeshSeries::default(),
             links: LinkSeries::default(),
             delivery: DeliverySeries::default(),
@@ -87,6 +91,11 @@ impl Metrics {
     pub fn set_insecure(&self, insecure: bool) {
         self.insecure
             .store(insecure, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Exports the expiry of the certificates in `certificates`.
+    pub fn watch_certificates(&self, certificates: Arc<Certificates>) {
+        let _ = self.certificates.set(certificates);
     }
 
     /// The Prometheus text exposition of every series, with the verdict and
@@ -105,6 +114,15 @@ impl Metrics {
             &[],
             exposition::flag(self.insecure.load(std::sync::atomic::Ordering::Relaxed)),
         );
+        let expiries = self
+            .certificates
+            .get()
+            .map(|c| c.expiries())
+            .unwrap_or_default();
+        let mut expiry = out.family(&catalogue::TLS_CERTIFICATE_EXPIRY_TIMESTAMP_SECONDS);
+        for (node, at) in &expiries {
+            expiry.sample(&[node.as_str()], links::unix_seconds(*at));
+        }
         self.mesh.write(&mut out, published, now);
         self.links.write(&mut out, &published.links, now);
         self.probes.write(&mut out);

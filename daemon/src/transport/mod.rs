@@ -1,4 +1,6 @@
-//! How this node talks to its peers: mutual TLS ([`tls`]) and its report
+//! How this node talks to its peers: mutual TLS ([`tls`]), following the
+//! certificates' life (`crate::certificates`: expiry, refusals,
+//! revocation), and its report
 //! streams to every peer on every path ([`streams`]). The intake of the
 //! peers' streams is the gRPC `Peer` service (`crate::grpc`), on the mesh
 //! listener and on each cable's (`crate::grpc::cables`).

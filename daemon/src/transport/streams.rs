@@ -3,7 +3,10 @@
 //! cable between them). Each stream opens with this node's identity and
 //! everything sent so far, then carries every update in order, encoded once
 //! by the aggregator for all streams. A stream that breaks is opened again
-//! with backoff; one that falls behind starts over with everything.
+//! with backoff; one that falls behind starts over with everything. On a
+//! mesh with TLS a stream is opened again after `tls.max_connection_age`,
+//! so each connection's certificates are checked again (expiry,
+//! revocation, a rotated certificate) without a restart.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -116,6 +119,9 @@ enum Ended {
     Shutdown,
     /// A new incarnation: open again at once.
     Reincarnated,
+    /// The connection reached `tls.max_connection_age`: open again at once,
+    /// with a new handshake.
+    Aged,
     Failed(String),
 }
 
@@ -136,7 +142,7 @@ async fn run(
         };
         match ended {
             Ended::Shutdown => return,
-            Ended::Reincarnated => continue,
+            Ended::Reincarnated | Ended::Aged => continue,
             Ended::Failed(error) => {
                 metrics
                     .delivery
@@ -183,7 +189,7 @@ pub async fn channel(route: &Route, tls: Option<&MeshTls>) -> Result<Channel, St
         .tcp_nodelay(true);
     let connect = async {
         match tls {
-            None => endpoint.connect().await.map_err(|e| e.to_string()),
+            None => endpoint.connect().await.map_err(|e| with_causes(&e)),
             Some(tls) => {
                 let tls = tls.clone();
                 let peer = route.peer.clone();
@@ -197,13 +203,29 @@ pub async fn channel(route: &Route, tls: Option<&MeshTls>) -> Result<Channel, St
                         }
                     }))
                     .await
-                    .map_err(|e| e.to_string())
+                    .map_err(|e| with_causes(&e))
             }
         }
     };
     tokio::time::timeout(CONNECT_TIMEOUT, connect)
         .await
         .map_err(|_| format!("connecting to {addr} timed out"))?
+}
+
+/// An error with what caused it: tonic's own says only "transport error",
+/// the reason (a certificate refused, a connection refused) is its source.
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(error) = cause {
+        let more = error.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = error.source();
+    }
+    text
 }
 
 /// A connector from a closure.
@@ -237,6 +259,19 @@ where
     fn call(&mut self, uri: Uri) -> Fut {
         (self.0)(uri)
     }
+}
+
+/// A gRPC status's message with its causes (a refused certificate hides
+/// behind "transport error").
+fn status_text(status: &Status) -> String {
+    let mut text = status.message().to_owned();
+    if let Some(source) = std::error::Error::source(status) {
+        let causes = with_causes(source);
+        if !text.contains(&causes) {
+            text = format!("{text}: {causes}");
+        }
+    }
+    text
 }
 
 fn open_message(identity: &NodeIdentity, instance: u64) -> Bytes {
@@ -274,6 +309,9 @@ async fn stream_once(
         Ok(opened) => opened,
         Err(error) => return Ended::Failed(error),
     };
+    if let Some(tls) = tls {
+        tls.certificates().accepted(&route.peer);
+    }
     metrics
         .delivery
         .count_report_sent(&route.peer, ReportOutcome::Accepted);
@@ -286,7 +324,8 @@ async fn stream_once(
         sent: full.sequence,
         full: full_rx,
     };
-    live.carry(identity_rx, updates, replies, stop).await
+    let renew = tls.map(MeshTls::max_connection_age);
+    live.carry(identity_rx, updates, replies, renew, stop).await
 }
 
 /// Connects to `route`'s peer and opens the stream with this node's
@@ -307,7 +346,7 @@ async fn open_stream(
     let mut grpc = Grpc::new(channel);
     grpc.ready()
         .await
-        .map_err(|error| format!("not ready: {error}"))?;
+        .map_err(|error| format!("not ready: {}", with_causes(&error)))?;
     let replies = grpc
         .streaming(
             Request::new(ReceiverStream::new(rx)),
@@ -315,7 +354,7 @@ async fn open_stream(
             EncodedCodec,
         )
         .await
-        .map_err(|status| status.message().to_owned())?;
+        .map_err(|status| status_text(&status))?;
     Ok((tx, replies.into_inner()))
 }
 
@@ -331,17 +370,27 @@ struct Live<'a> {
 }
 
 impl Live<'_> {
-    /// Sends every update and takes every reply until the stream ends.
+    /// Sends every update and takes every reply until the stream ends, or
+    /// `renew_after` (on a mesh with TLS) has passed.
     async fn carry(
         mut self,
         mut identity_rx: watch::Receiver<NodeIdentity>,
         mut updates: broadcast::Receiver<Arc<Encoded>>,
         mut replies: Streaming<wire::PeerReply>,
+        renew_after: Option<Duration>,
         stop: &CancellationToken,
     ) -> Ended {
+        let renew = async {
+            match renew_after {
+                Some(after) => tokio::time::sleep(after).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(renew);
         loop {
             let went_on = tokio::select! {
                 () = stop.cancelled() => return Ended::Shutdown,
+                () = &mut renew => return Ended::Aged,
                 changed = identity_rx.changed() => {
                     return if changed.is_err() { Ended::Shutdown } else { Ended::Reincarnated };
                 }
@@ -378,7 +427,7 @@ impl Live<'_> {
         let reply = match reply {
             Ok(Some(reply)) => reply,
             Ok(None) => return Err(Ended::Failed("the peer closed the stream".to_owned())),
-            Err(status) => return Err(Ended::Failed(status.message().to_owned())),
+            Err(status) => return Err(Ended::Failed(status_text(&status))),
         };
         let arrived = SystemTime::now();
         let reply = PeerReply::try_from(reply)

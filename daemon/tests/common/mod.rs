@@ -55,10 +55,11 @@ pub fn issue_certificates(
 ) -> (meshd_pki::store::CertDir, meshd_pki::store::Pair) {
     let certs = meshd_pki::store::CertDir::new(dir);
     let now = std::time::SystemTime::now();
-    let month = Duration::from_secs(30 * 24 * 3600);
-    let ca = certs.init("meshd test CA", now, month).expect("test CA");
+    // A year: far from the 30 days under which meshd warns of expiry.
+    let year = Duration::from_secs(365 * 24 * 3600);
+    let ca = certs.init("meshd test CA", now, year).expect("test CA");
     let pair = certs
-        .issue(&ca, node, &[], now, month)
+        .issue(&ca, node, &[], now, year)
         .expect("node certificate");
     (certs, pair)
 }

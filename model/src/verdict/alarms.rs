@@ -44,7 +44,11 @@ impl Engine {
     ) -> Vec<Alarm> {
         let mut drafts = Vec::new();
         drafts.extend(no_quorum_alarm(quorum, &inputs.local.id));
-        drafts.extend(self.management_unreachable_alarms(inputs, quorum, lives, nodes, moment.now));
+        drafts.extend(
+            self.management_unreachable_alarms(inputs, quorum, lives, nodes, moment.now)
+                .into_iter()
+                .filter(|alarm| !certificate_refused(&alarm.node, inputs)),
+        );
         drafts.extend(clock_skew_alarm(inputs, self.settings.clock_skew_bound));
         drafts.extend(duplicate_node_id_alarms(&inputs.peers));
         drafts.extend(mesh_saturated_alarm(inputs, quorum, saturated));
@@ -194,6 +198,17 @@ fn management_witnesses(
         .filter(|(_, v)| reaches_majority(v.report.heard_on_management.len()))
         .map(|(_, v)| v.report.heard_on_management.contains(node));
     this_node.into_iter().chain(fresh_peers).collect()
+}
+
+/// Whether this node or a peer refuses `node`'s daemon for a certificate
+/// reason: then its silence on the management network is that refusal
+/// (raised as `certificate_refused`, naming the reason), not the network's.
+fn certificate_refused(node: &NodeId, inputs: &MeshInputs) -> bool {
+    inputs
+        .local_alarms
+        .iter()
+        .chain(inputs.peers.values().flat_map(|v| v.report.alarms.iter()))
+        .any(|a| a.kind == AlarmKind::CertificateRefused && a.node == *node)
 }
 
 /// `management_unreachable` on `node`, heard on the management network by

@@ -1,9 +1,10 @@
 //! When the engine must look again with no new input: a peer turning suspect
-//! or stale, a link's pending hysteresis, or the idle bound.
+//! or stale (its restart grace or a hearsay delay ending), a link's pending
+//! hysteresis, silence or hold, or the idle bound.
 
 use std::time::Instant;
 
-use super::{Engine, MAX_IDLE, MeshInputs};
+use super::{Engine, HEARSAY_DELAY, MAX_IDLE, MeshInputs, RESTART_GRACE};
 
 impl Engine {
     /// When something could change with no new input: a peer turning
@@ -13,14 +14,20 @@ impl Engine {
         let idle = now + MAX_IDLE;
         let allowance = inputs.lateness_allowance();
         let peers = inputs.peers.values().flat_map(|v| {
-            [self.settings.suspect_after, self.settings.stale_after]
-                .into_iter()
-                .filter_map(move |after| v.received_at.checked_add(after + allowance))
+            [
+                self.settings.suspect_after,
+                self.settings.stale_after,
+                RESTART_GRACE,
+                self.settings.stale_after + HEARSAY_DELAY,
+            ]
+            .into_iter()
+            .filter_map(move |after| v.received_at.checked_add(after + allowance))
         });
         let links = self
             .links
             .values()
-            .filter_map(|l| l.tracker.pending_until());
+            .flat_map(|l| [l.tracker.pending_until(), l.recheck_at])
+            .flatten();
         let first_silence = self
             .started
             .and_then(|s| s.checked_add(self.settings.stale_after));

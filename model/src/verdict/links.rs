@@ -19,6 +19,11 @@ use crate::link_rules::{LinkRules, MEDIUM_WINDOW};
 use crate::linkstats::LATENESS_MEMORY;
 use crate::time::Moment;
 
+/// The longest a link verdict is held because most of the mesh runs late:
+/// one loss window, after which the lateness excuses (which remember every
+/// end's late runs over that window) judge what the lateness explains.
+pub const SATURATION_HOLD: Duration = MEDIUM_WINDOW;
+
 impl Engine {
     /// The verdict on every link seen so far (learning those not seen
     /// before), from both ends' views and the states of the nodes at them.
@@ -100,6 +105,7 @@ impl Engine {
         // node, or dead), and what it measured then would hold a cut
         // cable degraded, or up, for as long as it stays unheard.
         let stale_after = self.settings.stale_after;
+        let heartbeat = self.settings.heartbeat;
         let fresh = move |view: &crate::peers::PeerView| {
             now.saturating_duration_since(view.received_at) < stale_after
         };
@@ -116,9 +122,13 @@ impl Engine {
                         .unwrap_or(view.received_at);
                     // The end resends a link whenever it stops or starts being
                     // silent: while its later messages arrive, a silent link
-                    // stayed silent.
+                    // stayed silent; and until its next message is due (a
+                    // heartbeat after its last), it still is. (A late end's
+                    // silence needs longer to count; without this its peers
+                    // would wait for its next heartbeat to see it.)
                     let confirmed = if o.figures.silence >= down_after {
-                        view.received_at.saturating_duration_since(received)
+                        let due = view.received_at.checked_add(heartbeat).unwrap_or(now);
+                        due.min(now).saturating_duration_since(received)
                     } else {
                         Duration::ZERO
                     };
@@ -175,6 +185,8 @@ impl Engine {
                 late: [LateMemory::default(); 2],
                 remembered_since: now,
                 degraded_seen: None,
+                saturation_held_since: None,
+                recheck_at: None,
             }
         });
         // A node's description of its own end beats its peer's. The node is
@@ -353,25 +365,62 @@ impl Judge<'_> {
                 link.restarted_at = [Some(now); 2];
                 return self.link(link, views, end_states, ends_since, moment);
             }
-            let assessment = assess(&end_views, &self.settings.link);
+            let mut assessment = assess(&end_views, &self.settings.link);
+            // A link already degraded by loss that loses half its probes
+            // for a second is the same lossy cable having a bad second:
+            // it stays degraded (a page that turns down and back would be
+            // three pages for one fault). Silence at both ends is down.
+            if assessment.state == LinkState::Down
+                && !assessment.every_end_silent
+                && link.tracker.state() == LinkState::Degraded
+            {
+                assessment.state = LinkState::Degraded;
+            }
             let bad = matches!(assessment.state, LinkState::Down | LinkState::Degraded);
             let unproven = bad
                 .then(|| self.unproven_end(link, &present, end_states))
                 .flatten()
                 .or_else(|| self.unspoken_end(link, &present, assessment.state))
                 .or_else(|| self.unremembered_lateness(link, &present, assessment.state));
+            // Most of the mesh running late holds a worse verdict, for a
+            // while: never a link silent at both ends, never for longer
+            // than `SATURATION_HOLD` (then the lateness excuses judge).
+            let saturation_hold = bad
+                && self.mesh_saturated
+                && !assessment.every_end_silent
+                && link.tracker.state() != assessment.state;
+            let held_since = if saturation_hold {
+                *link.saturation_held_since.get_or_insert(now)
+            } else {
+                link.saturation_held_since = None;
+                now
+            };
+            // A growing silence counts once it lasts what this end needs
+            // (more while it runs late), with no message to say so.
+            let rules = &self.settings.link;
+            let silent_at = end_views
+                .iter()
+                .filter(|e| e.silence() >= rules.down_after && !e.silent(rules))
+                .filter_map(|e| now.checked_add(e.silent_after(rules).saturating_sub(e.silence())));
+            let hold_ends = saturation_hold
+                .then(|| held_since.checked_add(SATURATION_HOLD))
+                .flatten();
+            link.recheck_at = silent_at.chain(hold_ends).min();
             if let Some(reason) = unproven {
                 let state = link.tracker.state();
                 (state, blame_for(state), vec![reason])
-            } else if bad && self.mesh_saturated && link.tracker.state() != assessment.state {
+            } else if saturation_hold && now.saturating_duration_since(held_since) < SATURATION_HOLD
+            {
                 let state = link.tracker.state();
                 (
                     state,
                     blame_for(state),
-                    vec![
-                        "held: most of the mesh runs its timers late (see mesh_saturated)"
-                            .to_owned(),
-                    ],
+                    vec![format!(
+                        "held: most of the mesh runs its timers late (see mesh_saturated), \
+                         for {} of at most {}",
+                        fmt_duration(now.saturating_duration_since(held_since)),
+                        fmt_duration(SATURATION_HOLD)
+                    )],
                 )
             } else {
                 let state = link

@@ -29,6 +29,8 @@ mod deadline;
 mod links;
 mod nodes;
 
+pub use nodes::RESTART_GRACE;
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct EngineSettings {
     /// Every peer sends at least this often, a heartbeat when nothing
@@ -225,6 +227,12 @@ struct KnownLink {
     /// was first seen. Each end must speak after it before the link is
     /// blamed (see `Judge::unspoken_end`).
     degraded_seen: Option<Instant>,
+    /// Since when a worse verdict is held because most of the mesh runs
+    /// late: the hold lasts `SATURATION_HOLD` at most.
+    saturation_held_since: Option<Instant>,
+    /// When the verdict may change with no new input: an end's silence
+    /// reaching what counts for it, a hold ending.
+    recheck_at: Option<Instant>,
 }
 
 /// Keeps what must outlive one evaluation: the links seen so far (a dead
@@ -323,21 +331,33 @@ struct Life<'a> {
     latest_evidence: Option<Instant>,
     /// Fresh members whose reports say they hear it.
     hearers: Vec<&'a NodeId>,
+    /// Whether the hearers are most of the fresh members besides it: only
+    /// then does their word keep it up (see [`Life::alive`]).
+    heard_by_majority: bool,
 }
 
 impl Life<'_> {
-    /// Something shows it alive now: a message on an open stream within
-    /// `suspect_after` of `now` (less `allowance`, what this node's own
-    /// lateness may explain, during which a closed stream does not count),
-    /// its probe responder answering, or a fresh member hearing it.
+    /// Something shows it alive now: direct evidence (a message on an open
+    /// stream within `suspect_after` of `now`, less `allowance`, what this
+    /// node's own lateness may explain, during which a closed stream does
+    /// not count; its probe responder answering), or most of the fresh
+    /// members hearing it. Hearsay from fewer is one member's word against
+    /// this node's silence: it delays a verdict ([`HEARSAY_DELAY`]), never
+    /// keeps a node up, so one stolen key cannot hide a death.
     fn alive(&self, now: Instant, suspect_after: Duration, allowance: Duration) -> bool {
         let open = self.any_open || !allowance.is_zero();
         let heard = self.last_message.is_some_and(|at| {
             now.saturating_duration_since(at).saturating_sub(allowance) < suspect_after
         });
-        (heard && open) || self.probes_answer || !self.hearers.is_empty()
+        (heard && open) || self.probes_answer || self.heard_by_majority
     }
 }
+
+/// How much longer than `stale_after` a node silent to this one stays
+/// suspect, not down, while a minority of the members say they hear it:
+/// long enough for their reports to turn, short enough that a lying member
+/// delays a page by seconds.
+pub const HEARSAY_DELAY: Duration = Duration::from_secs(3);
 
 impl Engine {
     pub fn new(settings: EngineSettings) -> Self {
@@ -444,7 +464,12 @@ impl Engine {
             .iter()
             .filter(|(id, _)| lives.get(id).is_some_and(|l| !l.fresh_paths.is_empty()))
             .collect();
-        for (hearer, view) in fresh_peers {
+        // Those who could vouch for a node: this node and its fresh peers,
+        // but not the node itself.
+        let voters = |id: &NodeId| {
+            1 + fresh_peers.len() - usize::from(fresh_peers.iter().any(|(p, _)| *p == id))
+        };
+        for &(hearer, view) in &fresh_peers {
             for heard in view.report.hears.iter() {
                 if heard != hearer && *heard != inputs.local.id {
                     let life = lives.entry(heard).or_default();
@@ -459,6 +484,9 @@ impl Engine {
                     life.latest_evidence = life.latest_evidence.max(heard_by);
                 }
             }
+        }
+        for (id, life) in &mut lives {
+            life.heard_by_majority = life.hearers.len() * 2 > voters(id);
         }
         lives
     }
@@ -560,14 +588,20 @@ fn fresh_members(inputs: &MeshInputs, lives: &BTreeMap<&NodeId, Life<'_>>) -> BT
     fresh
 }
 
-/// The alarms this node and its fresh peers raise themselves. Bridges on
+/// The alarms this node and its fresh peers raise themselves, a peer's in
+/// its words, quoted, with this node's fix. Bridges on
 /// two nodes make a cycle in the mesh: only the merged view of every
 /// node's alarms can tell.
 fn reported_alarms(inputs: &MeshInputs, fresh: &BTreeSet<NodeId>) -> Vec<Alarm> {
     let mut alarms = inputs.local_alarms.clone();
     for (id, view) in &inputs.peers {
         if fresh.contains(id) {
-            alarms.extend(view.report.alarms.iter().cloned());
+            alarms.extend(
+                view.report
+                    .alarms
+                    .iter()
+                    .map(|a| crate::peer_alarms::as_reported_by(id, a.clone())),
+            );
         }
     }
     crate::bridge::escalate_bridge_loops(alarms)
@@ -824,13 +858,16 @@ mod tests {
             .expect("link in status")
     }
 
-    fn node_state(status: &MeshStatus, n: &str) -> NodeState {
+    fn node<'s>(status: &'s MeshStatus, n: &str) -> &'s meshd_domain::NodeVerdict {
         status
             .nodes
             .iter()
             .find(|v| v.id.as_str() == n)
-            .map(|v| v.state)
             .expect("node in status")
+    }
+
+    fn node_state(status: &MeshStatus, n: &str) -> NodeState {
+        node(status, n).state
     }
 
     fn kinds(status: &MeshStatus) -> Vec<AlarmKind> {
@@ -971,10 +1008,19 @@ mod tests {
         let mut mesh = Mesh::new(&["a", "b", "c", "d"]);
         let mut engine = Engine::new(default_engine_settings());
         mesh.evaluate(&mut engine, 0);
-        // c was killed 700 ms ago: its streams are closed and every link to
-        // it is silent since. The others have been heard since.
+        // c's streams closed 700 ms ago and every link to it is silent
+        // since; the others have been heard since. A restart would have
+        // opened new streams by now: c is suspect, its links held.
         mesh.kill("c", 700);
         let status = mesh.evaluate(&mut engine, 100);
+        assert_eq!(node_state(&status, "c"), NodeState::Suspect, "{status:#?}");
+        for n in ["a", "b", "d"] {
+            assert_ne!(link(&status, n, "c").blame, Blame::Link);
+        }
+        // Still gone past the restart grace: dead.
+        let grace = u64::try_from(nodes::RESTART_GRACE.as_millis()).expect("ms");
+        mesh.kill("c", grace + 100);
+        let status = mesh.evaluate(&mut engine, 100 + grace);
         assert_eq!(node_state(&status, "c"), NodeState::Down, "{status:#?}");
         for n in ["a", "b", "d"] {
             let l = link(&status, n, "c");
@@ -1015,6 +1061,44 @@ mod tests {
         }
     }
 
+    /// One member saying it hears a node this node cannot hear (a stolen
+    /// key, or a one-sided partition) delays the verdict by
+    /// `HEARSAY_DELAY`, and no longer; most members hearing it keep it up.
+    #[test]
+    fn one_members_word_delays_a_death_but_most_members_keep_a_node_up() {
+        let stale_after = default_engine_settings().stale_after;
+        let ms = |d: Duration| u64::try_from(d.as_millis()).expect("ms");
+        let mut mesh = Mesh::new(&["a", "b", "c", "d"]);
+        let mut engine = Engine::new(default_engine_settings());
+        mesh.evaluate(&mut engine, 0);
+        // Without b's word c would be down by now.
+        let silent = ms(stale_after) + 100;
+        mesh.kill("c", silent);
+        // b lies: it hears c. d tells the truth.
+        mesh.hears.insert("b", vec!["a", "c", "d"]);
+        let status = mesh.evaluate(&mut engine, silent);
+        let c = node(&status, "c");
+        assert_eq!(c.state, NodeState::Suspect, "{c:?}");
+        assert!(
+            c.evidence.iter().any(|e| e.contains("heard by b only")),
+            "{c:?}"
+        );
+        let dead_for = stale_after + HEARSAY_DELAY;
+        mesh.kill("c", ms(dead_for));
+        mesh.hears.insert("b", vec!["a", "c", "d"]);
+        let status = mesh.evaluate(&mut engine, ms(dead_for));
+        assert_eq!(node_state(&status, "c"), NodeState::Down, "{status:#?}");
+
+        // Silent to a alone, heard by b and d: a one-sided partition.
+        let mut mesh = Mesh::new(&["a", "b", "c", "d"]);
+        let mut engine = Engine::new(default_engine_settings());
+        mesh.kill("c", ms(dead_for) * 2);
+        mesh.hears.insert("b", vec!["a", "c", "d"]);
+        mesh.hears.insert("d", vec!["a", "b", "c"]);
+        let status = mesh.evaluate(&mut engine, ms(dead_for) * 2);
+        assert_eq!(node_state(&status, "c"), NodeState::Up, "{status:#?}");
+    }
+
     #[test]
     fn a_management_cut_is_a_warning_about_the_node_not_a_node_down() {
         let mut mesh = Mesh::new(&["a", "b", "c", "d"]);
@@ -1034,6 +1118,44 @@ mod tests {
         assert_eq!(alarm.node, id("c"));
         assert_eq!(alarm.severity, Severity::Warning);
         assert_eq!(kinds(&status), vec![AlarmKind::ManagementUnreachable]);
+    }
+
+    #[test]
+    fn a_member_refused_for_its_certificate_is_that_refusal_not_management_unreachable() {
+        let mut mesh = Mesh::new(&["a", "b", "c", "d"]);
+        mesh.management_cut.insert("c");
+        let mut engine = Engine::new(default_engine_settings());
+        let refused = meshd_domain::Alarm {
+            kind: AlarmKind::CertificateRefused,
+            severity: Severity::Critical,
+            node: id("c"),
+            subject: "certificate".to_owned(),
+            summary: "the daemon of c is refused by a: its certificate expired".to_owned(),
+            evidence: Vec::new(),
+            fix: None,
+            since: std::time::SystemTime::UNIX_EPOCH,
+            updated: std::time::SystemTime::UNIX_EPOCH,
+        };
+        let settle = u64::try_from(default_engine_settings().stale_after.as_millis()).expect("ms");
+        for ms in [0, settle] {
+            let moment = mesh.at(ms);
+            let mut inputs = mesh.inputs(moment);
+            inputs.local_alarms.push(refused.clone());
+            let status = engine.evaluate(&inputs, moment).status;
+            assert_eq!(
+                kinds(&status),
+                vec![AlarmKind::CertificateRefused],
+                "{:?}",
+                status.alarms
+            );
+            // Its cables answer, but a refused daemon is never up.
+            let c = node(&status, "c");
+            assert_eq!(c.state, NodeState::Suspect, "{c:?}");
+            assert!(
+                c.evidence.iter().any(|e| e.contains("refused here")),
+                "{c:?}"
+            );
+        }
     }
 
     #[test]
@@ -1065,7 +1187,7 @@ mod tests {
         let mut mesh = Mesh::new(&["a", "b"]);
         let mut engine = Engine::new(default_engine_settings());
         mesh.evaluate(&mut engine, 0);
-        mesh.kill("b", 700);
+        mesh.kill("b", 2_100);
         let status = mesh.evaluate_settled(&mut engine, 100);
         assert!(!status.quorum.has_quorum);
         assert_eq!(node_state(&status, "b"), NodeState::Down);
@@ -1115,12 +1237,16 @@ mod tests {
             .status;
         let l = link(&status, "a", "b");
         assert_ne!(l.state, LinkState::Down, "{l:?}");
-        assert!(l.evidence.iter().any(|e| e.contains("started")), "{l:?}");
-        // Still silent once b had down_after to answer: the cable.
-        let down_after =
-            u64::try_from(default_engine_settings().link.down_after.as_millis()).expect("ms");
-        mesh.silence("a", "b", 900 + down_after + 100);
-        let later = mesh.at(1_000 + down_after + 100);
+        assert!(l.evidence.iter().any(|e| e.starts_with("held: b")), "{l:?}");
+        // Still silent once b had down_after to answer, and was heard long
+        // enough to know how late it runs: the cable.
+        let settled = default_engine_settings()
+            .link
+            .down_after
+            .max(crate::linkstats::LATENESS_MEMORY);
+        let settled = u64::try_from(settled.as_millis()).expect("ms");
+        mesh.silence("a", "b", 900 + settled + 100);
+        let later = mesh.at(1_000 + settled + 100);
         let status = engine.evaluate(&with_b_since(&mesh, later), later).status;
         let l = link(&status, "a", "b");
         assert_eq!((l.state, l.blame), (LinkState::Down, Blame::Link), "{l:?}");
@@ -1197,14 +1323,17 @@ mod tests {
         let mut engine = Engine::new(default_engine_settings());
         mesh.evaluate(&mut engine, 0);
         mesh.lateness = Duration::from_millis(200);
-        mesh.silence("b", "c", 900);
+        // b hears nothing from c, c hears b: one end silent, held.
+        mesh.silences.insert(("b", "c"), 900);
         let moment = mesh.at(100);
         let mut inputs = mesh.inputs(moment);
         for view in inputs.peers.values_mut() {
             std::sync::Arc::make_mut(&mut view.report).lateness = Duration::from_millis(300);
         }
         let status = engine.evaluate(&inputs, moment).status;
-        assert_eq!(link(&status, "b", "c").state, LinkState::Up, "{status:#?}");
+        let held = link(&status, "b", "c");
+        assert_eq!(held.state, LinkState::Up, "{held:?}");
+        assert!(held.evidence[0].starts_with("held: "), "{held:?}");
         assert!(
             !kinds(&status).contains(&AlarmKind::MeshSaturated),
             "a moment late is not yet an alarm"

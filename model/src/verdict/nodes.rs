@@ -5,9 +5,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use meshd_domain::{NodeId, NodeState, NodeVerdict};
+use meshd_domain::{AlarmKind, NodeId, NodeState, NodeVerdict};
 
-use super::{Engine, Life, MeshInputs, name_some};
+use super::{Engine, HEARSAY_DELAY, Life, MeshInputs, name_some};
 use crate::link::fmt_duration;
 use crate::linkstats::LATE;
 use crate::peers::Path;
@@ -95,6 +95,19 @@ impl Engine {
                 fmt_duration(allowance)
             ));
         }
+        // A daemon this node refuses (its certificate, its id) is not up
+        // whatever answers on its cables: nothing it says is believed.
+        // Only this node's own refusals count, which no peer can forge.
+        let refused = inputs
+            .local_alarms
+            .iter()
+            .find(|a| a.kind == AlarmKind::CertificateRefused && a.node == *id);
+        if let Some(refusal) = refused
+            && kept == NodeState::Up
+        {
+            evidence.push(format!("its daemon is refused here: {}", refusal.summary));
+            return (NodeState::Suspect, evidence);
+        }
         (kept, evidence)
     }
 
@@ -153,12 +166,20 @@ impl Engine {
             .map(|at| now.saturating_duration_since(at).saturating_sub(allowance));
         let open = life.any_open || !allowance.is_zero();
         let alive = life.alive(now, self.settings.suspect_after, allowance);
-        let stale_after = self.settings.stale_after;
+        // A minority of members hearing it holds the verdict back, for a
+        // bounded time: the silence must outlast `HEARSAY_DELAY` more.
+        let stale_after = if life.hearers.is_empty() {
+            self.settings.stale_after
+        } else {
+            self.settings.stale_after.saturating_add(HEARSAY_DELAY)
+        };
         let silent_everywhere = match age {
             None => self.started.is_none_or(|s| {
                 now.saturating_duration_since(s).saturating_sub(allowance) >= stale_after
             }),
-            Some(age) => !open || age >= stale_after,
+            Some(age) => {
+                (!open && life.hearers.is_empty() && age >= RESTART_GRACE) || age >= stale_after
+            }
         };
         if alive {
             NodeState::Up
@@ -194,6 +215,13 @@ impl Engine {
     }
 }
 
+/// How long after its last message a peer whose every stream closed stays
+/// `suspect` before it is `down`: a daemon restarting (launchd, systemd, an
+/// upgrade) closes its streams and opens new ones within it, and is no
+/// dead node. A death still reads down this soon after the last message;
+/// a node silent on open streams (frozen) waits `stale_after`.
+pub const RESTART_GRACE: Duration = Duration::from_secs(2);
+
 /// What speaks for a peer and what against it: its last message and the
 /// paths that carried it, its probe responder, the members hearing it.
 fn life_evidence(id: &NodeId, life: &Life<'_>, now: Instant) -> Vec<String> {
@@ -222,10 +250,15 @@ fn life_evidence(id: &NodeId, life: &Life<'_>, now: Instant) -> Vec<String> {
         evidence.push("its probe responder answers on the cable".to_owned());
     }
     if !life.hearers.is_empty() {
-        evidence.push(format!(
-            "heard by {}",
-            name_some(life.hearers.iter().map(|n| n.as_str()))
-        ));
+        let heard_by = name_some(life.hearers.iter().map(|n| n.as_str()));
+        evidence.push(if life.heard_by_majority {
+            format!("heard by {heard_by}")
+        } else {
+            format!(
+                "heard by {heard_by} only: fewer than most members, whose word delays a \
+                 verdict but cannot keep {id} up"
+            )
+        });
     }
     evidence
 }

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 
 use super::super::error::Problem;
 use super::super::{Config, DEFAULT_GRPC_PORT};
+use super::{MAX_CONNECTION_AGE_RANGE, check_duration};
 
 /// Two listeners collide on one port when their addresses overlap: equal,
 /// or either one every interface. Port 0 asks the OS for any free port, so
@@ -70,6 +71,23 @@ pub(super) fn check_listeners(c: &Config, p: &mut Vec<Problem>) {
 
 pub(super) fn check_tls(c: &Config, p: &mut Vec<Problem>) {
     let tls = &c.tls;
+    check_duration(
+        p,
+        "tls.max_connection_age",
+        tls.max_connection_age,
+        MAX_CONNECTION_AGE_RANGE,
+    );
+    for (i, serial) in tls.revoked_serials.iter().enumerate() {
+        if meshd_pki::serial_key(serial).is_none() {
+            p.push(Problem::new(
+                format!("tls.revoked_serials[{i}]"),
+                format!(
+                    "{serial:?} is not a certificate serial number: write the hex bytes \
+                     `openssl x509 -noout -serial` prints (such as \"4F1A…\" or \"4f:1a:…\")"
+                ),
+            ));
+        }
+    }
     let files = [
         ("tls.ca", &tls.ca),
         ("tls.cert", &tls.cert),

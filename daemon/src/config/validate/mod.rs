@@ -76,6 +76,9 @@ const CLOCK_SKEW_RANGE: (Duration, Duration) = (ms(10), s(3600));
 const RTT_MIN_INCREASE_RANGE: (Duration, Duration) = (Duration::ZERO, s(10));
 const WATCH_INTERVAL_RANGE: (Duration, Duration) = (ms(100), s(60));
 const WATCH_WINDOW_RANGE: (Duration, Duration) = (s(1), s(3600));
+/// A connection must outlive a few heartbeats to carry anything; a day
+/// is as long as an expired or revoked certificate may keep one.
+const MAX_CONNECTION_AGE_RANGE: (Duration, Duration) = (s(1), s(24 * 3600));
 /// More names than this would make alarms unreadable and metrics wide.
 const MAX_TOP_PROCESSES: usize = 20;
 /// The largest Macs have 32 cores.
