@@ -1,5 +1,9 @@
 //! HTTP on the metrics port: `/metrics` for Prometheus, `/healthz` for
 //! supervisors and load balancers, and the mesh page at `/` for people.
+//! Served through hyper's HTTP/1 connection builder rather than
+//! `axum::serve`, for the bounds `axum::serve` has no place for: the
+//! connection cap and descriptor reserve of [`crate::ports::Gate`], a
+//! deadline on a request's headers, and quiet connections closed.
 
 mod page;
 
@@ -12,9 +16,13 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
+use crate::ports::{Admitted, Gate, HTTP_HEADER_READ_TIMEOUT, HTTP_IDLE_TIMEOUT};
 use crate::state::{MAX_LOOK_INTERVAL, MeshState};
 
 /// A verdict older than this many evaluation periods means the aggregator
@@ -45,6 +53,55 @@ pub fn router(
         })
         .merge(page::router(mesh, shutdown, stall_after()))
         .fallback(move |request: Request| async move { elsewhere(&request, grpc) })
+}
+
+/// After a stop, connections still open this long (a client that does not
+/// read its response) are cut.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Serves `router` on the connections `gate` admits until `shutdown`,
+/// then lets the requests in flight finish (the page's live streams end
+/// with `shutdown`) for at most [`SHUTDOWN_GRACE`].
+pub async fn serve(mut gate: Gate, router: Router, shutdown: CancellationToken) {
+    let mut connections = JoinSet::new();
+    while let Some(admitted) = gate.next(&shutdown).await {
+        while connections.try_join_next().is_some() {}
+        connections.spawn(serve_connection(admitted, router.clone(), shutdown.clone()));
+    }
+    let finished = async { while connections.join_next().await.is_some() {} };
+    if tokio::time::timeout(SHUTDOWN_GRACE, finished)
+        .await
+        .is_err()
+    {
+        tracing::debug!(
+            open = connections.len(),
+            "HTTP connections still open after the grace are cut"
+        );
+    }
+}
+
+/// One HTTP/1 connection: its headers within [`HTTP_HEADER_READ_TIMEOUT`]
+/// (hyper restarts that deadline after every response, which bounds an
+/// idle keep-alive too), closed when no byte moved for
+/// [`HTTP_IDLE_TIMEOUT`] (a client that stopped reading).
+async fn serve_connection(admitted: Admitted, router: Router, shutdown: CancellationToken) {
+    let remote = admitted.remote;
+    let io = TokioIo::new(admitted.quiet_after(HTTP_IDLE_TIMEOUT, None));
+    let connection = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HTTP_HEADER_READ_TIMEOUT)
+        .serve_connection(io, TowerToHyperService::new(router));
+    tokio::pin!(connection);
+    let served = tokio::select! {
+        served = connection.as_mut() => served,
+        () = shutdown.cancelled() => {
+            connection.as_mut().graceful_shutdown();
+            connection.await
+        }
+    };
+    if let Err(error) = served {
+        tracing::debug!(%remote, %error, "HTTP connection ended");
+    }
 }
 
 /// Anything not served here: a 404, except that a gRPC client (meshctl

@@ -8,7 +8,8 @@
 //! `aggregator` gathers their output and the peers' reports and runs the
 //! model's node core; `state` holds what they share; `grpc` is the thin
 //! served surface and `transport` the client side towards the peers;
-//! `http` serves metrics, health and the mesh page; `alert` pushes to
+//! `http` serves metrics, health and the mesh page; `ports` bounds the
+//! plain listeners (connection caps, timeouts, the file-descriptor reserve); `alert` pushes to
 //! Alertmanager; `config` loads, validates, reloads and turns the file into
 //! settings; `node` wires one running meshd (and alone uses the
 //! aggregator); `demo` runs a whole mesh in one process with injected
@@ -29,6 +30,7 @@ pub mod install;
 pub mod logging;
 pub mod metrics;
 pub mod node;
+pub mod ports;
 pub mod probe;
 pub mod state;
 pub mod transport;

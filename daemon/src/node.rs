@@ -23,7 +23,8 @@ use crate::config::reload::{ConfigReload, Hangups};
 use crate::config::{Config, settings};
 use crate::grpc::cables::{CableEnd, CableListeners};
 use crate::grpc::{self, GrpcError, MeshService, PeerService, ReadOnly, TopologyService};
-use crate::metrics::Metrics;
+use crate::metrics::{Listener, Metrics};
+use crate::ports::{self, Descriptors, Gate};
 use crate::probe::Probes;
 use crate::probe::rdma::RdmaProbes;
 use crate::state::{MeshState, Notices, SharedBook};
@@ -57,8 +58,6 @@ pub enum StartError {
 pub enum ServeError {
     #[error(transparent)]
     Grpc(#[from] GrpcError),
-    #[error("HTTP server failed: {0}")]
-    Http(std::io::Error),
     #[error("a node task panicked: {0}")]
     Task(#[from] tokio::task::JoinError),
 }
@@ -164,6 +163,9 @@ impl RunningNode {
         hostname: &str,
     ) -> Result<Self, StartError> {
         warn_if_insecure(config);
+        // Before anything opens many descriptors; the listeners keep the
+        // reserve free for the watchers.
+        let descriptors = Descriptors::raise();
         let identity = identity(config, hostname, SystemTime::now());
         let metrics = Arc::new(Metrics::new(&identity));
         metrics.set_insecure(config.tls.insecure);
@@ -237,6 +239,7 @@ impl RunningNode {
             metrics: &metrics,
             peer,
             shutdown: &shutdown,
+            descriptors,
         };
         let (grpc_addr, mesh_addr, metrics_addr) = served.spawn(bound, &mut tasks)?;
         tracing::info!(
@@ -456,6 +459,7 @@ struct Served<'a> {
     metrics: &'a Arc<Metrics>,
     peer: PeerService,
     shutdown: &'a CancellationToken,
+    descriptors: Descriptors,
 }
 
 impl Served<'_> {
@@ -471,7 +475,20 @@ impl Served<'_> {
             mesh: MeshService::new(self.state.clone(), shutdown.clone()),
             topology: TopologyService::new(self.state.clone(), self.configs.subscribe()),
         };
-        let local = grpc::serve_local(bound.grpc_listener, read_only.clone(), shutdown.clone())?;
+        let gate = |listener, which, cap, descriptors| {
+            Gate::new(listener, which, cap, descriptors, self.metrics.clone())
+        };
+        let local = grpc::serve_local(
+            gate(
+                bound.grpc_listener,
+                Listener::LocalGrpc,
+                ports::LOCAL_GRPC_MAX_CONNECTIONS,
+                self.descriptors,
+            )
+            .evicting_silent(),
+            read_only.clone(),
+            shutdown.clone(),
+        )?;
         tasks.spawn(async move { Ok(local.await?) });
         if let Some(listener) = bound.mesh_listener {
             let incoming = tls::incoming(listener, bound.tls.clone(), shutdown.clone());
@@ -484,13 +501,17 @@ impl Served<'_> {
             shutdown.clone(),
             bound.grpc_addr,
         );
-        let (listener, shutdown) = (bound.http_listener, shutdown.clone());
-        tasks.spawn(async move {
-            axum::serve(listener, router)
-                .with_graceful_shutdown(shutdown.cancelled_owned())
-                .await
-                .map_err(ServeError::Http)
-        });
+        let http = gate(
+            bound.http_listener,
+            Listener::Http,
+            ports::HTTP_MAX_CONNECTIONS,
+            self.descriptors.keeping(ports::LOCAL_GRPC_DESCRIPTOR_SHARE),
+        );
+        tasks.spawn(run_to_end(crate::http::serve(
+            http,
+            router,
+            shutdown.clone(),
+        )));
         Ok((bound.grpc_addr, bound.mesh_addr, bound.metrics_addr))
     }
 }

@@ -310,12 +310,14 @@ async fn watch_streams_every_event_live_while_the_channel_serves_other_calls() {
 #[tokio::test]
 async fn event_streams_beyond_the_cap_are_refused_and_a_closed_one_frees_its_place() {
     use meshd::grpc::MAX_EVENT_STREAMS;
+    use meshd::ports::EVENT_STREAMS_PER_CONNECTION;
     let node = start(&loopback_config()).await;
     let mut open = Vec::new();
-    // Several connections, as many clients would open them.
-    for _ in 0..4 {
+    // Many connections, as many clients would open them, each with its
+    // share.
+    for _ in 0..MAX_EVENT_STREAMS / EVENT_STREAMS_PER_CONNECTION {
         let mut client = MeshClient::new(channel(node.grpc_addr).await);
-        for _ in 0..MAX_EVENT_STREAMS / 4 {
+        for _ in 0..EVENT_STREAMS_PER_CONNECTION {
             let stream = client
                 .watch_events(wire::WatchEventsRequest {})
                 .await
@@ -402,5 +404,53 @@ async fn a_hostfile_request_for_thousands_of_made_up_ranks_is_refused_before_any
         "peak RSS of the test process around an 8000-rank GetHostfile: {before:?} KiB before, {:?} KiB after",
         peak_rss_kib()
     );
+    stop(node).await;
+}
+
+/// A request whose headers never end is cut at the HTTP port's header
+/// deadline, and a keep-alive connection that sends no next request too;
+/// a whole request on the next connection is served as ever.
+#[tokio::test]
+async fn half_sent_and_idle_keep_alive_http_connections_are_closed_at_the_header_deadline() {
+    use meshd::ports::HTTP_HEADER_READ_TIMEOUT;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let node = start(&loopback_config()).await;
+    let within = HTTP_HEADER_READ_TIMEOUT + std::time::Duration::from_secs(5);
+
+    let mut half_sent = tokio::net::TcpStream::connect(node.metrics_addr)
+        .await
+        .expect("connect");
+    half_sent
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .expect("write");
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(within, half_sent.read_to_end(&mut rest)).await;
+    assert!(
+        closed.is_ok(),
+        "a half-sent request still open after {within:?}"
+    );
+
+    let mut keep_alive = tokio::net::TcpStream::connect(node.metrics_addr)
+        .await
+        .expect("connect");
+    keep_alive
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .expect("write");
+    let mut answer = Vec::new();
+    let closed = tokio::time::timeout(within, keep_alive.read_to_end(&mut answer)).await;
+    assert!(
+        closed.is_ok(),
+        "an idle keep-alive still open after {within:?}"
+    );
+    assert!(
+        String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+
+    let (code, _) = http_get(node.metrics_addr, "/healthz").await;
+    assert_eq!(code, 200);
     stop(node).await;
 }

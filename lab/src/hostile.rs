@@ -18,6 +18,9 @@ use crate::Binaries;
 pub const OPEN_FILES: u32 = 1024;
 /// Idle connections of the flood: past [`OPEN_FILES`].
 pub const IDLE_CONNECTIONS: usize = 1100;
+/// What each flooding connection to the HTTP port sends: a request whose
+/// headers never end.
+const HALF_SENT_REQUEST: &[u8] = b"GET /metrics HTTP/1.1\r\nHost: bench\r\n";
 /// Made-up ranks of the hostfile request.
 pub const RANKS: usize = 8000;
 /// How long meshd's CPU is sampled while flooded.
@@ -44,6 +47,7 @@ struct Daemon {
     child: Child,
     grpc: SocketAddr,
     mesh: SocketAddr,
+    metrics: SocketAddr,
     _dir: tempfile::TempDir,
 }
 
@@ -62,12 +66,12 @@ impl Daemon {
         }
         let grpc: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
         let mesh: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
-        let metrics = free_port()?;
+        let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
         let config = dir.path().join("meshd.toml");
         fs::write(
             &config,
             format!(
-                "[node]\nid = \"bench\"\n\n[listen]\ngrpc = \"{grpc}\"\nmetrics = \"127.0.0.1:{metrics}\"\nmesh = \"{mesh}\"\n\n\
+                "[node]\nid = \"bench\"\n\n[listen]\ngrpc = \"{grpc}\"\nmetrics = \"{metrics}\"\nmesh = \"{mesh}\"\n\n\
                  [tls]\nca = \"tls/ca.pem\"\ncert = \"tls/bench.pem\"\nkey = \"tls/bench-key.pem\"\n"
             ),
         )?;
@@ -86,6 +90,7 @@ impl Daemon {
             child,
             grpc,
             mesh,
+            metrics,
             _dir: dir,
         };
         let started = Instant::now();
@@ -202,19 +207,20 @@ pub fn hostfile(bin: &Binaries) -> anyhow::Result<Vec<Row>> {
     }])
 }
 
-/// [`IDLE_CONNECTIONS`] TCP connections that never speak, against meshd
-/// under `ulimit -n` [`OPEN_FILES`], on the listener `which` names:
-/// `meshctl status` time on the local listener and meshd's CPU.
+/// [`IDLE_CONNECTIONS`] TCP connections that never speak (or, on the HTTP
+/// port, never finish a request's headers), against meshd under `ulimit
+/// -n` [`OPEN_FILES`], on the listener `which` names: `meshctl status`
+/// time on the local listener, meshd's CPU and the descriptors it holds.
 pub fn idle_flood(bin: &Binaries) -> anyhow::Result<Vec<Row>> {
     let mut rows = Vec::new();
-    for which in ["mesh (TLS)", "local (read-only)"] {
+    for which in ["mesh (TLS)", "local (read-only)", "HTTP (metrics)"] {
         let daemon = Daemon::start(bin, OPEN_FILES)?;
-        let target = if which.starts_with("mesh") {
-            daemon.mesh
-        } else {
-            daemon.grpc
+        let (target, greeting) = match which {
+            "mesh (TLS)" => (daemon.mesh, &b""[..]),
+            "local (read-only)" => (daemon.grpc, &b""[..]),
+            _ => (daemon.metrics, HALF_SENT_REQUEST),
         };
-        let flood = Flood::start(target);
+        let flood = Flood::start(target, greeting);
         // Let the flood fill up before measuring.
         std::thread::sleep(Duration::from_secs(2));
         let ticks = cpu_ticks(daemon.pid())?;
@@ -227,6 +233,7 @@ pub fn idle_flood(bin: &Binaries) -> anyhow::Result<Vec<Row>> {
             std::thread::sleep(Duration::from_millis(500));
         }
         let cpu = (cpu_ticks(daemon.pid())? - ticks) as f64 / window.elapsed().as_secs_f64();
+        let held = fs::read_dir(format!("/proc/{}/fd", daemon.pid()))?.count();
         let (open, reopened, refused) = flood.stop();
         let slowest = times.iter().map(|(t, _)| *t).max().unwrap_or_default();
         let answered = times.iter().filter(|(_, ok)| *ok).count();
@@ -235,7 +242,7 @@ pub fn idle_flood(bin: &Binaries) -> anyhow::Result<Vec<Row>> {
                 "{IDLE_CONNECTIONS} idle connections on the {which} listener, meshd at {OPEN_FILES} open files: `meshctl status`"
             ),
             figure: format!(
-                "{answered}/{} answered, slowest {:.0} ms ({open} connections open at the end; meshd closed {reopened} silent ones, each opened again at once; {refused} connects timed out)",
+                "{answered}/{} answered, slowest {:.0} ms ({open} connections open at the end; meshd closed {reopened} of them, each opened again at once; {refused} connects timed out; meshd held {held} of its {OPEN_FILES} descriptors at the end)",
                 times.len(),
                 slowest.as_secs_f64() * 1000.0,
             ),
@@ -257,22 +264,25 @@ fn still_open(stream: &TcpStream) -> bool {
     matches!(stream.peek(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
 }
 
-/// [`IDLE_CONNECTIONS`] connections to one address that never speak, each
-/// opened again as soon as the server closes it, until stopped.
+/// [`IDLE_CONNECTIONS`] connections to one address that send `greeting`
+/// and nothing more, each opened again as soon as the server closes it,
+/// until stopped.
 struct Flood {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     thread: std::thread::JoinHandle<(usize, u64, u64)>,
 }
 
 impl Flood {
-    fn start(target: SocketAddr) -> Flood {
+    fn start(target: SocketAddr, greeting: &'static [u8]) -> Flood {
         use std::sync::atomic::Ordering;
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let stopped = stop.clone();
         let connect = move || {
             // Short: past a full accept queue the kernel drops the SYN,
             // and a pass over every slot must stay quick.
-            let stream = TcpStream::connect_timeout(&target, Duration::from_millis(100)).ok()?;
+            let mut stream =
+                TcpStream::connect_timeout(&target, Duration::from_millis(100)).ok()?;
+            std::io::Write::write_all(&mut stream, greeting).ok()?;
             stream.set_nonblocking(true).ok()?;
             Some(stream)
         };

@@ -223,13 +223,15 @@ impl Plan {
             "# meshd config of lab node {id}, written by `lab up`."
         );
         let _ = writeln!(toml, "[node]\nid = \"{id}\"\n");
-        // Every address of the namespace: meshctl's default 127.0.0.1 works
-        // inside it, and peers come over the management network.
-        // Peers reach the mesh listener on the management network, with
-        // the certificates `lab up` issued.
+        // What a user would bind: the local listener on loopback (meshctl's
+        // default 127.0.0.1, inside the namespace), metrics on the
+        // management network for the lab's Prometheus, and the mesh
+        // listener there for the peers, with the certificates `lab up`
+        // issued. Never every address.
         let _ = writeln!(
             toml,
-            "[listen]\ngrpc = \"0.0.0.0:{GRPC_PORT}\"\nmetrics = \"0.0.0.0:{METRICS_PORT}\"\nmesh = \"{}\"\n",
+            "[listen]\ngrpc = \"127.0.0.1:{GRPC_PORT}\"\nmetrics = \"{}\"\nmesh = \"{}\"\n",
+            me.metrics(),
             me.mesh()
         );
         let _ = writeln!(
@@ -330,6 +332,9 @@ mod tests {
             .unwrap();
         assert!(toml.contains("id = \"b\""));
         assert!(toml.contains("mesh = \"10.78.0.2:7421\""), "{toml}");
+        assert!(toml.contains("grpc = \"127.0.0.1:7420\""), "{toml}");
+        assert!(toml.contains("metrics = \"10.78.0.2:9420\""), "{toml}");
+        assert!(!toml.contains("0.0.0.0"), "{toml}");
         assert!(
             toml.contains("cert = \"tls/b.pem\"\nkey = \"tls/b-key.pem\""),
             "{toml}"

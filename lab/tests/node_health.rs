@@ -20,10 +20,12 @@ use meshd_lab::{Lab, Status};
 const ALL: [&str; 3] = ["a", "b", "c"];
 const METRICS_LIMIT: Duration = Duration::from_secs(60);
 
-/// Node `id`'s `/metrics`, fetched inside its namespace.
+/// Node `id`'s `/metrics`, fetched inside its namespace at its management
+/// address (where its metrics listen).
 fn metrics(lab: &Lab, id: &str) -> String {
     let fetcher = env!("CARGO_BIN_EXE_lab-bench");
-    lab.exec(id, fetcher, &["fetch-metrics", "127.0.0.1:9420"])
+    let addr = lab.plan.node(id).expect("node of the plan").metrics();
+    lab.exec(id, fetcher, &["fetch-metrics", &addr])
         .unwrap_or_else(|err| panic!("metrics of {id}: {err}"))
 }
 

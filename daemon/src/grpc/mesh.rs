@@ -12,6 +12,8 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
+use super::LocalClient;
+use crate::ports::{EVENT_STREAMS_PER_CONNECTION, StreamPlace};
 use crate::state::MeshState;
 
 #[derive(Debug, Clone)]
@@ -26,7 +28,9 @@ pub struct MeshService {
 const CLIENT_BUFFER: usize = 64;
 /// Event streams this node serves at once, from every client together:
 /// each holds a task and a buffer, and a handful of watchers is normal
-/// (meshctl watch, a dashboard), so more is a leak or an attack.
+/// (meshctl watch, a dashboard), so more is a leak or an attack. On the
+/// local listener one connection holds at most
+/// [`EVENT_STREAMS_PER_CONNECTION`] of them.
 pub const MAX_EVENT_STREAMS: usize = 64;
 
 impl MeshService {
@@ -56,8 +60,24 @@ impl Mesh for MeshService {
 
     async fn watch_events(
         &self,
-        _request: Request<wire::WatchEventsRequest>,
+        request: Request<wire::WatchEventsRequest>,
     ) -> Result<Response<Self::WatchEventsStream>, Status> {
+        // The connection's share first, so that a client over it is told
+        // so, not that the node is full.
+        let place = match request.extensions().get::<LocalClient>() {
+            Some(client) => Some(
+                client
+                    .streams
+                    .try_open(EVENT_STREAMS_PER_CONNECTION)
+                    .ok_or_else(|| {
+                        Status::resource_exhausted(format!(
+                            "this connection already holds {EVENT_STREAMS_PER_CONNECTION} event \
+                             streams, the most one connection may; close one first"
+                        ))
+                    })?,
+            ),
+            None => None,
+        };
         let permit = self
             .event_streams
             .clone()
@@ -69,7 +89,12 @@ impl Mesh for MeshService {
             })?;
         let events = self.state.subscribe_events();
         let (tx, rx) = mpsc::channel(CLIENT_BUFFER);
-        tokio::spawn(forward_events(events, tx, self.shutdown.clone(), permit));
+        tokio::spawn(forward_events(
+            events,
+            tx,
+            self.shutdown.clone(),
+            (permit, place),
+        ));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 }
@@ -77,12 +102,13 @@ impl Mesh for MeshService {
 /// Copies events to one client until the client leaves or the node stops.
 /// A client that falls more than the buffer behind is told so and cut off
 /// (tonic ends the stream at the first error) rather than shown a history
-/// with silent holes. The stream's permit is returned when this ends.
+/// with silent holes. The stream's places (the node's, and the local
+/// connection's) are given back when this ends.
 async fn forward_events(
     mut events: broadcast::Receiver<meshd_domain::Event>,
     client: mpsc::Sender<Result<wire::Event, Status>>,
     shutdown: CancellationToken,
-    _permit: OwnedSemaphorePermit,
+    _places: (OwnedSemaphorePermit, Option<StreamPlace>),
 ) {
     loop {
         let item = tokio::select! {

@@ -3,6 +3,7 @@
 //! health and reflection. Handlers never wait on probes or verdicts.
 
 pub mod cables;
+mod local;
 mod mesh;
 mod peer;
 mod topology;
@@ -13,16 +14,17 @@ use meshd_proto::wire::topology_server::TopologyServer;
 use std::time::Duration;
 
 use meshd_proto::{FILE_DESCRIPTOR_SET, service_names};
-use tokio::net::TcpListener;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Server;
 
+pub use local::LocalClient;
 pub use mesh::{MAX_EVENT_STREAMS, MeshService};
 pub use peer::PeerService;
 pub use topology::TopologyService;
 
-use crate::transport::tls::{Accepted, incoming};
+use crate::ports::{Gate, LOCAL_GRPC_MAX_CONNECTION_AGE};
+use crate::transport::tls::Accepted;
 
 /// What can stop the gRPC services: setting them up, or serving.
 #[derive(Debug, thiserror::Error)]
@@ -88,11 +90,14 @@ const STANDARD: [&str; 3] = [
 ];
 
 /// Serves the read-only services (status, events, hostfiles), health and
-/// reflection on `listener` (loopback, no certificate) until `shutdown`,
-/// through the same accept loop as the mesh's listeners (a connection cap,
-/// a pause when out of file descriptors, idle connections closed).
+/// reflection on the connections `gate` admits (loopback, no certificate)
+/// until `shutdown`: within its cap and the descriptor reserve, quiet
+/// connections closed, none older than [`LOCAL_GRPC_MAX_CONNECTION_AGE`]
+/// taking new calls. No HTTP/2 pings here: their answers would keep a
+/// quiet connection from ever closing, and on loopback a client that
+/// vanished closes its socket with it.
 pub fn serve_local(
-    listener: TcpListener,
+    gate: Gate,
     services: ReadOnly,
     shutdown: CancellationToken,
 ) -> Result<impl Future<Output = Result<(), GrpcError>>, GrpcError> {
@@ -108,13 +113,15 @@ pub fn serve_local(
                 .await;
         }
         server()
+            .http2_keepalive_interval(None)
+            .max_connection_age(LOCAL_GRPC_MAX_CONNECTION_AGE)
             .add_service(health_service)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
             .add_service(MeshServer::new(services.mesh))
             .add_service(TopologyServer::new(services.topology))
             .serve_with_incoming_shutdown(
-                incoming(listener, None, shutdown.clone()),
+                local::incoming(gate, shutdown.clone()),
                 shutdown.cancelled_owned(),
             )
             .await?;

@@ -187,6 +187,8 @@ metrics! {
         "1 when the last read of the config file (at start, on a change or on SIGHUP) gave a valid config now in force, 0 when it was refused and the previous one stays.";
     CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS: "meshd_config_last_reload_success_timestamp_seconds", Gauge, [], Some(Unit::Seconds),
         "When the config in force was read, in seconds since the Unix epoch.";
+    CONNECTIONS_REFUSED_TOTAL: "meshd_connections_refused_total", Counter, ["listener", "reason"], None,
+        "Connections the HTTP port (listener http) or the local gRPC listener (grpc_local) closed as soon as they were accepted, by `reason`: cap (the listener held its cap of connections) or descriptors (the open file descriptors were within the reserve kept for the watchers).";
     PROCESS_CPU_SECONDS_TOTAL: "process_cpu_seconds_total", Counter, [], Some(Unit::Seconds),
         "Total user and system CPU time spent by meshd, in seconds.";
     PROCESS_RESIDENT_MEMORY_BYTES: "process_resident_memory_bytes", Gauge, [], Some(Unit::Bytes),

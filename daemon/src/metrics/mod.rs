@@ -14,6 +14,7 @@ mod config;
 mod delivery;
 pub mod exposition;
 mod links;
+mod listeners;
 mod mesh;
 mod probes;
 mod process;
@@ -28,6 +29,7 @@ use meshd_domain::NodeIdentity;
 
 pub use config::ConfigSeries;
 pub use delivery::{AlertPostOutcome, DeliverySeries, ReportOutcome};
+pub use listeners::{Listener, ListenerSeries, Refusal};
 pub use probes::{ProbeSeries, ResponderCounters, ResponderStats};
 pub use watchers::WatcherSeries;
 
@@ -58,6 +60,7 @@ pub struct Metrics {
     pub watchers: WatcherSeries,
     pub probes: ProbeSeries,
     pub config: ConfigSeries,
+    pub listeners: ListenerSeries,
     process: ProcessSeries,
 }
 
@@ -79,6 +82,7 @@ impl Metrics {
             watchers: WatcherSeries::default(),
             probes: ProbeSeries::default(),
             config: ConfigSeries::new(SystemTime::now()),
+            listeners: ListenerSeries::default(),
             process: ProcessSeries::default(),
         }
     }
@@ -125,6 +129,7 @@ impl Metrics {
         self.delivery.write(&mut out);
         self.watchers.write(&mut out, published.jobs, now);
         self.config.write(&mut out);
+        self.listeners.write(&mut out);
         self.process.write(&mut out);
         out.into_text()
     }

@@ -194,7 +194,12 @@ pub(super) async fn bind(
     let socket = std::net::UdpSocket::bind(local).map_err(bind_error)?;
     socket.set_nonblocking(true).map_err(bind_error)?;
     // Before connect, so the route connect picks is the cable's (see `pin`).
-    super::pin::pin_probe_socket(&socket, spec.link.local.iface.as_deref(), local.ip());
+    super::pin::pin_to_cable(
+        &socket,
+        spec.link.local.iface.as_deref(),
+        local.ip(),
+        "probe socket",
+    );
     socket
         .connect(peer_addr)
         .map_err(|source| ProbeError::Connect {

@@ -1,5 +1,7 @@
-//! Pins a probe socket to its cable's interface, so its datagrams leave by
-//! that cable whatever the routing table prefers.
+//! Pins a cable's sockets to the cable's interface: the probe sockets, so
+//! their datagrams leave by that cable whatever the routing table prefers,
+//! and the cable's report listener, so it takes connections that arrived by
+//! that cable only.
 //!
 //! Binding the source address is not enough. XNU picks the outgoing
 //! interface from the bound source address except for IPv4 link-local
@@ -101,13 +103,19 @@ pub fn interface_holding(address: IpAddr) -> Result<String, PinError> {
         .ok_or(PinError::NoInterface(address))
 }
 
-/// The probe layer's hook: pins a socket bound to `local` to the cable's
-/// interface, `iface` when the config names it, else the interface that
-/// holds `local`. Loopback and the unspecified address are left alone
-/// (there is only one way to the first, and no cable behind the second).
-/// Returns the interface pinned to; on failure the socket stays as it was
-/// and the reason is logged once per interface and cause.
-pub fn pin_probe_socket(socket: &impl AsFd, iface: Option<&str>, local: IpAddr) -> Option<String> {
+/// Pins `what` (a probe socket, a cable's report listener), bound to
+/// `local`, to the cable's interface: `iface` when the config names it,
+/// else the interface that holds `local`. Loopback and the unspecified
+/// address are left alone (there is only one way to the first, and no
+/// cable behind the second). Returns the interface pinned to; on failure
+/// the socket stays as it was and the reason is logged once per socket
+/// kind, interface and cause.
+pub fn pin_to_cable(
+    socket: &impl AsFd,
+    iface: Option<&str>,
+    local: IpAddr,
+    what: &'static str,
+) -> Option<String> {
     if local.is_loopback() || local.is_unspecified() {
         return None;
     }
@@ -118,14 +126,14 @@ pub fn pin_probe_socket(socket: &impl AsFd, iface: Option<&str>, local: IpAddr) 
     .and_then(|name| pin_to_interface(socket, &name).map(|_| name));
     match pinned {
         Ok(name) => {
-            tracing::debug!(%local, iface = %name, "probe socket pinned to its cable's interface");
+            tracing::debug!(%local, iface = %name, socket = what, "pinned to its cable's interface");
             Some(name)
         }
         Err(error) => {
-            if first_time(&format!("{}: {error}", iface.unwrap_or(""))) {
+            if first_time(&format!("{what}: {}: {error}", iface.unwrap_or(""))) {
                 tracing::warn!(
-                    %local, %error,
-                    "probe socket not pinned to its cable's interface; its datagrams follow the routing table (warned once)"
+                    %local, %error, socket = what,
+                    "not pinned to its cable's interface: it follows the routing table (warned once)"
                 );
             }
             None
@@ -200,12 +208,22 @@ mod tests {
     fn loopback_probes_are_left_alone_and_failures_do_not_stop_probing() {
         let socket = UdpSocket::bind("127.0.0.1:0").expect("bind");
         assert_eq!(
-            pin_probe_socket(&socket, None, IpAddr::V4(Ipv4Addr::LOCALHOST)),
+            pin_to_cable(
+                &socket,
+                None,
+                IpAddr::V4(Ipv4Addr::LOCALHOST),
+                "probe socket"
+            ),
             None
         );
         // An address no interface holds: not pinned, logged, no panic.
         assert_eq!(
-            pin_probe_socket(&socket, None, "192.0.2.78".parse().expect("ip")),
+            pin_to_cable(
+                &socket,
+                None,
+                "192.0.2.78".parse().expect("ip"),
+                "probe socket"
+            ),
             None
         );
     }

@@ -310,11 +310,31 @@ mod linux {
             }
         }
 
+        /// The kept `stat` files are a cache: they may grow into what the
+        /// listeners leave above the descriptor reserve and meshctl's
+        /// share, and shrink when those are eaten into, so that the
+        /// reserve stays free for what cannot do without a descriptor (a
+        /// command's pipes, a file, a socket). A count that cannot be
+        /// taken changes nothing.
+        fn share_descriptors(&mut self) {
+            use crate::ports::{Descriptors, LOCAL_GRPC_DESCRIPTOR_SHARE};
+            let Some(headroom) = Descriptors::current()
+                .and_then(|d| d.keeping(LOCAL_GRPC_DESCRIPTOR_SHARE).headroom())
+            else {
+                return;
+            };
+            let kept = i64::try_from(self.reader.open_stats()).unwrap_or(i64::MAX);
+            let share = kept.saturating_add(headroom).max(0);
+            self.reader
+                .keep_at_most(usize::try_from(share).unwrap_or(usize::MAX));
+        }
+
         /// Every live process (zombies are gone, whatever their parent
         /// says, once read); CPU is a rate since the process's previous
         /// read, 0 for a process first seen now or not read now.
         pub fn sample(&mut self, now: Instant) -> std::io::Result<Vec<ProcessSample>> {
             self.known.begin();
+            self.share_descriptors();
             let known = &self.known;
             let listed = self.reader.processes(|pid| known.due(pid, now))?;
             let mut samples = Vec::with_capacity(listed.len());

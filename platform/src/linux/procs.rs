@@ -19,7 +19,9 @@
 //! pid is reused, so a kept fd never reads another process; a pid whose fd
 //! fails, or whose start time changed, is opened afresh, and the fd of a
 //! pid the listing no longer has is closed (a pid skipped but listed keeps
-//! its fd). At most [`MAX_OPEN_STATS`] fds are kept; processes beyond that
+//! its fd). At most [`MAX_OPEN_STATS`] fds are kept, fewer when the caller
+//! says so ([`ProcReader::keep_at_most`]: kept fds are a cache, and give
+//! way when the process runs short of descriptors); processes beyond that
 //! are opened, read and closed at each read, with the same result.
 //!
 //! ```text
@@ -186,8 +188,10 @@ pub struct ProcReader {
     pids: Vec<u32>,
     /// `<pid>/stat`, relative to the root, built where a `stat` is opened.
     path: String,
-    /// The kept `stat` files, by pid; at most [`MAX_OPEN_STATS`].
+    /// The kept `stat` files, by pid; at most `keep`.
     open: HashMap<u32, OpenStat>,
+    /// How many `stat` files may be kept: [`MAX_OPEN_STATS`] or fewer.
+    keep: usize,
     /// Counts calls to [`ProcReader::processes`].
     tick: u64,
 }
@@ -223,8 +227,25 @@ impl ProcReader {
             pids: Vec::new(),
             path: String::new(),
             open: HashMap::new(),
+            keep: MAX_OPEN_STATS,
             tick: 0,
         }
+    }
+
+    /// Keeps at most `n` `stat` files open from now on (never more than
+    /// [`MAX_OPEN_STATS`]), closing the excess at once.
+    pub fn keep_at_most(&mut self, n: usize) {
+        self.keep = n.min(MAX_OPEN_STATS);
+        let excess = self.open.len().saturating_sub(self.keep);
+        let closed: Vec<u32> = self.open.keys().take(excess).copied().collect();
+        for pid in closed {
+            self.open.remove(&pid);
+        }
+    }
+
+    /// How many `stat` files are kept open now.
+    pub fn open_stats(&self) -> usize {
+        self.open.len()
     }
 
     pub fn root(&self) -> &Path {
@@ -328,7 +349,7 @@ impl ProcReader {
         .ok()?;
         let file = File::from(file);
         let stat = read_stat(&file, &mut self.stat_buf)?;
-        if self.open.len() < MAX_OPEN_STATS {
+        if self.open.len() < self.keep {
             self.open.insert(
                 pid,
                 OpenStat {
@@ -599,6 +620,28 @@ mod tests {
             // The kept fd reads the line again, from its start.
             assert_eq!(reader.read_kept(10).as_ref(), Some(&found[0]));
         }
+    }
+
+    #[test]
+    fn fewer_fds_are_kept_when_asked_and_every_process_is_still_read() {
+        let root = tempfile::tempdir().unwrap();
+        let mut reader = ProcReader::new(root.path());
+        for pid in 10..14 {
+            put(
+                root.path(),
+                pid,
+                &line(pid, "python3", 1, 500 + u64::from(pid), 1),
+            );
+        }
+        assert_eq!(read_all(&mut reader).unwrap().len(), 4);
+        assert_eq!(reader.open_stats(), 4);
+        reader.keep_at_most(1);
+        assert_eq!(reader.open_stats(), 1, "the excess is closed at once");
+        assert_eq!(read_all(&mut reader).unwrap().len(), 4, "all still read");
+        assert_eq!(reader.open_stats(), 1);
+        reader.keep_at_most(usize::MAX);
+        assert_eq!(read_all(&mut reader).unwrap().len(), 4);
+        assert_eq!(reader.open_stats(), 4);
     }
 
     #[test]

@@ -7,7 +7,6 @@ use std::net::TcpStream;
 use anyhow::Context;
 use meshd_lab::Lab;
 use meshd_lab::command::QUICK;
-use meshd_lab::plan::METRICS_PORT;
 
 /// The gauge `meshd_link_rtt_p50_seconds{peer, iface}` in seconds: exact
 /// over meshd's last 10 s of probes; None when absent or NaN.
@@ -26,9 +25,11 @@ pub(crate) fn rtt_p50(metrics: &str, peer: &str) -> Option<f64> {
         .filter(|v| v.is_finite())
 }
 
+/// From the node's own namespace, at the management address its metrics
+/// listen on (the lab binds no port to every address).
 pub(crate) fn fetch_metrics(lab: &Lab, id: &str) -> anyhow::Result<String> {
     let me = std::env::current_exe()?;
-    let addr = format!("127.0.0.1:{METRICS_PORT}");
+    let addr = lab.plan.node(id)?.metrics();
     Ok(lab.exec(id, &me.to_string_lossy(), &["fetch-metrics", &addr])?)
 }
 
