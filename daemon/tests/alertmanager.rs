@@ -1,7 +1,8 @@
 //! The alert leader's pushes reach a real Alertmanager (Debian's
 //! prometheus-alertmanager, started by this test on loopback): cutting a
 //! cable in a demo mesh fires MeshLinkDown there, healing it resolves it,
-//! and only the leader posts.
+//! and only the leader posts; a leader that posts nothing cannot silence a
+//! page.
 
 mod common;
 
@@ -52,7 +53,7 @@ fn the_shipped_alertmanager_config_passes_amtool() {
         .expect("amtool runs (it ships with prometheus-alertmanager)");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        out.status.success() && text.contains("1 inhibit rules"),
+        out.status.success() && text.contains("2 inhibit rules"),
         "{text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
@@ -110,8 +111,8 @@ async fn posts_ok(metrics: SocketAddr) -> u64 {
         .sum()
 }
 
-/// Active (firing) MeshLinkDown alerts for a-b in Alertmanager.
-async fn link_down_alerts(addr: SocketAddr) -> Vec<serde_json::Value> {
+/// Active (firing) alerts in Alertmanager whose labels include `labels`.
+async fn active_alerts(addr: SocketAddr, labels: &serde_json::Value) -> Vec<serde_json::Value> {
     let (code, body) = http_get(
         addr,
         "/api/v2/alerts?active=true&silenced=false&inhibited=false",
@@ -119,21 +120,45 @@ async fn link_down_alerts(addr: SocketAddr) -> Vec<serde_json::Value> {
     .await;
     assert_eq!(code, 200, "{body}");
     let alerts: Vec<serde_json::Value> = serde_json::from_str(&body).expect("alerts JSON");
+    let wanted = labels.as_object().expect("labels");
     alerts
         .into_iter()
-        .filter(|a| {
-            a["labels"]["alertname"] == "MeshLinkDown"
-                && a["labels"]["a"] == "a"
-                && a["labels"]["b"] == "b"
-        })
+        .filter(|a| wanted.iter().all(|(k, v)| a["labels"][k] == *v))
         .filter(|a| a["status"]["state"] == "active")
         .collect()
 }
 
+/// Active (firing) MeshLinkDown alerts for a-b in Alertmanager.
+async fn link_down_alerts(addr: SocketAddr) -> Vec<serde_json::Value> {
+    active_alerts(
+        addr,
+        &serde_json::json!({"alertname": "MeshLinkDown", "a": "a", "b": "b"}),
+    )
+    .await
+}
+
 async fn wait_for(addr: SocketAddr, what: &str, want_firing: bool) -> Vec<serde_json::Value> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    wait_for_alerts(what, want_firing, Duration::from_secs(30), || {
+        link_down_alerts(addr)
+    })
+    .await
+}
+
+/// Polls `alerts` until they are firing (or not, with `want_firing`
+/// false), failing after `within`.
+async fn wait_for_alerts<F, Fut>(
+    what: &str,
+    want_firing: bool,
+    within: Duration,
+    alerts: F,
+) -> Vec<serde_json::Value>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Vec<serde_json::Value>>,
+{
+    let deadline = tokio::time::Instant::now() + within;
     loop {
-        let alerts = link_down_alerts(addr).await;
+        let alerts = alerts().await;
         if alerts.is_empty() != want_firing {
             return alerts;
         }
@@ -208,5 +233,57 @@ async fn a_cut_cable_fires_in_alertmanager_and_heal_resolves_it() {
     let reply = demo.execute("heal a b").await.reply.unwrap_or_default();
     assert!(reply.starts_with("ok"), "{reply}");
     wait_for(addr, "the alert resolved", false).await;
+    demo.stop().await;
+}
+
+/// The alert leader (a, the lowest id) posts nothing: here it has no
+/// Alertmanager configured, as an insider holding a's key might post
+/// nothing on purpose. A killed node still reaches Alertmanager within
+/// 15 s, posted by a follower that found the leader had not posted it, as
+/// one alert; bringing it back resolves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_posts_nothing_cannot_silence_a_page() {
+    let Some(binary) = alertmanager_binary() else {
+        return;
+    };
+    let _serial = meshd_test_lock::exclusive();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_alertmanager, addr) = start_alertmanager(binary, dir.path());
+    wait_ready(addr).await;
+
+    let (mut demo, _) = common::start_demo_with(4, |plan| {
+        for node in plan.nodes.iter_mut().filter(|n| n.id.as_str() != "a") {
+            node.config.alerting.alertmanagers = vec![meshd::config::AlertmanagerConfig::url(
+                format!("http://{addr}"),
+            )];
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let d_down = serde_json::json!({"alertname": "MeshNodeDown", "node": "d"});
+    assert!(active_alerts(addr, &d_down).await.is_empty());
+
+    let reply = demo.execute("kill d").await.reply.unwrap_or_default();
+    assert!(reply.starts_with("ok"), "{reply}");
+    let firing = wait_for_alerts("MeshNodeDown for d", true, Duration::from_secs(15), || {
+        active_alerts(addr, &d_down)
+    })
+    .await;
+    assert_eq!(firing.len(), 1, "one alert for one dead node: {firing:#?}");
+    let posted_by = firing[0]["annotations"]["meshd_posted_by"].clone();
+    assert!(
+        posted_by == "b" || posted_by == "c",
+        "a follower posted it: {posted_by}"
+    );
+
+    let reply = demo.execute("revive d").await.reply.unwrap_or_default();
+    assert!(reply.starts_with("ok"), "{reply}");
+    wait_for_alerts(
+        "MeshNodeDown for d resolved",
+        false,
+        Duration::from_secs(30),
+        || active_alerts(addr, &d_down),
+    )
+    .await;
     demo.stop().await;
 }
