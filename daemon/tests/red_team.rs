@@ -566,6 +566,54 @@ async fn forged_reports_are_refused_by_name_and_change_no_verdict() {
     mesh.demo.stop().await;
 }
 
+/// The holder of b's key says b hears c (an update ahead of the real b's,
+/// so a keeps it), then c is killed: a calls c down all the same, with
+/// the hearsay named in its evidence, within the usual time and the
+/// hearsay delay. One member's word is not liveness.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_insider_saying_it_hears_a_dead_node_cannot_keep_it_up() {
+    let _serial = meshd_test_lock::exclusive();
+    let mut mesh = Healthy::start().await;
+    let target = mesh.target();
+    let b = mesh.identity_of_b();
+    let thief = thief_of(&mesh.plan, "b");
+    let mut lie = update(FORGED_SEQUENCE, Vec::new());
+    if let Some(wire::peer_message::Body::Update(u)) = &mut lie.body {
+        u.hears = Some(wire::NodeList {
+            ids: vec!["a".to_owned(), "c".to_owned()],
+        });
+    }
+    let replies = attack(&thief, target, vec![open(b), lie])
+        .await
+        .expect("a stream");
+    assert!(replies.iter().all(|r| r.reject_reason == 0), "{replies:?}");
+
+    let reply = mesh.demo.execute("kill c").await.reply.unwrap_or_default();
+    assert!(reply.starts_with("ok"), "{reply}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let status = mesh.demo.node(0).expect("a runs").state.current();
+        let c = status
+            .nodes
+            .iter()
+            .find(|n| n.id.as_str() == "c")
+            .expect("c");
+        if c.state == NodeState::Down {
+            assert!(
+                c.evidence.iter().any(|e| e.contains("heard by b only")),
+                "the lie is named: {c:?}"
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "c never went down on a: {c:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    mesh.demo.stop().await;
+}
+
 /// One of node a's responder counters for its cable end `end`.
 /// Node a's responders' datagrams by `outcome`, summed over its cable ends
 /// (the metric is per node).
