@@ -16,7 +16,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -80,17 +80,28 @@ pub async fn serve(mut gate: Gate, router: Router, shutdown: CancellationToken) 
     }
 }
 
-/// One HTTP/1 connection: its headers within [`HTTP_HEADER_READ_TIMEOUT`]
+/// Streams at once on one HTTP/2 connection to the HTTP port.
+const HTTP2_MAX_STREAMS: u32 = 8;
+
+/// One HTTP connection: HTTP/1 headers within [`HTTP_HEADER_READ_TIMEOUT`]
 /// (hyper restarts that deadline after every response, which bounds an
 /// idle keep-alive too), closed when no byte moved for
 /// [`HTTP_IDLE_TIMEOUT`] (a client that stopped reading).
 async fn serve_connection(admitted: Admitted, router: Router, shutdown: CancellationToken) {
     let remote = admitted.remote;
     let io = TokioIo::new(admitted.quiet_after(HTTP_IDLE_TIMEOUT, None));
-    let connection = hyper::server::conn::http1::Builder::new()
+    // HTTP/2 too: meshctl pointed here by mistake speaks gRPC, and is
+    // answered which port it wants (see `elsewhere`).
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(HTTP_HEADER_READ_TIMEOUT)
-        .serve_connection(io, TowerToHyperService::new(router));
+        .header_read_timeout(HTTP_HEADER_READ_TIMEOUT);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(HTTP2_MAX_STREAMS);
+    let connection = builder.serve_connection(io, TowerToHyperService::new(router));
     tokio::pin!(connection);
     let served = tokio::select! {
         served = connection.as_mut() => served,
