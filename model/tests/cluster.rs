@@ -339,6 +339,10 @@ const STALL_FOR: Duration = Duration::from_millis(700);
 /// ...this often.
 const STALL_EVERY: Duration = Duration::from_millis(1_500);
 
+/// `LinkRules::tick_gap` of the fixtures: the longest gap between two of a
+/// node's probe ticks.
+const TICK_GAP: Duration = Duration::from_millis(128);
+
 /// `clock::MEMORY` and a report to carry the change.
 const CLOCK_MEMORY: Duration = Duration::from_secs(62);
 
@@ -397,9 +401,16 @@ fn stopped(fault: &Fault) -> Option<usize> {
 /// stretches its budgets. Zero in the random schedules, whose faults come
 /// one after another.
 fn late_beside(e: &Episode, all: &[Episode]) -> Duration {
+    let ends = cable_of_fault(&e.fault);
     all.iter()
         .filter(|o| *o != e && o.start <= e.window_end() && e.start <= o.heal)
         .filter_map(|o| match o.fault {
+            // An end of the cable that runs late sends its probes and reads
+            // their replies on its late ticks: it notices a silence up to
+            // two of them later (`link::EndView::silent`).
+            Fault::Late { x, by } if ends.is_some_and(|c| c.0 == x || c.1 == x) => {
+                Some(by.saturating_mul(2) + (TICK_GAP + by).saturating_mul(2))
+            }
             // Its own verdicts wait its lateness, and its looks run late.
             Fault::Late { by, .. } | Fault::AllLate { by } => Some(by.saturating_mul(2)),
             Fault::Freeze { .. } => Some(o.heal.saturating_sub(o.start)),
@@ -408,6 +419,16 @@ fn late_beside(e: &Episode, all: &[Episode]) -> Duration {
         })
         .max()
         .unwrap_or_default()
+}
+
+/// The cable a fault is on, if it is on one.
+fn cable_of_fault(fault: &Fault) -> Option<Cable> {
+    match *fault {
+        Fault::CutCable { a, b, .. } | Fault::LossyCable { a, b, .. } | Fault::PairCut { a, b } => {
+            Some(cable(a, b))
+        }
+        _ => None,
+    }
 }
 
 fn link_of(status: &MeshStatus, c: Cable) -> Option<&meshd_domain::LinkVerdict> {
@@ -1487,6 +1508,55 @@ proptest! {
             "{:?} beside {:?}: {} problems:\n{}",
             checked,
             quiet,
+            problems.len(),
+            problems.join("\n")
+        );
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: sim_cases(),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    /// Two faults on one link: a cable cut or lossy while one of its own
+    /// ends runs tens of milliseconds late (a busy host, its probes still
+    /// answered in time). The lateness excuses what it explains and no
+    /// more: the cable's fault is found within the same budgets, stretched
+    /// by that lateness.
+    #[test]
+    #[ignore = "fails today (issue 31): a cut at an end 25 ms late is held past the 1-s budget \
+                (\"n3 not heard since the fault began\"; n = 3, seed 11888931307095670614)"]
+    fn a_cable_fault_at_a_busy_end_keeps_the_verdict_properties(
+        n in 3..=8usize,
+        seed in any::<u64>(),
+        checked in drawn(),
+        late_ms in 25..65u64,
+        at_b in any::<bool>(),
+        offset_ms in 0..3_000u64,
+    ) {
+        let (fault, lasts) = fit(&checked, n);
+        let end = match fault {
+            Fault::CutCable { a, b, .. } | Fault::LossyCable { a, b, .. } => {
+                if at_b { b } else { a }
+            }
+            _ => return Err(TestCaseError::reject("not a cable fault")),
+        };
+        let checked = Episode { fault, start: WARMUP, heal: WARMUP + lasts };
+        let start = WARMUP.saturating_sub(Duration::from_millis(offset_ms));
+        let late = Episode {
+            fault: Fault::Late { x: end, by: Duration::from_millis(late_ms) },
+            start,
+            heal: checked.heal + Duration::from_secs(2),
+        };
+        let problems = checks_beside(n, seed, &late, &checked);
+        prop_assert!(
+            problems.is_empty(),
+            "{:?} at an end {:?}: {} problems:\n{}",
+            checked,
+            late,
             problems.len(),
             problems.join("\n")
         );
