@@ -51,12 +51,16 @@ MUTANTS = [
     ),
     (
         "excuse_all_loss",
-        "any lateness excuses every probe lost in the window",
+        "an end that ran late at all excuses every probe lost in the window",
         "model/src/excuse.rs",
-        """        let span = if self.over.is_zero() {""",
-        """        #[allow(unreachable_code)]
-        return w.sent;
-        let span = if self.over.is_zero() {""",
+        """        if self.late_for.is_zero() || w.sent == 0 || w.window.is_zero() {
+            return 0;
+        }""",
+        """        if self.worst.is_zero() || w.sent == 0 || w.window.is_zero() {
+            return 0;
+        }
+        #[allow(unreachable_code)]
+        return w.sent;""",
     ),
     (
         "no_saturation_hold",
