@@ -102,6 +102,29 @@ async fn wait_ready(addr: SocketAddr) {
     }
 }
 
+/// A real Alertmanager on loopback, and a demo mesh of `nodes` whose
+/// members `posting` names have it configured; settled for 3 s. The
+/// Alertmanager process and its directory live as long as the guard.
+async fn mesh_with_alertmanager(
+    binary: &str,
+    nodes: usize,
+    posting: impl Fn(&str) -> bool,
+) -> (meshd::demo::Demo, SocketAddr, (Running, tempfile::TempDir)) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (alertmanager, addr) = start_alertmanager(binary, dir.path());
+    wait_ready(addr).await;
+    let (demo, _) = common::start_demo_with(nodes, |plan| {
+        for node in plan.nodes.iter_mut().filter(|n| posting(n.id.as_str())) {
+            node.config.alerting.alertmanagers = vec![meshd::config::AlertmanagerConfig::url(
+                format!("http://{addr}"),
+            )];
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    (demo, addr, (alertmanager, dir))
+}
+
 /// How many posts a node made to Alertmanager that succeeded.
 async fn posts_ok(metrics: SocketAddr) -> u64 {
     let (_, text) = http_get(metrics, "/metrics").await;
@@ -176,19 +199,7 @@ async fn a_cut_cable_fires_in_alertmanager_and_heal_resolves_it() {
         return;
     };
     let _serial = meshd_test_lock::exclusive();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (_alertmanager, addr) = start_alertmanager(binary, dir.path());
-    wait_ready(addr).await;
-
-    let (mut demo, _) = common::start_demo_with(4, |plan| {
-        for node in &mut plan.nodes {
-            node.config.alerting.alertmanagers = vec![meshd::config::AlertmanagerConfig::url(
-                format!("http://{addr}"),
-            )];
-        }
-    })
-    .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (mut demo, addr, _alertmanager) = mesh_with_alertmanager(binary, 4, |_| true).await;
     let early = link_down_alerts(addr).await;
     assert!(
         early.is_empty(),
@@ -247,19 +258,7 @@ async fn a_leader_that_posts_nothing_cannot_silence_a_page() {
         return;
     };
     let _serial = meshd_test_lock::exclusive();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (_alertmanager, addr) = start_alertmanager(binary, dir.path());
-    wait_ready(addr).await;
-
-    let (mut demo, _) = common::start_demo_with(4, |plan| {
-        for node in plan.nodes.iter_mut().filter(|n| n.id.as_str() != "a") {
-            node.config.alerting.alertmanagers = vec![meshd::config::AlertmanagerConfig::url(
-                format!("http://{addr}"),
-            )];
-        }
-    })
-    .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (mut demo, addr, _alertmanager) = mesh_with_alertmanager(binary, 4, |id| id != "a").await;
     let d_down = serde_json::json!({"alertname": "MeshNodeDown", "node": "d"});
     assert!(active_alerts(addr, &d_down).await.is_empty());
 
