@@ -392,9 +392,9 @@ pub fn event(change: &BootChange, observer: &NodeId, at: SystemTime) -> Event {
 /// the reboot each raise.
 pub fn annotate(status: &mut MeshStatus, view: &BootView) {
     let mut seen = BTreeSet::new();
-    status
-        .alarms
-        .retain(|a| !is_boot_alarm(a) || seen.insert((a.kind, a.node.clone(), a.subject.clone())));
+    status.alarms.retain(|a| {
+        !a.kind.about_a_boot() || seen.insert((a.kind, a.node.clone(), a.subject.clone()))
+    });
     let alarms = &status.alarms;
     for node in &mut status.nodes {
         if let Some(boot) = view.boots.get(&node.id) {
@@ -404,7 +404,7 @@ pub fn annotate(status: &mut MeshStatus, view: &BootView) {
         let raised = || {
             let alarm = alarms
                 .iter()
-                .find(|a| is_boot_alarm(a) && a.node == node.id)?;
+                .find(|a| a.kind.about_a_boot() && a.node == node.id)?;
             let prefix = format!("{} ", node.id);
             let summary = &alarm.summary;
             Some(summary.strip_prefix(&prefix).unwrap_or(summary).to_owned())
@@ -413,10 +413,6 @@ pub fn annotate(status: &mut MeshStatus, view: &BootView) {
             node.evidence.push(evidence);
         }
     }
-}
-
-fn is_boot_alarm(alarm: &Alarm) -> bool {
-    alarm.kind.about_a_boot()
 }
 
 #[cfg(test)]

@@ -191,7 +191,7 @@ pub struct Answer {
     pub clock: Option<ClockSample>,
     pub resync: bool,
     /// Alarms dropped from an update that otherwise stands, each with why
-    /// (see `PeerBook::drop_unvouched_boot_alarms`).
+    /// (see `PeerBook::drop_unvouched_alarms`).
     pub dropped: Vec<String>,
 }
 
@@ -544,7 +544,7 @@ impl PeerBook {
         let (refusal, resync) = match self.admit(&node, &update, now, wall) {
             Admission::Apply => {
                 let mut update = update;
-                dropped = self.drop_unvouched_boot_alarms(&node, &mut update, now);
+                dropped = self.drop_unvouched_alarms(&node, &mut update, now);
                 let count = u64::try_from(dropped.len()).unwrap_or(u64::MAX);
                 *self.rejected.entry(RejectReason::ForeignAlarm).or_default() += count;
                 self.apply_update(node, update, now);
@@ -654,7 +654,7 @@ impl PeerBook {
     /// honest peer that saw a reboot first loses nothing but that alarm,
     /// which this node raises itself once it sees the reboot too. Returns
     /// what was dropped, and why.
-    fn drop_unvouched_boot_alarms(
+    fn drop_unvouched_alarms(
         &self,
         sender: &NodeId,
         update: &mut ReportUpdate,
