@@ -335,7 +335,7 @@ fn update(sequence: u64, alarms: Vec<Alarm>) -> wire::PeerMessage {
     PeerMessage::Update(Box::new(ReportUpdate {
         sequence,
         sent_at: SystemTime::now(),
-        lateness: Duration::ZERO,
+        lateness: meshd_domain::Lateness::default(),
         full: true,
         links: Vec::new(),
         removed_links: Vec::new(),

@@ -733,6 +733,21 @@ impl LinkMeasurement {
     }
 }
 
+/// How late a node's timers run. The worst alone cannot tell one 700-ms
+/// stall every 1.5 s from every tick 700 ms late; how much of the time they
+/// were held up can: a peer's probe waits past its timeout only while the
+/// node is held up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Lateness {
+    /// The latest any timer fired in the last two seconds.
+    pub worst: Duration,
+    /// The time the timers were held up since the process started (from
+    /// when each late firing was due until it fired): a counter, so that
+    /// two messages tell exactly how long it was held up between them,
+    /// however often either was sent.
+    pub held_up_total: Duration,
+}
+
 /// Load of the reporting node: a saturated node's own timeouts weigh less.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct NodeLoad {
@@ -763,7 +778,7 @@ pub struct PeerReport {
     pub heard_on_management: Arc<[NodeId]>,
     pub load: NodeLoad,
     /// How late the sender's timers ran when it sent its last update.
-    pub lateness: Duration,
+    pub lateness: Lateness,
     pub has_quorum: bool,
     /// The member the sender follows as its alert leader.
     pub leader: Option<NodeId>,
@@ -783,7 +798,7 @@ impl PeerReport {
             hears: Arc::new([]),
             heard_on_management: Arc::new([]),
             load: NodeLoad::default(),
-            lateness: Duration::ZERO,
+            lateness: Lateness::default(),
             has_quorum: false,
             leader: None,
             clock_offsets: Arc::new([]),
@@ -815,7 +830,7 @@ pub struct StreamOpen {
 pub struct ReportUpdate {
     pub sequence: u64,
     pub sent_at: SystemTime,
-    pub lateness: Duration,
+    pub lateness: Lateness,
     pub full: bool,
     pub links: Vec<LinkObservation>,
     /// Links gone, by their far end.

@@ -164,7 +164,7 @@ fn inputs(n: usize, cut: bool, moment: Moment) -> MeshInputs {
             cpu_busy_ratio: 0.2,
             cpu_saturated: false,
         },
-        local_lateness: Duration::ZERO,
+        local_lateness: meshd_domain::Lateness::default(),
         local_links: observations(0, moment.wall)
             .into_iter()
             .map(|observation| LocalObservation {

@@ -51,6 +51,14 @@ pub fn moment_ms(ms: u64) -> Moment {
     }
 }
 
+/// A node that stalled once, `worst` long, since it started.
+pub fn stalled_once(worst: Duration) -> meshd_domain::Lateness {
+    meshd_domain::Lateness {
+        worst,
+        held_up_total: worst,
+    }
+}
+
 /// The engine settings of a config that sets nothing (`meshd.example.toml`
 /// documents the same values).
 pub fn default_engine_settings() -> EngineSettings {

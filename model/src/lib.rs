@@ -16,6 +16,7 @@ pub mod fixtures;
 pub mod histogram;
 pub mod job_watch;
 pub mod jobs;
+pub mod lateness;
 pub mod link;
 pub mod link_rules;
 pub mod linkstats;

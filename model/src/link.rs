@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use meshd_domain::{LinkObservation, LinkState, LossWindow, RdmaPortState, RttSummary};
 
 use crate::excuse::Excuse;
+use crate::lateness::LATE;
 use crate::link_rules::{LinkRules, MEDIUM_WINDOW, SHORT_WINDOW};
-use crate::linkstats::LATE;
 
 /// A ratio over few probes is noise: one late MTU-sized probe is 10 % of a
 /// 10 s window. Degraded needs at least this many lost, whatever the ratio.

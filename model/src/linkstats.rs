@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use meshd_domain::{LossWindow, RttHistogram, RttSummary};
 
 use crate::histogram::DurationHistogram;
+use crate::lateness::LatenessLog;
 
 /// Loss windows reported, shortest first (observation.proto).
 pub const LOSS_WINDOWS: [Duration; 3] = [
@@ -88,11 +89,6 @@ pub struct LinkStatsConfig {
     pub interval: Duration,
 }
 
-/// A timer this late means what was measured meanwhile is suspect (the
-/// Lifeguard rule, docs/ARCHITECTURE.md "Verdicts"): 20 ms, a thirtieth of
-/// the default `down_after`.
-pub const LATE: Duration = Duration::from_millis(20);
-
 /// Small probes lost in a row from which the prober's reader is told at
 /// once ([`LinkStats::news`]), not at its next look.
 pub const LOSING: u32 = 3;
@@ -104,11 +100,6 @@ pub struct ProbeNews {
     pub silent: bool,
     pub losing: bool,
 }
-
-/// Lateness is remembered this long: the longest evidence a verdict rests
-/// on that a late timer can distort is a loss or RTT window's recent part
-/// and a silence of `down_after`.
-pub const LATENESS_MEMORY: Duration = Duration::from_secs(2);
 
 /// What a link's probes measured, as of one moment: everything the
 /// observation of the link takes from the prober, and nothing else.
@@ -198,47 +189,6 @@ struct WindowSummary {
 struct BaselineWindow {
     start: Instant,
     samples: Vec<Duration>,
-}
-
-/// How late a timer fired lately: each firing 1 ms late or more, for
-/// [`LATENESS_MEMORY`].
-#[derive(Debug, Clone, Default)]
-pub struct LatenessLog(VecDeque<(Instant, Duration)>);
-
-impl LatenessLog {
-    /// The timer that should have fired at `at - late` fired at `at`.
-    pub fn note(&mut self, late: Duration, at: Instant) {
-        while self
-            .0
-            .front()
-            .is_some_and(|(noted, _)| at.saturating_duration_since(*noted) > LATENESS_MEMORY)
-        {
-            self.0.pop_front();
-        }
-        if late >= Duration::from_millis(1) {
-            self.0.push_back((at, late));
-        }
-    }
-
-    /// The worst lateness within [`LATENESS_MEMORY`] before `now`.
-    pub fn worst(&self, now: Instant) -> Duration {
-        self.0
-            .iter()
-            .filter(|(at, _)| now.saturating_duration_since(*at) <= LATENESS_MEMORY)
-            .map(|(_, late)| *late)
-            .max()
-            .unwrap_or_default()
-    }
-
-    /// How late the prober runs as a look at `now` sees it: the worst it
-    /// noted as of its last tick (`as_of`), or, when its next tick was due
-    /// by `due_by` and has not come, as late as that tick is overdue: it
-    /// notes its lateness only once it runs, and meanwhile the peers'
-    /// probes wait unanswered.
-    pub fn seen_at(&self, as_of: Instant, due_by: Option<Instant>, now: Instant) -> Duration {
-        let overdue = due_by.map_or(Duration::ZERO, |due| now.saturating_duration_since(due));
-        self.worst(as_of).max(overdue)
-    }
 }
 
 /// Statistics of one link's probes. Bounded memory: at most
@@ -706,6 +656,7 @@ fn quantile(sorted: &[Duration], q: f64) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lateness::LATENESS_MEMORY;
     const TIMEOUT: Duration = Duration::from_millis(500);
     /// The link's `down_after`, as the prober sets it.
     const OUTAGE_GAP: Duration = Duration::from_millis(600);

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use meshd_domain::NodeLoad;
 
-use crate::linkstats::LATE;
+use crate::lateness::LATE;
 
 /// On a busy CPU, this much lateness already counts: the delays are
 /// starting, and they grow with the load.

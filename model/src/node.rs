@@ -9,12 +9,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
 use meshd_domain::facts::NodeFacts;
 use meshd_domain::{
-    Alarm, AlarmKind, ClockOffset, Counter, Event, Incarnation, LinkObservation, MeshStatus,
-    NodeId, NodeIdentity, NodeLoad, PeerReply, RejectReason, ReportUpdate,
+    Alarm, AlarmKind, ClockOffset, Counter, Event, Incarnation, Lateness, LinkObservation,
+    MeshStatus, NodeId, NodeIdentity, NodeLoad, PeerReply, RejectReason, ReportUpdate,
 };
 
 use crate::boot::{self, BootRules, BootTracker, Sighting};
@@ -65,7 +65,7 @@ pub struct Look<'a> {
     pub sampled: Option<&'a Sampled>,
     /// How late this node's timers ran lately, or run now: a probe tick
     /// overdue at the look counts as late as it is overdue.
-    pub lateness: Duration,
+    pub lateness: Lateness,
     /// Ask for an update to the peers even if only figures moved.
     pub urgent: bool,
 }
@@ -260,7 +260,7 @@ impl NodeCore {
         let local_links = self.local_links(look, moment);
         let load = node_load(
             look.sampled.map(|s| s.sample.busy_ratio),
-            look.lateness,
+            look.lateness.worst,
             self.settings.cpu_saturated_above,
         );
         let boot_events = self.follow_boots(&look.book, look.facts, moment.wall);
@@ -339,7 +339,7 @@ impl NodeCore {
                 // A probe tick that is overdue has not noted its lateness
                 // yet, but the peers must learn it with the figures it
                 // distorts: its peers' probes wait unanswered meanwhile.
-                observation.lateness = observation.lateness.max(look.lateness);
+                observation.lateness = observation.lateness.max(look.lateness.worst);
                 Some(LocalObservation {
                     observation,
                     at: probes.at,

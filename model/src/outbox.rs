@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use meshd_domain::facts::NodeFacts;
-use meshd_domain::{Alarm, ClockOffset, LinkObservation, NodeId, NodeLoad, ReportUpdate};
+use meshd_domain::{Alarm, ClockOffset, Lateness, LinkObservation, NodeId, NodeLoad, ReportUpdate};
 
 use crate::link::EndClass;
 use crate::link_rules::LinkRules;
@@ -43,7 +43,7 @@ pub struct Snapshot<'a> {
     pub clock_offsets: &'a [ClockOffset],
     pub facts: Option<&'a Arc<NodeFacts>>,
     pub load: NodeLoad,
-    pub lateness: Duration,
+    pub lateness: Lateness,
 }
 
 /// What the peers hold of this node: everything sent so far.
@@ -58,7 +58,7 @@ struct Sent {
     clock_offsets: Vec<ClockOffset>,
     facts: Option<Arc<NodeFacts>>,
     load: NodeLoad,
-    lateness: Duration,
+    lateness: Lateness,
 }
 
 #[derive(Debug)]
@@ -276,7 +276,7 @@ fn full_update(sent: &Sent, sequence: u64, moment: Moment) -> ReportUpdate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixtures::{link_rules, moment};
+    use crate::fixtures::{link_rules, moment, stalled_once};
 
     /// A stream that opens learns how late this node runs from its first
     /// update, as every other update says it: a zero there would read as
@@ -301,15 +301,23 @@ mod tests {
             lateness,
         };
         let first = outbox
-            .next(&snapshot(Duration::from_millis(40)), moment(0), false)
+            .next(
+                &snapshot(stalled_once(Duration::from_millis(40))),
+                moment(0),
+                false,
+            )
             .expect("the first update");
-        assert_eq!(first.lateness, Duration::from_millis(40));
+        assert_eq!(first.lateness, stalled_once(Duration::from_millis(40)));
         let beat = outbox
-            .next(&snapshot(Duration::from_millis(700)), moment(1), false)
+            .next(
+                &snapshot(stalled_once(Duration::from_millis(700))),
+                moment(1),
+                false,
+            )
             .expect("a heartbeat");
-        assert_eq!(beat.lateness, Duration::from_millis(700));
+        assert_eq!(beat.lateness, stalled_once(Duration::from_millis(700)));
         let full = outbox.full(moment(1)).expect("sent before");
         assert!(full.full);
-        assert_eq!(full.lateness, Duration::from_millis(700));
+        assert_eq!(full.lateness, stalled_once(Duration::from_millis(700)));
     }
 }

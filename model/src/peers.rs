@@ -20,9 +20,9 @@ use meshd_domain::{
 };
 
 use self::report::{apply, check_update};
+use crate::lateness::LATE;
 use crate::link::EndClass;
 use crate::link_rules::LinkRules;
-use crate::linkstats::LATE;
 
 mod report;
 
@@ -836,7 +836,7 @@ fn is_news(report: &PeerReport, update: &ReportUpdate, rules: &LinkRules) -> boo
                 .is_none_or(|known| EndClass::of(known, rules) != EndClass::of(link, rules))
         })
         || update.load.cpu_saturated != report.load.cpu_saturated
-        || (update.lateness >= LATE) != (report.lateness >= LATE)
+        || (update.lateness.worst >= LATE) != (report.lateness.worst >= LATE)
 }
 
 #[cfg(test)]
@@ -847,14 +847,14 @@ mod tests {
     };
 
     use super::*;
-    use crate::fixtures::{link_rules, moment};
+    use crate::fixtures::{link_rules, moment, stalled_once};
     use crate::time::Moment;
 
     fn update(sequence: u64, full: bool, sent_at: SystemTime) -> ReportUpdate {
         ReportUpdate {
             sequence,
             sent_at,
-            lateness: Duration::ZERO,
+            lateness: meshd_domain::Lateness::default(),
             full,
             links: Vec::new(),
             removed_links: Vec::new(),
@@ -1034,9 +1034,12 @@ mod tests {
         let beat = Duration::from_millis(500);
         assert!(!b.news(&mut book, beat, |_| {}), "a heartbeat is no news");
         assert!(b.news(&mut book, beat, |u| u.hears = Some(vec![id("a")])));
-        assert!(b.news(&mut book, beat, |u| u.lateness = LATE), "late now");
         assert!(
-            !b.news(&mut book, beat, |u| u.lateness = LATE * 2),
+            b.news(&mut book, beat, |u| u.lateness = stalled_once(LATE)),
+            "late now"
+        );
+        assert!(
+            !b.news(&mut book, beat, |u| u.lateness = stalled_once(LATE * 2)),
             "still late"
         );
         assert!(b.news(&mut book, beat, |_| {}), "on time again");

@@ -1182,6 +1182,11 @@ fn run_episodes(n: usize, seed: u64, episodes: &[Episode]) -> Vec<String> {
     problems
 }
 
+/// A drawn fault of `fit`'s `kind`.
+fn drawn_cable_fault(kind: u8) -> impl Strategy<Value = Drawn> {
+    drawn().prop_map(move |d| Drawn { kind, ..d })
+}
+
 fn drawn() -> impl Strategy<Value = Drawn> {
     (
         any::<u8>(),
@@ -1524,52 +1529,92 @@ proptest! {
         ..ProptestConfig::default()
     })]
 
-    /// Two faults on one link: a cable cut or lossy while one of its own
-    /// ends runs tens of milliseconds late (a busy host, its probes still
+    /// Two faults on one link: a lossy cable while one of its own ends
+    /// runs tens of milliseconds late (a busy host, its probes still
     /// answered in time). The lateness excuses what it explains and no
-    /// more: the cable's fault is found within the same budgets, stretched
-    /// by that lateness.
+    /// more: the loss is found within the same budget.
     #[test]
-    #[ignore = "fails today (issue 31): a cut at an end 25 ms late is held past the 1-s budget \
-                (\"n3 not heard since the fault began\"; n = 3, seed 11888931307095670614)"]
-    fn a_cable_fault_at_a_busy_end_keeps_the_verdict_properties(
+    fn a_lossy_cable_at_a_busy_end_keeps_the_verdict_properties(
         n in 3..=8usize,
         seed in any::<u64>(),
-        checked in drawn(),
+        checked in drawn_cable_fault(8),
         late_ms in 25..65u64,
         at_b in any::<bool>(),
         offset_ms in 0..3_000u64,
     ) {
-        let (fault, lasts) = fit(&checked, n);
-        let end = match fault {
-            Fault::CutCable { a, b, .. } | Fault::LossyCable { a, b, .. } => {
-                if at_b { b } else { a }
-            }
-            _ => return Err(TestCaseError::reject("not a cable fault")),
-        };
-        let checked = Episode { fault, start: WARMUP, heal: WARMUP + lasts };
-        let start = WARMUP.saturating_sub(Duration::from_millis(offset_ms));
-        let late = Episode {
-            fault: Fault::Late { x: end, by: Duration::from_millis(late_ms) },
-            start,
-            heal: checked.heal + Duration::from_secs(2),
-        };
-        let problems = checks_beside(n, seed, &late, &checked);
-        prop_assert!(
-            problems.is_empty(),
-            "{:?} at an end {:?}: {} problems:\n{}",
-            checked,
-            late,
-            problems.len(),
-            problems.join("\n")
-        );
+        let problems = cable_fault_at_a_busy_end(n, seed, &checked, late_ms, at_b, offset_ms);
+        prop_assert!(problems.is_empty(), "{}", problems.join("\n"));
+    }
+
+    /// The same with the cable cut: found within the same budgets,
+    /// stretched by that lateness.
+    #[test]
+    #[ignore = "fails today (issue 31): a cut at an end 25 ms late is held past the 1-s budget \
+                (\"n3 not heard since the fault began\"), reproduced by \
+                `a_cable_cut_at_an_end_25_ms_late_is_found_in_time`"]
+    fn a_cable_cut_at_a_busy_end_keeps_the_verdict_properties(
+        n in 3..=8usize,
+        seed in any::<u64>(),
+        checked in drawn_cable_fault(0),
+        late_ms in 25..65u64,
+        at_b in any::<bool>(),
+        offset_ms in 0..3_000u64,
+    ) {
+        let problems = cable_fault_at_a_busy_end(n, seed, &checked, late_ms, at_b, offset_ms);
+        prop_assert!(problems.is_empty(), "{}", problems.join("\n"));
     }
 }
 
+/// The problems of the cable fault `checked` at its end (`b`'s when `at_b`)
+/// running `late_ms` late from `offset_ms` before the fault until 2 s after.
+fn cable_fault_at_a_busy_end(
+    n: usize,
+    seed: u64,
+    checked: &Drawn,
+    late_ms: u64,
+    at_b: bool,
+    offset_ms: u64,
+) -> Vec<String> {
+    let (fault, lasts) = fit(checked, n);
+    let (Fault::CutCable { a, b, .. } | Fault::LossyCable { a, b, .. }) = fault else {
+        return vec![format!("{fault:?} is not a cable fault")];
+    };
+    let end = if at_b { b } else { a };
+    let checked = Episode {
+        fault,
+        start: WARMUP,
+        heal: WARMUP + lasts,
+    };
+    let late = Episode {
+        fault: Fault::Late {
+            x: end,
+            by: Duration::from_millis(late_ms),
+        },
+        start: WARMUP.saturating_sub(Duration::from_millis(offset_ms)),
+        heal: checked.heal + Duration::from_secs(2),
+    };
+    checks_beside(n, seed, &late, &checked)
+        .into_iter()
+        .map(|problem| format!("{checked:?} at an end {late:?}: {problem}"))
+        .collect()
+}
+
+#[test]
+#[ignore = "fails today (issue 31): held as \"n3 not heard since the fault began\" past the budget"]
+fn a_cable_cut_at_an_end_25_ms_late_is_found_in_time() {
+    let cut = one(0, 7, 0, 2_931_118_735_769_622_908, 0);
+    let problems = cable_fault_at_a_busy_end(3, 665_283_091_621_090_390, &cut, 25, true, 2_674);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
 /// A node stalling 700 ms every 1.5 s beside a peer whose timers run later
-/// than the probe timeout: the stalling node reads that peer's lateness too
-/// low (210 ms of 1.5 s) and blames the peer's links degraded. Open (issue
-/// 31); the random property leaves this pair out meanwhile.
+/// than the probe timeout: the peer's first message after its timers fell
+/// 1.5 s behind says 210 ms (its tick overdue that long), and arrives with
+/// a view from its far end already 740 ms silent; the far end's silence
+/// grows until the peer's next message 1.5 s later, and the stalling judge
+/// blames the peer's links degraded meanwhile (both ends spoke at the
+/// instant of the views, so the unspoken-end hold does not apply). Open
+/// (issue 31); the random property leaves this pair out meanwhile.
 fn stalling_judge_beside_a_very_late_peer(checked: &Episode, quiet: &Episode) -> bool {
     matches!(checked.fault, Fault::PeriodicStall { .. })
         && matches!(quiet.fault, Fault::Late { by, .. } if by >= Duration::from_millis(400))
@@ -1642,8 +1687,6 @@ fn lossy_cable_while_late(x: usize, ms: u64, seed: u64) -> Vec<String> {
 /// whole interval around them, so the cable is still found degraded and
 /// paged.
 #[test]
-#[ignore = "fails today: reports say the worst lateness of the last 2 s, so stalls excuse the \
-            whole interval; lateness as the share of an interval is not built yet (issue 31)"]
 fn a_lossy_cable_at_an_end_with_periodic_stalls_is_still_found() {
     let stalls = Episode {
         fault: Fault::PeriodicStall { x: 1 },
@@ -1995,5 +2038,19 @@ fn a_mesh_later_than_the_probe_timeout_blames_no_cable() {
         Fault::AllLate { by } if by == Duration::from_millis(439)
     ));
     let problems = run(6, 4_090_830_463_504_949_858, &[late]);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// A node restarted quickly, then another stalls 700 ms every 1.5 s: the
+/// restarted node's new prober sees the stalls' loss on its cable to the
+/// stalling node, and every judge excuses it (the schedule a random run
+/// drew: n = 7, seed 13253354807405196094).
+#[test]
+fn periodic_stalls_after_a_peer_restarted_are_no_lossy_cable() {
+    let faults = [
+        one(68, 0, 0, 7_560_926_810_609_646_930, 0),
+        one(142, 4, 0, 0, 1_971_050_888_804_083_902),
+    ];
+    let problems = run(7, 13_253_354_807_405_196_094, &faults);
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }

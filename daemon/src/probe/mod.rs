@@ -20,8 +20,9 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use meshd_domain::NodeId;
-use meshd_model::linkstats::{LatenessLog, LinkStats, ProbeStats};
+use meshd_domain::{Lateness, NodeId};
+use meshd_model::lateness::LatenessLog;
+use meshd_model::linkstats::{LinkStats, ProbeStats};
 use meshd_model::verdict::ExpectedLink;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -135,9 +136,9 @@ pub fn settings(config: &Config) -> ProberSettings {
 pub struct ProbeSnapshot {
     /// By the far end's node; a cable whose socket is not bound yet has none.
     pub links: BTreeMap<NodeId, ProbeStats>,
-    /// The worst lateness of the probe task's timers lately: how late this
-    /// node runs.
-    pub lateness: Duration,
+    /// How late the probe task's timers ran lately: how late this node
+    /// runs.
+    pub lateness: Lateness,
 }
 
 /// The probe task's measurements, shared with whoever reads them. The

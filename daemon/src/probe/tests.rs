@@ -262,7 +262,13 @@ async fn a_runtime_held_up_shows_in_the_lateness_the_probe_task_notes() {
     let mut worst = Duration::ZERO;
     while worst < held && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(5)).await;
-        worst = worst.max(board.borrow().read(std::time::Instant::now()).lateness);
+        worst = worst.max(
+            board
+                .borrow()
+                .read(std::time::Instant::now())
+                .lateness
+                .worst,
+        );
     }
     assert!(worst >= held, "{worst:?}");
     stop.cancel();
@@ -594,14 +600,18 @@ fn the_board_reads_as_of_the_last_tick_so_a_reply_waiting_for_the_next_is_not_si
         ticks.clone(),
     );
     let read = board.read(t0 + ms(200));
-    assert_eq!(read.lateness, ms(30), "the next tick is not due yet");
+    assert_eq!(
+        (read.lateness.worst, read.lateness.held_up_total),
+        (ms(30), ms(30)),
+        "the next tick is not due yet"
+    );
     let read = board.read(t0 + ms(750));
     let silence = read.links[&id("b")].silence;
     assert!(silence < ms(600), "{silence:?} would read as a dead cable");
     assert_eq!(
-        read.lateness,
-        ms(522),
-        "the stalled tick is as late as it is overdue"
+        (read.lateness.worst, read.lateness.held_up_total),
+        (ms(522), ms(30 + 522)),
+        "the stalled tick is as late as it is overdue, and held up since it was due"
     );
     assert_eq!(read.links[&id("b")].at, t0 + ms(100));
 }

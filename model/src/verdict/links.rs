@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use meshd_domain::{
-    Blame, LinkEnd, LinkState, LinkVerdict, NodeId, NodeState, NodeVerdict, Quorum,
+    Blame, Lateness, LinkEnd, LinkState, LinkVerdict, NodeId, NodeState, NodeVerdict, Quorum,
 };
 
 use super::{
@@ -14,9 +14,9 @@ use super::{
     Positions, link_key,
 };
 use crate::excuse::LateMemory;
+use crate::lateness::LATENESS_MEMORY;
 use crate::link::{EndClass, EndView, LinkTracker, assess, fmt_duration};
 use crate::link_rules::{LinkRules, MEDIUM_WINDOW};
-use crate::linkstats::LATENESS_MEMORY;
 use crate::time::Moment;
 
 /// The longest a link verdict is held because most of the mesh runs late:
@@ -281,7 +281,7 @@ pub(super) struct Judge<'a> {
     pub(super) settings: &'a EngineSettings,
     pub(super) lives: &'a BTreeMap<&'a NodeId, Life<'a>>,
     pub(super) local: &'a NodeId,
-    pub(super) local_lateness: Duration,
+    pub(super) local_lateness: Lateness,
     /// This node's first evaluation: nothing it did before answered.
     pub(super) local_started: Option<Instant>,
     /// Since when this node looked often enough to know how late its peers
@@ -539,7 +539,7 @@ impl Judge<'_> {
 
     /// How late `node` said it ran in its latest message, and when that
     /// came; for this node, its lateness now.
-    fn latest_lateness(&self, node: &NodeId) -> Option<(Duration, Instant)> {
+    fn latest_lateness(&self, node: &NodeId) -> Option<(Lateness, Instant)> {
         if node == self.local {
             return Some((self.local_lateness, self.now));
         }

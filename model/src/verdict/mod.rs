@@ -13,13 +13,13 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant, SystemTime};
 
 use meshd_domain::{
-    Alarm, AlarmKind, ClockOffset, LinkEnd, LinkMeasurement, LinkObservation, MeshStatus, NodeId,
-    NodeIdentity, NodeLoad, NodeState, Quorum,
+    Alarm, AlarmKind, ClockOffset, Lateness, LinkEnd, LinkMeasurement, LinkObservation, MeshStatus,
+    NodeId, NodeIdentity, NodeLoad, NodeState, Quorum,
 };
 
+use crate::lateness::{LATE, LATENESS_MEMORY};
 use crate::link::{EndView, LinkTracker};
 use crate::link_rules::LinkRules;
-use crate::linkstats::{LATE, LATENESS_MEMORY};
 use crate::peers::{Path, PathLiveness, PathState, PeerView};
 use crate::quorum;
 use crate::time::Moment;
@@ -90,7 +90,7 @@ pub struct MeshInputs {
     pub local_load: NodeLoad,
     /// How late this node's own timers ran lately: a late node reads its
     /// peers' messages late too, so silence it sees then proves nothing.
-    pub local_lateness: Duration,
+    pub local_lateness: Lateness,
     pub local_links: Vec<LocalObservation>,
     pub expected_links: Vec<ExpectedLink>,
     /// What this node holds of each peer it has heard.
@@ -104,8 +104,8 @@ impl MeshInputs {
     /// How much of a peer's silence this node's own lateness may explain:
     /// its lateness once it runs late ([`LATE`]), else nothing.
     pub fn lateness_allowance(&self) -> Duration {
-        if self.local_lateness >= LATE {
-            self.local_lateness
+        if self.local_lateness.worst >= LATE {
+            self.local_lateness.worst
         } else {
             Duration::ZERO
         }
@@ -322,7 +322,7 @@ struct Life<'a> {
     last_message: Option<Instant>,
     /// How late the node said its timers ran, in that message: every
     /// message says it, while a link's figures go out only now and then.
-    lateness: Duration,
+    lateness: Lateness,
     /// Paths with an open stream that spoke within `stale_after`.
     fresh_paths: Vec<&'a Path>,
     /// Whether any stream path is still open (closed ones are silent at once).
@@ -636,7 +636,7 @@ mod tests {
     use meshd_domain::{Blame, LinkFigures, LinkState, LinkVerdict, PeerReport, Severity};
 
     use super::*;
-    use crate::fixtures::{default_engine_settings, epoch, moment_ms};
+    use crate::fixtures::{default_engine_settings, epoch, moment_ms, stalled_once};
     use crate::peers::PathState;
 
     /// `from` observing its cable to `to`, silent for `silence_ms`.
@@ -665,7 +665,7 @@ mod tests {
         hears: BTreeMap<&'static str, Vec<&'static str>>,
         no_quorum: BTreeSet<&'static str>,
         incarnation: BTreeMap<&'static str, u64>,
-        lateness: Duration,
+        lateness: Lateness,
         /// Links (as seen from the first end) whose RTT p99 is 5 ms.
         slow: BTreeSet<(&'static str, &'static str)>,
     }
@@ -681,7 +681,7 @@ mod tests {
                 hears: BTreeMap::new(),
                 no_quorum: BTreeSet::new(),
                 incarnation: BTreeMap::new(),
-                lateness: Duration::ZERO,
+                lateness: Lateness::default(),
                 slow: BTreeSet::new(),
             }
         }
@@ -1300,7 +1300,7 @@ mod tests {
         let settled = default_engine_settings()
             .link
             .down_after
-            .max(crate::linkstats::LATENESS_MEMORY);
+            .max(crate::lateness::LATENESS_MEMORY);
         let settled = u64::try_from(settled.as_millis()).expect("ms");
         mesh.silence("a", "b", 900 + settled + 100);
         let later = mesh.at(1_000 + settled + 100);
@@ -1362,7 +1362,7 @@ mod tests {
         let mut engine = Engine::new(default_engine_settings());
         mesh.evaluate(&mut engine, 0);
         // a's own timers ran 1.5 s late: it read nothing from c meanwhile.
-        mesh.lateness = Duration::from_millis(3_000);
+        mesh.lateness = stalled_once(Duration::from_millis(3_000));
         mesh.last_heard_ms.insert("c", 3_200);
         mesh.silence("a", "c", 3_200);
         for n in ["b", "d"] {
@@ -1379,13 +1379,14 @@ mod tests {
         let mut mesh = Mesh::new(&["a", "b", "c"]);
         let mut engine = Engine::new(default_engine_settings());
         mesh.evaluate(&mut engine, 0);
-        mesh.lateness = Duration::from_millis(200);
+        mesh.lateness = stalled_once(Duration::from_millis(200));
         // b hears nothing from c, c hears b: one end silent, held.
         mesh.silences.insert(("b", "c"), 900);
         let moment = mesh.at(100);
         let mut inputs = mesh.inputs(moment);
         for view in inputs.peers.values_mut() {
-            std::sync::Arc::make_mut(&mut view.report).lateness = Duration::from_millis(300);
+            std::sync::Arc::make_mut(&mut view.report).lateness =
+                stalled_once(Duration::from_millis(300));
         }
         let status = engine.evaluate(&inputs, moment).status;
         let held = link(&status, "b", "c");
@@ -1401,7 +1402,8 @@ mod tests {
             );
         let mut inputs = mesh.inputs(later);
         for view in inputs.peers.values_mut() {
-            std::sync::Arc::make_mut(&mut view.report).lateness = Duration::from_millis(300);
+            std::sync::Arc::make_mut(&mut view.report).lateness =
+                stalled_once(Duration::from_millis(300));
         }
         let status = engine.evaluate(&inputs, later).status;
         assert!(kinds(&status).contains(&AlarmKind::MeshSaturated));

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use meshd_domain::{AlarmKind, NodeId, NodeState, NodeVerdict};
 
 use super::{Engine, HEARSAY_DELAY, Life, MeshInputs, name_some};
+use crate::lateness::LATE;
 use crate::link::fmt_duration;
-use crate::linkstats::LATE;
 use crate::peers::Path;
 use crate::time::Moment;
 
@@ -204,11 +204,11 @@ impl Engine {
             .filter(|(id, view)| {
                 lives.get(id).is_some_and(|l| !l.fresh_paths.is_empty())
                     && self.fresh(view.received_at, now)
-                    && (view.report.lateness >= LATE || view.report.load.cpu_saturated)
+                    && (view.report.lateness.worst >= LATE || view.report.load.cpu_saturated)
             })
             .map(|(id, _)| id)
             .collect();
-        if inputs.local_lateness >= LATE || inputs.local_load.cpu_saturated {
+        if inputs.local_lateness.worst >= LATE || inputs.local_load.cpu_saturated {
             late.push(&inputs.local.id);
         }
         late

@@ -28,8 +28,9 @@ use meshd_model::alerts::{self, AlertState, Labels};
 pub mod alertmanager;
 use alertmanager::Alertmanager;
 use meshd_model::fixtures;
+use meshd_model::lateness::LatenessLog;
 use meshd_model::linkstats::{
-    LatenessLog, LinkStats, LinkStatsConfig, ProbeClass, ProbeNews, ProbeStats, RTT_BOUNDS,
+    LinkStats, LinkStatsConfig, ProbeClass, ProbeNews, ProbeStats, RTT_BOUNDS,
 };
 use meshd_model::node::{Decision, Look, NodeCore, NodeSettings, ReplyAction};
 use meshd_model::peers::{Path, PeerBook, StreamId};

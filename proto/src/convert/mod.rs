@@ -722,7 +722,10 @@ mod tests {
         ReportUpdate {
             sequence: 42,
             sent_at: wall(200),
-            lateness: Duration::from_millis(4),
+            lateness: meshd_domain::Lateness {
+                worst: Duration::from_millis(4),
+                held_up_total: Duration::from_millis(9_000),
+            },
             full: true,
             links: vec![LinkObservation {
                 figures: LinkFigures {

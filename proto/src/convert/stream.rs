@@ -13,8 +13,8 @@ use crate::limits;
 use crate::wire;
 use meshd_domain::facts::NodeFacts;
 use meshd_domain::{
-    Alarm, ClockOffset, ClockSample, Incarnation, LinkEnd, LinkObservation, NodeIdentity, NodeLoad,
-    PeerMessage, PeerReply, Refusal, ReportUpdate, RttHistogram, StreamOpen,
+    Alarm, ClockOffset, ClockSample, Incarnation, Lateness, LinkEnd, LinkObservation, NodeIdentity,
+    NodeLoad, PeerMessage, PeerReply, Refusal, ReportUpdate, RttHistogram, StreamOpen,
 };
 
 impl From<NodeLoad> for wire::NodeLoad {
@@ -144,7 +144,8 @@ impl From<ReportUpdate> for wire::ReportUpdate {
         Self {
             sequence: u.sequence,
             sent_at: timestamp(u.sent_at),
-            lateness_ns: nanos(u.lateness),
+            lateness_ns: nanos(u.lateness.worst),
+            held_up_total_ns: nanos(u.lateness.held_up_total),
             full: u.full,
             links: u
                 .links
@@ -210,7 +211,10 @@ pub fn update_from_wire(u: wire::ReportUpdate, bounds: &[Duration]) -> Result<Re
     Ok(ReportUpdate {
         sequence: u.sequence,
         sent_at: time("sent_at", u.sent_at)?,
-        lateness: Duration::from_nanos(u.lateness_ns),
+        lateness: Lateness {
+            worst: Duration::from_nanos(u.lateness_ns),
+            held_up_total: Duration::from_nanos(u.held_up_total_ns),
+        },
         full: u.full,
         links: each("links", u.links, |o| observation_from_stream(o, bounds))?,
         removed_links: each("removed_links", u.removed_links, LinkEnd::try_from)?,
