@@ -613,12 +613,13 @@ impl Judge<'_> {
         // A silence starts at the last reply, but the fault may strike a
         // probe period later, and a message sent just before a node froze
         // can arrive after that reply: an end proves it outlived a silence
-        // only by speaking once the silence was long enough to be a fault.
+        // only by speaking once the silence was long enough to be a fault
+        // (the message that carries its own view of that silence does).
         let proof_after =
             silence_onset.map_or(onset, |at| at.checked_add(rules.down_after).unwrap_or(at));
         for (node, state) in [&link.a.node, &link.b.node].into_iter().zip(end_states) {
             let heard = self.evidence_of(node);
-            if state != NodeState::Up || heard.is_none_or(|at| at <= proof_after) {
+            if state != NodeState::Up || heard.is_none_or(|at| at < proof_after) {
                 let ago = heard.map_or_else(
                     || "never".to_owned(),
                     |at| {
