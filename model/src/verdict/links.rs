@@ -581,9 +581,23 @@ impl Judge<'_> {
         {
             return None;
         }
+        // Messages read in one batch (this node stalled, then read its
+        // sockets) arrive at one instant in an unknown order: an end heard
+        // then spoke after the views only if the one view seen then is its
+        // own (its lateness travels with it).
+        let seen_then: Vec<&str> = present
+            .iter()
+            .filter(|e| e.observed_at == seen)
+            .map(|e| e.view.node)
+            .collect();
+        let spoke_after = |node: &NodeId| {
+            self.spoke_at(node).is_some_and(|at| {
+                at > seen || (at == seen && seen_then.as_slice() == [node.as_str()])
+            })
+        };
         let node = [&link.a.node, &link.b.node]
             .into_iter()
-            .find(|node| self.spoke_at(node).is_none_or(|at| at < seen))?;
+            .find(|node| !spoke_after(node))?;
         Some(format!(
             "held: {node} has not spoken since the degradation was reported; \
              its own report may explain it (a node whose timers run late answers late)"

@@ -929,8 +929,11 @@ mod tests {
         let mut engine = Engine::new(default_engine_settings());
         mesh.watch(&mut engine, KNOWN);
         mesh.slow.insert(("b", "c"));
+        // Both ends' views arrive at one instant: both must speak again
+        // before the link is blamed (`Judge::unspoken_end`).
         mesh.evaluate(&mut engine, KNOWN + 100);
-        let status = mesh.evaluate(&mut engine, KNOWN + 1_000);
+        mesh.evaluate(&mut engine, KNOWN + 1_000);
+        let status = mesh.evaluate(&mut engine, KNOWN + 2_000);
         let slow = link(&status, "b", "c");
         assert_eq!(
             (slow.state, slow.blame),
