@@ -12,7 +12,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
-use meshd_domain::{Alarm, Event, EventKind, MeshStatus, NodeId, NodeIdentity, RejectReason};
+use meshd_domain::{
+    Alarm, Event, EventKind, Lateness, MeshStatus, NodeId, NodeIdentity, RejectReason,
+};
 use meshd_model::histogram::DurationHistogram;
 use meshd_model::job_watch::Sampled;
 use meshd_model::node::{Decision, Look, NodeCore, ReplyAction};
@@ -344,7 +346,7 @@ impl Aggregator {
         });
         self.evaluation_times.observe(started.elapsed());
         self.next_look = decision.next_look.max(started + MIN_LOOK_GAP);
-        self.publish(decision, rejected, moment);
+        self.publish(decision, probes.lateness, rejected, moment);
     }
 
     /// Sends what a look decided: the update to the streams, the status
@@ -352,6 +354,7 @@ impl Aggregator {
     fn publish(
         &mut self,
         decision: Decision,
+        lateness: Lateness,
         rejected: BTreeMap<RejectReason, u64>,
         moment: Moment,
     ) {
@@ -372,6 +375,7 @@ impl Aggregator {
             status: status.clone(),
             links: decision.links,
             load: decision.load,
+            lateness,
             peers: decision.peers,
             rejected,
             links_observed: decision.links_observed,

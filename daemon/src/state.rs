@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use meshd_domain::{
-    ClockOffset, Event, EventKind, LinkMeasurement, LinkObservation, MeshStatus, NodeId,
+    ClockOffset, Event, EventKind, Lateness, LinkMeasurement, LinkObservation, MeshStatus, NodeId,
     NodeIdentity, NodeLoad, PeerMessage, PeerReply, RejectReason, ReportUpdate,
 };
 use meshd_model::histogram::DurationHistogram;
@@ -55,6 +55,8 @@ pub struct Published {
     /// This node's own link observations.
     pub links: Vec<LinkObservation>,
     pub load: NodeLoad,
+    /// How late this node's probe timer ran, as of the look.
+    pub lateness: Lateness,
     /// What this node holds of each peer.
     pub peers: BTreeMap<NodeId, PeerView>,
     /// Refused peer streams and updates since start, by reason.
@@ -84,6 +86,7 @@ impl Published {
             status: Arc::new(placeholder_status(identity)),
             links: Vec::new(),
             load: NodeLoad::default(),
+            lateness: Lateness::default(),
             peers: BTreeMap::new(),
             rejected: BTreeMap::new(),
             links_observed: 0,

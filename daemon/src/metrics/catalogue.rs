@@ -139,6 +139,10 @@ metrics! {
         "Report streams this node opened to `peer` (outcome accepted), updates the peer refused (rejected), and streams that broke or could not open (failed).";
     NODE_CPU_BUSY_RATIO: "meshd_node_cpu_busy_ratio", Gauge, [], Some(Unit::Ratio),
         "Busy share (0-1) of all CPU cores of this node.";
+    TIMER_LATENESS_SECONDS: "meshd_timer_lateness_seconds", Gauge, [], Some(Unit::Seconds),
+        "The latest this node's probe timer fired in the last 2 s (a tick overdue now counts as late as it is overdue).";
+    TIMER_HELD_UP_SECONDS_TOTAL: "meshd_timer_held_up_seconds_total", Counter, [], Some(Unit::Seconds),
+        "Time this node's probe timer was held up since meshd started, from when each late firing was due until it fired.";
     ALERTS_FIRING: "meshd_alerts_firing", Gauge, [], None,
         "Alerts this node, as the alert leader, keeps firing in Alertmanager (0 on other nodes).";
     ALERT_POSTS_TOTAL: "meshd_alert_posts_total", Counter, ["alertmanager", "outcome"], None,

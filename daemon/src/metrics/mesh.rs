@@ -56,6 +56,10 @@ impl MeshSeries {
         write_rejected_reports(out, &published.rejected);
         out.family(&c::NODE_CPU_BUSY_RATIO)
             .sample(&[], published.load.cpu_busy_ratio);
+        out.family(&c::TIMER_LATENESS_SECONDS)
+            .sample(&[], published.lateness.worst.as_secs_f64());
+        out.family(&c::TIMER_HELD_UP_SECONDS_TOTAL)
+            .sample(&[], published.lateness.held_up_total.as_secs_f64());
         write_events(out, &published.events);
         write_evaluation_times(out, &published.evaluation_times);
     }
