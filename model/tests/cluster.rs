@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use meshd_domain::{AlarmKind, Blame, EventKind, LinkState, MeshStatus, NodeState};
 use meshd_model::alerts::Labels;
-use meshd_model::verdict::RESTART_GRACE;
+use meshd_model::verdict::{HEARSAY_DELAY, RESTART_GRACE};
 use proptest::prelude::*;
 use sim::alertmanager::Notification;
 use sim::{Action, Cable, CableCut, Observed, Sim, cable};
@@ -118,6 +118,11 @@ enum Fault {
     /// A busy node stalls 700 ms every 1.5 s (its daemon gets no CPU, then
     /// catches up).
     PeriodicStall {
+        x: usize,
+    },
+    /// An insider with the node's key: its reports say it hears every
+    /// member, dead or cut off, while its own verdicts stay honest.
+    Lie {
         x: usize,
     },
 }
@@ -288,6 +293,7 @@ fn actions(episode: &Episode, n: usize) -> Vec<(Duration, Action)> {
             both(Action::SetClockOffset(x, ms), Action::SetClockOffset(x, 0))
         }
         Fault::Late { x, by } => both(Action::SetLate(x, by), Action::SetLate(x, Duration::ZERO)),
+        Fault::Lie { x } => both(Action::Lie(x, true), Action::Lie(x, false)),
         Fault::Isolate { x } => {
             let mut out = both(Action::CutManagement(x), Action::HealManagement(x));
             for y in (0..n).filter(|y| *y != x) {
@@ -415,6 +421,9 @@ fn late_beside(e: &Episode, all: &[Episode]) -> Duration {
             Fault::Late { by, .. } | Fault::AllLate { by } => Some(by.saturating_mul(2)),
             Fault::Freeze { .. } => Some(o.heal.saturating_sub(o.start)),
             Fault::PeriodicStall { .. } => Some(STALL_FOR),
+            // One member's word that it hears a node delays that node's
+            // death by `HEARSAY_DELAY`, never more.
+            Fault::Lie { .. } => Some(HEARSAY_DELAY),
             _ => None,
         })
         .max()
@@ -1010,7 +1019,7 @@ fn check_pages(sim: &Sim, e: &Episode, all: &[Episode], problems: &mut Vec<Strin
         // A stalling node runs late: beside another late one, the mesh may
         // say most of it runs late.
         Fault::PeriodicStall { .. } => (BTreeSet::new(), named(&posted, "MeshSaturated")),
-        Fault::Late { .. } => (BTreeSet::new(), BTreeSet::new()),
+        Fault::Late { .. } | Fault::Lie { .. } => (BTreeSet::new(), BTreeSet::new()),
         // The mesh may say it runs late; nothing else.
         Fault::AllLate { .. } => (BTreeSet::new(), named(&posted, "MeshSaturated")),
     };
@@ -1414,7 +1423,8 @@ fn touched(fault: &Fault) -> Vec<usize> {
         | Fault::ClockOffset { x, .. }
         | Fault::Late { x, .. }
         | Fault::Isolate { x }
-        | Fault::PeriodicStall { x } => vec![x],
+        | Fault::PeriodicStall { x }
+        | Fault::Lie { x } => vec![x],
         Fault::PairCut { a, b } => vec![a, b],
         Fault::Split { ref side } => side.iter().copied().collect(),
         Fault::AllLate { .. } => Vec::new(),
@@ -1439,7 +1449,7 @@ fn quiet_beside(q: &DrawnQuiet, n: usize, checked: &Episode) -> Option<Episode> 
     let taken = touched(&checked.fault);
     let free: Vec<usize> = (0..n).filter(|i| !taken.contains(i)).collect();
     let x = *free.get(q.x % free.len().max(1))?;
-    let (fault, lasts) = match q.kind % 3 {
+    let (fault, lasts) = match q.kind % 4 {
         0 => {
             let by = drawn_lateness(q.param);
             (Fault::Late { x, by }, Duration::from_secs(4 + q.param % 5))
@@ -1449,6 +1459,7 @@ fn quiet_beside(q: &DrawnQuiet, n: usize, checked: &Episode) -> Option<Episode> 
             Fault::Freeze { x },
             Duration::from_millis(100 + q.param % 1_800),
         ),
+        3 => (Fault::Lie { x }, Duration::from_secs(6 + q.param % 5)),
         _ => {
             let ms = drawn_offset_ms(q.param, q.param.is_multiple_of(3));
             (
@@ -1490,8 +1501,8 @@ proptest! {
         ..ProptestConfig::default()
     })]
 
-    /// Faults that overlap: any fault, and beside it a busy, stalled or
-    /// mis-clocked node elsewhere. The fault is found within the same
+    /// Faults that overlap: any fault, and beside it a busy, stalled,
+    /// mis-clocked or lying node elsewhere. The fault is found within the same
     /// budgets as on a quiet mesh, and the quiet one adds no verdict and
     /// no page.
     #[test]

@@ -85,7 +85,7 @@ impl Engine {
         now: Instant,
     ) -> (NodeState, Vec<String>) {
         let mut evidence = life_evidence(id, life, now);
-        let state = self.node_state(life, Duration::ZERO, now);
+        let state = self.taken_back_by_hearsay(id, life, now);
         let allowance = inputs.lateness_allowance();
         let kept = self.held_back_by_lateness(id, life, state, allowance, now);
         if kept != state {
@@ -109,6 +109,31 @@ impl Engine {
             return (NodeState::Suspect, evidence);
         }
         (kept, evidence)
+    }
+
+    /// Peer `id`'s state judged as if this node ran on time. A minority's
+    /// word that it hears the node holds its death back, for a while; it
+    /// does not take one back: a node already down stays down while only
+    /// such hearsay speaks for it (an insider saying it hears a dead node
+    /// would otherwise resolve its page and fire it again).
+    fn taken_back_by_hearsay(&self, id: &NodeId, life: &Life<'_>, now: Instant) -> NodeState {
+        let state = self.node_state(life, Duration::ZERO, now);
+        let was_down = self
+            .node_since
+            .get(id)
+            .is_some_and(|(previous, _)| *previous == NodeState::Down);
+        if state != NodeState::Suspect || !was_down || life.hearers.is_empty() {
+            return state;
+        }
+        let unheard = Life {
+            hearers: Vec::new(),
+            heard_by_majority: false,
+            ..life.clone()
+        };
+        match self.node_state(&unheard, Duration::ZERO, now) {
+            NodeState::Down => NodeState::Down,
+            _ => state,
+        }
     }
 
     /// `state`, peer `id`'s state judged as if this node ran on time, held

@@ -258,6 +258,8 @@ pub struct SimNode {
     pub clock_offset_ms: i64,
     /// How late every timer of the node fires.
     pub late_by: Duration,
+    /// Its reports say it hears every member, whatever it hears.
+    lies: bool,
     /// The probe timer's phase.
     phase: Duration,
     last_incarnation: u64,
@@ -362,6 +364,9 @@ pub enum Action {
     Thaw(usize),
     SetClockOffset(usize, i64),
     SetLate(usize, Duration),
+    /// The node says (or stops saying) that it hears every member: an
+    /// insider with a node's key.
+    Lie(usize, bool),
 }
 
 /// An alert as Alertmanager saw it posted (by any node).
@@ -457,6 +462,7 @@ impl Sim {
                 deferred: Vec::new(),
                 clock_offset_ms: 0,
                 late_by: Duration::ZERO,
+                lies: false,
                 phase: Duration::from_millis(rng.below(100)),
                 last_incarnation: 0,
                 boots: 0,
@@ -775,6 +781,7 @@ impl Sim {
             Action::Thaw(x) => self.thaw(x),
             Action::SetClockOffset(x, ms) => self.nodes[x].clock_offset_ms = ms,
             Action::SetLate(x, by) => self.nodes[x].late_by = by,
+            Action::Lie(x, lies) => self.nodes[x].lies = lies,
         }
     }
 
@@ -1098,11 +1105,14 @@ impl Sim {
     /// Puts `wire` on connection `id`, in order behind what is on it.
     fn send(&mut self, id: ConnId, wire: Wire) {
         let now = self.now;
-        let usable = {
+        let (usable, wire) = {
             let Some(c) = self.conns.get(&id) else {
                 return;
             };
-            self.net.conn_usable(c.from, c.to, c.kind)
+            (
+                self.net.conn_usable(c.from, c.to, c.kind),
+                self.as_told(c.from, wire),
+            )
         };
         let Some(conn) = self.conns.get_mut(&id) else {
             return;
@@ -1114,6 +1124,18 @@ impl Sim {
         let at = (now + Network::latency(conn.kind)).max(conn.last_arrival);
         conn.last_arrival = at;
         self.push(at, Ev::Arrive { conn: id, wire });
+    }
+
+    /// What node `from` sends: a liar's updates say it hears every member.
+    fn as_told(&self, from: usize, wire: Wire) -> Wire {
+        match wire {
+            Wire::Update(mut update) if self.nodes[from].lies => {
+                let everyone = (0..self.nodes.len()).filter(|i| *i != from);
+                update.hears = Some(everyone.map(numbered_id).collect());
+                Wire::Update(update)
+            }
+            other => other,
+        }
     }
 
     /// Sends what waited on connections whose path works again.
