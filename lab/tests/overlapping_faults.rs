@@ -7,7 +7,8 @@
 //! to it): the pages are what meshd's alert leader, its followers' backups
 //! and minorities post. Alertmanager is sampled every half second and every
 //! sample must be exactly right for the whole fault (a page that comes and
-//! goes is a page); a page must keep its start (a new one is a refire), and
+//! goes is a page), leaving out only the shared host's own alerts
+//! (`common::alerting::HOST_ALERTS`); a page must keep its start (a new one is a refire), and
 //! Alertmanager's debug log must show no resolve of it while its fault
 //! lasts (a resolve and refire between two samples).
 //!
