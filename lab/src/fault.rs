@@ -1,8 +1,10 @@
 //! Faults, injected the way they happen: a cable pulled (`ip link … down`),
 //! a slow cable (`tc tbf`), a lossy one (nftables), a bridge over mesh
 //! ports (a real loop and storm), a storm on a port outside the mesh, a
-//! CPU hog named like macOS's Universal Control, and a split management
-//! network. Each has its undo; `down` removes whatever is left.
+//! CPU hog named like macOS's Universal Control, a split management
+//! network, a node isolated from everything (its management cable and every
+//! mesh cable pulled), and a daemon stalled or made late by SIGSTOP/SIGCONT
+//! cycles (`stall.rs`). Each has its undo; `down` removes whatever is left.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -10,6 +12,7 @@ use std::process::{Child, Command, Stdio};
 use crate::command::{CommandError, QUICK, run};
 use crate::lab::{Lab, LabError};
 use crate::plan::{MGMT_BRIDGE, mesh_iface};
+use crate::stall::{Stall, StallPattern, StallReport};
 
 /// The bridge a bridge-loop fault puts over a node's mesh ports.
 pub const LOOP_BRIDGE: &str = "meshbr";
@@ -313,6 +316,37 @@ impl Lab {
         Ok(())
     }
 
+    /// Cuts `node` off from everything: its port on the management bridge
+    /// goes down (the node's `mgmt0` loses its carrier, as when its
+    /// management cable is pulled or its switch port dies) and every mesh
+    /// cable is pulled out of its ports. Its meshd keeps running, alone.
+    pub fn isolate(&self, node: &str) -> Result<(), LabError> {
+        let mgmt = self.plan.mgmt_namespace();
+        let port = &self.plan.node(node)?.mgmt_port;
+        run("ip", &["-n", &mgmt, "link", "set", port, "down"], QUICK)?;
+        for peer in self.peers_of(node) {
+            self.pull_cable(node, peer)?;
+        }
+        Ok(())
+    }
+
+    /// Undoes [`Lab::isolate`]: the management port and every cable of
+    /// `node` up again.
+    pub fn rejoin(&self, node: &str) -> Result<(), LabError> {
+        let mgmt = self.plan.mgmt_namespace();
+        let port = &self.plan.node(node)?.mgmt_port;
+        run("ip", &["-n", &mgmt, "link", "set", port, "up"], QUICK)?;
+        for peer in self.peers_of(node) {
+            self.plug_cable(node, peer)?;
+        }
+        Ok(())
+    }
+
+    /// Every other node (the lab is a full mesh: one cable to each).
+    fn peers_of(&self, node: &str) -> Vec<&'static str> {
+        self.ids().into_iter().filter(|&id| id != node).collect()
+    }
+
     /// Joins the management network again.
     pub fn heal_partition(&self) -> Result<(), LabError> {
         let mgmt = self.plan.mgmt_namespace();
@@ -344,5 +378,32 @@ impl Lab {
             }
         }
         Ok(())
+    }
+}
+
+impl Lab {
+    /// Stops `node`'s meshd for `pattern.stopped` out of every
+    /// `pattern.every` (SIGSTOP, SIGCONT) from a thread of this process
+    /// until [`Lab::end_stalls`], teardown or drop, which leave it running.
+    /// A long stop every second or so is a stalling host; a short one every
+    /// 100 ms makes its timers run that late.
+    pub fn start_stalls(&mut self, node: &str, pattern: StallPattern) -> Result<(), LabError> {
+        let id = self.plan.node(node)?.id;
+        if self.stalls.contains_key(id) {
+            return Err(LabError::AlreadyStalled(id.to_owned()));
+        }
+        let pid = self.daemon_pid(id)?;
+        self.stalls.insert(id, Stall::start(pid, pattern)?);
+        Ok(())
+    }
+
+    /// Ends the stalls of `node`'s meshd (it runs on); what the driver did.
+    /// Nothing to end is no error.
+    pub fn end_stalls(&mut self, node: &str) -> Result<StallReport, LabError> {
+        let id = self.plan.node(node)?.id;
+        match self.stalls.remove(id) {
+            Some(stall) => Ok(stall.end()?),
+            None => Ok(StallReport::default()),
+        }
     }
 }

@@ -29,6 +29,10 @@ pub enum LabError {
     Plan(#[from] PlanError),
     #[error(transparent)]
     Command(#[from] CommandError),
+    #[error(transparent)]
+    Stall(#[from] crate::stall::StallError),
+    #[error("node {0}'s meshd is already being stalled")]
+    AlreadyStalled(String),
     #[error("{path}: {source}")]
     File {
         path: PathBuf,
@@ -143,6 +147,8 @@ pub struct Lab {
     pub(crate) hogs: Vec<Child>,
     /// Prometheus and Alertmanager, when this process started them.
     pub(crate) services: Vec<Child>,
+    /// The stall drivers this process runs, by node.
+    pub(crate) stalls: BTreeMap<&'static str, crate::stall::Stall>,
     /// Tear everything down on drop (tests); `lab up` leaves it running.
     teardown_on_drop: bool,
 }
@@ -174,6 +180,7 @@ impl Lab {
             daemons: BTreeMap::new(),
             hogs: Vec::new(),
             services: Vec::new(),
+            stalls: BTreeMap::new(),
             teardown_on_drop: true,
         };
         lab.build_network()?;
@@ -202,6 +209,7 @@ impl Lab {
             daemons: BTreeMap::new(),
             hogs: Vec::new(),
             services: Vec::new(),
+            stalls: BTreeMap::new(),
             teardown_on_drop: false,
         })
     }
@@ -455,6 +463,9 @@ impl Lab {
     /// Stops node `id`'s meshd as a service manager would (SIGTERM, then
     /// SIGKILL after a grace period).
     pub fn stop(&mut self, id: &str) -> Result<(), LabError> {
+        // A stalled daemon must run to act on the TERM: its driver ends
+        // (and continues it) first.
+        self.stalls.remove(id);
         let pid = self.daemon_pid(id)?;
         command::signal(pid, "TERM")?;
         if !self.reap(id, STOP_GRACE) {
@@ -551,6 +562,9 @@ impl Lab {
 
     /// Stops what this process started, then removes the whole lab.
     pub fn teardown(&mut self) -> Result<(), LabError> {
+        // Each driver continues its daemon as it ends, so the daemons stop
+        // on SIGTERM below instead of waiting for SIGKILL.
+        self.stalls.clear();
         for mut helper in self.hogs.drain(..).chain(self.services.drain(..)) {
             let _ = helper.kill();
             let _ = helper.wait();
@@ -616,6 +630,9 @@ fn end_processes(namespaces: &[String]) -> Result<(), LabError> {
     }
     for &pid in &pids {
         let _ = command::signal(pid, "TERM");
+        // A frozen or stalled daemon (`lab fault freeze`, `stall`, `late`)
+        // acts on the TERM only once it runs again.
+        let _ = command::signal(pid, "CONT");
     }
     let deadline = Instant::now() + STOP_GRACE;
     while pids.iter().any(|&p| live_command(p).is_some()) && Instant::now() < deadline {

@@ -11,6 +11,7 @@ pub mod hostile;
 pub mod lab;
 pub mod observe;
 pub mod plan;
+pub mod stall;
 pub mod status;
 pub mod vm;
 

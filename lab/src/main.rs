@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
+use meshd_lab::stall::StallPattern;
 use meshd_lab::{Binaries, Lab, Options, Plan, lab, vm};
 
 /// The longest a timed fault (a storm, a hog) may be held from here.
@@ -153,6 +154,45 @@ enum Fault {
     },
     /// Join the management network again.
     HealPartition,
+    /// Cut NODE off from everything: its management port and every mesh
+    /// cable down (its meshd runs on, alone).
+    Isolate {
+        node: String,
+    },
+    /// Undo `isolate`: the management port and every cable of NODE up.
+    Rejoin {
+        node: String,
+    },
+    /// Stall NODE's meshd: SIGSTOP for STOP_MS out of every EVERY_MS
+    /// (a busy host's stalls), for SECS; it is always left running, also
+    /// on Ctrl-C.
+    Stall {
+        node: String,
+        /// How long each stall lasts (ms).
+        #[arg(long, default_value_t = 700)]
+        stop_ms: u64,
+        /// How often a stall begins (ms); more than --stop-ms.
+        #[arg(long, default_value_t = 1500)]
+        every_ms: u64,
+        /// How long to keep stalling it (seconds).
+        #[arg(long = "for", default_value_t = 30)]
+        secs: u64,
+    },
+    /// Make NODE's meshd run its timers late by up to BY_MS: the stall
+    /// driver with short stops (SIGSTOP for BY_MS out of every EVERY_MS),
+    /// for SECS; always left running, also on Ctrl-C.
+    Late {
+        node: String,
+        /// The most its timers run late (ms): each stop's length.
+        #[arg(long, default_value_t = 40)]
+        by_ms: u64,
+        /// How often a stop begins (ms); more than --by-ms.
+        #[arg(long, default_value_t = 100)]
+        every_ms: u64,
+        /// How long to keep it late (seconds).
+        #[arg(long = "for", default_value_t = 30)]
+        secs: u64,
+    },
 }
 
 fn nodes(list: &str) -> Vec<&str> {
@@ -214,9 +254,66 @@ fn fault(lab: &mut Lab, fault: Fault) -> anyhow::Result<()> {
             lab.partition(&groups)?;
         }
         Fault::HealPartition => lab.heal_partition()?,
+        Fault::Isolate { node } => lab.isolate(&node)?,
+        Fault::Rejoin { node } => lab.rejoin(&node)?,
+        Fault::Stall {
+            node,
+            stop_ms,
+            every_ms,
+            secs,
+        }
+        | Fault::Late {
+            node,
+            by_ms: stop_ms,
+            every_ms,
+            secs,
+        } => stall(lab, &node, stop_ms, every_ms, secs)?,
     }
     println!("ok");
     Ok(())
+}
+
+/// Runs the stall driver on NODE's meshd for `secs`, or until SIGINT,
+/// SIGTERM or SIGHUP: whichever comes first, the daemon is left running.
+#[allow(clippy::print_stdout)]
+fn stall(lab: &mut Lab, node: &str, stop_ms: u64, every_ms: u64, secs: u64) -> anyhow::Result<()> {
+    use nix::sys::signal::{SigSet, Signal};
+    if secs > MAX_HOLD_SECS {
+        bail!("--for is at most {MAX_HOLD_SECS} s");
+    }
+    let pattern = StallPattern::new(
+        Duration::from_millis(stop_ms),
+        Duration::from_millis(every_ms),
+    )?;
+    // Blocked before the driver's thread starts (it inherits the mask), so
+    // an interrupt is taken here, where the driver is ended, not by the
+    // default action, which would leave the daemon stopped.
+    let mut ending = SigSet::empty();
+    for signal in [
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGALRM,
+    ] {
+        ending.add(signal);
+    }
+    ending.thread_block()?;
+    lab.start_stalls(node, pattern)?;
+    println!(
+        "{node}'s meshd stopped {stop_ms} ms of every {every_ms} ms for {secs} s (Ctrl-C ends it)"
+    );
+    nix::unistd::alarm::set(u32::try_from(secs.max(1)).unwrap_or(u32::MAX));
+    let woken_by = ending.wait();
+    let report = lab.end_stalls(node)?;
+    println!(
+        "{} stops, the longest {} ms; {node}'s meshd runs",
+        report.cycles,
+        report.longest_stop.as_millis()
+    );
+    match woken_by? {
+        Signal::SIGALRM => Ok(()),
+        other => bail!("interrupted by {other}"),
+    }
 }
 
 /// The VM commands; they need qemu, not root.

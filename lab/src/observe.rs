@@ -127,6 +127,9 @@ impl Lab {
                 format!("--web.listen-address={MGMT_HOST}:{ALERTMANAGER_PORT}"),
                 // No cluster: a lone Alertmanager must not gossip anywhere.
                 "--cluster.listen-address=".to_owned(),
+                // Its debug log has a line per alert it receives, firing or
+                // resolved (`Received alert`): what `received_alerts` reads.
+                "--log.level=debug".to_owned(),
             ],
         )
     }
@@ -151,6 +154,19 @@ impl Lab {
         Ok(answer.as_array().cloned().unwrap_or_default())
     }
 
+    /// Every alert Alertmanager received so far, in order, from its debug
+    /// log: each post of a firing alert and each resolve, even one that is
+    /// followed by a firing post again before anyone could query the
+    /// active alerts in between.
+    pub fn received_alerts(&self) -> Result<Vec<Received>, LabError> {
+        let path = self.state_dir().join("alertmanager.log");
+        let log = std::fs::read_to_string(&path).map_err(|source| LabError::File {
+            path: path.clone(),
+            source,
+        })?;
+        Ok(log.lines().filter_map(Received::parse).collect())
+    }
+
     /// The active alerts Alertmanager holds matching `matchers`
     /// (`amtool alert query`, e.g. `alertname=MeshLinkDown`).
     pub fn alertmanager_alerts(&self, matchers: &[&str]) -> Result<Vec<Value>, LabError> {
@@ -159,5 +175,65 @@ impl Lab {
         args.extend_from_slice(matchers);
         let answer = self.client("amtool", &args)?;
         Ok(answer.as_array().cloned().unwrap_or_default())
+    }
+}
+
+/// One alert as Alertmanager's dispatcher received it: its debug log line
+/// `msg="Received alert" alert=NAME[FINGERPRINT][active|resolved]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Received {
+    pub alertname: String,
+    /// The first 7 hex digits of the alert's fingerprint (a hash of its
+    /// labels: the same alert, whoever posts it).
+    pub fingerprint: String,
+    pub resolved: bool,
+    /// The line's `ts=` as logged.
+    pub at: String,
+}
+
+impl Received {
+    fn parse(line: &str) -> Option<Self> {
+        if !line.contains("msg=\"Received alert\"") {
+            return None;
+        }
+        let field = |key: &str| {
+            line.split_whitespace()
+                .find_map(|f| f.strip_prefix(key))
+                .map(|v| v.trim_matches('"').to_owned())
+        };
+        let alert = field("alert=")?;
+        let (alertname, rest) = alert.split_once('[')?;
+        let (fingerprint, state) = rest.split_once("][")?;
+        let resolved = match state.strip_suffix(']')? {
+            "resolved" => true,
+            "active" => false,
+            _ => return None,
+        };
+        Some(Self {
+            alertname: alertname.to_owned(),
+            fingerprint: fingerprint.to_owned(),
+            resolved,
+            at: field("ts=").unwrap_or_default(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_received_alert_line_names_the_alert_its_fingerprint_and_state() {
+        let line = r#"ts=2026-12-05T11:40:01.123Z caller=dispatch.go:163 level=debug component=dispatcher msg="Received alert" alert=MeshLinkDown[5f3a2b1][resolved]"#;
+        assert_eq!(
+            Received::parse(line),
+            Some(Received {
+                alertname: "MeshLinkDown".to_owned(),
+                fingerprint: "5f3a2b1".to_owned(),
+                resolved: true,
+                at: "2026-12-05T11:40:01.123Z".to_owned(),
+            })
+        );
+        assert_eq!(Received::parse("level=info msg=\"Listening\""), None);
     }
 }

@@ -10,26 +10,12 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::alerting::{ALERT, can_observe, critical_pages, poll};
 use common::{VERDICT, four_nodes, link_is, node_blamed, up};
 use meshd_lab::Lab;
 use serde_json::Value;
-
-/// Prometheus needs a few scrapes and the rule's `for: 3s`; Alertmanager
-/// answers at once. Generous for a loaded two-core host.
-const ALERT: Duration = Duration::from_secs(60);
-
-fn poll<T>(what: &str, limit: Duration, mut probe: impl FnMut() -> Option<T>) -> T {
-    let started = Instant::now();
-    loop {
-        if let Some(found) = probe() {
-            return found;
-        }
-        assert!(started.elapsed() < limit, "waited {limit:?} for {what}");
-        std::thread::sleep(Duration::from_millis(500));
-    }
-}
 
 /// Prometheus's MeshLinkDown alerts for a-b, by state (`pending`, `firing`).
 fn prometheus_link_down(lab: &Lab) -> Option<Vec<String>> {
@@ -65,15 +51,6 @@ fn alertmanager_link_down(lab: &Lab) -> Option<Vec<Value>> {
         .ok()
 }
 
-fn can_observe() -> bool {
-    common::can_run(&[
-        "prometheus",
-        "promtool",
-        "prometheus-alertmanager",
-        "amtool",
-    ])
-}
-
 fn shipped_rules() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../dashboards/prometheus/meshd.rules.yml")
@@ -98,21 +75,6 @@ fn prometheus_alerts(lab: &Lab, query: &str) -> Option<Vec<String>> {
         series
             .iter()
             .filter_map(|s| s["metric"]["alertname"].as_str().map(str::to_owned))
-            .collect(),
-    )
-}
-
-/// `(alertname, node)` of every active, non-inhibited, non-silenced
-/// critical alert Alertmanager holds.
-fn critical_pages(lab: &Lab) -> Option<Vec<(String, String)>> {
-    let alerts = lab.alertmanager_alerts(&["severity=critical"]).ok()?;
-    Some(
-        alerts
-            .iter()
-            .map(|a| {
-                let label = |k: &str| a["labels"][k].as_str().unwrap_or_default().to_owned();
-                (label("alertname"), label("node"))
-            })
             .collect(),
     )
 }

@@ -6,6 +6,8 @@
 //! be judged by another's verdicts.
 #![allow(dead_code)]
 
+pub mod alerting;
+
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
