@@ -90,9 +90,13 @@ struct Stream {
     remote: String,
     last_message: Instant,
     last_clock_sample: Option<Instant>,
-    /// A newer incarnation of its node opened since: what arrives on it is
-    /// refused, and means a second daemon claims the node's id.
-    superseded: bool,
+    /// A newer incarnation of its node opened since, after the last update
+    /// this node applied from it (its sequence): what arrives on it is
+    /// refused, and an update newer than that means a second daemon claims
+    /// the node's id. An older one is a copy the network held back (a
+    /// stream over a pulled cable delivers what it buffered once the cable
+    /// is back), not a second daemon.
+    superseded_after: Option<u64>,
 }
 
 /// When a path of a peer last spoke, and whether a stream is open on it.
@@ -415,10 +419,11 @@ impl PeerBook {
         // saw of its reboot is about a run change it lived through.
         self.run_changed_at.entry(self.local.clone()).or_insert(now);
         let duplicate = self.peers.get(&sender.id).and_then(|p| p.duplicate.clone());
+        let last_sequence = self.peers.get(&sender.id).map_or(0, |p| p.report.sequence);
         // What arrives on streams of the superseded incarnation is refused
         // from now on.
         for stream in self.streams.values_mut().filter(|s| s.node == sender.id) {
-            stream.superseded = true;
+            stream.superseded_after.get_or_insert(last_sequence);
         }
         self.peers.insert(
             sender.id.clone(),
@@ -455,7 +460,7 @@ impl PeerBook {
                 remote,
                 last_message: now,
                 last_clock_sample: None,
-                superseded: false,
+                superseded_after: None,
             },
         );
         id
@@ -466,7 +471,7 @@ impl PeerBook {
             .values()
             .filter(|s| {
                 s.node == *node
-                    && !s.superseded
+                    && s.superseded_after.is_none()
                     && now.saturating_duration_since(s.last_message) < DUPLICATE_MEMORY
             })
             .map(|s| s.instance)
@@ -477,7 +482,7 @@ impl PeerBook {
         let mut remotes: BTreeSet<String> = self
             .streams
             .values()
-            .filter(|s| s.node == *node && s.instance == live && !s.superseded)
+            .filter(|s| s.node == *node && s.instance == live && s.superseded_after.is_none())
             .map(|s| s.remote.clone())
             .collect();
         remotes.insert(remote.to_owned());
@@ -524,7 +529,7 @@ impl PeerBook {
         now: Instant,
         wall: SystemTime,
     ) -> Answer {
-        let (node, clock_due) = match self.stream_spoke(id, now) {
+        let (node, clock_due) = match self.stream_spoke(id, update.sequence, now) {
             Ok(spoke) => spoke,
             Err(refused) => {
                 return Answer {
@@ -566,9 +571,18 @@ impl PeerBook {
     /// spoke now. Returns the node, and whether the answer is due a clock
     /// sample; refused (and counted) when the stream is closed or
     /// superseded.
-    fn stream_spoke(&mut self, id: StreamId, now: Instant) -> Result<(NodeId, bool), Refusal> {
-        let Some(stream) = self.streams.get_mut(&id).filter(|s| !s.superseded) else {
-            return Err(self.refuse_superseded(id, now));
+    fn stream_spoke(
+        &mut self,
+        id: StreamId,
+        sequence: u64,
+        now: Instant,
+    ) -> Result<(NodeId, bool), Refusal> {
+        let Some(stream) = self
+            .streams
+            .get_mut(&id)
+            .filter(|s| s.superseded_after.is_none())
+        else {
+            return Err(self.refuse_superseded(id, sequence, now));
         };
         stream.last_message = now;
         let clock_due = stream
@@ -582,11 +596,15 @@ impl PeerBook {
         Ok((node, clock_due))
     }
 
-    /// The refusal of a message on stream `id`, closed or superseded. A
-    /// superseded stream that still speaks is a second daemon claiming its
-    /// node's id.
-    fn refuse_superseded(&mut self, id: StreamId, now: Instant) -> Refusal {
-        if let Some(stream) = self.streams.get(&id).filter(|s| s.superseded) {
+    /// The refusal of update `sequence` on stream `id`, closed or
+    /// superseded. A superseded stream that still says something new is a
+    /// second daemon claiming its node's id.
+    fn refuse_superseded(&mut self, id: StreamId, sequence: u64, now: Instant) -> Refusal {
+        if let Some(stream) = self
+            .streams
+            .get(&id)
+            .filter(|s| s.superseded_after.is_some_and(|last| sequence > last))
+        {
             let (node, remote) = (stream.node.clone(), stream.remote.clone());
             if let Some(current) = self.peers.get(&node).map(|p| p.instance) {
                 self.note_duplicate(&node, current, &remote, now);
@@ -736,10 +754,9 @@ impl PeerBook {
         let Some(stream) = self.streams.remove(&id) else {
             return;
         };
-        let still_open = self
-            .streams
-            .values()
-            .any(|s| s.node == stream.node && s.path == stream.path && !s.superseded);
+        let still_open = self.streams.values().any(|s| {
+            s.node == stream.node && s.path == stream.path && s.superseded_after.is_none()
+        });
         if !still_open
             && let Some(path) = self
                 .peers

@@ -317,8 +317,12 @@ impl Judge<'_> {
     ) -> LinkVerdict {
         let now = self.now;
         if ends_since != link.ends_since {
-            // An end restarted: what came before is not the link's.
-            if link.ends_since.iter().any(Option::is_some) {
+            // An end restarted: what came before is not the link's, unless
+            // the link was down before: a restart does not plug a cable
+            // back, and the holds below keep that verdict until the new
+            // run's end has had its time to answer.
+            let down_before = link.tracker.state() == LinkState::Down && link.node_blamed.is_none();
+            if link.ends_since.iter().any(Option::is_some) && !down_before {
                 link.tracker.restart(now);
             }
             for ((restarted, before), after) in link
