@@ -297,6 +297,13 @@ pub const BACKUP_GRACE: Duration = Duration::from_secs(5);
 /// posts nothing.
 pub const CHECK_EVERY: Duration = Duration::from_secs(1);
 
+/// A run of meshd that just started has not judged yet: it holds its
+/// links until it knows how late their ends run (2 s) and their ends had
+/// `down_after` to answer. What it finds at Alertmanager meanwhile (its
+/// previous run's pages among them) it does not resolve: a restart during
+/// a fault must not resolve the fault's page and fire it again.
+pub const JUDGING_AFTER_START: Duration = Duration::from_secs(5);
+
 /// An alert nobody re-posted for this many resend intervals has no live
 /// poster: any leader that does not hold it true resolves it.
 const ABANDONED_AFTER_RESENDS: u32 = 2;
@@ -371,6 +378,8 @@ pub struct AlertState {
     /// What this node resolved lately: what Alertmanager was read to hold
     /// before that is not resolved again.
     resolved: BTreeMap<Labels, Instant>,
+    /// This run's first look.
+    started: Option<Instant>,
 }
 
 impl AlertState {
@@ -384,6 +393,7 @@ impl AlertState {
         wall: SystemTime,
         resend_every: Duration,
     ) -> Vec<Post> {
+        self.started.get_or_insert(now);
         let role = Role::of(status);
         let took_over = role == Role::Leader && self.role != Some(Role::Leader);
         if took_over {
@@ -451,7 +461,10 @@ impl AlertState {
         if role == Role::Follower {
             posts.extend(self.back_up(&firing, now, resend_every));
         }
-        if role == Role::Minority {
+        let judging = self
+            .started
+            .is_none_or(|started| now.saturating_duration_since(started) < JUDGING_AFTER_START);
+        if role == Role::Minority || judging {
             return posts;
         }
         let live: BTreeSet<&str> = status.quorum.members.iter().map(NodeId::as_str).collect();
@@ -1029,16 +1042,17 @@ mod tests {
             .is_empty()
         );
         // c is not a member of a's quorum (dead, or cut off): its leftover
-        // is resolved; so is one nobody refreshed for two resend intervals.
+        // is resolved once a's run has judged for a while; so is one nobody
+        // refreshed for two resend intervals.
         let resolves = a.check(
             &healthy_a,
             &found(&as_by(&node_down, "c"), Duration::ZERO),
-            instant(3),
-            wall(3),
+            instant(8),
+            wall(8),
             RESEND,
         );
         assert_eq!(resolves.len(), 1);
-        assert_eq!(resolves[0].resolved_at, Some(wall(3)));
+        assert_eq!(resolves[0].resolved_at, Some(wall(8)));
         assert_eq!(
             resolves[0].alert.annotations["summary"],
             node_down[0].annotations["summary"]
@@ -1046,23 +1060,50 @@ mod tests {
         let abandoned = a.check(
             &healthy_a,
             &found(&as_by(&down, "b"), RESEND * 2),
-            instant(6),
-            wall(6),
+            instant(11),
+            wall(11),
             RESEND,
         );
         assert_eq!(abandoned.len(), 1);
         // An alert a holds true is never resolved.
         let down_a = as_seen(link_down(), "a", Some("a"));
-        a.after_look(&down_a, instant(7), wall(7), RESEND);
+        a.after_look(&down_a, instant(12), wall(12), RESEND);
         assert!(
             a.check(
                 &down_a,
                 &found(&as_by(&down, "c"), RESEND * 3),
-                instant(9),
-                wall(9),
+                instant(14),
+                wall(14),
                 RESEND
             )
             .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_run_that_just_started_resolves_nothing_it_finds_until_it_judged() {
+        // a's previous run paged the cut; the new one has not judged the
+        // link yet (its status shows it up, held).
+        let mut previous_run = AlertState::default();
+        let paged = previous_run.after_look(
+            &as_seen(link_down(), "a", Some("a")),
+            instant(0),
+            wall(0),
+            RESEND,
+        );
+        let before = found(&paged, Duration::ZERO);
+        let mut a = AlertState::default();
+        let healthy_a = as_seen(healthy(), "a", Some("a"));
+        a.after_look(&healthy_a, instant(0), wall(0), RESEND);
+        let early = instant(0) + JUDGING_AFTER_START - Duration::from_millis(1);
+        assert!(
+            a.check(&healthy_a, &before, early, wall(4), RESEND)
+                .is_empty()
+        );
+        let judged = instant(0) + JUDGING_AFTER_START;
+        assert_eq!(
+            a.check(&healthy_a, &before, judged, wall(5), RESEND).len(),
+            1
         );
     }
 

@@ -459,6 +459,25 @@ impl Judge<'_> {
                         fmt_duration(SATURATION_HOLD)
                     )],
                 )
+            } else if assessment.state == LinkState::Unknown
+                && link.tracker.state() == LinkState::Down
+                && link.node_blamed.is_none()
+            {
+                // Down before, and no probe of its ends' new runs answered
+                // yet: nothing was plugged back (a cut never answers a new
+                // prober), so it stays down until their silence or their
+                // answers say.
+                let state = link
+                    .tracker
+                    .update(LinkState::Down, now, &self.settings.link);
+                (
+                    state,
+                    blame_for(state),
+                    vec![
+                        "held: down before an end restarted; no probe of the new run answered yet"
+                            .to_owned(),
+                    ],
+                )
             } else {
                 let state = link
                     .tracker
