@@ -2,15 +2,16 @@
 //! server and the HTTP server, and stops them all on one signal. Used by
 //! `meshd run`, and by tests that need real nodes in one process.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use meshd_domain::{Incarnation, NodeIdentity};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio::task::JoinSet;
+use tokio::task::{Id, JoinSet};
 use tokio_util::sync::CancellationToken;
 
 use meshd_model::peers::{Path, PeerBook};
@@ -80,7 +81,52 @@ pub struct RunningNode {
     pub notices: Notices,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
-    tasks: JoinSet<Result<(), ServeError>>,
+    tasks: NodeTasks,
+}
+
+/// How long the node's tasks get to finish once it is asked to stop (or
+/// once one of them failed). Past it, the ones still running are aborted
+/// and named in the log: a graceful end that waits on a peer which cannot
+/// answer (a pulled cable: an HTTP/2 shutdown waiting for its keepalive to
+/// time out, a send the kernel retransmits) must not hold a restart up.
+pub const SHUTDOWN_BUDGET: Duration = Duration::from_secs(2);
+
+/// The node's tasks, each with a name for the log.
+#[derive(Debug, Default)]
+struct NodeTasks {
+    set: JoinSet<Result<(), ServeError>>,
+    names: HashMap<Id, &'static str>,
+}
+
+impl NodeTasks {
+    fn spawn(
+        &mut self,
+        name: &'static str,
+        task: impl Future<Output = Result<(), ServeError>> + Send + 'static,
+    ) {
+        let handle = self.set.spawn(task);
+        self.names.insert(handle.id(), name);
+    }
+
+    /// The next task to end, with its name and outcome; `None` once all
+    /// have ended.
+    async fn join_next(&mut self) -> Option<(&'static str, Result<(), ServeError>)> {
+        let joined = self.set.join_next_with_id().await?;
+        let (id, result) = match joined {
+            Ok((id, result)) => (id, result),
+            Err(error) => (error.id(), Err(ServeError::from(error))),
+        };
+        Some((self.names.remove(&id).unwrap_or("unnamed"), result))
+    }
+
+    /// Aborts every task still running, waits until they are dropped (their
+    /// sockets closed), and returns their names.
+    async fn abort_rest(&mut self) -> Vec<&'static str> {
+        let mut abandoned: Vec<&'static str> = self.names.drain().map(|(_, name)| name).collect();
+        abandoned.sort_unstable();
+        self.set.shutdown().await;
+        abandoned
+    }
 }
 
 /// This run's identity. The incarnation starts at the start time, so a
@@ -205,34 +251,42 @@ impl RunningNode {
             config.alerting.resend_interval,
             metrics.clone(),
         )?;
-        let mut tasks = JoinSet::new();
+        let mut tasks = NodeTasks::default();
         if let Some(tls) = &bound.tls {
             let certificates = tls.certificates().clone();
             metrics.watch_certificates(certificates.clone());
-            tasks.spawn(run_to_end(follow_certificates(
-                certificates,
-                certificate_alarms,
-                configs.subscribe(),
-                shutdown.clone(),
-            )));
+            tasks.spawn(
+                "certificates",
+                run_to_end(follow_certificates(
+                    certificates,
+                    certificate_alarms,
+                    configs.subscribe(),
+                    shutdown.clone(),
+                )),
+            );
         }
-        tasks.spawn(run_to_end(
-            aggregator.run(configs.subscribe(), shutdown.clone()),
-        ));
-        tasks.spawn(follow_paths(
-            configs.subscribe(),
-            Streams::new(
-                outgoing,
-                bound.tls.clone(),
-                metrics.clone(),
+        tasks.spawn(
+            "aggregator",
+            run_to_end(aggregator.run(configs.subscribe(), shutdown.clone())),
+        );
+        tasks.spawn(
+            "report streams and cable listeners",
+            follow_paths(
+                configs.subscribe(),
+                Streams::new(
+                    outgoing,
+                    bound.tls.clone(),
+                    metrics.clone(),
+                    shutdown.clone(),
+                ),
+                CableListeners::new(bound.tls.clone(), peer.clone(), shutdown.clone()),
                 shutdown.clone(),
             ),
-            CableListeners::new(bound.tls.clone(), peer.clone(), shutdown.clone()),
-            shutdown.clone(),
-        ));
-        tasks.spawn(run_to_end(
-            pusher.run(state.status.clone(), shutdown.clone()),
-        ));
+        );
+        tasks.spawn(
+            "alert pusher",
+            run_to_end(pusher.run(state.status.clone(), shutdown.clone())),
+        );
         let served = Served {
             state: &state,
             configs: &configs,
@@ -279,27 +333,50 @@ impl RunningNode {
             metrics: self.metrics.clone(),
         };
         let shutdown = self.shutdown.clone();
-        self.tasks.spawn(async move {
+        self.tasks.spawn("config reload", async move {
             reload.run(shutdown).await;
             Ok(())
         });
     }
 
     /// Asks every task to finish: servers stop accepting, in-flight requests
-    /// complete, event streams end.
+    /// complete, event streams end, all within [`SHUTDOWN_BUDGET`].
     pub fn shutdown(&self) {
         self.shutdown.cancel();
     }
 
-    /// Waits until every task has finished; the first failure stops the rest.
+    /// Waits until every task has finished; the first failure stops the
+    /// rest. Once the node is stopping (asked to, or a task failed), its
+    /// tasks get [`SHUTDOWN_BUDGET`]; those still running then are aborted
+    /// and logged by name.
     pub async fn wait(mut self) -> Result<(), ServeError> {
         let mut outcome = Ok(());
-        while let Some(joined) = self.tasks.join_next().await {
-            let result = joined.map_err(ServeError::from).and_then(|r| r);
-            if let Err(err) = result {
-                self.shutdown.cancel();
-                if outcome.is_ok() {
-                    outcome = Err(err);
+        let shutdown = self.shutdown.clone();
+        let budget_spent = async move {
+            shutdown.cancelled().await;
+            tokio::time::sleep(SHUTDOWN_BUDGET).await;
+        };
+        tokio::pin!(budget_spent);
+        loop {
+            tokio::select! {
+                joined = self.tasks.join_next() => {
+                    let Some((task, result)) = joined else { break };
+                    tracing::debug!(task, "node task ended");
+                    if let Err(err) = result {
+                        self.shutdown.cancel();
+                        if outcome.is_ok() {
+                            outcome = Err(err);
+                        }
+                    }
+                }
+                () = &mut budget_spent => {
+                    let abandoned = self.tasks.abort_rest().await;
+                    tracing::warn!(
+                        ?abandoned,
+                        budget = ?SHUTDOWN_BUDGET,
+                        "tasks still finishing when the shutdown budget ran out were aborted"
+                    );
+                    break;
                 }
             }
         }
@@ -468,7 +545,7 @@ impl Served<'_> {
     fn spawn(
         self,
         bound: BoundNode,
-        tasks: &mut JoinSet<Result<(), ServeError>>,
+        tasks: &mut NodeTasks,
     ) -> Result<(SocketAddr, Option<SocketAddr>, SocketAddr), StartError> {
         let shutdown = self.shutdown;
         let read_only = ReadOnly {
@@ -489,11 +566,11 @@ impl Served<'_> {
             read_only.clone(),
             shutdown.clone(),
         )?;
-        tasks.spawn(async move { Ok(local.await?) });
+        tasks.spawn("local gRPC server", async move { Ok(local.await?) });
         if let Some(listener) = bound.mesh_listener {
             let incoming = tls::incoming(listener, bound.tls.clone(), shutdown.clone());
             let mesh = grpc::serve_mesh(incoming, read_only, self.peer, shutdown.clone())?;
-            tasks.spawn(async move { Ok(mesh.await?) });
+            tasks.spawn("mesh gRPC server", async move { Ok(mesh.await?) });
         }
         let router = crate::http::router(
             self.metrics.clone(),
@@ -507,11 +584,10 @@ impl Served<'_> {
             ports::HTTP_MAX_CONNECTIONS,
             self.descriptors.keeping(ports::LOCAL_GRPC_DESCRIPTOR_SHARE),
         );
-        tasks.spawn(run_to_end(crate::http::serve(
-            http,
-            router,
-            shutdown.clone(),
-        )));
+        tasks.spawn(
+            "HTTP server",
+            run_to_end(crate::http::serve(http, router, shutdown.clone())),
+        );
         Ok((bound.grpc_addr, bound.mesh_addr, bound.metrics_addr))
     }
 }
