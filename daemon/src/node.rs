@@ -119,6 +119,48 @@ impl NodeTasks {
         Some((self.names.remove(&id).unwrap_or("unnamed"), result))
     }
 
+    /// Waits until every task has ended; the first failure cancels
+    /// `shutdown` and is the outcome. Once `shutdown` is cancelled, the
+    /// tasks get `budget`; those still running then are aborted and logged
+    /// by name (and returned).
+    async fn wait(
+        &mut self,
+        shutdown: &CancellationToken,
+        budget: Duration,
+    ) -> (Result<(), ServeError>, Vec<&'static str>) {
+        let mut outcome = Ok(());
+        let mut abandoned = Vec::new();
+        let budget_spent = async {
+            shutdown.cancelled().await;
+            tokio::time::sleep(budget).await;
+        };
+        tokio::pin!(budget_spent);
+        loop {
+            tokio::select! {
+                joined = self.join_next() => {
+                    let Some((task, result)) = joined else { break };
+                    tracing::debug!(task, "node task ended");
+                    if let Err(err) = result {
+                        shutdown.cancel();
+                        if outcome.is_ok() {
+                            outcome = Err(err);
+                        }
+                    }
+                }
+                () = &mut budget_spent => {
+                    abandoned = self.abort_rest().await;
+                    tracing::warn!(
+                        ?abandoned,
+                        ?budget,
+                        "tasks still finishing when the shutdown budget ran out were aborted"
+                    );
+                    break;
+                }
+            }
+        }
+        (outcome, abandoned)
+    }
+
     /// Aborts every task still running, waits until they are dropped (their
     /// sockets closed), and returns their names.
     async fn abort_rest(&mut self) -> Vec<&'static str> {
@@ -350,36 +392,7 @@ impl RunningNode {
     /// tasks get [`SHUTDOWN_BUDGET`]; those still running then are aborted
     /// and logged by name.
     pub async fn wait(mut self) -> Result<(), ServeError> {
-        let mut outcome = Ok(());
-        let shutdown = self.shutdown.clone();
-        let budget_spent = async move {
-            shutdown.cancelled().await;
-            tokio::time::sleep(SHUTDOWN_BUDGET).await;
-        };
-        tokio::pin!(budget_spent);
-        loop {
-            tokio::select! {
-                joined = self.tasks.join_next() => {
-                    let Some((task, result)) = joined else { break };
-                    tracing::debug!(task, "node task ended");
-                    if let Err(err) = result {
-                        self.shutdown.cancel();
-                        if outcome.is_ok() {
-                            outcome = Err(err);
-                        }
-                    }
-                }
-                () = &mut budget_spent => {
-                    let abandoned = self.tasks.abort_rest().await;
-                    tracing::warn!(
-                        ?abandoned,
-                        budget = ?SHUTDOWN_BUDGET,
-                        "tasks still finishing when the shutdown budget ran out were aborted"
-                    );
-                    break;
-                }
-            }
-        }
+        let (outcome, _abandoned) = self.tasks.wait(&self.shutdown, SHUTDOWN_BUDGET).await;
         outcome
     }
 }
@@ -627,4 +640,71 @@ async fn follow_paths(
     }
     cables.stopped().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use super::*;
+
+    /// Sets its flag when dropped: the task holding it was dropped.
+    struct Dropped(Arc<AtomicBool>);
+
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// A task that ends when asked and one that never does (a graceful
+    /// end waiting on a peer behind a pulled cable): the wait ends when the
+    /// budget is spent, the stubborn task is dropped, and it is the one
+    /// named as abandoned.
+    #[tokio::test(start_paused = true)]
+    async fn a_task_that_outlasts_the_budget_is_aborted_and_named() {
+        let shutdown = CancellationToken::new();
+        let mut tasks = NodeTasks::default();
+        let prompt = shutdown.clone();
+        tasks.spawn("prompt", async move {
+            prompt.cancelled().await;
+            Ok(())
+        });
+        let dropped = Arc::new(AtomicBool::new(false));
+        let guard = Dropped(dropped.clone());
+        tasks.spawn("stubborn", async move {
+            let _guard = guard;
+            std::future::pending::<()>().await;
+            Ok(())
+        });
+        shutdown.cancel();
+        let started = tokio::time::Instant::now();
+        let budget = Duration::from_secs(2);
+        let (outcome, abandoned) = tasks.wait(&shutdown, budget).await;
+        outcome.expect("no task failed");
+        assert_eq!(started.elapsed(), budget);
+        assert_eq!(abandoned, ["stubborn"]);
+        assert!(dropped.load(Ordering::SeqCst), "the stubborn task runs on");
+        assert!(tasks.names.is_empty() && tasks.set.is_empty());
+    }
+
+    /// Without a stop, a failing task stops the rest and is the outcome;
+    /// the others end within the budget without being aborted.
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_task_stops_the_rest() {
+        let shutdown = CancellationToken::new();
+        let mut tasks = NodeTasks::default();
+        let prompt = shutdown.clone();
+        tasks.spawn("prompt", async move {
+            prompt.cancelled().await;
+            Ok(())
+        });
+        tasks.spawn("failing", async { panic!("this task fails") });
+        let started = tokio::time::Instant::now();
+        let (outcome, abandoned) = tasks.wait(&shutdown, Duration::from_secs(2)).await;
+        assert!(abandoned.is_empty(), "{abandoned:?}");
+        assert!(matches!(outcome, Err(ServeError::Task(_))), "{outcome:?}");
+        assert!(shutdown.is_cancelled());
+        assert!(started.elapsed() < Duration::from_secs(2));
+    }
 }
