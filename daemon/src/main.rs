@@ -250,7 +250,8 @@ fn run(config_path: Option<PathBuf>, hostname: &str) -> anyhow::Result<()> {
             Config::embedded_default(hostname)
         }
     };
-    node_runtime()?.block_on(async {
+    let runtime = node_runtime()?;
+    let outcome = runtime.block_on(async {
         // Watch for signals before anything starts, so a stop request that
         // arrives during start-up is a graceful stop, not a kill.
         let mut signals = StopSignals::install()?;
@@ -266,8 +267,16 @@ fn run(config_path: Option<PathBuf>, hostname: &str) -> anyhow::Result<()> {
         node.wait().await?;
         tracing::info!("stopped");
         Ok(())
-    })
+    });
+    // Tasks the node does not wait for (report streams, a blocking read of
+    // the process table) must not hold the exit up either: dropping the
+    // runtime would wait for blocking reads without bound.
+    runtime.shutdown_timeout(RUNTIME_SHUTDOWN);
+    outcome
 }
+
+/// How long the runtime's leftover tasks get once the node has stopped.
+const RUNTIME_SHUTDOWN: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Two workers: meshd's work is many small tasks, and it must stay light
 /// next to the jobs it watches.

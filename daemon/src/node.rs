@@ -2,15 +2,16 @@
 //! server and the HTTP server, and stops them all on one signal. Used by
 //! `meshd run`, and by tests that need real nodes in one process.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use meshd_domain::{Incarnation, NodeIdentity};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio::task::JoinSet;
+use tokio::task::{Id, JoinSet};
 use tokio_util::sync::CancellationToken;
 
 use meshd_model::peers::{Path, PeerBook};
@@ -80,7 +81,94 @@ pub struct RunningNode {
     pub notices: Notices,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
-    tasks: JoinSet<Result<(), ServeError>>,
+    tasks: NodeTasks,
+}
+
+/// How long the node's tasks get to finish once it is asked to stop (or
+/// once one of them failed). Past it, the ones still running are aborted
+/// and named in the log: a graceful end that waits on a peer which cannot
+/// answer (a pulled cable: an HTTP/2 shutdown waiting for its keepalive to
+/// time out, a send the kernel retransmits) must not hold a restart up.
+pub const SHUTDOWN_BUDGET: Duration = Duration::from_secs(2);
+
+/// The node's tasks, each with a name for the log.
+#[derive(Debug, Default)]
+struct NodeTasks {
+    set: JoinSet<Result<(), ServeError>>,
+    names: HashMap<Id, &'static str>,
+}
+
+impl NodeTasks {
+    fn spawn(
+        &mut self,
+        name: &'static str,
+        task: impl Future<Output = Result<(), ServeError>> + Send + 'static,
+    ) {
+        let handle = self.set.spawn(task);
+        self.names.insert(handle.id(), name);
+    }
+
+    /// The next task to end, with its name and outcome; `None` once all
+    /// have ended.
+    async fn join_next(&mut self) -> Option<(&'static str, Result<(), ServeError>)> {
+        let joined = self.set.join_next_with_id().await?;
+        let (id, result) = match joined {
+            Ok((id, result)) => (id, result),
+            Err(error) => (error.id(), Err(ServeError::from(error))),
+        };
+        Some((self.names.remove(&id).unwrap_or("unnamed"), result))
+    }
+
+    /// Waits until every task has ended; the first failure cancels
+    /// `shutdown` and is the outcome. Once `shutdown` is cancelled, the
+    /// tasks get `budget`; those still running then are aborted and logged
+    /// by name (and returned).
+    async fn wait(
+        &mut self,
+        shutdown: &CancellationToken,
+        budget: Duration,
+    ) -> (Result<(), ServeError>, Vec<&'static str>) {
+        let mut outcome = Ok(());
+        let mut abandoned = Vec::new();
+        let budget_spent = async {
+            shutdown.cancelled().await;
+            tokio::time::sleep(budget).await;
+        };
+        tokio::pin!(budget_spent);
+        loop {
+            tokio::select! {
+                joined = self.join_next() => {
+                    let Some((task, result)) = joined else { break };
+                    tracing::debug!(task, "node task ended");
+                    if let Err(err) = result {
+                        shutdown.cancel();
+                        if outcome.is_ok() {
+                            outcome = Err(err);
+                        }
+                    }
+                }
+                () = &mut budget_spent => {
+                    abandoned = self.abort_rest().await;
+                    tracing::warn!(
+                        ?abandoned,
+                        ?budget,
+                        "tasks still finishing when the shutdown budget ran out were aborted"
+                    );
+                    break;
+                }
+            }
+        }
+        (outcome, abandoned)
+    }
+
+    /// Aborts every task still running, waits until they are dropped (their
+    /// sockets closed), and returns their names.
+    async fn abort_rest(&mut self) -> Vec<&'static str> {
+        let mut abandoned: Vec<&'static str> = self.names.drain().map(|(_, name)| name).collect();
+        abandoned.sort_unstable();
+        self.set.shutdown().await;
+        abandoned
+    }
 }
 
 /// This run's identity. The incarnation starts at the start time, so a
@@ -205,34 +293,42 @@ impl RunningNode {
             config.alerting.resend_interval,
             metrics.clone(),
         )?;
-        let mut tasks = JoinSet::new();
+        let mut tasks = NodeTasks::default();
         if let Some(tls) = &bound.tls {
             let certificates = tls.certificates().clone();
             metrics.watch_certificates(certificates.clone());
-            tasks.spawn(run_to_end(follow_certificates(
-                certificates,
-                certificate_alarms,
-                configs.subscribe(),
-                shutdown.clone(),
-            )));
+            tasks.spawn(
+                "certificates",
+                run_to_end(follow_certificates(
+                    certificates,
+                    certificate_alarms,
+                    configs.subscribe(),
+                    shutdown.clone(),
+                )),
+            );
         }
-        tasks.spawn(run_to_end(
-            aggregator.run(configs.subscribe(), shutdown.clone()),
-        ));
-        tasks.spawn(follow_paths(
-            configs.subscribe(),
-            Streams::new(
-                outgoing,
-                bound.tls.clone(),
-                metrics.clone(),
+        tasks.spawn(
+            "aggregator",
+            run_to_end(aggregator.run(configs.subscribe(), shutdown.clone())),
+        );
+        tasks.spawn(
+            "report streams and cable listeners",
+            follow_paths(
+                configs.subscribe(),
+                Streams::new(
+                    outgoing,
+                    bound.tls.clone(),
+                    metrics.clone(),
+                    shutdown.clone(),
+                ),
+                CableListeners::new(bound.tls.clone(), peer.clone(), shutdown.clone()),
                 shutdown.clone(),
             ),
-            CableListeners::new(bound.tls.clone(), peer.clone(), shutdown.clone()),
-            shutdown.clone(),
-        ));
-        tasks.spawn(run_to_end(
-            pusher.run(state.status.clone(), shutdown.clone()),
-        ));
+        );
+        tasks.spawn(
+            "alert pusher",
+            run_to_end(pusher.run(state.status.clone(), shutdown.clone())),
+        );
         let served = Served {
             state: &state,
             configs: &configs,
@@ -279,30 +375,24 @@ impl RunningNode {
             metrics: self.metrics.clone(),
         };
         let shutdown = self.shutdown.clone();
-        self.tasks.spawn(async move {
+        self.tasks.spawn("config reload", async move {
             reload.run(shutdown).await;
             Ok(())
         });
     }
 
     /// Asks every task to finish: servers stop accepting, in-flight requests
-    /// complete, event streams end.
+    /// complete, event streams end, all within [`SHUTDOWN_BUDGET`].
     pub fn shutdown(&self) {
         self.shutdown.cancel();
     }
 
-    /// Waits until every task has finished; the first failure stops the rest.
+    /// Waits until every task has finished; the first failure stops the
+    /// rest. Once the node is stopping (asked to, or a task failed), its
+    /// tasks get [`SHUTDOWN_BUDGET`]; those still running then are aborted
+    /// and logged by name.
     pub async fn wait(mut self) -> Result<(), ServeError> {
-        let mut outcome = Ok(());
-        while let Some(joined) = self.tasks.join_next().await {
-            let result = joined.map_err(ServeError::from).and_then(|r| r);
-            if let Err(err) = result {
-                self.shutdown.cancel();
-                if outcome.is_ok() {
-                    outcome = Err(err);
-                }
-            }
-        }
+        let (outcome, _abandoned) = self.tasks.wait(&self.shutdown, SHUTDOWN_BUDGET).await;
         outcome
     }
 }
@@ -468,7 +558,7 @@ impl Served<'_> {
     fn spawn(
         self,
         bound: BoundNode,
-        tasks: &mut JoinSet<Result<(), ServeError>>,
+        tasks: &mut NodeTasks,
     ) -> Result<(SocketAddr, Option<SocketAddr>, SocketAddr), StartError> {
         let shutdown = self.shutdown;
         let read_only = ReadOnly {
@@ -489,11 +579,11 @@ impl Served<'_> {
             read_only.clone(),
             shutdown.clone(),
         )?;
-        tasks.spawn(async move { Ok(local.await?) });
+        tasks.spawn("local gRPC server", async move { Ok(local.await?) });
         if let Some(listener) = bound.mesh_listener {
             let incoming = tls::incoming(listener, bound.tls.clone(), shutdown.clone());
             let mesh = grpc::serve_mesh(incoming, read_only, self.peer, shutdown.clone())?;
-            tasks.spawn(async move { Ok(mesh.await?) });
+            tasks.spawn("mesh gRPC server", async move { Ok(mesh.await?) });
         }
         let router = crate::http::router(
             self.metrics.clone(),
@@ -507,11 +597,10 @@ impl Served<'_> {
             ports::HTTP_MAX_CONNECTIONS,
             self.descriptors.keeping(ports::LOCAL_GRPC_DESCRIPTOR_SHARE),
         );
-        tasks.spawn(run_to_end(crate::http::serve(
-            http,
-            router,
-            shutdown.clone(),
-        )));
+        tasks.spawn(
+            "HTTP server",
+            run_to_end(crate::http::serve(http, router, shutdown.clone())),
+        );
         Ok((bound.grpc_addr, bound.mesh_addr, bound.metrics_addr))
     }
 }
@@ -551,4 +640,71 @@ async fn follow_paths(
     }
     cables.stopped().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use super::*;
+
+    /// Sets its flag when dropped: the task holding it was dropped.
+    struct Dropped(Arc<AtomicBool>);
+
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// A task that ends when asked and one that never does (a graceful
+    /// end waiting on a peer behind a pulled cable): the wait ends when the
+    /// budget is spent, the stubborn task is dropped, and it is the one
+    /// named as abandoned.
+    #[tokio::test(start_paused = true)]
+    async fn a_task_that_outlasts_the_budget_is_aborted_and_named() {
+        let shutdown = CancellationToken::new();
+        let mut tasks = NodeTasks::default();
+        let prompt = shutdown.clone();
+        tasks.spawn("prompt", async move {
+            prompt.cancelled().await;
+            Ok(())
+        });
+        let dropped = Arc::new(AtomicBool::new(false));
+        let guard = Dropped(dropped.clone());
+        tasks.spawn("stubborn", async move {
+            let _guard = guard;
+            std::future::pending::<()>().await;
+            Ok(())
+        });
+        shutdown.cancel();
+        let started = tokio::time::Instant::now();
+        let budget = Duration::from_secs(2);
+        let (outcome, abandoned) = tasks.wait(&shutdown, budget).await;
+        outcome.expect("no task failed");
+        assert_eq!(started.elapsed(), budget);
+        assert_eq!(abandoned, ["stubborn"]);
+        assert!(dropped.load(Ordering::SeqCst), "the stubborn task runs on");
+        assert!(tasks.names.is_empty() && tasks.set.is_empty());
+    }
+
+    /// Without a stop, a failing task stops the rest and is the outcome;
+    /// the others end within the budget without being aborted.
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_task_stops_the_rest() {
+        let shutdown = CancellationToken::new();
+        let mut tasks = NodeTasks::default();
+        let prompt = shutdown.clone();
+        tasks.spawn("prompt", async move {
+            prompt.cancelled().await;
+            Ok(())
+        });
+        tasks.spawn("failing", async { panic!("this task fails") });
+        let started = tokio::time::Instant::now();
+        let (outcome, abandoned) = tasks.wait(&shutdown, Duration::from_secs(2)).await;
+        assert!(abandoned.is_empty(), "{abandoned:?}");
+        assert!(matches!(outcome, Err(ServeError::Task(_))), "{outcome:?}");
+        assert!(shutdown.is_cancelled());
+        assert!(started.elapsed() < Duration::from_secs(2));
+    }
 }
