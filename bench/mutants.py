@@ -9,8 +9,9 @@ every mutant the script checks out HEAD in a scratch worktree, applies the
 change (refusing one whose text no longer matches: the list must follow the
 code), builds the simulation and runs only its random properties
 (`random_fault_schedules_keep_the_verdict_properties`,
-`a_fault_beside_a_quiet_one_keeps_the_verdict_properties` and
-`a_lossy_cable_at_a_busy_end_keeps_the_verdict_properties`, MESHD_SIM_CASES=N,
+`a_fault_beside_a_quiet_one_keeps_the_verdict_properties`,
+`a_lossy_cable_at_a_busy_end_keeps_the_verdict_properties` and
+`a_cable_cut_at_a_busy_end_keeps_the_verdict_properties`, MESHD_SIM_CASES=N,
 default 300), never the hand-written cases. A mutant is killed when a property
 fails. It prints a Markdown table (mutant, killed, the first problem seen) for
 BENCHMARKS.md, and exits 1 if any mutant survived or did not build.
@@ -100,6 +101,7 @@ PROPERTIES = [
     "random_fault_schedules_keep_the_verdict_properties",
     "a_fault_beside_a_quiet_one_keeps_the_verdict_properties",
     "a_lossy_cable_at_a_busy_end_keeps_the_verdict_properties",
+    "a_cable_cut_at_a_busy_end_keeps_the_verdict_properties",
 ]
 
 

@@ -89,7 +89,10 @@ pub struct RunningNode {
 /// and named in the log: a graceful end that waits on a peer which cannot
 /// answer (a pulled cable: an HTTP/2 shutdown waiting for its keepalive to
 /// time out, a send the kernel retransmits) must not hold a restart up.
-pub const SHUTDOWN_BUDGET: Duration = Duration::from_secs(2);
+/// A second, so that a stop and a start fit in the peers' 2-s restart
+/// grace (`meshd_model::verdict::RESTART_GRACE`): a restart during a cut
+/// is then no dead node.
+pub const SHUTDOWN_BUDGET: Duration = Duration::from_secs(1);
 
 /// The node's tasks, each with a name for the log.
 #[derive(Debug, Default)]

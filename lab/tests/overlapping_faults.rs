@@ -83,9 +83,6 @@ fn restart(lab: &mut Lab, id: &str) -> (Duration, Duration) {
 /// is a kill and a start at once: a SIGTERM stop of an end of a pulled
 /// cable takes far longer than the grace (see the ignored test below).
 #[test]
-#[ignore = "fails today (issue 31): a restart of either end of a cut cable makes the leader call \
-            the cable up at once (the restarted end's silence counts from its start), so \
-            MeshLinkDown is resolved within 0.5 s and fired again ~2 s later with a new start"]
 fn a_meshd_restart_during_a_cable_cut_keeps_its_one_page_and_pages_no_node() {
     if !can_observe() {
         return;
@@ -136,8 +133,6 @@ fn a_meshd_restart_during_a_cable_cut_keeps_its_one_page_and_pages_no_node() {
 /// must exit within the 2-s restart grace, or a restart by `systemctl
 /// restart` or launchd during a cut is a dead node for its peers.
 #[test]
-#[ignore = "meshd takes 10-18 s to exit on SIGTERM while one of its cables is pulled (found by \
-            this suite; the shutdown seems to wait for the connection over the dead cable)"]
 fn a_sigterm_to_an_end_of_a_pulled_cable_stops_meshd_within_the_restart_grace() {
     if !common::can_run(&[]) {
         return;
@@ -362,9 +357,6 @@ fn a_cut_at_the_leaders_end_200_ms_late_is_one_link_down_page() {
 /// that stays; no MeshNodeDown for the stalling node, nothing about the
 /// other cables.
 #[test]
-#[ignore = "fails until lateness is reported as a share of an interval (issue 31): paged 8-28 s \
-            after the loss began in 11 runs here, but in 1 the page resolved ~8 s later while the \
-            loss and the stalls went on"]
 fn a_lossy_cable_at_a_node_with_periodic_stalls_is_still_paged() {
     if !can_observe() || !common::can_run(&["nft"]) {
         return;
