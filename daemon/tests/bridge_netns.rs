@@ -25,17 +25,20 @@
 //! under `ip netns exec PEER` with only the ignored `blast_helper` test
 //! selected; that helper sends a bounded burst and exits.
 
+mod netns;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::net::UdpSocket;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 use meshd::watch::bridge::linux_bridges;
 use meshd_domain::{Alarm, AlarmKind, NodeId};
 use meshd_model::bridge::{BridgeDetector, Os, StormSettings};
 use meshd_platform::source::ReplaySource;
+use netns::{Cleanup, ip, missing_prerequisite};
 
 const BLAST_ENV: &str = "MESHD_TEST_BLAST_FROM";
 /// 20 packets every 10 ms for 4 s: about 2,000 packets/s, 8,000 at most.
@@ -65,51 +68,6 @@ fn blast_helper() {
             let _ = socket.send_to(b"meshd bridge test", ("255.255.255.255", 9));
         }
         std::thread::sleep(BLAST_PAUSE);
-    }
-}
-
-/// Deletes the namespaces (and with them the veths and the bridge) and
-/// stops the helper, whatever way the test ends.
-struct Cleanup {
-    namespaces: Vec<String>,
-    child: Option<Child>,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        if let Some(child) = &mut self.child {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        for ns in &self.namespaces {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
-        }
-    }
-}
-
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("run ip");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Why this test cannot run here, if it cannot.
-fn missing_prerequisite() -> Option<String> {
-    let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let euid = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|ids| ids.split_whitespace().nth(1));
-    if euid != Some("0") {
-        return Some("not root".into());
-    }
-    match Command::new("ip").arg("-V").output() {
-        Ok(out) if out.status.success() => None,
-        _ => Some("`ip` (iproute2) is missing".into()),
     }
 }
 
@@ -216,7 +174,7 @@ fn bridge_loop_and_storm_in_a_namespace() {
     let (ns, peer) = (format!("meshd-br-{pid}"), format!("meshd-peer-{pid}"));
     let mut cleanup = Cleanup {
         namespaces: Vec::new(),
-        child: None,
+        children: Vec::new(),
     };
     for name in [&ns, &peer] {
         ip(&["netns", "add", name]);
@@ -289,7 +247,7 @@ fn bridge_loop_and_storm_in_a_namespace() {
 
     let exe = std::env::current_exe().expect("test binary");
     let exe = exe.to_str().expect("utf-8 path");
-    cleanup.child = Some(
+    cleanup.children.push(
         Command::new("ip")
             .args([
                 "netns",
@@ -317,11 +275,10 @@ fn bridge_loop_and_storm_in_a_namespace() {
     assert_eq!(storm.subject, "br0");
     assert!(storm.summary.contains("br0 "), "{}", storm.summary);
     assert!(has(AlarmKind::BridgeLoop)(&alarms));
-    if let Some(child) = &mut cleanup.child {
+    if let Some(mut child) = cleanup.children.pop() {
         let status = child.wait().expect("helper");
         assert!(status.success(), "helper failed: {status}");
     }
-    cleanup.child = None;
 
     ip(&["-n", &ns, "link", "del", "br0"]);
     let alarms = sampler.sample();

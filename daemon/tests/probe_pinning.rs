@@ -28,9 +28,11 @@
 //! exec` with one ignored helper selected (the test may not `setns` itself:
 //! no unsafe code); the prober helper prints its counters on one line.
 
+mod netns;
+
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use std::sync::Arc;
@@ -40,6 +42,7 @@ use meshd::probe::{LinkPorts, ProbedLink, ProberSettings, Probes};
 use meshd_domain::LinkEnd;
 use meshd_domain::fixtures::{id, identity};
 use meshd_model::verdict::ExpectedLink;
+use netns::{Cleanup, ip, missing_prerequisite};
 use tokio_util::sync::CancellationToken;
 
 const RESPOND_ENV: &str = "MESHD_TEST_PIN_RESPOND_ON";
@@ -198,58 +201,6 @@ async fn probe_helper() {
     );
 }
 
-struct Cleanup {
-    namespaces: Vec<String>,
-    child: Option<Child>,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        if let Some(child) = &mut self.child {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        for ns in &self.namespaces {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
-        }
-    }
-}
-
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("run ip");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Why this test cannot run here, if it cannot.
-fn missing_prerequisite() -> Option<String> {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let euid = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|ids| ids.split_whitespace().nth(1));
-    if euid != Some("0") {
-        return Some("not root".into());
-    }
-    let runs = |tool: &str, arg: &str| {
-        Command::new(tool)
-            .arg(arg)
-            .output()
-            .is_ok_and(|out| out.status.success())
-    };
-    if !runs("ip", "-V") {
-        return Some("`ip` (iproute2) is missing".into());
-    }
-    if !runs("nft", "--version") {
-        return Some("`nft` (nftables) is missing".into());
-    }
-    None
-}
-
 /// What one probing run carried on each cable.
 #[derive(Debug)]
 struct Carried {
@@ -303,7 +254,7 @@ fn probes_leave_by_the_pinned_cable() {
     let (ns, peer) = (format!("meshd-pin-{pid}"), format!("meshd-pinpeer-{pid}"));
     let mut cleanup = Cleanup {
         namespaces: Vec::new(),
-        child: None,
+        children: Vec::new(),
     };
     for name in [&ns, &peer] {
         ip(&["netns", "add", name]);
@@ -363,7 +314,7 @@ fn probes_leave_by_the_pinned_cable() {
     );
 
     let exe = std::env::current_exe().expect("test binary");
-    cleanup.child = Some(
+    cleanup.children.push(
         Command::new("ip")
             .args(["netns", "exec", &peer])
             .arg(&exe)

@@ -16,6 +16,9 @@
 //! a's namespace) and sends a SIGTERM to a, which must exit within
 //! [`STOP_WITHIN`].
 
+mod netns;
+
+use netns::{Cleanup, ip, missing_prerequisite};
 use std::fs;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -30,51 +33,6 @@ const STOP_WITHIN: Duration = Duration::from_secs(5);
 /// How long both nodes get to start and connect over the cable.
 const CONNECT_WITHIN: Duration = Duration::from_secs(30);
 const POLL: Duration = Duration::from_millis(100);
-
-/// Stops the nodes and deletes the namespaces (and with them the veth),
-/// whatever way the test ends.
-struct Cleanup {
-    namespaces: Vec<String>,
-    children: Vec<Child>,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        for child in &mut self.children {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        for ns in &self.namespaces {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
-        }
-    }
-}
-
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("run ip");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Why this test cannot run here, if it cannot.
-fn missing_prerequisite() -> Option<String> {
-    let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let euid = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|ids| ids.split_whitespace().nth(1));
-    if euid != Some("0") {
-        return Some("not root".into());
-    }
-    match Command::new("ip").arg("-V").output() {
-        Ok(out) if out.status.success() => None,
-        _ => Some("`ip` (iproute2) is missing".into()),
-    }
-}
 
 fn config(dir: &Path, me: &str, my_ip: &str, peer: &str, peer_ip: &str, iface: &str) -> String {
     let text = format!(
