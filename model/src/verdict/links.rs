@@ -321,8 +321,7 @@ impl Judge<'_> {
             // the link was down before: a restart does not plug a cable
             // back, and the holds below keep that verdict until the new
             // run's end has had its time to answer.
-            let down_before = link.tracker.state() == LinkState::Down && link.node_blamed.is_none();
-            if link.ends_since.iter().any(Option::is_some) && !down_before {
+            if link.ends_since.iter().any(Option::is_some) && !link.down_on_the_cable() {
                 link.tracker.restart(now);
             }
             for ((restarted, before), after) in link
@@ -459,10 +458,7 @@ impl Judge<'_> {
                         fmt_duration(SATURATION_HOLD)
                     )],
                 )
-            } else if assessment.state == LinkState::Unknown
-                && link.tracker.state() == LinkState::Down
-                && link.node_blamed.is_none()
-            {
+            } else if assessment.state == LinkState::Unknown && link.down_on_the_cable() {
                 // Down before, and no probe of its ends' new runs answered
                 // yet: nothing was plugged back (a cut never answers a new
                 // prober), so it stays down until their silence or their

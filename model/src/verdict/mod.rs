@@ -13,8 +13,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant, SystemTime};
 
 use meshd_domain::{
-    Alarm, AlarmKind, ClockOffset, Lateness, LinkEnd, LinkMeasurement, LinkObservation, MeshStatus,
-    NodeId, NodeIdentity, NodeLoad, NodeState, Quorum,
+    Alarm, AlarmKind, ClockOffset, Lateness, LinkEnd, LinkMeasurement, LinkObservation, LinkState,
+    MeshStatus, NodeId, NodeIdentity, NodeLoad, NodeState, Quorum,
 };
 
 use crate::lateness::{LATE, LATENESS_MEMORY};
@@ -233,6 +233,13 @@ struct KnownLink {
     /// When the verdict may change with no new input: an end's silence
     /// reaching what counts for it, a hold ending.
     recheck_at: Option<Instant>,
+}
+
+impl KnownLink {
+    /// Down, and blamed on the cable, not on a node.
+    fn down_on_the_cable(&self) -> bool {
+        self.tracker.state() == LinkState::Down && self.node_blamed.is_none()
+    }
 }
 
 /// Keeps what must outlive one evaluation: the links seen so far (a dead
@@ -633,7 +640,7 @@ fn heard_on_management(lives: &BTreeMap<&NodeId, Life<'_>>) -> Vec<NodeId> {
 #[cfg(test)]
 mod tests {
     use meshd_domain::fixtures::{id, identity};
-    use meshd_domain::{Blame, LinkFigures, LinkState, LinkVerdict, PeerReport, Severity};
+    use meshd_domain::{Blame, LinkFigures, LinkVerdict, PeerReport, Severity};
 
     use super::*;
     use crate::fixtures::{default_engine_settings, epoch, moment_ms, stalled_once};
