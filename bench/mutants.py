@@ -78,8 +78,8 @@ MUTANTS = [
         "minority_reconciles",
         "a node without quorum resolves what others posted",
         "model/src/alerts.rs",
-        """            if mine || (role == Role::Leader && no_live_poster) {""",
-        """            if mine || (role != Role::Follower && no_live_poster) {""",
+        """        if role == Role::Minority || judging {""",
+        """        if judging {""",
     ),
     (
         "hearsay_keeps_up",

@@ -183,6 +183,7 @@ impl Engine {
                 b,
                 tracker: LinkTracker::new(now),
                 node_blamed: None,
+                unheard_end: None,
                 ends_since: [None, None],
                 restarted_at: [None, None],
                 late: [LateMemory::default(); 2],
@@ -392,11 +393,23 @@ impl Judge<'_> {
             let evidence = vec![format!("{node} is down: the node is blamed, not the link")];
             (LinkState::Down, Blame::Node, evidence)
         } else {
-            if link.node_blamed.take().is_some() {
+            let unheard = [&link.a.node, &link.b.node]
+                .into_iter()
+                .zip(end_states)
+                .find(|(_, s)| *s == NodeState::Suspect)
+                .map(|(n, _)| n.clone());
+            if unheard.is_some() {
+                if link.unheard_end.is_none() && !link.down_on_the_cable() {
+                    link.unheard_end = unheard;
+                }
+            } else if [link.node_blamed.take(), link.unheard_end.take()]
+                .iter()
+                .any(Option::is_some)
+            {
                 // The node is back (thawed, reachable again): the silence
-                // its ends measured while it was down is its own, as a
-                // restart's is, on both ends. What they measure from now
-                // on is the link's.
+                // its ends measured while it was down, or heard on no path,
+                // is its own, as a restart's is, on both ends. What they
+                // measure from now on is the link's.
                 link.tracker.restart(now);
                 link.restarted_at = [Some(now); 2];
                 return self.link(link, views, end_states, ends_since, moment);

@@ -211,6 +211,10 @@ struct KnownLink {
     tracker: LinkTracker,
     /// Set while the link is held down because an end node is down.
     node_blamed: Option<NodeId>,
+    /// Set while an end is heard on no path (suspect) and the link was not
+    /// down on its cable before: what its ends measure then is that node's
+    /// silence, so its return starts the link afresh, as a dead node's does.
+    unheard_end: Option<NodeId>,
     /// When each end's incarnation was first heard: a new one is a restart,
     /// after which the link starts afresh.
     ends_since: [Option<Instant>; 2],
