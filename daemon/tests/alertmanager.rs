@@ -2,7 +2,8 @@
 //! prometheus-alertmanager, started by this test on loopback): cutting a
 //! cable in a demo mesh fires MeshLinkDown there, healing it resolves it,
 //! and only the leader posts; a leader that posts nothing cannot silence a
-//! page.
+//! page; the shipped inhibit rules quiet the scrape alerts of a node under
+//! the mesh's own page for it.
 
 mod common;
 
@@ -56,6 +57,86 @@ fn the_shipped_alertmanager_config_passes_amtool() {
         out.status.success() && text.contains("2 inhibit rules"),
         "{text}{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The shipped inhibit rules on a real Alertmanager: Prometheus' alerts
+/// about a scrape target (MeshdDown, MeshdUnscraped) are quiet under the
+/// mesh's own page for the same node, a dead node (MeshNodeDown) or one cut
+/// from the management network alone (MeshManagementUnreachable), and stand
+/// otherwise (a far node of a 2+2 management split, which meshd names
+/// nothing for).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scrape_alerts_are_quiet_under_the_meshs_own_page_for_the_same_node() {
+    let Some(binary) = alertmanager_binary() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_alertmanager, addr) = start_alertmanager(binary, dir.path());
+    wait_ready(addr).await;
+    let posted = [
+        ("MeshManagementUnreachable", "c", "warning"),
+        ("MeshdUnscraped", "c", "warning"),
+        ("MeshdDown", "c", "critical"),
+        ("MeshNodeDown", "d", "critical"),
+        ("MeshdDown", "d", "critical"),
+        ("MeshdUnscraped", "d", "warning"),
+        ("MeshdUnscraped", "e", "warning"),
+    ];
+    for (alertname, node, severity) in posted {
+        let out = Command::new("amtool")
+            .arg(format!("--alertmanager.url=http://{addr}"))
+            .args(["alert", "add"])
+            .arg(format!("alertname={alertname}"))
+            .arg(format!("node={node}"))
+            .arg(format!("severity={severity}"))
+            .output()
+            .expect("amtool runs (it ships with prometheus-alertmanager)");
+        assert!(
+            out.status.success(),
+            "amtool alert add {alertname} {node}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let held = |alerts: Vec<serde_json::Value>| -> Vec<(String, String)> {
+        let mut held: Vec<(String, String)> = alerts
+            .iter()
+            .map(|a| {
+                let label = |k: &str| a["labels"][k].as_str().unwrap_or_default().to_owned();
+                (label("alertname"), label("node"))
+            })
+            .collect();
+        held.sort();
+        held
+    };
+    wait_for_alerts(
+        "every posted alert, inhibited or not",
+        true,
+        Duration::from_secs(30),
+        || async {
+            let (_, body) = http_get(addr, "/api/v2/alerts?inhibited=true").await;
+            let all: Vec<serde_json::Value> = serde_json::from_str(&body).unwrap_or_default();
+            if all.len() == posted.len() {
+                all
+            } else {
+                Vec::new()
+            }
+        },
+    )
+    .await;
+    let pairs = |list: &[(&str, &str)]| -> Vec<(String, String)> {
+        list.iter()
+            .map(|&(name, node)| (name.to_owned(), node.to_owned()))
+            .collect()
+    };
+    assert_eq!(
+        held(active_alerts(addr, &serde_json::json!({})).await),
+        pairs(&[
+            ("MeshManagementUnreachable", "c"),
+            ("MeshNodeDown", "d"),
+            ("MeshdUnscraped", "e"),
+        ]),
+        "one alert per node: the mesh's own where it has one"
     );
 }
 

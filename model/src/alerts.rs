@@ -8,7 +8,9 @@
 //!
 //! An alert's labels are exactly those of the shipped Prometheus rule for
 //! the same fault (dashboards/prometheus/meshd.rules.yml), so when both are
-//! wired to one Alertmanager it sees one alert, not two.
+//! wired to one Alertmanager it sees one alert, not two. promtool holds them
+//! equal (daemon/tests/prometheus.rs: the rules run on what a node exports
+//! for each fault), and names the alerts only one side raises.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant, SystemTime};
