@@ -65,16 +65,6 @@ MUTANTS = [
         return w.sent;""",
     ),
     (
-        "no_saturation_hold",
-        "a mesh running late holds no link verdict",
-        "model/src/verdict/links.rs",
-        """            let saturation_hold = bad
-                && self.mesh_saturated""",
-        """            let saturation_hold = false
-                && bad
-                && self.mesh_saturated""",
-    ),
-    (
         "minority_reconciles",
         "a node without quorum resolves what others posted",
         "model/src/alerts.rs",

@@ -128,10 +128,12 @@ enum Fault {
         a: usize,
         b: usize,
     },
-    /// A busy node stalls 700 ms every 1.5 s (its daemon gets no CPU, then
-    /// catches up).
+    /// A busy node stalls `stop` every `every` (its daemon gets no CPU,
+    /// then catches up).
     PeriodicStall {
         x: usize,
+        stop: Duration,
+        every: Duration,
     },
     /// An insider with the node's key: its reports say it hears every
     /// member, dead or cut off, while its own verdicts stay honest.
@@ -237,7 +239,7 @@ fn fit(drawn: &Drawn, n: usize) -> (Fault, Duration) {
                 .collect();
             (Fault::Split { side }, secs(8, 12))
         }
-        12 => (Fault::PeriodicStall { x }, secs(6, 10)),
+        12 => (busy_stalls(x), secs(6, 10)),
         _ => {
             let by = drawn_lateness(drawn.param);
             let fault = if drawn.y.is_multiple_of(2) {
@@ -329,13 +331,13 @@ fn actions(episode: &Episode, n: usize) -> Vec<(Duration, Action)> {
             ));
             out
         }
-        Fault::PeriodicStall { x } => {
+        Fault::PeriodicStall { x, stop, every } => {
             let mut out = Vec::new();
             let mut at = start;
             while at < heal {
                 out.push((at, Action::Freeze(x)));
-                out.push((at + STALL_FOR, Action::Thaw(x)));
-                at += STALL_EVERY;
+                out.push((at + stop, Action::Thaw(x)));
+                at += every;
             }
             out
         }
@@ -353,10 +355,14 @@ fn cut_off_side(side: &BTreeSet<usize>, n: usize) -> BTreeSet<usize> {
     }
 }
 
-/// A periodically stalling node stalls this long...
-const STALL_FOR: Duration = Duration::from_millis(700);
-/// ...this often.
-const STALL_EVERY: Duration = Duration::from_millis(1_500);
+/// A busy node of the random schedules: it stalls 700 ms every 1.5 s.
+fn busy_stalls(x: usize) -> Fault {
+    Fault::PeriodicStall {
+        x,
+        stop: Duration::from_millis(700),
+        every: Duration::from_millis(1_500),
+    }
+}
 
 /// `LinkRules::tick_gap` of the fixtures: the longest gap between two of a
 /// node's probe ticks.
@@ -433,7 +439,13 @@ fn late_beside(e: &Episode, all: &[Episode]) -> Duration {
             // Its own verdicts wait its lateness, and its looks run late.
             Fault::Late { by, .. } | Fault::AllLate { by } => Some(by.saturating_mul(2)),
             Fault::Freeze { .. } => Some(o.heal.saturating_sub(o.start)),
-            Fault::PeriodicStall { .. } => Some(STALL_FOR),
+            // An end of the cable that stalls: its silence counts past the
+            // stall it excuses, and the stall may come just then, before
+            // its next tick reports it.
+            Fault::PeriodicStall { x, stop, .. } if ends.is_some_and(|c| c.0 == x || c.1 == x) => {
+                Some(stop.saturating_mul(2) + TICK_GAP)
+            }
+            Fault::PeriodicStall { stop, .. } => Some(stop),
             // One member's word that it hears a node delays that node's
             // death by `HEARSAY_DELAY`, never more.
             Fault::Lie { .. } => Some(HEARSAY_DELAY),
@@ -1390,8 +1402,8 @@ fn a_cut_during_a_stall_elsewhere_is_still_found() {
 }
 
 /// While every node runs 30 ms late (a saturated mesh), a cable pulled for
-/// 20 s is still down everywhere and paged: the saturation hold never
-/// hides a link silent at both ends.
+/// 20 s is still down everywhere and paged: a saturated mesh holds no link
+/// verdict (it once did, for up to 10 s).
 #[test]
 fn a_cable_pulled_while_the_whole_mesh_runs_late_is_down_and_paged() {
     let late = Episode {
@@ -1448,7 +1460,7 @@ fn touched(fault: &Fault) -> Vec<usize> {
         | Fault::ClockOffset { x, .. }
         | Fault::Late { x, .. }
         | Fault::Isolate { x }
-        | Fault::PeriodicStall { x }
+        | Fault::PeriodicStall { x, .. }
         | Fault::Lie { x } => vec![x],
         Fault::PairCut { a, b } => vec![a, b],
         Fault::Split { ref side } => side.iter().copied().collect(),
@@ -1650,7 +1662,7 @@ fn a_cable_cut_at_an_end_25_ms_late_is_found_in_time() {
 #[test]
 fn a_stalling_judge_beside_a_peer_later_than_the_probe_timeout() {
     let stalls = Episode {
-        fault: Fault::PeriodicStall { x: 4 },
+        fault: busy_stalls(4),
         start: WARMUP,
         heal: WARMUP + Duration::from_secs(8),
     };
@@ -1714,7 +1726,7 @@ fn lossy_cable_while_late(x: usize, ms: u64, seed: u64) -> Vec<String> {
 #[test]
 fn a_lossy_cable_at_an_end_with_periodic_stalls_is_still_found() {
     let stalls = Episode {
-        fault: Fault::PeriodicStall { x: 1 },
+        fault: busy_stalls(1),
         start: WARMUP,
         heal: WARMUP + Duration::from_secs(16),
     };
@@ -2159,5 +2171,41 @@ fn an_isolated_node_beside_a_liar_rejoins_without_link_pages() {
         heal: WARMUP + Duration::from_secs(6),
     };
     let problems = checks_beside(7, 218, &liar, &isolated);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// A cable cut at an end that stalls 100 to 300 ms at a time (here 192 ms
+/// of every 292 ms, from the cut; in a scan of 100 to 300 ms stalls, 100 of
+/// 432 cases failed, most over 190 ms) is not found within the budget of
+/// the stall it excuses and one more it may be in when its silence counts:
+/// the far end's silence counts first, the stalling end's only past two of
+/// its late ticks, so the link reads "only one end is silent" (degraded)
+/// and is held until the stalling end reports; the lab's cut at the
+/// leader's end 200 ms late pages MeshLinkDegraded first now and then for
+/// the same reason (open, issue 31). Counting the stalling end's silence
+/// beside the far end's was tried and let a frozen node beside a stalling
+/// one read as a cut.
+#[test]
+#[ignore = "fails today (issue 31): a cut at an end stalling 100-300 ms at a time is down only after its budget"]
+fn a_cut_at_a_stalling_end_is_down_in_time() {
+    let cut = Episode {
+        fault: Fault::CutCable {
+            a: 0,
+            b: 1,
+            how: CableCut::Pulled,
+        },
+        start: WARMUP,
+        heal: WARMUP + Duration::from_secs(3),
+    };
+    let stalls = Episode {
+        fault: Fault::PeriodicStall {
+            x: 0,
+            stop: Duration::from_millis(192),
+            every: Duration::from_millis(292),
+        },
+        start: WARMUP,
+        heal: WARMUP + Duration::from_secs(5),
+    };
+    let problems = checks_beside(3, 192, &stalls, &cut);
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }

@@ -19,11 +19,6 @@ use crate::link::{EndClass, EndView, LinkTracker, assess, fmt_duration};
 use crate::link_rules::{LinkRules, MEDIUM_WINDOW};
 use crate::time::Moment;
 
-/// The longest a link verdict is held because most of the mesh runs late:
-/// one loss window, after which the lateness excuses (which remember every
-/// end's late runs over that window) judge what the lateness explains.
-pub const SATURATION_HOLD: Duration = MEDIUM_WINDOW;
-
 impl Engine {
     /// The verdict on every link seen so far (learning those not seen
     /// before), from both ends' views and the states of the nodes at them.
@@ -33,7 +28,6 @@ impl Engine {
         lives: &BTreeMap<&NodeId, Life<'_>>,
         quorum: &Quorum,
         nodes: &[NodeVerdict],
-        mesh_saturated: bool,
         moment: Moment,
     ) -> Vec<LinkVerdict> {
         let now = moment.now;
@@ -52,7 +46,6 @@ impl Engine {
             local_lateness: inputs.local_lateness,
             local_started: self.started,
             watching_since: self.watching_since,
-            mesh_saturated,
             slow_hosts: &slow_hosts,
             rdma_hosts: &self.rdma_hosts,
             now,
@@ -189,7 +182,6 @@ impl Engine {
                 late: [LateMemory::default(); 2],
                 remembered_since: now,
                 degraded_seen: None,
-                saturation_held_since: None,
                 recheck_at: None,
             }
         });
@@ -288,7 +280,6 @@ pub(super) struct Judge<'a> {
     /// Since when this node looked often enough to know how late its peers
     /// ran (its start, or the end of its own last stall).
     pub(super) watching_since: Option<Instant>,
-    pub(super) mesh_saturated: bool,
     /// Nodes most of whose links are slow at once (see `slow_hosts`).
     pub(super) slow_hosts: &'a BTreeSet<NodeId>,
     /// Nodes failing RDMA on most of their links (see `rdma_failing_hosts`).
@@ -431,19 +422,6 @@ impl Judge<'_> {
                 .flatten()
                 .or_else(|| self.unspoken_end(link, &present, assessment.state))
                 .or_else(|| self.unremembered_lateness(link, &present, assessment.state));
-            // Most of the mesh running late holds a worse verdict, for a
-            // while: never a link silent at both ends, never for longer
-            // than `SATURATION_HOLD` (then the lateness excuses judge).
-            let saturation_hold = bad
-                && self.mesh_saturated
-                && !assessment.every_end_silent
-                && link.tracker.state() != assessment.state;
-            let held_since = if saturation_hold {
-                *link.saturation_held_since.get_or_insert(now)
-            } else {
-                link.saturation_held_since = None;
-                now
-            };
             // A growing silence counts once it lasts what this end needs
             // (more while it runs late), with no message to say so.
             let rules = &self.settings.link;
@@ -451,26 +429,10 @@ impl Judge<'_> {
                 .iter()
                 .filter(|e| e.silence() >= rules.down_after && !e.silent(rules))
                 .filter_map(|e| now.checked_add(e.silent_after(rules).saturating_sub(e.silence())));
-            let hold_ends = saturation_hold
-                .then(|| held_since.checked_add(SATURATION_HOLD))
-                .flatten();
-            link.recheck_at = silent_at.chain(hold_ends).min();
+            link.recheck_at = silent_at.min();
             if let Some(reason) = unproven {
                 let state = link.tracker.state();
                 (state, blame_for(state), vec![reason])
-            } else if saturation_hold && now.saturating_duration_since(held_since) < SATURATION_HOLD
-            {
-                let state = link.tracker.state();
-                (
-                    state,
-                    blame_for(state),
-                    vec![format!(
-                        "held: most of the mesh runs its timers late (see mesh_saturated), \
-                         for {} of at most {}",
-                        fmt_duration(now.saturating_duration_since(held_since)),
-                        fmt_duration(SATURATION_HOLD)
-                    )],
-                )
             } else if assessment.state == LinkState::Unknown && link.down_on_the_cable() {
                 // Down before, and no probe of its ends' new runs answered
                 // yet: nothing was plugged back (a cut never answers a new

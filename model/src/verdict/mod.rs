@@ -231,11 +231,8 @@ struct KnownLink {
     /// was first seen. Each end must speak after it before the link is
     /// blamed (see `Judge::unspoken_end`).
     degraded_seen: Option<Instant>,
-    /// Since when a worse verdict is held because most of the mesh runs
-    /// late: the hold lasts `SATURATION_HOLD` at most.
-    saturation_held_since: Option<Instant>,
     /// When the verdict may change with no new input: an end's silence
-    /// reaching what counts for it, a hold ending.
+    /// reaching what counts for it.
     recheck_at: Option<Instant>,
 }
 
@@ -517,8 +514,7 @@ impl Engine {
 
         let nodes = self.node_verdicts(inputs, &lives, moment);
         let saturated = self.saturated_members(inputs, &lives, now);
-        let mesh_saturated = saturated.len() * 2 > fresh.len();
-        let links = self.link_verdicts(inputs, &lives, &quorum, &nodes, mesh_saturated, moment);
+        let links = self.link_verdicts(inputs, &lives, &quorum, &nodes, moment);
 
         let mut alarms = reported_alarms(inputs, &fresh);
         alarms.extend(self.engine_alarms(inputs, &quorum, &lives, &nodes, &saturated, moment));
