@@ -80,8 +80,8 @@ fn restart(lab: &mut Lab, id: &str) -> (Duration, Duration) {
 /// follower end, then the alert leader's end): MeshLinkDown fires once and
 /// stays firing through both; a quick restart is no dead node (the 2-s
 /// restart grace of closed streams); after the plug, resolved. The restart
-/// is a kill and a start at once: a SIGTERM stop of an end of a pulled
-/// cable takes far longer than the grace (see the ignored test below).
+/// is a kill and a start at once (a SIGTERM stop, bounded to 1 s, is the
+/// test after it).
 #[test]
 fn a_meshd_restart_during_a_cable_cut_keeps_its_one_page_and_pages_no_node() {
     if !can_observe() {
@@ -201,12 +201,19 @@ fn an_isolated_node_of_four_is_one_node_down_page_and_pages_nobody_else() {
         "everything resolved after a rejoins",
         &[&down],
     );
+    // Nor did the isolated node's lost quorum fire at Alertmanager as it
+    // rejoined (it holds it back while its peers' streams return; its
+    // resolve may arrive, which pages nothing).
     let received = lab.received_alerts().expect("Alertmanager's log");
     let other: Vec<_> = received
         .iter()
-        .filter(|r| r.alertname != "MeshNodeDown")
+        .filter(|r| {
+            !r.resolved
+                && r.alertname != "MeshNodeDown"
+                && !HOST_ALERTS.contains(&r.alertname.as_str())
+        })
         .collect();
-    eprintln!("received besides MeshNodeDown: {other:?}");
+    assert!(other.is_empty(), "received besides MeshNodeDown: {other:?}");
 }
 
 /// (3) The management network split into halves, a+b (with Alertmanager)
@@ -337,8 +344,6 @@ fn a_cut_at_an_end_40_ms_late_is_one_link_down_page() {
 /// (4) The same with the alert leader's end a couple hundred milliseconds
 /// late (stopped 200 of every 400 ms), cable a-d.
 #[test]
-#[ignore = "fails now and then (issue 31; 1 of 13 runs here): a cut at the alert leader's end \
-            200 ms late was paged MeshLinkDegraded first, where MeshLinkDown alone is right"]
 fn a_cut_at_the_leaders_end_200_ms_late_is_one_link_down_page() {
     if !can_observe() {
         return;

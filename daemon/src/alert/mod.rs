@@ -28,12 +28,21 @@ use tokio_util::sync::CancellationToken;
 use crate::config::AlertmanagerConfig;
 use crate::logging::{REPEAT_INTERVAL, Throttle};
 use crate::metrics::{AlertPostOutcome, Metrics};
-use meshd_model::alerts::{AlertState, Post};
+use meshd_model::alerts::{AlertState, Post, Role};
 use wire::RemoteClock;
 
 /// Backoff after failed posts doubles up to this.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+
+/// How long a node without quorum holds its firing alerts (its lost quorum)
+/// back after an Alertmanager first answered it since it lost quorum. Cut
+/// off from Alertmanager too (an isolation), it reaches it again most often
+/// as the network that cut it off comes back, and its peers' streams
+/// (retried every second at most) give it quorum again within a heartbeat
+/// or two: posting then, or a post sent while cut off that gets through
+/// then, would page a fault that just ended.
+const REJOIN_GRACE: Duration = Duration::from_secs(3);
 
 /// One Alertmanager's delivery state: posts that failed are retried after
 /// a backoff, and an Alertmanager that missed posts gets every firing alert
@@ -47,6 +56,9 @@ struct Destination {
     backoff: Duration,
     /// Its clock, from its latest answer.
     clock: RemoteClock,
+    /// When it first answered this node since it lost quorum (see
+    /// `REJOIN_GRACE`).
+    answered_in_minority: Option<Instant>,
 }
 
 impl Destination {
@@ -65,6 +77,7 @@ pub struct AlertPusher {
     node: NodeId,
     destinations: Vec<Destination>,
     resend_every: Duration,
+    rejoin_grace: Duration,
     state: AlertState,
     metrics: Arc<Metrics>,
     /// Repeated warnings, by Alertmanager.
@@ -99,6 +112,7 @@ impl AlertPusher {
                     retry_at: None,
                     backoff: FIRST_BACKOFF,
                     clock: RemoteClock::default(),
+                    answered_in_minority: None,
                 })
             })
             .collect::<Result<_, TargetError>>()?;
@@ -106,6 +120,7 @@ impl AlertPusher {
             node,
             destinations,
             resend_every,
+            rejoin_grace: REJOIN_GRACE,
             state: AlertState::default(),
             metrics,
             warnings: Throttle::new(REPEAT_INTERVAL),
@@ -146,8 +161,9 @@ impl AlertPusher {
             .filter(|p| p.resolved_at.is_some())
             .cloned()
             .collect();
+        let minority = Role::of(status) == Role::Minority;
         for index in 0..self.destinations.len() {
-            self.deliver(index, &posts, &resolves, wall).await;
+            self.deliver(index, &posts, &resolves, minority, wall).await;
         }
     }
 
@@ -180,9 +196,20 @@ impl AlertPusher {
     }
 
     /// Sends `posts` to one Alertmanager, or everything it missed when it
-    /// answers again; keeps the resolves while it does not.
-    async fn deliver(&mut self, index: usize, posts: &[Post], resolves: &[Post], wall: SystemTime) {
+    /// answers again; keeps the resolves while it does not. A `minority`
+    /// node sends only resolves (an empty post when there are none: it
+    /// learns that Alertmanager answers) until `rejoin_grace` after the
+    /// first answer since it lost quorum, and its firing alerts then.
+    async fn deliver(
+        &mut self,
+        index: usize,
+        posts: &[Post],
+        resolves: &[Post],
+        minority: bool,
+        wall: SystemTime,
+    ) {
         let all_firing = self.state.all_firing();
+        let rejoin_grace = self.rejoin_grace;
         let destination = &mut self.destinations[index];
         if destination.waiting() {
             destination.missed_resolves.extend(resolves.iter().cloned());
@@ -193,7 +220,20 @@ impl AlertPusher {
             destination.missed_resolves.drain(..excess);
             return;
         }
-        let batch: Vec<Post> = if destination.behind {
+        if !minority {
+            destination.answered_in_minority = None;
+        }
+        let holding = minority
+            && destination
+                .answered_in_minority
+                .is_none_or(|at| at.elapsed() < rejoin_grace);
+        let batch: Vec<Post> = if holding {
+            // The firing ones go with everything else once the grace passed.
+            destination.behind |= posts.iter().any(|p| p.resolved_at.is_none());
+            let mut sent = std::mem::take(&mut destination.missed_resolves);
+            sent.extend(resolves.iter().cloned());
+            sent
+        } else if destination.behind {
             let mut all = std::mem::take(&mut destination.missed_resolves);
             all.extend(resolves.iter().cloned());
             all.extend(all_firing);
@@ -201,7 +241,9 @@ impl AlertPusher {
         } else {
             posts.to_vec()
         };
-        if batch.is_empty() {
+        // Without quorum, an empty post learns that Alertmanager answers.
+        let probing = holding && destination.answered_in_minority.is_none();
+        if batch.is_empty() && !probing {
             return;
         }
         let sent = match wire::body(&batch, wall, &destination.clock) {
@@ -226,13 +268,20 @@ impl AlertPusher {
                         "alerts with a time outside 1970-9999 left out of the post"
                     );
                 }
-                if destination.behind {
+                if destination.behind && !holding {
                     tracing::info!(alertmanager = %authority, "alerts reach Alertmanager again");
                 }
                 self.metrics
                     .delivery
                     .count_alert_post(&authority, AlertPostOutcome::Ok);
-                destination.behind = false;
+                if minority {
+                    destination
+                        .answered_in_minority
+                        .get_or_insert_with(Instant::now);
+                }
+                if !holding {
+                    destination.behind = false;
+                }
                 destination.retry_at = None;
                 destination.backoff = FIRST_BACKOFF;
             }
@@ -244,6 +293,7 @@ impl AlertPusher {
                     .delivery
                     .count_alert_post(&authority, AlertPostOutcome::Failed);
                 destination.behind = true;
+                destination.answered_in_minority = None;
                 destination
                     .missed_resolves
                     .extend(batch.into_iter().filter(|p| p.resolved_at.is_some()));
@@ -572,5 +622,76 @@ mod wire_tests {
             );
         }
         assert!(logs.contains("Alertmanager answered 401"), "{logs}");
+    }
+
+    /// A node cut off from Alertmanager and from its peers at once (an
+    /// isolation) reaches Alertmanager again most often as the isolation
+    /// ends: it holds its lost quorum back for the grace, and posts it only
+    /// if it is still without quorum then.
+    #[tokio::test]
+    async fn a_minority_that_reaches_alertmanager_again_holds_its_lost_quorum_for_a_grace() {
+        let (addr, requests) = fake_alertmanager(None, 200).await;
+        let identity = identity("a", 1);
+        let metrics = Arc::new(Metrics::new(&identity));
+        let mut pusher = AlertPusher::new(
+            identity.id.clone(),
+            &[AlertmanagerConfig::url(format!("http://{addr}"))],
+            Duration::from_secs(30),
+            metrics,
+        )
+        .expect("pusher");
+        pusher.rejoin_grace = Duration::from_millis(300);
+        pusher.destinations[0].behind = true;
+        let now = SystemTime::now();
+        let configured: Vec<NodeId> = ["a", "b", "c"]
+            .into_iter()
+            .map(|id| NodeId::new(id).expect("id"))
+            .collect();
+        let status = MeshStatus {
+            node: identity.clone(),
+            evaluated_at: now,
+            quorum: Quorum {
+                configured,
+                members: vec![identity.id.clone()],
+                has_quorum: false,
+                leader: None,
+            },
+            nodes: vec![],
+            links: vec![],
+            alarms: vec![Alarm {
+                kind: AlarmKind::NoQuorum,
+                severity: Severity::Critical,
+                node: identity.id.clone(),
+                subject: "quorum".into(),
+                summary: "no quorum".into(),
+                evidence: vec![],
+                fix: None,
+                since: now,
+                updated: now,
+            }],
+            cables: vec![],
+            checks: vec![],
+            measurements: vec![],
+        };
+        // Read-backs (GET) come and go as they are due; the posts matter.
+        let posted = || -> Vec<String> {
+            let seen = requests.lock().expect("requests");
+            seen.iter()
+                .filter(|r| r.starts_with("POST "))
+                .cloned()
+                .collect()
+        };
+        pusher.push(&status, SystemTime::now()).await;
+        pusher.push(&status, SystemTime::now()).await;
+        let early = posted();
+        assert_eq!(early.len(), 1, "one post to learn it answers: {early:?}");
+        assert!(early[0].ends_with("\r\n\r\n[]"), "{early:?}");
+
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        pusher.push(&status, SystemTime::now()).await;
+        let late = posted();
+        assert_eq!(late.len(), 2, "{late:?}");
+        assert!(late[1].contains("MeshNoQuorum"), "{late:?}");
+        assert!(!pusher.destinations[0].behind);
     }
 }
