@@ -493,6 +493,22 @@ fn every_look(episodes: &[Episode], sim: &Sim, seen: &Observed<'_>, problems: &m
     let t = seen.at.saturating_duration_since(sim.epoch);
     let status = seen.status;
     let me = seen.node + 1;
+    // A link blamed on a node names a node this status calls down (a
+    // suspect one may only hold its links).
+    for link in status.links.iter().filter(|l| l.blame == Blame::Node) {
+        let down = link.blamed_node.as_ref().is_some_and(|id| {
+            status
+                .nodes
+                .iter()
+                .any(|n| n.id == *id && n.state == NodeState::Down)
+        });
+        if !down {
+            problems.push(format!(
+                "{t:?}: n{me} blames link {}-{} on {:?}, which it does not call down",
+                link.a.node, link.b.node, link.blamed_node
+            ));
+        }
+    }
     // No link verdict without a cable fault on that link.
     for link in &status.links {
         let bad = matches!(
