@@ -64,14 +64,16 @@ pub enum Command {
     /// Platform checks with evidence and fixes: RDMA enabled, every cable of
     /// the full mesh present at 80 Gb/s, one subnet per cable, GIDs,
     /// Thunderbolt Bridge off, same macOS everywhere. This node by default
-    /// (read here, no daemon needed). Exits 1 when a check fails.
+    /// (read here, no daemon needed). Exits 1 when a check fails, or (with
+    /// --mesh) a cable's link is down or flapping.
     Doctor {
         /// Read a bundle (directory or .tar.gz from `meshctl bundle`), or a
         /// directory of bundles and bundle archives (one per node: mesh-wide
         /// checks too), instead of this host.
         #[arg(long, value_name = "PATH", conflicts_with = "mesh")]
         from: Option<PathBuf>,
-        /// Every node's checks and the mesh-wide ones, from the daemon.
+        /// Every node's checks and the mesh-wide ones, from the daemon, with
+        /// the state of each cable's link.
         #[arg(long)]
         mesh: bool,
         /// The node id to report this host (or a bundle without a manifest)
@@ -83,8 +85,8 @@ pub enum Command {
         json: bool,
     },
     /// An MLX hostfile (`mlx.launch --hostfile`) from the live cable map.
-    /// Exits 1 when meshd refuses (a missing cable, a rank that is not a
-    /// member).
+    /// Exits 1 when meshd refuses (a missing cable, a pair of ranks over a
+    /// link that is not up, a rank that is not a member).
     Hostfile {
         #[arg(long, value_enum, default_value_t = BackendArg::Jaccl)]
         backend: BackendArg,
@@ -98,6 +100,13 @@ pub enum Command {
         /// management address from the daemon's config.
         #[arg(long)]
         rank0_ip: Option<String>,
+        /// Build it even when a pair of ranks is joined over a link that is
+        /// not up (down, degraded, flapping, not judged yet); those pairs
+        /// are named on standard error and listed under `meshd.links_not_up`
+        /// in the file, which mlx.launch ignores. Without it such a hostfile
+        /// is refused (exit 1): a job launched over a dead cable hangs.
+        #[arg(long)]
+        allow_degraded: bool,
         /// Write the hostfile here instead of standard output.
         #[arg(long)]
         out: Option<PathBuf>,

@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use meshd_domain::NodeId;
 use meshd_domain::facts::{Cable, CheckResult, NodeFacts};
+use meshd_domain::{LinkState, LinkVerdict, NodeId};
+use meshd_mesh::cables::link_of;
 use meshd_mesh::checks::diagnose;
 use meshd_mesh::models::ModelTable;
 use meshd_platform::bundle::{self, BundleError};
@@ -37,22 +38,68 @@ struct NodeReport {
     facts: NodeFacts,
 }
 
+/// A cable, and (for the mesh's view) the state of its link.
+#[derive(Debug, Serialize)]
+struct CableReport {
+    #[serde(flatten)]
+    cable: Cable,
+    /// The mesh's verdict on its link; absent where no daemon judged it
+    /// (this host, a bundle), `unknown` where the daemon has no verdict.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "link_state_name"
+    )]
+    link: Option<LinkState>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fix: Option<String>,
+}
+
+impl CableReport {
+    /// A cable the mesh cannot carry a job over: its link down or flapping.
+    fn is_dead(&self) -> bool {
+        matches!(self.link, Some(LinkState::Down | LinkState::Flapping))
+    }
+}
+
+fn link_state_name<S: serde::Serializer>(
+    state: &Option<LinkState>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(state.map_or("unknown", LinkState::as_str))
+}
+
+fn judged(cables: Vec<Cable>, links: Option<&[LinkVerdict]>) -> Vec<CableReport> {
+    cables
+        .into_iter()
+        .map(|cable| {
+            let verdict = links.map(|links| link_of(&cable, links));
+            CableReport {
+                link: verdict.map(|v| v.map_or(LinkState::Unknown, |v| v.state)),
+                fix: verdict.flatten().and_then(|v| v.fix.clone()),
+                cable,
+            }
+        })
+        .collect()
+}
+
 /// The JSON document of `meshctl doctor --json`.
 #[derive(Debug, Serialize)]
 struct DoctorJson<'a> {
     passed: bool,
     nodes: &'a [NodeReport],
-    cables: &'a [Cable],
+    cables: &'a [CableReport],
     checks: &'a [CheckResult],
 }
 
-/// Prints the checklist; `Ok(true)` when no check failed.
+/// Prints the checklist; `Ok(true)` when no check failed and no cable's
+/// link is down or flapping.
 pub async fn run(target: &Target, scope: Scope, json: bool) -> Result<bool, Failure> {
     let models = ModelTable::builtin();
     let (nodes, cables, checks) = match scope {
         Scope::Mesh => {
             let status = client::status(target).await?;
-            (Vec::new(), status.cables, status.checks)
+            let cables = judged(status.cables, Some(&status.links));
+            (Vec::new(), cables, status.checks)
         }
         Scope::Local { node } => {
             let facts = tokio::task::spawn_blocking(move || {
@@ -67,9 +114,10 @@ pub async fn run(target: &Target, scope: Scope, json: bool) -> Result<bool, Fail
             offline(bundles, &models)
         }
     };
+    let passed = !checklist::any_failed(&checks) && !cables.iter().any(CableReport::is_dead);
     if json {
         let doc = DoctorJson {
-            passed: !checklist::any_failed(&checks),
+            passed,
             nodes: &nodes,
             cables: &cables,
             checks: &checks,
@@ -80,7 +128,7 @@ pub async fn run(target: &Target, scope: Scope, json: bool) -> Result<bool, Fail
     } else {
         emit(&render(&nodes, &cables, &checks))?;
     }
-    Ok(!checklist::any_failed(&checks))
+    Ok(passed)
 }
 
 /// Checks over facts read without a daemon: each node's own checks (with
@@ -89,7 +137,7 @@ pub async fn run(target: &Target, scope: Scope, json: bool) -> Result<bool, Fail
 fn offline(
     facts: Vec<(NodeId, NodeFacts)>,
     models: &ModelTable,
-) -> (Vec<NodeReport>, Vec<Cable>, Vec<CheckResult>) {
+) -> (Vec<NodeReport>, Vec<CableReport>, Vec<CheckResult>) {
     let by_node: BTreeMap<NodeId, NodeFacts> = facts.into_iter().collect();
     let mut diagnosis = diagnose(&by_node, models);
     let checks: Vec<CheckResult> = diagnosis.all_checks().cloned().collect();
@@ -100,7 +148,7 @@ fn offline(
             NodeReport { node, facts }
         })
         .collect();
-    (nodes, diagnosis.cables, checks)
+    (nodes, judged(diagnosis.cables, None), checks)
 }
 
 /// The bundles at `path`: one bundle (a directory or a `.tar.gz`), or a
@@ -209,7 +257,7 @@ fn read_bundle(dir: &Path, node: Option<NodeId>) -> Result<(NodeId, NodeFacts), 
     Ok((node, facts))
 }
 
-fn render(nodes: &[NodeReport], cables: &[Cable], checks: &[CheckResult]) -> String {
+fn render(nodes: &[NodeReport], cables: &[CableReport], checks: &[CheckResult]) -> String {
     let mut out = String::new();
     for n in nodes {
         let f = &n.facts;
@@ -244,7 +292,7 @@ fn render(nodes: &[NodeReport], cables: &[Cable], checks: &[CheckResult]) -> Str
     }
     if !cables.is_empty() {
         let _ = writeln!(out, "\ncables");
-        for cable in cables {
+        for CableReport { cable, link, fix } in cables {
             let end = |e: &meshd_domain::facts::CableEnd| {
                 let port = [e.port.as_str(), e.iface.as_str()]
                     .into_iter()
@@ -262,9 +310,16 @@ fn render(nodes: &[NodeReport], cables: &[Cable], checks: &[CheckResult]) -> Str
             } else {
                 format!(" at {} Gb/s", cable.speed_bps / 1_000_000_000)
             };
+            let health = match (link, fix) {
+                (None, _) => String::new(),
+                (Some(LinkState::Unknown), _) => ", link not judged yet".to_owned(),
+                (Some(LinkState::Up), _) => ", link up".to_owned(),
+                (Some(state), Some(fix)) => format!(", link {state}: {fix}"),
+                (Some(state), None) => format!(", link {state}"),
+            };
             let _ = writeln!(
                 out,
-                "  {} <-> {}{speed} ({})",
+                "  {} <-> {}{speed} ({}{health})",
                 end(&cable.a),
                 end(&cable.b),
                 if cable.discovered {

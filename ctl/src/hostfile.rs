@@ -20,6 +20,8 @@ pub struct Request {
     pub ssh: Vec<String>,
     pub ranks: Vec<String>,
     pub rank0_ip: Option<String>,
+    /// Build it over links that are not up, and say which.
+    pub allow_degraded: bool,
 }
 
 /// Prints (or writes to `out`) the hostfile.
@@ -44,6 +46,7 @@ pub async fn run(target: &Target, request: Request, out: Option<PathBuf>) -> Res
         ssh,
         ranks: request.ranks,
         rank0_ip: request.rank0_ip.unwrap_or_default(),
+        allow_links_not_up: request.allow_degraded,
     };
     let reply = client::hostfile(target, wire_request).await?;
     let hostfile = Hostfile::try_from(reply).map_err(|e| {
@@ -59,6 +62,20 @@ pub async fn run(target: &Target, request: Request, out: Option<PathBuf>) -> Res
     }
     for warning in &hostfile.warnings {
         note(&format!("hostfile: warning: {warning}"));
+    }
+    for link in &hostfile.links_not_up {
+        let node = |rank: usize| hostfile.hosts.get(rank).map_or("?", |h| h.node.as_str());
+        let (i, j) = link.ranks;
+        note(&format!(
+            "hostfile: warning: rank {i} ({}) ↔ rank {j} ({}) is joined over a link that is {}{}",
+            node(i),
+            node(j),
+            link.state,
+            link.fix
+                .as_deref()
+                .map(|fix| format!(" ({fix})"))
+                .unwrap_or_default()
+        ));
     }
     let text = format!("{json:#}\n");
     match out {

@@ -95,6 +95,7 @@ fn run(command: Command, target: &Target) -> Result<bool, Failure> {
                 ssh,
                 ranks,
                 rank0_ip,
+                allow_degraded,
                 out,
             } => hostfile::run(
                 target,
@@ -103,6 +104,7 @@ fn run(command: Command, target: &Target) -> Result<bool, Failure> {
                     ssh,
                     ranks,
                     rank0_ip,
+                    allow_degraded,
                 },
                 out,
             )

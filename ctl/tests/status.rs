@@ -1,10 +1,12 @@
 //! `meshctl status` against a real meshd node started in this process: the
 //! table, the JSON contract and the exit codes.
 
-use std::process::Output;
+mod binary;
 
 use meshd::config::Config;
 use meshd::node::RunningNode;
+
+use binary::{meshctl, text};
 
 const HOSTNAME: &str = "ctl-test";
 
@@ -13,24 +15,6 @@ fn loopback_config() -> Config {
     config.listen.grpc = "127.0.0.1:0".parse().expect("addr");
     config.listen.metrics = "127.0.0.1:0".parse().expect("addr");
     config
-}
-
-/// Runs meshctl on a blocking thread so the node keeps serving meanwhile.
-async fn meshctl(args: &[&str]) -> Output {
-    let args: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
-    tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_meshctl"))
-            .args(&args)
-            .env_remove("MESHCTL_ADDR")
-            .output()
-            .expect("meshctl runs")
-    })
-    .await
-    .expect("join")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,17 +8,16 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 use meshd::demo::Demo;
 use meshd::demo::plan::Plan;
 use meshd_domain::facts::CheckStatus;
-use meshd_domain::{AlarmKind, MeshStatus};
+use meshd_domain::{AlarmKind, LinkState};
 use meshd_mesh::hostfile::{Hostfile, to_mlx_json, validate_mlx_hostfile};
 use meshd_proto::wire;
 use meshd_proto::wire::topology_client::TopologyClient;
 
-use common::{channel, http_get, status};
+use common::{channel, http_get, until};
 
 fn scenario(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -35,26 +34,6 @@ async fn start_replaying_demo() -> (Demo, Plan) {
             Some(scenario("macbook-m5-max-rdma-enabled-ports-down"));
     })
     .await
-}
-
-/// Polls a node until `done` holds for its status.
-async fn until(
-    addr: std::net::SocketAddr,
-    what: &str,
-    done: impl Fn(&MeshStatus) -> bool,
-) -> MeshStatus {
-    let started = Instant::now();
-    loop {
-        let status = status(addr).await;
-        if done(&status) {
-            return status;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "{what} never happened: {status:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -168,13 +147,20 @@ async fn the_demo_serves_a_valid_jaccl_hostfile_and_refuses_bad_requests() {
     let (demo, plan) = common::start_demo(4).await;
     let addr = plan.nodes[1].grpc();
     // Each end's device comes from its own node's config, through that
-    // node's reports: wait until every node has been heard declaring.
-    until(addr, "every cable declared by both ends", |s| {
-        s.cables.len() == 6
-            && s.cables
-                .iter()
-                .all(|c| !c.a.rdma_device.is_empty() && !c.b.rdma_device.is_empty())
-    })
+    // node's reports: wait until every node has been heard declaring, and
+    // every link judged up (a hostfile over a link that is not is refused).
+    until(
+        addr,
+        "every cable declared by both ends, every link up",
+        |s| {
+            s.cables.len() == 6
+                && s.cables
+                    .iter()
+                    .all(|c| !c.a.rdma_device.is_empty() && !c.b.rdma_device.is_empty())
+                && s.links.len() == 6
+                && s.links.iter().all(|l| l.state == LinkState::Up)
+        },
+    )
     .await;
     let mut topology = TopologyClient::new(channel(addr).await);
     for backend in [

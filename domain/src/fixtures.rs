@@ -4,7 +4,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use crate::{Incarnation, LinkEnd, NodeId, NodeIdentity};
+use crate::{Blame, Incarnation, LinkEnd, LinkState, LinkVerdict, NodeId, NodeIdentity};
 
 /// Seconds from the Unix epoch to the instant [`wall`] counts from,
 /// 2027-01-15T08:00:00Z: a round date, so that tests can check the times
@@ -37,6 +37,23 @@ pub fn end(node: &str, iface: &str) -> LinkEnd {
     LinkEnd {
         iface: Some(iface.to_owned()),
         ..LinkEnd::node_only(id(node))
+    }
+}
+
+/// The mesh's verdict `state` on the link between `a` and `b`, since the
+/// epoch, with no evidence or blame; a link that is not up has a fix.
+pub fn link_verdict(a: LinkEnd, b: LinkEnd, state: LinkState) -> LinkVerdict {
+    LinkVerdict {
+        a,
+        b,
+        state,
+        since: SystemTime::UNIX_EPOCH,
+        evidence: Vec::new(),
+        blame: Blame::None,
+        blamed_node: None,
+        recent_changes: 0,
+        flapping: false,
+        fix: (state != LinkState::Up).then(|| "reseat the cable".to_owned()),
     }
 }
 

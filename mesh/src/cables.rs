@@ -4,8 +4,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use meshd_domain::NodeId;
 use meshd_domain::facts::{Cable, CableEnd, NodeFacts, PortFact};
+use meshd_domain::{LinkEnd, LinkVerdict, NodeId};
 
 /// Every cable of the mesh, in a deterministic order (by node ids, then
 /// ports); each cable's `a` end is on the lower node id.
@@ -197,4 +197,87 @@ fn completed_end(facts: &BTreeMap<NodeId, NodeFacts>, end: &CableEnd) -> (CableE
         },
         port.negotiated_speed_bps,
     )
+}
+
+/// The mesh's verdict on `cable`: the link between the same two nodes whose
+/// interfaces agree with the cable's where both name one (two cables may
+/// join one pair of nodes). `None` when no link matches: the cable is not
+/// judged, which is not the same as up.
+pub fn link_of<'a>(cable: &Cable, links: &'a [LinkVerdict]) -> Option<&'a LinkVerdict> {
+    let agrees = |cable_end: &CableEnd, link_end: &LinkEnd| {
+        cable_end.node == link_end.node
+            && (cable_end.iface.is_empty()
+                || link_end
+                    .iface
+                    .as_deref()
+                    .is_none_or(|iface| iface == cable_end.iface))
+    };
+    links.iter().find(|link| {
+        (agrees(&cable.a, &link.a) && agrees(&cable.b, &link.b))
+            || (agrees(&cable.a, &link.b) && agrees(&cable.b, &link.a))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use meshd_domain::LinkState;
+    use meshd_domain::fixtures::{id, link_verdict};
+
+    use super::*;
+
+    fn cable(a: (&str, &str), b: (&str, &str)) -> Cable {
+        let end = |(node, iface): (&str, &str)| CableEnd {
+            node: id(node),
+            port: String::new(),
+            iface: iface.to_owned(),
+            rdma_device: String::new(),
+            address: None,
+        };
+        Cable {
+            a: end(a),
+            b: end(b),
+            speed_bps: 0,
+            discovered: true,
+        }
+    }
+
+    fn link(a: (&str, Option<&str>), b: (&str, Option<&str>), state: LinkState) -> LinkVerdict {
+        let end = |(node, iface): (&str, Option<&str>)| LinkEnd {
+            iface: iface.map(str::to_owned),
+            ..LinkEnd::node_only(id(node))
+        };
+        link_verdict(end(a), end(b), state)
+    }
+
+    #[test]
+    fn a_cable_is_judged_by_the_link_of_its_nodes_and_interfaces() {
+        let links = [
+            link(("a", Some("en2")), ("b", Some("en3")), LinkState::Down),
+            link(("a", Some("en4")), ("b", Some("en5")), LinkState::Up),
+            link(("a", None), ("c", None), LinkState::Degraded),
+        ];
+        let state = |c: &Cable| link_of(c, &links).map(|l| l.state);
+        assert_eq!(
+            state(&cable(("a", "en2"), ("b", "en3"))),
+            Some(LinkState::Down)
+        );
+        assert_eq!(
+            state(&cable(("a", "en4"), ("b", "en5"))),
+            Some(LinkState::Up)
+        );
+        // Ends listed the other way round are the same cable.
+        assert_eq!(
+            state(&cable(("b", "en5"), ("a", "en4"))),
+            Some(LinkState::Up)
+        );
+        // A side that names no interface matches on the node alone.
+        assert_eq!(
+            state(&cable(("a", "en9"), ("c", ""))),
+            Some(LinkState::Degraded)
+        );
+        assert_eq!(state(&cable(("a", ""), ("b", ""))), Some(LinkState::Down));
+        // Interfaces that disagree, or a pair with no link: not judged.
+        assert_eq!(state(&cable(("a", "en9"), ("b", "en3"))), None);
+        assert_eq!(state(&cable(("b", "en1"), ("c", "en1"))), None);
+    }
 }

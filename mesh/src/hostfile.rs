@@ -8,15 +8,18 @@
 //! the diagonal. `launch_jaccl` refuses a file whose `rdma` rows are not
 //! one cell per rank with a null diagonal, and needs an IP for rank 0 (the
 //! coordinator); the TCP `ring` backend needs an IP for every host.
+//! MLX reads only those keys (`backend`, `envs`, `hosts`; `ssh`, `ips`,
+//! `rdma` per host), so the `meshd` key a hostfile built over links that
+//! are not up carries is ignored by `mlx.launch`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr};
 
-use meshd_domain::NodeId;
 use meshd_domain::facts::Cable;
+use meshd_domain::{LinkState, LinkVerdict, NodeId};
 use serde_json::{Value, json};
 
-use super::cables::cable_label;
+use super::cables::{cable_label, link_of};
 use super::{Backend, JACCL_MAX_RANKS, TB5_LINK_BPS, gbps};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,6 +30,29 @@ pub struct Hostfile {
     /// What makes the topology less than healthy (a slow or undiscovered
     /// cable), though the hostfile is usable.
     pub warnings: Vec<String>,
+    /// The rank pairs whose link is not up, in a hostfile built only
+    /// because the caller allowed them; empty otherwise.
+    pub links_not_up: Vec<LinkNotUp>,
+}
+
+/// A pair of ranks the hostfile joins over a link the mesh does not call up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkNotUp {
+    /// The two ranks, the lower first.
+    pub ranks: (usize, usize),
+    /// `Unknown` for a cable no link verdict covers.
+    pub state: LinkState,
+    /// What to do about it, as the link verdict says.
+    pub fix: Option<String>,
+}
+
+/// Whether a hostfile may join ranks over links that are not up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinksNotUp {
+    /// Refuse: a job launched over a dead cable hangs.
+    Refuse,
+    /// Build it, and mark those pairs.
+    Allow,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,6 +83,8 @@ pub enum HostfileError {
         backend: Backend,
         missing: Vec<String>,
     },
+    #[error("a job launched from this hostfile would hang or crawl: {}; fix them, or build it anyway with --allow-degraded", pairs.join("; "))]
+    LinksNotUp { pairs: Vec<String> },
 }
 
 /// Ranks j that rank i must be cabled to.
@@ -70,17 +98,21 @@ fn required_peers(backend: Backend, n: usize, i: usize) -> BTreeSet<usize> {
     }
 }
 
-/// The hostfile for `ranks` (rank order) over `cables`. `ssh` maps a node
-/// to its ssh destination (the node id where absent); `rank0_ip` is rank
-/// 0's management address. jaccl needs every pair cabled with a device at
-/// both ends, jaccl-ring only ring neighbours; cells the backend does not
-/// use stay null.
+/// The hostfile for `ranks` (rank order) over `cables`, whose health
+/// `links` (the mesh's link verdicts) tell. `ssh` maps a node to its ssh
+/// destination (the node id where absent); `rank0_ip` is rank 0's
+/// management address. jaccl needs every pair cabled with a device at both
+/// ends, jaccl-ring only ring neighbours; cells the backend does not use
+/// stay null. A pair whose link is not up (down, degraded, flapping, or
+/// not judged) is refused unless `links_not_up` allows it.
 pub fn build_hostfile(
     ranks: &[NodeId],
     cables: &[Cable],
+    links: &[LinkVerdict],
     backend: Backend,
     ssh: &BTreeMap<NodeId, String>,
     rank0_ip: Option<Ipv4Addr>,
+    links_not_up: LinksNotUp,
 ) -> Result<Hostfile, HostfileError> {
     let n = ranks.len();
     let first = ranks.first().ok_or(HostfileError::NoRanks)?;
@@ -96,6 +128,7 @@ pub fn build_hostfile(
     let mut rdma = vec![vec![None; n]; n];
     let mut missing = Vec::new();
     let mut warnings = Vec::new();
+    let mut not_up = Vec::new();
     for i in 0..n {
         for j in required_peers(backend, n, i).into_iter().filter(|&j| j > i) {
             let (x, y) = (&ranks[i], &ranks[j]);
@@ -127,6 +160,18 @@ pub fn build_hostfile(
                             cable_label(cable)
                         ));
                     }
+                    let link = link_of(cable, links);
+                    let state = link.map_or(LinkState::Unknown, |l| l.state);
+                    if state != LinkState::Up {
+                        not_up.push((
+                            pair.clone(),
+                            LinkNotUp {
+                                ranks: (i, j),
+                                state,
+                                fix: link.and_then(|l| l.fix.clone()),
+                            },
+                        ));
+                    }
                     rdma[i][j] = Some(dx);
                     rdma[j][i] = Some(dy);
                 }
@@ -147,6 +192,19 @@ pub fn build_hostfile(
     if !missing.is_empty() {
         return Err(HostfileError::MissingLinks { backend, missing });
     }
+    if links_not_up == LinksNotUp::Refuse && !not_up.is_empty() {
+        let pairs = not_up
+            .iter()
+            .map(|(pair, link)| match link.state {
+                LinkState::Unknown => format!("{pair}: link not judged yet"),
+                state => match &link.fix {
+                    Some(fix) => format!("{pair}: link {state} ({fix})"),
+                    None => format!("{pair}: link {state}"),
+                },
+            })
+            .collect();
+        return Err(HostfileError::LinksNotUp { pairs });
+    }
     let hosts = ranks
         .iter()
         .zip(rdma)
@@ -166,13 +224,15 @@ pub fn build_hostfile(
         backend,
         hosts,
         warnings,
+        links_not_up: not_up.into_iter().map(|(_, link)| link).collect(),
     })
 }
 
 /// The hostfile as `mlx.launch --hostfile` reads it (the object form, so
-/// the backend travels with it).
+/// the backend travels with it). Pairs over links that are not up are
+/// listed under `meshd.links_not_up`, which `mlx.launch` ignores.
 pub fn to_mlx_json(hostfile: &Hostfile) -> Value {
-    json!({
+    let mut value = json!({
         "backend": hostfile.backend.as_str(),
         "envs": [],
         "hosts": hostfile.hosts.iter().map(|h| json!({
@@ -180,7 +240,21 @@ pub fn to_mlx_json(hostfile: &Hostfile) -> Value {
             "ips": h.ips,
             "rdma": h.rdma,
         })).collect::<Vec<_>>(),
-    })
+    });
+    if !hostfile.links_not_up.is_empty() {
+        value["meshd"] = json!({
+            "links_not_up": hostfile.links_not_up.iter().map(|l| {
+                let node = |rank: usize| hostfile.hosts.get(rank).map(|h| h.node.as_str());
+                json!({
+                    "ranks": [l.ranks.0, l.ranks.1],
+                    "nodes": [node(l.ranks.0), node(l.ranks.1)],
+                    "state": l.state.as_str(),
+                    "fix": l.fix,
+                })
+            }).collect::<Vec<_>>(),
+        });
+    }
+    value
 }
 
 /// Which rules a hostfile is held to.

@@ -5,12 +5,13 @@
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
-use meshd_domain::NodeId;
 use meshd_domain::facts::{Cable, CableEnd};
-use meshd_domain::fixtures::id;
+use meshd_domain::fixtures::{id, link_verdict};
+use meshd_domain::{LinkEnd, LinkState, LinkVerdict, NodeId};
 use meshd_mesh::Backend;
 use meshd_mesh::hostfile::{
-    Hostfile, HostfileError, build_hostfile, to_mlx_json, validate_mlx_hostfile,
+    Hostfile, HostfileError, LinkNotUp, LinksNotUp, build_hostfile, to_mlx_json,
+    validate_mlx_hostfile,
 };
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -62,9 +63,35 @@ fn ring(ranks: &[NodeId]) -> Vec<Cable> {
 
 const RANK0_IP: Option<Ipv4Addr> = Some(Ipv4Addr::new(192, 168, 1, 10));
 
-/// A hostfile with ssh destinations defaulted to the node ids.
+/// The mesh's verdict on `cable`: `state`, with a fix when it is not up.
+fn verdict(cable: &Cable, state: LinkState) -> LinkVerdict {
+    let end = |e: &CableEnd| LinkEnd {
+        iface: Some(e.iface.clone()),
+        ..LinkEnd::node_only(e.node.clone())
+    };
+    link_verdict(end(&cable.a), end(&cable.b), state)
+}
+
+fn all_up(cables: &[Cable]) -> Vec<LinkVerdict> {
+    cables.iter().map(|c| verdict(c, LinkState::Up)).collect()
+}
+
+/// A hostfile over healthy links, with ssh destinations defaulted to the
+/// node ids.
 fn build(ranks: &[NodeId], cables: &[Cable], backend: Backend) -> Result<Hostfile, HostfileError> {
-    build_hostfile(ranks, cables, backend, &BTreeMap::new(), RANK0_IP)
+    build_over(ranks, cables, &all_up(cables), backend, LinksNotUp::Refuse)
+}
+
+/// A hostfile over links in the states `links` give.
+fn build_over(
+    ranks: &[NodeId],
+    cables: &[Cable],
+    links: &[LinkVerdict],
+    backend: Backend,
+    links_not_up: LinksNotUp,
+) -> Result<Hostfile, HostfileError> {
+    let ssh = BTreeMap::new();
+    build_hostfile(ranks, cables, links, backend, &ssh, RANK0_IP, links_not_up)
 }
 
 #[test]
@@ -172,22 +199,31 @@ fn input_errors_are_named() {
     let cables = full_mesh(&ranks);
     let none = BTreeMap::new();
     assert_eq!(
-        build_hostfile(&[], &cables, Backend::Jaccl, &none, RANK0_IP),
+        build(&[], &cables, Backend::Jaccl),
         Err(HostfileError::NoRanks)
     );
     let twice = [ranks[0].clone(), ranks[1].clone(), ranks[0].clone()];
     assert_eq!(
-        build_hostfile(&twice, &cables, Backend::Jaccl, &none, RANK0_IP),
+        build(&twice, &cables, Backend::Jaccl),
         Err(HostfileError::DuplicateRank(ranks[0].clone()))
     );
-    let err = build_hostfile(&ranks, &cables, Backend::Jaccl, &none, None).unwrap_err();
+    let err = build_hostfile(
+        &ranks,
+        &cables,
+        &all_up(&cables),
+        Backend::Jaccl,
+        &none,
+        None,
+        LinksNotUp::Refuse,
+    )
+    .unwrap_err();
     assert_eq!(
         err.to_string(),
         "rank 0 (m1) needs an IP address every rank can reach; pass its management address"
     );
     let nine = self::ranks(9);
     assert_eq!(
-        build_hostfile(&nine, &full_mesh(&nine), Backend::Jaccl, &none, RANK0_IP),
+        build(&nine, &full_mesh(&nine), Backend::Jaccl),
         Err(HostfileError::TooManyRanks { ranks: 9 })
     );
 }
@@ -199,7 +235,16 @@ fn ssh_names_and_warnings_come_through() {
     cables[0].speed_bps = 40_000_000_000;
     cables[0].discovered = false;
     let ssh = BTreeMap::from([(ranks[1].clone(), "admin@studio-2.local".to_owned())]);
-    let hostfile = build_hostfile(&ranks, &cables, Backend::Jaccl, &ssh, RANK0_IP).unwrap();
+    let hostfile = build_hostfile(
+        &ranks,
+        &cables,
+        &all_up(&cables),
+        Backend::Jaccl,
+        &ssh,
+        RANK0_IP,
+        LinksNotUp::Refuse,
+    )
+    .unwrap();
     assert_eq!(hostfile.hosts[1].ssh, "admin@studio-2.local");
     assert_eq!(hostfile.hosts[0].ips, ["192.168.1.10"]);
     assert_eq!(
@@ -209,6 +254,80 @@ fn ssh_names_and_warnings_come_through() {
             "m1/Thunderbolt 2 ↔ m2/Thunderbolt 1 is known only from config, not seen by discovery",
         ]
     );
+}
+
+/// The demo's complaint: after a cut, the hostfile was byte-identical to
+/// the healthy one. A pair over a link that is not up is refused, named
+/// with the link's state and fix; allowed, it is built and marked.
+#[test]
+fn a_pair_over_a_link_that_is_not_up_is_refused_or_marked() {
+    let ranks = ranks(4);
+    let cables = full_mesh(&ranks);
+    let mut links = all_up(&cables);
+    // m1-m2 cut, m2-m4 degraded, m3-m4 not judged at all.
+    links[0] = verdict(&cables[0], LinkState::Down);
+    links[4] = verdict(&cables[4], LinkState::Degraded);
+    links.remove(5);
+    let err = build_over(&ranks, &cables, &links, Backend::Jaccl, LinksNotUp::Refuse).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "a job launched from this hostfile would hang or crawl: \
+         rank 0 (m1) ↔ rank 1 (m2): link down (reseat the cable); \
+         rank 1 (m2) ↔ rank 3 (m4): link degraded (reseat the cable); \
+         rank 2 (m3) ↔ rank 3 (m4): link not judged yet; \
+         fix them, or build it anyway with --allow-degraded"
+    );
+
+    let allowed =
+        build_over(&ranks, &cables, &links, Backend::Jaccl, LinksNotUp::Allow).expect("allowed");
+    assert_eq!(
+        allowed.links_not_up,
+        [
+            LinkNotUp {
+                ranks: (0, 1),
+                state: LinkState::Down,
+                fix: Some("reseat the cable".to_owned()),
+            },
+            LinkNotUp {
+                ranks: (1, 3),
+                state: LinkState::Degraded,
+                fix: Some("reseat the cable".to_owned()),
+            },
+            LinkNotUp {
+                ranks: (2, 3),
+                state: LinkState::Unknown,
+                fix: None,
+            },
+        ]
+    );
+    let json = to_mlx_json(&allowed);
+    assert_eq!(validate_mlx_hostfile(&json), Vec::<String>::new());
+    assert_eq!(
+        json["meshd"]["links_not_up"][0],
+        json!({"ranks": [0, 1], "nodes": ["m1", "m2"], "state": "down", "fix": "reseat the cable"})
+    );
+    assert_eq!(json["meshd"]["links_not_up"][2]["state"], "unknown");
+
+    // A ring over m1 m3 m2 m4 uses none of the three; it is built unmarked.
+    let ring_ranks = [
+        ranks[0].clone(),
+        ranks[2].clone(),
+        ranks[1].clone(),
+        ranks[3].clone(),
+    ];
+    let mut ring_links = all_up(&cables);
+    ring_links[0] = verdict(&cables[0], LinkState::Down);
+    ring_links[5] = verdict(&cables[5], LinkState::Flapping);
+    let ring = build_over(
+        &ring_ranks,
+        &cables,
+        &ring_links,
+        Backend::JacclRing,
+        LinksNotUp::Refuse,
+    )
+    .expect("the ring avoids the bad links");
+    assert!(ring.links_not_up.is_empty());
+    assert!(to_mlx_json(&ring).get("meshd").is_none());
 }
 
 #[test]

@@ -1,4 +1,6 @@
-//! `meshd.v1.Topology`: JACCL hostfiles from the live cable map. The handler
+//! `meshd.v1.Topology`: JACCL hostfiles from the live cable map and the
+//! mesh's verdict on each cable (a pair over a link that is not up is
+//! refused unless the request allows it). The handler
 //! reads the aggregator's published status and the config in force; it
 //! never runs a command or waits on a probe.
 
@@ -9,7 +11,7 @@ use std::time::Duration;
 
 use meshd_domain::NodeId;
 use meshd_mesh::Backend;
-use meshd_mesh::hostfile::build_hostfile;
+use meshd_mesh::hostfile::{LinksNotUp, build_hostfile};
 use meshd_proto::wire;
 use meshd_proto::wire::topology_server::Topology;
 use tokio::sync::watch;
@@ -74,8 +76,21 @@ impl Topology for TopologyService {
                 ))
             })?)
         };
-        let hostfile = build_hostfile(&ranks, &status.cables, backend, &ssh, rank0_ip)
-            .map_err(|e| Status::failed_precondition(e.to_string()))?;
+        let links_not_up = if request.allow_links_not_up {
+            LinksNotUp::Allow
+        } else {
+            LinksNotUp::Refuse
+        };
+        let hostfile = build_hostfile(
+            &ranks,
+            &status.cables,
+            &status.links,
+            backend,
+            &ssh,
+            rank0_ip,
+            links_not_up,
+        )
+        .map_err(|e| Status::failed_precondition(e.to_string()))?;
         Ok(Response::new((&hostfile).into()))
     }
 }

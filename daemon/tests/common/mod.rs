@@ -143,6 +143,23 @@ pub async fn status(addr: SocketAddr) -> MeshStatus {
     MeshStatus::try_from(reply).expect("well-formed status")
 }
 
+/// Polls a node until `done` holds for its status; fails the test, naming
+/// `what`, after 20 s.
+pub async fn until(addr: SocketAddr, what: &str, done: impl Fn(&MeshStatus) -> bool) -> MeshStatus {
+    let started = std::time::Instant::now();
+    loop {
+        let status = status(addr).await;
+        if done(&status) {
+            return status;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{what} never happened: {status:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// A directory no other demo uses, for one demo's certificates (the demo
 /// removes what it wrote when it stops).
 pub fn demo_certs(base: u16) -> std::path::PathBuf {

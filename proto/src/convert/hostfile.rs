@@ -1,9 +1,9 @@
 //! JACCL hostfiles on the wire (`GetHostfile`): the mesh's hostfile as
 //! the daemon serves it, and back, checking what a server could get wrong.
 
-use meshd_domain::NodeId;
+use meshd_domain::{LinkState, NodeId};
 use meshd_mesh::Backend;
-use meshd_mesh::hostfile::{Hostfile, HostfileHost};
+use meshd_mesh::hostfile::{Hostfile, HostfileHost, LinkNotUp};
 
 use super::WireError;
 use crate::wire;
@@ -32,8 +32,58 @@ impl From<&Hostfile> for wire::Hostfile {
                 })
                 .collect(),
             warnings: hostfile.warnings.clone(),
+            links_not_up: hostfile
+                .links_not_up
+                .iter()
+                .map(|l| wire::HostfileLinkNotUp {
+                    rank_a: wire_rank(l.ranks.0),
+                    rank_b: wire_rank(l.ranks.1),
+                    state: l.state.as_str().to_owned(),
+                    fix: l.fix.clone().unwrap_or_default(),
+                })
+                .collect(),
         }
     }
+}
+
+/// A rank index on the wire; a hostfile has at most a few ranks.
+fn wire_rank(rank: usize) -> u32 {
+    u32::try_from(rank).unwrap_or(u32::MAX)
+}
+
+/// One pair over a link that is not up, checked against the hostfile's
+/// `n` ranks: two different ranks in order, a state that is not `up`.
+fn link_not_up(i: usize, w: wire::HostfileLinkNotUp, n: usize) -> Result<LinkNotUp, WireError> {
+    let field = |name: &str| format!("links_not_up[{i}].{name}");
+    let rank = |name: &str, rank: u32| {
+        usize::try_from(rank)
+            .ok()
+            .filter(|&r| r < n)
+            .ok_or_else(|| WireError::new(&field(name), format!("{rank} is not a rank of {n}")))
+    };
+    let ranks = (rank("rank_a", w.rank_a)?, rank("rank_b", w.rank_b)?);
+    if ranks.0 >= ranks.1 {
+        return Err(WireError::new(
+            &field("rank_b"),
+            format!("{} does not follow rank_a {}", ranks.1, ranks.0),
+        ));
+    }
+    let state = w
+        .state
+        .parse::<LinkState>()
+        .ok()
+        .filter(|s| *s != LinkState::Up)
+        .ok_or_else(|| {
+            WireError::new(
+                &field("state"),
+                format!("{:?} is not down, degraded, flapping or unknown", w.state),
+            )
+        })?;
+    Ok(LinkNotUp {
+        ranks,
+        state,
+        fix: Some(w.fix).filter(|f| !f.is_empty()),
+    })
 }
 
 impl TryFrom<wire::Hostfile> for Hostfile {
@@ -97,10 +147,27 @@ impl TryFrom<wire::Hostfile> for Hostfile {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let pairs = n * n.saturating_sub(1) / 2;
+        if w.links_not_up.len() > pairs {
+            return Err(WireError::new(
+                "links_not_up",
+                format!(
+                    "{} entries; {n} ranks have {pairs} pairs",
+                    w.links_not_up.len()
+                ),
+            ));
+        }
+        let links_not_up = w
+            .links_not_up
+            .into_iter()
+            .enumerate()
+            .map(|(i, l)| link_not_up(i, l, n))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Hostfile {
             backend,
             hosts,
             warnings: w.warnings,
+            links_not_up,
         })
     }
 }
@@ -129,6 +196,11 @@ mod tests {
             backend: Backend::JacclRing,
             hosts,
             warnings: vec!["m1 <-> m2 negotiated 40 Gb/s".to_owned()],
+            links_not_up: vec![LinkNotUp {
+                ranks: (0, 2),
+                state: LinkState::Flapping,
+                fix: Some("reseat the cable".to_owned()),
+            }],
         }
     }
 
@@ -161,6 +233,18 @@ mod tests {
         assert_eq!(
             broken(|h| h.hosts[1].rdma[0].device = Some(String::new())),
             "hosts[1].rdma[0].device: empty device name; leave it unset for no device"
+        );
+        assert_eq!(
+            broken(|h| h.links_not_up[0].rank_b = 3),
+            "links_not_up[0].rank_b: 3 is not a rank of 3"
+        );
+        assert_eq!(
+            broken(|h| h.links_not_up[0].rank_a = 2),
+            "links_not_up[0].rank_b: 2 does not follow rank_a 2"
+        );
+        assert_eq!(
+            broken(|h| h.links_not_up[0].state = "up".into()),
+            "links_not_up[0].state: \"up\" is not down, degraded, flapping or unknown"
         );
     }
 }
