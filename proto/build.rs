@@ -11,6 +11,7 @@ const PROTOS: &[&str] = &[
     "meshd/v1/alarm.proto",
     "meshd/v1/observation.proto",
     "meshd/v1/facts.proto",
+    "meshd/v1/jobs.proto",
     "meshd/v1/status.proto",
     "meshd/v1/events.proto",
     "meshd/v1/report.proto",

@@ -610,6 +610,7 @@ mod tests {
             cables: vec![],
             checks: vec![],
             measurements: vec![],
+            jobs: Vec::new(),
         }
     }
 

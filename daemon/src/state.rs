@@ -125,6 +125,7 @@ pub fn placeholder_status(identity: &NodeIdentity) -> MeshStatus {
         cables: Vec::new(),
         checks: Vec::new(),
         measurements: Vec::new(),
+        jobs: Vec::new(),
     }
 }
 

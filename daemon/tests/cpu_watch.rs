@@ -252,6 +252,7 @@ fn peer_down_status() -> MeshStatus {
         cables: vec![],
         checks: vec![],
         measurements: vec![],
+        jobs: Vec::new(),
     }
 }
 

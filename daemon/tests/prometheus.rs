@@ -217,6 +217,7 @@ fn healthy() -> MeshStatus {
         cables: vec![],
         checks: vec![],
         measurements: vec![],
+        jobs: Vec::new(),
     }
 }
 

@@ -350,6 +350,7 @@ fn update(sequence: u64, alarms: Vec<Alarm>) -> wire::PeerMessage {
         has_quorum: None,
         leader: None,
         clock_offsets: None,
+        jobs: None,
     }))
     .into()
 }

@@ -4,7 +4,10 @@
 
 use std::time::{Duration, SystemTime};
 
-use crate::{Blame, Incarnation, LinkEnd, LinkState, LinkVerdict, NodeId, NodeIdentity};
+use crate::{
+    Blame, Incarnation, LinkEnd, LinkState, LinkVerdict, NodeId, NodeIdentity, NodeState,
+    NodeVerdict,
+};
 
 /// Seconds from the Unix epoch to the instant [`wall`] counts from,
 /// 2027-01-15T08:00:00Z: a round date, so that tests can check the times
@@ -37,6 +40,21 @@ pub fn end(node: &str, iface: &str) -> LinkEnd {
     LinkEnd {
         iface: Some(iface.to_owned()),
         ..LinkEnd::node_only(id(node))
+    }
+}
+
+/// The mesh's verdict `state` on `node` since `since`, nothing else known.
+pub fn node_verdict(node: NodeId, state: NodeState, since: SystemTime) -> NodeVerdict {
+    NodeVerdict {
+        id: node,
+        state,
+        since,
+        evidence: Vec::new(),
+        identity: None,
+        last_report_at: None,
+        cpu_saturated: false,
+        boot: Default::default(),
+        fix: None,
     }
 }
 

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::facts::{BootIdentity, Cable, CheckResult, NodeFacts};
+use crate::jobs::{JobRank, JobView};
 
 /// Longest node id accepted: fits a DNS label, and keeps metric labels short.
 pub const NODE_ID_MAX_LEN: usize = 63;
@@ -169,6 +170,9 @@ pub struct UnknownName {
     pub what: &'static str,
     pub name: String,
 }
+
+// After `named_enum!`, which it uses.
+pub mod jobs;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum NodeState {
@@ -440,6 +444,8 @@ pub struct MeshStatus {
     /// (`GetStatus`, the mesh page); the daemon's own status updates leave
     /// it empty.
     pub measurements: Vec<LinkMeasurement>,
+    /// The distributed jobs whose ranks the mesh's nodes run.
+    pub jobs: Vec<JobView>,
 }
 
 impl MeshStatus {
@@ -784,6 +790,8 @@ pub struct PeerReport {
     pub leader: Option<NodeId>,
     /// The sender's clock against its peers'.
     pub clock_offsets: Arc<[ClockOffset]>,
+    /// The job ranks the sender runs.
+    pub jobs: Arc<[JobRank]>,
 }
 
 impl PeerReport {
@@ -802,6 +810,7 @@ impl PeerReport {
             has_quorum: false,
             leader: None,
             clock_offsets: Arc::new([]),
+            jobs: Arc::new([]),
         }
     }
 }
@@ -845,6 +854,8 @@ pub struct ReportUpdate {
     /// (`Some(None)`: none).
     pub leader: Option<Option<NodeId>>,
     pub clock_offsets: Option<Vec<ClockOffset>>,
+    /// When changed: every job rank the sender runs.
+    pub jobs: Option<Vec<JobRank>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -910,6 +921,7 @@ impl ReportUpdate {
             || self.leader.is_some()
             || self.clock_offsets.is_some()
             || self.facts.is_some()
+            || self.jobs.is_some()
     }
 }
 

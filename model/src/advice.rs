@@ -374,6 +374,7 @@ mod tests {
             cables: vec![],
             checks: vec![],
             measurements: vec![],
+            jobs: Vec::new(),
         };
         status.quorum.has_quorum = true;
         let status = advised(status);

@@ -735,6 +735,7 @@ mod tests {
             cables: vec![],
             checks: vec![],
             measurements: vec![],
+            jobs: Vec::new(),
         }
     }
 

@@ -671,6 +671,7 @@ mod tests {
             cables: vec![],
             checks: vec![],
             measurements: vec![],
+            jobs: Vec::new(),
         };
         let mut from_peers = status.clone();
         annotate(&mut status, &tracker.view(wall(2)));

@@ -6,10 +6,12 @@
 //! cluster suddenly loses a core or two; the alarm says which one it is.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::time::Moment;
 
+use meshd_domain::jobs::{ProcessState, RankIdentity};
 use meshd_domain::{Alarm, AlarmKind, NodeId, Severity};
 
 /// The metrics series that sums every process not named on its own.
@@ -87,6 +89,17 @@ pub struct ProcessSample {
     pub parent: Option<u32>,
     /// Resident memory; `None` when unknown.
     pub memory_bytes: Option<u64>,
+    /// What the OS says it is doing (a zombie is no process here).
+    pub state: ProcessState,
+    /// When it started, in the OS's own unit: with the pid it names the
+    /// process (a pid is reused, the pair is not).
+    pub started: u64,
+    /// Its place in a distributed job, from its environment; `None` for a
+    /// process that is no MLX rank, or whose environment was not read.
+    pub rank: Option<Arc<RankIdentity>>,
+    /// Linux: the network namespace it runs in (its `ns/net` inode), read
+    /// for ranks only; `None` elsewhere.
+    pub network_namespace: Option<u64>,
 }
 
 /// One look at the CPU.

@@ -169,6 +169,11 @@ pub fn default_node_settings() -> crate::node::NodeSettings {
                 busy_cores: 0.9,
                 idle_cores: 0.05,
             },
+            mesh: crate::job_mesh::MeshJobRules {
+                spinning_for: Duration::from_secs(2),
+                blocked_for: Duration::from_secs(30),
+            },
+            network_namespace: None,
         },
         cpu_saturated_above: 0.9,
     }

@@ -12,6 +12,7 @@ use std::time::Instant;
 use meshd_domain::{Alarm, NodeId};
 
 use crate::cpu::{CpuSample, ProcessSample};
+use crate::job_mesh::MeshJobRules;
 use crate::jobs::{HungJobDetector, JobCounts, JobRules, MeshFault, is_job};
 use crate::orphans::{OrphanDetector, OrphanRules, Orphans};
 use crate::stall::{DataCounters, StallDetector, StallRules};
@@ -23,6 +24,11 @@ pub struct JobSettings {
     pub hung: JobRules,
     pub orphans: OrphanRules,
     pub stalls: StallRules,
+    /// When a job whose ranks run on several nodes is hung.
+    pub mesh: MeshJobRules,
+    /// Only ranks in this network namespace are this node's (Linux; a lab
+    /// whose nodes share one host); `None`: every rank on the host.
+    pub network_namespace: Option<u64>,
 }
 
 /// One sample of this node's processes and RDMA data counters, and when it
@@ -137,6 +143,11 @@ mod tests {
                 busy_cores: 0.9,
                 idle_cores: 0.05,
             },
+            mesh: MeshJobRules {
+                spinning_for: Duration::from_secs(2),
+                blocked_for: Duration::from_secs(30),
+            },
+            network_namespace: None,
         }
     }
 

@@ -124,9 +124,11 @@ impl HungJobDetector {
     ) -> (Vec<Alarm>, JobCounts) {
         let mut counts = JobCounts::default();
         let mut seen = Vec::new();
+        // Ranks whose environment names their job are judged with their
+        // peers across the mesh (`crate::job_mesh`), once per job.
         for process in processes
             .iter()
-            .filter(|p| is_job(p, &self.config.patterns))
+            .filter(|p| p.rank.is_none() && is_job(p, &self.config.patterns))
         {
             let busy = process.cores >= self.config.busy_cores;
             if busy {
@@ -221,8 +223,8 @@ impl HungJobDetector {
 mod tests {
     use std::time::Duration;
 
-    use meshd_domain::fixtures::{end, id};
-    use meshd_domain::{Blame, Incarnation, LinkVerdict, NodeIdentity, NodeVerdict, Quorum};
+    use meshd_domain::fixtures::{end, id, node_verdict};
+    use meshd_domain::{Blame, Incarnation, LinkVerdict, NodeIdentity, Quorum};
 
     use super::*;
     use crate::fixtures::moment;
@@ -248,20 +250,13 @@ mod tests {
     fn status(down_node: Option<&str>, link: Option<(&str, &str, LinkState)>) -> MeshStatus {
         let nodes = ["a", "b", "c"]
             .iter()
-            .map(|n| NodeVerdict {
-                id: id(n),
-                state: if Some(*n) == down_node {
+            .map(|n| {
+                let state = if Some(*n) == down_node {
                     NodeState::Down
                 } else {
                     NodeState::Up
-                },
-                since: moment(0).wall,
-                evidence: vec![],
-                identity: None,
-                last_report_at: None,
-                cpu_saturated: false,
-                boot: Default::default(),
-                fix: None,
+                };
+                node_verdict(id(n), state, moment(0).wall)
             })
             .collect();
         let links = link
@@ -294,6 +289,7 @@ mod tests {
             cables: vec![],
             checks: vec![],
             measurements: vec![],
+            jobs: Vec::new(),
         }
     }
 

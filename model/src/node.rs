@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 use meshd_domain::facts::NodeFacts;
+use meshd_domain::jobs::JobRank;
 use meshd_domain::{
     Alarm, AlarmKind, ClockOffset, Counter, Event, Incarnation, Lateness, LinkObservation,
     MeshStatus, NodeId, NodeIdentity, NodeLoad, PeerReply, RejectReason, ReportUpdate,
@@ -20,6 +21,7 @@ use meshd_domain::{
 use crate::boot::{self, BootRules, BootTracker, Sighting};
 use crate::clock::ClockBook;
 use crate::events::{self, Verdicts};
+use crate::job_mesh::{MeshJobs, Reported, local_ranks};
 use crate::job_watch::{JobFigures, JobSettings, JobWatch, Sampled};
 use crate::jobs::{MeshFault, mesh_fault};
 use crate::linkstats::ProbeStats;
@@ -126,6 +128,10 @@ pub struct NodeCore {
     last: Option<Verdicts>,
     boots: BootTracker,
     jobs: JobWatch,
+    /// This node's job ranks as of its latest sample.
+    ranks: Vec<JobRank>,
+    /// Every job the mesh's nodes run.
+    mesh_jobs: MeshJobs,
     /// The mesh fault involving this node as the last look saw it: what a
     /// busy job rank may be waiting on.
     fault: Option<MeshFault>,
@@ -146,6 +152,8 @@ impl NodeCore {
             last: None,
             boots: BootTracker::new(settings.boot),
             jobs: JobWatch::new(identity.id.clone(), &settings.jobs),
+            ranks: Vec::new(),
+            mesh_jobs: MeshJobs::new(settings.jobs.mesh),
             fault: None,
             topology: TopologyCache::default(),
             identity,
@@ -178,6 +186,7 @@ impl NodeCore {
         self.boots.set_rules(settings.boot);
         self.boots.retain(&configured);
         self.jobs.reconfigure(&settings.jobs);
+        self.mesh_jobs.set_rules(settings.jobs.mesh);
         self.topology.forget();
         self.configured = configured;
         self.expected = expected;
@@ -195,6 +204,7 @@ impl NodeCore {
         self.fault = mesh_fault(&status, &self.identity.id);
         boot::annotate(&mut status, &self.boots.view(moment.wall));
         self.map_cables(&mut status, &look, &inputs.peers);
+        self.judge_jobs(&mut status, look.sampled, &inputs.peers, moment);
         let mut events = events::diff(self.last.as_ref(), &status);
         self.last.get_or_insert_default().remember(&status);
         events.extend(boot_events);
@@ -231,6 +241,7 @@ impl NodeCore {
             leader: status.quorum.leader.as_ref(),
             clock_offsets: &clock_offsets,
             facts: look.facts,
+            jobs: &self.ranks,
             load,
             lateness: look.lateness,
         };
@@ -312,6 +323,38 @@ impl NodeCore {
         );
         status.cables.clone_from(&topology.cables);
         status.checks.clone_from(&topology.checks);
+    }
+
+    /// Puts every job the mesh runs in `status`, with a `job_hung` alarm
+    /// for each that cannot go on: from this node's ranks in `sampled` and
+    /// the ranks its peers report.
+    fn judge_jobs(
+        &mut self,
+        status: &mut MeshStatus,
+        sampled: Option<&Sampled>,
+        peers: &BTreeMap<NodeId, PeerView>,
+        moment: Moment,
+    ) {
+        if let Some(sampled) = sampled {
+            let jobs = &self.settings.jobs;
+            self.ranks = local_ranks(
+                &sampled.sample.processes,
+                jobs.hung.busy_cores,
+                jobs.network_namespace,
+            );
+        }
+        let reports: Vec<Reported<'_>> = std::iter::once(Reported {
+            node: &self.identity.id,
+            ranks: &self.ranks,
+        })
+        .chain(peers.iter().map(|(node, view)| Reported {
+            node,
+            ranks: &view.report.jobs,
+        }))
+        .collect();
+        let (jobs, alarms) = self.mesh_jobs.judge(&reports, status, moment);
+        status.jobs = jobs;
+        status.alarms.extend(alarms);
     }
 
     /// The engine's deadline, or the next heartbeat if it comes sooner.

@@ -207,6 +207,7 @@ mod tests {
             command: Some("python3 -m mlx.launch --rank 1".into()),
             parent: Some(parent),
             memory_bytes: memory_gib.map(|g| g << 30),
+            ..ProcessSample::default()
         }
     }
 

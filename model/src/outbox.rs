@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use meshd_domain::facts::NodeFacts;
+use meshd_domain::jobs::JobRank;
 use meshd_domain::{Alarm, ClockOffset, Lateness, LinkObservation, NodeId, NodeLoad, ReportUpdate};
 
 use crate::link::EndClass;
@@ -42,6 +43,8 @@ pub struct Snapshot<'a> {
     pub leader: Option<&'a NodeId>,
     pub clock_offsets: &'a [ClockOffset],
     pub facts: Option<&'a Arc<NodeFacts>>,
+    /// The job ranks this node runs.
+    pub jobs: &'a [JobRank],
     pub load: NodeLoad,
     pub lateness: Lateness,
 }
@@ -57,6 +60,7 @@ struct Sent {
     leader: Option<NodeId>,
     clock_offsets: Vec<ClockOffset>,
     facts: Option<Arc<NodeFacts>>,
+    jobs: Vec<JobRank>,
     load: NodeLoad,
     lateness: Lateness,
 }
@@ -148,6 +152,7 @@ impl Outbox {
             has_quorum: None,
             leader: None,
             clock_offsets: None,
+            jobs: None,
         };
         // `sent` is brought up to date in place rather than copied: whatever
         // changes in it goes into the update too, so when the update
@@ -210,6 +215,10 @@ impl Outbox {
             update.facts = now.facts.map(|f| (**f).clone());
             sent.facts = now.facts.cloned();
         }
+        if sent.jobs != now.jobs {
+            update.jobs = Some(now.jobs.to_vec());
+            sent.jobs = now.jobs.to_vec();
+        }
         let news = update.carries_changes();
         if !news && !heartbeat_due {
             return None;
@@ -235,6 +244,7 @@ impl Outbox {
             leader: now.leader.cloned(),
             clock_offsets: now.clock_offsets.to_vec(),
             facts: now.facts.cloned(),
+            jobs: now.jobs.to_vec(),
             load: now.load,
             lateness: now.lateness,
         };
@@ -270,6 +280,7 @@ fn full_update(sent: &Sent, sequence: u64, moment: Moment) -> ReportUpdate {
         has_quorum: Some(sent.has_quorum),
         leader: Some(sent.leader.clone()),
         clock_offsets: Some(sent.clock_offsets.clone()),
+        jobs: Some(sent.jobs.clone()),
     }
 }
 
@@ -297,6 +308,7 @@ mod tests {
             leader: None,
             clock_offsets: &[],
             facts: None,
+            jobs: &[],
             load: NodeLoad::default(),
             lateness,
         };

@@ -883,6 +883,7 @@ mod tests {
             has_quorum: None,
             leader: None,
             clock_offsets: None,
+            jobs: None,
         }
     }
 

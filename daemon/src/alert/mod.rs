@@ -596,6 +596,7 @@ mod wire_tests {
             cables: vec![],
             checks: vec![],
             measurements: vec![],
+            jobs: Vec::new(),
         };
         pusher.push(&status, now).await;
 
@@ -672,6 +673,7 @@ mod wire_tests {
             cables: vec![],
             checks: vec![],
             measurements: vec![],
+            jobs: Vec::new(),
         };
         // Read-backs (GET) come and go as they are due; the posts matter.
         let posted = || -> Vec<String> {

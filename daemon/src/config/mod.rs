@@ -136,6 +136,13 @@ pub const DEFAULT_JOB_IDLE_CORES: f64 = 0.05;
 /// RDMA data still for this long under a spinning or blocked rank is a
 /// stall: long enough for a collective that waits on a slow rank.
 pub const DEFAULT_STALL_WINDOW: Duration = Duration::from_secs(60);
+/// A peer rank stopped, gone or replaced while a rank of its job spins this
+/// long hangs the job: a JACCL rank waiting on a live peer spins for
+/// microseconds, and a sample or two of CPU confirm the spin.
+pub const DEFAULT_SILENT_RANK_WINDOW: Duration = Duration::from_secs(2);
+/// ...and while the others wait without spinning (a TCP ring blocks): the
+/// ranks of a job that ends exit seconds apart.
+pub const DEFAULT_SILENT_RANK_BLOCKED_WINDOW: Duration = Duration::from_secs(30);
 
 /// Memory changes slowly next to links; `vm_stat` and `sysctl` every few
 /// seconds cost nothing measurable.

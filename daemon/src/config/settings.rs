@@ -7,6 +7,7 @@ use meshd_domain::{LinkEnd, NodeId};
 use meshd_model::boot::BootRules;
 use meshd_model::bridge::StormSettings;
 use meshd_model::cpu::SpikeRules;
+use meshd_model::job_mesh::MeshJobRules;
 use meshd_model::job_watch::JobSettings;
 use meshd_model::jobs::JobRules;
 use meshd_model::link_rules::LinkRules;
@@ -134,6 +135,28 @@ pub fn jobs(c: &JobWatchConfig) -> JobSettings {
             busy_cores: c.busy_cores,
             idle_cores: c.idle_cores,
         },
+        mesh: MeshJobRules {
+            spinning_for: c.silent_rank_window,
+            blocked_for: c.silent_rank_blocked_window,
+        },
+        network_namespace: if c.own_network_namespace_only {
+            own_network_namespace()
+        } else {
+            None
+        },
+    }
+}
+
+/// meshd's own network namespace (Linux); `None` where there is none to
+/// tell, and then every rank on the host is this node's.
+fn own_network_namespace() -> Option<u64> {
+    #[cfg(target_os = "linux")]
+    {
+        meshd_platform::linux::procs::namespace_inode(std::path::Path::new("/proc/self/ns/net"))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        None
     }
 }
 

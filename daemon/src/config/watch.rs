@@ -9,7 +9,8 @@ use super::{
     DEFAULT_BRIDGE_INTERVAL, DEFAULT_CPU_INTERVAL, DEFAULT_JOB_BUSY_CORES, DEFAULT_JOB_IDLE_CORES,
     DEFAULT_JOB_PATTERNS, DEFAULT_JOB_WINDOW, DEFAULT_LEAK_WINDOW, DEFAULT_MEMORY_INTERVAL,
     DEFAULT_OFFENDERS, DEFAULT_ORPHAN_GRACE, DEFAULT_PRESSURE_WINDOW, DEFAULT_REBOOT_ALARM_FOR,
-    DEFAULT_SPIKE_RATIO, DEFAULT_SPIKE_WINDOW, DEFAULT_STALL_CRITICAL_RATIO, DEFAULT_STALL_WINDOW,
+    DEFAULT_SILENT_RANK_BLOCKED_WINDOW, DEFAULT_SILENT_RANK_WINDOW, DEFAULT_SPIKE_RATIO,
+    DEFAULT_SPIKE_WINDOW, DEFAULT_STALL_CRITICAL_RATIO, DEFAULT_STALL_WINDOW,
     DEFAULT_STORM_PACKETS_PER_SECOND, DEFAULT_STORM_WINDOW, DEFAULT_TOP_PROCESSES,
     DEFAULT_WIRED_LEAK_RATIO,
 };
@@ -104,6 +105,16 @@ pub struct JobWatchConfig {
     /// still this long, with the mesh up, is stalled (Linux).
     #[serde(with = "humantime_serde")]
     pub stall_window: Duration,
+    /// A job whose rank on one node is stopped, gone or replaced while a
+    /// rank on another spins this long is hung...
+    #[serde(with = "humantime_serde")]
+    pub silent_rank_window: Duration,
+    /// ...or while the other ranks wait without spinning, this long.
+    #[serde(with = "humantime_serde")]
+    pub silent_rank_blocked_window: Duration,
+    /// Linux: only ranks in meshd's own network namespace are this node's
+    /// (nodes that share one host's processes, as the lab's do).
+    pub own_network_namespace_only: bool,
 }
 
 impl Default for JobWatchConfig {
@@ -118,6 +129,9 @@ impl Default for JobWatchConfig {
             orphan_grace: DEFAULT_ORPHAN_GRACE,
             idle_cores: DEFAULT_JOB_IDLE_CORES,
             stall_window: DEFAULT_STALL_WINDOW,
+            silent_rank_window: DEFAULT_SILENT_RANK_WINDOW,
+            silent_rank_blocked_window: DEFAULT_SILENT_RANK_BLOCKED_WINDOW,
+            own_network_namespace_only: false,
         }
     }
 }

@@ -9,10 +9,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use meshd_domain::facts::{CheckResult, CheckStatus, MemoryFacts, MemoryPressure};
+use meshd_domain::fixtures::node_verdict;
 use meshd_domain::{
     Blame, ClockOffset, Counter, EventKind, Incarnation, LinkEnd, LinkFigures, LinkObservation,
-    LinkState, LinkVerdict, LossWindow, MeshStatus, NodeId, NodeIdentity, NodeState, NodeVerdict,
-    PeerReport, Quorum, RdmaPortState, RttHistogram,
+    LinkState, LinkVerdict, LossWindow, MeshStatus, NodeId, NodeIdentity, NodeState, PeerReport,
+    Quorum, RdmaPortState, RttHistogram,
 };
 use meshd_model::fixtures::healthy_observation;
 use meshd_model::job_watch::JobFigures;
@@ -143,23 +144,14 @@ fn healthy_node(nodes: usize, at: Instant) -> (Metrics, Published) {
         },
         nodes: ids
             .iter()
-            .map(|node| NodeVerdict {
-                id: node.clone(),
-                state: NodeState::Up,
-                since: SystemTime::UNIX_EPOCH,
-                evidence: vec![],
-                identity: None,
-                last_report_at: None,
-                cpu_saturated: false,
-                boot: Default::default(),
-                fix: None,
-            })
+            .map(|node| node_verdict(node.clone(), NodeState::Up, SystemTime::UNIX_EPOCH))
             .collect(),
         links,
         alarms: vec![],
         cables: vec![],
         checks,
         measurements: vec![],
+        jobs: Vec::new(),
     };
     let published = Published {
         status: Arc::new(status),

@@ -29,9 +29,12 @@
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Instant;
 
+use meshd_domain::jobs::{ProcessState, RankIdentity};
 use meshd_model::cpu::ProcessSample;
+use meshd_platform::rank_env::{MAX_RANK_FILE_BYTES, rank_identity};
 
 /// Command lines are for matching job patterns and for evidence; a few
 /// hundred characters hold the interpreter, script and module.
@@ -41,11 +44,14 @@ const MAX_COMMAND_CHARS: usize = 512;
 /// `UniversalControl` is 16.
 const TRUNCATED_NAME_LEN: usize = 15;
 
-/// What a process is called, resolved once.
+/// What a process is called and which job rank it is, resolved once.
 #[derive(Debug)]
 struct Identity {
     name: String,
     command: Option<String>,
+    rank: Option<Arc<RankIdentity>>,
+    /// Linux: the network namespace a rank runs in.
+    network_namespace: Option<u64>,
 }
 
 /// One reading of a process's counters.
@@ -56,6 +62,7 @@ struct Reading {
     cpu: u64,
     parent: Option<u32>,
     memory_bytes: Option<u64>,
+    state: ProcessState,
 }
 
 /// A process seen at a sample. With its pid, its start time names it for
@@ -93,6 +100,10 @@ impl Seen {
             command: self.identity.command.clone(),
             parent: self.last.parent,
             memory_bytes: self.last.memory_bytes,
+            state: self.last.state,
+            started: self.start,
+            rank: self.identity.rank.clone(),
+            network_namespace: self.identity.network_namespace,
         }
     }
 }
@@ -130,8 +141,8 @@ impl Known {
     }
 
     /// The process as read now, its identity resolved with `args` (its
-    /// command line, read only for a process not seen before), its CPU a
-    /// rate since its previous reading.
+    /// command line) and `rank` (its place in a job), both read only for a
+    /// process not seen before; its CPU a rate since its previous reading.
     fn observe(
         &mut self,
         pid: u32,
@@ -139,6 +150,7 @@ impl Known {
         kernel_name: &str,
         reading: Reading,
         args: impl FnOnce() -> Option<Vec<String>>,
+        rank: impl FnOnce() -> (Option<Arc<RankIdentity>>, Option<u64>),
     ) -> ProcessSample {
         let sample = self.sample;
         let seen = match self.entries.entry(pid) {
@@ -151,12 +163,15 @@ impl Known {
             }
             entry => {
                 let args = args().unwrap_or_default();
+                let (rank, network_namespace) = rank();
                 let seen = Seen {
                     start,
                     kernel_name: kernel_name.to_owned(),
                     identity: Identity {
                         name: full_name(kernel_name, args.first().map(String::as_str)),
                         command: command_line(&args),
+                        rank,
+                        network_namespace,
                     },
                     last: reading,
                     before: None,
@@ -175,6 +190,23 @@ impl Known {
     fn end(&mut self) {
         let sample = self.sample;
         self.entries.retain(|_, seen| seen.sample == sample);
+    }
+}
+
+/// The job rank `pid` is, from its MLX variables (`variable`) and the files
+/// they name (`read`); a rank whose environment does not make sense is
+/// logged once, as it is resolved once, and is no rank.
+fn resolve_rank(
+    pid: u32,
+    variable: impl Fn(&str) -> Option<String>,
+    read: impl Fn(&str) -> Result<String, String>,
+) -> Option<Arc<RankIdentity>> {
+    match rank_identity(variable, read) {
+        Ok(rank) => rank.map(Arc::new),
+        Err(err) => {
+            tracing::warn!(pid, error = %err, "a process's MLX environment names no job; it is not watched as a rank");
+            None
+        }
     }
 }
 
@@ -258,6 +290,16 @@ mod linux {
     /// tick, as ticks are few, rather than missing one that wakes for
     /// minutes.
     const IDLE_REREAD: Duration = Duration::from_secs(4);
+
+    /// `stat`'s state letter (proc(5)); zombies never get here.
+    fn linux_state(letter: char) -> ProcessState {
+        match letter {
+            'R' => ProcessState::Running,
+            'S' | 'D' | 'I' | 'W' | 'P' => ProcessState::Sleeping,
+            'T' | 't' => ProcessState::Stopped,
+            _ => ProcessState::Unknown,
+        }
+    }
 
     // Skipping is Linux's alone: sysinfo reads every process anyway.
     impl Known {
@@ -354,16 +396,33 @@ mod linux {
                     cpu: stat.cpu_ticks,
                     parent: Some(stat.ppid),
                     memory_bytes: Some(stat.rss_pages.saturating_mul(self.page_bytes)),
+                    state: linux_state(stat.state),
                 };
-                let reader = &mut self.reader;
+                // A kernel thread has no command line or environment.
+                let user = !stat.kernel_thread;
+                let reader = std::cell::RefCell::new(&mut self.reader);
                 samples.push(self.known.observe(
                     stat.pid,
                     stat.start_ticks,
                     &stat.comm,
                     reading,
+                    || user.then(|| reader.borrow_mut().command_line(stat.pid))?,
                     || {
-                        // A kernel thread has no command line to read.
-                        (!stat.kernel_thread).then(|| reader.command_line(stat.pid))?
+                        let Some(env) = user
+                            .then(|| reader.borrow_mut().rank_environment(stat.pid))
+                            .flatten()
+                        else {
+                            return (None, None);
+                        };
+                        let rank = resolve_rank(
+                            stat.pid,
+                            |name| env.variable(name),
+                            |path| env.read(path, MAX_RANK_FILE_BYTES),
+                        );
+                        let namespace = rank
+                            .as_ref()
+                            .and_then(|_| reader.borrow_mut().network_namespace(stat.pid));
+                        (rank, namespace)
                     },
                 ));
             }
@@ -388,6 +447,39 @@ mod other {
     pub struct ProcessTable {
         system: System,
         known: Known,
+    }
+
+    /// sysinfo's status of a process (from `proc_pidinfo`'s `pbi_status`).
+    fn macos_state(status: ProcessStatus) -> ProcessState {
+        match status {
+            ProcessStatus::Run => ProcessState::Running,
+            ProcessStatus::Sleep | ProcessStatus::Idle => ProcessState::Sleeping,
+            ProcessStatus::Stop => ProcessState::Stopped,
+            _ => ProcessState::Unknown,
+        }
+    }
+
+    /// The text of `path` as a process with working directory `cwd` names
+    /// it, at most [`MAX_RANK_FILE_BYTES`].
+    fn read_as(cwd: Option<&std::path::Path>, path: &str) -> Result<String, String> {
+        let full = match cwd {
+            Some(cwd) if !path.starts_with('/') => cwd.join(path),
+            _ => std::path::PathBuf::from(path),
+        };
+        let file = std::fs::File::open(&full).map_err(|e| e.to_string())?;
+        let mut text = String::new();
+        std::io::Read::read_to_string(
+            &mut std::io::Read::take(
+                file,
+                u64::try_from(MAX_RANK_FILE_BYTES + 1).unwrap_or(u64::MAX),
+            ),
+            &mut text,
+        )
+        .map_err(|e| e.to_string())?;
+        if text.len() > MAX_RANK_FILE_BYTES {
+            return Err(format!("over {MAX_RANK_FILE_BYTES} bytes"));
+        }
+        Ok(text)
     }
 
     impl ProcessTable {
@@ -422,10 +514,15 @@ mod other {
                 .map(|(pid, _)| *pid)
                 .collect();
             if !new.is_empty() {
+                // KERN_PROCARGS2 holds both the arguments and the
+                // environment it was started with: one read each.
                 self.system.refresh_processes_specifics(
                     ProcessesToUpdate::Some(&new),
                     false,
-                    ProcessRefreshKind::nothing().with_cmd(UpdateKind::Always),
+                    ProcessRefreshKind::nothing()
+                        .with_cmd(UpdateKind::Always)
+                        .with_environ(UpdateKind::Always)
+                        .with_cwd(UpdateKind::Always),
                 );
             }
             self.known.begin();
@@ -440,6 +537,7 @@ mod other {
                     cpu: process.accumulated_cpu_time(),
                     parent: process.parent().map(|p| p.as_u32()),
                     memory_bytes: Some(process.memory()),
+                    state: macos_state(process.status()),
                 };
                 samples.push(self.known.observe(
                     pid.as_u32(),
@@ -454,6 +552,21 @@ mod other {
                                 .map(|a| a.to_string_lossy().into_owned())
                                 .collect(),
                         )
+                    },
+                    || {
+                        let variable = |name: &str| {
+                            let prefix = format!("{name}=");
+                            process.environ().iter().find_map(|entry| {
+                                entry.to_str()?.strip_prefix(&prefix).map(str::to_owned)
+                            })
+                        };
+                        if variable("MLX_RANK").is_none() {
+                            return (None, None);
+                        }
+                        let rank = resolve_rank(pid.as_u32(), variable, |path| {
+                            read_as(process.cwd(), path)
+                        });
+                        (rank, None)
                     },
                 ));
             }
@@ -504,7 +617,13 @@ mod tests {
             cpu,
             parent: Some(1),
             memory_bytes: Some(4096),
+            state: ProcessState::Sleeping,
         }
+    }
+
+    /// A process that is no rank, resolved once.
+    fn no_rank() -> (Option<Arc<RankIdentity>>, Option<u64>) {
+        (None, None)
     }
 
     #[test]
@@ -513,20 +632,30 @@ mod tests {
         let at = |secs| t0 + std::time::Duration::from_secs(secs);
         let mut known = Known::new(100.0);
         known.begin();
-        let sample = known.observe(10, 500, "python3", reading(at(0), 100), || {
-            Some(vec!["python3".to_owned(), "train.py".to_owned()])
-        });
+        let sample = known.observe(
+            10,
+            500,
+            "python3",
+            reading(at(0), 100),
+            || Some(vec!["python3".to_owned(), "train.py".to_owned()]),
+            no_rank,
+        );
         assert_eq!(sample.command.as_deref(), Some("python3 train.py"));
         assert_eq!((sample.cores, sample.memory_bytes), (0.0, Some(4096)));
-        known.observe(11, 501, "bash", reading(at(0), 5), || None);
+        known.observe(11, 501, "bash", reading(at(0), 5), || None, no_rank);
         known.end();
 
         // The same process: a rate over the time since its last reading,
         // and no command line asked for. The one not seen is forgotten.
         known.begin();
-        let sample = known.observe(10, 500, "python3", reading(at(2), 150), || {
-            panic!("resolved again")
-        });
+        let sample = known.observe(
+            10,
+            500,
+            "python3",
+            reading(at(2), 150),
+            || panic!("resolved again"),
+            || panic!("resolved again"),
+        );
         assert_eq!(sample.name, "python3");
         assert!((sample.cores - 0.25).abs() < 1e-9, "{sample:?}");
         known.end();
@@ -535,13 +664,18 @@ mod tests {
         // An exec (a new kernel name), then the pid reused (a new start
         // time): each resolved afresh, with no rate.
         known.begin();
-        let sample = known.observe(10, 500, "torchrun", reading(at(3), 160), || {
-            Some(vec!["torchrun".into()])
-        });
+        let sample = known.observe(
+            10,
+            500,
+            "torchrun",
+            reading(at(3), 160),
+            || Some(vec!["torchrun".into()]),
+            no_rank,
+        );
         assert_eq!((sample.name.as_str(), sample.cores), ("torchrun", 0.0));
         known.end();
         known.begin();
-        let sample = known.observe(10, 900, "torchrun", reading(at(4), 1), || None);
+        let sample = known.observe(10, 900, "torchrun", reading(at(4), 1), || None, no_rank);
         assert_eq!((sample.command.as_deref(), sample.cores), (None, 0.0));
         known.end();
         assert_eq!(known.entries.len(), 1);
@@ -595,6 +729,73 @@ mod linux_tests {
             std::fs::write(dir.join("stat"), stat).unwrap();
             std::fs::write(dir.join("cmdline"), cmdline).unwrap();
         }
+    }
+
+    /// A real child process started the way mlx.launch starts a JACCL
+    /// rank is read as that rank, in its state, with its network
+    /// namespace; stopped, it reads stopped.
+    #[test]
+    fn a_jaccl_rank_is_found_by_its_environment_and_its_stop_is_seen() {
+        use meshd_domain::jobs::{JobBackend, ProcessState};
+
+        let dir = tempfile::tempdir().unwrap();
+        let devices = dir.path().join("devices.json");
+        std::fs::write(&devices, r#"[[null, "rdma_en4"], ["rdma_en5", null]]"#).unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .env("MLX_RANK", "1")
+            .env("MLX_JACCL_COORDINATOR", "10.0.0.1:5000")
+            .env("MLX_IBV_DEVICES", &devices)
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let mut table = ProcessTable::new().unwrap();
+        let find = |samples: Vec<ProcessSample>| {
+            samples
+                .into_iter()
+                .find(|p| p.pid == pid)
+                .expect("the child is listed")
+        };
+        let t0 = Instant::now();
+        let rank = find(table.sample(t0).unwrap());
+        let identity = rank.rank.as_deref().expect("a rank");
+        assert_eq!(identity.job, "10.0.0.1:5000");
+        assert_eq!(identity.backend, JobBackend::Jaccl);
+        assert_eq!((identity.rank, identity.world), (1, Some(2)));
+        assert_eq!(identity.devices, [Some("rdma_en5".to_owned()), None]);
+        assert_eq!(rank.state, ProcessState::Sleeping);
+        let own = meshd_platform::linux::procs::namespace_inode(std::path::Path::new(
+            "/proc/self/ns/net",
+        ));
+        assert_eq!(rank.network_namespace, own);
+
+        let signalled = std::process::Command::new("kill")
+            .args(["-STOP", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(signalled.success());
+        let stopped = (1..=50)
+            .map(|i| {
+                std::thread::sleep(Duration::from_millis(20));
+                find(table.sample(t0 + Duration::from_secs(i)).unwrap())
+            })
+            .find(|p| p.state == ProcessState::Stopped);
+        let _ = child.kill();
+        let _ = child.wait();
+        let stopped = stopped.expect("the stop is seen");
+        assert!(stopped.rank.is_some(), "still the rank it was");
+        // A process without the variables is no rank.
+        let this = find_self(&mut table, t0 + Duration::from_secs(60));
+        assert!(this.rank.is_none());
+    }
+
+    fn find_self(table: &mut ProcessTable, at: Instant) -> ProcessSample {
+        table
+            .sample(at)
+            .unwrap()
+            .into_iter()
+            .find(|p| p.pid == std::process::id())
+            .expect("this process")
     }
 
     #[test]

@@ -52,6 +52,7 @@ pub(super) fn apply(report: &mut PeerReport, update: ReportUpdate) -> Option<Nod
         report.has_quorum = update.has_quorum.unwrap_or_default();
         report.leader = update.leader.flatten();
         report.clock_offsets = update.clock_offsets.unwrap_or_default().into();
+        report.jobs = update.jobs.unwrap_or_default().into();
     } else {
         if !update.links.is_empty() || !update.removed_links.is_empty() {
             report.links = merged_links(&report.links, update.links, &update.removed_links);
@@ -73,6 +74,9 @@ pub(super) fn apply(report: &mut PeerReport, update: ReportUpdate) -> Option<Nod
         }
         if let Some(offsets) = update.clock_offsets {
             report.clock_offsets = offsets.into();
+        }
+        if let Some(jobs) = update.jobs {
+            report.jobs = jobs.into();
         }
     }
     report.sequence = update.sequence;

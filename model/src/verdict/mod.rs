@@ -530,6 +530,7 @@ impl Engine {
                 cables: Vec::new(),
                 checks: Vec::new(),
                 measurements: Vec::new(),
+                jobs: Vec::new(),
             }),
             hears: hears(&lives),
             heard_on_management: heard_on_management(&lives),

@@ -386,6 +386,26 @@ impl ProcReader {
         Some(parse_cmdline(&self.buf))
     }
 
+    /// `pid`'s MLX variables (`MLX_*`, from the environment it was
+    /// started with; the first [`MAX_ENVIRON_BYTES`] of it), and a reader of
+    /// the files they name as the process sees them (through its root and
+    /// working directory: a rank in a container reads its own files).
+    /// `None` when the environment cannot be read (gone, or not ours).
+    pub fn rank_environment(&mut self, pid: u32) -> Option<RankEnvironment> {
+        let dir = self.root.join(pid.to_string());
+        read_capped(&dir.join("environ"), &mut self.buf, MAX_ENVIRON_BYTES).ok()?;
+        Some(RankEnvironment {
+            variables: mlx_variables(&self.buf),
+            dir,
+        })
+    }
+
+    /// The network namespace `pid` runs in: the inode its `ns/net` link
+    /// names (`net:[4026531840]`); `None` when unreadable.
+    pub fn network_namespace(&self, pid: u32) -> Option<u64> {
+        namespace_inode(&self.root.join(pid.to_string()).join("ns/net"))
+    }
+
     /// The kept fds: each one's pid and start time, by pid.
     #[cfg(test)]
     fn kept(&self) -> Vec<(u32, u64)> {
@@ -397,6 +417,61 @@ impl ProcReader {
         kept.sort_unstable();
         kept
     }
+}
+
+/// The most of a process's environment read for its MLX variables: a
+/// shell's environment is a few KiB; one that is larger than this keeps
+/// what lies past it unread.
+pub const MAX_ENVIRON_BYTES: usize = 128 * 1024;
+
+/// A process's MLX variables, and where its files are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RankEnvironment {
+    /// `MLX_*` variables, by name.
+    pub variables: Vec<(String, String)>,
+    /// Its `/proc/<pid>`.
+    dir: PathBuf,
+}
+
+impl RankEnvironment {
+    pub fn variable(&self, name: &str) -> Option<String> {
+        self.variables
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+    }
+
+    /// The text of `path` as the process names it (relative to its working
+    /// directory, or absolute within its root), at most `cap` bytes: more
+    /// is an error, as is a file that is not UTF-8.
+    pub fn read(&self, path: &str, cap: usize) -> Result<String, String> {
+        let base = if path.starts_with('/') { "root" } else { "cwd" };
+        let full = self.dir.join(base).join(path.trim_start_matches('/'));
+        let mut buf = Vec::new();
+        read_capped(&full, &mut buf, cap.saturating_add(1)).map_err(|e| e.to_string())?;
+        if buf.len() > cap {
+            return Err(format!("over {cap} bytes"));
+        }
+        String::from_utf8(buf).map_err(|_| "not UTF-8 text".to_owned())
+    }
+}
+
+/// The `MLX_*` entries of a NUL-separated environment block; entries that
+/// are not `NAME=value` UTF-8 are skipped.
+fn mlx_variables(block: &[u8]) -> Vec<(String, String)> {
+    block
+        .split(|b| *b == 0)
+        .filter(|entry| entry.starts_with(b"MLX_"))
+        .filter_map(|entry| std::str::from_utf8(entry).ok()?.split_once('='))
+        .map(|(name, value)| (name.to_owned(), value.to_owned()))
+        .collect()
+}
+
+/// The inode a namespace link (`/proc/<pid>/ns/net`) names.
+pub fn namespace_inode(link: &Path) -> Option<u64> {
+    let target = std::fs::read_link(link).ok()?;
+    let target = target.to_str()?;
+    target.split_once(":[")?.1.strip_suffix(']')?.parse().ok()
 }
 
 /// The pid a procfs entry is named for: plain decimal, as procfs names
@@ -488,6 +563,54 @@ mod tests {
         ));
         assert!(parse_stat(b")(").is_err());
         assert!(parse_stat(&[0xff, b'(', b')']).is_err());
+    }
+
+    #[test]
+    fn mlx_variables_are_taken_from_an_environment_block() {
+        let block = b"HOME=/root\0MLX_RANK=1\0MLX_JACCL_COORDINATOR=10.0.0.1:5000\0MLX_BAD\0\xff=x\0MLX_EMPTY=\0";
+        assert_eq!(
+            mlx_variables(block),
+            [
+                ("MLX_RANK".to_owned(), "1".to_owned()),
+                (
+                    "MLX_JACCL_COORDINATOR".to_owned(),
+                    "10.0.0.1:5000".to_owned()
+                ),
+                ("MLX_EMPTY".to_owned(), String::new()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_ranks_files_are_read_through_its_root_and_cwd_within_a_cap() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let proc = dir.path().join("42");
+        std::fs::create_dir_all(proc.join("root/tmp")).expect("mkdir");
+        std::fs::create_dir_all(proc.join("cwd")).expect("mkdir");
+        std::fs::write(proc.join("environ"), b"MLX_RANK=0\0PATH=/bin\0").expect("write");
+        std::fs::write(proc.join("root/tmp/d.json"), "[[null]]").expect("write");
+        std::fs::write(proc.join("cwd/hosts_0.json"), "[[null]]").expect("write");
+        let mut reader = ProcReader::new(dir.path());
+        let env = reader.rank_environment(42).expect("readable");
+        assert_eq!(env.variable("MLX_RANK").as_deref(), Some("0"));
+        assert_eq!(env.variable("PATH"), None);
+        assert_eq!(env.read("/tmp/d.json", 64).as_deref(), Ok("[[null]]"));
+        assert_eq!(env.read("hosts_0.json", 64).as_deref(), Ok("[[null]]"));
+        assert_eq!(env.read("hosts_0.json", 4), Err("over 4 bytes".to_owned()));
+        assert!(env.read("/tmp/none.json", 64).is_err());
+        assert!(reader.rank_environment(43).is_none());
+    }
+
+    #[test]
+    fn a_namespace_link_names_its_inode() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let link = dir.path().join("net");
+        std::os::unix::fs::symlink("net:[4026531840]", &link).expect("symlink");
+        assert_eq!(namespace_inode(&link), Some(4_026_531_840));
+        std::fs::remove_file(&link).expect("rm");
+        std::os::unix::fs::symlink("pipe:[12]x", &link).expect("symlink");
+        assert_eq!(namespace_inode(&link), None);
+        assert_eq!(namespace_inode(&dir.path().join("none")), None);
     }
 
     #[test]

@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::wire;
 use meshd_domain::facts::{CheckStatus, Ipv4Method, MemoryPressure};
+use meshd_domain::jobs::{JobBackend, ProcessState, RankCondition};
 use meshd_domain::{
     Blame, EventKind, InterfaceState, LinkState, NodeId, NodeState, RdmaPortState, RejectReason,
     Severity,
@@ -16,6 +17,7 @@ use meshd_domain::{
 
 mod facts;
 mod hostfile;
+mod jobs;
 mod measurement;
 mod ports;
 mod status;
@@ -237,6 +239,16 @@ enum_conversions!(RejectReason, RejectReason, reject_reason, reject_reason_wire,
     ForeignAlarm => ForeignAlarm,
 });
 
+enum_conversions!(JobBackend, JobBackend, job_backend, job_backend_wire, {
+    Jaccl => Jaccl, Ring => Ring,
+});
+enum_conversions!(ProcessState, ProcessState, process_state, process_state_wire, {
+    Unknown => Unknown, Running => Running, Sleeping => Sleeping, Stopped => Stopped,
+});
+enum_conversions!(RankCondition, RankCondition, rank_condition, rank_condition_wire, {
+    Live => Live, Stopped => Stopped, Gone => Gone, Restarted => Restarted, Unheard => Unheard,
+});
+
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
@@ -262,6 +274,7 @@ mod tests {
         RdmaPortFact, RdmaReader,
     };
     use meshd_domain::fixtures::{id, wall};
+    use meshd_domain::jobs::{JobRank, JobView, RankView};
     use meshd_domain::{
         Alarm, ClockOffset, ClockSample, Counter, Event, EventDetail, Incarnation, LinkEnd,
         LinkFigures, LinkMeasurement, LinkObservation, LinkVerdict, LossWindow, MeshStatus,
@@ -389,6 +402,46 @@ mod tests {
                 peer: id("c"),
                 at: wall(99),
             }],
+            jobs: vec![JobView {
+                job: "10.0.0.1:5000".into(),
+                backend: JobBackend::Jaccl,
+                world: Some(2),
+                ranks: vec![
+                    RankView {
+                        rank: 0,
+                        node: id("a"),
+                        pid: 4242,
+                        name: "python3.12".into(),
+                        condition: RankCondition::Live,
+                        busy: true,
+                    },
+                    RankView {
+                        rank: 1,
+                        node: id("b"),
+                        pid: 77,
+                        name: "python3.12".into(),
+                        condition: RankCondition::Stopped,
+                        busy: false,
+                    },
+                ],
+                hung: Some("job 10.0.0.1:5000 hangs: rank 1 (pid 77) on b is stopped".into()),
+                since: wall(90),
+            }],
+        }
+    }
+
+    fn sample_rank() -> JobRank {
+        JobRank {
+            job: "10.0.0.1:5000".into(),
+            backend: JobBackend::Jaccl,
+            rank: 1,
+            world: Some(2),
+            pid: 77,
+            started: 123_456,
+            name: "python3.12".into(),
+            state: ProcessState::Stopped,
+            busy: false,
+            devices: vec![Some("rdma_en5".into()), None],
         }
     }
 
@@ -803,6 +856,7 @@ mod tests {
                 offset_ns: -1_500_000_000,
                 rtt: Duration::from_micros(300),
             }]),
+            jobs: Some(vec![sample_rank()]),
         }
     }
 
@@ -830,6 +884,7 @@ mod tests {
             has_quorum: None,
             leader: None,
             clock_offsets: None,
+            jobs: None,
             ..sample_update()
         };
         assert_eq!(update_from_wire(delta.clone().into(), &BOUNDS), Ok(delta));
@@ -1012,6 +1067,68 @@ mod tests {
             &|u| alarms(u)[0].fix = "x".repeat(limits::MAX_FIX_BYTES + 1),
             "alarms.alarms[0].fix",
         );
+    }
+
+    /// A peer's job ranks are bounded and checked like the rest of its
+    /// report: no more ranks than a world may have, rank numbers inside
+    /// their world, short printable texts, known enums.
+    #[test]
+    fn hostile_job_ranks_are_refused_by_field() {
+        let good: wire::ReportUpdate = sample_update().into();
+        let refused = |change: &dyn Fn(&mut wire::JobRank)| {
+            let mut update = good.clone();
+            change(&mut update.jobs.as_mut().expect("jobs").ranks[0]);
+            update_from_wire(update, &BOUNDS)
+                .expect_err("refused")
+                .to_string()
+        };
+        assert_eq!(
+            refused(&|r| r.rank = 2),
+            "jobs.ranks[0].rank: 2 is outside a world of 2"
+        );
+        assert_eq!(
+            refused(&|r| r.world = 65),
+            "jobs.ranks[0].world: 65; at most 64"
+        );
+        assert_eq!(
+            refused(&|r| {
+                r.world = 0;
+                r.rank = 64;
+            }),
+            "jobs.ranks[0].rank: 64 is outside a world of 64"
+        );
+        assert_eq!(refused(&|r| r.job.clear()), "jobs.ranks[0].job: empty");
+        assert_eq!(
+            refused(&|r| r.name = "a\nb".into()),
+            "jobs.ranks[0].name: holds a control character"
+        );
+        assert!(
+            refused(&|r| r.job = "j".repeat(129)).starts_with("jobs.ranks[0].job: 129 characters")
+        );
+        assert_eq!(
+            refused(&|r| r.state = 9),
+            "jobs.ranks[0].state: unknown value 9"
+        );
+        assert_eq!(
+            refused(&|r| r.backend = 0),
+            "jobs.ranks[0].backend: unspecified"
+        );
+        assert!(
+            refused(&|r| r.devices = vec![wire::JobDevice { name: None }; 65])
+                .starts_with("jobs.ranks[0].devices: 65 entries")
+        );
+        let mut update = good.clone();
+        let ranks = &mut update.jobs.as_mut().expect("jobs").ranks;
+        *ranks = vec![ranks[0].clone(); 65];
+        assert_eq!(
+            update_from_wire(update, &BOUNDS)
+                .expect_err("too many")
+                .to_string(),
+            "jobs.ranks: 65 entries, at most 64"
+        );
+        let mut none = good.clone();
+        none.jobs = None;
+        assert_eq!(update_from_wire(none, &BOUNDS).expect("ok").jobs, None);
     }
 
     #[test]

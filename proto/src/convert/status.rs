@@ -12,6 +12,7 @@ use super::{
 };
 use crate::{limits, wire};
 use meshd_domain::facts::{Cable, CheckResult};
+use meshd_domain::jobs::JobView;
 use meshd_domain::{
     Alarm, Event, EventDetail, Incarnation, LinkEnd, LinkMeasurement, LinkVerdict, MeshStatus,
     NodeIdentity, NodeVerdict, Quorum, UnknownName,
@@ -235,6 +236,7 @@ impl From<MeshStatus> for wire::MeshStatus {
             cables: s.cables.into_iter().map(Into::into).collect(),
             checks: s.checks.into_iter().map(Into::into).collect(),
             measurements: s.measurements.into_iter().map(Into::into).collect(),
+            jobs: s.jobs.into_iter().map(Into::into).collect(),
         }
     }
 }
@@ -254,6 +256,7 @@ impl TryFrom<wire::MeshStatus> for MeshStatus {
             cables: each("cables", s.cables, Cable::try_from)?,
             checks: each("checks", s.checks, CheckResult::try_from)?,
             measurements: each("measurements", s.measurements, LinkMeasurement::try_from)?,
+            jobs: each("jobs", s.jobs, JobView::try_from)?,
         })
     }
 }

@@ -182,6 +182,7 @@ impl From<ReportUpdate> for wire::ReportUpdate {
             clock_offsets: u.clock_offsets.map(|offsets| wire::ClockOffsets {
                 offsets: offsets.into_iter().map(Into::into).collect(),
             }),
+            jobs: u.jobs.map(super::jobs::ranks_to_wire),
         }
     }
 }
@@ -249,6 +250,7 @@ pub fn update_from_wire(u: wire::ReportUpdate, bounds: &[Duration]) -> Result<Re
             .clock_offsets
             .map(|list| each("clock_offsets.offsets", list.offsets, ClockOffset::try_from))
             .transpose()?,
+        jobs: u.jobs.map(super::jobs::ranks_from_wire).transpose()?,
     })
 }
 

@@ -99,6 +99,18 @@ fn check_jobs(jobs: &JobWatchConfig, p: &mut Vec<Problem>) {
         jobs.stall_window,
         WATCH_WINDOW_RANGE,
     );
+    check_duration(
+        p,
+        "watch.jobs.silent_rank_window",
+        jobs.silent_rank_window,
+        WATCH_WINDOW_RANGE,
+    );
+    check_duration(
+        p,
+        "watch.jobs.silent_rank_blocked_window",
+        jobs.silent_rank_blocked_window,
+        WATCH_WINDOW_RANGE,
+    );
     if !(jobs.idle_cores >= 0.0 && jobs.idle_cores < jobs.busy_cores) {
         p.push(Problem::new(
             "watch.jobs.idle_cores",

@@ -129,6 +129,7 @@ fn healthy(n: usize) -> MeshStatus {
         cables,
         checks: vec![],
         measurements,
+        jobs: vec![],
     }
 }
 
