@@ -21,6 +21,7 @@ pub mod ibv;
 pub mod linux;
 pub mod macos;
 pub mod paths;
+pub mod route;
 pub mod source;
 pub mod verbs;
 pub mod verbs_probe;
