@@ -826,6 +826,24 @@ mod tests {
     }
 
     #[test]
+    fn route_lookups_keep_their_address_in_the_file_name_and_their_extension() {
+        assert_eq!(
+            HostCommand::RouteGet.file_name_for(Some("169.254.87.238")),
+            "route_n_get_169.254.87.238.txt"
+        );
+        assert_eq!(
+            HostCommand::IpRouteGet.file_name_for(Some("fe80::1")),
+            "ip_j_route_get_fe80__1.json"
+        );
+        assert_eq!(
+            HostCommand::IpRouteGet.line_for(Some("10.0.12.2")),
+            "ip -j route get 10.0.12.2"
+        );
+        assert_eq!(HostCommand::RoutingTable.line(), "netstat -r -n -f inet");
+        assert!(HostCommand::RouteGet.macos_only() && !HostCommand::IpRouteGet.macos_only());
+    }
+
+    #[test]
     fn a_recorder_keeps_what_passed_through() {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::write(dir.path().join("sw_vers.txt"), "ProductVersion: 26.2\n").expect("write");
