@@ -130,9 +130,9 @@ pub fn route_interfaces(
     }
 }
 
-/// `text` cut at `limit` bytes is refused rather than read: a routing
-/// answer that long is not one the parsers were built for, and reading
-/// part of a table could miss the route that matters.
+/// `Err(length)` when `text` is longer than `limit` bytes: such an answer
+/// is refused unread rather than cut, since part of a table could miss
+/// the route that matters.
 pub(crate) fn within(text: &str, limit: usize) -> Result<(), usize> {
     if text.len() > limit {
         Err(text.len())

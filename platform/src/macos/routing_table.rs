@@ -27,8 +27,9 @@
 //! The lookup leaves out interface-scoped routes (`I`): the kernel keeps
 //! them apart and uses them only for sockets bound to that interface,
 //! which a job's sockets are not. It cannot see what only the kernel
-//! knows at lookup time, so where the answer for a few addresses must be
-//! exact, [`super::route`] asks the kernel itself.
+//! knows at lookup time (the host's own addresses, whose `lo0` rows are
+//! scoped, come out on their subnet's interface), so where the answer for
+//! a few addresses must be exact, [`super::route`] asks the kernel itself.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
