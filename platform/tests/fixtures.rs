@@ -267,6 +267,26 @@ const CASES: &[(&str, Check)] = &[
         "route_n_get_not-in-table_stderr.txt",
         route_get_not_in_table,
     ),
+    (
+        "route_get_169.254.0.0_link-local-net-route_en0_cloudflare-docs.txt",
+        route_get_link_local_net,
+    ),
+    (
+        "route_get_google.com_names-not-numbers_utun3_cloudflare-docs.txt",
+        route_get_names_refused,
+    ),
+    (
+        "route_n_get_169.254.170.2_stale-link-local-host-entry_en0_macOS25.6.txt",
+        route_get_stale_link_local_entry,
+    ),
+    (
+        "route_n_get_127.0.0.1_lo0-LOCAL_macOS25.6_trimmed.txt",
+        route_get_loopback,
+    ),
+    (
+        "route_n_get_169.254.99.99_covering-net-route_en0_macOS25.6_trimmed.txt",
+        route_get_covering_net,
+    ),
 ];
 
 #[test]
@@ -1368,4 +1388,56 @@ fn route_get_not_in_table(text: &str) {
             reason: "not in table".into()
         })
     );
+}
+
+/// (interface, next hop, matched route) of a `route -n get` answer.
+fn answered(text: &str) -> (String, NextHop, String) {
+    match parse_route_get(text).expect("answer") {
+        Lookup::Route(egress) => (
+            egress.interface,
+            egress.next_hop,
+            egress.matched.map(|m| m.to_string()).unwrap_or_default(),
+        ),
+        Lookup::NoRoute { reason } => panic!("no route: {reason}"),
+    }
+}
+
+fn route_get_link_local_net(text: &str) {
+    // A link-local peer with no host route yet: the 169.254 network route,
+    // on the link, no gateway. The expire is negative.
+    assert_eq!(answered(text), direct("en0", "169.254.0.0/16"));
+}
+
+fn route_get_names_refused(text: &str) {
+    // Run without -n, route prints names; meshd always passes -n, and a
+    // name is refused rather than resolved here.
+    assert_eq!(
+        parse_route_get(text).expect_err("a name").to_string(),
+        "route to: \"lga25s81-in-f14.1e100.net\" is not an IPv4 address or \"default\""
+    );
+}
+
+fn route_get_stale_link_local_entry(text: &str) {
+    let route = parse_route_get_fields(text)
+        .expect("answer")
+        .expect("a route");
+    assert!(route.has_flag("b016"), "a flag bit without a name is kept");
+    // The kernel sends to the stale entry's interface, so that is the
+    // answer: en0, not a cable.
+    assert_eq!(answered(text), direct("en0", "169.254.170.2/32"));
+}
+
+fn route_get_loopback(text: &str) {
+    assert_eq!(
+        answered(text),
+        ("lo0".to_owned(), NextHop::Local, "127.0.0.1/32".to_owned())
+    );
+}
+
+fn route_get_covering_net(text: &str) {
+    let route = parse_route_get_fields(text)
+        .expect("answer")
+        .expect("a route");
+    assert_eq!(route.route_to, Some(Ipv4Addr::new(169, 254, 99, 99)));
+    assert_eq!(answered(text), direct("en0", "169.254.0.0/16"));
 }
