@@ -96,12 +96,8 @@ pub enum RouteError {
     #[error("{command}: answered for {answered}, not for the address asked")]
     OtherAddress { command: String, answered: String },
     /// This reader cannot ask about this kind of address.
-    #[error("{command}: {address}: {why}")]
-    Unsupported {
-        command: String,
-        address: IpAddr,
-        why: &'static str,
-    },
+    #[error("{address}: {why}")]
+    Unsupported { address: IpAddr, why: String },
 }
 
 /// Each of `addresses` with what this host's routing says about it, read
@@ -120,9 +116,8 @@ pub fn route_interfaces(
             .iter()
             .map(|&address| {
                 let error = RouteError::Unsupported {
-                    command: "route lookup".to_owned(),
                     address,
-                    why: "OS not recognised (neither macOS nor Linux)",
+                    why: "no route reader: OS not recognised (neither macOS nor Linux)".to_owned(),
                 };
                 (address, Err(error))
             })
@@ -141,18 +136,13 @@ pub(crate) fn within(text: &str, limit: usize) -> Result<(), usize> {
     }
 }
 
-/// The address an IPv4-only reader may ask about.
-pub(crate) fn ipv4(
-    address: IpAddr,
-    command: &str,
-    why: &'static str,
-) -> Result<Ipv4Addr, RouteError> {
+/// The address an IPv4-only reader (`reader`) may ask about.
+pub(crate) fn ipv4(address: IpAddr, reader: &str) -> Result<Ipv4Addr, RouteError> {
     match address {
         IpAddr::V4(v4) => Ok(v4),
         IpAddr::V6(_) => Err(RouteError::Unsupported {
-            command: command.to_owned(),
             address,
-            why,
+            why: format!("an IPv6 address; {reader} reads IPv4 routes only"),
         }),
     }
 }

@@ -190,7 +190,7 @@ fn macos_bundles_answer_per_address_with_route_get() {
     );
     assert_eq!(
         answer(&found[&addresses[4]]),
-        Err("route -n get fe80::1: fe80::1: route -n get is asked about IPv4 only".into())
+        Err("fe80::1: an IPv6 address; route -n get reads IPv4 routes only".into())
     );
 }
 
@@ -213,7 +213,7 @@ fn one_table_answers_every_peer() {
     assert_eq!(answers[&addresses[1]], Ok(("en0".into(), NextHop::Direct)));
     assert_eq!(
         answers[&addresses[2]],
-        Err("netstat -r -n -f inet: ::1: the table read is IPv4's".into())
+        Err("::1: an IPv6 address; netstat -r -n -f inet reads IPv4 routes only".into())
     );
     let (_empty, nothing) = bundle(&[]);
     assert_eq!(
@@ -230,6 +230,6 @@ fn an_unrecognised_os_is_asked_nothing() {
     let found = route_interfaces(&source, OsKind::Other, &[ip("10.0.0.1")]);
     assert_eq!(
         answer(&found[&ip("10.0.0.1")]),
-        Err("route lookup: 10.0.0.1: OS not recognised (neither macOS nor Linux)".into())
+        Err("10.0.0.1: no route reader: OS not recognised (neither macOS nor Linux)".into())
     );
 }

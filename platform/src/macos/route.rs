@@ -8,12 +8,12 @@
 //! The layout is `print_getmsg` in network_cmds' `route.c`:
 //!
 //! ```text
-//!    route to: 192.0.43.10
+//!    route to: default
 //! destination: default
 //!        mask: default
 //!     gateway: 192.168.1.1
-//!   interface: en1
-//!       flags: <UP,GATEWAY,DONE,STATIC,PRCLONING>
+//!   interface: en0
+//!       flags: <UP,GATEWAY,DONE,STATIC,PRCLONING,GLOBAL>
 //!  recvpipe  sendpipe  ssthresh  rtt,msec    rttvar  hopcount      mtu     expire
 //!        0         0         0         0         0         0      1500         0
 //! ```
@@ -325,8 +325,8 @@ pub(crate) fn is_interface_name(name: &str) -> bool {
 }
 
 /// Each of `addresses` with the kernel's answer, from one `route -n get`
-/// per address. IPv6 addresses are not asked (`route` would need
-/// `-inet6`; the mesh's cables carry IPv4).
+/// per address. IPv6 addresses are not asked: each gets
+/// [`RouteError::Unsupported`].
 pub fn route_interfaces(
     source: &dyn Source,
     addresses: &[IpAddr],
@@ -340,7 +340,8 @@ pub fn route_interfaces(
 fn route_interface(source: &dyn Source, address: IpAddr) -> Result<Lookup, RouteError> {
     let command = HostCommand::RouteGet;
     let line = command.line_for(Some(&address.to_string()));
-    let asked = ipv4(address, &line, "route -n get is asked about IPv4 only")?;
+    // The cables carry IPv4; `route` would need `-inet6` for the rest.
+    let asked = ipv4(address, "route -n get")?;
     let text = match source.capture_for(command, &asked.to_string()) {
         Ok(text) => text,
         // Some `route` builds exit non-zero when nothing matches.

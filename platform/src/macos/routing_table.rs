@@ -381,8 +381,8 @@ pub fn route_interfaces_from_table(
     Ok(addresses
         .iter()
         .map(|&address| {
-            let lookup = ipv4(address, &command.line(), "the table read is IPv4's")
-                .and_then(|v4| table.lookup(v4).map_err(unreadable));
+            let lookup =
+                ipv4(address, &command.line()).and_then(|v4| table.lookup(v4).map_err(unreadable));
             (address, lookup)
         })
         .collect())
