@@ -63,9 +63,28 @@ fn linux_captures_name_the_cable_the_fallback_and_the_host_itself() {
     ))
     .expect("route");
     assert_eq!(direct.prefsrc, Some(ip("192.168.200.1")));
+    // The table Tailscale uses, behind an `ip rule`: the kernel's answer
+    // went through the rule, which a dump of the main table would miss.
     assert_eq!(
-        no_route_answer(&fixture("linux/ip_j_route_get_no-route_stderr_netns.txt")),
-        Some("Network is unreachable")
+        read("ip_j_route_get_policy-table-52_tailscale0_netns.json"),
+        ("tailscale0".into(), Some(NextHop::Direct))
+    );
+    let said = |name: &str| no_route_answer(&fixture(&format!("linux/{name}")));
+    assert_eq!(
+        said("ip_j_route_get_no-route_stderr_netns.txt").as_deref(),
+        Some("Network is unreachable: no route matches")
+    );
+    assert_eq!(
+        said("ip_j_route_get_unreachable-route_stderr_netns.txt").as_deref(),
+        Some("No route to host: the matching route is of type unreachable")
+    );
+    assert_eq!(
+        said("ip_j_route_get_prohibit-route_stderr_netns.txt").as_deref(),
+        Some("Permission denied: the matching route is of type prohibit")
+    );
+    assert_eq!(
+        said("ip_j_route_get_blackhole-route_stderr_netns.txt").as_deref(),
+        Some("Invalid argument: the matching route is of type blackhole")
     );
 }
 
@@ -124,7 +143,7 @@ fn linux_bundles_answer_per_address_and_a_recorded_no_route_is_no_route() {
     );
     assert_eq!(
         answer(&found[&addresses[1]]),
-        Err("no route: Network is unreachable".into())
+        Err("no route: Network is unreachable: no route matches".into())
     );
     assert_eq!(
         answer(&found[&addresses[2]]),

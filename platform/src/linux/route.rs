@@ -27,14 +27,24 @@ use crate::source::{CaptureError, HostCommand, Source};
 /// One route is under 300 bytes; this is room for any build's extra keys.
 pub const MAX_ROUTE_GET_BYTES: usize = 64 * 1024;
 
-/// The kernel's answers that mean nothing carries packets there, as
-/// `ip` words them after `RTNETLINK answers: `: no route
-/// (`ENETUNREACH`), an `unreachable` route (`EHOSTUNREACH`), a
-/// `prohibit` route (`EACCES`).
-const NO_ROUTE_ANSWERS: &[&str] = &[
-    "Network is unreachable",
-    "No route to host",
-    "Permission denied",
+/// The kernel's answers that mean nothing carries packets there, as `ip`
+/// words them after `RTNETLINK answers: ` (each captured: linux/SOURCES.md),
+/// with what they mean. `ip` is asked about a well-formed address only, so
+/// `EINVAL` is the blackhole route's and no malformed request's.
+const NO_ROUTE_ANSWERS: &[(&str, &str)] = &[
+    ("Network is unreachable", "no route matches"),
+    (
+        "No route to host",
+        "the matching route is of type unreachable",
+    ),
+    (
+        "Permission denied",
+        "the matching route is of type prohibit",
+    ),
+    (
+        "Invalid argument",
+        "the matching route is of type blackhole",
+    ),
 ];
 
 /// One `ip -j route get` answer.
@@ -52,6 +62,10 @@ pub struct IpRoute {
 }
 
 impl IpRoute {
+    /// Where packets go by this route. The kernels captured answer an
+    /// `unreachable`, `prohibit` or `blackhole` route with an error
+    /// ([`no_route_answer`]); a route printed with such a type means the
+    /// same.
     pub fn lookup(&self) -> Lookup {
         match self.kind.as_str() {
             "unreachable" | "blackhole" | "prohibit" => Lookup::NoRoute {
@@ -163,13 +177,13 @@ pub fn parse_ip_route_get(text: &str) -> Result<IpRoute, IpRouteGetError> {
     })
 }
 
-/// The kernel's reason when `stderr` (or a recorded failure naming it)
-/// says nothing carries packets to the address.
-pub fn no_route_answer(stderr: &str) -> Option<&'static str> {
+/// The kernel's answer and what it means, when `stderr` (or a recorded
+/// failure quoting it) says nothing carries packets to the address.
+pub fn no_route_answer(stderr: &str) -> Option<String> {
     NO_ROUTE_ANSWERS
         .iter()
-        .find(|answer| stderr.contains(&format!("RTNETLINK answers: {answer}")))
-        .copied()
+        .find(|(answer, _)| stderr.contains(&format!("RTNETLINK answers: {answer}")))
+        .map(|(answer, meaning)| format!("{answer}: {meaning}"))
 }
 
 /// Each of `addresses` with the kernel's answer, one `ip -j route get`
@@ -199,9 +213,7 @@ fn route_interface(source: &dyn Source, address: IpAddr) -> Result<Lookup, Route
                 CaptureError::NotCaptured { .. } => "",
             };
             return match no_route_answer(said) {
-                Some(answer) => Ok(Lookup::NoRoute {
-                    reason: answer.to_owned(),
-                }),
+                Some(reason) => Ok(Lookup::NoRoute { reason }),
                 None => Err(error.into()),
             };
         }
