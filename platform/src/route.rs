@@ -17,6 +17,7 @@
 //! whether the interface is the right one: that needs the cable map.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};
 
 use meshd_domain::facts::{Ipv4Cidr, OsKind};
@@ -59,6 +60,31 @@ impl Egress {
     /// The route reaches the destination without a router.
     pub fn is_direct(&self) -> bool {
         self.next_hop == NextHop::Direct
+    }
+}
+
+/// `en0 via 192.168.1.1 (route 0.0.0.0/0)`, `bridge0 direct`, `lo0
+/// local`: for messages and evidence.
+impl fmt::Display for Egress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.next_hop {
+            NextHop::Direct => write!(f, "{} direct", self.interface)?,
+            NextHop::Gateway(gateway) => write!(f, "{} via {gateway}", self.interface)?,
+            NextHop::Local => write!(f, "{} local", self.interface)?,
+        }
+        match self.matched {
+            Some(route) => write!(f, " (route {route})"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl fmt::Display for Lookup {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Lookup::Route(egress) => egress.fmt(f),
+            Lookup::NoRoute { reason } => write!(f, "no route: {reason}"),
+        }
     }
 }
 
@@ -144,5 +170,30 @@ pub(crate) fn ipv4(address: IpAddr, reader: &str) -> Result<Ipv4Addr, RouteError
             address,
             why: format!("an IPv6 address; {reader} reads IPv4 routes only"),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn egress_reads_as_interface_next_hop_and_route() {
+        let egress = Egress {
+            interface: "en0".into(),
+            next_hop: NextHop::Gateway(IpAddr::from([192, 168, 1, 1])),
+            matched: Ipv4Cidr::new(Ipv4Addr::UNSPECIFIED, 0),
+        };
+        assert_eq!(egress.to_string(), "en0 via 192.168.1.1 (route 0.0.0.0/0)");
+        let cable = Egress {
+            interface: "thunderbolt0".into(),
+            next_hop: NextHop::Direct,
+            matched: None,
+        };
+        assert_eq!(Lookup::Route(cable).to_string(), "thunderbolt0 direct");
+        let none = Lookup::NoRoute {
+            reason: "not in table".into(),
+        };
+        assert_eq!(none.to_string(), "no route: not in table");
     }
 }
