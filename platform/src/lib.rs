@@ -22,6 +22,7 @@ pub mod linux;
 pub mod macos;
 pub mod paths;
 pub mod rank_env;
+pub mod route;
 pub mod source;
 pub mod verbs;
 pub mod verbs_probe;

@@ -65,12 +65,23 @@ pub enum HostCommand {
     /// address. Takes the service as its operand ([`Source::capture_for`]);
     /// one read-only call per Thunderbolt port's service.
     ServiceInfo,
+    /// `route -n get ADDRESS`: the kernel's own answer to which route,
+    /// interface and gateway carry packets to one IPv4 address (macOS).
+    /// Takes the address as its operand.
+    RouteGet,
+    /// `netstat -r -n -f inet`: the whole IPv4 routing table (macOS), so
+    /// one call answers for many addresses.
+    RoutingTable,
+    /// `ip -j route get ADDRESS`: the kernel's route lookup for one
+    /// address, policy rules included (Linux). Takes the address as its
+    /// operand.
+    IpRouteGet,
 }
 
 impl HostCommand {
     /// Every command: the macOS collector's in the order they are run,
     /// then the one it runs per network service, then Linux's `ip`, then
-    /// the bridge watcher's.
+    /// the bridge watcher's, then the path-fallback readers'.
     pub const ALL: &'static [HostCommand] = &[
         HostCommand::SwVers,
         HostCommand::HwModel,
@@ -91,6 +102,9 @@ impl HostCommand {
         HostCommand::ServiceInfo,
         HostCommand::IpAddr,
         HostCommand::InterfaceCounters,
+        HostCommand::RouteGet,
+        HostCommand::RoutingTable,
+        HostCommand::IpRouteGet,
     ];
 
     /// The commands of the macOS platform that run once per read, in the
@@ -117,7 +131,10 @@ impl HostCommand {
     pub fn macos_only(self) -> bool {
         !matches!(
             self,
-            HostCommand::IbvDevices | HostCommand::IbvDevinfo | HostCommand::IpAddr
+            HostCommand::IbvDevices
+                | HostCommand::IbvDevinfo
+                | HostCommand::IpAddr
+                | HostCommand::IpRouteGet
         )
     }
 
@@ -133,8 +150,9 @@ impl HostCommand {
             HostCommand::RdmaCtl => "rdma_ctl",
             HostCommand::IbvDevices => "ibv_devices",
             HostCommand::IbvDevinfo => "ibv_devinfo",
-            HostCommand::IpAddr => "ip",
-            HostCommand::InterfaceCounters => "netstat",
+            HostCommand::IpAddr | HostCommand::IpRouteGet => "ip",
+            HostCommand::InterfaceCounters | HostCommand::RoutingTable => "netstat",
+            HostCommand::RouteGet => "route",
             // Not on any PATH.
             HostCommand::FirewallState | HostCommand::FirewallRules => SOCKETFILTERFW,
             HostCommand::Sysctl | HostCommand::GpuWiredLimit => "sysctl",
@@ -170,12 +188,18 @@ impl HostCommand {
             HostCommand::GpuWiredLimit => &["iogpu.wired_limit_mb"],
             HostCommand::Pmset => &["-g"],
             HostCommand::ServiceInfo => &["-getinfo"],
+            HostCommand::RouteGet => &["-n", "get"],
+            HostCommand::RoutingTable => &["-r", "-n", "-f", "inet"],
+            HostCommand::IpRouteGet => &["-j", "route", "get"],
         }
     }
 
     /// Whether it is run with an operand ([`Source::capture_for`]).
     pub fn takes_operand(self) -> bool {
-        self == HostCommand::ServiceInfo
+        matches!(
+            self,
+            HostCommand::ServiceInfo | HostCommand::RouteGet | HostCommand::IpRouteGet
+        )
     }
 
     /// `system_profiler` takes about a second when healthy; `ibv_devinfo`
@@ -209,13 +233,17 @@ impl HostCommand {
             HostCommand::GpuWiredLimit => "sysctl_iogpu.wired_limit_mb.txt",
             HostCommand::Pmset => "pmset_g.txt",
             HostCommand::ServiceInfo => "networksetup_getinfo.txt",
+            HostCommand::RouteGet => "route_n_get.txt",
+            HostCommand::RoutingTable => "netstat_rn_f_inet.txt",
+            HostCommand::IpRouteGet => "ip_j_route_get.json",
         }
     }
 
     /// The bundle file of its output for `operand`
-    /// (`networksetup_getinfo_Thunderbolt_1.txt`): the operand with every
-    /// character but letters, digits, `.`, `-` made `_`, so no operand can
-    /// name another file.
+    /// (`networksetup_getinfo_Thunderbolt_1.txt`,
+    /// `ip_j_route_get_10.0.12.2.json`): the operand with every character
+    /// but letters, digits, `.`, `-` made `_`, so no operand can name
+    /// another file, between the file's stem and its extension.
     pub fn file_name_for(self, operand: Option<&str>) -> String {
         let Some(operand) = operand else {
             return self.file_name().to_owned();
@@ -230,8 +258,11 @@ impl HostCommand {
                 }
             })
             .collect();
-        let stem = self.file_name().trim_end_matches(".txt");
-        format!("{stem}_{safe}.txt")
+        let (stem, extension) = self
+            .file_name()
+            .rsplit_once('.')
+            .unwrap_or((self.file_name(), "txt"));
+        format!("{stem}_{safe}.{extension}")
     }
 
     /// The command line, for messages and bundle manifests.
@@ -695,7 +726,12 @@ mod tests {
                 "networksetup" => args
                     .iter()
                     .all(|a| a.starts_with("-list") || a.starts_with("-get")),
-                "ip" => args.last() == Some(&"show"),
+                // `route get` asks the kernel's lookup (RTM_GETROUTE); it
+                // changes nothing, unlike `add`, `del` or `flush`.
+                "ip" => args.last() == Some(&"show") || args == ["-j", "route", "get"],
+                // RTM_GET on the routing socket: a lookup; `route` refuses
+                // nothing else without root, and meshd asks nothing else.
+                "route" => args == ["-n", "get"],
                 // The Application Firewall's two queries; `--add` and
                 // `--unblockapp` are run by `meshd install` alone.
                 SOCKETFILTERFW => args == ["--getglobalstate"] || args == ["--listapps"],
@@ -787,6 +823,24 @@ mod tests {
             Recorded::Command { operand: Some(o), .. } if o == "Thunderbolt 1/../x"
         ));
         assert!(matches!(&seen[2], Recorded::File { text, .. } if text.len() == 100));
+    }
+
+    #[test]
+    fn route_lookups_keep_their_address_in_the_file_name_and_their_extension() {
+        assert_eq!(
+            HostCommand::RouteGet.file_name_for(Some("169.254.87.238")),
+            "route_n_get_169.254.87.238.txt"
+        );
+        assert_eq!(
+            HostCommand::IpRouteGet.file_name_for(Some("fe80::1")),
+            "ip_j_route_get_fe80__1.json"
+        );
+        assert_eq!(
+            HostCommand::IpRouteGet.line_for(Some("10.0.12.2")),
+            "ip -j route get 10.0.12.2"
+        );
+        assert_eq!(HostCommand::RoutingTable.line(), "netstat -r -n -f inet");
+        assert!(HostCommand::RouteGet.macos_only() && !HostCommand::IpRouteGet.macos_only());
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! crate's tests/fixtures/macos is parsed by its parser, and the facts it
 //! holds (each directory's SOURCES.md) are asserted.
 
-use std::net::Ipv6Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use meshd_domain::RdmaPortState;
 use meshd_domain::facts::{
@@ -19,6 +19,8 @@ use meshd_platform::macos::networksetup::{
 use meshd_platform::macos::panic_report::parse_panic_report;
 use meshd_platform::macos::pmset::parse_pmset;
 use meshd_platform::macos::rdma_ctl::{RdmaCtlStatus, parse_rdma_ctl_status};
+use meshd_platform::macos::route::{parse_route_get, parse_route_get_fields};
+use meshd_platform::macos::routing_table::{Gateway, RoutingTable, parse_routing_table};
 use meshd_platform::macos::socketfilterfw::{
     GlobalState, ListAppsError, firewall_fact, parse_global_state, parse_listapps,
 };
@@ -29,6 +31,7 @@ use meshd_platform::macos::system_profiler::{
     parse_thunderbolt_text,
 };
 use meshd_platform::macos::vm_stat::parse_vm_stat;
+use meshd_platform::route::{Lookup, NextHop};
 
 /// The captures in macos-captures/, and the ones this crate adds (netstat, the
 /// MLX docs' M3 Ultra device list).
@@ -211,6 +214,78 @@ const CASES: &[(&str, Check)] = &[
     (
         "panicString_IOGPUMemory_macOS26.4_MacMini-M4_omlx-862.txt",
         panic_string_iogpu,
+    ),
+    (
+        "netstat_nr_Tailscale-utun8_bridge100_tailscale-10318_excerpt.txt",
+        table_tailscale,
+    ),
+    (
+        "netstat_nr_WireGuard-utun3-default_sshuttle-864_excerpt.txt",
+        table_wireguard_default,
+    ),
+    (
+        "netstat_rn_clash-TUN-utun2-split-routes_bridge1_clash-745_excerpt.txt",
+        table_clash_split_routes,
+    ),
+    (
+        "netstat_nr_f_inet_interface-as-gateway_utun0_wireguard-tools-8.txt",
+        table_interface_gateway,
+    ),
+    (
+        "netstat_rn_VPN-default-utun3_scoped-en0_jackpal-gateway.txt",
+        table_vpn_default,
+    ),
+    (
+        "netstat_nr_f_inet_Refs-Use_before-OpenVPN_en0.txt",
+        table_before_openvpn,
+    ),
+    (
+        "netstat_nr_f_inet_Refs-Use_after-OpenVPN-def1_utun3.txt",
+        table_after_openvpn,
+    ),
+    (
+        "netstat_rn_Refs-Use_169.254-on-en0-and-scoped-en7_peer-host-route.txt",
+        table_link_local_on_two_interfaces,
+    ),
+    (
+        "route_n_get_default_gateway-en0_with-metrics.txt",
+        route_get_default_en0,
+    ),
+    (
+        "route_n_get_default_VPN-utun4-owns-default_trimmed.txt",
+        route_get_vpn_default,
+    ),
+    (
+        "route_n_get_1.1.1.1_cloned-host-route-via-en0_trimmed.txt",
+        route_get_cloned_host_route,
+    ),
+    (
+        "route_n_get_0.0.0.0_interface-route-no-gateway_utun5.txt",
+        route_get_interface_route,
+    ),
+    (
+        "route_n_get_not-in-table_stderr.txt",
+        route_get_not_in_table,
+    ),
+    (
+        "route_get_169.254.0.0_link-local-net-route_en0_cloudflare-docs.txt",
+        route_get_link_local_net,
+    ),
+    (
+        "route_get_google.com_names-not-numbers_utun3_cloudflare-docs.txt",
+        route_get_names_refused,
+    ),
+    (
+        "route_n_get_169.254.170.2_stale-link-local-host-entry_en0_macOS25.6.txt",
+        route_get_stale_link_local_entry,
+    ),
+    (
+        "route_n_get_127.0.0.1_lo0-LOCAL_macOS25.6_trimmed.txt",
+        route_get_loopback,
+    ),
+    (
+        "route_n_get_169.254.99.99_covering-net-route_en0_macOS25.6_trimmed.txt",
+        route_get_covering_net,
     ),
 ];
 
@@ -1054,4 +1129,315 @@ fn panic_string_iogpu(text: &str) {
         report.boot_id.as_deref(),
         Some("7EDF3EA8-1F47-4E07-A28D-C02488B3E469")
     );
+}
+
+fn table(text: &str) -> RoutingTable {
+    parse_routing_table(text).expect("table")
+}
+
+/// (interface, next hop, matched route) of `address` in `table`.
+fn via(table: &RoutingTable, address: [u8; 4]) -> (String, NextHop, String) {
+    let address = Ipv4Addr::from(address);
+    match table.lookup(address).expect("lookup") {
+        Lookup::Route(egress) => (
+            egress.interface,
+            egress.next_hop,
+            egress.matched.map(|m| m.to_string()).unwrap_or_default(),
+        ),
+        Lookup::NoRoute { reason } => panic!("{address}: no route: {reason}"),
+    }
+}
+
+fn direct(interface: &str, matched: &str) -> (String, NextHop, String) {
+    (interface.to_owned(), NextHop::Direct, matched.to_owned())
+}
+
+fn through(interface: &str, gateway: [u8; 4], matched: &str) -> (String, NextHop, String) {
+    (
+        interface.to_owned(),
+        NextHop::Gateway(IpAddr::from(gateway)),
+        matched.to_owned(),
+    )
+}
+
+fn table_tailscale(text: &str) {
+    let table = table(text);
+    assert_eq!(table.routes.len(), 12);
+    assert_eq!(
+        table.routes[2].gateway,
+        Gateway::Link(48),
+        "bridge100's scoped default"
+    );
+    // A tailnet peer without a host route of its own: the /10 on utun8.
+    assert_eq!(
+        via(&table, [100, 101, 102, 103]),
+        direct("utun8", "100.64.0.0/10")
+    );
+    // Its cloned host route is scoped (UHWIi), so the /10 answers too.
+    assert_eq!(
+        via(&table, [100, 99, 240, 77]),
+        direct("utun8", "100.64.0.0/10")
+    );
+    // Everything else: the one unscoped default, over Wi-Fi.
+    assert_eq!(
+        via(&table, [8, 8, 8, 8]),
+        through("en0", [172, 20, 10, 1], "0.0.0.0/0")
+    );
+}
+
+fn table_wireguard_default(text: &str) {
+    let table = table(text);
+    assert_eq!(table.routes.len(), 16);
+    // The tunnel owns the unscoped default: an address on no cable leaves
+    // by utun3, the fallback this reader is for.
+    assert_eq!(via(&table, [10, 0, 0, 9]), direct("utun3", "0.0.0.0/0"));
+    assert_eq!(
+        via(&table, [169, 254, 87, 238]),
+        direct("en0", "169.254.0.0/16")
+    );
+    assert_eq!(table.routes[2].flags, "UHW3Ig", "scoped, so not the answer");
+    assert_eq!(via(&table, [8, 8, 8, 8]), direct("utun3", "0.0.0.0/0"));
+}
+
+fn table_clash_split_routes(text: &str) {
+    let table = table(text);
+    assert_eq!(table.routes.len(), 21);
+    let destinations: Vec<String> = table.routes[2..9]
+        .iter()
+        .map(|r| r.destination.to_string())
+        .collect();
+    assert_eq!(
+        destinations,
+        [
+            "1.0.0.0/8",
+            "2.0.0.0/7",
+            "4.0.0.0/6",
+            "8.0.0.0/5",
+            "16.0.0.0/4",
+            "32.0.0.0/3",
+            "64.0.0.0/2"
+        ]
+    );
+    assert_eq!(
+        via(&table, [10, 0, 12, 2]),
+        through("utun2", [198, 18, 0, 1], "8.0.0.0/5")
+    );
+    assert_eq!(
+        via(&table, [200, 1, 1, 1]),
+        through("utun2", [198, 18, 0, 1], "128.0.0.0/1")
+    );
+    // The LAN and link-local routes are longer than the tunnel's halves.
+    assert_eq!(
+        via(&table, [192, 168, 0, 50]),
+        direct("en9", "192.168.0.0/24")
+    );
+    assert_eq!(
+        via(&table, [169, 254, 10, 2]),
+        direct("en9", "169.254.0.0/16")
+    );
+    assert_eq!(
+        via(&table, [192, 168, 2, 255]),
+        direct("bridge1", "192.168.2.0/24"),
+        "the broadcast row is scoped"
+    );
+    assert_eq!(
+        table.routes[20].gateway,
+        Gateway::LinkLayer("ff.ff.ff.ff.ff.ff".into())
+    );
+}
+
+fn table_interface_gateway(text: &str) {
+    let table = table(text);
+    assert_eq!(table.routes[0].gateway, Gateway::Interface("utun0".into()));
+    assert_eq!(via(&table, [10, 0, 0, 1]), direct("utun0", "0.0.0.0/1"));
+    // The only default is scoped: the upper half has no unscoped route.
+    assert!(matches!(
+        table.lookup(Ipv4Addr::new(200, 0, 0, 1)),
+        Ok(Lookup::NoRoute { .. })
+    ));
+}
+
+fn table_vpn_default(text: &str) {
+    let table = table(text);
+    assert_eq!(table.routes.len(), 2, "the trailing blank line is no row");
+    assert_eq!(via(&table, [10, 0, 0, 1]), direct("utun3", "0.0.0.0/0"));
+}
+
+fn table_before_openvpn(text: &str) {
+    let table = table(text);
+    assert_eq!(table.routes.len(), 13);
+    assert_eq!(
+        via(&table, [10, 0, 0, 9]),
+        through("en0", [192, 168, 0, 1], "0.0.0.0/0")
+    );
+    assert_eq!(
+        via(&table, [169, 254, 1, 1]),
+        direct("en0", "169.254.0.0/16")
+    );
+}
+
+fn table_after_openvpn(text: &str) {
+    let table = table(text);
+    assert_eq!(table.routes.len(), 19);
+    // The same address as before the tunnel came up now leaves by it.
+    assert_eq!(
+        via(&table, [10, 0, 0, 9]),
+        through("utun3", [192, 168, 255, 5], "10.0.0.0/8")
+    );
+    assert_eq!(
+        via(&table, [8, 8, 8, 8]),
+        through("utun3", [192, 168, 255, 5], "0.0.0.0/1")
+    );
+    assert_eq!(
+        via(&table, [200, 0, 0, 1]),
+        through("utun3", [192, 168, 255, 5], "128.0.0.0/1")
+    );
+    // The VPN server itself stays on the LAN.
+    assert_eq!(
+        via(&table, [13, 125, 122, 244]),
+        through("en0", [192, 168, 0, 1], "13.125.122.244/32")
+    );
+    assert_eq!(
+        via(&table, [169, 254, 3, 4]),
+        direct("en0", "169.254.0.0/16")
+    );
+}
+
+fn table_link_local_on_two_interfaces(text: &str) {
+    let table = table(text);
+    assert_eq!(table.routes.len(), 7);
+    // The peer on the second cable has a host route of its own (UHLSW,
+    // not scoped): it leaves by en7.
+    assert_eq!(
+        via(&table, [169, 254, 155, 207]),
+        direct("en7", "169.254.155.207/32")
+    );
+    // Any other link-local address takes the unscoped 169.254 of en0:
+    // macOS routes 169.254/16 by one interface only.
+    assert_eq!(
+        via(&table, [169, 254, 1, 1]),
+        direct("en0", "169.254.0.0/16")
+    );
+}
+
+fn route_get_default_en0(text: &str) {
+    let route = parse_route_get_fields(text)
+        .expect("answer")
+        .expect("a route");
+    assert_eq!((route.route_to, route.mask_len), (None, Some(0)));
+    assert_eq!(
+        route.flags,
+        ["UP", "GATEWAY", "DONE", "STATIC", "PRCLONING", "GLOBAL"]
+    );
+    let Ok(Lookup::Route(egress)) = parse_route_get(text) else {
+        panic!("a route");
+    };
+    assert_eq!(egress.interface, "en0");
+    assert_eq!(egress.gateway(), Some(IpAddr::from([192, 168, 1, 1])));
+    assert_eq!(
+        egress.matched.map(|m| m.to_string()).as_deref(),
+        Some("0.0.0.0/0")
+    );
+}
+
+fn route_get_vpn_default(text: &str) {
+    let Ok(Lookup::Route(egress)) = parse_route_get(text) else {
+        panic!("a route");
+    };
+    assert_eq!(
+        (egress.interface.as_str(), egress.gateway()),
+        ("utun4", Some(IpAddr::from([10, 8, 0, 1])))
+    );
+}
+
+fn route_get_cloned_host_route(text: &str) {
+    let route = parse_route_get_fields(text)
+        .expect("answer")
+        .expect("a route");
+    assert_eq!(route.route_to, Some(Ipv4Addr::new(1, 1, 1, 1)));
+    assert!(route.has_flag("IFSCOPE") && route.has_flag("WASCLONED"));
+    let Lookup::Route(egress) = route.lookup() else {
+        panic!("a route");
+    };
+    assert_eq!(egress.interface, "en0");
+    assert_eq!(egress.gateway(), Some(IpAddr::from([192, 168, 0, 1])));
+    // No mask line: a host route.
+    assert_eq!(
+        egress.matched.map(|m| m.to_string()).as_deref(),
+        Some("1.1.1.1/32")
+    );
+}
+
+fn route_get_interface_route(text: &str) {
+    let Ok(Lookup::Route(egress)) = parse_route_get(text) else {
+        panic!("a route");
+    };
+    assert_eq!(egress.interface, "utun5");
+    assert!(egress.is_direct(), "no gateway line, no GATEWAY flag");
+    assert_eq!(
+        egress.matched.map(|m| m.to_string()).as_deref(),
+        Some("0.0.0.0/1")
+    );
+}
+
+fn route_get_not_in_table(text: &str) {
+    assert_eq!(parse_route_get_fields(text), Ok(None));
+    assert_eq!(
+        parse_route_get(text),
+        Ok(Lookup::NoRoute {
+            reason: "not in table".into()
+        })
+    );
+}
+
+/// (interface, next hop, matched route) of a `route -n get` answer.
+fn answered(text: &str) -> (String, NextHop, String) {
+    match parse_route_get(text).expect("answer") {
+        Lookup::Route(egress) => (
+            egress.interface,
+            egress.next_hop,
+            egress.matched.map(|m| m.to_string()).unwrap_or_default(),
+        ),
+        Lookup::NoRoute { reason } => panic!("no route: {reason}"),
+    }
+}
+
+fn route_get_link_local_net(text: &str) {
+    // A link-local peer with no host route yet: the 169.254 network route,
+    // on the link, no gateway. The expire is negative.
+    assert_eq!(answered(text), direct("en0", "169.254.0.0/16"));
+}
+
+fn route_get_names_refused(text: &str) {
+    // Run without -n, route prints names; meshd always passes -n, and a
+    // name is refused rather than resolved here.
+    assert_eq!(
+        parse_route_get(text).expect_err("a name").to_string(),
+        "route to: \"lga25s81-in-f14.1e100.net\" is not an IPv4 address or \"default\""
+    );
+}
+
+fn route_get_stale_link_local_entry(text: &str) {
+    let route = parse_route_get_fields(text)
+        .expect("answer")
+        .expect("a route");
+    assert!(route.has_flag("b016"), "a flag bit without a name is kept");
+    // The kernel sends to the stale entry's interface, so that is the
+    // answer: en0, not a cable.
+    assert_eq!(answered(text), direct("en0", "169.254.170.2/32"));
+}
+
+fn route_get_loopback(text: &str) {
+    assert_eq!(
+        answered(text),
+        ("lo0".to_owned(), NextHop::Local, "127.0.0.1/32".to_owned())
+    );
+}
+
+fn route_get_covering_net(text: &str) {
+    let route = parse_route_get_fields(text)
+        .expect("answer")
+        .expect("a route");
+    assert_eq!(route.route_to, Some(Ipv4Addr::new(169, 254, 99, 99)));
+    assert_eq!(answered(text), direct("en0", "169.254.0.0/16"));
 }

@@ -3,12 +3,14 @@
 //! arbitrary JSON shaped like `system_profiler`'s. The join over all of
 //! them does not either.
 
+use std::net::Ipv4Addr;
 use std::sync::OnceLock;
 
 use meshd_platform::ibv::{parse_ibv_devices, parse_ibv_devinfo};
 use meshd_platform::linux::boot::{parse_boot_id, parse_btime};
 use meshd_platform::linux::memory::{parse_meminfo, parse_pressure};
 use meshd_platform::linux::pstore::parse_record;
+use meshd_platform::linux::route::{no_route_answer, parse_ip_route_get};
 use meshd_platform::macos::ifconfig::parse_ifconfig;
 use meshd_platform::macos::memory::{MemoryOutputs, boot_identity, memory_facts};
 use meshd_platform::macos::netstat::parse_netstat_interfaces;
@@ -20,6 +22,8 @@ use meshd_platform::macos::panic_report::{
 };
 use meshd_platform::macos::pmset::parse_pmset;
 use meshd_platform::macos::rdma_ctl::parse_rdma_ctl_status;
+use meshd_platform::macos::route::{parse_route_get, parse_route_get_fields};
+use meshd_platform::macos::routing_table::{parse_destination, parse_routing_table};
 use meshd_platform::macos::sw_vers::parse_sw_vers;
 use meshd_platform::macos::sysctl::{
     parse_boottime, parse_hw_model, parse_pressure_level, parse_swap_usage, parse_sysctl_values,
@@ -83,6 +87,31 @@ fn every_parser(text: &str) {
     let _ = parse_btime(text);
     let _ = parse_boot_id(text);
     let _ = parse_record(text);
+    route_parsers(text);
+}
+
+/// The route readers, and a lookup of addresses that hit the usual
+/// routes (default, link-local, a /30, the top of the space).
+fn route_parsers(text: &str) {
+    let _ = parse_route_get(text).map(|lookup| lookup.egress().map(|e| e.gateway()));
+    let _ = parse_route_get_fields(text).map(|route| route.map(|r| (r.matched(), r.lookup())));
+    if let Ok(table) = parse_routing_table(text) {
+        for address in [
+            Ipv4Addr::UNSPECIFIED,
+            Ipv4Addr::new(10, 0, 0, 9),
+            Ipv4Addr::new(169, 254, 87, 238),
+            Ipv4Addr::new(192, 168, 200, 2),
+            Ipv4Addr::BROADCAST,
+        ] {
+            let _ = table.lookup(address);
+        }
+    }
+    for word in text.split_whitespace().take(64) {
+        let _ = parse_destination(word, false);
+        let _ = parse_destination(word, true);
+    }
+    let _ = parse_ip_route_get(text).map(|route| route.lookup());
+    let _ = no_route_answer(text);
 }
 
 fn fixtures() -> &'static [String] {
@@ -202,6 +231,46 @@ proptest! {
     fn mutated_fixtures(index in any::<prop::sample::Index>(), edits in edits()) {
         let texts = fixtures();
         every_parser(&mutated(&texts[index.index(texts.len())], &edits));
+    }
+
+    #[test]
+    fn route_destinations_and_rows(
+        rows in prop::collection::vec(
+            (
+                "(default|[0-9]{1,3}(\\.[0-9]{1,3}){0,4}(/[0-9]{1,2})?)",
+                "(link#[0-9]{1,3}|[0-9]{1,3}(\\.[0-9]{1,3}){3}|utun[0-9]|[0-9a-f:]{1,17})",
+                "[UGHSCcLWIirRBbm0-9]{0,8}",
+                "(en[0-9]|lo0|utun[0-9]|bridge0)",
+            ),
+            0..12,
+        ),
+        address in any::<u32>(),
+    ) {
+        let mut text = "Destination        Gateway            Flags           Netif Expire\n".to_owned();
+        for (destination, gateway, flags, netif) in &rows {
+            text.push_str(&format!("{destination} {gateway} {flags} {netif}\n"));
+        }
+        if let Ok(table) = parse_routing_table(&text) {
+            let _ = table.lookup(Ipv4Addr::from(address));
+        }
+    }
+
+    #[test]
+    fn route_get_shaped_json(
+        kind in "(unicast|local|blackhole|unreachable|x)?",
+        dst in "[0-9a-f.:]{0,16}",
+        gateway in proptest::option::of("[0-9a-f.:%]{0,16}"),
+        dev in "[a-z0-9/ ]{0,18}",
+    ) {
+        let mut route = serde_json::json!({ "dst": dst, "dev": dev, "flags": [] });
+        if !kind.is_empty() {
+            route["type"] = Value::from(kind);
+        }
+        if let Some(gateway) = gateway {
+            route["gateway"] = Value::from(gateway);
+        }
+        let text = Value::Array(vec![route]).to_string();
+        let _ = parse_ip_route_get(&text).map(|r| r.lookup());
     }
 
     #[test]

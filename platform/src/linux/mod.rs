@@ -15,6 +15,7 @@ pub mod net;
 pub mod procs;
 pub mod pstore;
 pub mod queue_pairs;
+pub mod route;
 pub mod values;
 pub mod verbs_check;
 

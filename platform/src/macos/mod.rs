@@ -15,6 +15,8 @@ pub mod networksetup;
 pub mod panic_report;
 pub mod pmset;
 pub mod rdma_ctl;
+pub mod route;
+pub mod routing_table;
 pub mod socketfilterfw;
 pub mod sw_vers;
 pub mod sysctl;
