@@ -634,11 +634,24 @@ impl Lab {
     /// the reverse. The cable stays up; what is bound to a cable port
     /// (meshd's probes) stays on it, what is not (the ranks' datagrams,
     /// sent from their cable addresses) goes over the management bridge.
-    /// Reverse-path filtering needs nothing: each end's reverse route to
-    /// the other's cable address is the route added here, through the
-    /// interface the datagrams arrive on, so even strict `rp_filter` (1)
-    /// lets them in.
+    ///
+    /// Reverse-path filtering: what arrives on `mgmt0` from the other's
+    /// cable address passes even a strict filter (the reverse route is the
+    /// one added here, through `mgmt0`), but what still arrives on the
+    /// cable from that address (the replies to meshd's pinned probes) would
+    /// be dropped by a strict one. Where `rp_filter` is strict (1) on `all`
+    /// or on the cable port, it is set to 0 there, inside the lab's
+    /// namespaces only; loose (2) and off (0, where the lab's namespaces
+    /// start) are left as they are.
     pub fn route_via_mgmt(&self, a: &str, b: &str) -> Result<(), LabError> {
+        for (me, far) in [(a, b), (b, a)] {
+            for iface in ["all".to_owned(), mesh_iface(far)] {
+                let key = format!("net.ipv4.conf.{iface}.rp_filter");
+                if self.exec(me, "sysctl", &["-n", &key])?.trim() == "1" {
+                    self.exec(me, "sysctl", &["-w", &format!("{key}=0")])?;
+                }
+            }
+        }
         for (me, far) in [(a, b), (b, a)] {
             let (_, far_end) = self.cable_ends(me, far)?;
             let via = self.plan.node(far)?.mgmt_address.to_string();
