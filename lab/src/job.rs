@@ -51,6 +51,8 @@ pub enum JobError {
     Nodes(Vec<String>),
     #[error("job {0} is running in this lab already (`lab job stop --job {0}` ends it)")]
     Running(String),
+    #[error("job {other} runs on port {port} already: give this one another (--port)")]
+    PortTaken { other: String, port: u16 },
     #[error("no job {0} in this lab")]
     NoJob(String),
     #[error("job {job} has no rank on node {node}")]
@@ -148,10 +150,20 @@ impl RankRecord {
             .map(|s| s.state)
     }
 
-    /// Its last status file, if it wrote one.
+    /// Its last status file, if this process wrote one (not a rank of an
+    /// earlier job of the same name).
     pub fn report(&self) -> Option<RankReport> {
         let text = fs::read_to_string(&self.status).ok()?;
-        serde_json::from_str(&text).ok()
+        serde_json::from_str::<RankReport>(&text)
+            .ok()
+            .filter(|r| r.pid == self.pid)
+    }
+
+    /// The last lines of its log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = fs::read_to_string(&self.log).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
     }
 }
 
@@ -344,10 +356,21 @@ impl Lab {
             .iter()
             .map(|id| self.plan.node(id).map(|n| n.id))
             .collect::<Result<_, _>>()?;
-        if let Ok(old) = self.job(&spec.id)
-            && old.ranks.iter().any(RankRecord::alive)
-        {
-            return Err(JobError::Running(spec.id.clone()).into());
+        for other in self.jobs() {
+            let Ok(job) = self.job(&other) else { continue };
+            if !job.ranks.iter().any(RankRecord::alive) {
+                continue;
+            }
+            if other == spec.id {
+                return Err(JobError::Running(other).into());
+            }
+            if job.port == spec.port {
+                return Err(JobError::PortTaken {
+                    other,
+                    port: spec.port,
+                }
+                .into());
+            }
         }
         let dir = job_dir(self, &spec.id);
         fs::create_dir_all(&dir).map_err(file_error(&dir))?;
@@ -459,8 +482,9 @@ impl Lab {
     }
 
     /// Waits until every rank of job `id` reports `mode` (its status file)
-    /// and has completed at least one step more than when the wait began,
-    /// for at most `limit`; their reports then.
+    /// and, when paced, has completed at least one step more than when the
+    /// wait began, for at most `limit`; their reports then. A rank that is
+    /// gone ends the wait at once, with its log's last lines.
     pub fn wait_job(
         &self,
         id: &str,
@@ -475,6 +499,18 @@ impl Lab {
             .map(|r| r.report().map(|p| p.steps))
             .collect();
         loop {
+            if let Some(gone) = job.ranks.iter().find(|r| !r.alive()) {
+                return Err(LabError::Timeout {
+                    what: format!("every rank of job {id} {mode:?}"),
+                    waited: started.elapsed(),
+                    last: format!(
+                        "the rank on {} (pid {}) is gone; its log ends:\n{}",
+                        gone.node,
+                        gone.pid,
+                        gone.log_tail(5)
+                    ),
+                });
+            }
             let reports: Vec<Option<RankReport>> =
                 job.ranks.iter().map(RankRecord::report).collect();
             let done = reports.iter().zip(&first).all(|(r, &before)| {
@@ -713,21 +749,21 @@ impl Lab {
             tx_bytes: get("tx", "bytes")?,
         })
     }
+}
 
-    /// The environment of process `pid` (`/proc/PID/environ`), as it was
-    /// at exec.
-    pub fn environment(pid: u32) -> Result<BTreeMap<String, String>, LabError> {
-        let path = PathBuf::from(format!("/proc/{pid}/environ"));
-        let bytes = fs::read(&path).map_err(file_error(&path))?;
-        Ok(bytes
-            .split(|&b| b == 0)
-            .filter_map(|kv| {
-                let kv = String::from_utf8_lossy(kv);
-                let (k, v) = kv.split_once('=')?;
-                Some((k.to_owned(), v.to_owned()))
-            })
-            .collect())
-    }
+/// The environment of process `pid` (`/proc/PID/environ`): what it was
+/// given at exec, where meshd looks for a rank's MLX variables.
+pub fn environment(pid: u32) -> Result<BTreeMap<String, String>, LabError> {
+    let path = PathBuf::from(format!("/proc/{pid}/environ"));
+    let bytes = fs::read(&path).map_err(file_error(&path))?;
+    Ok(bytes
+        .split(|&b| b == 0)
+        .filter_map(|kv| {
+            let kv = String::from_utf8_lossy(kv);
+            let (k, v) = kv.split_once('=')?;
+            Some((k.to_owned(), v.to_owned()))
+        })
+        .collect())
 }
 
 #[cfg(test)]

@@ -113,7 +113,7 @@ fn a_stopped_or_killed_rank_makes_the_others_spin_and_a_continued_one_calms_them
         r#"[[null,"mesh-b","mesh-c"],["mesh-a",null,"mesh-c"],["mesh-a","mesh-b",null]]"#
     );
     for rank in &job.ranks {
-        let env = Lab::environment(rank.pid).expect("environ");
+        let env = meshd_lab::job::environment(rank.pid).expect("environ");
         assert_eq!(env.get(ENV_RANK), Some(&rank.rank.to_string()), "{env:?}");
         assert_eq!(
             env.get(ENV_DEVICES).map(String::as_str),
@@ -257,6 +257,12 @@ fn rank_traffic_moves_to_the_management_network_and_back_while_the_cable_stays_u
     assert!(started.contains("MLX_RANK=0 on a"), "{started}");
     let job = lab.job(JOB).expect("the job's record");
     lab.wait_job(JOB, Mode::Paced, SETTLE).expect("progress");
+    let again = lab.start_job(&spec()).unwrap_err().to_string();
+    assert!(again.contains("running in this lab already"), "{again}");
+    let mut other = spec();
+    other.id = "other".to_owned();
+    let clash = lab.start_job(&other).unwrap_err().to_string();
+    assert!(clash.contains("port 7450"), "{clash}");
     // 500 datagrams a second from a to b against meshd's ~20 probe
     // packets a second on the cable.
     let window = Duration::from_secs(2);
@@ -317,7 +323,7 @@ fn rank_traffic_moves_to_the_management_network_and_back_while_the_cable_stays_u
     let two = lab.job("two").expect("the second job");
     let devices = std::fs::read_to_string(&two.devices).unwrap();
     assert_eq!(devices.trim(), r#"[[null,"mesh-a"],["mesh-c",null]]"#);
-    let env = Lab::environment(two.ranks[0].pid).unwrap();
+    let env = meshd_lab::job::environment(two.ranks[0].pid).unwrap();
     assert_eq!(
         env.get(ENV_COORDINATOR).map(String::as_str),
         Some("10.78.0.3:7430")
