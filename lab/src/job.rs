@@ -493,10 +493,11 @@ impl Lab {
     ) -> Result<Vec<RankReport>, LabError> {
         let job = self.job(id)?;
         let started = Instant::now();
-        let first: Vec<Option<u64>> = job
+        // A rank that has not reported yet has made no step.
+        let first: Vec<u64> = job
             .ranks
             .iter()
-            .map(|r| r.report().map(|p| p.steps))
+            .map(|r| r.report().map_or(0, |p| p.steps))
             .collect();
         loop {
             if let Some(gone) = job.ranks.iter().find(|r| !r.alive()) {
@@ -514,9 +515,8 @@ impl Lab {
             let reports: Vec<Option<RankReport>> =
                 job.ranks.iter().map(RankRecord::report).collect();
             let done = reports.iter().zip(&first).all(|(r, &before)| {
-                r.as_ref().is_some_and(|r| {
-                    r.mode == mode && (mode == Mode::Spinning || Some(r.steps) > before)
-                })
+                r.as_ref()
+                    .is_some_and(|r| r.mode == mode && (mode == Mode::Spinning || r.steps > before))
             });
             if done {
                 return Ok(reports.into_iter().flatten().collect());

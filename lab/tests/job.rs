@@ -105,8 +105,22 @@ fn a_stopped_or_killed_rank_makes_the_others_spin_and_a_continued_one_calms_them
         "rank order is node order"
     );
 
+    // Progress at a few percent of a core.
+    let reports = lab
+        .wait_job(JOB, Mode::Paced, SETTLE)
+        .expect("every rank makes progress");
+    for report in &reports {
+        assert!(
+            report.peers.iter().all(|p| p.sent > 0 && p.received > 0),
+            "{report:?}"
+        );
+        assert_eq!(report.strays, 0, "{report:?}");
+    }
+    assert_calm(&lab, "a running job");
+
     // What `mlx.launch --backend jaccl` gives a rank, in its initial
-    // environment, inside its node's namespace.
+    // environment, inside its node's namespace (read once the ranks run:
+    // just after the spawn the pid is still `ip netns exec`).
     let matrix = std::fs::read_to_string(&job.devices).expect("the device matrix");
     assert_eq!(
         matrix.trim(),
@@ -130,20 +144,13 @@ fn a_stopped_or_killed_rank_makes_the_others_spin_and_a_continued_one_calms_them
         )
         .expect("ip netns identify");
         assert_eq!(ns.trim(), lab.namespace(&rank.node).unwrap());
-    }
-
-    // Progress at a few percent of a core.
-    let reports = lab
-        .wait_job(JOB, Mode::Paced, SETTLE)
-        .expect("every rank makes progress");
-    for report in &reports {
+        let cmdline = std::fs::read(format!("/proc/{}/cmdline", rank.pid)).unwrap();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
         assert!(
-            report.peers.iter().all(|p| p.sent > 0 && p.received > 0),
-            "{report:?}"
+            cmdline.contains(" rank --rank "),
+            "the pid is the rank itself: {cmdline}"
         );
-        assert_eq!(report.strays, 0, "{report:?}");
     }
-    assert_calm(&lab, "a running job");
 
     // b stops: a and c hear nothing from it and spin.
     lab.stop_rank(JOB, "b").expect("SIGSTOP");
