@@ -59,6 +59,13 @@ pub enum JobError {
     NoRank { job: String, node: String },
     #[error("job {job}: the rank on node {node} (pid {pid}) is gone")]
     RankGone { job: String, node: String, pid: u32 },
+    #[error("job {job}: the rank on node {node} (pid {pid}) did not start; its log ends:\n{log}")]
+    NotStarted {
+        job: String,
+        node: String,
+        pid: u32,
+        log: String,
+    },
     #[error("{path}: not a job record: {detail}")]
     BadRecord { path: PathBuf, detail: String },
     #[error("cannot send {signal} to pid {pid}: {source}")]
@@ -404,7 +411,39 @@ impl Lab {
         let path = dir.join(RECORD);
         let text = serde_json::to_string_pretty(&record).unwrap_or_default();
         fs::write(&path, text).map_err(file_error(&path))?;
+        if let Err(err) = self.wait_exec(&record) {
+            let _ = self.stop_job(&record.id);
+            return Err(err);
+        }
         Ok(record)
+    }
+
+    /// Waits until every rank's pid runs the rank itself, no longer `ip
+    /// netns exec` (which execs it once in the namespace): from then on its
+    /// `/proc/PID/environ` and namespace are the rank's.
+    fn wait_exec(&mut self, job: &JobRecord) -> Result<(), LabError> {
+        let deadline = Instant::now() + crate::command::QUICK;
+        for rank in &job.ranks {
+            loop {
+                let stat = proc_stat(rank.pid).filter(|s| s.state != 'Z');
+                match stat {
+                    Some(s) if s.comm != "ip" => break,
+                    Some(_) if Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    _ => {
+                        return Err(JobError::NotStarted {
+                            job: job.id.clone(),
+                            node: rank.node.clone(),
+                            pid: rank.pid,
+                            log: rank.log_tail(5),
+                        }
+                        .into());
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     fn spawn_rank(

@@ -119,8 +119,7 @@ fn a_stopped_or_killed_rank_makes_the_others_spin_and_a_continued_one_calms_them
     assert_calm(&lab, "a running job");
 
     // What `mlx.launch --backend jaccl` gives a rank, in its initial
-    // environment, inside its node's namespace (read once the ranks run:
-    // just after the spawn the pid is still `ip netns exec`).
+    // environment, inside its node's namespace.
     let matrix = std::fs::read_to_string(&job.devices).expect("the device matrix");
     assert_eq!(
         matrix.trim(),
@@ -257,6 +256,17 @@ fn rank_traffic_moves_to_the_management_network_and_back_while_the_cable_stays_u
         lab.exec(id, "sysctl", &["-w", "net.ipv4.conf.all.rp_filter=1"])
             .expect("strict rp_filter");
     }
+
+    // A rank that cannot start fails the start, which leaves nothing.
+    let mut bogus = spec();
+    bogus.id = "bogus".to_owned();
+    bogus.program = "/nonexistent/lab".into();
+    let err = lab.start_job(&bogus).unwrap_err().to_string();
+    assert!(
+        err.contains("did not start") && err.contains("/nonexistent/lab"),
+        "{err}"
+    );
+    assert!(lab.job("bogus").is_err(), "no record of it");
 
     // Through the command line, as an operator would: the ranks outlive
     // the `lab` process that started them.
