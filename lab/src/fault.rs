@@ -28,7 +28,7 @@ pub const HOG_NAME: &str = "UniversalControl";
 pub const TBF_BURST: &str = "1000";
 
 impl Lab {
-    fn ip_in(&self, id: &str, args: &[&str]) -> Result<(), LabError> {
+    pub(crate) fn ip_in(&self, id: &str, args: &[&str]) -> Result<(), LabError> {
         let mut full = vec!["-n", self.namespace(id)?];
         full.extend_from_slice(args);
         run("ip", &full, QUICK)?;

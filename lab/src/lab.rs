@@ -31,6 +31,8 @@ pub enum LabError {
     Command(#[from] CommandError),
     #[error(transparent)]
     Stall(#[from] crate::stall::StallError),
+    #[error(transparent)]
+    Job(#[from] crate::job::JobError),
     #[error("node {0}'s meshd is already being stalled")]
     AlreadyStalled(String),
     #[error("{path}: {source}")]
@@ -145,6 +147,8 @@ pub struct Lab {
     daemons: BTreeMap<&'static str, Child>,
     /// CPU hogs this process started in the lab.
     pub(crate) hogs: Vec<Child>,
+    /// Job ranks this process started (`job.rs`), so they are reaped.
+    pub(crate) ranks: Vec<Child>,
     /// Prometheus and Alertmanager, when this process started them.
     pub(crate) services: Vec<Child>,
     /// The stall drivers this process runs, by node.
@@ -179,6 +183,7 @@ impl Lab {
             state,
             daemons: BTreeMap::new(),
             hogs: Vec::new(),
+            ranks: Vec::new(),
             services: Vec::new(),
             stalls: BTreeMap::new(),
             teardown_on_drop: true,
@@ -208,6 +213,7 @@ impl Lab {
             state: state_dir(name),
             daemons: BTreeMap::new(),
             hogs: Vec::new(),
+            ranks: Vec::new(),
             services: Vec::new(),
             stalls: BTreeMap::new(),
             teardown_on_drop: false,
@@ -565,6 +571,7 @@ impl Lab {
         // Each driver continues its daemon as it ends, so the daemons stop
         // on SIGTERM below instead of waiting for SIGKILL.
         self.stalls.clear();
+        self.kill_own_ranks();
         for mut helper in self.hogs.drain(..).chain(self.services.drain(..)) {
             let _ = helper.kill();
             let _ = helper.wait();

@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
+use meshd_lab::job::{DEFAULT_JOB, JobSpec};
+use meshd_lab::rank::{self, Mode, RankArgs};
 use meshd_lab::stall::StallPattern;
 use meshd_lab::{Binaries, Lab, Options, Plan, lab, vm};
 
@@ -11,6 +13,10 @@ use meshd_lab::{Binaries, Lab, Options, Plan, lab, vm};
 const MAX_HOLD_SECS: u64 = 600;
 /// How long `lab up` waits for every node to see the whole mesh up.
 const SETTLE: Duration = Duration::from_secs(60);
+/// How long `lab job start` waits for every rank to make progress.
+const JOB_SETTLE: Duration = Duration::from_secs(30);
+/// The window `lab job status` measures each rank's CPU over.
+const LOAD_WINDOW: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Parser)]
 #[command(
@@ -54,6 +60,12 @@ enum Cmd {
     /// Inject or remove a fault.
     #[command(subcommand)]
     Fault(Fault),
+    /// A job of emulated JACCL ranks, one per node (issue #33).
+    #[command(subcommand)]
+    Job(JobCmd),
+    /// One emulated JACCL rank (what `lab job start` runs in each node).
+    #[command(hide = true)]
+    Rank(RankArgs),
     /// Soft-RoCE VMs (qemu, no root needed): see lab/README.md, "VMs".
     #[command(subcommand)]
     Vm(VmCmd),
@@ -73,6 +85,37 @@ enum VmCmd {
         pair: bool,
         #[arg(required = true)]
         scripts: Vec<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum JobCmd {
+    /// Start one rank per node, in node order, each in its node's
+    /// namespace with MLX_RANK, MLX_IBV_DEVICES and MLX_JACCL_COORDINATOR;
+    /// waits until every rank makes progress.
+    Start {
+        /// The nodes (comma-separated), rank 0 first; default every node.
+        #[arg(long)]
+        nodes: Option<String>,
+        /// Datagrams a second from each rank to each peer.
+        #[arg(long, default_value_t = rank::DEFAULT_RATE)]
+        rate: u32,
+        #[arg(long, default_value = DEFAULT_JOB)]
+        job: String,
+        /// The ranks' UDP port on their cable addresses.
+        #[arg(long, default_value_t = rank::DEFAULT_PORT)]
+        port: u16,
+    },
+    /// End every rank of the job (SIGTERM, SIGKILL after 5 s).
+    Stop {
+        #[arg(long, default_value = DEFAULT_JOB)]
+        job: String,
+    },
+    /// Each rank: node, pid, process state, paced or spinning, steps, and
+    /// its CPU over a second.
+    Status {
+        #[arg(long, default_value = DEFAULT_JOB)]
+        job: String,
     },
 }
 
@@ -193,6 +236,36 @@ enum Fault {
         #[arg(long = "for", default_value_t = 30)]
         secs: u64,
     },
+    /// Stop NODE's rank of the job (SIGSTOP): every other rank spins.
+    RankStop {
+        node: String,
+        #[arg(long, default_value = DEFAULT_JOB)]
+        job: String,
+    },
+    /// Continue it (SIGCONT).
+    RankCont {
+        node: String,
+        #[arg(long, default_value = DEFAULT_JOB)]
+        job: String,
+    },
+    /// Kill NODE's rank of the job (SIGKILL).
+    RankKill {
+        node: String,
+        #[arg(long, default_value = DEFAULT_JOB)]
+        job: String,
+    },
+    /// Send what A and B send to each other's cable address over the
+    /// management network (a host route via the other's mgmt0 address in
+    /// each); the cable stays up.
+    RankViaMgmt {
+        node: String,
+        peer: String,
+    },
+    /// Undo rank-via-mgmt: the cable carries it again.
+    RankViaCable {
+        node: String,
+        peer: String,
+    },
 }
 
 fn nodes(list: &str) -> Vec<&str> {
@@ -268,8 +341,84 @@ fn fault(lab: &mut Lab, fault: Fault) -> anyhow::Result<()> {
             every_ms,
             secs,
         } => stall(lab, &node, stop_ms, every_ms, secs)?,
+        Fault::RankStop { node, job } => lab.stop_rank(&job, &node)?,
+        Fault::RankCont { node, job } => lab.cont_rank(&job, &node)?,
+        Fault::RankKill { node, job } => lab.kill_rank(&job, &node)?,
+        Fault::RankViaMgmt { node, peer } => lab.route_via_mgmt(&node, &peer)?,
+        Fault::RankViaCable { node, peer } => lab.route_via_cable(&node, &peer)?,
     }
     println!("ok");
+    Ok(())
+}
+
+/// `lab job …`.
+#[allow(clippy::print_stdout)]
+fn job(lab: &mut Lab, command: JobCmd) -> anyhow::Result<()> {
+    match command {
+        JobCmd::Start {
+            nodes: list,
+            rate,
+            job,
+            port,
+        } => {
+            let program = std::env::current_exe().context("the lab's own executable")?;
+            let spec = JobSpec {
+                id: job.clone(),
+                nodes: list
+                    .as_deref()
+                    .map(|l| nodes(l).into_iter().map(str::to_owned).collect())
+                    .unwrap_or_default(),
+                rate,
+                port,
+                program,
+            };
+            let record = lab.start_job(&spec)?;
+            lab.wait_job(&job, Mode::Paced, JOB_SETTLE)
+                .context("waiting for every rank to make progress")?;
+            println!(
+                "job {job}: {} ranks exchanging {rate} datagrams/s with each peer on port {port}",
+                record.ranks.len()
+            );
+            println!(
+                "  {}={}",
+                meshd_lab::job::ENV_DEVICES,
+                record.devices.display()
+            );
+            println!(
+                "  {}={}",
+                meshd_lab::job::ENV_COORDINATOR,
+                record.coordinator
+            );
+            for rank in &record.ranks {
+                println!(
+                    "  MLX_RANK={} on {} (pid {}, log {})",
+                    rank.rank,
+                    rank.node,
+                    rank.pid,
+                    rank.log.display()
+                );
+            }
+        }
+        JobCmd::Stop { job } => {
+            lab.stop_job(&job)?;
+            println!("ok");
+        }
+        JobCmd::Status { job } => {
+            let loads = lab.job_loads(&job, LOAD_WINDOW)?;
+            println!("rank node pid      state mode      steps     cpu used/asked");
+            for (rank, load) in loads {
+                let state = rank.state().map_or("gone".to_owned(), |s| s.to_string());
+                let (mode, steps) = rank.report().map_or(("-".to_owned(), "-".to_owned()), |r| {
+                    (format!("{:?}", r.mode).to_lowercase(), r.steps.to_string())
+                });
+                let cpu = load.map_or("-".to_owned(), |l| format!("{:.2}/{:.2}", l.used, l.demand));
+                println!(
+                    "{:<4} {:<4} {:<8} {:<5} {:<9} {:<9} {cpu}",
+                    rank.rank, rank.node, rank.pid, state, mode, steps
+                );
+            }
+        }
+    }
     Ok(())
 }
 
@@ -368,6 +517,10 @@ fn main() -> anyhow::Result<()> {
     if let Cmd::Vm(command) = cli.command {
         return vm(command);
     }
+    if let Cmd::Rank(args) = &cli.command {
+        // Started by `lab job start` inside a node's namespace.
+        return Ok(rank::run(args)?);
+    }
     if let Some(reason) = meshd_lab::missing_prerequisite() {
         bail!("the lab cannot run here: {reason}");
     }
@@ -429,7 +582,11 @@ fn main() -> anyhow::Result<()> {
             let mut lab = Lab::attach(&cli.name, Binaries::beside_current_exe()?)?;
             fault(&mut lab, f)?;
         }
-        Cmd::Vm(_) => unreachable!("handled before the lab's prerequisites"),
+        Cmd::Job(command) => {
+            let mut lab = Lab::attach(&cli.name, Binaries::beside_current_exe()?)?;
+            job(&mut lab, command)?;
+        }
+        Cmd::Vm(_) | Cmd::Rank(_) => unreachable!("handled before the lab's prerequisites"),
     }
     Ok(())
 }

@@ -106,6 +106,12 @@ pub struct Plan {
     pub cables: Vec<Cable>,
 }
 
+/// Whether `address` is one of the lab's cable addresses (10.77.0.0/16):
+/// the only place a job's ranks may send to.
+pub fn is_cable_address(address: Ipv4Addr) -> bool {
+    matches!(address.octets(), [10, 77, _, _])
+}
+
 /// The name of a node's mesh port towards `peer`.
 pub fn mesh_iface(peer: &str) -> String {
     format!("mesh-{peer}")
@@ -301,6 +307,19 @@ mod tests {
                 "meshlab-t1-mgmt"
             ]
         );
+    }
+
+    #[test]
+    fn every_cable_address_is_in_the_cable_network_and_nothing_else_is() {
+        let plan = Plan::new("t1", 8).unwrap();
+        for cable in &plan.cables {
+            assert!(is_cable_address(cable.a.address) && is_cable_address(cable.b.address));
+        }
+        for node in &plan.nodes {
+            assert!(!is_cable_address(node.mgmt_address));
+        }
+        assert!(!is_cable_address(MGMT_HOST));
+        assert!(!is_cable_address(Ipv4Addr::new(10, 76, 12, 1)));
     }
 
     #[test]
