@@ -54,6 +54,15 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Every distributed job the mesh's nodes run (MLX ranks, found by the
+    /// variables mlx.launch sets), rank by rank: node, pid, whether it is
+    /// live, stopped, gone or replaced, and spinning; and why a job hangs.
+    /// Exits 1 when a job is hung.
+    Jobs {
+        /// One JSON document instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
     /// Stream verdict changes (links down, degraded, flapping, recovered;
     /// nodes down and up; quorum lost and regained; alarms) until Ctrl-C.
     Watch {

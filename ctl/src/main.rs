@@ -10,6 +10,7 @@ mod checklist;
 mod client;
 mod doctor;
 mod hostfile;
+mod jobs;
 mod layout;
 mod outcome;
 mod plan;
@@ -71,6 +72,7 @@ fn run(command: Command, target: &Target) -> Result<bool, Failure> {
     runtime.block_on(async {
         match command {
             Command::Status { json } => status::run(target, json).await,
+            Command::Jobs { json } => jobs::run(target, json).await,
             Command::Watch { json } => watch::run(target, json).await.map(|()| true),
             Command::Doctor {
                 from,

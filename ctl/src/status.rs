@@ -12,6 +12,7 @@ use serde::Serialize;
 
 use crate::checklist::{self, Show};
 use crate::client::{self, Target};
+use crate::jobs::JobJson;
 use crate::layout::{WIDTH, hanging, table};
 use crate::outcome::{Failure, emit};
 
@@ -46,6 +47,8 @@ struct StatusJson<'a> {
     cables: &'a [Cable],
     /// Platform checks of every node heard, then the mesh-wide ones.
     checks: &'a [CheckResult],
+    /// The distributed jobs the nodes run (as `meshctl jobs --json`).
+    jobs: Vec<JobJson<'a>>,
 }
 
 #[derive(Debug, Serialize)]
@@ -106,7 +109,7 @@ struct AlarmJson<'a> {
     since: String,
 }
 
-fn rfc3339(t: SystemTime) -> String {
+pub fn rfc3339(t: SystemTime) -> String {
     meshd_domain::time::rfc3339_millis(t)
         .unwrap_or_else(|| meshd_domain::time::OUT_OF_RANGE.to_owned())
 }
@@ -134,6 +137,7 @@ impl<'a> From<&'a MeshStatus> for StatusJson<'a> {
             alarms: s.alarms.iter().map(AlarmJson::from).collect(),
             cables: &s.cables,
             checks: &s.checks,
+            jobs: s.jobs.iter().map(JobJson::from).collect(),
         }
     }
 }
@@ -197,7 +201,7 @@ impl<'a> From<&'a Alarm> for AlarmJson<'a> {
 }
 
 /// How long ago `then` was, in meshd's one duration format.
-fn ago(now: SystemTime, then: SystemTime) -> String {
+pub fn ago(now: SystemTime, then: SystemTime) -> String {
     human::duration(now.duration_since(then).unwrap_or(Duration::ZERO))
 }
 
@@ -353,8 +357,23 @@ pub fn render(status: &MeshStatus, now: SystemTime) -> String {
         .collect();
     links(&mut out, status, &troubled, now);
     alarms(&mut out, status, troubled.len(), now);
+    jobs(&mut out, status);
     checks(&mut out, &status.checks);
     out
+}
+
+/// How many distributed jobs run and how many hang, in one line; nothing
+/// when no node runs a rank. Their ranks are `meshctl jobs`'.
+fn jobs(out: &mut String, status: &MeshStatus) {
+    if status.jobs.is_empty() {
+        return;
+    }
+    let hung = status.jobs.iter().filter(|j| j.hung.is_some()).count();
+    let _ = writeln!(
+        out,
+        "\njobs: {} running, {hung} hung (meshctl jobs shows their ranks)",
+        status.jobs.len() - hung
+    );
 }
 
 /// The answering node, the quorum and the overall health, one line each.

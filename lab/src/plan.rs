@@ -264,6 +264,14 @@ impl Plan {
         if let Some(url) = alertmanager {
             let _ = writeln!(toml, "[alerting]\nalertmanagers = [\"{url}\"]\n");
         }
+        // Every node's namespace shares the host's processes: a node's job
+        // ranks are those in its own network namespace. And its two cores:
+        // a spinning rank gets a share of one (0.3-0.5 beside two other
+        // spinners and the daemons), a paced one a few hundredths.
+        let _ = writeln!(
+            toml,
+            "[watch.jobs]\nown_network_namespace_only = true\nbusy_cores = 0.25\n"
+        );
         toml.push_str(extra);
         Ok(toml)
     }

@@ -13,6 +13,25 @@ pub struct Status {
     pub nodes: Vec<NodeView>,
     pub links: Vec<LinkView>,
     pub alarms: Vec<AlarmView>,
+    /// The distributed jobs the node sees (absent before meshd knew jobs).
+    #[serde(default)]
+    pub jobs: Vec<JobView>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct JobView {
+    pub job: String,
+    pub hung: Option<String>,
+    pub ranks: Vec<RankView>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct RankView {
+    pub rank: u32,
+    pub node: String,
+    pub pid: u32,
+    pub condition: String,
+    pub busy: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -1,0 +1,204 @@
+//! meshd's verdicts on a job in the lab (issue #33): emulated JACCL ranks on
+//! a, b and c (`lab job start`), found by each node's meshd by MLX's launch
+//! variables, and judged across the mesh. A rank stopped or killed on a
+//! healthy node is one `job_hung` about that node on every node, within
+//! 10 s, one MeshJobHung page at a real Alertmanager, resolved when the rank
+//! continues; a cable pulled under the running job is `job_hung` blaming
+//! that cable beside the link's own page.
+//!
+//! Root, Debian's `prometheus-alertmanager` (amtool); skipped with a
+//! message without them, except under `CI=true`.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::alerting::{
+    ALERT, Labels, PageWatch, can_observe, critical_pages, link_page, page, poll,
+};
+use common::{VERDICT, link_is};
+use meshd_lab::Lab;
+use meshd_lab::job::{DEFAULT_JOB, JobSpec};
+use meshd_lab::rank::Mode;
+use meshd_lab::status::Status;
+
+/// What the issue asks: every node knows within 10 s.
+const HUNG_WITHIN: Duration = Duration::from_secs(10);
+/// A bound for the ranks to settle on a shared host; never a speed check.
+const SETTLE: Duration = Duration::from_secs(30);
+
+fn observed_lab() -> Lab {
+    let mut lab = common::up(3, true);
+    lab.start_alertmanager().expect("alertmanager");
+    poll("Alertmanager to answer", ALERT, || critical_pages(&lab));
+    lab
+}
+
+fn job_page(node: &str) -> Labels {
+    page("MeshJobHung", &[("node", node)])
+}
+
+/// The job's `job_hung` alarm this view holds, if any: the alarm's node and
+/// summary.
+fn hung(s: &Status) -> Option<(&str, &str)> {
+    s.alarms
+        .iter()
+        .find(|a| a.kind == "job_hung")
+        .map(|a| (a.node.as_str(), a.summary.as_str()))
+}
+
+/// Every node lists the job with its three ranks live and no alarm.
+fn running(s: &Status) -> bool {
+    s.jobs.len() == 1
+        && s.jobs[0].ranks.len() == 3
+        && s.jobs[0].ranks.iter().all(|r| r.condition == "live")
+        && hung(s).is_none()
+}
+
+/// Waits until every node holds `job_hung` about `node` whose summary says
+/// `says`; how long that took from `since`.
+fn hung_everywhere(lab: &Lab, node: &str, says: &str, since: Instant) -> Duration {
+    lab.wait_all(&format!("job_hung about {node}: {says}"), VERDICT, |s| {
+        hung(s).is_some_and(|(n, summary)| n == node && summary.contains(says))
+    })
+    .unwrap_or_else(|err| panic!("{err}"));
+    since.elapsed()
+}
+
+#[test]
+fn a_stopped_or_killed_rank_is_one_job_hung_page_naming_it_on_every_node() {
+    if !can_observe() {
+        return;
+    }
+    let _serial = meshd_test_lock::exclusive();
+    let mut lab = observed_lab();
+    let mut pages = PageWatch::new();
+    let job = lab
+        .start_job(&JobSpec::new(env!("CARGO_BIN_EXE_lab")))
+        .expect("start the job");
+    lab.wait_job(DEFAULT_JOB, Mode::Paced, SETTLE)
+        .expect("every rank makes progress");
+    lab.wait_all("the job with three live ranks", VERDICT, running)
+        .unwrap_or_else(|err| panic!("{err}"));
+    pages.hold_exactly(&lab, "a running job", &[], Duration::from_secs(3));
+    let b_pid = job.rank_on("b").expect("b's rank").pid;
+
+    pages.note("SIGSTOP b's rank");
+    let stopped = Instant::now();
+    lab.stop_rank(DEFAULT_JOB, "b").expect("SIGSTOP");
+    let took = hung_everywhere(
+        &lab,
+        "b",
+        &format!("rank 1 (pid {b_pid}) on b is stopped"),
+        stopped,
+    );
+    pages.note(&format!(
+        "job_hung on every node {:.1} s after the stop",
+        took.as_secs_f64()
+    ));
+    assert!(took <= HUNG_WITHIN, "job_hung took {took:?}");
+    let statuses = lab.wait_all("the cable a-b named", VERDICT, |s| {
+        hung(s).is_some_and(|(_, summary)| summary.contains("a/mesh-b ↔ b/mesh-a"))
+            && s.jobs[0]
+                .ranks
+                .iter()
+                .any(|r| r.node == "b" && r.condition == "stopped")
+    });
+    statuses.unwrap_or_else(|err| panic!("{err}"));
+    let stop_page = job_page("b");
+    pages.wait_for_exactly(&lab, "one MeshJobHung about b", &[&stop_page], &[], ALERT);
+    pages.hold_exactly(
+        &lab,
+        "the stopped rank",
+        &[&stop_page],
+        Duration::from_secs(5),
+    );
+    pages.never_resolved(&lab, "the stopped rank", &stop_page);
+
+    pages.note("SIGCONT b's rank");
+    lab.cont_rank(DEFAULT_JOB, "b").expect("SIGCONT");
+    lab.wait_all("the job running again", VERDICT, running)
+        .unwrap_or_else(|err| panic!("{err}"));
+    pages.wait_for_exactly(&lab, "resolved after SIGCONT", &[], &[&stop_page], ALERT);
+
+    pages.note("SIGKILL c's rank");
+    let c_pid = job.rank_on("c").expect("c's rank").pid;
+    let killed = Instant::now();
+    lab.kill_rank(DEFAULT_JOB, "c").expect("SIGKILL");
+    let took = hung_everywhere(
+        &lab,
+        "c",
+        &format!("rank 2 (pid {c_pid}) on c exited or was killed"),
+        killed,
+    );
+    pages.note(&format!(
+        "job_hung on every node {:.1} s after the kill",
+        took.as_secs_f64()
+    ));
+    assert!(took <= HUNG_WITHIN, "job_hung took {took:?}");
+    let kill_page = job_page("c");
+    pages.wait_for_exactly(&lab, "one MeshJobHung about c", &[&kill_page], &[], ALERT);
+
+    // The job ends: its remaining ranks stop, and with them the page.
+    pages.note("stop the job");
+    lab.stop_job(DEFAULT_JOB).expect("stop the job");
+    lab.wait_all("no job", VERDICT, |s| {
+        s.jobs.is_empty() && hung(s).is_none()
+    })
+    .unwrap_or_else(|err| panic!("{err}"));
+    pages.wait_for_exactly(
+        &lab,
+        "resolved when the job ended",
+        &[],
+        &[&kill_page],
+        ALERT,
+    );
+}
+
+#[test]
+fn a_cable_pulled_under_a_running_job_is_job_hung_blaming_that_cable() {
+    if !can_observe() {
+        return;
+    }
+    let _serial = meshd_test_lock::exclusive();
+    let mut lab = observed_lab();
+    let mut pages = PageWatch::new();
+    lab.start_job(&JobSpec::new(env!("CARGO_BIN_EXE_lab")))
+        .expect("start the job");
+    lab.wait_job(DEFAULT_JOB, Mode::Paced, SETTLE)
+        .expect("every rank makes progress");
+    lab.wait_all("the job with three live ranks", VERDICT, running)
+        .unwrap_or_else(|err| panic!("{err}"));
+
+    pages.note("pull a-b");
+    let pulled = Instant::now();
+    lab.pull_cable("a", "b").expect("pull");
+    lab.wait_all("a-b down and the job hung on it", VERDICT, |s| {
+        link_is(s, "a", "b", "down")
+            && hung(s).is_some_and(|(node, summary)| {
+                node == "a" && summary.contains("the link a ↔ b between its ranks is down")
+            })
+    })
+    .unwrap_or_else(|err| panic!("{err}"));
+    let took = pulled.elapsed();
+    pages.note(&format!(
+        "job_hung on every node {:.1} s after the pull",
+        took.as_secs_f64()
+    ));
+    assert!(took <= HUNG_WITHIN, "job_hung took {took:?}");
+    let down = link_page("MeshLinkDown", "a", "b");
+    let job = job_page("a");
+    pages.wait_for_exactly(
+        &lab,
+        "the link's page and the job's",
+        &[&down, &job],
+        &[],
+        ALERT,
+    );
+
+    pages.note("plug a-b");
+    lab.plug_cable("a", "b").expect("plug");
+    lab.wait_all("the job running again", VERDICT, running)
+        .unwrap_or_else(|err| panic!("{err}"));
+    pages.wait_for_exactly(&lab, "both resolved", &[], &[&down, &job], ALERT);
+}
