@@ -266,6 +266,7 @@ impl RunningNode {
         let book = peer_book(config);
         let book_changed = Arc::new(Notify::new());
         let (certificate_alarms, certificate_alarms_rx) = watch::channel(Vec::new());
+        let (route_alarms, route_alarms_rx) = watch::channel(Vec::new());
         let mut feeds = feeds(
             &configs,
             &identity,
@@ -275,12 +276,21 @@ impl RunningNode {
             &shutdown,
         );
         feeds.local_alarms.push(certificate_alarms_rx);
+        feeds.local_alarms.push(route_alarms_rx);
         let (aggregator, handles) = Aggregator::new(config, identity.clone(), feeds);
         let Handles {
             state,
             outgoing,
             notices,
         } = handles;
+        // Its jobs are the status's: it starts once the status exists.
+        crate::watch::routes::spawn(
+            identity.id.clone(),
+            configs.subscribe(),
+            state.status.clone(),
+            route_alarms,
+            shutdown.clone(),
+        );
         let peer = PeerService::new(
             outgoing.identity.clone(),
             book,

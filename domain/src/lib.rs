@@ -291,6 +291,9 @@ pub enum AlarmKind {
     JobOrphaned,
     /// A job rank whose RDMA ports move no data although the mesh is up.
     JobStalled,
+    /// A job's traffic to a peer node leaves by another interface than the
+    /// cable to it (a route through Wi-Fi, Ethernet or a VPN).
+    JobOffMesh,
     /// This node's TLS certificate ends within 30 days, or has ended.
     CertificateExpiring,
     /// A member's daemon is refused at the TLS handshake for a certificate
@@ -317,6 +320,7 @@ named_enum!(AlarmKind {
     KernelPanic => "kernel_panic",
     JobOrphaned => "job_orphaned",
     JobStalled => "job_stalled",
+    JobOffMesh => "job_off_mesh",
     CertificateExpiring => "certificate_expiring",
     CertificateRefused => "certificate_refused",
 });

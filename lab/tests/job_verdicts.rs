@@ -202,3 +202,68 @@ fn a_cable_pulled_under_a_running_job_is_job_hung_blaming_that_cable() {
         .unwrap_or_else(|err| panic!("{err}"));
     pages.wait_for_exactly(&lab, "both resolved", &[], &[&down, &job], ALERT);
 }
+
+/// A job's traffic between a and b sent over the management network (a
+/// /32 route to each other's cable address via `mgmt0`, as a fallback
+/// route takes it after a crash) while the cable stays up: `job_off_mesh`
+/// on a and on b, each naming `mgmt0` and its cable, within 10 s; gone
+/// when the routes are removed.
+#[test]
+fn traffic_routed_off_its_cable_is_job_off_mesh_naming_the_interface() {
+    if !can_observe() {
+        return;
+    }
+    let _serial = meshd_test_lock::exclusive();
+    let mut lab = observed_lab();
+    let mut pages = PageWatch::new();
+    lab.start_job(&JobSpec::new(env!("CARGO_BIN_EXE_lab")))
+        .expect("start the job");
+    lab.wait_job(DEFAULT_JOB, Mode::Paced, SETTLE)
+        .expect("every rank makes progress");
+    lab.wait_all("the job with three live ranks", VERDICT, running)
+        .unwrap_or_else(|err| panic!("{err}"));
+
+    let off = |s: &Status, node: &str, peer: &str, cable: &str| {
+        s.alarms.iter().any(|a| {
+            a.kind == "job_off_mesh"
+                && a.node == node
+                && a.subject == peer
+                && a.summary
+                    .contains(&format!("leaves by mgmt0, not its cable on {cable}"))
+        })
+    };
+    pages.note("route a-b's job traffic over mgmt0");
+    let routed = Instant::now();
+    lab.route_via_mgmt("a", "b").expect("routes via mgmt0");
+    lab.wait_all("job_off_mesh on a and b", VERDICT, |s| {
+        off(s, "a", "b", "mesh-b")
+            && off(s, "b", "a", "mesh-a")
+            && s.link("a", "b").is_some_and(|l| l.state == "up")
+    })
+    .unwrap_or_else(|err| panic!("{err}"));
+    let took = routed.elapsed();
+    pages.note(&format!(
+        "job_off_mesh on every node {:.1} s after the routes",
+        took.as_secs_f64()
+    ));
+    assert!(took <= HUNG_WITHIN, "job_off_mesh took {took:?}");
+    let (on_a, on_b) = (
+        page("MeshJobOffMesh", &[("node", "a")]),
+        page("MeshJobOffMesh", &[("node", "b")]),
+    );
+    pages.wait_for_exactly(
+        &lab,
+        "MeshJobOffMesh on a and b",
+        &[&on_a, &on_b],
+        &[],
+        ALERT,
+    );
+
+    pages.note("routes back to the cable");
+    lab.route_via_cable("a", "b").expect("routes via the cable");
+    lab.wait_all("no job_off_mesh", VERDICT, |s| {
+        !s.alarms.iter().any(|a| a.kind == "job_off_mesh")
+    })
+    .unwrap_or_else(|err| panic!("{err}"));
+    pages.wait_for_exactly(&lab, "both resolved", &[], &[&on_a, &on_b], ALERT);
+}

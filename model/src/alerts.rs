@@ -79,6 +79,7 @@ fn alert_of_kind(kind: AlarmKind) -> Option<(&'static str, bool)> {
         AlarmKind::KernelPanic => ("MeshKernelPanic", true),
         AlarmKind::JobOrphaned => ("MeshJobOrphaned", true),
         AlarmKind::JobStalled => ("MeshJobStalled", true),
+        AlarmKind::JobOffMesh => ("MeshJobOffMesh", true),
         AlarmKind::CertificateExpiring => ("MeshCertificateExpiring", true),
         AlarmKind::CertificateRefused => ("MeshCertificateRefused", true),
     })

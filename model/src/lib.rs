@@ -25,6 +25,7 @@ pub mod load;
 pub mod memory;
 pub mod node;
 pub mod observation;
+pub mod off_mesh;
 pub mod orphans;
 pub mod outbox;
 pub mod peer_alarms;

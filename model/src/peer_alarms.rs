@@ -62,6 +62,10 @@ fn own_fix(kind: AlarmKind, node: &NodeId) -> String {
             "look at the job's ranks on {node} and at the mesh they run on; `meshctl status` \
              on {node} names the ranks"
         ),
+        AlarmKind::JobOffMesh => format!(
+            "see which interface {node} sends to the peer by (`route -n get ADDRESS` on macOS, \
+             `ip route get ADDRESS` on Linux) and remove the route that takes it off its cable"
+        ),
         AlarmKind::ClockSkew => format!(
             "sync {node}'s clock (macOS: `sntp -sS time.apple.com`; Linux: chrony or \
              systemd-timesyncd)"

@@ -9,6 +9,7 @@ pub mod facts;
 pub mod memory;
 pub mod network;
 pub mod processes;
+pub mod routes;
 
 use std::sync::Arc;
 
