@@ -18,7 +18,7 @@ use common::alerting::{
 };
 use common::{VERDICT, link_is};
 use meshd_lab::Lab;
-use meshd_lab::job::{DEFAULT_JOB, JobSpec};
+use meshd_lab::job::{DEFAULT_JOB, JobRecord, JobSpec};
 use meshd_lab::rank::Mode;
 use meshd_lab::status::Status;
 
@@ -55,6 +55,19 @@ fn running(s: &Status) -> bool {
         && hung(s).is_none()
 }
 
+/// Starts the emulated job on a, b and c and waits until its ranks make
+/// progress and every node lists it running.
+fn start_job(lab: &mut Lab) -> JobRecord {
+    let job = lab
+        .start_job(&JobSpec::new(env!("CARGO_BIN_EXE_lab")))
+        .expect("start the job");
+    lab.wait_job(DEFAULT_JOB, Mode::Paced, SETTLE)
+        .expect("every rank makes progress");
+    lab.wait_all("the job with three live ranks", VERDICT, running)
+        .unwrap_or_else(|err| panic!("{err}"));
+    job
+}
+
 /// Waits until every node holds `job_hung` about `node` whose summary says
 /// `says`; how long that took from `since`.
 fn hung_everywhere(lab: &Lab, node: &str, says: &str, since: Instant) -> Duration {
@@ -73,13 +86,7 @@ fn a_stopped_or_killed_rank_is_one_job_hung_page_naming_it_on_every_node() {
     let _serial = meshd_test_lock::exclusive();
     let mut lab = observed_lab();
     let mut pages = PageWatch::new();
-    let job = lab
-        .start_job(&JobSpec::new(env!("CARGO_BIN_EXE_lab")))
-        .expect("start the job");
-    lab.wait_job(DEFAULT_JOB, Mode::Paced, SETTLE)
-        .expect("every rank makes progress");
-    lab.wait_all("the job with three live ranks", VERDICT, running)
-        .unwrap_or_else(|err| panic!("{err}"));
+    let job = start_job(&mut lab);
     pages.hold_exactly(&lab, "a running job", &[], Duration::from_secs(3));
     let b_pid = job.rank_on("b").expect("b's rank").pid;
 
@@ -163,12 +170,7 @@ fn a_cable_pulled_under_a_running_job_is_job_hung_blaming_that_cable() {
     let _serial = meshd_test_lock::exclusive();
     let mut lab = observed_lab();
     let mut pages = PageWatch::new();
-    lab.start_job(&JobSpec::new(env!("CARGO_BIN_EXE_lab")))
-        .expect("start the job");
-    lab.wait_job(DEFAULT_JOB, Mode::Paced, SETTLE)
-        .expect("every rank makes progress");
-    lab.wait_all("the job with three live ranks", VERDICT, running)
-        .unwrap_or_else(|err| panic!("{err}"));
+    start_job(&mut lab);
 
     pages.note("pull a-b");
     let pulled = Instant::now();
@@ -216,12 +218,7 @@ fn traffic_routed_off_its_cable_is_job_off_mesh_naming_the_interface() {
     let _serial = meshd_test_lock::exclusive();
     let mut lab = observed_lab();
     let mut pages = PageWatch::new();
-    lab.start_job(&JobSpec::new(env!("CARGO_BIN_EXE_lab")))
-        .expect("start the job");
-    lab.wait_job(DEFAULT_JOB, Mode::Paced, SETTLE)
-        .expect("every rank makes progress");
-    lab.wait_all("the job with three live ranks", VERDICT, running)
-        .unwrap_or_else(|err| panic!("{err}"));
+    start_job(&mut lab);
 
     let off = |s: &Status, node: &str, peer: &str, cable: &str| {
         s.alarms.iter().any(|a| {
