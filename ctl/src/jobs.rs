@@ -117,17 +117,14 @@ pub fn render(status: &MeshStatus, now: SystemTime) -> String {
                 let _ = writeln!(out, "  running");
             }
         }
-        let mut rows = vec![vec![
-            "  rank".to_owned(),
-            "node".to_owned(),
-            "pid".to_owned(),
-            "process".to_owned(),
-            "condition".to_owned(),
-            "cpu".to_owned(),
-        ]];
+        let mut rows = vec![
+            ["RANK", "NODE", "PID", "PROCESS", "CONDITION", "CPU"]
+                .map(str::to_owned)
+                .to_vec(),
+        ];
         rows.extend(job.ranks.iter().map(|r| {
             vec![
-                format!("  {}", r.rank),
+                r.rank.to_string(),
                 r.node.to_string(),
                 r.pid.to_string(),
                 r.name.clone(),

@@ -85,6 +85,10 @@ metrics! {
         "1 for the verdict this node holds on its link between `a` and `b` (state=unknown|up|degraded|flapping|down), on the links this node is an end of; `blame` (none|link|node) says whom the verdict blames: a dead node's links are down blamed on the node. A state or blame it left reads 0 for five minutes.";
     ALARMS_ACTIVE: "meshd_alarms_active", Gauge, ["node", "kind", "severity"], None,
         "Active alarms this node knows of, by raising node, kind and severity.";
+    JOBS: "meshd_jobs", Gauge, ["state"], None,
+        "Distributed jobs whose ranks the mesh's nodes run, as this node sees them, by `state` (running; hung: its job_hung alarm is active); no series while no job runs, and a state left reads 0 for five minutes.";
+    JOB_RANKS: "meshd_job_ranks", Gauge, ["condition"], None,
+        "Ranks of those jobs by `condition`: live, stopped (by a signal), gone (exited or killed), restarted (another process took its rank), unheard (its node is not heard).";
     EVENTS_TOTAL: "meshd_events_total", Counter, ["kind"], None,
         "Verdict events this node produced, by kind.";
     EVALUATION_DURATION_SECONDS: "meshd_evaluation_duration_seconds", Histogram, [], Some(Unit::Seconds),

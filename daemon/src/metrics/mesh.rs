@@ -43,6 +43,8 @@ pub struct MeshSeries {
     checks: Mutex<Vanishing>,
     node_states: Mutex<Vanishing>,
     link_states: Mutex<Vanishing>,
+    jobs: Mutex<Vanishing>,
+    job_ranks: Mutex<Vanishing>,
 }
 
 impl MeshSeries {
@@ -64,7 +66,8 @@ impl MeshSeries {
         write_evaluation_times(out, &published.evaluation_times);
     }
 
-    /// The series that come and go: node and link states, alarms, checks.
+    /// The series that come and go: node and link states, alarms, checks,
+    /// jobs.
     fn write_verdicts(&self, out: &mut Exposition, status: &MeshStatus, now: Instant) {
         write_vanishing(
             out,
@@ -83,7 +86,32 @@ impl MeshSeries {
             now,
         );
         write_vanishing(out, &c::CHECK_STATUS, &self.checks, own_checks(status), now);
+        let (jobs, ranks) = job_counts(status);
+        write_vanishing(out, &c::JOBS, &self.jobs, jobs, now);
+        write_vanishing(out, &c::JOB_RANKS, &self.job_ranks, ranks, now);
     }
+}
+
+/// Jobs by state and their ranks by condition, the counts that are not 0:
+/// a node that runs no job exports none, and a count that fell to 0 reads
+/// 0 for a while.
+fn job_counts(status: &MeshStatus) -> (Vec<(LabelValues, f64)>, Vec<(LabelValues, f64)>) {
+    let mut jobs: BTreeMap<LabelValues, f64> = BTreeMap::new();
+    let mut ranks: BTreeMap<LabelValues, f64> = BTreeMap::new();
+    for job in &status.jobs {
+        let state = if job.hung.is_some() {
+            "hung"
+        } else {
+            "running"
+        };
+        *jobs.entry(vec![state.to_owned()]).or_default() += 1.0;
+        for rank in &job.ranks {
+            *ranks
+                .entry(vec![rank.condition.as_str().to_owned()])
+                .or_default() += 1.0;
+        }
+    }
+    (jobs.into_iter().collect(), ranks.into_iter().collect())
 }
 
 fn write_quorum(out: &mut Exposition, status: &MeshStatus) {

@@ -320,6 +320,48 @@ mod tests {
         assert!(read_at > 1.6e9);
     }
 
+    /// A hung job and its ranks are counted; when the jobs end their
+    /// series read 0 before they go.
+    #[test]
+    fn jobs_are_counted_by_state_and_their_ranks_by_condition() {
+        use meshd_domain::jobs::{JobBackend, JobView, RankCondition, RankView};
+
+        let metrics = Metrics::new(&identity());
+        let mut published = Published::placeholder(&identity());
+        let text = metrics.render(&published);
+        assert!(!text.contains("meshd_jobs{"), "no job, no series: {text}");
+        let rank = |rank, condition| RankView {
+            rank,
+            node: id("a"),
+            pid: 10 + rank,
+            name: "python3".to_owned(),
+            condition,
+            busy: false,
+        };
+        Arc::make_mut(&mut published.status).jobs = vec![JobView {
+            job: "10.0.0.1:5000".to_owned(),
+            backend: JobBackend::Jaccl,
+            world: Some(2),
+            ranks: vec![
+                rank(0, RankCondition::Live),
+                rank(1, RankCondition::Stopped),
+            ],
+            hung: Some("job 10.0.0.1:5000 hangs".to_owned()),
+            since: SystemTime::UNIX_EPOCH,
+        }];
+        let text = metrics.render(&published);
+        for line in [
+            "meshd_jobs{state=\"hung\"} 1\n",
+            "meshd_job_ranks{condition=\"live\"} 1\n",
+            "meshd_job_ranks{condition=\"stopped\"} 1\n",
+        ] {
+            assert!(text.contains(line), "{line} missing in:\n{text}");
+        }
+        Arc::make_mut(&mut published.status).jobs.clear();
+        let text = metrics.render(&published);
+        assert!(text.contains("meshd_jobs{state=\"hung\"} 0\n"), "{text}");
+    }
+
     /// Every family is announced once, with HELP and TYPE, and a scrape
     /// lists series in the same order every time.
     #[test]
