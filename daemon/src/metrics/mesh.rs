@@ -92,10 +92,13 @@ impl MeshSeries {
     }
 }
 
+/// Series and their values.
+type Samples = Vec<(LabelValues, f64)>;
+
 /// Jobs by state and their ranks by condition, the counts that are not 0:
 /// a node that runs no job exports none, and a count that fell to 0 reads
 /// 0 for a while.
-fn job_counts(status: &MeshStatus) -> (Vec<(LabelValues, f64)>, Vec<(LabelValues, f64)>) {
+fn job_counts(status: &MeshStatus) -> (Samples, Samples) {
     let mut jobs: BTreeMap<LabelValues, f64> = BTreeMap::new();
     let mut ranks: BTreeMap<LabelValues, f64> = BTreeMap::new();
     for job in &status.jobs {
