@@ -10,8 +10,8 @@
 //! silent rank's), so the alert leader pages it once. Pure: the ranks each
 //! node reports, the status and the time come in.
 
-use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant, SystemTime};
 
 use meshd_domain::jobs::{
     JobBackend, JobRank, JobView, MAX_JOB_TEXT, MAX_RANKS, ProcessState, RankCondition, RankView,
@@ -81,6 +81,10 @@ struct Seen {
     /// As its node reports it now (the first process or another).
     latest: JobRank,
     condition: RankCondition,
+    /// When this node first saw `first`.
+    first_seen: Instant,
+    /// When this node first saw `latest`'s process.
+    latest_seen: Instant,
 }
 
 #[derive(Debug, Clone)]
@@ -91,6 +95,10 @@ struct Tracked {
     ranks: BTreeMap<u32, Seen>,
     spinning: Hold,
     blocked: Hold,
+    /// The node the last cause was about: a cause about another node is
+    /// another fault, held afresh (a relaunch's new ranks must not inherit
+    /// the hold of the old run's dead one).
+    cause_node: Option<NodeId>,
 }
 
 /// Every job the mesh's nodes report, followed from look to look.
@@ -111,6 +119,11 @@ struct Cause {
     fix: String,
     /// The nodes whose link the cause lies across, for naming the cable.
     between: Option<(NodeId, NodeId)>,
+    /// Seen in the rank itself (stopped, gone, replaced), not inferred from
+    /// a node or link verdict: only then do ranks that merely wait count
+    /// as hung. A node called down whose ranks' peers do not spin may be
+    /// a dead meshd beside a healthy job.
+    direct: bool,
 }
 
 impl MeshJobs {
@@ -139,26 +152,33 @@ impl MeshJobs {
         moment: Moment,
     ) -> (Vec<JobView>, Vec<Alarm>) {
         let state_of = |node: &NodeId| status.nodes.iter().find(|n| &n.id == node).map(|n| n.state);
-        self.take_reports(reports, moment);
-        let reporting: Vec<&NodeId> = reports.iter().map(|r| r.node).collect();
+        // Only a node heard now speaks for its ranks (this node always is).
+        let heard: Vec<Reported<'_>> = reports
+            .iter()
+            .filter(|r| *r.node == status.node.id || state_of(r.node) == Some(NodeState::Up))
+            .copied()
+            .collect();
+        self.take_reports(&heard, moment);
         let mut views = Vec::new();
         let mut alarms = Vec::new();
         self.jobs.retain(|id, job| {
             for seen in job.ranks.values_mut() {
-                let reported = reports
-                    .iter()
-                    .filter(|r| *r.node == seen.node)
-                    .flat_map(|r| r.ranks)
-                    .any(|r| r.job == *id && r.rank == seen.first.rank);
-                if !reported {
-                    let heard = reporting.contains(&&seen.node)
-                        && state_of(&seen.node) == Some(NodeState::Up);
-                    seen.condition = if heard {
-                        RankCondition::Gone
-                    } else {
-                        RankCondition::Unheard
-                    };
+                let report = heard.iter().find(|r| *r.node == seen.node);
+                let reported = report.is_some_and(|r| {
+                    r.ranks
+                        .iter()
+                        .any(|rank| rank.job == *id && rank.rank == seen.first.rank)
+                });
+                if reported {
+                    continue;
                 }
+                if report.is_some() {
+                    seen.condition = RankCondition::Gone;
+                } else if state_of(&seen.node) == Some(NodeState::Down) {
+                    seen.condition = RankCondition::Unheard;
+                }
+                // A node merely unheard for now (suspect, restarting) says
+                // nothing new: its ranks stay as last known.
             }
             // Every rank exited: the job is over, not hung.
             let over = job
@@ -169,6 +189,15 @@ impl MeshJobs {
         });
         for (id, job) in &mut self.jobs {
             let cause = cause(id, job, status, state_of);
+            if let Some(node) = cause.as_ref().map(|c| &c.node)
+                && job.cause_node.as_ref().is_some_and(|old| old != node)
+            {
+                job.spinning = Hold::new(self.rules.spinning_for);
+                job.blocked = Hold::new(self.rules.blocked_for);
+            }
+            if let Some(cause) = &cause {
+                job.cause_node = Some(cause.node.clone());
+            }
             let survivors: Vec<&Seen> = job
                 .ranks
                 .values()
@@ -176,8 +205,9 @@ impl MeshJobs {
                 .collect();
             let spinning = survivors.iter().any(|s| s.latest.busy);
             let waiting = cause.is_some() && !survivors.is_empty();
+            let direct = cause.as_ref().is_some_and(|c| c.direct);
             job.spinning.update(waiting && spinning, moment.now);
-            job.blocked.update(waiting, moment.now);
+            job.blocked.update(waiting && direct, moment.now);
             let hung_since = [&job.spinning, &job.blocked]
                 .iter()
                 .filter(|h| h.is_active())
@@ -213,45 +243,58 @@ impl MeshJobs {
     /// process is a new run of it (a relaunch with the same coordinator),
     /// followed afresh.
     fn take_reports(&mut self, reports: &[Reported<'_>], moment: Moment) {
-        for report in reports {
-            for rank in report.ranks {
-                let job = self
-                    .jobs
-                    .entry(rank.job.clone())
-                    .or_insert_with(|| Tracked {
-                        backend: rank.backend,
-                        world: rank.world,
-                        since: moment.wall,
-                        ranks: BTreeMap::new(),
-                        spinning: Hold::new(self.rules.spinning_for),
-                        blocked: Hold::new(self.rules.blocked_for),
-                    });
-                let relaunched = job.ranks.get(&rank.rank).is_some_and(|seen| {
-                    !seen.first.same_process(rank)
-                        && !reports.iter().flat_map(|r| r.ranks).any(|other| {
-                            other.job == rank.job
-                                && job
-                                    .ranks
-                                    .get(&other.rank)
-                                    .is_some_and(|s| s.first.same_process(other))
-                        })
+        let mut reported: BTreeSet<(String, u32)> = BTreeSet::new();
+        for (node, rank) in reports
+            .iter()
+            .flat_map(|r| r.ranks.iter().map(move |rank| (r.node, rank)))
+        {
+            reported.insert((rank.job.clone(), rank.rank));
+            let job = self
+                .jobs
+                .entry(rank.job.clone())
+                .or_insert_with(|| Tracked {
+                    backend: rank.backend,
+                    world: rank.world,
+                    since: moment.wall,
+                    ranks: BTreeMap::new(),
+                    spinning: Hold::new(self.rules.spinning_for),
+                    blocked: Hold::new(self.rules.blocked_for),
+                    cause_node: None,
                 });
-                if relaunched {
-                    job.ranks.clear();
-                    job.since = moment.wall;
+            job.world = rank.world.or(job.world);
+            let seen = job.ranks.entry(rank.rank).or_insert_with(|| Seen {
+                node: node.clone(),
+                first: rank.clone(),
+                latest: rank.clone(),
+                condition: RankCondition::Live,
+                first_seen: moment.now,
+                latest_seen: moment.now,
+            });
+            if !seen.latest.same_process(rank) {
+                seen.latest_seen = moment.now;
+            }
+            seen.node = node.clone();
+            seen.latest = rank.clone();
+        }
+        for (id, job) in &mut self.jobs {
+            if relaunched(job) {
+                job.ranks
+                    .retain(|_, seen| seen.condition != RankCondition::Gone);
+                for seen in job.ranks.values_mut() {
+                    seen.first = seen.latest.clone();
+                    seen.first_seen = seen.latest_seen;
                 }
-                job.world = rank.world.or(job.world);
-                let seen = job.ranks.entry(rank.rank).or_insert_with(|| Seen {
-                    node: report.node.clone(),
-                    first: rank.clone(),
-                    latest: rank.clone(),
-                    condition: RankCondition::Live,
-                });
-                seen.node = report.node.clone();
-                seen.latest = rank.clone();
-                seen.condition = if !seen.first.same_process(rank) {
+                job.since = moment.wall;
+            }
+            // What is not reported now stays as it was (see `judge`).
+            for (_, seen) in job
+                .ranks
+                .iter_mut()
+                .filter(|(rank, _)| reported.contains(&(id.clone(), **rank)))
+            {
+                seen.condition = if !seen.first.same_process(&seen.latest) {
                     RankCondition::Restarted
-                } else if rank.state == ProcessState::Stopped {
+                } else if seen.latest.state == ProcessState::Stopped {
                     RankCondition::Stopped
                 } else {
                     RankCondition::Live
@@ -259,6 +302,33 @@ impl MeshJobs {
             }
         }
     }
+}
+
+/// How far apart a launcher may start the ranks of one run (`mlx.launch`
+/// reaches the hosts one ssh after another), and how stale a peer's report
+/// of a rank may be (a sample and a report).
+const RUN_SPREAD: Duration = Duration::from_secs(3);
+
+/// Whether `job`'s ranks that are other processes than first seen are a new
+/// run of it rather than ranks restarted alone: none of them has a rank
+/// beside it that still runs its first process and was seen `RUN_SPREAD`
+/// before the new process appeared. A rank restarted alone has the run's
+/// other ranks, long running, beside it; a relaunch's new processes appear
+/// within seconds of each other.
+fn relaunched(job: &Tracked) -> bool {
+    let replaced: Vec<&Seen> = job
+        .ranks
+        .values()
+        .filter(|s| !s.first.same_process(&s.latest))
+        .collect();
+    !replaced.is_empty()
+        && replaced.iter().all(|new| {
+            !job.ranks.values().any(|old| {
+                old.first.same_process(&old.latest)
+                    && old.condition != RankCondition::Gone
+                    && old.first_seen + RUN_SPREAD <= new.latest_seen
+            })
+        })
 }
 
 fn view(seen: &Seen) -> RankView {
@@ -275,7 +345,7 @@ fn view(seen: &Seen) -> RankView {
 /// The first reason, in rank order, that `job` cannot go on: a silent
 /// rank (stopped, gone, replaced), a rank whose node is down, or a link
 /// between two live ranks' nodes that is down or flapping. A rank whose
-/// node is merely unheard is no reason either way.
+/// node is merely unheard for now keeps its last condition.
 fn cause(
     id: &str,
     job: &Tracked,
@@ -286,17 +356,19 @@ fn cause(
         let rank = seen.first.rank;
         let node = &seen.node;
         let pid = seen.first.pid;
-        let (what, fix) = match seen.condition {
+        let (what, fix, direct) = match seen.condition {
             RankCondition::Stopped => (
                 format!("rank {rank} (pid {pid}) on {node} is stopped"),
                 format!(
                     "continue it (kill -CONT {pid} on {node}) if it was stopped by mistake; \
                      otherwise stop the job's ranks and relaunch it"
                 ),
+                true,
             ),
             RankCondition::Gone => (
                 format!("rank {rank} (pid {pid}) on {node} exited or was killed"),
                 relaunch(id),
+                true,
             ),
             RankCondition::Restarted => (
                 format!(
@@ -305,6 +377,7 @@ fn cause(
                     seen.latest.pid
                 ),
                 relaunch(id),
+                true,
             ),
             RankCondition::Unheard if state_of(node) == Some(NodeState::Down) => (
                 format!("rank {rank} (pid {pid}) ran on {node}, which is down"),
@@ -312,6 +385,7 @@ fn cause(
                     "bring {node} back (see its node verdict), then {}",
                     relaunch(id)
                 ),
+                false,
             ),
             RankCondition::Live | RankCondition::Unheard => return None,
         };
@@ -320,6 +394,7 @@ fn cause(
             what,
             fix,
             between: None,
+            direct,
         })
     });
     silent.or_else(|| {
@@ -343,6 +418,7 @@ fn cause(
                     relaunch(id)
                 ),
                 between: Some((a.clone(), b.clone())),
+                direct: false,
             })
         })
     })
@@ -606,11 +682,13 @@ mod tests {
             None::<JobRank>,
             Some(rank(1, 999, ProcessState::Running, false)),
         ] {
+            // The job has run a while (a rank replaced within seconds of
+            // the start is a staggered launch's, not a restart).
             let mut jobs = MeshJobs::new(rules());
             look(&mut jobs, running(false), &healthy(), 0);
             let now = with_b(Some(b.clone().into_iter().collect()), true);
-            look(&mut jobs, now.clone(), &healthy(), 1_000);
-            let (views, alarms) = look(&mut jobs, now, &healthy(), 3_500);
+            look(&mut jobs, now.clone(), &healthy(), 10_000);
+            let (views, alarms) = look(&mut jobs, now, &healthy(), 12_500);
             assert_eq!(alarms.len(), 1, "{b:?}: {alarms:?}");
             assert_eq!(alarms[0].node, id("b"));
             let expected = if b.is_some() {
@@ -679,8 +757,46 @@ mod tests {
         }
     }
 
+    /// A rank on a node called down is unheard, and with its peers
+    /// spinning the job hangs; a node merely suspect (restarting, not heard
+    /// for a moment) says nothing new: its ranks stay as last known, so a
+    /// stopped rank's page holds through its node's meshd restart.
+    /// A node that never saw one rank (its meshd started after that rank
+    /// died) still takes a relaunch for one, whichever report it reads first.
     #[test]
-    fn a_rank_on_a_down_node_hangs_the_job_and_on_an_unheard_one_says_nothing() {
+    fn a_relaunch_is_one_even_beside_a_rank_never_seen_before() {
+        let mut jobs = MeshJobs::new(rules());
+        let [_, b, c] = running(true);
+        look(&mut jobs, [Some(vec![]), b, c], &healthy(), 0);
+        let relaunched = [
+            Some(vec![rank(0, 101, ProcessState::Running, false)]),
+            Some(vec![rank(1, 201, ProcessState::Running, false)]),
+            Some(vec![rank(2, 301, ProcessState::Running, false)]),
+        ];
+        let (views, alarms) = look(&mut jobs, relaunched.clone(), &healthy(), 1_000);
+        assert!(alarms.is_empty());
+        assert_eq!(conditions(&views), [RankCondition::Live; 3]);
+        // Its own new rank reported before the peers' new ones: still one
+        // relaunch, not two restarted ranks.
+        let mut jobs = MeshJobs::new(rules());
+        let [_, b, c] = running(true);
+        look(
+            &mut jobs,
+            [Some(vec![]), b.clone(), c.clone()],
+            &healthy(),
+            0,
+        );
+        let [a_new, b_new, c_new] = relaunched;
+        look(&mut jobs, [a_new.clone(), b, c], &healthy(), 1_000);
+        let (views, alarms) = look(&mut jobs, [a_new, b_new, c_new], &healthy(), 1_100);
+        for ms in [1_100, 5_000] {
+            assert!(alarms.is_empty(), "{ms}: {alarms:?}");
+        }
+        assert_eq!(conditions(&views), [RankCondition::Live; 3]);
+    }
+
+    #[test]
+    fn a_rank_on_a_down_node_hangs_the_job_and_on_a_suspect_one_stays_as_it_was() {
         let down = status([NodeState::Up, NodeState::Down, NodeState::Up], None);
         let suspect = status([NodeState::Up, NodeState::Suspect, NodeState::Up], None);
         for (status, hung) in [(down, true), (suspect, false)] {
@@ -688,10 +804,42 @@ mod tests {
             look(&mut jobs, running(false), &healthy(), 0);
             look(&mut jobs, with_b(None, true), &status, 1_000);
             let (views, alarms) = look(&mut jobs, with_b(None, true), &status, 3_500);
-            assert_eq!(conditions(&views)[1], RankCondition::Unheard);
+            let expected = if hung {
+                RankCondition::Unheard
+            } else {
+                RankCondition::Live
+            };
+            assert_eq!(conditions(&views)[1], expected);
             assert_eq!(alarms.len(), usize::from(hung), "{alarms:?}");
             if hung {
                 assert!(alarms[0].summary.contains("ran on b, which is down"));
+            }
+        }
+        // Stopped, then its node restarts its meshd: still stopped, still hung.
+        let mut jobs = MeshJobs::new(rules());
+        let stopped = with_b(Some(vec![rank(1, 200, ProcessState::Stopped, false)]), true);
+        look(&mut jobs, running(false), &healthy(), 0);
+        look(&mut jobs, stopped.clone(), &healthy(), 1_000);
+        assert_eq!(look(&mut jobs, stopped, &healthy(), 3_500).1.len(), 1);
+        let restarting = status([NodeState::Up, NodeState::Suspect, NodeState::Up], None);
+        let (views, alarms) = look(&mut jobs, with_b(None, true), &restarting, 4_000);
+        assert_eq!(conditions(&views)[1], RankCondition::Stopped);
+        assert_eq!(alarms.len(), 1, "{alarms:?}");
+    }
+
+    /// A node called down beside ranks that go on (a dead meshd, not a
+    /// dead host) hangs nothing, however long; a link down beside ranks
+    /// that go on neither.
+    #[test]
+    fn verdicts_alone_hang_a_job_only_while_its_ranks_spin() {
+        let down = status([NodeState::Up, NodeState::Down, NodeState::Up], None);
+        let cut = status([NodeState::Up; 3], Some(("a", "c")));
+        for status in [down, cut] {
+            let mut jobs = MeshJobs::new(rules());
+            look(&mut jobs, running(false), &healthy(), 0);
+            for ms in [1_000, 40_000, 80_000] {
+                let (_, alarms) = look(&mut jobs, with_b(None, false), &status, ms);
+                assert!(alarms.is_empty(), "{alarms:?}");
             }
         }
     }

@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use meshd_domain::{AlarmKind, Blame, EventKind, LinkState, MeshStatus, NodeState};
-use meshd_model::alerts::Labels;
+use meshd_model::alerts::{BACKUP_GRACE, Labels};
 use meshd_model::lateness::LATENESS_MEMORY;
 use meshd_model::verdict::{HEARSAY_DELAY, RESTART_GRACE};
 use proptest::prelude::*;
@@ -2240,4 +2240,292 @@ fn a_cut_at_a_stalling_end_is_down_in_time() {
     };
     let problems = checks_beside(3, 192, &stalls, &cut);
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+// Jobs: one rank on every node (`Sim`'s job), its ranks stopped, killed
+// and relaunched at random times, beside faults that leave the job alone
+// (late timers, meshd restarts, clock offsets) and one that does not (a
+// cable cut under it). Every node must judge the job the same: `job_hung`
+// about the silent rank's node within a few seconds, on every node that
+// judges, for as long as the rank is silent, and nothing while every rank
+// runs; and Alertmanager must see one page per silent rank, never resolved
+// while the rank stays silent.
+
+/// The 2-s spin window, a sample (the node's next look, within its 1-s
+/// heartbeat, as the daemon's 1-s CPU sample), a report: how soon every node
+/// calls the job hung after a rank stops or dies.
+const JOB_HUNG_BUDGET: Duration = Duration::from_millis(4_000);
+/// How soon the alarm goes once the rank runs again: its node's next sample
+/// and report, and the others' next look.
+const JOB_CLEAR_BUDGET: Duration = Duration::from_millis(2_500);
+
+/// What happens to one rank, from `start` to `heal`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RankFault {
+    /// SIGSTOP, SIGCONT at the heal.
+    Stop,
+    /// SIGKILL; at the heal the job is ended and relaunched.
+    Kill,
+}
+
+#[derive(Debug, Clone)]
+struct JobEpisode {
+    x: usize,
+    fault: RankFault,
+    start: Duration,
+    heal: Duration,
+}
+
+/// A fault beside the job's that must change nothing about it.
+#[derive(Debug, Clone)]
+enum Beside {
+    None,
+    /// Node `x`'s timers run late by `ms`.
+    Late {
+        x: usize,
+        ms: u64,
+    },
+    /// Node `x`'s meshd restarts (killed, started 1 s later) at `at`.
+    Restart {
+        x: usize,
+        at: Duration,
+    },
+    /// Node `x`'s clock is off by `ms`.
+    Clock {
+        x: usize,
+        ms: i64,
+    },
+}
+
+/// The job's hung alarm this status holds: the node it is about.
+fn job_hung_about(status: &MeshStatus) -> Vec<String> {
+    status
+        .alarms
+        .iter()
+        .filter(|a| a.kind == AlarmKind::JobHung)
+        .map(|a| a.node.to_string())
+        .collect()
+}
+
+fn run_job_episodes(n: usize, seed: u64, episodes: &[JobEpisode], beside: &Beside) -> Vec<String> {
+    let mut sim = Sim::new(n, seed);
+    sim.schedule(Duration::from_secs(1), Action::StartJob);
+    for e in episodes {
+        let (hurt, heal) = match e.fault {
+            RankFault::Stop => (Action::StopRank(e.x), vec![(e.heal, Action::ContRank(e.x))]),
+            RankFault::Kill => (
+                Action::KillRank(e.x),
+                vec![
+                    (e.heal, Action::EndJob),
+                    (e.heal + Duration::from_millis(500), Action::StartJob),
+                ],
+            ),
+        };
+        sim.schedule(e.start, hurt);
+        for (at, action) in heal {
+            sim.schedule(at, action);
+        }
+    }
+    let restarting = match beside {
+        Beside::None => None,
+        Beside::Late { x, ms } => {
+            sim.schedule(WARMUP, Action::SetLate(*x, Duration::from_millis(*ms)));
+            None
+        }
+        Beside::Clock { x, ms } => {
+            sim.schedule(Duration::from_secs(2), Action::SetClockOffset(*x, *ms));
+            None
+        }
+        Beside::Restart { x, at } => {
+            sim.schedule(*at, Action::Kill(*x));
+            sim.schedule(*at + Duration::from_secs(1), Action::Start(*x));
+            Some((*x, *at))
+        }
+    };
+    let end = episodes.last().map_or(WARMUP, |e| e.heal) + SETTLE;
+    let mut problems = Vec::new();
+    let name = |x: usize| format!("n{}", x + 1);
+    // A meshd restart as a rank falls silent: its node's ranks are as last
+    // known until it reports again (a second later); and the alert leader's
+    // new run never saw the rank that died before it started, so the page
+    // comes from a follower's backup, `BACKUP_GRACE` later.
+    let budget = |e: &JobEpisode| {
+        let Some((x, at)) = restarting else {
+            return JOB_HUNG_BUDGET;
+        };
+        if at + Duration::from_secs(2) < e.start || at > e.start + JOB_HUNG_BUDGET {
+            return JOB_HUNG_BUDGET;
+        }
+        let leader = if x == 0 { BACKUP_GRACE } else { Duration::ZERO };
+        JOB_HUNG_BUDGET + Duration::from_secs(1) + leader
+    };
+    sim.run_until(end, &mut |sim, seen| {
+        let t = seen.at.saturating_duration_since(sim.epoch);
+        // A node judges once it holds quorum and has run a while (a meshd
+        // that just restarted learns the job again from the reports).
+        if !seen.status.quorum.has_quorum || t < WARMUP {
+            return;
+        }
+        if let Some((x, at)) = restarting
+            && (x == seen.node || t < at + Duration::from_secs(1) + WARMUP)
+            && t >= at
+        {
+            return;
+        }
+        let about = job_hung_about(seen.status);
+        let active = episodes.iter().find(|e| t >= e.start && t < e.heal);
+        let settled = episodes
+            .iter()
+            .all(|e| t < e.start || t >= e.heal + JOB_CLEAR_BUDGET);
+        match active {
+            Some(e) if t >= e.start + budget(e) && about != [name(e.x)] => {
+                problems.push(format!(
+                    "{t:?}: n{} sees job_hung about {about:?}, {:?} of {} since {:?}",
+                    seen.node + 1,
+                    e.fault,
+                    name(e.x),
+                    e.start
+                ));
+            }
+            None if settled && !about.is_empty() => problems.push(format!(
+                "{t:?}: n{} sees job_hung about {about:?} while every rank runs",
+                seen.node + 1
+            )),
+            _ => {}
+        }
+    });
+    // One page per silent rank, firing within the budget and never
+    // resolved while the rank is silent; nothing else about the job.
+    let epoch = sim.epoch;
+    let at = |note: &Notification| note.at.saturating_duration_since(epoch);
+    let pages: Vec<&Notification> = sim
+        .am
+        .notifications
+        .iter()
+        .filter(|note| note.labels.get("alertname").map(String::as_str) == Some("MeshJobHung"))
+        .collect();
+    for e in episodes {
+        let own: Vec<&&Notification> = pages
+            .iter()
+            .filter(|note| {
+                note.labels.get("node") == Some(&name(e.x))
+                    && at(note) >= e.start
+                    && at(note) < e.heal + JOB_CLEAR_BUDGET
+            })
+            .collect();
+        let fired: Vec<Duration> = own.iter().filter(|n| n.firing).map(|n| at(n)).collect();
+        let page_by = e.start + budget(e) + Duration::from_secs(1);
+        let paged_in_time = match fired.as_slice() {
+            [] => e.heal < page_by,
+            [one] => *one <= page_by,
+            _ => false,
+        };
+        if !paged_in_time {
+            problems.push(format!(
+                "{e:?}: MeshJobHung fired at {fired:?}, due by {page_by:?}"
+            ));
+        }
+        if let Some(resolved) = own.iter().find(|n| !n.firing && at(n) < e.heal) {
+            problems.push(format!(
+                "{e:?}: MeshJobHung resolved at {:?} while the rank is silent",
+                at(resolved)
+            ));
+        }
+    }
+    let stray: Vec<_> = pages
+        .iter()
+        .filter(|note| {
+            note.firing
+                && !episodes.iter().any(|e| {
+                    note.labels.get("node") == Some(&name(e.x))
+                        && at(note) >= e.start
+                        && at(note) < e.heal
+                })
+        })
+        .map(|note| (at(note), note.labels.get("node").cloned()))
+        .collect();
+    if !stray.is_empty() {
+        problems.push(format!("MeshJobHung pages with no silent rank: {stray:?}"));
+    }
+    problems
+}
+
+fn job_episode(x: usize, fault: RankFault, start_s: u64, lasts_s: u64) -> JobEpisode {
+    JobEpisode {
+        x,
+        fault,
+        start: Duration::from_secs(start_s),
+        heal: Duration::from_secs(start_s + lasts_s),
+    }
+}
+
+#[test]
+fn a_stopped_or_killed_rank_is_one_job_hung_page_about_its_node_on_every_node() {
+    let episodes = [
+        job_episode(2, RankFault::Stop, 12, 10),
+        job_episode(0, RankFault::Kill, 40, 10),
+    ];
+    let problems = run_job_episodes(4, 7, &episodes, &Beside::None);
+    assert!(problems.is_empty(), "{problems:#?}");
+}
+
+/// The alert leader's meshd restarts while a rank is stopped: the page
+/// holds, as a link's does.
+#[test]
+fn a_meshd_restart_during_a_hung_job_keeps_its_one_page() {
+    let episodes = [job_episode(2, RankFault::Stop, 12, 20)];
+    for x in [0, 2] {
+        let beside = Beside::Restart {
+            x,
+            at: Duration::from_secs(20),
+        };
+        let problems = run_job_episodes(4, 11, &episodes, &beside);
+        assert!(problems.is_empty(), "restart of n{}: {problems:#?}", x + 1);
+    }
+}
+
+fn drawn_beside(n: usize) -> impl Strategy<Value = Beside> {
+    (0..4u8, 0..n, 20..60u64, -900..900i64, 10..40u64).prop_map(|(kind, x, ms, clock, at)| {
+        match kind {
+            0 => Beside::None,
+            1 => Beside::Late { x, ms },
+            2 => Beside::Restart {
+                x,
+                at: Duration::from_secs(at),
+            },
+            _ => Beside::Clock { x, ms: clock },
+        }
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: sim_cases(),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    /// Ranks stopped and killed on random nodes at random times, one after
+    /// another, beside a node running late, a meshd restart or a clock off:
+    /// each is one page about its node on every judging node in time, and
+    /// nothing is hung while every rank runs.
+    #[test]
+    fn random_rank_faults_are_one_job_hung_page_each(
+        (n, beside) in (3..=5usize).prop_flat_map(|n| (Just(n), drawn_beside(n))),
+        seed in any::<u64>(),
+        drawn in prop::collection::vec((0..5usize, any::<bool>(), 5..15u64, 6..20u64), 1..=3),
+    ) {
+        let mut start = 12;
+        let episodes: Vec<JobEpisode> = drawn
+            .iter()
+            .map(|&(x, kill, gap, lasts)| {
+                let fault = if kill { RankFault::Kill } else { RankFault::Stop };
+                let e = job_episode(x % n, fault, start, lasts);
+                start += lasts + gap;
+                e
+            })
+            .collect();
+        let problems = run_job_episodes(n, seed, &episodes, &beside);
+        prop_assert!(problems.is_empty(), "{:?} beside {:?}: {:#?}", episodes, beside, problems);
+    }
 }

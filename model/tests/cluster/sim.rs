@@ -27,7 +27,10 @@ use meshd_model::alerts::{self, AlertState, Labels};
 #[path = "alertmanager.rs"]
 pub mod alertmanager;
 use alertmanager::Alertmanager;
+use meshd_domain::jobs::{JobBackend, ProcessState, RankIdentity};
+use meshd_model::cpu::{CpuSample, ProcessSample};
 use meshd_model::fixtures;
+use meshd_model::job_watch::Sampled;
 use meshd_model::lateness::LatenessLog;
 use meshd_model::linkstats::{
     LinkStats, LinkStatsConfig, ProbeClass, ProbeNews, ProbeStats, RTT_BOUNDS,
@@ -367,7 +370,36 @@ pub enum Action {
     /// The node says (or stops saying) that it hears every member: an
     /// insider with a node's key.
     Lie(usize, bool),
+    /// A distributed job starts: one rank on every node, rank i on node i.
+    StartJob,
+    /// The rank on the node is stopped by a signal (SIGSTOP)...
+    StopRank(usize),
+    /// ...and continued (SIGCONT).
+    ContRank(usize),
+    /// The rank on the node is killed: it is gone for good.
+    KillRank(usize),
+    /// Every rank of the job exits.
+    EndJob,
 }
+
+/// A job's rank as the host runs it, whatever meshd sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RankIs {
+    Running,
+    Stopped,
+    Gone,
+}
+
+/// The simulated job: rank i runs on node i. A running rank spins at a
+/// full core while any other rank is not running or the cable to it is
+/// cut (JACCL's busy wait); otherwise it works at a few hundredths.
+#[derive(Debug, Clone)]
+pub struct SimJob {
+    pub ranks: Vec<(u32, RankIs)>,
+}
+
+/// The job's id, as every rank's environment gives it.
+pub const SIM_JOB: &str = "10.0.0.1:7430";
 
 /// An alert as Alertmanager saw it posted (by any node).
 #[derive(Debug, Clone)]
@@ -401,6 +433,9 @@ pub struct Sim {
     pub am: Alertmanager,
     /// Every event any node's looks produced, with when and whose.
     pub events: Vec<(Instant, usize, Event)>,
+    /// The job the nodes run, if one was started.
+    pub job: Option<SimJob>,
+    next_pid: u32,
 }
 
 /// Node `i`'s end of its cable to `j`: the interface is named after the
@@ -483,6 +518,8 @@ impl Sim {
             posts: Vec::new(),
             events: Vec::new(),
             am: Alertmanager::default(),
+            job: None,
+            next_pid: 1000,
         };
         // Alertmanager runs on a clock of its own, up to three minutes off.
         sim.am.offset = Duration::from_millis(sim.rng.below(180_000));
@@ -771,6 +808,7 @@ impl Sim {
             Action::Reboot(x) => {
                 self.kill(x);
                 self.nodes[x].boots += 1;
+                self.set_rank(x, RankIs::Gone);
             }
             Action::Start(x) => self.start(x),
             Action::Freeze(x) => {
@@ -782,6 +820,72 @@ impl Sim {
             Action::SetClockOffset(x, ms) => self.nodes[x].clock_offset_ms = ms,
             Action::SetLate(x, by) => self.nodes[x].late_by = by,
             Action::Lie(x, lies) => self.nodes[x].lies = lies,
+            Action::StartJob => {
+                let n = self.nodes.len();
+                let first = self.next_pid;
+                self.next_pid += u32::try_from(n).unwrap_or(u32::MAX);
+                self.job = Some(SimJob {
+                    ranks: (0..n)
+                        .map(|i| (first + u32::try_from(i).unwrap_or(0), RankIs::Running))
+                        .collect(),
+                });
+            }
+            Action::StopRank(x) => self.set_rank(x, RankIs::Stopped),
+            Action::ContRank(x) => self.set_rank(x, RankIs::Running),
+            Action::KillRank(x) => self.set_rank(x, RankIs::Gone),
+            Action::EndJob => self.job = None,
+        }
+    }
+
+    /// Moves the rank on `x` to `is`; a gone rank stays gone.
+    fn set_rank(&mut self, x: usize, is: RankIs) {
+        if let Some((_, rank)) = self.job.as_mut().and_then(|j| j.ranks.get_mut(x))
+            && *rank != RankIs::Gone
+        {
+            *rank = is;
+        }
+    }
+
+    /// What node `x`'s process sample shows of its rank now: a process with
+    /// MLX's launch variables, stopped or running, spinning or not; none
+    /// once it is gone or when no job runs.
+    fn rank_sample(&self, x: usize, moment: Moment) -> Sampled {
+        let rank = self.job.as_ref().and_then(|job| {
+            let (pid, is) = *job.ranks.get(x)?;
+            let n = job.ranks.len();
+            let spinning = is == RankIs::Running
+                && (0..n).filter(|j| *j != x).any(|j| {
+                    job.ranks[j].1 != RankIs::Running
+                        || self.net.cut_cables.contains_key(&cable(x, j))
+                });
+            (is != RankIs::Gone).then(|| ProcessSample {
+                name: "python3".to_owned(),
+                pid,
+                cores: if spinning { 1.0 } else { 0.03 },
+                state: if is == RankIs::Stopped {
+                    ProcessState::Stopped
+                } else {
+                    ProcessState::Running
+                },
+                started: u64::from(pid),
+                rank: Some(Arc::new(RankIdentity {
+                    job: SIM_JOB.to_owned(),
+                    backend: JobBackend::Jaccl,
+                    rank: u32::try_from(x).unwrap_or(u32::MAX),
+                    world: u32::try_from(n).ok(),
+                    devices: Vec::new(),
+                })),
+                ..ProcessSample::default()
+            })
+        });
+        let processes = rank.into_iter().collect();
+        Sampled {
+            at: moment,
+            sample: CpuSample {
+                busy_ratio: 0.1,
+                processes,
+            },
+            data_counters: None,
         }
     }
 
@@ -1573,6 +1677,7 @@ impl Sim {
     /// node act on the decision with [`Sim::apply_decision`].
     pub fn core_look(&mut self, x: usize, urgent: bool) -> Option<(Moment, Decision)> {
         let moment = self.moment(x);
+        let sampled = self.rank_sample(x, moment);
         let d = self.daemon_mut(x)?;
         d.look_at = None;
         // `ProbeBoard::read`: an overdue probe tick is late already.
@@ -1586,7 +1691,7 @@ impl Sim {
             facts: Some(&d.facts),
             counters: &counters,
             local_alarms: Vec::new(),
-            sampled: None,
+            sampled: Some(&sampled),
             lateness,
             urgent,
         });
