@@ -5,6 +5,14 @@ use anyhow::Context;
 use meshd_lab::command::{self, QUICK};
 use meshd_platform::linux::procs::parse_stat;
 
+/// The 1-minute load average.
+pub(crate) fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".to_owned())
+}
+
 /// The clock ticks `/proc/PID/stat` counts CPU time in.
 fn ticks_per_second() -> anyhow::Result<f64> {
     command::run("getconf", &["CLK_TCK"], QUICK)?

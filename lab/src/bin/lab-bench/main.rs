@@ -9,8 +9,8 @@
 //! sudo target/release/lab-bench detection
 //! ```
 //!
-//! One module per benchmark; `cpu` and `metrics` hold the measurements
-//! more than one of them takes.
+//! One module per benchmark; `cpu`, `latency` and `metrics` hold the
+//! measurements and tables more than one of them takes.
 
 mod accuracy;
 mod chaos;
@@ -18,6 +18,7 @@ mod cost;
 mod cpu;
 mod detection;
 mod hostile;
+mod latency;
 mod metrics;
 mod rdma;
 
