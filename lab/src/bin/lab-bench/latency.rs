@@ -17,6 +17,7 @@ pub(crate) fn since(t0: SystemTime, at: SystemTime) -> f64 {
 /// A column of a latency table.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum Column {
+    Min,
     /// The nearest-rank percentile.
     P(f64),
     Max,
@@ -25,6 +26,7 @@ pub(crate) enum Column {
 impl Column {
     fn heading(self) -> String {
         match self {
+            Self::Min => "min".to_owned(),
             Self::P(p) => format!("p{p}"),
             Self::Max => "max".to_owned(),
         }
@@ -33,6 +35,7 @@ impl Column {
     /// This column's figure of `sorted` values (NaN when there are none).
     fn of(self, sorted: &[f64]) -> f64 {
         match self {
+            Self::Min => sorted.first().copied().unwrap_or(f64::NAN),
             Self::P(p) => percentile(sorted, p),
             Self::Max => sorted.last().copied().unwrap_or(f64::NAN),
         }
@@ -64,10 +67,11 @@ mod tests {
     #[test]
     fn columns_read_sorted_values() {
         let v = [1.0, 2.0, 3.0, 4.0];
+        assert_eq!(Column::Min.of(&v), 1.0);
         assert_eq!(Column::P(50.0).of(&v), 2.0);
         assert_eq!(Column::P(99.0).of(&v), 4.0);
         assert_eq!(Column::Max.of(&v), 4.0);
-        assert!(Column::Max.of(&[]).is_nan());
+        assert!(Column::Min.of(&[]).is_nan());
         assert_eq!(Column::P(50.0).heading(), "p50");
         assert_eq!(Column::P(99.0).heading(), "p99");
     }
