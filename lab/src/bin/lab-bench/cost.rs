@@ -7,17 +7,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use meshd_lab::{Lab, Options};
 
-use crate::cpu::CpuClock;
+use crate::cpu::{CpuClock, load_average};
 use crate::lab;
 use crate::metrics::fetch_metrics;
-
-/// The 1-minute load average.
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
-        .unwrap_or_else(|| "?".to_owned())
-}
 
 /// A `/proc/PID/status` value in kB, as MB (10⁶ bytes).
 fn status_mb(pid: u32, key: &str) -> anyhow::Result<f64> {

@@ -1,9 +1,19 @@
 //! The CPU time of other processes, as the chaos and cost benchmarks
 //! measure it.
 
+use std::time::{Duration, Instant};
+
 use anyhow::Context;
 use meshd_lab::command::{self, QUICK};
 use meshd_platform::linux::procs::parse_stat;
+
+/// The 1-minute load average.
+pub(crate) fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".to_owned())
+}
 
 /// The clock ticks `/proc/PID/stat` counts CPU time in.
 fn ticks_per_second() -> anyhow::Result<f64> {
@@ -71,6 +81,27 @@ impl CpuClock {
             Self::Process => process_cpu_ns(pid),
             Self::Ticks { .. } => cpu_ticks(pid),
         }
+    }
+
+    /// The CPU each of `pids` used over `window` (all sampled together,
+    /// nothing else done in between), in % of one core.
+    pub(crate) fn percent_over(self, pids: &[u32], window: Duration) -> anyhow::Result<Vec<f64>> {
+        let before: Vec<u64> = pids
+            .iter()
+            .map(|&p| self.sample(p))
+            .collect::<Result<_, _>>()?;
+        let t0 = Instant::now();
+        std::thread::sleep(window);
+        let after: Vec<u64> = pids
+            .iter()
+            .map(|&p| self.sample(p))
+            .collect::<Result<_, _>>()?;
+        let wall = t0.elapsed().as_secs_f64();
+        Ok(before
+            .iter()
+            .zip(after)
+            .map(|(b, a)| self.seconds(a.saturating_sub(*b)) / wall * 100.0)
+            .collect())
     }
 
     /// Seconds of CPU in `used` units of this clock.

@@ -8,35 +8,10 @@ use anyhow::bail;
 use meshd_lab::events::Events;
 use meshd_lab::{Lab, Options, Status};
 
-use crate::{SETTLE, lab, percentile};
+use crate::latency::{Column, print_latencies, since};
+use crate::{SETTLE, lab};
 
 const VERDICT: Duration = Duration::from_secs(10);
-
-fn millis(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
-#[allow(clippy::print_stdout)]
-fn print_latencies(rows: &[(&str, Vec<f64>)]) {
-    println!("| verdict on | trials | p50 | p90 | p99 | max |");
-    println!("|---|---:|---:|---:|---:|---:|");
-    for (what, values) in rows {
-        let mut v = values.clone();
-        v.sort_by(f64::total_cmp);
-        println!(
-            "| {what} | {} | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms |",
-            v.len(),
-            percentile(&v, 50.0),
-            percentile(&v, 90.0),
-            percentile(&v, 99.0),
-            v.last().copied().unwrap_or(f64::NAN)
-        );
-    }
-}
-
-fn since(t0: SystemTime, at: SystemTime) -> f64 {
-    millis(at.duration_since(t0).unwrap_or_default())
-}
 
 /// The moment Alertmanager took MeshLinkDown for x-y (its `updatedAt`,
 /// set on receipt; the first push, since resends are 30 s apart).
@@ -118,11 +93,20 @@ pub(crate) fn run(trials: usize) -> anyhow::Result<()> {
         }
         std::thread::sleep(Duration::from_secs(2));
     }
-    print_latencies(&[
-        ("first node", first),
-        ("every node", every),
-        ("Alertmanager (received)", alert),
-    ]);
+    print_latencies(
+        "verdict on",
+        &[
+            Column::P(50.0),
+            Column::P(90.0),
+            Column::P(99.0),
+            Column::Max,
+        ],
+        &[
+            ("first node", first),
+            ("every node", every),
+            ("Alertmanager (received)", alert),
+        ],
+    );
     lab.teardown()?;
     Ok(())
 }

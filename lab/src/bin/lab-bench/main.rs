@@ -9,8 +9,8 @@
 //! sudo target/release/lab-bench detection
 //! ```
 //!
-//! One module per benchmark; `cpu` and `metrics` hold the measurements
-//! more than one of them takes.
+//! One module per benchmark; `cpu`, `latency` and `metrics` hold the
+//! measurements and tables more than one of them takes.
 
 mod accuracy;
 mod chaos;
@@ -18,6 +18,8 @@ mod cost;
 mod cpu;
 mod detection;
 mod hostile;
+mod job;
+mod latency;
 mod metrics;
 mod rdma;
 
@@ -83,6 +85,18 @@ enum Bench {
         #[arg(long, default_value_t = 30)]
         seconds: u64,
     },
+    /// An emulated MLX job on 3 nodes: a rank stopped or killed (in turn,
+    /// node by node) → `job_hung` about its node on the first node and on
+    /// every node; then meshd's CPU with no job and with the job running.
+    Job {
+        #[arg(long, default_value_t = 12)]
+        trials: usize,
+        /// Each CPU window, without and with the job.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        #[arg(long, default_value_t = 10)]
+        warmup: u64,
+    },
     /// Helper run inside a namespace: print the body of GET /metrics at ADDR.
     #[command(hide = true)]
     FetchMetrics { addr: String },
@@ -129,6 +143,11 @@ fn main() -> anyhow::Result<()> {
         Bench::Accuracy { seconds } => accuracy::run(seconds),
         Bench::Hostile { scenario } => hostile::run(&scenario),
         Bench::Rdma { seconds } => rdma::run(seconds),
+        Bench::Job {
+            trials,
+            seconds,
+            warmup,
+        } => job::run(trials, seconds, warmup),
         Bench::FetchMetrics { addr } => metrics::fetch(&addr),
         Bench::PeakRss { command } => {
             std::process::exit(meshd_lab::hostile::peak_rss(&command)?);
