@@ -278,8 +278,12 @@ impl MeshJobs {
         }
         for (id, job) in &mut self.jobs {
             if relaunched(job) {
-                job.ranks
-                    .retain(|_, seen| seen.condition != RankCondition::Gone);
+                // The old run's ranks that are gone, or unheard with their
+                // nodes, are not the new run's: it reports its own.
+                job.ranks.retain(|rank, seen| {
+                    reported.contains(&(id.clone(), *rank))
+                        || !matches!(seen.condition, RankCondition::Gone | RankCondition::Unheard)
+                });
                 for seen in job.ranks.values_mut() {
                     seen.first = seen.latest.clone();
                     seen.first_seen = seen.latest_seen;
@@ -311,8 +315,8 @@ const RUN_SPREAD: Duration = Duration::from_secs(3);
 
 /// Whether `job`'s ranks that are other processes than first seen are a new
 /// run of it rather than ranks restarted alone: none of them has a rank
-/// beside it that still runs its first process and was seen `RUN_SPREAD`
-/// before the new process appeared. A rank restarted alone has the run's
+/// beside it that still runs its first process (as its node, heard, says)
+/// and was seen `RUN_SPREAD` before the new process appeared. A rank restarted alone has the run's
 /// other ranks, long running, beside it; a relaunch's new processes appear
 /// within seconds of each other.
 fn relaunched(job: &Tracked) -> bool {
@@ -325,7 +329,7 @@ fn relaunched(job: &Tracked) -> bool {
         && replaced.iter().all(|new| {
             !job.ranks.values().any(|old| {
                 old.first.same_process(&old.latest)
-                    && old.condition != RankCondition::Gone
+                    && matches!(old.condition, RankCondition::Live | RankCondition::Stopped)
                     && old.first_seen + RUN_SPREAD <= new.latest_seen
             })
         })
@@ -343,8 +347,8 @@ fn view(seen: &Seen) -> RankView {
 }
 
 /// The first reason, in rank order, that `job` cannot go on: a silent
-/// rank (stopped, gone, replaced), a rank whose node is down, or a link
-/// between two live ranks' nodes that is down or flapping. A rank whose
+/// rank (stopped, gone, replaced), else a rank whose node is down, else a
+/// link between two live ranks' nodes that is down or flapping. A rank whose
 /// node is merely unheard for now keeps its last condition.
 fn cause(
     id: &str,
@@ -352,52 +356,59 @@ fn cause(
     status: &MeshStatus,
     state_of: impl Fn(&NodeId) -> Option<NodeState>,
 ) -> Option<Cause> {
-    let silent = job.ranks.values().find_map(|seen| {
-        let rank = seen.first.rank;
-        let node = &seen.node;
-        let pid = seen.first.pid;
-        let (what, fix, direct) = match seen.condition {
-            RankCondition::Stopped => (
-                format!("rank {rank} (pid {pid}) on {node} is stopped"),
-                format!(
-                    "continue it (kill -CONT {pid} on {node}) if it was stopped by mistake; \
+    let silent = || {
+        job.ranks.values().filter_map(|seen| {
+            let rank = seen.first.rank;
+            let node = &seen.node;
+            let pid = seen.first.pid;
+            let (what, fix, direct) = match seen.condition {
+                RankCondition::Stopped => (
+                    format!("rank {rank} (pid {pid}) on {node} is stopped"),
+                    format!(
+                        "continue it (kill -CONT {pid} on {node}) if it was stopped by mistake; \
                      otherwise stop the job's ranks and relaunch it"
+                    ),
+                    true,
                 ),
-                true,
-            ),
-            RankCondition::Gone => (
-                format!("rank {rank} (pid {pid}) on {node} exited or was killed"),
-                relaunch(id),
-                true,
-            ),
-            RankCondition::Restarted => (
-                format!(
-                    "rank {rank} on {node} is a new process (pid {}, was {pid}), which the \
+                RankCondition::Gone => (
+                    format!("rank {rank} (pid {pid}) on {node} exited or was killed"),
+                    relaunch(id),
+                    true,
+                ),
+                RankCondition::Restarted => (
+                    format!(
+                        "rank {rank} on {node} is a new process (pid {}, was {pid}), which the \
                      others cannot take back",
-                    seen.latest.pid
+                        seen.latest.pid
+                    ),
+                    relaunch(id),
+                    true,
                 ),
-                relaunch(id),
-                true,
-            ),
-            RankCondition::Unheard if state_of(node) == Some(NodeState::Down) => (
-                format!("rank {rank} (pid {pid}) ran on {node}, which is down"),
-                format!(
-                    "bring {node} back (see its node verdict), then {}",
-                    relaunch(id)
+                RankCondition::Unheard if state_of(node) == Some(NodeState::Down) => (
+                    format!("rank {rank} (pid {pid}) ran on {node}, which is down"),
+                    format!(
+                        "bring {node} back (see its node verdict), then {}",
+                        relaunch(id)
+                    ),
+                    false,
                 ),
-                false,
-            ),
-            RankCondition::Live | RankCondition::Unheard => return None,
-        };
-        Some(Cause {
-            node: node.clone(),
-            what,
-            fix,
-            between: None,
-            direct,
+                RankCondition::Live | RankCondition::Unheard => return None,
+            };
+            Some(Cause {
+                node: node.clone(),
+                what,
+                fix,
+                between: None,
+                direct,
+            })
         })
-    });
-    silent.or_else(|| {
+    };
+    // What a rank itself shows first, then a node called down; and the
+    // node already blamed while it still is a cause (a second silent rank
+    // does not move the page).
+    let mut silent: Vec<Cause> = silent().collect();
+    silent.sort_by_key(|c| (!c.direct, job.cause_node.as_ref() != Some(&c.node)));
+    silent.into_iter().next().or_else(|| {
         let live: Vec<&NodeId> = job
             .ranks
             .values()

@@ -347,10 +347,16 @@ impl NodeCore {
             node: &self.identity.id,
             ranks: &self.ranks,
         })
-        .chain(peers.iter().map(|(node, view)| Reported {
-            node,
-            ranks: &view.report.jobs,
-        }))
+        // A peer's report before its first update says nothing yet.
+        .chain(
+            peers
+                .iter()
+                .filter(|(_, view)| view.report.sequence > 0)
+                .map(|(node, view)| Reported {
+                    node,
+                    ranks: &view.report.jobs,
+                }),
+        )
         .collect();
         let (jobs, alarms) = self.mesh_jobs.judge(&reports, status, moment);
         status.jobs = jobs;
