@@ -10,8 +10,9 @@ change (refusing one whose text no longer matches: the list must follow the
 code), builds the simulation and runs only its random properties
 (`random_fault_schedules_keep_the_verdict_properties`,
 `a_fault_beside_a_quiet_one_keeps_the_verdict_properties`,
-`a_lossy_cable_at_a_busy_end_keeps_the_verdict_properties` and
-`a_cable_cut_at_a_busy_end_keeps_the_verdict_properties`, MESHD_SIM_CASES=N,
+`a_lossy_cable_at_a_busy_end_keeps_the_verdict_properties`,
+`a_cable_cut_at_a_busy_end_keeps_the_verdict_properties` and
+`random_rank_faults_are_one_job_hung_page_each`, MESHD_SIM_CASES=N,
 default 300), never the hand-written cases. A mutant is killed when a property
 fails. It prints a Markdown table (mutant, killed, the first problem seen) for
 BENCHMARKS.md, and exits 1 if any mutant survived or did not build.
@@ -85,6 +86,34 @@ MUTANTS = [
         "(!open && life.hearers.is_empty() && age >= RESTART_GRACE) || age >= stale_after",
         "(!open && life.hearers.is_empty()) || age >= stale_after",
     ),
+    (
+        "job_verdict_alone_blocks",
+        "a node or link verdict hangs a job whose ranks only wait",
+        "model/src/job_mesh.rs",
+        "job.blocked.update(waiting && direct, moment.now);",
+        "job.blocked.update(waiting, moment.now);",
+    ),
+    (
+        "job_unheard_is_unheard",
+        "a rank of a node merely unheard for a moment is unheard, not as last known",
+        "model/src/job_mesh.rs",
+        "} else if state_of(&seen.node) == Some(NodeState::Down) {",
+        "} else {",
+    ),
+    (
+        "job_any_restart",
+        "every rank replaced by another process is a restart, never a relaunch",
+        "model/src/job_mesh.rs",
+        "            if relaunched(job) {",
+        "            if false && relaunched(job) {",
+    ),
+    (
+        "job_cause_hops",
+        "a second silent rank moves the page to its node",
+        "model/src/job_mesh.rs",
+        "silent.sort_by_key(|c| (!c.direct, job.cause_node.as_ref() != Some(&c.node)));",
+        "silent.sort_by_key(|c| !c.direct);",
+    ),
 ]
 
 PROPERTIES = [
@@ -92,6 +121,7 @@ PROPERTIES = [
     "a_fault_beside_a_quiet_one_keeps_the_verdict_properties",
     "a_lossy_cable_at_a_busy_end_keeps_the_verdict_properties",
     "a_cable_cut_at_a_busy_end_keeps_the_verdict_properties",
+    "random_rank_faults_are_one_job_hung_page_each",
 ]
 
 
