@@ -329,7 +329,7 @@ fn mesh_saturated_alarm(
             &inputs.local.id,
             "mesh",
             format!(
-                "most of the mesh runs its timers late: link verdicts are held (late: {})",
+                "most of the mesh runs its timers late: links are judged with their lateness excused (late: {})",
                 name_some(saturated.iter().map(|n| n.as_str()))
             ),
             likely_causes(&inputs.local_alarms, inputs.peers.values()),
