@@ -143,7 +143,9 @@ pub fn healthy_observation(from: &str, to: &str) -> LinkObservation {
 /// watchers' defaults. The daemon's tests pin the config's defaults to these.
 pub fn default_node_settings() -> crate::node::NodeSettings {
     let engine = default_engine_settings();
-    let patterns = vec!["mlx".to_owned(), "exo".to_owned()];
+    let patterns: Vec<String> = ["mlx", "exo", "rpc-server", "ggml-rpc"]
+        .map(str::to_owned)
+        .to_vec();
     crate::node::NodeSettings {
         engine,
         outbox: crate::outbox::OutboxSettings {

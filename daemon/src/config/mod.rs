@@ -124,8 +124,8 @@ pub const DEFAULT_OFFENDERS: &[&str] = &[
     "coreaudiod",
     "avconferenced",
 ];
-/// MLX and exo ranks.
-pub const DEFAULT_JOB_PATTERNS: &[&str] = &["mlx", "exo"];
+/// MLX (and oMLX) and exo ranks, and llama.cpp's RPC workers.
+pub const DEFAULT_JOB_PATTERNS: &[&str] = &["mlx", "exo", "rpc-server", "ggml-rpc"];
 pub const DEFAULT_JOB_BUSY_CORES: f64 = 0.9;
 pub const DEFAULT_JOB_WINDOW: Duration = Duration::from_secs(10);
 /// A launcher that stops its ranks takes a moment; a rank still under
