@@ -141,23 +141,15 @@ pub fn render(status: &MeshStatus, now: SystemTime) -> String {
 mod tests {
     use std::time::Duration;
 
-    use meshd_domain::fixtures::{id, identity, wall};
+    use meshd_domain::fixtures::{empty_status, id, wall};
     use meshd_domain::jobs::{JobBackend, RankCondition};
 
     use super::*;
 
     fn status(jobs: Vec<JobView>) -> MeshStatus {
         MeshStatus {
-            node: identity("a", 1),
-            evaluated_at: wall(100),
-            quorum: Default::default(),
-            nodes: vec![],
-            links: vec![],
-            alarms: vec![],
-            cables: vec![],
-            checks: vec![],
-            measurements: vec![],
             jobs,
+            ..empty_status("a", wall(100))
         }
     }
 

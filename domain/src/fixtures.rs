@@ -5,8 +5,8 @@
 use std::time::{Duration, SystemTime};
 
 use crate::{
-    Blame, Incarnation, LinkEnd, LinkState, LinkVerdict, NodeId, NodeIdentity, NodeState,
-    NodeVerdict,
+    Blame, Incarnation, LinkEnd, LinkState, LinkVerdict, MeshStatus, NodeId, NodeIdentity,
+    NodeState, NodeVerdict,
 };
 
 /// Seconds from the Unix epoch to the instant [`wall`] counts from,
@@ -40,6 +40,23 @@ pub fn end(node: &str, iface: &str) -> LinkEnd {
     LinkEnd {
         iface: Some(iface.to_owned()),
         ..LinkEnd::node_only(id(node))
+    }
+}
+
+/// The status `name` (incarnation 1) holds at `evaluated_at` of a mesh
+/// it knows nothing of yet: tests fill in what they are about.
+pub fn empty_status(name: &str, evaluated_at: SystemTime) -> MeshStatus {
+    MeshStatus {
+        node: identity(name, 1),
+        evaluated_at,
+        quorum: Default::default(),
+        nodes: Vec::new(),
+        links: Vec::new(),
+        alarms: Vec::new(),
+        cables: Vec::new(),
+        checks: Vec::new(),
+        measurements: Vec::new(),
+        jobs: Vec::new(),
     }
 }
 

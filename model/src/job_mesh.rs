@@ -508,9 +508,8 @@ fn hung_alarm(
 
 #[cfg(test)]
 mod tests {
-    use meshd_domain::Quorum;
     use meshd_domain::facts::{Cable, CableEnd};
-    use meshd_domain::fixtures::{end, id, link_verdict, node_verdict};
+    use meshd_domain::fixtures::{empty_status, end, id, link_verdict, node_verdict};
 
     use super::*;
     use crate::fixtures::{moment, moment_ms};
@@ -559,9 +558,6 @@ mod tests {
         };
         let pairs = [("a", "b"), ("a", "c"), ("b", "c")];
         MeshStatus {
-            node: meshd_domain::fixtures::identity("a", 1),
-            evaluated_at: moment(0).wall,
-            quorum: Quorum::default(),
             nodes: names
                 .iter()
                 .zip(states)
@@ -582,11 +578,8 @@ mod tests {
                     )
                 })
                 .collect(),
-            alarms: vec![],
             cables: pairs.iter().map(|(x, y)| cable(x, y)).collect(),
-            checks: vec![],
-            measurements: vec![],
-            jobs: vec![],
+            ..empty_status("a", moment(0).wall)
         }
     }
 

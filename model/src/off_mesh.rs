@@ -170,7 +170,7 @@ fn group(checks: &[RouteCheck]) -> BTreeMap<&NodeId, Vec<&RouteCheck>> {
 
 #[cfg(test)]
 mod tests {
-    use meshd_domain::fixtures::{id, identity, wall};
+    use meshd_domain::fixtures::{empty_status, id, wall};
     use meshd_domain::jobs::{JobBackend, JobView, RankView};
 
     use super::*;
@@ -256,15 +256,6 @@ mod tests {
             since: wall(0),
         };
         let status = MeshStatus {
-            node: identity("a", 1),
-            evaluated_at: wall(0),
-            quorum: Default::default(),
-            nodes: vec![],
-            links: vec![],
-            alarms: vec![],
-            cables: vec![],
-            checks: vec![],
-            measurements: vec![],
             jobs: vec![
                 job(vec![
                     rank(0, "a", RankCondition::Live),
@@ -279,6 +270,7 @@ mod tests {
                     rank(1, "d", RankCondition::Live),
                 ]),
             ],
+            ..empty_status("a", wall(0))
         };
         assert_eq!(
             job_peers(&status, &id("a")).into_iter().collect::<Vec<_>>(),
