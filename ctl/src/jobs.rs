@@ -139,8 +139,6 @@ pub fn render(status: &MeshStatus, now: SystemTime) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use meshd_domain::fixtures::{empty_status, id, wall};
     use meshd_domain::jobs::{JobBackend, RankCondition};
 
@@ -233,6 +231,5 @@ mod tests {
         running.world = None;
         let value = serde_json::to_value(JobJson::from(&running)).expect("json");
         assert!(value["hung"].is_null() && value["world"].is_null());
-        let _ = Duration::ZERO;
     }
 }

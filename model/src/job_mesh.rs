@@ -792,11 +792,12 @@ mod tests {
         );
         let [a_new, b_new, c_new] = relaunched;
         look(&mut jobs, [a_new.clone(), b, c], &healthy(), 1_000);
-        let (views, alarms) = look(&mut jobs, [a_new, b_new, c_new], &healthy(), 1_100);
+        let all_new = [a_new, b_new, c_new];
         for ms in [1_100, 5_000] {
+            let (views, alarms) = look(&mut jobs, all_new.clone(), &healthy(), ms);
             assert!(alarms.is_empty(), "{ms}: {alarms:?}");
+            assert_eq!(conditions(&views), [RankCondition::Live; 3], "{ms}");
         }
-        assert_eq!(conditions(&views), [RankCondition::Live; 3]);
     }
 
     #[test]
