@@ -83,7 +83,7 @@ pub enum HostfileError {
         backend: Backend,
         missing: Vec<String>,
     },
-    #[error("a job launched from this hostfile would hang or crawl: {}; fix them, or build it anyway with --allow-degraded", pairs.join("; "))]
+    #[error("a job launched from this hostfile would hang or crawl: {}; fix them, or build it anyway (meshctl hostfile --allow-degraded; GetHostfile allow_links_not_up)", pairs.join("; "))]
     LinksNotUp { pairs: Vec<String> },
 }
 

@@ -275,7 +275,7 @@ fn a_pair_over_a_link_that_is_not_up_is_refused_or_marked() {
          rank 0 (m1) ↔ rank 1 (m2): link down (reseat the cable); \
          rank 1 (m2) ↔ rank 3 (m4): link degraded (reseat the cable); \
          rank 2 (m3) ↔ rank 3 (m4): link not judged yet; \
-         fix them, or build it anyway with --allow-degraded"
+         fix them, or build it anyway (meshctl hostfile --allow-degraded; GetHostfile allow_links_not_up)"
     );
 
     let allowed =
