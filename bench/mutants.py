@@ -114,6 +114,27 @@ MUTANTS = [
         "silent.sort_by_key(|c| (!c.direct, job.cause_node.as_ref() != Some(&c.node)));",
         "silent.sort_by_key(|c| !c.direct);",
     ),
+    (
+        "events_skip_lost_evidence",
+        "a link whose verdict is lost (to unknown) has no event",
+        "model/src/events.rs",
+        "        (_, LinkState::Unknown) => EventKind::LinkUnknown,",
+        "        (_, LinkState::Unknown) => return None,",
+    ),
+    (
+        "events_skip_escalation",
+        "an alarm raised to another severity has no event",
+        "model/src/events.rs",
+        "            Some(old) if old.severity != alarm.severity => format!(",
+        "            Some(old) if false && old.severity != alarm.severity => format!(",
+    ),
+    (
+        "events_no_snapshot",
+        "a changed set of nodes or links is not told",
+        "model/src/events.rs",
+        "    if !before.same_members(after) {",
+        "    if false && !before.same_members(after) {",
+    ),
 ]
 
 PROPERTIES = [

@@ -6,6 +6,7 @@
 //! this one stays free of I/O.
 
 pub mod facts;
+pub mod fold;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
 pub mod human;
@@ -220,6 +221,11 @@ pub enum EventKind {
     LinkDegraded,
     LinkFlapping,
     LinkRecovered,
+    /// A link proved itself: unknown (never judged, or judged without
+    /// quorum) to up. Not a recovery: nothing was wrong that anyone knew.
+    LinkUp,
+    /// A link's verdict was lost: quorum gone, or its ends no longer heard.
+    LinkUnknown,
     NodeDown,
     NodeSuspect,
     NodeUp,
@@ -231,12 +237,18 @@ pub enum EventKind {
     ConfigRejected,
     NodeRestarted,
     NodeRebooted,
+    /// The whole status: the first message of every event stream, again
+    /// when a reader fell behind, and when the set of nodes or links
+    /// changed (a config reload), so that folding never needs to guess.
+    Snapshot,
 }
 named_enum!(EventKind {
     LinkDown => "link_down",
     LinkDegraded => "link_degraded",
     LinkFlapping => "link_flapping",
     LinkRecovered => "link_recovered",
+    LinkUp => "link_up",
+    LinkUnknown => "link_unknown",
     NodeDown => "node_down",
     NodeSuspect => "node_suspect",
     NodeUp => "node_up",
@@ -248,6 +260,7 @@ named_enum!(EventKind {
     ConfigRejected => "config_rejected",
     NodeRestarted => "node_restarted",
     NodeRebooted => "node_rebooted",
+    Snapshot => "snapshot",
 });
 
 /// What an alarm is about. The wire carries the name (`as_str`); a name
@@ -512,6 +525,8 @@ pub enum EventDetail {
     Node(NodeVerdict),
     Quorum(Quorum),
     Alarm(Alarm),
+    /// The whole status the node held at the event.
+    Snapshot(Box<MeshStatus>),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use meshd_domain::fold::alarm_key;
 use meshd_domain::{
     Alarm, Event, EventDetail, EventKind, LinkEnd, LinkState, LinkVerdict, MeshStatus, NodeId,
     NodeState,
@@ -26,6 +27,21 @@ impl Verdicts {
         let mut verdicts = Self::default();
         verdicts.remember(status);
         verdicts
+    }
+
+    /// Whether `status` judges the same nodes and links as these
+    /// verdicts: a node or link only in one of them has no event of its
+    /// own, so a change of the set is told by a snapshot.
+    fn same_members(&self, status: &MeshStatus) -> bool {
+        self.nodes
+            .iter()
+            .map(|(id, _)| id)
+            .eq(status.nodes.iter().map(|n| &n.id))
+            && self
+                .links
+                .iter()
+                .map(|(a, b, _)| (a, b))
+                .eq(status.links.iter().map(|l| (&l.a, &l.b)))
     }
 
     /// Takes `status` as the status before the next diff.
@@ -72,7 +88,32 @@ pub fn diff(before: Option<&Verdicts>, after: &MeshStatus) -> Vec<Event> {
     events.extend(node_events(before, after));
     events.extend(link_events(before, after));
     events.extend(alarm_events(before, after));
+    if !before.same_members(after) {
+        events.push(snapshot(after));
+    }
     events
+}
+
+/// The whole of `status` as one event: what a reader folds from.
+pub fn snapshot(status: &MeshStatus) -> Event {
+    let troubles = status.troubles();
+    let health = if troubles.is_empty() {
+        "healthy".to_owned()
+    } else {
+        troubles.join(", ")
+    };
+    event(
+        status,
+        EventKind::Snapshot,
+        "status".to_owned(),
+        format!(
+            "status of {}: {} nodes, {} links; {health}",
+            status.node.id,
+            status.nodes.len(),
+            status.links.len()
+        ),
+        EventDetail::Snapshot(Box::new(status.clone())),
+    )
 }
 
 /// An event `after`'s node observed at `after`'s time.
@@ -151,8 +192,7 @@ fn node_events(before: &Verdicts, after: &MeshStatus) -> Vec<Event> {
         .collect()
 }
 
-/// Each link known before whose state changed in a way that is news (see
-/// [`link_event_kind`]).
+/// Each link known before whose state changed.
 fn link_events(before: &Verdicts, after: &MeshStatus) -> Vec<Event> {
     let old_links: BTreeMap<(&LinkEnd, &LinkEnd), LinkState> = before
         .links
@@ -179,24 +219,29 @@ fn link_events(before: &Verdicts, after: &MeshStatus) -> Vec<Event> {
         .collect()
 }
 
-/// The alarms raised since `before`, then those cleared, each set in the
-/// order of its key (kind, node, subject).
+/// The alarms raised since `before` (or raised to another severity), then
+/// those cleared, each set in the order of its key (kind, node, subject).
 fn alarm_events(before: &Verdicts, after: &MeshStatus) -> Vec<Event> {
-    let key = |a: &Alarm| (a.kind, a.node.clone(), a.subject.clone());
-    let old_alarms: BTreeMap<_, &Alarm> = before.alarms.iter().map(|a| (key(a), a)).collect();
-    let new_alarms: BTreeMap<_, &Alarm> = after.alarms.iter().map(|a| (key(a), a)).collect();
-    let raised = new_alarms
-        .iter()
-        .filter(|(k, _)| !old_alarms.contains_key(k))
-        .map(|(_, alarm)| {
-            event(
-                after,
-                EventKind::AlarmRaised,
-                alarm.subject.clone(),
-                format!("{} on {}: {}", alarm.kind, alarm.node, alarm.summary),
-                EventDetail::Alarm((*alarm).clone()),
-            )
-        });
+    let old_alarms: BTreeMap<_, &Alarm> =
+        before.alarms.iter().map(|a| (alarm_key(a), a)).collect();
+    let new_alarms: BTreeMap<_, &Alarm> = after.alarms.iter().map(|a| (alarm_key(a), a)).collect();
+    let raised = new_alarms.iter().filter_map(|(k, alarm)| {
+        let summary = match old_alarms.get(k) {
+            None => format!("{} on {}: {}", alarm.kind, alarm.node, alarm.summary),
+            Some(old) if old.severity != alarm.severity => format!(
+                "{} on {} is now {}: {}",
+                alarm.kind, alarm.node, alarm.severity, alarm.summary
+            ),
+            Some(_) => return None,
+        };
+        Some(event(
+            after,
+            EventKind::AlarmRaised,
+            alarm.subject.clone(),
+            summary,
+            EventDetail::Alarm((*alarm).clone()),
+        ))
+    });
     let cleared = old_alarms
         .iter()
         .filter(|(k, _)| !new_alarms.contains_key(k))
@@ -217,20 +262,19 @@ pub fn link_subject(link: &LinkVerdict) -> String {
     format!("{} <-> {}", link.a, link.b)
 }
 
+/// Every change of a link's state is an event: a reader that missed the
+/// loss of evidence (down → unknown) would hold the link down forever.
 fn link_event_kind(before: LinkState, after: LinkState) -> Option<EventKind> {
-    match (before, after) {
-        (b, a) if b == a => None,
-        (_, LinkState::Down) => Some(EventKind::LinkDown),
-        (_, LinkState::Degraded) => Some(EventKind::LinkDegraded),
-        (_, LinkState::Flapping) => Some(EventKind::LinkFlapping),
-        (LinkState::Down | LinkState::Degraded | LinkState::Flapping, LinkState::Up) => {
-            Some(EventKind::LinkRecovered)
-        }
-        // Unknown → up is a link proving itself, and anything → unknown is a
-        // loss of evidence (quorum lost, reported once as such): neither is
-        // news about the link.
-        _ => None,
-    }
+    let kind = match (before, after) {
+        (b, a) if b == a => return None,
+        (_, LinkState::Down) => EventKind::LinkDown,
+        (_, LinkState::Degraded) => EventKind::LinkDegraded,
+        (_, LinkState::Flapping) => EventKind::LinkFlapping,
+        (_, LinkState::Unknown) => EventKind::LinkUnknown,
+        (LinkState::Unknown, LinkState::Up) => EventKind::LinkUp,
+        (_, LinkState::Up) => EventKind::LinkRecovered,
+    };
+    Some(kind)
 }
 
 fn with_evidence(summary: &str, evidence: &[String]) -> String {
@@ -243,6 +287,7 @@ fn with_evidence(summary: &str, evidence: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use meshd_domain::fixtures::{id, identity, wall};
+    use meshd_domain::fold::Outline;
     use meshd_domain::{AlarmKind, Blame, NodeVerdict, Quorum, Severity};
 
     use super::*;
@@ -383,10 +428,47 @@ mod tests {
     }
 
     #[test]
-    fn gaining_or_losing_evidence_is_not_link_news() {
+    fn gaining_or_losing_evidence_is_told_apart_from_a_recovery() {
         let unknown = status(0, true, NodeState::Up, LinkState::Unknown, vec![]);
         let up = status(1, true, NodeState::Up, LinkState::Up, vec![]);
-        assert!(diff(Some(&Verdicts::of(&unknown)), &up).is_empty());
-        assert!(diff(Some(&Verdicts::of(&up)), &unknown).is_empty());
+        let down = status(2, true, NodeState::Up, LinkState::Down, vec![]);
+        let told = |a: &MeshStatus, b: &MeshStatus| kinds(&diff(Some(&Verdicts::of(a)), b));
+        assert_eq!(told(&unknown, &up), vec![EventKind::LinkUp]);
+        assert_eq!(told(&up, &unknown), vec![EventKind::LinkUnknown]);
+        assert_eq!(told(&down, &unknown), vec![EventKind::LinkUnknown]);
+        assert_eq!(told(&down, &up), vec![EventKind::LinkRecovered]);
+    }
+
+    #[test]
+    fn an_alarm_raised_to_another_severity_is_raised_again() {
+        let warning = alarm(AlarmKind::BridgeLoop);
+        let critical = Alarm {
+            severity: Severity::Critical,
+            ..warning.clone()
+        };
+        let before = status(0, true, NodeState::Up, LinkState::Up, vec![warning]);
+        let after = status(1, true, NodeState::Up, LinkState::Up, vec![critical]);
+        let events = diff(Some(&Verdicts::of(&before)), &after);
+        assert_eq!(kinds(&events), vec![EventKind::AlarmRaised]);
+        assert!(events[0].summary.contains("is now critical"), "{}", events[0].summary);
+    }
+
+    #[test]
+    fn a_changed_set_of_links_is_told_by_a_snapshot_to_fold_from() {
+        let before = status(0, true, NodeState::Up, LinkState::Up, vec![]);
+        let mut after = status(1, true, NodeState::Up, LinkState::Down, vec![]);
+        let mut added = after.links[0].clone();
+        added.b = LinkEnd::node_only(id("c"));
+        after.links.push(added);
+        let events = diff(Some(&Verdicts::of(&before)), &after);
+        assert_eq!(
+            kinds(&events),
+            vec![EventKind::LinkDown, EventKind::Snapshot]
+        );
+        let mut folded = before.clone();
+        for event in &events {
+            folded.apply(event);
+        }
+        assert_eq!(Outline::of(&folded), Outline::of(&after));
     }
 }

@@ -14,6 +14,7 @@ mod sim;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use meshd_domain::fold::Outline;
 use meshd_domain::{AlarmKind, Blame, EventKind, LinkState, MeshStatus, NodeState};
 use meshd_model::alerts::{BACKUP_GRACE, Labels};
 use meshd_model::lateness::LATENESS_MEMORY;
@@ -493,6 +494,14 @@ fn every_look(episodes: &[Episode], sim: &Sim, seen: &Observed<'_>, problems: &m
     let t = seen.at.saturating_duration_since(sim.epoch);
     let status = seen.status;
     let me = seen.node + 1;
+    // Events are the status's history: folded, they are the status.
+    let wrong = Outline::of(seen.folded).differences(&Outline::of(status));
+    if !wrong.is_empty() {
+        problems.push(format!(
+            "{t:?}: n{me}'s events do not fold to its status: {}",
+            wrong.join("; ")
+        ));
+    }
     // A link blamed on a node names a node this status calls down (a
     // suspect one may only hold its links).
     for link in status.links.iter().filter(|l| l.blame == Blame::Node) {

@@ -237,6 +237,9 @@ struct Daemon {
     deadline: Instant,
     alerts: AlertState,
     status: Option<MeshStatus>,
+    /// What a reader of this daemon's events holds: its first status (the
+    /// snapshot a stream opens with), then every event applied.
+    folded: Option<MeshStatus>,
     /// This host's facts as the daemon read them at start.
     facts: Arc<NodeFacts>,
 }
@@ -413,6 +416,9 @@ pub struct Observed<'a> {
     pub at: Instant,
     pub node: usize,
     pub status: &'a MeshStatus,
+    /// The node's events since its daemon started, folded onto its first
+    /// status.
+    pub folded: &'a MeshStatus,
 }
 
 pub struct Sim {
@@ -587,6 +593,11 @@ impl Sim {
         self.nodes[node].daemon.as_ref()?.status.as_ref()
     }
 
+    /// What a reader of the node's events holds, if its daemon runs.
+    pub fn folded(&self, node: usize) -> Option<&MeshStatus> {
+        self.nodes[node].daemon.as_ref()?.folded.as_ref()
+    }
+
     /// Runs until `until` after the epoch, calling `check` after every
     /// look of every node.
     pub fn run_until(&mut self, until: Duration, check: &mut dyn FnMut(&Sim, Observed<'_>)) {
@@ -601,6 +612,7 @@ impl Sim {
             self.now = self.now.max(at);
             if let Some(node) = self.looked(ev)
                 && let Some(status) = self.status(node)
+                && let Some(folded) = self.folded(node)
             {
                 check(
                     self,
@@ -608,6 +620,7 @@ impl Sim {
                         at: self.now,
                         node,
                         status,
+                        folded,
                     },
                 );
             }
@@ -959,6 +972,7 @@ impl Sim {
             deadline: self.now,
             alerts: AlertState::default(),
             status: None,
+            folded: None,
             facts,
         });
         // The probe task publishes once as it starts: every link, nothing
@@ -1766,6 +1780,10 @@ impl Sim {
             debug_assert_eq!(d.full.as_ref().map(|f| f.sequence), Some(update.sequence));
         }
         let status = decision.status;
+        match &mut d.folded {
+            Some(folded) => decision.events.iter().for_each(|e| folded.apply(e)),
+            None => d.folded = Some(status.clone()),
+        }
         self.events
             .extend(decision.events.into_iter().map(|e| (moment.now, x, e)));
         self.push_alerts(x, &status, moment);
