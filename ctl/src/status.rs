@@ -7,7 +7,9 @@ use std::time::{Duration, SystemTime};
 
 use meshd_domain::facts::{Cable, CheckResult};
 use meshd_domain::human;
-use meshd_domain::{Alarm, LinkState, LinkVerdict, MeshStatus, NodeId, NodeState, NodeVerdict};
+use meshd_domain::{
+    Alarm, LinkState, LinkVerdict, MeshStatus, NodeId, NodeState, NodeVerdict, Quorum,
+};
 use serde::Serialize;
 
 use crate::checklist::{self, Show};
@@ -32,7 +34,7 @@ pub async fn run(target: &Target, json: bool) -> Result<bool, Failure> {
 /// The JSON contract of `meshctl status --json`. Fields are only ever added,
 /// never renamed or removed.
 #[derive(Debug, Serialize)]
-struct StatusJson<'a> {
+pub(crate) struct StatusJson<'a> {
     node: &'a str,
     healthy: bool,
     evaluated_at: String,
@@ -52,7 +54,7 @@ struct StatusJson<'a> {
 }
 
 #[derive(Debug, Serialize)]
-struct QuorumJson<'a> {
+pub(crate) struct QuorumJson<'a> {
     has_quorum: bool,
     members: Vec<&'a str>,
     configured: Vec<&'a str>,
@@ -60,7 +62,7 @@ struct QuorumJson<'a> {
 }
 
 #[derive(Debug, Serialize)]
-struct NodeJson<'a> {
+pub(crate) struct NodeJson<'a> {
     id: &'a str,
     state: &'static str,
     since: String,
@@ -83,7 +85,7 @@ struct BootJson<'a> {
 }
 
 #[derive(Debug, Serialize)]
-struct LinkJson<'a> {
+pub(crate) struct LinkJson<'a> {
     a: &'a str,
     b: &'a str,
     a_iface: Option<&'a str>,
@@ -98,7 +100,7 @@ struct LinkJson<'a> {
 }
 
 #[derive(Debug, Serialize)]
-struct AlarmJson<'a> {
+pub(crate) struct AlarmJson<'a> {
     kind: &'a str,
     node: &'a str,
     severity: &'static str,
@@ -126,18 +128,24 @@ impl<'a> From<&'a MeshStatus> for StatusJson<'a> {
             evaluated_at: rfc3339(s.evaluated_at),
             incarnation: s.node.incarnation.0.to_string(),
             version: &s.node.version,
-            quorum: QuorumJson {
-                has_quorum: s.quorum.has_quorum,
-                members: ids(&s.quorum.members),
-                configured: ids(&s.quorum.configured),
-                leader: s.quorum.leader.as_ref().map(NodeId::as_str),
-            },
+            quorum: QuorumJson::from(&s.quorum),
             nodes: s.nodes.iter().map(NodeJson::from).collect(),
             links: s.links.iter().map(LinkJson::from).collect(),
             alarms: s.alarms.iter().map(AlarmJson::from).collect(),
             cables: &s.cables,
             checks: &s.checks,
             jobs: s.jobs.iter().map(JobJson::from).collect(),
+        }
+    }
+}
+
+impl<'a> From<&'a Quorum> for QuorumJson<'a> {
+    fn from(q: &'a Quorum) -> Self {
+        Self {
+            has_quorum: q.has_quorum,
+            members: ids(&q.members),
+            configured: ids(&q.configured),
+            leader: q.leader.as_ref().map(NodeId::as_str),
         }
     }
 }

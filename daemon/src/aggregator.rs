@@ -26,7 +26,7 @@ use crate::config::{Config, settings};
 use crate::probe::rdma::{RdmaEnds, RdmaProbes};
 use crate::probe::{ProbeBoard, Probes};
 use crate::state::{
-    EVALUATION_BOUNDS, Encoded, MeshState, Outgoing, Published, ReplyIn, SharedBook,
+    EVALUATION_BOUNDS, Encoded, MeshState, Numbered, Outgoing, Published, ReplyIn, SharedBook,
     placeholder_status,
 };
 use crate::watch::facts::{FactsFeed, PortCounters};
@@ -79,7 +79,7 @@ pub struct Handles {
 #[derive(Debug)]
 struct Outputs {
     status: watch::Sender<Arc<MeshStatus>>,
-    events: broadcast::Sender<Event>,
+    events: broadcast::Sender<Numbered>,
     published: watch::Sender<Arc<Published>>,
     identity: watch::Sender<NodeIdentity>,
     full: watch::Sender<Option<Arc<Encoded>>>,
@@ -102,6 +102,8 @@ pub struct Aggregator {
     wakers: Wakers,
     outputs: Outputs,
     event_counts: BTreeMap<EventKind, u64>,
+    /// The sequence of the last event streamed.
+    events_sent: u64,
     evaluation_times: DurationHistogram,
     next_look: Instant,
 }
@@ -165,6 +167,7 @@ impl Aggregator {
                 updates,
             },
             event_counts: BTreeMap::new(),
+            events_sent: 0,
             evaluation_times: DurationHistogram::new(&EVALUATION_BOUNDS),
             next_look: Instant::now(),
         };
@@ -369,7 +372,9 @@ impl Aggregator {
             debug_assert!(full.as_ref().is_none_or(|f| f.sequence == sequence));
             self.outputs.full.send_replace(full);
         }
-        self.count(&decision.events);
+        // Numbered before the status goes out with the count it includes,
+        // so a stream opening in between skips exactly these.
+        let events = self.number(decision.events);
         let status = Arc::new(decision.status);
         self.outputs.published.send_replace(Arc::new(Published {
             status: status.clone(),
@@ -383,32 +388,43 @@ impl Aggregator {
             paths: decision.paths,
             jobs: decision.jobs,
             events: self.event_counts.clone(),
+            events_through: self.events_sent,
             evaluation_times: self.evaluation_times.clone(),
             at: moment.now,
         }));
         self.outputs.status.send_replace(status);
-        self.stream(decision.events);
+        self.stream(events);
     }
 
     /// Counts and streams events that are no look's (a config reloaded or
     /// refused); the counts reach the metrics with the next look.
     fn tell(&mut self, events: Vec<Event>) {
-        self.count(&events);
+        let events = self.number(events);
         self.stream(events);
     }
 
-    fn count(&mut self, events: &[Event]) {
-        for event in events {
-            *self.event_counts.entry(event.kind).or_default() += 1;
-        }
+    /// Counts the events and gives each its place in the stream.
+    fn number(&mut self, events: Vec<Event>) -> Vec<Numbered> {
+        events
+            .into_iter()
+            .map(|event| {
+                *self.event_counts.entry(event.kind).or_default() += 1;
+                self.events_sent += 1;
+                Numbered {
+                    sequence: self.events_sent,
+                    event,
+                }
+            })
+            .collect()
     }
 
     /// Logs each event and sends it to the `WatchEvents` streams.
-    fn stream(&self, events: Vec<Event>) {
-        for event in events {
-            tracing::info!(kind = %event.kind, subject = %event.subject, "{}", event.summary);
+    fn stream(&self, events: Vec<Numbered>) {
+        for numbered in events {
+            let event = &numbered.event;
+            tracing::info!(kind = %event.kind, subject = %event.subject, sequence = numbered.sequence, "{}", event.summary);
             // No subscriber is fine: nobody is watching right now.
-            let _ = self.outputs.events.send(event);
+            let _ = self.outputs.events.send(numbered);
         }
     }
 }

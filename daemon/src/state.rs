@@ -72,6 +72,9 @@ pub struct Published {
     pub jobs: Option<JobFigures>,
     /// Events produced since start, by kind.
     pub events: BTreeMap<EventKind, u64>,
+    /// The sequence of the last event this status includes: a reader that
+    /// opens with this status folds only the events after it.
+    pub events_through: u64,
     /// How long the evaluations took, since start.
     pub evaluation_times: DurationHistogram,
     /// When this was evaluated, on the monotonic clock.
@@ -94,6 +97,7 @@ impl Published {
             paths: Vec::new(),
             jobs: None,
             events: BTreeMap::new(),
+            events_through: 0,
             evaluation_times: DurationHistogram::new(&EVALUATION_BOUNDS),
             at: Instant::now(),
         }
@@ -113,6 +117,12 @@ impl Published {
     }
 }
 
+fn with_measurements(published: &Published) -> MeshStatus {
+    let mut status = (*published.status).clone();
+    status.measurements = published.measurements();
+    status
+}
+
 /// The status before the first look.
 pub fn placeholder_status(identity: &NodeIdentity) -> MeshStatus {
     MeshStatus {
@@ -129,19 +139,36 @@ pub fn placeholder_status(identity: &NodeIdentity) -> MeshStatus {
     }
 }
 
+/// An event with its place in this node's stream: one more than the one
+/// before, from 1 at start.
+#[derive(Debug, Clone)]
+pub struct Numbered {
+    pub sequence: u64,
+    pub event: Event,
+}
+
+impl From<Numbered> for wire::Event {
+    fn from(numbered: Numbered) -> Self {
+        Self {
+            sequence: numbered.sequence,
+            ..numbered.event.into()
+        }
+    }
+}
+
 /// Read side of the aggregator, cheap to clone into every handler.
 #[derive(Debug, Clone)]
 pub struct MeshState {
     pub status: watch::Receiver<Arc<MeshStatus>>,
     pub published: watch::Receiver<Arc<Published>>,
-    events: broadcast::Sender<Event>,
+    events: broadcast::Sender<Numbered>,
 }
 
 impl MeshState {
     pub fn new(
         status: watch::Receiver<Arc<MeshStatus>>,
         published: watch::Receiver<Arc<Published>>,
-        events: broadcast::Sender<Event>,
+        events: broadcast::Sender<Numbered>,
     ) -> Self {
         Self {
             status,
@@ -155,13 +182,20 @@ impl MeshState {
     /// the daemon passes around leaves them out: only these readers need
     /// them, on request.
     pub fn current_with_measurements(&self) -> MeshStatus {
-        let published = self.published.borrow().clone();
-        let mut status = (*published.status).clone();
-        status.measurements = published.measurements();
-        status
+        with_measurements(&self.published.borrow().clone())
     }
 
-    pub fn subscribe_events(&self) -> broadcast::Receiver<Event> {
+    /// The current status as the event that opens a stream, numbered with
+    /// the last event it includes.
+    pub fn snapshot(&self) -> Numbered {
+        let published = self.published.borrow().clone();
+        Numbered {
+            sequence: published.events_through,
+            event: meshd_model::events::snapshot(&with_measurements(&published)),
+        }
+    }
+
+    pub fn subscribe_events(&self) -> broadcast::Receiver<Numbered> {
         self.events.subscribe()
     }
 

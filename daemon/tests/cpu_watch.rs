@@ -524,9 +524,10 @@ async fn a_cpu_spike_reaches_status_metrics_and_the_event_stream() {
     burner.stop();
     let cleared = tokio::time::timeout(CLEAR_DEADLINE, async {
         loop {
-            let Ok(event) = feed.recv().await else {
+            let Ok(numbered) = feed.recv().await else {
                 return false;
             };
+            let event = numbered.event;
             if event.kind == EventKind::AlarmCleared && event.summary.starts_with("cpu_spike") {
                 return true;
             }

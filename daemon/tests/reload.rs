@@ -91,7 +91,8 @@ async fn edits_apply_without_restart_and_bad_edits_are_refused() {
         let event = tokio::time::timeout(Duration::from_secs(10), events.recv())
             .await
             .expect("an event")
-            .expect("stream open");
+            .expect("stream open")
+            .event;
         if event.kind == EventKind::ConfigReloaded {
             break event;
         }
@@ -112,7 +113,8 @@ async fn edits_apply_without_restart_and_bad_edits_are_refused() {
         let event = tokio::time::timeout(Duration::from_secs(10), events.recv())
             .await
             .expect("an event")
-            .expect("stream open");
+            .expect("stream open")
+            .event;
         if event.kind == EventKind::ConfigRejected {
             break event;
         }
@@ -168,7 +170,8 @@ async fn a_config_replaced_by_a_device_or_a_fifo_is_refused_without_hanging() {
             let event = tokio::time::timeout(Duration::from_secs(10), events.recv())
                 .await
                 .expect("refused within 10 s, not hung")
-                .expect("stream open");
+                .expect("stream open")
+                .event;
             if event.kind == EventKind::ConfigRejected {
                 break event;
             }

@@ -35,7 +35,11 @@ impl Outline {
     pub fn of(status: &MeshStatus) -> Self {
         Self {
             has_quorum: status.quorum.has_quorum,
-            nodes: status.nodes.iter().map(|n| (n.id.clone(), n.state)).collect(),
+            nodes: status
+                .nodes
+                .iter()
+                .map(|n| (n.id.clone(), n.state))
+                .collect(),
             links: status
                 .links
                 .iter()
@@ -66,9 +70,11 @@ impl Outline {
         lines.extend(differ(&self.links, &holds.links, |(a, b)| {
             format!("link {a} <-> {b}")
         }));
-        lines.extend(differ(&self.alarms, &holds.alarms, |(kind, node, subject)| {
-            format!("alarm {kind} on {node} ({subject})")
-        }));
+        lines.extend(differ(
+            &self.alarms,
+            &holds.alarms,
+            |(kind, node, subject)| format!("alarm {kind} on {node} ({subject})"),
+        ));
         lines
     }
 }
@@ -208,7 +214,10 @@ mod tests {
             EventDetail::Alarm(alarm(Severity::Critical)),
         ));
         assert_eq!(
-            Outline::of(&status).alarms.into_values().collect::<Vec<_>>(),
+            Outline::of(&status)
+                .alarms
+                .into_values()
+                .collect::<Vec<_>>(),
             vec![Severity::Critical]
         );
         status.apply(&event(
@@ -232,7 +241,11 @@ mod tests {
                 "alarm bridge_loop on a (bridge0): told nothing, holds warning".to_owned(),
             ]
         );
-        assert!(Outline::of(&told).differences(&Outline::of(&told)).is_empty());
+        assert!(
+            Outline::of(&told)
+                .differences(&Outline::of(&told))
+                .is_empty()
+        );
     }
 
     #[test]

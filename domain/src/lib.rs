@@ -6,9 +6,9 @@
 //! this one stays free of I/O.
 
 pub mod facts;
-pub mod fold;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
+pub mod fold;
 pub mod human;
 pub mod time;
 

@@ -222,8 +222,7 @@ fn link_events(before: &Verdicts, after: &MeshStatus) -> Vec<Event> {
 /// The alarms raised since `before` (or raised to another severity), then
 /// those cleared, each set in the order of its key (kind, node, subject).
 fn alarm_events(before: &Verdicts, after: &MeshStatus) -> Vec<Event> {
-    let old_alarms: BTreeMap<_, &Alarm> =
-        before.alarms.iter().map(|a| (alarm_key(a), a)).collect();
+    let old_alarms: BTreeMap<_, &Alarm> = before.alarms.iter().map(|a| (alarm_key(a), a)).collect();
     let new_alarms: BTreeMap<_, &Alarm> = after.alarms.iter().map(|a| (alarm_key(a), a)).collect();
     let raised = new_alarms.iter().filter_map(|(k, alarm)| {
         let summary = match old_alarms.get(k) {
@@ -450,7 +449,11 @@ mod tests {
         let after = status(1, true, NodeState::Up, LinkState::Up, vec![critical]);
         let events = diff(Some(&Verdicts::of(&before)), &after);
         assert_eq!(kinds(&events), vec![EventKind::AlarmRaised]);
-        assert!(events[0].summary.contains("is now critical"), "{}", events[0].summary);
+        assert!(
+            events[0].summary.contains("is now critical"),
+            "{}",
+            events[0].summary
+        );
     }
 
     #[test]

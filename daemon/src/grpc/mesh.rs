@@ -14,7 +14,7 @@ use tonic::{Request, Response, Status};
 
 use super::LocalClient;
 use crate::ports::{EVENT_STREAMS_PER_CONNECTION, StreamPlace};
-use crate::state::MeshState;
+use crate::state::{MeshState, Numbered};
 
 #[derive(Debug, Clone)]
 pub struct MeshService {
@@ -87,9 +87,12 @@ impl Mesh for MeshService {
                     "this node already serves {MAX_EVENT_STREAMS} event streams; close one first"
                 ))
             })?;
+        // Subscribed before the snapshot is read, so that no event falls
+        // between them; those both have are skipped by their number.
         let events = self.state.subscribe_events();
         let (tx, rx) = mpsc::channel(CLIENT_BUFFER);
         tokio::spawn(forward_events(
+            self.state.clone(),
             events,
             tx,
             self.shutdown.clone(),
@@ -99,31 +102,39 @@ impl Mesh for MeshService {
     }
 }
 
-/// Copies events to one client until the client leaves or the node stops.
-/// A client that falls more than the buffer behind is told so and cut off
-/// (tonic ends the stream at the first error) rather than shown a history
-/// with silent holes. The stream's places (the node's, and the local
-/// connection's) are given back when this ends.
+/// Copies events to one client until the client leaves or the node stops:
+/// first the status as a snapshot, then every event after it. A client that
+/// falls more than the buffer behind gets a fresh snapshot in place of the
+/// events it missed, never a history with silent holes. The stream's places
+/// (the node's, and the local connection's) are given back when this ends.
 async fn forward_events(
-    mut events: broadcast::Receiver<meshd_domain::Event>,
+    state: MeshState,
+    mut events: broadcast::Receiver<Numbered>,
     client: mpsc::Sender<Result<wire::Event, Status>>,
     shutdown: CancellationToken,
     _places: (OwnedSemaphorePermit, Option<StreamPlace>),
 ) {
+    let mut next = Some(state.snapshot());
+    let mut through = 0;
     loop {
-        let item = tokio::select! {
-            () = shutdown.cancelled() => return,
-            () = client.closed() => return,
-            received = events.recv() => match received {
-                Ok(event) => Ok(event.into()),
-                Err(broadcast::error::RecvError::Lagged(missed)) => Err(Status::resource_exhausted(
-                    format!("event stream fell {missed} events behind; reconnect to resume"),
-                )),
-                Err(broadcast::error::RecvError::Closed) => return,
+        let numbered = match next.take() {
+            Some(snapshot) => snapshot,
+            None => tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = client.closed() => return,
+                received = events.recv() => match received {
+                    Ok(numbered) if numbered.sequence <= through => continue,
+                    Ok(numbered) => numbered,
+                    Err(broadcast::error::RecvError::Lagged(missed)) => {
+                        tracing::debug!(missed, "an event stream fell behind; sending a snapshot");
+                        state.snapshot()
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                },
             },
         };
-        let last = item.is_err();
-        if client.send(item).await.is_err() || last {
+        through = through.max(numbered.sequence);
+        if client.send(Ok(numbered.into())).await.is_err() {
             return;
         }
     }

@@ -195,6 +195,8 @@ enum_conversions!(EventKind, EventKind, event_kind, event_kind_wire, {
     LinkDegraded => LinkDegraded,
     LinkFlapping => LinkFlapping,
     LinkRecovered => LinkRecovered,
+    LinkUp => LinkUp,
+    LinkUnknown => LinkUnknown,
     NodeDown => NodeDown,
     NodeSuspect => NodeSuspect,
     NodeUp => NodeUp,
@@ -206,6 +208,7 @@ enum_conversions!(EventKind, EventKind, event_kind, event_kind_wire, {
     ConfigRejected => ConfigRejected,
     NodeRestarted => NodeRestarted,
     NodeRebooted => NodeRebooted,
+    Snapshot => Snapshot,
 });
 enum_conversions!(MemoryPressure, MemoryPressure, memory_pressure, memory_pressure_wire, {
     Normal => Normal, Warning => Warning, Critical => Critical,

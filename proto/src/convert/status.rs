@@ -270,11 +270,13 @@ impl From<Event> for wire::Event {
             kind: event_kind_wire(e.kind),
             subject: e.subject,
             summary: e.summary,
+            sequence: 0,
             detail: e.detail.map(|d| match d {
                 EventDetail::Link(l) => Detail::Link(l.into()),
                 EventDetail::Node(n) => Detail::Node(n.into()),
                 EventDetail::Quorum(q) => Detail::Quorum(q.into()),
                 EventDetail::Alarm(a) => Detail::Alarm(a.into()),
+                EventDetail::Snapshot(s) => Detail::Snapshot((*s).into()),
             }),
         }
     }
@@ -298,6 +300,9 @@ impl TryFrom<wire::Event> for Event {
             Some(Detail::Alarm(a)) => Some(EventDetail::Alarm(
                 Alarm::try_from(a).map_err(|e| e.within("alarm"))?,
             )),
+            Some(Detail::Snapshot(s)) => Some(EventDetail::Snapshot(Box::new(
+                MeshStatus::try_from(s).map_err(|e| e.within("snapshot"))?,
+            ))),
         };
         Ok(Self {
             at: time("at", e.at)?,
