@@ -408,7 +408,9 @@ impl Aggregator {
         events
             .into_iter()
             .map(|event| {
-                *self.event_counts.entry(event.kind).or_default() += 1;
+                if event.kind.is_verdict_change() {
+                    *self.event_counts.entry(event.kind).or_default() += 1;
+                }
                 self.events_sent += 1;
                 Numbered {
                     sequence: self.events_sent,

@@ -263,6 +263,18 @@ named_enum!(EventKind {
     Snapshot => "snapshot",
 });
 
+impl EventKind {
+    /// Whether the event is a change of a verdict (a link, a node, quorum,
+    /// an alarm, a boot), which `meshd_events_total` counts; a config
+    /// notice has its own metrics and a snapshot is the whole status again.
+    pub fn is_verdict_change(self) -> bool {
+        !matches!(
+            self,
+            EventKind::ConfigReloaded | EventKind::ConfigRejected | EventKind::Snapshot
+        )
+    }
+}
+
 /// What an alarm is about. The wire carries the name (`as_str`); a name
 /// this build does not know is refused where the message is decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

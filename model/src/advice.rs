@@ -9,19 +9,14 @@ use std::time::SystemTime;
 
 use meshd_domain::human;
 use meshd_domain::{
-    Blame, LinkEnd, LinkState, LinkVerdict, MeshStatus, NodeId, NodeState, NodeVerdict,
+    AlarmKind, Blame, LinkEnd, LinkState, LinkVerdict, MeshStatus, NodeId, NodeState, NodeVerdict,
 };
 
 /// The status with a `fix` on every node and link that is not up (none on
 /// the others), and evidence on every one of them.
 pub fn advised(mut status: MeshStatus) -> MeshStatus {
     let at = status.evaluated_at;
-    let suspects: Vec<NodeId> = status
-        .nodes
-        .iter()
-        .filter(|n| n.state == NodeState::Suspect)
-        .map(|n| n.id.clone())
-        .collect();
+    let mesh = Mesh::of(&status);
     for node in &mut status.nodes {
         node.fix = node_fix(node);
         if node.state != NodeState::Up && node.evidence.is_empty() {
@@ -32,9 +27,47 @@ pub fn advised(mut status: MeshStatus) -> MeshStatus {
         if link.state != LinkState::Up && link.evidence.is_empty() {
             link.evidence.push(link_fallback_evidence(link, at));
         }
-        link.fix = link_fix(link, status.quorum.has_quorum, &suspects);
+        link.fix = link_fix(link, &mesh);
     }
     status
+}
+
+/// What the whole status says that a link's fix depends on.
+#[derive(Debug, Default)]
+struct Mesh {
+    has_quorum: bool,
+    /// Nodes whose verdict is suspect: their links wait for them.
+    suspects: Vec<NodeId>,
+    /// Nodes whose CPU is saturated or spiking: slow probes on their links
+    /// may be theirs, not the cable's.
+    busy: Vec<NodeId>,
+}
+
+impl Mesh {
+    fn of(status: &MeshStatus) -> Self {
+        let spiking = |id: &NodeId| {
+            status
+                .alarms
+                .iter()
+                .any(|a| a.kind == AlarmKind::CpuSpike && a.node == *id)
+        };
+        Self {
+            has_quorum: status.quorum.has_quorum,
+            suspects: status
+                .nodes
+                .iter()
+                .filter(|n| n.state == NodeState::Suspect)
+                .map(|n| n.id.clone())
+                .collect(),
+            busy: status
+                .nodes
+                .iter()
+                .filter(|n| n.cpu_saturated || spiking(&n.id))
+                .map(|n| n.id.clone())
+                .chain(spiking(&status.node.id).then(|| status.node.id.clone()))
+                .collect(),
+        }
+    }
 }
 
 fn node_fix(node: &NodeVerdict) -> Option<String> {
@@ -93,6 +126,9 @@ enum Cause {
     Rtt,
     NeverAnswered,
     Unreported,
+    /// The fault is over and the verdict waits for the link to prove it
+    /// (`LinkTracker::holding`).
+    Clearing,
 }
 
 impl Cause {
@@ -117,6 +153,8 @@ impl Cause {
             Cause::NeverAnswered
         } else if line.contains("no end reports this link") {
             Cause::Unreported
+        } else if line.contains(": called up after ") {
+            Cause::Clearing
         } else {
             return None;
         };
@@ -132,16 +170,15 @@ fn ifconfig(end: &LinkEnd) -> String {
     }
 }
 
-fn link_fix(link: &LinkVerdict, has_quorum: bool, suspects: &[NodeId]) -> Option<String> {
+fn link_fix(link: &LinkVerdict, mesh: &Mesh) -> Option<String> {
     if link.state == LinkState::Up {
         return None;
     }
     let (a, b) = (&link.a, &link.b);
     let cable = format!("{a} <-> {b}");
-    if !has_quorum {
+    if !mesh.has_quorum {
         return Some(
-            "this node has no quorum: restore its management network to the members \
-             the no_quorum alarm names, or ask a node that has quorum"
+            "this node has no quorum, so it judges no link: follow the no_quorum alarm's fix"
                 .to_owned(),
         );
     }
@@ -153,7 +190,7 @@ fn link_fix(link: &LinkVerdict, has_quorum: bool, suspects: &[NodeId]) -> Option
     }
     if let Some(node) = [&a.node, &b.node]
         .into_iter()
-        .find(|n| suspects.contains(n))
+        .find(|n| mesh.suspects.contains(n))
     {
         return Some(format!(
             "wait: {node} is suspect and this verdict waits for its own; if it stays \
@@ -174,6 +211,14 @@ fn link_fix(link: &LinkVerdict, has_quorum: bool, suspects: &[NodeId]) -> Option
     );
     let fix = match link.state {
         LinkState::Up => return None,
+        LinkState::Down | LinkState::Degraded
+            if has(Cause::Clearing).is_some() && causes.len() == 1 =>
+        {
+            format!(
+                "nothing, if it stays clean: the fault on {cable} is over and the verdict \
+                 waits for the link to prove it (see the evidence for how long)"
+            )
+        }
         LinkState::Down => reseat,
         LinkState::Flapping => format!(
             "reseat or replace the cable {cable}, and keep both Macs awake \
@@ -205,11 +250,24 @@ fn link_fix(link: &LinkVerdict, has_quorum: bool, suspects: &[NodeId]) -> Option
             } else if has(Cause::Loss).is_some() || has(Cause::MtuLoss).is_some() {
                 format!("reseat or replace the cable {cable}: it loses probes")
             } else if has(Cause::Rtt).is_some() {
-                format!(
-                    "look for a busy CPU on {} or {} (cpu_spike alarms, `top`); on a busy \
-                     test host raise thresholds.rtt_min_increase",
-                    a.node, b.node
-                )
+                let busy: Vec<&str> = [&a.node, &b.node]
+                    .into_iter()
+                    .filter(|n| mesh.busy.contains(n))
+                    .map(NodeId::as_str)
+                    .collect();
+                if busy.is_empty() {
+                    format!(
+                        "the cable {cable} adds delay while both hosts are idle: reseat it, or \
+                         replace it (a worn cable, or a dock or hub in its path, adds latency)"
+                    )
+                } else {
+                    format!(
+                        "free the CPU of {} (its cpu_spike alarm or `top` names the processes): \
+                         a busy host answers probes late; on a test host that is always busy, \
+                         raise thresholds.rtt_min_increase",
+                        busy.join(" and ")
+                    )
+                }
             } else {
                 reseat
             }
@@ -281,7 +339,11 @@ mod tests {
     }
 
     fn fix(state: LinkState, evidence: Vec<String>) -> String {
-        link_fix(&verdict(state, evidence), true, &[]).expect("a fix")
+        let mesh = Mesh {
+            has_quorum: true,
+            ..Mesh::default()
+        };
+        link_fix(&verdict(state, evidence), &mesh).expect("a fix")
     }
 
     fn healthy() -> (LinkObservation, LinkObservation) {
@@ -342,7 +404,38 @@ mod tests {
         a.figures.rtt.p90 = Duration::from_millis(15);
         a.figures.rtt.p99 = Duration::from_millis(20);
         let rtt = fix(LinkState::Degraded, evidence(&a, &b));
-        assert!(rtt.starts_with("look for a busy CPU on a or b"), "{rtt}");
+        assert!(
+            rtt.starts_with("the cable a/en2 <-> b/en3 adds delay"),
+            "{rtt}"
+        );
+    }
+
+    #[test]
+    fn slow_probes_blame_a_host_only_when_it_is_busy() {
+        let (mut a, b) = healthy();
+        a.figures.rtt.p90 = Duration::from_millis(15);
+        a.figures.rtt.p99 = Duration::from_millis(20);
+        let slow = verdict(LinkState::Degraded, evidence(&a, &b));
+        let busy_b = Mesh {
+            has_quorum: true,
+            busy: vec![meshd_domain::fixtures::id("b")],
+            ..Mesh::default()
+        };
+        let fix = link_fix(&slow, &busy_b).expect("a fix");
+        assert!(fix.starts_with("free the CPU of b "), "{fix}");
+    }
+
+    #[test]
+    fn a_verdict_held_while_it_clears_says_to_wait() {
+        let rules = link_rules();
+        let at = |ms| crate::fixtures::instant_ms(ms);
+        let mut tracker = crate::link::LinkTracker::new(at(0));
+        tracker.update(LinkState::Degraded, at(0), &rules);
+        tracker.update(LinkState::Degraded, at(600), &rules);
+        tracker.update(LinkState::Up, at(1_000), &rules);
+        let held = tracker.holding(at(3_000), &rules).expect("held");
+        let fix = fix(LinkState::Degraded, vec![held]);
+        assert!(fix.starts_with("nothing, if it stays clean"), "{fix}");
     }
 
     #[test]

@@ -118,13 +118,22 @@ fn alert(
     }
 }
 
+/// An alert's description: the evidence, then what to do about it.
+fn described(evidence: &[String], fix: Option<&str>) -> String {
+    let mut description = evidence.join("; ");
+    if let Some(fix) = fix {
+        description.push_str(&format!(" Fix: {fix}"));
+    }
+    description
+}
+
 fn node_down(node: &meshd_domain::NodeVerdict, posted_by: &NodeId) -> Alert {
     alert(
         "MeshNodeDown",
         Severity::Critical,
         &[("node", node.id.as_str())],
         format!("Node {} is down", node.id),
-        node.evidence.join("; "),
+        described(&node.evidence, node.fix.as_deref()),
         node.since,
         posted_by,
     )
@@ -196,10 +205,15 @@ fn no_quorum_alert(status: &MeshStatus, me: &NodeId) -> Option<Alert> {
         &[],
         "A part of the mesh has no quorum: link verdicts are held".to_owned(),
         format!(
-            "{me} hears {} of {} members; not heard: {}",
+            "{me} hears {} of {} members; not heard: {}.{}",
             status.quorum.members.len(),
             status.quorum.configured.len(),
-            unheard.join(", ")
+            unheard.join(", "),
+            no_quorum
+                .fix
+                .as_deref()
+                .map(|fix| format!(" Fix: {fix}"))
+                .unwrap_or_default()
         ),
         no_quorum.since,
         me,
@@ -242,7 +256,7 @@ fn link_alerts<'a>(status: &'a MeshStatus, me: &'a NodeId) -> impl Iterator<Item
             severity,
             &[("a", a), ("b", b)],
             format!("Link {a} <-> {b} is {what}"),
-            link.evidence.join("; "),
+            described(&link.evidence, link.fix.as_deref()),
             link.since,
             me,
         ))
@@ -266,10 +280,7 @@ fn node_down_alerts<'a>(
 fn alarm_alerts<'a>(status: &'a MeshStatus, me: &'a NodeId) -> impl Iterator<Item = Alert> + 'a {
     status.alarms.iter().filter_map(move |alarm| {
         let (name, about_a_node) = alert_of_kind(alarm.kind)?;
-        let mut description = alarm.evidence.join("; ");
-        if let Some(fix) = &alarm.fix {
-            description.push_str(&format!(" Fix: {fix}"));
-        }
+        let description = described(&alarm.evidence, alarm.fix.as_deref());
         let node = [("node", alarm.node.as_str())];
         let labels: &[(&str, &str)] = if about_a_node { &node } else { &[] };
         Some(alert(

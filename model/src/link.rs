@@ -5,6 +5,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use meshd_domain::human;
 use meshd_domain::{LinkObservation, LinkState, LossWindow, RdmaPortState, RttSummary};
 
 use crate::excuse::Excuse;
@@ -501,6 +502,46 @@ impl LinkTracker {
             _ => return None,
         };
         self.raw_since.checked_add(wait)
+    }
+
+    /// Why the reported state is not what the link looks like right now,
+    /// and how long that lasts if nothing changes: a degradation clearing,
+    /// a down link answering again, a flapping link up for the moment.
+    /// `None` when the report is what the link looks like.
+    pub fn holding(&self, now: Instant, rules: &LinkRules) -> Option<String> {
+        let held = now.saturating_duration_since(self.raw_since);
+        let left = |wait: Duration| human::duration(wait.saturating_sub(held));
+        match (self.reported, self.raw) {
+            (LinkState::Degraded, LinkState::Up) => Some(format!(
+                "clean again for {}: called up after {} clean, in {}",
+                human::duration(held),
+                human::duration(CLEAR_AFTER),
+                left(CLEAR_AFTER)
+            )),
+            (LinkState::Down, LinkState::Up | LinkState::Degraded) => Some(format!(
+                "answering again for {}: called up after {} of replies, in {}",
+                human::duration(held),
+                human::duration(UP_AFTER),
+                left(UP_AFTER)
+            )),
+            (LinkState::Flapping, LinkState::Up | LinkState::Degraded) => {
+                // Flapping ends when enough outages have left the window.
+                let needed = rules.flap_episodes();
+                let ends = self
+                    .episodes
+                    .len()
+                    .checked_sub(needed)
+                    .and_then(|i| self.episodes.get(i))
+                    .and_then(|t| t.checked_add(rules.flap_window))?;
+                Some(format!(
+                    "{} outages within {}; up right now, and called up in {} if it stays up",
+                    self.episodes.len(),
+                    human::duration(rules.flap_window),
+                    human::duration(ends.saturating_duration_since(now))
+                ))
+            }
+            _ => None,
+        }
     }
 
     /// Feeds one raw assessment; returns the reported state.
@@ -1104,9 +1145,15 @@ mod tests {
             LinkState::Degraded
         );
         assert_eq!(
+            t.holding(instant_ms(2_900), &link_rules()).as_deref(),
+            Some("clean again for 2.0s: called up after 5.0s clean, in 3.0s"),
+            "a held verdict says what it waits for"
+        );
+        assert_eq!(
             t.update(LinkState::Up, instant_ms(5_900), &link_rules()),
             LinkState::Up
         );
+        assert_eq!(t.holding(instant_ms(5_900), &link_rules()), None);
     }
 
     #[test]

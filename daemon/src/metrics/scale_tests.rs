@@ -190,7 +190,11 @@ fn healthy_node(nodes: usize, at: Instant) -> (Metrics, Published) {
             })
             .collect(),
         jobs: Some(JobFigures::default()),
-        events: EventKind::ALL.iter().map(|kind| (*kind, 1)).collect(),
+        events: EventKind::ALL
+            .iter()
+            .filter(|kind| kind.is_verdict_change())
+            .map(|kind| (*kind, 1))
+            .collect(),
         at,
         ..Published::placeholder(&me)
     };

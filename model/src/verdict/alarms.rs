@@ -43,7 +43,7 @@ impl Engine {
         moment: Moment,
     ) -> Vec<Alarm> {
         let mut drafts = Vec::new();
-        drafts.extend(no_quorum_alarm(quorum, &inputs.local.id));
+        drafts.extend(no_quorum_alarm(quorum, &inputs.local.id, lives));
         drafts.extend(
             self.management_unreachable_alarms(inputs, quorum, lives, nodes, moment.now)
                 .into_iter()
@@ -173,29 +173,99 @@ fn draft(
 }
 
 /// `no_quorum`, on this node, when it does not hear a majority of the
-/// configured members.
-fn no_quorum_alarm(quorum: &Quorum, local: &NodeId) -> Option<Alarm> {
+/// configured members; its fix says what the whole picture points to:
+/// members heard by others but not here (this node's own paths), members
+/// nobody heard here hears (down: which to bring back), or nobody heard at
+/// all (this node cut off, or the rest down).
+fn no_quorum_alarm(
+    quorum: &Quorum,
+    local: &NodeId,
+    lives: &BTreeMap<&NodeId, Life<'_>>,
+) -> Option<Alarm> {
     if quorum.has_quorum {
         return None;
     }
-    let unheard: Vec<&str> = quorum
+    let unheard: Vec<&NodeId> = quorum
         .configured
         .iter()
         .filter(|id| !quorum.members.contains(id))
-        .map(NodeId::as_str)
         .collect();
+    let hearers_of = |id: &NodeId| -> Vec<&str> {
+        lives
+            .get(id)
+            .map(|l| l.hearers.iter().map(|h| h.as_str()).collect())
+            .unwrap_or_default()
+    };
+    let vouched: Vec<(&NodeId, Vec<&str>)> = unheard
+        .iter()
+        .map(|id| (*id, hearers_of(id)))
+        .filter(|(_, hearers)| !hearers.is_empty())
+        .collect();
+    let majority = quorum.configured.len() / 2 + 1;
+    let needed = majority.saturating_sub(quorum.members.len());
+    let names = |ids: &[&NodeId]| {
+        ids.iter()
+            .map(|id| id.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let others: Vec<&NodeId> = quorum.members.iter().filter(|id| *id != local).collect();
+    let mut evidence = vec![format!("not heard: {}", names(&unheard))];
+    let fix =
+        if !vouched.is_empty() {
+            evidence.extend(vouched.iter().map(|(id, hearers)| {
+                format!("{id} is heard by {} but not here", hearers.join(", "))
+            }));
+            format!(
+                "{local}'s own paths fail: members others hear are not heard here; check {local}'s \
+             management network and cables (`meshctl doctor` on {local})"
+            )
+        } else if others.is_empty() {
+            evidence.push(format!("{local} hears no member on any path"));
+            format!(
+                "either {local} is cut off (check its management network and cables; \
+             `meshctl --addr NODE:7420 status` on another node tells) or the others are down: \
+             bring back {needed} of {} for quorum ({} of {} members)",
+                names(&unheard),
+                majority,
+                quorum.configured.len()
+            )
+        } else {
+            evidence.push(format!(
+                "{} heard by none of {} on any path (management or cable)",
+                if unheard.len() == 1 {
+                    "it is"
+                } else {
+                    "they are"
+                },
+                quorum
+                    .members
+                    .iter()
+                    .map(NodeId::as_str)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+            format!(
+                "{} look{} down: bring back {needed} of them for quorum ({} of {} members), \
+             then check that meshd runs there",
+                names(&unheard),
+                if unheard.len() == 1 { "s" } else { "" },
+                majority,
+                quorum.configured.len()
+            )
+        };
     Some(draft(
         AlarmKind::NoQuorum,
         Severity::Warning,
         local,
         "quorum",
         format!(
-            "no quorum: hears {} of {} members; link alarms are held back",
+            "no quorum: hears {} of {} members; link verdicts are held back",
             quorum.members.len(),
             quorum.configured.len()
         ),
-        vec![format!("not heard: {}", unheard.join(", "))],
-        "check the management network and that meshd runs on the unheard nodes",
+        evidence,
+        &fix,
     ))
 }
 

@@ -453,7 +453,9 @@ impl Judge<'_> {
                 let state = link
                     .tracker
                     .update(assessment.state, now, &self.settings.link);
-                (state, blame_for(state), assessment.evidence)
+                let mut evidence = assessment.evidence;
+                evidence.extend(link.tracker.holding(now, &self.settings.link));
+                (state, blame_for(state), evidence)
             }
         };
         LinkVerdict {

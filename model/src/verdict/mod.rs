@@ -717,7 +717,7 @@ mod tests {
                         .nodes
                         .iter()
                         .copied()
-                        .filter(|n| *n != other && *n != node)
+                        .filter(|n| *n != other && !self.closed.contains(n))
                         .collect();
                     self.hears.insert(other, hears);
                 }
@@ -1485,9 +1485,51 @@ mod tests {
         assert!(!status.quorum.has_quorum);
         assert!(status.links.iter().all(|l| l.state == LinkState::Unknown));
         assert_eq!(kinds(&status), vec![AlarmKind::NoQuorum]);
+        // b's reports say it still hears c and d: the fault is a's.
         assert_eq!(
             status.alarms[0].evidence,
-            vec!["not heard: c, d".to_owned()]
+            vec![
+                "not heard: c, d".to_owned(),
+                "c is heard by b but not here".to_owned(),
+                "d is heard by b but not here".to_owned(),
+            ]
+        );
+        let fix = status.alarms[0].fix.as_deref().unwrap_or_default();
+        assert!(fix.starts_with("a's own paths fail"), "{fix}");
+    }
+
+    #[test]
+    fn no_quorum_with_two_of_four_dead_says_which_to_bring_back() {
+        let mut mesh = Mesh::new(&["a", "b", "c", "d"]);
+        mesh.kill("b", 5_000).kill("c", 5_000);
+        let status = mesh.evaluate_settled(&mut Engine::new(default_engine_settings()), 0);
+        assert!(!status.quorum.has_quorum);
+        let alarm = &status.alarms[0];
+        assert_eq!(
+            alarm.evidence,
+            vec![
+                "not heard: b, c".to_owned(),
+                "they are heard by none of a, d on any path (management or cable)".to_owned(),
+            ]
+        );
+        assert_eq!(
+            alarm.fix.as_deref(),
+            Some(
+                "b, c look down: bring back 1 of them for quorum (3 of 4 members), then check \
+                 that meshd runs there"
+            )
+        );
+    }
+
+    #[test]
+    fn no_quorum_hearing_nobody_names_both_explanations() {
+        let mut mesh = Mesh::new(&["a", "b", "c"]);
+        mesh.kill("b", 5_000).kill("c", 5_000);
+        let status = mesh.evaluate_settled(&mut Engine::new(default_engine_settings()), 0);
+        let fix = status.alarms[0].fix.as_deref().unwrap_or_default();
+        assert!(
+            fix.starts_with("either a is cut off") && fix.contains("bring back 1 of b, c"),
+            "{fix}"
         );
     }
 
