@@ -231,6 +231,12 @@ async fn event_stream_ends_when_the_node_shuts_down() {
         .await
         .expect("watch")
         .into_inner();
+    let opening = tokio::time::timeout(std::time::Duration::from_secs(10), events.next())
+        .await
+        .expect("the stream opens with the status")
+        .expect("stream open")
+        .expect("snapshot");
+    assert_eq!(opening.kind, wire::EventKind::Snapshot as i32);
     node.shutdown();
     let next = tokio::time::timeout(std::time::Duration::from_secs(10), events.next())
         .await
@@ -274,8 +280,19 @@ async fn watch_streams_every_event_live_while_the_channel_serves_other_calls() {
         .await
         .expect("watch")
         .into_inner();
-    // The subscription is taken when the call is served; let it settle.
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let opening = tokio::time::timeout(std::time::Duration::from_secs(5), events.next())
+        .await
+        .expect("the stream opens with the status")
+        .expect("stream open")
+        .expect("snapshot");
+    let Some(wire::event::Detail::Snapshot(status)) = &opening.detail else {
+        panic!("the first message is a snapshot: {opening:?}");
+    };
+    assert_eq!(
+        status.node.as_ref().map(|n| n.id.as_str()),
+        Some(node.identity.id.as_str())
+    );
+    let mut last = opening.sequence;
     for i in 0..3 {
         node.notices
             .send(Event {
@@ -294,6 +311,11 @@ async fn watch_streams_every_event_live_while_the_channel_serves_other_calls() {
             .expect("stream open")
             .expect("event");
         assert_eq!(got.summary, format!("event {i}"));
+        assert!(
+            got.sequence > last,
+            "numbered in order: {got:?} after {last}"
+        );
+        last = got.sequence;
         // A unary call on the same channel between two events.
         MeshClient::new(channel.clone())
             .get_status(wire::GetStatusRequest {})

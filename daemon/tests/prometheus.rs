@@ -132,6 +132,7 @@ fn shipped_rules_pass_promtool_check_and_their_unit_tests() {
 const POSTED_WITHOUT_RULE: &[&str] = &[
     "MeshNoQuorum",
     "MeshManagementUnreachable",
+    "MeshManagementSplit",
     "MeshClockSkew",
     "MeshDuplicateNodeId",
     "MeshSaturated",

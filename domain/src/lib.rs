@@ -295,6 +295,9 @@ pub enum AlarmKind {
     LinkSpeedLow,
     /// A node answers on its cables but not on the management network.
     ManagementUnreachable,
+    /// The management network is split into groups that hear each other
+    /// on it but not across, while the cables still join them all.
+    ManagementSplit,
     /// This node's clock is off the mesh's by more than the bound.
     ClockSkew,
     /// Two live daemons claim one node id.
@@ -336,6 +339,7 @@ named_enum!(AlarmKind {
     RdmaDisabled => "rdma_disabled",
     LinkSpeedLow => "link_speed_low",
     ManagementUnreachable => "management_unreachable",
+    ManagementSplit => "management_split",
     ClockSkew => "clock_skew",
     DuplicateNodeId => "duplicate_node_id",
     MeshSaturated => "mesh_saturated",
@@ -351,16 +355,16 @@ named_enum!(AlarmKind {
 });
 
 impl AlarmKind {
-    /// Raised by a node's peers about it, not by the node itself (a host
-    /// cannot see its own reboot while it is down, a daemon whose
-    /// certificate is refused cannot report at all): a report may carry
-    /// these about another node.
     /// About a host's boot: a reboot, a panic. Only a node that saw the
     /// host's run change can vouch for one.
     pub fn about_a_boot(self) -> bool {
         matches!(self, AlarmKind::NodeRebooted | AlarmKind::KernelPanic)
     }
 
+    /// Raised by a node's peers about it, not by the node itself (a host
+    /// cannot see its own reboot while it is down, a daemon whose
+    /// certificate is refused cannot report at all): a report may carry
+    /// these about another node.
     pub fn raised_by_peers(self) -> bool {
         matches!(
             self,

@@ -70,6 +70,7 @@ fn alert_of_kind(kind: AlarmKind) -> Option<(&'static str, bool)> {
         AlarmKind::LinkSpeedLow => ("MeshLinkSpeedLow", true),
         AlarmKind::JobHung => ("MeshJobHung", true),
         AlarmKind::ManagementUnreachable => ("MeshManagementUnreachable", true),
+        AlarmKind::ManagementSplit => ("MeshManagementSplit", false),
         AlarmKind::ClockSkew => ("MeshClockSkew", true),
         AlarmKind::DuplicateNodeId => ("MeshDuplicateNodeId", true),
         AlarmKind::MeshSaturated => ("MeshSaturated", false),

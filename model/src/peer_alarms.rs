@@ -87,7 +87,10 @@ fn own_fix(kind: AlarmKind, node: &NodeId) -> String {
             "check the certificate {node}'s meshd presents (`meshd check-config` on {node}): \
              its dates, its CA, its id, and `tls.revoked_serials` on the refusing members"
         ),
-        AlarmKind::NoQuorum | AlarmKind::ManagementUnreachable | AlarmKind::MeshSaturated => {
+        AlarmKind::NoQuorum
+        | AlarmKind::ManagementUnreachable
+        | AlarmKind::ManagementSplit
+        | AlarmKind::MeshSaturated => {
             format!("run `meshctl status` on {node}: its meshd says what it sees")
         }
     }

@@ -345,15 +345,22 @@ fn actions(episode: &Episode, n: usize) -> Vec<(Duration, Action)> {
     }
 }
 
-/// The side of a management split that is cut off from the management
-/// majority: the smaller one; none when the halves are even.
-fn cut_off_side(side: &BTreeSet<usize>, n: usize) -> BTreeSet<usize> {
+/// The groups of a management split as meshd names them: the larger
+/// first (the lower ids first between equals), "n1, n2 | n3, n4".
+fn split_groups(side: &BTreeSet<usize>, n: usize) -> String {
     let other: BTreeSet<usize> = (0..n).filter(|i| !side.contains(i)).collect();
-    match (side.len() * 2).cmp(&n) {
-        std::cmp::Ordering::Less => side.clone(),
-        std::cmp::Ordering::Greater => other,
-        std::cmp::Ordering::Equal => BTreeSet::new(),
-    }
+    let mut groups = [side.clone(), other];
+    groups.sort_by(|x, y| y.len().cmp(&x.len()).then_with(|| x.cmp(y)));
+    groups
+        .iter()
+        .map(|g| {
+            g.iter()
+                .map(|x| format!("n{}", x + 1))
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .collect::<Vec<_>>()
+        .join(" | ")
 }
 
 /// A busy node of the random schedules: it stalls 700 ms every 1.5 s.
@@ -763,21 +770,25 @@ fn check_episode(sim: &mut Sim, e: &Episode, all: &[Episode], problems: &mut Vec
         Fault::Split { ref side } => {
             let t = e.start + MANAGEMENT_ALARM_BUDGET + slack;
             expect_at(sim, t.min(e.heal), all, problems);
-            let expected: BTreeSet<String> = cut_off_side(side, n)
-                .iter()
-                .map(|x| format!("n{}", x + 1))
-                .collect();
+            let expected = format!("the management network is split: {}", split_groups(side, n));
             for i in 0..n {
                 let Some(s) = sim.status(i) else { continue };
-                let named: BTreeSet<String> = s
+                let splits: Vec<&str> = s
+                    .alarms
+                    .iter()
+                    .filter(|a| a.kind == AlarmKind::ManagementSplit)
+                    .map(|a| a.summary.as_str())
+                    .collect();
+                let unreachable: Vec<&str> = s
                     .alarms
                     .iter()
                     .filter(|a| a.kind == AlarmKind::ManagementUnreachable)
-                    .map(|a| a.node.to_string())
+                    .map(|a| a.node.as_str())
                     .collect();
-                if !s.quorum.has_quorum || named != expected {
+                if !s.quorum.has_quorum || splits != [expected.as_str()] || !unreachable.is_empty()
+                {
                     problems.push(format!(
-                        "{t:?}: management split {side:?}: n{} has quorum {} and names {named:?} unreachable, not {expected:?}",
+                        "{t:?}: management split {side:?}: n{} has quorum {}, says {splits:?} and names {unreachable:?} unreachable, not once {expected:?}",
                         i + 1,
                         s.quorum.has_quorum,
                     ));
@@ -1061,13 +1072,10 @@ fn check_pages(sim: &Sim, e: &Episode, all: &[Episode], problems: &mut Vec<Strin
                 (exact, [down, flapping].into())
             }
         }
-        // The side without a management majority is cut off from it; in a
-        // split into halves no side is, and nobody is to blame alone.
-        Fault::Split { ref side } => {
-            let named: BTreeSet<Labels> = cut_off_side(side, n)
-                .into_iter()
-                .map(|x| labels("MeshManagementUnreachable", &[("node", name(x))], "warning"))
-                .collect();
+        // Groups that each hear themselves on the management network are one
+        // split, whatever their sizes: the fault is between them.
+        Fault::Split { .. } => {
+            let named: BTreeSet<Labels> = [labels("MeshManagementSplit", &[], "warning")].into();
             let exact = if e.heal >= e.start + MANAGEMENT_ALARM_BUDGET + slack {
                 named.clone()
             } else {

@@ -44,10 +44,25 @@ impl Engine {
     ) -> Vec<Alarm> {
         let mut drafts = Vec::new();
         drafts.extend(no_quorum_alarm(quorum, &inputs.local.id, lives));
+        let split = management_split(inputs, quorum, lives);
+        drafts.extend(
+            split
+                .as_deref()
+                .map(|groups| management_split_alarm(&inputs.local.id, groups)),
+        );
+        // A split names every group once: a node cut off with others that
+        // still hear it is not one node's port.
+        let in_split = |node: &NodeId| {
+            split
+                .as_deref()
+                .is_some_and(|groups| groups.iter().skip(1).any(|g| g.contains(&node)))
+        };
         drafts.extend(
             self.management_unreachable_alarms(inputs, quorum, lives, nodes, moment.now)
                 .into_iter()
-                .filter(|alarm| !certificate_refused(&alarm.node, inputs)),
+                .filter(|alarm| {
+                    !certificate_refused(&alarm.node, inputs) && !in_split(&alarm.node)
+                }),
         );
         drafts.extend(clock_skew_alarm(inputs, self.settings.clock_skew_bound));
         drafts.extend(duplicate_node_id_alarms(&inputs.peers));
@@ -138,7 +153,10 @@ impl Engine {
     pub(super) fn settled_at(&self, kind: AlarmKind, node: &NodeId) -> Option<Instant> {
         let settling = matches!(
             kind,
-            AlarmKind::NoQuorum | AlarmKind::ManagementUnreachable | AlarmKind::MeshSaturated
+            AlarmKind::NoQuorum
+                | AlarmKind::ManagementUnreachable
+                | AlarmKind::ManagementSplit
+                | AlarmKind::MeshSaturated
         );
         if !settling {
             return None;
@@ -300,6 +318,102 @@ fn management_witnesses(
         .filter(|(_, v)| reaches_majority(v.report.heard_on_management.len()))
         .map(|(_, v)| v.report.heard_on_management.contains(node));
     this_node.into_iter().chain(fresh_peers).collect()
+}
+
+/// The groups the management network splits the live members into, the
+/// largest first: members are joined when either hears the other on it
+/// (this node's own paths, and every fresh member's report). `None`
+/// without quorum, in a mesh of two (neither can tell which side is cut
+/// off), when the management network joins everyone, and when the only
+/// members apart are single nodes beside a majority: each of those is its
+/// own port's fault, `management_unreachable`'s to name.
+fn management_split<'a>(
+    inputs: &'a MeshInputs,
+    quorum: &Quorum,
+    lives: &BTreeMap<&NodeId, Life<'_>>,
+) -> Option<Vec<Vec<&'a NodeId>>> {
+    if !quorum.has_quorum || inputs.configured.len() <= 2 {
+        return None;
+    }
+    let local = &inputs.local.id;
+    let live: Vec<&NodeId> = std::iter::once(local)
+        .chain(
+            inputs
+                .peers
+                .keys()
+                .filter(|id| lives.get(id).is_some_and(|l| !l.fresh_paths.is_empty())),
+        )
+        .collect();
+    let mut edges: Vec<(&NodeId, &NodeId)> = lives
+        .iter()
+        .filter(|(_, l)| l.fresh_paths.contains(&&Path::Management))
+        .map(|(id, _)| (local, *id))
+        .collect();
+    for (id, view) in inputs.peers.iter().filter(|(id, _)| live.contains(id)) {
+        edges.extend(
+            view.report
+                .heard_on_management
+                .iter()
+                .map(|heard| (id, heard)),
+        );
+    }
+    let mut group: BTreeMap<&NodeId, usize> =
+        live.iter().enumerate().map(|(i, id)| (*id, i)).collect();
+    // Joins until nothing changes: a handful of nodes, a few passes.
+    let mut changed = true;
+    while changed {
+        changed = false;
+        for (x, y) in &edges {
+            let (Some(&gx), Some(&gy)) = (group.get(x), group.get(y)) else {
+                continue;
+            };
+            if gx != gy {
+                let (keep, gone) = (gx.min(gy), gx.max(gy));
+                group
+                    .values_mut()
+                    .filter(|g| **g == gone)
+                    .for_each(|g| *g = keep);
+                changed = true;
+            }
+        }
+    }
+    let mut groups: BTreeMap<usize, Vec<&NodeId>> = BTreeMap::new();
+    for (id, g) in group {
+        groups.entry(g).or_default().push(id);
+    }
+    let mut groups: Vec<Vec<&NodeId>> = groups.into_values().collect();
+    groups.sort_by(|x, y| y.len().cmp(&x.len()).then_with(|| x.cmp(y)));
+    let majority = groups.first().is_some_and(|g| g.len() * 2 > live.len());
+    let apart_alone = groups.iter().skip(1).all(|g| g.len() == 1);
+    (groups.len() >= 2 && !(majority && apart_alone)).then_some(groups)
+}
+
+fn management_split_alarm(local: &NodeId, groups: &[Vec<&NodeId>]) -> Alarm {
+    let named = groups
+        .iter()
+        .map(|g| {
+            g.iter()
+                .map(|id| id.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .collect::<Vec<_>>()
+        .join(" | ");
+    draft(
+        AlarmKind::ManagementSplit,
+        Severity::Warning,
+        local,
+        "management",
+        format!("the management network is split: {named}"),
+        vec![
+            format!("each group hears only itself on the management network: {named}"),
+            "every node still answers on its cables: nothing is down, links are judged on their \
+             own evidence"
+                .to_owned(),
+        ],
+        "check what joins these groups on the management network (a switch or its uplink, a \
+         VLAN, a Wi-Fi access point): each group's own ports work",
+    )
 }
 
 /// Whether this node or a peer refuses `node`'s daemon for a certificate

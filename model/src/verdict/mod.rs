@@ -670,6 +670,9 @@ mod tests {
         closed: BTreeSet<&'static str>,
         /// Peers silent on the management path only.
         management_cut: BTreeSet<&'static str>,
+        /// One side of a management split (empty: none): its members hear
+        /// only each other on the management network, the rest likewise.
+        management_side: BTreeSet<&'static str>,
         hears: BTreeMap<&'static str, Vec<&'static str>>,
         no_quorum: BTreeSet<&'static str>,
         incarnation: BTreeMap<&'static str, u64>,
@@ -686,6 +689,7 @@ mod tests {
                 last_heard_ms: BTreeMap::new(),
                 closed: BTreeSet::new(),
                 management_cut: BTreeSet::new(),
+                management_side: BTreeSet::new(),
                 hears: BTreeMap::new(),
                 no_quorum: BTreeSet::new(),
                 incarnation: BTreeMap::new(),
@@ -740,6 +744,10 @@ mod tests {
                 .collect()
         }
 
+        fn same_side(&self, x: &str, y: &str) -> bool {
+            self.management_side.contains(x) == self.management_side.contains(y)
+        }
+
         fn inputs(&self, moment: Moment) -> MeshInputs {
             let now = moment.now;
             let local = self.nodes[0];
@@ -761,7 +769,9 @@ mod tests {
                         heard_on_management: self
                             .nodes
                             .iter()
-                            .filter(|m| *m != n && !self.management_cut.contains(*m))
+                            .filter(|m| {
+                                *m != n && !self.management_cut.contains(*m) && self.same_side(n, m)
+                            })
                             .map(|m| id(m))
                             .collect(),
                         has_quorum: !self.no_quorum.contains(n),
@@ -769,7 +779,8 @@ mod tests {
                     };
                     let open = !self.closed.contains(n);
                     let mut paths = BTreeMap::new();
-                    let management = if self.management_cut.contains(n) {
+                    let management = if self.management_cut.contains(n) || !self.same_side(local, n)
+                    {
                         now - Duration::from_secs(60)
                     } else {
                         heard
@@ -1186,6 +1197,40 @@ mod tests {
         assert_eq!(alarm.node, id("c"));
         assert_eq!(alarm.severity, Severity::Warning);
         assert_eq!(kinds(&status), vec![AlarmKind::ManagementUnreachable]);
+    }
+
+    #[test]
+    fn a_management_split_into_halves_is_named_once_with_its_groups() {
+        let mut mesh = Mesh::new(&["a", "b", "c", "d"]);
+        mesh.management_side.extend(["c", "d"]);
+        let status = mesh.evaluate_settled(&mut Engine::new(default_engine_settings()), 0);
+        assert!(status.quorum.has_quorum, "the cables join everyone");
+        assert!(status.nodes.iter().all(|n| n.state == NodeState::Up));
+        assert_eq!(kinds(&status), vec![AlarmKind::ManagementSplit]);
+        assert_eq!(
+            status.alarms[0].summary,
+            "the management network is split: a, b | c, d"
+        );
+    }
+
+    #[test]
+    fn two_nodes_cut_off_together_are_a_split_not_two_ports() {
+        let mut mesh = Mesh::new(&["a", "b", "c", "d", "e"]);
+        mesh.management_side.extend(["d", "e"]);
+        let status = mesh.evaluate_settled(&mut Engine::new(default_engine_settings()), 0);
+        assert_eq!(kinds(&status), vec![AlarmKind::ManagementSplit]);
+        assert_eq!(
+            status.alarms[0].summary,
+            "the management network is split: a, b, c | d, e"
+        );
+        // Seen from the far side, the same groups.
+        let mut far = Mesh::new(&["d", "a", "b", "c", "e"]);
+        far.management_side.extend(["d", "e"]);
+        let status = far.evaluate_settled(&mut Engine::new(default_engine_settings()), 0);
+        assert_eq!(
+            status.alarms[0].summary,
+            "the management network is split: a, b, c | d, e"
+        );
     }
 
     #[test]
