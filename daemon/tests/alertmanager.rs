@@ -54,7 +54,7 @@ fn the_shipped_alertmanager_config_passes_amtool() {
         .expect("amtool runs (it ships with prometheus-alertmanager)");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        out.status.success() && text.contains("2 inhibit rules"),
+        out.status.success() && text.contains("3 inhibit rules"),
         "{text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
@@ -64,8 +64,9 @@ fn the_shipped_alertmanager_config_passes_amtool() {
 /// about a scrape target (MeshdDown, MeshdUnscraped) are quiet under the
 /// mesh's own page for the same node, a dead node (MeshNodeDown) or one cut
 /// from the management network alone (MeshManagementUnreachable), and stand
-/// otherwise (a far node of a 2+2 management split, which meshd names
-/// nothing for).
+/// otherwise (a node Prometheus cannot scrape that the mesh hears up); while
+/// meshd names a management split (MeshManagementSplit), a node unscraped
+/// across it is that split.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scrape_alerts_are_quiet_under_the_meshs_own_page_for_the_same_node() {
     let Some(binary) = alertmanager_binary() else {
@@ -138,6 +139,40 @@ async fn scrape_alerts_are_quiet_under_the_meshs_own_page_for_the_same_node() {
         ]),
         "one alert per node: the mesh's own where it has one"
     );
+    let out = Command::new("amtool")
+        .arg(format!("--alertmanager.url=http://{addr}"))
+        .args([
+            "alert",
+            "add",
+            "alertname=MeshManagementSplit",
+            "severity=warning",
+        ])
+        .output()
+        .expect("amtool runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_for_alerts(
+        "e's scrape alert quiet under the split",
+        true,
+        Duration::from_secs(30),
+        || async {
+            let active = held(active_alerts(addr, &serde_json::json!({})).await);
+            let expected = pairs(&[
+                ("MeshManagementSplit", ""),
+                ("MeshManagementUnreachable", "c"),
+                ("MeshNodeDown", "d"),
+            ]);
+            if active == expected {
+                vec![serde_json::Value::Null]
+            } else {
+                Vec::new()
+            }
+        },
+    )
+    .await;
 }
 
 /// Kills Alertmanager however the test ends.
