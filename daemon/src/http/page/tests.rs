@@ -261,7 +261,9 @@ fn state_is_spoken_not_only_coloured() {
     assert!(!healthy_line.contains("class=\"tag\""));
     let dead = section(&html, r#"data-node="d""#, "</a>");
     assert!(dead.contains(r#"class="cross""#) && dead.contains(">DOWN</text>"));
-    assert!(html.contains("not healthy: 1 node down, 4 links down, 1 alarm"));
+    assert!(html.contains(
+        "not healthy: 1 node down, 3 links down with node d, 1 link down, 1 alarm"
+    ));
 }
 
 #[test]
