@@ -415,11 +415,14 @@ fn findings_list<'a>(
         );
         evidence(finding.evidence, out);
         if let Some(fix) = finding.fix {
-            let _ = write!(
-                out,
-                r#"<p class="fix">Fix: <code>{}</code></p>"#,
-                esc(&clip(fix, MAX_TEXT))
-            );
+            let fix = clip(fix, MAX_TEXT);
+            // A fix is either one command, or prose with its commands in
+            // backticks (as the checks write theirs).
+            let _ = if fix.contains('`') {
+                write!(out, r#"<p class="fix">Fix: {}</p>"#, prose(&fix))
+            } else {
+                write!(out, r#"<p class="fix">Fix: <code>{}</code></p>"#, esc(&fix))
+            };
         }
         out.push_str("</li>");
     }

@@ -517,7 +517,7 @@ fn a_warning_is_a_warning_not_a_failure() {
             node: Some(id(name)),
             status: CheckStatus::Warn,
             evidence: vec!["/sys/class/infiniband: no RDMA device on this host".into()],
-            fix: "load the NIC's RDMA driver".into(),
+            fix: "load the NIC's RDMA driver (`modprobe mlx5_ib`)".into(),
         });
     }
     let html = document(&status, wall(100), STALL);
@@ -528,6 +528,10 @@ fn a_warning_is_a_warning_not_a_failure() {
     assert_eq!(count(picture, ">⚠ 1 warning</text>"), 3);
     let b = section(&html, r#"id="node~b""#, "</article>");
     assert!(b.contains("<h4>Warnings (1)</h4>"), "{b}");
+    assert!(
+        b.contains("Fix: load the NIC&#39;s RDMA driver (<code>modprobe mlx5_ib</code>)"),
+        "commands of a fix in prose are code: {b}"
+    );
     assert!(b.contains(r#"<span class="badge" data-check="warn">WARN</span> rdma_enabled"#));
     assert!(!b.contains("Failing"), "{b}");
     assert!(
