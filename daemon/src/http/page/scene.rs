@@ -127,7 +127,8 @@ pub enum Fault {
     CableDown,
     Flapping,
     Degraded,
-    /// Only when the node it blames has no verdict of its own to show.
+    /// Only when the node it blames is not down itself: otherwise that
+    /// node's fault, ranked above, says it all.
     DownWithNode,
     CriticalAlarm,
     Alarm,
@@ -137,7 +138,7 @@ pub enum Fault {
 impl Scene<'_> {
     /// Every current fault with the article that shows it, worst first;
     /// among equals, in drawing order.
-    pub fn faults(&self) -> Vec<(Fault, String)> {
+    fn faults(&self) -> Vec<(Fault, String)> {
         let mut faults = Vec::new();
         if !self.status.quorum.has_quorum
             && let Some(me) = self.nodes.iter().find(|n| n.is_self(self.status))
@@ -160,19 +161,19 @@ impl Scene<'_> {
                 faults.push((Fault::FailingCheck, anchor));
             }
         }
-        let blamed_nodes_shown = |pair: &Pair<'_>| {
+        let blamed_node_down = |pair: &Pair<'_>| {
             pair.verdict
                 .and_then(|v| v.blamed_node.as_ref())
                 .is_some_and(|blamed| {
-                    self.nodes
-                        .iter()
-                        .any(|n| n.id == blamed && n.verdict.is_some())
+                    self.nodes.iter().any(|n| {
+                        n.id == blamed && n.verdict.is_some_and(|v| v.state == NodeState::Down)
+                    })
                 })
         };
         for pair in &self.pairs {
             let fault = match pair.state() {
                 LinkState::Down if pair.down_with_node() => {
-                    (!blamed_nodes_shown(pair)).then_some(Fault::DownWithNode)
+                    (!blamed_node_down(pair)).then_some(Fault::DownWithNode)
                 }
                 LinkState::Down => Some(Fault::CableDown),
                 LinkState::Flapping => Some(Fault::Flapping),

@@ -646,7 +646,7 @@ fn the_inspector_opens_on_the_worst_current_fault() {
     assert_eq!(
         inspected(&status).as_deref(),
         Some("cable~b~c"),
-        "links with a live node… "
+        "a cut cable before links blamed on a node still up"
     );
     status.nodes[2].state = NodeState::Suspect;
     assert_eq!(inspected(&status).as_deref(), Some("node~c"));
