@@ -759,6 +759,22 @@ mod tests {
     }
 
     #[test]
+    fn a_dead_nodes_links_are_counted_with_it_in_the_health_line() {
+        let mut status = sample();
+        status.nodes[2].state = NodeState::Down;
+        for link in status.links.iter_mut().filter(|l| l.b.node.as_str() == "c") {
+            link.state = LinkState::Down;
+            link.blame = Blame::Node;
+            link.blamed_node = Some(id("c"));
+        }
+        let text = render(&status, wall(130));
+        assert!(
+            text.contains("health: UNHEALTHY: 1 node down, 2 links down with node c, 1 alarm\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn no_alarm_with_a_link_down_does_not_read_as_all_clear() {
         let mut status = sample();
         status.alarms.clear();

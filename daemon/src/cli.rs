@@ -62,6 +62,10 @@ pub enum Command {
         /// Nodes in the mesh, 2 to 8; named a, b, c, ...
         #[arg(long, default_value_t = demo::plan::DEFAULT_NODES)]
         nodes: usize,
+        /// Name the nodes instead: 2 to 8 comma-separated ids, which set the
+        /// node count (e.g. --ids mac-studio-1,mac-studio-2,mac-studio-3).
+        #[arg(long, value_delimiter = ',', conflicts_with = "nodes")]
+        ids: Vec<String>,
         /// First of the ports the demo uses on 127.0.0.1 (up to base + 387):
         /// node k's gRPC is base+k, its metrics base+10+k.
         #[arg(long, default_value_t = demo::plan::DEFAULT_BASE_PORT)]

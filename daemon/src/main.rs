@@ -13,6 +13,7 @@ use meshd::demo;
 use meshd::install::{self, InstallError, InstallOptions, Plan, Platform, SystemRunner};
 use meshd::logging;
 use meshd::node::RunningNode;
+use meshd_domain::NodeId;
 
 #[allow(clippy::print_stderr)]
 fn main() -> ExitCode {
@@ -52,6 +53,7 @@ fn main() -> ExitCode {
         }
         Command::Demo {
             nodes,
+            ids,
             base_port,
             log_format,
             log_level,
@@ -60,7 +62,7 @@ fn main() -> ExitCode {
                 eprintln!("meshd: {err}");
                 return ExitCode::from(EXIT_FAILED);
             }
-            run_demo(nodes, base_port, &hostname)
+            run_demo(nodes, &ids, base_port, &hostname)
         }
         Command::Install {
             dry_run,
@@ -162,13 +164,26 @@ fn check_binary(binary: &std::path::Path) -> Result<(), InstallError> {
 /// interactive and the message (e.g. which port is taken, and the
 /// `--base-port` that avoids it) is for a person to read and act on.
 #[allow(clippy::print_stderr)]
-fn run_demo(nodes: usize, base_port: u16, hostname: &str) -> ExitCode {
+/// `ids`, when given, name the nodes and set their count instead of `nodes`.
+fn run_demo(nodes: usize, ids: &[String], base_port: u16, hostname: &str) -> ExitCode {
     // The demo mesh's certificates live as long as the demo, and go with it.
     let certs = tempfile::Builder::new().prefix("meshd-demo-").tempdir();
     let result = certs
         .map_err(|e| anyhow::anyhow!("cannot create a directory for the certificates: {e}"))
         .and_then(|dir| {
-            let plan = demo::plan::Plan::new(nodes, base_port, &dir.path().join("tls"))?;
+            let certs = dir.path().join("tls");
+            let plan = if ids.is_empty() {
+                demo::plan::Plan::new(nodes, base_port, &certs)?
+            } else {
+                let ids = ids
+                    .iter()
+                    .map(|id| {
+                        NodeId::new(id.as_str())
+                            .map_err(|e| anyhow::anyhow!("--ids: {id:?} is not a node id: {e}"))
+                    })
+                    .collect::<anyhow::Result<Vec<_>>>()?;
+                demo::plan::Plan::with_ids(ids, base_port, &certs)?
+            };
             Ok((dir, plan))
         })
         .and_then(|(_dir, plan)| {

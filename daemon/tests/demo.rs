@@ -4,11 +4,11 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{bases, start_demo as start, status};
+use common::{Child, bases, spawn_demo, start_demo as start, status};
 use meshd::demo::{Demo, DemoError, plan};
 
 async fn reply(demo: &mut Demo, line: &str) -> String {
@@ -98,60 +98,6 @@ async fn three_nodes_answer_and_kill_revive_gives_a_new_incarnation() {
     assert!(proxy_closed.is_err(), "the proxies are stopped");
 }
 
-/// A `meshd demo` child that printed its banner, with its input and the
-/// rest of its output.
-struct Child {
-    process: std::process::Child,
-    stdin: std::process::ChildStdin,
-    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
-    banner: String,
-    base: u16,
-}
-
-fn spawn_demo(nodes: usize) -> Child {
-    let mut last = String::new();
-    for base in bases() {
-        let mut process = Command::new(env!("CARGO_BIN_EXE_meshd"))
-            .args(["demo", "--nodes", &nodes.to_string()])
-            .args(["--base-port", &base.to_string()])
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("meshd demo runs");
-        let stdin = process.stdin.take().expect("stdin");
-        let mut lines = BufReader::new(process.stdout.take().expect("stdout")).lines();
-        let mut banner = Vec::new();
-        for line in lines.by_ref() {
-            let line = line.expect("line");
-            let last_line = line.trim_start().starts_with("quit");
-            banner.push(line);
-            if last_line {
-                break;
-            }
-        }
-        if !banner.is_empty() {
-            return Child {
-                process,
-                stdin,
-                lines,
-                banner: banner.join("\n"),
-                base,
-            };
-        }
-        // No banner: the demo refused to start; retry elsewhere if a port
-        // was taken.
-        let output = process.wait_with_output().expect("exit");
-        last = String::from_utf8_lossy(&output.stderr).into_owned();
-        assert!(
-            last.contains("is taken") || last.contains("in use"),
-            "meshd demo failed: {last}"
-        );
-    }
-    panic!("no free base port: {last}");
-}
-
 #[test]
 fn the_cli_prints_where_to_look_answers_commands_and_quits() {
     let _serial = meshd_test_lock::exclusive();
@@ -161,7 +107,7 @@ fn the_cli_prints_where_to_look_answers_commands_and_quits() {
         mut lines,
         banner,
         base,
-    } = spawn_demo(2);
+    } = spawn_demo(env!("CARGO_BIN_EXE_meshd"), &["--nodes", "2"]);
     let grpc_b = format!("meshctl --addr 127.0.0.1:{} status", base + 2);
     assert!(banner.contains(&grpc_b), "{banner}");
     let metrics_a = format!("http://127.0.0.1:{}/metrics", base + 11);

@@ -492,11 +492,13 @@ impl MeshStatus {
     }
 
     /// What keeps the status from being healthy, counted, worst first:
-    /// "no quorum", "1 node down", "2 links degraded", "1 alarm". Empty when
-    /// it is healthy.
+    /// "no quorum", "1 node down", "3 links down with node d", "2 links
+    /// degraded", "1 alarm". Empty when it is healthy. The links a down node
+    /// takes with it are counted apart from the cable faults, so that one
+    /// dead node never reads as four broken cables.
     pub fn troubles(&self) -> Vec<String> {
         let counted = |n: usize, what: &str, state: &dyn fmt::Display| {
-            format!("{n} {what}{} {state}", if n == 1 { "" } else { "s" })
+            format!("{n} {what}{} {state}", plural(n))
         };
         let mut troubles = Vec::new();
         if !self.quorum.has_quorum {
@@ -508,13 +510,27 @@ impl MeshStatus {
                 troubles.push(counted(n, "node", &state));
             }
         }
+        let with_nodes: Vec<&LinkVerdict> =
+            self.links.iter().filter(|l| l.down_with_node()).collect();
+        if !with_nodes.is_empty() {
+            troubles.push(format!(
+                "{} link{} down {}",
+                with_nodes.len(),
+                plural(with_nodes.len()),
+                with_their_nodes(&with_nodes)
+            ));
+        }
         for state in [
             LinkState::Down,
             LinkState::Flapping,
             LinkState::Degraded,
             LinkState::Unknown,
         ] {
-            let n = self.links.iter().filter(|l| l.state == state).count();
+            let n = self
+                .links
+                .iter()
+                .filter(|l| l.state == state && !l.down_with_node())
+                .count();
             if n > 0 {
                 troubles.push(counted(n, "link", &state));
             }
@@ -525,13 +541,43 @@ impl MeshStatus {
             .filter(|a| a.severity != Severity::Info)
             .count();
         if alarms > 0 {
-            troubles.push(format!(
-                "{alarms} alarm{}",
-                if alarms == 1 { "" } else { "s" }
-            ));
+            troubles.push(format!("{alarms} alarm{}", plural(alarms)));
         }
         troubles
     }
+}
+
+impl LinkVerdict {
+    /// Down because a node at one end is, not the cable: such a link is
+    /// counted with its node, never as a cable fault.
+    pub fn down_with_node(&self) -> bool {
+        self.state == LinkState::Down && self.blame == Blame::Node
+    }
+}
+
+/// Names the nodes `links` (each [`LinkVerdict::down_with_node`]) went
+/// down with: "with node d", "with nodes c, d", or "with 4 nodes" when
+/// naming them all would make a long line; "with their node" when no
+/// verdict names one. One wording for every count of them (`meshctl
+/// status`, the mesh page).
+pub fn with_their_nodes(links: &[&LinkVerdict]) -> String {
+    /// More names than this are counted instead.
+    const NAMED: usize = 3;
+    let named: std::collections::BTreeSet<&str> = links
+        .iter()
+        .filter_map(|l| l.blamed_node.as_ref().map(NodeId::as_str))
+        .collect();
+    let names: Vec<&str> = named.into_iter().collect();
+    match names.len() {
+        0 => "with their node".to_owned(),
+        1 => format!("with node {}", names[0]),
+        n if n <= NAMED => format!("with nodes {}", names.join(", ")),
+        n => format!("with {n} nodes"),
+    }
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
 }
 
 /// What an event is about, when it is about one verdict, quorum or alarm.
@@ -558,6 +604,84 @@ pub struct Event {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// d dead with its three links, a–b cut, b–c degraded.
+    fn dead_node_and_a_cut_cable() -> MeshStatus {
+        use crate::fixtures::{empty_status, id, link_verdict, node_verdict, wall};
+        let mut status = empty_status("a", wall(100));
+        status.quorum.has_quorum = true;
+        for (name, state) in [("a", NodeState::Up), ("d", NodeState::Down)] {
+            status.nodes.push(node_verdict(id(name), state, wall(10)));
+        }
+        for x in ["a", "b", "c"] {
+            let mut link = link_verdict(
+                LinkEnd::node_only(id(x)),
+                LinkEnd::node_only(id("d")),
+                LinkState::Down,
+            );
+            link.blame = Blame::Node;
+            link.blamed_node = Some(id("d"));
+            status.links.push(link);
+        }
+        let mut cut = link_verdict(
+            LinkEnd::node_only(id("a")),
+            LinkEnd::node_only(id("b")),
+            LinkState::Down,
+        );
+        cut.blame = Blame::Link;
+        status.links.push(cut);
+        status.links.push(link_verdict(
+            LinkEnd::node_only(id("b")),
+            LinkEnd::node_only(id("c")),
+            LinkState::Degraded,
+        ));
+        status
+    }
+
+    #[test]
+    fn a_dead_nodes_links_are_counted_with_it_not_as_cable_faults() {
+        let status = dead_node_and_a_cut_cable();
+        assert_eq!(
+            status.troubles(),
+            [
+                "1 node down",
+                "3 links down with node d",
+                "1 link down",
+                "1 link degraded"
+            ]
+        );
+        let with_d: Vec<&LinkVerdict> =
+            status.links.iter().filter(|l| l.down_with_node()).collect();
+        assert_eq!(with_d.len(), 3);
+    }
+
+    #[test]
+    fn the_nodes_links_went_down_with_are_named_while_few() {
+        use crate::fixtures::id;
+        let mut status = dead_node_and_a_cut_cable();
+        let links = |status: &MeshStatus| -> Vec<LinkVerdict> {
+            status
+                .links
+                .iter()
+                .filter(|l| l.down_with_node())
+                .cloned()
+                .collect()
+        };
+        let phrase = |links: &[LinkVerdict]| with_their_nodes(&links.iter().collect::<Vec<_>>());
+        status.links[0].blamed_node = Some(id("c"));
+        assert_eq!(phrase(&links(&status)), "with nodes c, d");
+        for (link, name) in status.links.iter_mut().zip(["e", "f", "g", "h"]) {
+            link.blame = Blame::Node;
+            link.state = LinkState::Down;
+            link.blamed_node = Some(id(name));
+        }
+        assert_eq!(phrase(&links(&status)), "with 4 nodes");
+        for link in &mut status.links {
+            link.blamed_node = None;
+        }
+        assert_eq!(phrase(&links(&status)), "with their node");
+        assert_eq!(status.troubles()[1], "4 links down with their node");
+    }
 
     #[test]
     fn node_ids_are_checked() {

@@ -59,6 +59,8 @@ pub enum PlanError {
     BasePort(u16),
     #[error("cannot build the config of node {node}: {problem}")]
     Config { node: String, problem: String },
+    #[error("node id {0:?} is given twice; the demo's commands name nodes regardless of case")]
+    DuplicateId(String),
 }
 
 /// The layout of a demo mesh of `nodes.len()` nodes.
@@ -159,10 +161,28 @@ impl Plan {
         if !(MIN_NODES..=MAX_NODES).contains(&nodes) {
             return Err(PlanError::NodeCount(nodes));
         }
+        let ids = (0..nodes).map(node_id).collect::<Result<Vec<_>, _>>()?;
+        Plan::with_ids(ids, base_port, certs)
+    }
+
+    /// The same layout with the nodes named `ids` instead of `a`, `b`, …:
+    /// a mesh that looks like a real one (`--ids`), say to see how the
+    /// page draws long names. Numbering follows the order of `ids`.
+    pub fn with_ids(ids: Vec<NodeId>, base_port: u16, certs: &Path) -> Result<Plan, PlanError> {
+        if !(MIN_NODES..=MAX_NODES).contains(&ids.len()) {
+            return Err(PlanError::NodeCount(ids.len()));
+        }
         if !(MIN_BASE_PORT..=MAX_BASE_PORT).contains(&base_port) {
             return Err(PlanError::BasePort(base_port));
         }
-        let ids = (0..nodes).map(node_id).collect::<Result<Vec<_>, _>>()?;
+        // Commands find a node by its id typed in any case.
+        let mut seen = std::collections::BTreeSet::new();
+        if let Some(twice) = ids
+            .iter()
+            .find(|id| !seen.insert(id.as_str().to_ascii_lowercase()))
+        {
+            return Err(PlanError::DuplicateId(twice.to_string()));
+        }
         let nodes = ids
             .iter()
             .enumerate()
@@ -482,6 +502,26 @@ mod tests {
                 assert!(bound(Transport::Tcp, proxy.upstream.port()));
             }
         }
+    }
+
+    #[test]
+    fn nodes_can_be_named_and_keep_their_numbers() {
+        let named = |names: &[&str]| {
+            let ids = names.iter().map(|n| NodeId::new(*n).expect("id")).collect();
+            Plan::with_ids(ids, 17400, Path::new("/tmp/certs"))
+        };
+        let plan = named(&["mac-studio-1", "mac-studio-2", "mac-studio-3"]).expect("plan");
+        assert_eq!(plan.ids(), ["mac-studio-1", "mac-studio-2", "mac-studio-3"]);
+        assert_eq!(plan.index_of("MAC-STUDIO-2"), Some(1));
+        let b = &plan.nodes[1];
+        assert_eq!(b.config.node.id.as_str(), "mac-studio-2");
+        assert_eq!(b.grpc().to_string(), "127.0.0.1:17402");
+        assert_eq!(b.config.links[1].peer.as_str(), "mac-studio-3");
+        assert_eq!(
+            named(&["x", "y", "X"]).err(),
+            Some(PlanError::DuplicateId("X".into()))
+        );
+        assert_eq!(named(&["x"]).err(), Some(PlanError::NodeCount(1)));
     }
 
     #[test]

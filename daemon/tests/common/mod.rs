@@ -3,7 +3,9 @@
 
 pub mod cdp;
 
+use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use meshd::config::Config;
@@ -146,6 +148,16 @@ pub async fn status(addr: SocketAddr) -> MeshStatus {
 /// Polls a node until `done` holds for its status; fails the test, naming
 /// `what`, after 20 s.
 pub async fn until(addr: SocketAddr, what: &str, done: impl Fn(&MeshStatus) -> bool) -> MeshStatus {
+    until_within(addr, what, Duration::from_secs(20), done).await
+}
+
+/// [`until`], failing after `limit` instead.
+pub async fn until_within(
+    addr: SocketAddr,
+    what: &str,
+    limit: Duration,
+    done: impl Fn(&MeshStatus) -> bool,
+) -> MeshStatus {
     let started = std::time::Instant::now();
     loop {
         let status = status(addr).await;
@@ -153,7 +165,7 @@ pub async fn until(addr: SocketAddr, what: &str, done: impl Fn(&MeshStatus) -> b
             return status;
         }
         assert!(
-            started.elapsed() < Duration::from_secs(20),
+            started.elapsed() < limit,
             "{what} never happened: {status:#?}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -193,4 +205,62 @@ pub async fn start_demo_with(nodes: usize, adjust: impl Fn(&mut Plan)) -> (Demo,
         }
     }
     panic!("no free base port: {last:?}");
+}
+
+/// A `meshd demo` child that printed its banner, with its input and the
+/// rest of its output.
+pub struct Child {
+    pub process: std::process::Child,
+    pub stdin: std::process::ChildStdin,
+    pub lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
+    pub banner: String,
+    pub base: u16,
+}
+
+/// `meshd demo` with `args` (besides `--base-port`), on the first base
+/// port whose ports are all free; `meshd` is the binary (its path is known
+/// to the daemon's tests alone, which share this module with meshctl's).
+pub fn spawn_demo(meshd: &str, args: &[&str]) -> Child {
+    let mut last = String::new();
+    for base in bases() {
+        let mut process = Command::new(meshd)
+            .arg("demo")
+            .args(args)
+            .args(["--base-port", &base.to_string()])
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("meshd demo runs");
+        let stdin = process.stdin.take().expect("stdin");
+        let mut lines = BufReader::new(process.stdout.take().expect("stdout")).lines();
+        let mut banner = Vec::new();
+        for line in lines.by_ref() {
+            let line = line.expect("line");
+            let last_line = line.trim_start().starts_with("quit");
+            banner.push(line);
+            if last_line {
+                break;
+            }
+        }
+        if !banner.is_empty() {
+            return Child {
+                process,
+                stdin,
+                lines,
+                banner: banner.join("\n"),
+                base,
+            };
+        }
+        // No banner: the demo refused to start; retry elsewhere if a port
+        // was taken.
+        let output = process.wait_with_output().expect("exit");
+        last = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(
+            last.contains("is taken") || last.contains("in use"),
+            "meshd demo failed: {last}"
+        );
+    }
+    panic!("no free base port: {last}");
 }

@@ -1,18 +1,49 @@
 //! The details behind the picture, as plain HTML: one article per cable
-//! and per node. Without JavaScript they are the page's own lists (the
-//! picture links to them); with it, hovering or focusing an element of the
-//! picture shows its article beside it.
+//! and per node, each fault with its evidence and its fix. Without
+//! JavaScript they are the page's own lists (the picture links to them);
+//! with it, hovering or focusing an element of the picture shows its
+//! article beside it. The inspector beside the picture opens on the
+//! article of the worst current fault, rendered here too.
 
 use std::fmt::Write as _;
 use std::time::SystemTime;
 
-use meshd_domain::facts::{Cable, CableEnd, CheckResult};
+use meshd_domain::facts::{Cable, CableEnd};
 use meshd_domain::{Alarm, Blame, LinkMeasurement, LinkState};
 
 use super::picture::{MAX_DETAILED_LINES, link_state_label, node_state_label, node_state_name};
-use super::scene::{Pair, Scene, SceneNode};
-use super::text::{age, clip, esc, percent, speed, utc};
+use super::scene::{Checks, MESH_ANCHOR, Pair, Scene, SceneNode};
+use super::text::{age, clip, esc, percent, prose, speed, utc};
 use meshd_model::link::fmt_duration;
+
+/// Where an article goes: the lists give it its id, which the picture
+/// links to; its copy in the inspector has none, ids being unique.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    List,
+    Inspector,
+}
+
+impl Place {
+    fn id(self, anchor: &str) -> String {
+        match self {
+            Place::List => format!(r#" id="{}""#, esc(anchor)),
+            Place::Inspector => String::new(),
+        }
+    }
+}
+
+/// The article `anchor` names, without its id, for the inspector; nothing
+/// when no article has that id.
+pub fn inspected(scene: &Scene<'_>, anchor: &str, now: SystemTime, out: &mut String) {
+    if let Some(pair) = scene.pairs.iter().find(|p| p.anchor() == anchor) {
+        cable(pair, now, Place::Inspector, out);
+    } else if let Some(node) = scene.nodes.iter().find(|n| n.anchor() == anchor) {
+        node_article(scene, node, now, Place::Inspector, out);
+    } else if anchor == MESH_ANCHOR {
+        mesh_article(scene, Place::Inspector, out);
+    }
+}
 
 /// One evidence line, alarm summary or fix is cut at this many characters,
 /// and a list at this many entries: reports come from peers, and a broken
@@ -51,17 +82,17 @@ pub fn cables(scene: &Scene<'_>, now: SystemTime, out: &mut String) {
         .collect();
     pairs.sort_by_key(|p| p.state() == LinkState::Up);
     for pair in pairs {
-        cable(pair, now, out);
+        cable(pair, now, Place::List, out);
     }
     out.push_str("</section>");
 }
 
-fn cable(pair: &Pair<'_>, now: SystemTime, out: &mut String) {
+fn cable(pair: &Pair<'_>, now: SystemTime, place: Place, out: &mut String) {
     let state = pair.state();
-    let key = esc(&pair.key()).to_string();
     let _ = write!(
         out,
-        r#"<article class="detail" id="cable~{key}" data-state="{state}"><h3><span class="badge" data-state="{state}">{}</span> {} – {}</h3>"#,
+        r#"<article class="detail"{} data-state="{state}"><h3><span class="badge" data-state="{state}">{}</span> {} – {}</h3>"#,
+        place.id(&pair.anchor()),
         link_state_label(state),
         esc(pair.a.as_str()),
         esc(pair.b.as_str())
@@ -107,10 +138,12 @@ fn cable(pair: &Pair<'_>, now: SystemTime, out: &mut String) {
     for c in &pair.cables {
         cable_ends(c, out);
     }
-    figures(&pair.measurements, now, out);
     if let Some(v) = pair.verdict {
+        // What is wrong and what to do first; the figures after them.
         evidence(&v.evidence, out);
+        fix(v.fix.as_deref(), out);
     }
+    figures(&pair.measurements, now, out);
     out.push_str("</article>");
 }
 
@@ -222,6 +255,17 @@ fn evidence(lines: &[String], out: &mut String) {
     out.push_str("</ul>");
 }
 
+/// A verdict's fix: prose, its commands as code.
+fn fix(text: Option<&str>, out: &mut String) {
+    if let Some(text) = text.filter(|t| !t.is_empty()) {
+        let _ = write!(
+            out,
+            r#"<p class="fix"><strong>Fix:</strong> {}</p>"#,
+            prose(&clip(text, MAX_TEXT))
+        );
+    }
+}
+
 fn more(total: usize, out: &mut String) {
     if total > MAX_ITEMS {
         let _ = write!(out, "<li>… and {} more</li>", total - MAX_ITEMS);
@@ -235,20 +279,27 @@ pub fn nodes(scene: &Scene<'_>, now: SystemTime, out: &mut String) {
         scene.nodes.len()
     );
     for node in &scene.nodes {
-        node_article(scene, node, now, out);
+        node_article(scene, node, now, Place::List, out);
     }
     out.push_str("</section>");
 }
 
-fn node_article(scene: &Scene<'_>, node: &SceneNode<'_>, now: SystemTime, out: &mut String) {
+fn node_article(
+    scene: &Scene<'_>,
+    node: &SceneNode<'_>,
+    now: SystemTime,
+    place: Place,
+    out: &mut String,
+) {
     let state = node.verdict.map(|v| v.state);
-    let id = esc(node.id.as_str());
     let _ = write!(
         out,
-        r#"<article class="detail" id="node~{id}" data-state="{}"><h3><span class="badge" data-state="{}">{}</span> {id}"#,
+        r#"<article class="detail"{} data-state="{}"><h3><span class="badge" data-state="{}">{}</span> {}"#,
+        place.id(&node.anchor()),
         node_state_name(state),
         node_state_name(state),
-        node_state_label(state)
+        node_state_label(state),
+        esc(node.id.as_str())
     );
     if node.is_self(scene.status) {
         out.push_str(" <small>(this node: the view on this page is its own)</small>");
@@ -286,15 +337,16 @@ fn node_article(scene: &Scene<'_>, node: &SceneNode<'_>, now: SystemTime, out: &
             }
             out.push_str("</p>");
             evidence(&v.evidence, out);
+            fix(v.fix.as_deref(), out);
         }
         None => out.push_str("<p>No verdict on this node: it is not a configured member.</p>"),
     }
     alarms(&node.alarms, out);
-    checks(&node.failing_checks, out);
+    checks(&node.checks, out);
     out.push_str("</article>");
 }
 
-/// An alarm or a failing check, as listed: a badge, a line, the evidence
+/// An alarm or a check that did not pass, as listed: a badge, a line, the evidence
 /// and the fix.
 struct Finding<'a> {
     /// The badge's data attribute, which colours it: `severity` or `check`.
@@ -323,15 +375,22 @@ fn alarms(list: &[&Alarm], out: &mut String) {
     findings_list("Alarms", "alarms", list.len(), findings, out);
 }
 
-fn checks(list: &[&CheckResult], out: &mut String) {
-    let findings = list.iter().map(|check| Finding {
-        attribute: "check",
-        level: check.status.as_str(),
-        line: esc(&clip(&check.name, MAX_TEXT)).to_string(),
-        evidence: &check.evidence,
-        fix: Some(check.fix.as_str()).filter(|fix| !fix.is_empty()),
-    });
-    findings_list("Failing checks", "checks", list.len(), findings, out);
+/// Failing checks, then warnings, each under its own heading: a warning
+/// is never called a failure.
+fn checks(checks: &Checks<'_>, out: &mut String) {
+    for (title, list) in [
+        ("Failing checks", &checks.failing),
+        ("Warnings", &checks.warnings),
+    ] {
+        let findings = list.iter().map(|check| Finding {
+            attribute: "check",
+            level: check.status.as_str(),
+            line: esc(&clip(&check.name, MAX_TEXT)).to_string(),
+            evidence: &check.evidence,
+            fix: Some(check.fix.as_str()).filter(|fix| !fix.is_empty()),
+        });
+        findings_list(title, "checks", list.len(), findings, out);
+    }
 }
 
 fn findings_list<'a>(
@@ -356,11 +415,14 @@ fn findings_list<'a>(
         );
         evidence(finding.evidence, out);
         if let Some(fix) = finding.fix {
-            let _ = write!(
-                out,
-                r#"<p class="fix">Fix: <code>{}</code></p>"#,
-                esc(&clip(fix, MAX_TEXT))
-            );
+            let fix = clip(fix, MAX_TEXT);
+            // A fix is either one command, or prose with its commands in
+            // backticks (as the checks write theirs).
+            let _ = if fix.contains('`') {
+                write!(out, r#"<p class="fix">Fix: {}</p>"#, prose(&fix))
+            } else {
+                write!(out, r#"<p class="fix">Fix: <code>{}</code></p>"#, esc(&fix))
+            };
         }
         out.push_str("</li>");
     }
@@ -374,9 +436,19 @@ pub fn mesh_wide(scene: &Scene<'_>, out: &mut String) {
         return;
     }
     out.push_str(
-        r#"<section class="list" aria-labelledby="mesh-heading"><h2 id="mesh-heading">Whole mesh</h2><article class="detail" id="mesh~wide">"#,
+        r#"<section class="list" aria-labelledby="mesh-heading"><h2 id="mesh-heading">Whole mesh</h2>"#,
+    );
+    mesh_article(scene, Place::List, out);
+    out.push_str("</section>");
+}
+
+fn mesh_article(scene: &Scene<'_>, place: Place, out: &mut String) {
+    let _ = write!(
+        out,
+        r#"<article class="detail"{}><h3>Whole mesh</h3>"#,
+        place.id(MESH_ANCHOR)
     );
     alarms(&scene.mesh_alarms, out);
     checks(&scene.mesh_checks, out);
-    out.push_str("</article></section>");
+    out.push_str("</article>");
 }

@@ -2,12 +2,14 @@
 //! State is drawn three ways at once (colour, line pattern, and a text tag
 //! on every line that is not up), so colour is never the only signal. Every
 //! node and line is a link to its details below, which makes it focusable
-//! with Tab and usable without JavaScript; its `<title>` is the tooltip.
+//! with Tab and usable without JavaScript; its `<title>` is the tooltip,
+//! with the evidence and the fix of a fault. The canvas grows to hold
+//! every label, so none is ever cut at the picture's edge.
 
 use std::f64::consts::PI;
 use std::fmt::Write as _;
 
-use meshd_domain::{Blame, LinkState, NodeState};
+use meshd_domain::{Blame, LinkState, LinkVerdict, NodeState, Severity, with_their_nodes};
 
 use super::scene::{Pair, Scene, SceneNode};
 use super::text::{clip, esc, percent};
@@ -16,8 +18,13 @@ use meshd_model::link::fmt_duration;
 const WIDTH: f64 = 760.0;
 const HEIGHT: f64 = 600.0;
 const CENTRE: (f64, f64) = (WIDTH / 2.0, HEIGHT / 2.0);
-/// Leaves room outside the ring for names and state lines.
+/// Leaves room outside the ring for names and state lines; where they
+/// need more, the canvas grows (see [`Bounds`]).
 const RING: f64 = 205.0;
+/// Room kept between the outermost text and the canvas's edge.
+const MARGIN: f64 = 8.0;
+/// A node's text lines, baseline to baseline.
+const LINE: f64 = 16.0;
 /// Names longer than this are cut in the picture (never in the lists).
 const NAME_CHARS: usize = 16;
 /// Where along a line its state tag sits, from the lower id's end: off the
@@ -92,7 +99,7 @@ fn line_tag(pair: &Pair<'_>) -> Option<String> {
     let verdict = pair.verdict;
     match verdict {
         None => Some("NO VERDICT".to_owned()),
-        Some(v) if v.blame == Blame::Node => Some(match &v.blamed_node {
+        Some(v) if v.down_with_node() => Some(match &v.blamed_node {
             Some(node) => format!("{} DOWN (node)", clip(node.as_str(), NAME_CHARS)),
             None => "NODE DOWN".to_owned(),
         }),
@@ -132,14 +139,149 @@ pub fn pair_summary(pair: &Pair<'_>) -> String {
         let _ = write!(text, ", RDMA {}", m.figures.rdma_port_state);
     }
     if let Some(v) = pair.verdict {
-        for line in v.evidence.iter().take(5) {
-            let _ = write!(text, "\n{line}");
-        }
+        tooltip_fault(&v.evidence, v.fix.as_deref(), &mut text);
     }
     text
 }
 
-pub fn svg(scene: &Scene<'_>, out: &mut String) {
+/// A fault's evidence (the first lines) and its fix, for a tooltip.
+fn tooltip_fault(evidence: &[String], fix: Option<&str>, text: &mut String) {
+    for line in evidence.iter().take(5) {
+        let _ = write!(text, "\n{line}");
+    }
+    if let Some(fix) = fix {
+        let _ = write!(text, "\nFix: {fix}");
+    }
+}
+
+/// Where a line of text hangs from its `x`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Anchor {
+    Start,
+    Middle,
+    End,
+}
+
+impl Anchor {
+    fn as_str(self) -> &'static str {
+        match self {
+            Anchor::Start => "start",
+            Anchor::Middle => "middle",
+            Anchor::End => "end",
+        }
+    }
+}
+
+/// One line of text drawn in the picture: a node's name, state or counts,
+/// or a line's tag.
+#[derive(Debug, Clone, PartialEq)]
+struct Text {
+    class: &'static str,
+    text: String,
+    x: f64,
+    /// The baseline; a tag's middle (the style centres tags on it).
+    y: f64,
+    anchor: Anchor,
+}
+
+impl Text {
+    /// Font size in px and whether bold, as the style sets them.
+    fn font(&self) -> (f64, bool) {
+        match self.class {
+            "name" => (15.0, true),
+            "tag" => (12.0, true),
+            // fail, warn (semi-bold) and sub.
+            _ => (12.0, self.class != "sub"),
+        }
+    }
+
+    /// A box the drawn text surely fits in, whatever the font: the page
+    /// uses the system's, which the server cannot measure, so every
+    /// character is taken at least as wide as it is in the common sans
+    /// fonts (DejaVu Sans Bold is the widest of them).
+    fn extent(&self) -> (f64, f64, f64, f64) {
+        let (px, bold) = self.font();
+        let ems: f64 = self.text.chars().map(em_width).sum();
+        let width = ems * px * if bold { 1.0 } else { 0.92 };
+        let left = match self.anchor {
+            Anchor::Start => self.x,
+            Anchor::Middle => self.x - width / 2.0,
+            Anchor::End => self.x - width,
+        };
+        let (top, bottom) = if self.class == "tag" {
+            (self.y - 0.7 * px, self.y + 0.7 * px)
+        } else {
+            // Ascenders and descenders of DejaVu Sans, rounded up.
+            (self.y - 0.95 * px, self.y + 0.3 * px)
+        };
+        (left, top, left + width, bottom)
+    }
+
+    fn write(&self, out: &mut String) {
+        let _ = write!(
+            out,
+            r#"<text class="{}" x="{:.1}" y="{:.1}" text-anchor="{}">{}</text>"#,
+            self.class,
+            self.x,
+            self.y,
+            self.anchor.as_str(),
+            esc(&self.text)
+        );
+    }
+}
+
+/// The advance of `c` in em, rounded up from the widest common sans font.
+fn em_width(c: char) -> f64 {
+    match c {
+        'm' | 'w' | 'M' | 'W' | '@' | '%' | '&' => 1.12,
+        'A'..='Z' => 0.88,
+        _ if c.is_ascii() => 0.74,
+        // Symbols (⚠, ✖, ·, …) and other scripts: a full em and some.
+        _ => 1.25,
+    }
+}
+
+/// The canvas: the base one, grown to hold every text.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Bounds {
+    left: f64,
+    top: f64,
+    right: f64,
+    bottom: f64,
+}
+
+impl Bounds {
+    fn holding<'t>(texts: impl IntoIterator<Item = &'t Text>) -> Bounds {
+        let mut b = Bounds {
+            left: 0.0,
+            top: 0.0,
+            right: WIDTH,
+            bottom: HEIGHT,
+        };
+        for text in texts {
+            let (left, top, right, bottom) = text.extent();
+            b.left = b.left.min(left - MARGIN);
+            b.top = b.top.min(top - MARGIN);
+            b.right = b.right.max(right + MARGIN);
+            b.bottom = b.bottom.max(bottom + MARGIN);
+        }
+        b
+    }
+
+    fn view_box(&self) -> String {
+        format!(
+            "{:.1} {:.1} {:.1} {:.1}",
+            self.left,
+            self.top,
+            self.right - self.left,
+            self.bottom - self.top
+        )
+    }
+}
+
+/// The picture; `shown` is the article the inspector shows, whose element
+/// is marked as such.
+pub fn svg(scene: &Scene<'_>, shown: Option<&str>, out: &mut String) {
     let n = scene.nodes.len();
     let places = places(n);
     let at = |id| {
@@ -150,10 +292,33 @@ pub fn svg(scene: &Scene<'_>, out: &mut String) {
             .and_then(|i| places.get(i).copied())
     };
     let detailed = scene.pairs.len() <= MAX_DETAILED_LINES;
+    let r = disc_radius(n);
+    let lines: Vec<(&Pair<'_>, Point, Point, Option<Text>)> = scene
+        .pairs
+        .iter()
+        .filter(|pair| detailed || pair.state() != LinkState::Up)
+        .filter_map(|pair| {
+            let (from, to) = (at(pair.a)?, at(pair.b)?);
+            Some((pair, from, to, tag(pair, from, to)))
+        })
+        .collect();
+    let labels: Vec<Vec<Text>> = scene
+        .nodes
+        .iter()
+        .zip(&places)
+        .map(|(node, place)| label(&label_lines(scene, node), *place, r, n == 1))
+        .collect();
+    let bounds = Bounds::holding(
+        labels
+            .iter()
+            .flatten()
+            .chain(lines.iter().filter_map(|(_, _, _, tag)| tag.as_ref())),
+    );
     let counts = line_counts(scene);
     let _ = write!(
         out,
-        r#"<svg class="picture" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-labelledby="picture-title"><title id="picture-title">{} nodes, {} cables: {}</title>"#,
+        r#"<svg class="picture" viewBox="{}" role="img" aria-labelledby="picture-title"><title id="picture-title">{} nodes, {} cables: {}</title>"#,
+        bounds.view_box(),
         n,
         scene.pairs.len(),
         esc(&counts)
@@ -166,31 +331,44 @@ pub fn svg(scene: &Scene<'_>, out: &mut String) {
         );
     }
     out.push_str(r#"<g class="lines">"#);
-    for pair in &scene.pairs {
-        if !detailed && pair.state() == LinkState::Up {
-            continue;
-        }
-        if let (Some(from), Some(to)) = (at(pair.a), at(pair.b)) {
-            line(pair, from, to, out);
-        }
+    for (pair, from, to, tag) in &lines {
+        line(pair, *from, *to, tag.as_ref(), shown, out);
     }
     out.push_str(r#"</g><g class="nodes">"#);
-    let r = disc_radius(n);
-    for (node, place) in scene.nodes.iter().zip(&places) {
-        disc(scene, node, *place, r, n == 1, out);
+    for ((node, place), label) in scene.nodes.iter().zip(&places).zip(&labels) {
+        disc(scene, node, *place, r, label, shown, out);
     }
     out.push_str("</g></svg>");
 }
 
-/// "5 up, 1 down" over the drawn lines.
+/// "5 up, 1 down, 3 down with node d" over the drawn lines: the lines a
+/// down node takes with it are counted apart, as `meshctl status` counts
+/// them.
 pub fn line_counts(scene: &Scene<'_>) -> String {
-    let parts: Vec<String> = LinkState::ALL
+    let mut parts: Vec<String> = LinkState::ALL
         .iter()
         .filter_map(|state| {
-            let count = scene.pairs.iter().filter(|p| p.state() == *state).count();
+            let count = scene
+                .pairs
+                .iter()
+                .filter(|p| p.state() == *state && !p.down_with_node())
+                .count();
             (count > 0).then(|| format!("{count} {state}"))
         })
         .collect();
+    let with_nodes: Vec<&LinkVerdict> = scene
+        .pairs
+        .iter()
+        .filter(|p| p.down_with_node())
+        .filter_map(|p| p.verdict)
+        .collect();
+    if !with_nodes.is_empty() {
+        parts.push(format!(
+            "{} down {}",
+            with_nodes.len(),
+            with_their_nodes(&with_nodes)
+        ));
+    }
     if parts.is_empty() {
         "none".to_owned()
     } else {
@@ -198,14 +376,39 @@ pub fn line_counts(scene: &Scene<'_>) -> String {
     }
 }
 
-fn line(pair: &Pair<'_>, from: Point, to: Point, out: &mut String) {
+/// A line's tag, off its middle.
+fn tag(pair: &Pair<'_>, from: Point, to: Point) -> Option<Text> {
+    line_tag(pair).map(|text| Text {
+        class: "tag",
+        text,
+        x: from.x + (to.x - from.x) * TAG_AT,
+        y: from.y + (to.y - from.y) * TAG_AT,
+        anchor: Anchor::Middle,
+    })
+}
+
+/// ` shown` when `anchor` is the one the inspector shows.
+fn shown_class(anchor: &str, shown: Option<&str>) -> &'static str {
+    if shown == Some(anchor) { " shown" } else { "" }
+}
+
+fn line(
+    pair: &Pair<'_>,
+    from: Point,
+    to: Point,
+    tag: Option<&Text>,
+    shown: Option<&str>,
+    out: &mut String,
+) {
     let state = pair.state();
     let blame = pair.verdict.map_or(Blame::None, |v| v.blame);
-    let key = pair.key();
+    let anchor = pair.anchor();
     let _ = write!(
         out,
-        r##"<a class="cable" href="#cable~{key}" data-cable="{key}" data-state="{state}" data-blame="{blame}">"##,
-        key = esc(&key)
+        r##"<a class="cable{}" href="#{}" data-cable="{}" data-state="{state}" data-blame="{blame}">"##,
+        shown_class(&anchor, shown),
+        esc(&anchor),
+        esc(&pair.key())
     );
     let _ = write!(out, "<title>{}</title>", esc(&pair_summary(pair)));
     let coords = format!(
@@ -216,26 +419,81 @@ fn line(pair: &Pair<'_>, from: Point, to: Point, out: &mut String) {
         out,
         r#"<line class="hit" {coords}/><line class="wire" {coords}/>"#
     );
-    if let Some(tag) = line_tag(pair) {
-        let x = from.x + (to.x - from.x) * TAG_AT;
-        let y = from.y + (to.y - from.y) * TAG_AT;
-        let _ = write!(
-            out,
-            r#"<text class="tag" x="{x:.1}" y="{y:.1}">{}</text>"#,
-            esc(&tag)
-        );
+    if let Some(tag) = tag {
+        tag.write(out);
     }
     out.push_str("</a>");
 }
 
-fn disc(scene: &Scene<'_>, node: &SceneNode<'_>, at: Point, r: f64, alone: bool, out: &mut String) {
+/// A node's text lines beside its disc: its name; its state; in red, its
+/// critical alarms and failing checks; in amber, its other alarms and its
+/// warnings. A warning is never counted as a failure.
+fn label_lines(scene: &Scene<'_>, node: &SceneNode<'_>) -> Vec<(&'static str, String)> {
+    let state = node.verdict.map(|v| v.state);
+    let mut lines = vec![("name", clip(node.id.as_str(), NAME_CHARS))];
+    let mut sub = node_state_label(state).to_owned();
+    if node.is_self(scene.status) {
+        sub.push_str(" · this node");
+    }
+    if scene.status.quorum.leader.as_ref() == Some(node.id) {
+        sub.push_str(" · leader");
+    }
+    lines.push(("sub", sub));
+    let critical = node
+        .alarms
+        .iter()
+        .filter(|a| a.severity == Severity::Critical)
+        .count();
+    let other_alarms = node.alarms.len() - critical;
+    for (class, mark, counts) in [
+        (
+            "fail",
+            "✖",
+            [
+                (critical, "alarm"),
+                (node.checks.failing.len(), "failing check"),
+            ],
+        ),
+        (
+            "warn",
+            "⚠",
+            [
+                (other_alarms, "alarm"),
+                (node.checks.warnings.len(), "warning"),
+            ],
+        ),
+    ] {
+        let counted: Vec<String> = counts
+            .into_iter()
+            .filter(|(n, _)| *n > 0)
+            .map(|(n, what)| format!("{n} {what}{}", if n == 1 { "" } else { "s" }))
+            .collect();
+        if !counted.is_empty() {
+            lines.push((class, format!("{mark} {}", counted.join(", "))));
+        }
+    }
+    lines
+}
+
+fn disc(
+    scene: &Scene<'_>,
+    node: &SceneNode<'_>,
+    at: Point,
+    r: f64,
+    label: &[Text],
+    shown: Option<&str>,
+    out: &mut String,
+) {
     let state = node.verdict.map(|v| v.state);
     let this = node.is_self(scene.status);
     let leader = scene.status.quorum.leader.as_ref() == Some(node.id);
-    let id = esc(node.id.as_str());
+    let anchor = node.anchor();
     let _ = write!(
         out,
-        r##"<a class="node" href="#node~{id}" data-node="{id}" data-state="{}"{}>"##,
+        r##"<a class="node{}" href="#{}" data-node="{}" data-state="{}"{}>"##,
+        shown_class(&anchor, shown),
+        esc(&anchor),
+        esc(node.id.as_str()),
         node_state_name(state),
         if this { r#" data-self="true""# } else { "" }
     );
@@ -247,16 +505,12 @@ fn disc(scene: &Scene<'_>, node: &SceneNode<'_>, at: Point, r: f64, alone: bool,
         title.push_str(", quorum leader");
     }
     if let Some(v) = node.verdict {
-        for line in v.evidence.iter().take(5) {
-            let _ = write!(title, "\n{line}");
-        }
+        tooltip_fault(&v.evidence, v.fix.as_deref(), &mut title);
     }
-    let _ = write!(
-        title,
-        "\n{} alarm(s), {} failing check(s)",
-        node.alarms.len(),
-        node.failing_checks.len()
-    );
+    // The same counts as the label's red and amber lines.
+    for text in label.iter().filter(|t| matches!(t.class, "fail" | "warn")) {
+        let _ = write!(title, "\n{}", text.text);
+    }
     let _ = write!(
         out,
         r#"<title>{}</title><circle class="disc" cx="{:.1}" cy="{:.1}" r="{r:.1}"/>"#,
@@ -279,34 +533,15 @@ fn disc(scene: &Scene<'_>, node: &SceneNode<'_>, at: Point, r: f64, alone: bool,
             at.y - d
         );
     }
-    let mut lines = vec![("name", clip(node.id.as_str(), NAME_CHARS))];
-    let mut sub = node_state_label(state).to_owned();
-    if this {
-        sub.push_str(" · this node");
+    for text in label {
+        text.write(out);
     }
-    if leader {
-        sub.push_str(" · leader");
-    }
-    lines.push(("sub", sub));
-    let trouble: Vec<String> = [
-        (node.alarms.len(), "alarm"),
-        (node.failing_checks.len(), "failing check"),
-    ]
-    .into_iter()
-    .filter(|(n, _)| *n > 0)
-    .map(|(n, what)| format!("{n} {what}{}", if n == 1 { "" } else { "s" }))
-    .collect();
-    if !trouble.is_empty() {
-        lines.push(("warn", format!("⚠ {}", trouble.join(", "))));
-    }
-    label(at, r, alone, &lines, out);
     out.push_str("</a>");
 }
 
-/// Writes a node's text lines just outside its disc, on the side facing
+/// Places a node's text lines just outside its disc, on the side facing
 /// away from the ring's centre.
-fn label(at: Point, r: f64, alone: bool, lines: &[(&str, String)], out: &mut String) {
-    const LINE: f64 = 16.0;
+fn label(lines: &[(&'static str, String)], at: Point, r: f64, alone: bool) -> Vec<Text> {
     let (dx, dy) = if alone {
         (0.0, 1.0)
     } else {
@@ -316,11 +551,11 @@ fn label(at: Point, r: f64, alone: bool, lines: &[(&str, String)], out: &mut Str
     };
     let gap = r + 8.0;
     let anchor = if dx > 0.35 {
-        "start"
+        Anchor::Start
     } else if dx < -0.35 {
-        "end"
+        Anchor::End
     } else {
-        "middle"
+        Anchor::Middle
     };
     #[allow(clippy::cast_precision_loss)]
     let block = LINE * lines.len() as f64;
@@ -334,15 +569,21 @@ fn label(at: Point, r: f64, alone: bool, lines: &[(&str, String)], out: &mut Str
     } else {
         at.y + dy * gap - block / 2.0 + LINE * 0.8
     };
-    for (i, (class, text)) in lines.iter().enumerate() {
-        #[allow(clippy::cast_precision_loss)]
-        let y = first + LINE * i as f64;
-        let _ = write!(
-            out,
-            r#"<text class="{class}" x="{x:.1}" y="{y:.1}" text-anchor="{anchor}">{}</text>"#,
-            esc(text)
-        );
-    }
+    lines
+        .iter()
+        .enumerate()
+        .map(|(i, (class, text))| {
+            #[allow(clippy::cast_precision_loss)]
+            let y = first + LINE * i as f64;
+            Text {
+                class,
+                text: text.clone(),
+                x,
+                y,
+                anchor,
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -28,16 +28,32 @@ pub fn document(status: &MeshStatus, now: SystemTime, stall_after: Duration) -> 
     out
 }
 
-/// The live part: header, picture, inspector and the lists.
+/// The live part: header, picture, inspector and the lists. The
+/// inspector opens on the worst current fault, its evidence and its fix:
+/// what to do first, without a search (the script keeps a reader's own
+/// choice across updates instead).
 pub fn view(status: &MeshStatus, now: SystemTime, stall_after: Duration) -> String {
     let scene = scene(status);
+    let worst = scene.worst_fault();
     let mut out = String::with_capacity(16 * 1024);
     header(&scene, now, stall_after, &mut out);
     out.push_str(r#"<div class="stage"><figure>"#);
-    picture::svg(&scene, &mut out);
-    out.push_str(
-        r#"</figure><aside id="inspector"><p class="hint">Point at or Tab to a cable or a node to see its figures, evidence and fixes here. Everything is also listed below.</p></aside></div>"#,
-    );
+    picture::svg(&scene, worst.as_deref(), &mut out);
+    out.push_str("</figure>");
+    match &worst {
+        Some(anchor) => {
+            let _ = write!(
+                out,
+                r#"<aside id="inspector" data-shows="{}"><p class="hint">The worst fault now, and what to do about it. Point at or Tab to a cable or a node to see it here instead; everything is also listed below.</p>"#,
+                esc(anchor)
+            );
+            details::inspected(&scene, anchor, now, &mut out);
+            out.push_str("</aside></div>");
+        }
+        None => out.push_str(
+            r#"<aside id="inspector"><p class="hint">Nothing is wrong. Point at or Tab to a cable or a node to see its figures and evidence here. Everything is also listed below.</p></aside></div>"#,
+        ),
+    }
     details::cables(&scene, now, &mut out);
     details::nodes(&scene, now, &mut out);
     details::mesh_wide(&scene, &mut out);
@@ -163,5 +179,22 @@ fn legend(out: &mut String) {
             r#"<li><svg class="swatch" viewBox="0 0 48 24" aria-hidden="true"><g class="node" data-state="{state}"><circle class="disc" cx="24" cy="12" r="9"/></g></svg>{text}</li>"#
         );
     }
-    out.push_str("</ul><p>A node's details list its evidence, alarms and failing checks with the command that fixes each. Read-only: this page changes nothing.</p></footer>");
+    for (class, mark, text) in [
+        (
+            "fail",
+            "✖",
+            "red beside a node: its critical alarms and failing checks",
+        ),
+        (
+            "warn",
+            "⚠",
+            "amber beside a node: its other alarms and its warnings",
+        ),
+    ] {
+        let _ = write!(
+            out,
+            r#"<li><svg class="swatch" viewBox="0 0 48 24" aria-hidden="true"><g class="node"><text class="{class}" x="24" y="17" text-anchor="middle">{mark}</text></g></svg>{mark} {text}</li>"#
+        );
+    }
+    out.push_str("</ul><p>Every fault's details give its evidence and what to do about it; a node's also list its alarms, failing checks and warnings with the command that fixes each. Read-only: this page changes nothing.</p></footer>");
 }

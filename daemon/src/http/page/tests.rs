@@ -205,7 +205,11 @@ fn every_node_and_every_cable_is_drawn_and_detailed() {
         assert_eq!(count(&html, &format!(r#"data-node="{name}""#)), 1, "{name}");
         assert_eq!(count(&html, &format!(r#"id="node~{name}""#)), 1, "{name}");
     }
-    assert_eq!(count(&html, "<a class=\"cable\""), 10);
+    assert_eq!(
+        count(&html, "<a class=\"cable\""),
+        10,
+        "none shown: nothing is wrong"
+    );
     assert_eq!(count(&html, r#"id="cable~"#), 10);
     assert!(html.contains(r#"data-cable="a~b""#));
     assert!(html.contains("Mesh as seen by"));
@@ -261,7 +265,9 @@ fn state_is_spoken_not_only_coloured() {
     assert!(!healthy_line.contains("class=\"tag\""));
     let dead = section(&html, r#"data-node="d""#, "</a>");
     assert!(dead.contains(r#"class="cross""#) && dead.contains(">DOWN</text>"));
-    assert!(html.contains("not healthy: 1 node down, 4 links down, 1 alarm"));
+    assert!(
+        html.contains("not healthy: 1 node down, 3 links down with node d, 1 link down, 1 alarm")
+    );
 }
 
 #[test]
@@ -275,8 +281,8 @@ fn nodes_show_their_alarms_and_failing_checks_with_fixes() {
     assert!(c.contains(">FAIL</span> rdma_enabled"));
     assert!(c.contains("Fix: <code>boot to recoveryOS and run: rdma_ctl enable</code>"));
     assert!(
-        html.contains("⚠ 1 alarm, 1 failing check"),
-        "the picture counts them"
+        html.contains(r#"<text class="fail" x="#) && html.contains(">✖ 1 alarm, 1 failing check<"),
+        "the picture counts them, in red"
     );
     let mesh = html.split(r#"id="mesh~wide""#).nth(1).expect("whole mesh");
     assert!(mesh.contains(">WARN</span> full_mesh_cabled"));
@@ -386,7 +392,7 @@ fn a_big_lab_shows_every_node_but_only_the_cables_in_trouble() {
     status.links[1].state = LinkState::Degraded;
     let html = view(&status, wall(100), STALL);
     assert_eq!(
-        count(&html, "<a class=\"cable\""),
+        count(&html, "<a class=\"cable"),
         2,
         "only the cables in trouble"
     );
@@ -435,4 +441,331 @@ fn a_lone_node_and_an_empty_status_render() {
         "the answering node itself"
     );
     assert!(html.contains("No cables or links are known yet."));
+}
+
+/// A cable cut, a node dead: each fault carries its evidence and its fix,
+/// in its article and in the tooltip of what is drawn for it.
+#[test]
+fn a_down_cable_and_a_dead_node_show_their_fix_and_evidence() {
+    let mut status = troubled();
+    link_mut(&mut status, "a", "b").fix =
+        Some("reseat or replace the cable a <-> b, then check both ports (`ifconfig` on a)".into());
+    for x in ["a", "b", "c"] {
+        link_mut(&mut status, x, "d").fix =
+            Some("bring d back (see its line under nodes); the cable needs nothing".into());
+    }
+    status.nodes[3].fix =
+        Some("bring d back: check that meshd runs there (`systemctl status meshd`)".into());
+    let html = view(&status, wall(100), STALL);
+    let cut = section(
+        &html,
+        r#"<article class="detail" id="cable~a~b""#,
+        "</article>",
+    );
+    assert!(
+        cut.contains("<li>a: no reply for 3.0s (30 probes lost in a row)</li>"),
+        "{cut}"
+    );
+    assert!(
+        cut.contains(r#"<p class="fix"><strong>Fix:</strong> reseat or replace the cable a &lt;-&gt; b, then check both ports (<code>ifconfig</code> on a)</p>"#),
+        "{cut}"
+    );
+    let dead = section(
+        &html,
+        r#"<article class="detail" id="node~d""#,
+        "</article>",
+    );
+    assert!(dead.contains("<li>not heard: a, b, c</li>"), "{dead}");
+    assert!(
+        dead.contains("<strong>Fix:</strong> bring d back: check that meshd runs there (<code>systemctl status meshd</code>)"),
+        "{dead}"
+    );
+    let with_d = section(
+        &html,
+        r#"<article class="detail" id="cable~b~d""#,
+        "</article>",
+    );
+    assert!(with_d.contains("<strong>Fix:</strong> bring d back (see its line under nodes)"));
+    // The tooltips of the drawn line and disc say it too.
+    let line = section(&html, r#"data-cable="a~b""#, "</title>");
+    assert!(
+        line.contains("a: no reply for 3.0s") && line.contains("Fix: reseat or replace"),
+        "{line}"
+    );
+    let disc = section(&html, r#"data-node="d""#, "</title>");
+    assert!(
+        disc.contains("not heard: a, b, c") && disc.contains("Fix: bring d back"),
+        "{disc}"
+    );
+    // A cable that is up has nothing to fix.
+    let up = section(
+        &html,
+        r#"<article class="detail" id="cable~b~c""#,
+        "</article>",
+    );
+    assert!(!up.contains("Fix:"), "{up}");
+}
+
+/// A check that warns is a warning: counted and styled as one, never as a
+/// failure, in the picture and in the details.
+#[test]
+fn a_warning_is_a_warning_not_a_failure() {
+    let mut status = healthy(3);
+    for name in ["a", "b", "c"] {
+        status.checks.push(CheckResult {
+            name: "rdma_enabled".into(),
+            node: Some(id(name)),
+            status: CheckStatus::Warn,
+            evidence: vec!["/sys/class/infiniband: no RDMA device on this host".into()],
+            fix: "load the NIC's RDMA driver (`modprobe mlx5_ib`)".into(),
+        });
+    }
+    let html = document(&status, wall(100), STALL);
+    let picture = section(&html, "<svg class=\"picture\"", "</svg>");
+    assert!(!picture.contains("failing"), "{picture}");
+    assert!(!picture.contains(r#"class="fail""#), "{picture}");
+    assert_eq!(count(picture, r#"<text class="warn""#), 3);
+    assert_eq!(count(picture, ">⚠ 1 warning</text>"), 3);
+    let b = section(&html, r#"id="node~b""#, "</article>");
+    assert!(b.contains("<h4>Warnings (1)</h4>"), "{b}");
+    assert!(
+        b.contains("Fix: load the NIC&#39;s RDMA driver (<code>modprobe mlx5_ib</code>)"),
+        "commands of a fix in prose are code: {b}"
+    );
+    assert!(b.contains(r#"<span class="badge" data-check="warn">WARN</span> rdma_enabled"#));
+    assert!(!b.contains("Failing"), "{b}");
+    assert!(
+        html.contains(">healthy<"),
+        "warnings leave the mesh healthy"
+    );
+    assert!(
+        STYLE.contains(".node .warn { fill: var(--degraded);")
+            && STYLE.contains(".node .fail { fill: var(--down);"),
+        "warnings amber, failures red"
+    );
+    // A failed check next to it is a failure, apart.
+    status.checks[1].status = CheckStatus::Fail;
+    let html = view(&status, wall(100), STALL);
+    let b = section(&html, r#"data-node="b""#, "</a>");
+    assert!(
+        b.contains(r#"<text class="fail""#) && b.contains(">✖ 1 failing check<"),
+        "{b}"
+    );
+    assert!(!b.contains("⚠"), "{b}");
+}
+
+/// The article the inspector opens on, and the element the picture marks
+/// as shown.
+fn inspected(status: &MeshStatus) -> Option<String> {
+    let html = view(status, wall(100), STALL);
+    let aside = section(&html, r#"<aside id="inspector""#, "</aside>");
+    let shows = aside
+        .strip_prefix(r#" data-shows=""#)
+        .map(|rest| rest.split('"').next().unwrap_or_default().to_owned());
+    match &shows {
+        Some(anchor) => {
+            assert!(aside.contains("<article class=\"detail\""), "{aside}");
+            assert!(!aside.contains(" id=\""), "ids stay unique: {aside}");
+            assert_eq!(
+                count(&html, " shown\" href=\""),
+                1,
+                "one element marked shown"
+            );
+            assert!(
+                html.contains(&format!(r##" shown" href="#{anchor}""##)),
+                "{anchor}"
+            );
+        }
+        None => {
+            assert!(aside.contains("Nothing is wrong"), "{aside}");
+            assert_eq!(count(&html, " shown\""), 0);
+        }
+    }
+    shows
+}
+
+#[test]
+fn the_inspector_opens_on_the_worst_current_fault() {
+    let mut status = healthy(4);
+    assert_eq!(inspected(&status), None, "nothing wrong, nothing opened");
+    status.checks.push(CheckResult {
+        name: "rdma_enabled".into(),
+        node: Some(id("b")),
+        status: CheckStatus::Warn,
+        evidence: vec![],
+        fix: String::new(),
+    });
+    assert_eq!(inspected(&status), None, "a warning is not a fault");
+    status.checks[0].status = CheckStatus::Fail;
+    assert_eq!(inspected(&status).as_deref(), Some("node~b"));
+    status.alarms.push(Alarm {
+        kind: AlarmKind::CpuSpike,
+        severity: Severity::Warning,
+        node: id("c"),
+        subject: "cpu".into(),
+        summary: "CPU 97% for 30s".into(),
+        evidence: vec![],
+        fix: None,
+        since: wall(60),
+        updated: wall(90),
+    });
+    assert_eq!(
+        inspected(&status).as_deref(),
+        Some("node~c"),
+        "an alarm before a failing check"
+    );
+    status.alarms[0].severity = Severity::Critical;
+    status.alarms.push(Alarm {
+        node: id("b"),
+        ..status.alarms[0].clone()
+    });
+    assert_eq!(
+        inspected(&status).as_deref(),
+        Some("node~b"),
+        "equals in drawing order"
+    );
+    link_mut(&mut status, "c", "d").state = LinkState::Degraded;
+    assert_eq!(inspected(&status).as_deref(), Some("cable~c~d"));
+    link_mut(&mut status, "b", "d").state = LinkState::Flapping;
+    assert_eq!(inspected(&status).as_deref(), Some("cable~b~d"));
+    let cut = link_mut(&mut status, "b", "c");
+    cut.state = LinkState::Down;
+    cut.blame = Blame::Link;
+    assert_eq!(
+        inspected(&status).as_deref(),
+        Some("cable~b~c"),
+        "the cut cable"
+    );
+    // A dead node before everything else, its links included.
+    for x in ["a", "b", "c"] {
+        let l = link_mut(&mut status, x, "d");
+        l.state = LinkState::Down;
+        l.blame = Blame::Node;
+        l.blamed_node = Some(id("d"));
+    }
+    assert_eq!(
+        inspected(&status).as_deref(),
+        Some("cable~b~c"),
+        "a cut cable before links blamed on a node still up"
+    );
+    status.nodes[2].state = NodeState::Suspect;
+    assert_eq!(inspected(&status).as_deref(), Some("node~c"));
+    status.nodes[3].state = NodeState::Down;
+    assert_eq!(inspected(&status).as_deref(), Some("node~d"));
+    // And no quorum before all: this node's view, whose alarm says why.
+    status.quorum.has_quorum = false;
+    assert_eq!(inspected(&status).as_deref(), Some("node~a"));
+}
+
+/// The links a dead node takes with it are counted with it, everywhere
+/// the page counts links.
+#[test]
+fn a_dead_nodes_links_are_counted_apart_from_cable_faults() {
+    let html = view(&troubled(), wall(100), STALL);
+    assert!(
+        html.contains("4 nodes, 6 cables: 2 up, 1 down, 3 down with node d</title>"),
+        "{}",
+        section(&html, "<title id=\"picture-title\">", "</title>")
+    );
+    assert!(html.contains("1 node down, 3 links down with node d, 1 link down"));
+}
+
+/// 12-character ids on every ring from 2 to 8 nodes, each node with every
+/// line a label can have: every text drawn lies inside the viewBox, even
+/// taken as wide as the widest common font draws it.
+#[test]
+fn no_label_reaches_past_the_picture() {
+    for n in 2..=8 {
+        let mut status = healthy(n);
+        let long = |name: &str| id(&format!("mac-studio-{name}"));
+        for node in &mut status.nodes {
+            node.id = long(node.id.as_str());
+        }
+        for link in &mut status.links {
+            link.a.node = long(link.a.node.as_str());
+            link.b.node = long(link.b.node.as_str());
+            link.state = LinkState::Down;
+            link.blame = Blame::Node;
+            link.blamed_node = Some(link.b.node.clone());
+        }
+        status.cables.clear();
+        status.measurements.clear();
+        status.node.id = long("a");
+        status.quorum.leader = Some(long("a"));
+        let ids: Vec<_> = status.nodes.iter().map(|v| v.id.clone()).collect();
+        for node in &ids {
+            assert_eq!(node.as_str().chars().count(), 12);
+            for (severity, check) in [
+                (Severity::Critical, CheckStatus::Fail),
+                (Severity::Warning, CheckStatus::Warn),
+            ] {
+                for _ in 0..2 {
+                    status.alarms.push(Alarm {
+                        kind: AlarmKind::CpuSpike,
+                        severity,
+                        node: node.clone(),
+                        subject: "cpu".into(),
+                        summary: "CPU".into(),
+                        evidence: vec![],
+                        fix: None,
+                        since: wall(60),
+                        updated: wall(90),
+                    });
+                    status.checks.push(CheckResult {
+                        name: "check".into(),
+                        node: Some(node.clone()),
+                        status: check,
+                        evidence: vec![],
+                        fix: String::new(),
+                    });
+                }
+            }
+        }
+        let html = view(&status, wall(100), STALL);
+        let picture = section(&html, "<svg class=\"picture\"", "</svg>");
+        let numbers = |text: &str| -> Vec<f64> {
+            text.split_whitespace()
+                .map(|v| v.parse().expect("number"))
+                .collect()
+        };
+        let vb = numbers(section(picture, "viewBox=\"", "\""));
+        let (left, top, right, bottom) = (vb[0], vb[1], vb[0] + vb[2], vb[1] + vb[3]);
+        let texts: Vec<&str> = picture.split("<text ").skip(1).collect();
+        assert!(texts.len() >= 4 * n, "{n} nodes: {} texts", texts.len());
+        for text in texts {
+            if text.starts_with(r#"class="watermark""#) {
+                continue;
+            }
+            let attr = |name: &str| section(text, &format!(" {name}=\""), "\"").to_owned();
+            let x: f64 = attr("x").parse().expect("x");
+            let y: f64 = attr("y").parse().expect("y");
+            let content = text
+                .split_once('>')
+                .and_then(|(_, rest)| rest.split_once("</text>"))
+                .expect("a text element")
+                .0;
+            // DejaVu Sans Bold, the widest of the common fonts, averages
+            // under 0.72 em a character over these texts; symbols 1 em.
+            let ems: f64 = content
+                .chars()
+                .map(|c| if c.is_ascii() { 0.72 } else { 1.0 })
+                .sum();
+            let px = if text.starts_with(r#"class="name""#) {
+                15.0
+            } else {
+                12.0
+            };
+            let width = ems * px;
+            let (from, to) = match text.contains(r#"text-anchor="start""#) {
+                true => (x, x + width),
+                false if text.contains(r#"text-anchor="end""#) => (x - width, x),
+                false => (x - width / 2.0, x + width / 2.0),
+            };
+            assert!(
+                from >= left && to <= right && y - px >= top && y + px / 2.0 <= bottom,
+                "{n} nodes: {content:?} spans x {from:.0}..{to:.0}, y {y:.0}, \
+                 outside the viewBox {left:.0} {top:.0} {right:.0} {bottom:.0}"
+            );
+        }
+    }
 }

@@ -2,6 +2,7 @@
 //! a person reads them.
 
 use std::fmt;
+use std::fmt::Write as _;
 use std::time::SystemTime;
 
 /// Writes `text` with every character that means something in HTML (or
@@ -83,6 +84,22 @@ pub fn clip(text: &str, max: usize) -> String {
     }
 }
 
+/// A fix or other advice as HTML: escaped, its `quoted` commands as code.
+/// The model writes its fixes as prose with the commands in backticks.
+pub fn prose(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 16);
+    for (i, part) in text.split('`').enumerate() {
+        // Odd parts sit between a pair of backticks; an unpaired last one
+        // is code to the end, which costs the reader nothing.
+        if i % 2 == 1 {
+            let _ = write!(out, "<code>{}</code>", esc(part));
+        } else {
+            let _ = write!(out, "{}", esc(part));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -122,6 +139,16 @@ mod tests {
             utc(SystemTime::UNIX_EPOCH - Duration::from_secs(1)),
             "out of range"
         );
+    }
+
+    #[test]
+    fn commands_in_prose_are_code_and_nothing_else_is_markup() {
+        assert_eq!(
+            prose("bring d back (`systemctl status meshd`) <now>"),
+            "bring d back (<code>systemctl status meshd</code>) &lt;now&gt;"
+        );
+        assert_eq!(prose("no command"), "no command");
+        assert_eq!(prose("`<b>`"), "<code>&lt;b&gt;</code>");
     }
 
     #[test]

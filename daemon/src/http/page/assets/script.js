@@ -13,6 +13,8 @@
   const view = document.getElementById("view");
   let lastView = 0;
   let lostSince = null;
+  // The article the reader chose. Until they choose one, each view's
+  // inspector shows what the node put there: the worst current fault.
   let shown = null;
 
   const clock = (t) => new Date(t).toLocaleTimeString();
@@ -70,7 +72,7 @@
       const again = drawn(focusedId);
       if (again) again.focus({ preventScroll: true });
     }
-    inspect(shown);
+    if (shown) inspect(shown);
   }
 
   function inspect(id) {
