@@ -5,10 +5,10 @@
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
-use meshd_domain::MeshStatus;
+use meshd_domain::{AlarmKind, MeshStatus};
 
 use super::scene::{Scene, scene};
-use super::text::{age, esc, utc};
+use super::text::{age, esc, prose, utc};
 use super::{details, picture};
 
 /// The whole page: the view, the legend, and where the style and the
@@ -105,9 +105,18 @@ fn header(scene: &Scene<'_>, now: SystemTime, stall_after: Duration, out: &mut S
     );
     if !q.has_quorum {
         let heard: Vec<&str> = q.members.iter().map(|m| m.as_str()).collect();
+        // The no_quorum alarm's fix reads the whole picture: members to
+        // bring back, or this node's own paths.
+        let fix = status
+            .alarms
+            .iter()
+            .find(|a| a.kind == AlarmKind::NoQuorum && a.node == status.node.id)
+            .and_then(|a| a.fix.as_deref())
+            .map(|fix| format!(" <strong>Fix:</strong> {}", prose(fix)))
+            .unwrap_or_default();
         let _ = write!(
             out,
-            r#"<p class="banner" role="alert"><strong>No quorum.</strong> {} hears only {} ({}). Without a majority nothing here is certain: link verdicts are held back as unknown, and node states are this node's own guess. Do not act on this view; look at a node on the majority side.</p>"#,
+            r#"<p class="banner" role="alert"><strong>No quorum.</strong> {} hears only {} ({}). Without a majority link verdicts are held back as unknown, and node states are this node's own guess.{fix}</p>"#,
             esc(status.node.id.as_str()),
             members,
             esc(&heard.join(", "))

@@ -298,10 +298,26 @@ fn without_quorum_the_page_says_so_instead_of_looking_certain() {
         link.state = LinkState::Unknown;
         link.evidence = vec!["no quorum: link verdicts are held back".into()];
     }
+    status.alarms.push(meshd_domain::Alarm {
+        kind: meshd_domain::AlarmKind::NoQuorum,
+        severity: meshd_domain::Severity::Warning,
+        node: id("a"),
+        subject: "quorum".into(),
+        summary: "no quorum: hears 1 of 3 members; link verdicts are held back".into(),
+        evidence: vec!["not heard: b, c".into()],
+        fix: Some("either a is cut off (`meshctl --addr NODE:7420 status`) or …".into()),
+        since: wall(0),
+        updated: wall(0),
+    });
     let html = view(&status, wall(100), STALL);
     assert!(html.contains(r#"<dd data-quorum="no"><strong>NO</strong>: 1 of 3 members</dd>"#));
     assert!(html.contains("<strong>No quorum.</strong> a hears only 1 of 3 members (a)."));
-    assert!(html.contains("Do not act on this view"));
+    assert!(
+        html.contains(
+            "<strong>Fix:</strong> either a is cut off (<code>meshctl --addr NODE:7420 status</code>) or …"
+        ),
+        "the banner carries the no_quorum alarm's fix"
+    );
     assert!(html.contains(">NO QUORUM</text>"));
     assert!(html.contains("<dd>none (no quorum)</dd>"));
     assert_eq!(count(&html, ">UNKNOWN</text>"), 3);
