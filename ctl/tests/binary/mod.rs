@@ -17,6 +17,10 @@ pub async fn meshctl(args: &[&str]) -> Output {
     .expect("join")
 }
 
+#[allow(
+    dead_code,
+    reason = "each test binary uses what it needs of this module"
+)]
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
