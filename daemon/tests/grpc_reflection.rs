@@ -259,6 +259,9 @@ fn a_foreign_reflection_client_describes_every_service_and_calls_them() {
 
     // The client is subscribed: a config change must reach it.
     assert_eq!(client.next("watching", &node), true);
+    let snapshot = client.next("snapshot", &node);
+    assert_eq!(snapshot["kind"], "EVENT_KIND_SNAPSHOT", "{snapshot:#}");
+    assert_eq!(snapshot["snapshot"]["node"]["id"], NODE_ID, "{snapshot:#}");
     node.setup
         .write_config("\n[thresholds]\nflap_window = \"30s\"\n");
     let event = client.next("event", &node);

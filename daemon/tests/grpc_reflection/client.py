@@ -111,6 +111,9 @@ def main():
     events = client.unary_stream("meshd.v1.Mesh", "WatchEvents", {}, raw_output=True)
     events.initial_metadata()
     emit("watching", True)
+    # A stream opens with the node's status, then carries what changes.
+    opening = next(events)
+    emit("snapshot", MessageToDict(opening, preserving_proto_field_name=True))
     first = next(events)
     emit("event", MessageToDict(first, preserving_proto_field_name=True))
     events.cancel()
