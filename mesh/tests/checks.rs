@@ -553,6 +553,24 @@ fn other_bridges_are_ignored_and_unknown_bridges_are_no_pass() {
 }
 
 #[test]
+fn thunderbolt_5_node_whose_rdma_devices_vanished_needs_a_reboot() {
+    let mut f = healthy(2).remove(&numbered_id(0)).unwrap();
+    for port in &mut f.ports {
+        port.rdma_device.clear();
+        port.rdma = None;
+    }
+    let results = node_checks(&numbered_id(0), &f, &ModelTable::builtin());
+    let rdma = check(&results, "rdma_enabled");
+    assert_eq!(rdma.status, CheckStatus::Fail);
+    assert!(
+        rdma.evidence[0].contains("a Thunderbolt 5 Mac (")
+            && rdma.evidence[0].ends_with("its devices are gone"),
+        "{rdma:?}"
+    );
+    assert!(rdma.fix.starts_with("a reboot is needed"), "{rdma:?}");
+}
+
+#[test]
 fn thunderbolt_4_node_with_rdma_enabled_but_no_device_fails() {
     let mut f = healthy(2).remove(&numbered_id(0)).unwrap();
     for port in &mut f.ports {

@@ -231,10 +231,16 @@ fn link_fix(link: &LinkVerdict, mesh: &Mesh) -> Option<String> {
                     "only {silent} gets no replies: check that nothing on {silent} or its \
                      peer drops UDP on the probe port (probe.port, 7421) of this cable"
                 )
-            } else if has(Cause::RdmaPort).is_some() {
+            } else if let Some(line) = has(Cause::RdmaPort) {
+                // IP crosses the cable, so it is plugged: the port is off
+                // (recoverable) or wedged (only a reboot recovers it).
+                let end = line.split(':').next().unwrap_or("its end");
                 format!(
-                    "enable RDMA on both Macs (`rdma_ctl enable` from Recovery), then check \
-                     that `ibv_devinfo` shows PORT_ACTIVE on {} and {}",
+                    "if `rdma_ctl status` says disabled on {} or {}, enable it there \
+                     (`rdma_ctl enable` from Recovery); if both are enabled, reseat the cable \
+                     (no reboot needed if {end}'s port comes back ACTIVE in `ibv_devinfo`); if it \
+                     stays DOWN with IP working, a reboot of {end} is needed: a wedged RDMA port \
+                     recovers only after one",
                     a.node, b.node
                 )
             } else if has(Cause::Speed).is_some() {
@@ -382,7 +388,11 @@ mod tests {
         let (mut a, b) = healthy();
         a.figures.rdma_port_state = RdmaPortState::Down;
         let rdma = fix(LinkState::Degraded, evidence(&a, &b));
-        assert!(rdma.starts_with("enable RDMA on both Macs"), "{rdma}");
+        assert!(
+            rdma.starts_with("if `rdma_ctl status` says disabled on a or b")
+                && rdma.contains("a reboot of a is needed"),
+            "{rdma}"
+        );
 
         let (mut a, b) = healthy();
         a.figures.negotiated_speed_bps = Some(40_000_000_000);

@@ -18,6 +18,12 @@ const THUNDERBOLT_5_FIX: &str = "RDMA over Thunderbolt needs Thunderbolt 5 ports
      or later (Apple TN3205); on a Thunderbolt 4 Mac use MLX's TCP ring instead \
      (`mlx.launch --backend ring`)";
 
+/// RDMA enabled, Thunderbolt 5, and no device: nothing is left to enable
+/// or plug, and nothing short of a restart brings the devices back.
+const DEVICES_GONE_FIX: &str = "a reboot is needed: restart this Mac once its jobs are \
+     stopped (`sudo shutdown -r now`); RDMA devices that vanish while RDMA is enabled come back \
+     only at boot, and nothing needs re-enabling";
+
 /// What the facts show of the Mac's Thunderbolt generation.
 enum Generation {
     /// A port or the model shows Thunderbolt 5; the evidence.
@@ -164,13 +170,22 @@ pub(super) fn rdma_enabled(mut check: Check, node: &NodeView) -> CheckResult {
             if mac {
                 evidence.push_str(" (ibv_devices lists none)");
             }
-            if let Generation::FourOnly(ports) = generation(node) {
-                evidence.push_str(&format!(
-                    "; Thunderbolt 4 ports: {}; RDMA over Thunderbolt needs Thunderbolt 5",
-                    ports.join(", ")
-                ));
+            match generation(node) {
+                Generation::FourOnly(ports) => {
+                    evidence.push_str(&format!(
+                        "; Thunderbolt 4 ports: {}; RDMA over Thunderbolt needs Thunderbolt 5",
+                        ports.join(", ")
+                    ));
+                    check.fail(evidence, THUNDERBOLT_5_FIX);
+                }
+                // A Thunderbolt 5 Mac with RDMA enabled lists a device per
+                // port from boot: none means they went away under it.
+                Generation::Five(five) if mac => {
+                    evidence.push_str(&format!("; a Thunderbolt 5 Mac ({five}): its devices are gone"));
+                    check.fail(evidence, DEVICES_GONE_FIX);
+                }
+                _ => check.fail(evidence, THUNDERBOLT_5_FIX),
             }
-            check.fail(evidence, THUNDERBOLT_5_FIX);
         }
     }
     check.finish_on(facts)
@@ -225,8 +240,9 @@ pub(super) fn rdma_port_active(mut check: Check, node: &NodeView) -> CheckResult
             ),
             Some(peer) if peer.rdma_service == Some(true) => (
                 format!("; the peer {} advertises RDMA", peer_label(peer)),
-                "reseat the cable; if the port stays DOWN, restart this Mac \
-                 (a wedged RDMA port recovers only after a reboot)"
+                "reseat the cable (no reboot needed if it comes back ACTIVE); if the port \
+                 stays DOWN, a reboot is needed: restart this Mac (a wedged RDMA port recovers \
+                 only after one)"
                     .to_owned(),
             ),
             Some(peer) => (
