@@ -1,6 +1,7 @@
 //! `lab-bench chaos`: link and node verdicts that no injected fault
 //! explains, while CPU hogs, daemon restarts and storms outside the mesh
-//! come and go.
+//! come and go; with `--job`, beside a job on every node, whose alarms
+//! count as false as well.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime};
@@ -8,8 +9,10 @@ use std::time::{Duration, Instant, SystemTime};
 use meshd_lab::events::{Event, Events};
 use meshd_lab::{Lab, Options};
 
+use meshd_lab::job::JobSpec;
+
 use crate::cpu::CpuClock;
-use crate::{SETTLE, lab};
+use crate::{SETTLE, job, lab};
 
 const ROUND: Duration = Duration::from_secs(25);
 const HOLD: Duration = Duration::from_secs(12);
@@ -136,12 +139,18 @@ fn restart_round(
 }
 
 #[allow(clippy::print_stdout)]
-pub(crate) fn run(seconds: u64) -> anyhow::Result<()> {
+pub(crate) fn run(seconds: u64, with_job: bool) -> anyhow::Result<()> {
     let options = Options {
         log_level: "warn".to_owned(),
         ..Options::default()
     };
     let mut lab = lab("chaos", 4, &options)?;
+    let spec = JobSpec::new(job::lab_binary()?);
+    let running = if with_job {
+        Some(job::start(&mut lab, &spec)?)
+    } else {
+        None
+    };
     let mut events = Events::new();
     for id in lab.ids() {
         events.watch(&lab, id)?;
@@ -150,8 +159,32 @@ pub(crate) fn run(seconds: u64) -> anyhow::Result<()> {
     let started = Instant::now();
     let injected = inject(&mut lab, &mut events, clock, Duration::from_secs(seconds))?;
     let wall = started.elapsed();
+    // The job ran through the whole run: the same ranks, all live.
+    let job_proof = match &running {
+        Some(record) => {
+            let status = lab.status(lab.ids()[0])?;
+            let live = job::running(&status, record);
+            job::stop(&mut lab, &spec.id)?;
+            Some(if live {
+                format!(
+                    "job {}: its {} ranks ran live throughout",
+                    record.id,
+                    record.ranks.len()
+                )
+            } else {
+                format!(
+                    "job {}: NOT RUNNING at the end ({:?})",
+                    record.id, status.jobs
+                )
+            })
+        }
+        None => None,
+    };
     let all: Vec<Event> = events.drain();
-    let verdicts: Vec<&Event> = all.iter().filter(|e| e.is_link_or_node_verdict()).collect();
+    let verdicts: Vec<&Event> = all
+        .iter()
+        .filter(|e| e.is_link_or_node_verdict() || is_job_alarm(e))
+        .collect();
     let false_verdicts: Vec<&Event> = verdicts
         .iter()
         .copied()
@@ -159,6 +192,9 @@ pub(crate) fn run(seconds: u64) -> anyhow::Result<()> {
         .collect();
 
     println!("{}\n", clock.describe());
+    if let Some(proof) = &job_proof {
+        println!("{proof}\n");
+    }
     print_rounds(&injected, &false_verdicts);
     print_by_fault(&injected, &false_verdicts);
     print_by_kind(&false_verdicts);
@@ -223,6 +259,11 @@ fn caused_by_restart(injected: &[Injected], e: &Event) -> bool {
             && (i.from..=i.to).contains(&e.at)
             && (e.blames_a_node(i.node) || (e.observer == i.node && e.kind.starts_with("node_")))
     })
+}
+
+/// A job alarm raised: no chaos round touches a rank, so any is false.
+fn is_job_alarm(e: &Event) -> bool {
+    e.kind == "alarm_raised" && e.summary.starts_with("job_")
 }
 
 /// The round whose fault was in force when `e` came.

@@ -51,7 +51,7 @@ impl Fault {
 }
 
 /// The `lab` binary beside this one: it runs the ranks (`lab rank …`).
-fn lab_binary() -> anyhow::Result<PathBuf> {
+pub(crate) fn lab_binary() -> anyhow::Result<PathBuf> {
     let path = std::env::current_exe()?.with_file_name("lab");
     if !path.is_file() {
         bail!(
@@ -64,7 +64,7 @@ fn lab_binary() -> anyhow::Result<PathBuf> {
 
 /// Every node lists job `job` with exactly its ranks (these pids), all
 /// live, and holds no `job_hung`.
-fn running(s: &Status, job: &JobRecord) -> bool {
+pub(crate) fn running(s: &Status, job: &JobRecord) -> bool {
     let mut want: Vec<u32> = job.ranks.iter().map(|r| r.pid).collect();
     want.sort_unstable();
     s.jobs.len() == 1
@@ -79,7 +79,7 @@ fn running(s: &Status, job: &JobRecord) -> bool {
 
 /// Starts the job and waits until its ranks make progress and every node
 /// shows it running; its record.
-fn start(lab: &mut Lab, spec: &JobSpec) -> anyhow::Result<JobRecord> {
+pub(crate) fn start(lab: &mut Lab, spec: &JobSpec) -> anyhow::Result<JobRecord> {
     let job = lab.start_job(spec)?;
     lab.wait_job(&spec.id, Mode::Paced, RANKS_SETTLE)?;
     lab.wait_all("the job running on every node", VERDICT, |s| {
@@ -89,7 +89,7 @@ fn start(lab: &mut Lab, spec: &JobSpec) -> anyhow::Result<JobRecord> {
 }
 
 /// Stops the job and waits until no node lists a job or a `job_hung`.
-fn stop(lab: &mut Lab, id: &str) -> anyhow::Result<()> {
+pub(crate) fn stop(lab: &mut Lab, id: &str) -> anyhow::Result<()> {
     lab.stop_job(id)?;
     lab.wait_all("no job on any node", VERDICT, |s| {
         s.jobs.is_empty() && s.alarms.iter().all(|a| a.kind != "job_hung")

@@ -51,6 +51,10 @@ enum Bench {
     Chaos {
         #[arg(long, default_value_t = 300)]
         seconds: u64,
+        /// Run the rank emulator on every node throughout, and count any
+        /// job alarm (job_hung, job_off_mesh, …) as false too.
+        #[arg(long)]
+        job: bool,
     },
     /// CPU (% of one core), main-thread wake-ups, engine looks and resident
     /// memory of every daemon, beside smokeping_prober pinging the same
@@ -134,7 +138,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 fn main() -> anyhow::Result<()> {
     match Cli::parse().bench {
         Bench::Detection { trials } => detection::run(trials),
-        Bench::Chaos { seconds } => chaos::run(seconds),
+        Bench::Chaos { seconds, job } => chaos::run(seconds, job),
         Bench::Cost {
             nodes,
             seconds,
