@@ -119,13 +119,20 @@ impl Healthy {
         let mut events = Vec::new();
         for node in &plan.nodes {
             let mut client = MeshClient::new(common::channel(node.grpc()).await);
-            events.push(
-                client
-                    .watch_events(wire::WatchEventsRequest {})
-                    .await
-                    .expect("watch events")
-                    .into_inner(),
+            let mut stream = client
+                .watch_events(wire::WatchEventsRequest {})
+                .await
+                .expect("watch events")
+                .into_inner();
+            // Every watch opens with the status it follows; what comes
+            // after it is a change.
+            let opening = stream.next().await;
+            assert!(
+                matches!(&opening, Some(Ok(e)) if e.kind() == wire::EventKind::Snapshot),
+                "node {}'s watch opened with {opening:?}",
+                node.id
             );
+            events.push(stream);
         }
         let incarnations = incarnations(&demo);
         Healthy {

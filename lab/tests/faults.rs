@@ -312,7 +312,8 @@ fn management_partitions_keep_quorum_over_the_cables_and_name_the_cut_off_nodes(
     };
 
     // In halves no member reaches most of the others on the management
-    // network, so none can say which is cut off: no node is named.
+    // network, so none can say which is cut off: no node is named, and
+    // every node says the management network is split.
     lab.partition(&[vec!["a", "b"], vec!["c", "d"]])
         .expect("2+2");
     let across = |s: &Status| -> [&str; 2] {
@@ -343,8 +344,13 @@ fn management_partitions_keep_quorum_over_the_cables_and_name_the_cut_off_nodes(
     expect(
         &lab,
         &ALL,
-        "quorum, every node and link up, nobody named",
-        |s| split_seen(s) && everything_up(s) && s.alarms.is_empty(),
+        "quorum, every node and link up, nobody named, the split told",
+        |s| {
+            split_seen(s)
+                && everything_up(s)
+                && s.alarms.len() == 1
+                && s.alarms[0].kind == "management_split"
+        },
     );
     lab.heal_partition().expect("heal");
     settle(&lab, "all up after the 2+2 partition heals");

@@ -219,10 +219,11 @@ fn an_isolated_node_of_four_is_one_node_down_page_and_pages_nobody_else() {
 /// (3) The management network split into halves, a+b (with Alertmanager)
 /// and c+d, over intact cables: every node keeps quorum over the cables,
 /// and in halves no member reaches a management majority, so nobody is
-/// named management_unreachable. No page at all: no MeshNodeDown, no link
-/// page, no MeshManagementUnreachable.
+/// named management_unreachable. One warning, MeshManagementSplit (about
+/// the mesh, no node), and no page: no MeshNodeDown, no link page, no
+/// MeshManagementUnreachable; nothing after the heal.
 #[test]
-fn a_two_and_two_management_split_pages_nothing() {
+fn a_two_and_two_management_split_is_one_split_warning_and_no_page() {
     if !can_observe() {
         return;
     }
@@ -251,15 +252,22 @@ fn a_two_and_two_management_split_pages_nothing() {
         },
     )
     .unwrap_or_else(|err| panic!("{err}"));
+    let split = page("MeshManagementSplit", &[]);
+    pages.wait_for_exactly(&lab, "MeshManagementSplit", &[&split], &[], ALERT);
     // Past the settling of management_unreachable (`stale_after`) and a
     // follower's backup grace.
-    pages.hold_exactly(&lab, "the 2+2 split", &[], Duration::from_secs(12));
+    pages.hold_exactly(&lab, "the 2+2 split", &[&split], Duration::from_secs(12));
     // Every node keeps quorum, sees everything up and names nobody (a busy
     // host's cpu_spike is the host's, as at Alertmanager).
     for id in ["a", "b", "c", "d"] {
         let s = lab.status(id).expect("status");
         assert!(
-            s.quorum.has_quorum && s.all_up() && s.alarms.iter().all(|a| a.kind == "cpu_spike"),
+            s.quorum.has_quorum
+                && s.all_up()
+                && s.has_alarm("management_split", id)
+                && s.alarms
+                    .iter()
+                    .all(|a| ["cpu_spike", "management_split"].contains(&a.kind.as_str())),
             "{}",
             s.summary()
         );
@@ -267,7 +275,7 @@ fn a_two_and_two_management_split_pages_nothing() {
 
     pages.note("heal the split");
     lab.heal_partition().expect("heal");
-    quiet_after(&lab, &mut pages, "nothing after the heal", &[]);
+    quiet_after(&lab, &mut pages, "nothing after the heal", &[&split]);
 }
 
 /// One phase of (4): node `late`'s timers run late by up to `pattern`'s
