@@ -106,6 +106,10 @@ pub struct NodeFacts {
     /// the node is not a Mac).
     #[serde(default)]
     pub firewall: Option<FirewallFact>,
+    /// Who configures this Mac's network services (macOS); `None` when not
+    /// read (or the node is not a Mac).
+    #[serde(default)]
+    pub network_setup: Option<NetworkSetupFact>,
 }
 
 /// Boot times of one boot read twice may differ by this much: Linux
@@ -313,6 +317,73 @@ pub struct FirewallFact {
     pub meshd_rules: Option<Vec<FirewallRule>>,
 }
 
+/// exo's network LaunchDaemon: at load and about every half hour it
+/// switches the Mac to its network location "exo" and puts every
+/// Thunderbolt port's service ("EXO Thunderbolt N") on DHCP, undoing any
+/// other setting.
+pub const EXO_NETWORK_DAEMON: &str = "io.exo.networksetup";
+/// The network location exo's setup creates and switches to.
+pub const EXO_LOCATION: &str = "exo";
+/// The prefix of the per-port services exo's setup creates.
+pub const EXO_SERVICE_PREFIX: &str = "EXO ";
+
+/// What configures a Mac's network services besides its owner: the
+/// active network location and the tools known to re-apply their own
+/// setup (exo's LaunchDaemon).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct NetworkSetupFact {
+    /// The active network location (`networksetup -getcurrentlocation`:
+    /// "Automatic", "exo"); `None` when unknown.
+    pub location: Option<String>,
+    /// exo's LaunchDaemon ([`EXO_NETWORK_DAEMON`]) is installed; `None`
+    /// when /Library/LaunchDaemons could not be listed.
+    pub exo_daemon: Option<bool>,
+}
+
+/// Which setup gave a port its network configuration, as far as the facts
+/// show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PortSetup {
+    /// exo's: a service named "EXO …", the location "exo", or exo's
+    /// daemon. `reapplied` when exo's daemon is installed, which undoes a
+    /// manual change within half an hour.
+    Exo { evidence: String, reapplied: bool },
+    /// Nothing known configures it but its owner.
+    Owner,
+}
+
+impl NodeFacts {
+    /// The setup behind `port`'s network service. exo's daemon re-applies
+    /// its setup to every Thunderbolt port whatever the service is called,
+    /// so it alone is enough; without it, an "EXO …" service or the
+    /// location "exo" is exo's setup left in place.
+    pub fn port_setup(&self, port: &PortFact) -> PortSetup {
+        let setup = self.network_setup.as_ref();
+        let location = setup.and_then(|s| s.location.as_deref());
+        let reapplied = setup.and_then(|s| s.exo_daemon) == Some(true);
+        let mut seen = Vec::new();
+        if port.service.starts_with(EXO_SERVICE_PREFIX) {
+            seen.push(format!("its service \"{}\" is exo's", port.service));
+        }
+        if location == Some(EXO_LOCATION) {
+            seen.push(format!("the network location is exo's \"{EXO_LOCATION}\""));
+        }
+        if reapplied {
+            seen.push(format!(
+                "exo's {EXO_NETWORK_DAEMON} re-applies it at load and every half hour"
+            ));
+        }
+        if seen.is_empty() {
+            PortSetup::Owner
+        } else {
+            PortSetup::Exo {
+                evidence: seen.join("; "),
+                reapplied,
+            }
+        }
+    }
+}
+
 /// One application rule of the Application Firewall.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct FirewallRule {
@@ -366,6 +437,11 @@ pub struct PortFact {
     /// network service); `None` when unknown.
     #[serde(default)]
     pub ipv4_method: Option<Ipv4Method>,
+    /// The network service of `iface` ("Thunderbolt 2", "EXO Thunderbolt
+    /// 2": users and tools rename them), which `networksetup` commands
+    /// take; empty when unknown or none.
+    #[serde(default)]
+    pub service: String,
 }
 
 impl PortFact {

@@ -7,7 +7,8 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use meshd_domain::facts::{
     BridgeFact, Cable, CableEnd, CheckResult, CheckStatus, FirewallFact, FirewallRule, Gid,
-    Ipv4Cidr, Ipv4Method, NodeFacts, OsKind, PeerFact, PortFact, PowerSettings, RdmaPortFact,
+    Ipv4Cidr, Ipv4Method, NetworkSetupFact, NodeFacts, OsKind, PeerFact, PortFact, PowerSettings,
+    RdmaPortFact,
 };
 use meshd_domain::fixtures::{id, numbered_id};
 use meshd_domain::{NodeId, RdmaPortState};
@@ -373,6 +374,77 @@ fn link_local_on_several_ports_warns() {
     let isolated = check(&results, "link_subnets_isolated");
     assert_eq!(isolated.status, CheckStatus::Warn, "{isolated:?}");
     assert!(isolated.evidence.iter().any(|e| e.starts_with("n1: n1/Thunderbolt 2 ↔ n2/Thunderbolt 2 and n1/Thunderbolt 3 ↔ n3/Thunderbolt 2 are both link-local")), "{isolated:?}");
+}
+
+/// A mesh of `n` whose cabled ports are all on DHCP with self-assigned
+/// 169.254/16 addresses (their GIDs with them), as a port with no DHCP
+/// server on its cable ends up; `exo` puts them in exo's setup (its
+/// services, its location, its daemon).
+fn self_assigned(n: usize, exo: bool) -> BTreeMap<NodeId, NodeFacts> {
+    let mut facts = healthy(n);
+    for (i, f) in facts.values_mut().enumerate() {
+        if exo {
+            f.network_setup = Some(NetworkSetupFact {
+                location: Some("exo".to_owned()),
+                exo_daemon: Some(true),
+            });
+        }
+        for port in f.ports.iter_mut().filter(|p| p.peer.is_some()) {
+            let [_, _, c, d] = port.addresses()[0].address.octets();
+            let ip = Ipv4Addr::new(169, 254, c.wrapping_add(u8::try_from(i).unwrap()), d);
+            port.ipv4 = Some(vec![Ipv4Cidr::new(ip, 16).unwrap()]);
+            port.ipv4_method = Some(Ipv4Method::Dhcp);
+            port.service = if exo {
+                format!("EXO {}", port.name)
+            } else {
+                port.name.clone()
+            };
+            port.rdma.as_mut().unwrap().gids[1].address = mapped(ip);
+        }
+    }
+    facts
+}
+
+#[test]
+fn self_assigned_cables_get_one_verdict_in_every_check_exos_valid_and_others_warned() {
+    let owned = all_checks(&self_assigned(3, false), &members(3));
+    assert_eq!(
+        not_passing(&owned),
+        [
+            ("link_address_static".to_owned(), on(0), CheckStatus::Warn),
+            ("link_address_static".to_owned(), on(1), CheckStatus::Warn),
+            ("link_address_static".to_owned(), on(2), CheckStatus::Warn),
+            ("link_subnets_isolated".to_owned(), None, CheckStatus::Warn),
+        ]
+    );
+    let node = check(&owned, "link_address_static");
+    assert!(
+        node.fix
+            .starts_with("sudo networksetup -setmanual \"Thunderbolt 2\" <address>"),
+        "{node:?}"
+    );
+    let mesh = check(&owned, "link_subnets_isolated");
+    assert!(
+        mesh.fix
+            .contains("sudo networksetup -setmanual \"Thunderbolt 2\" <address>")
+            && mesh
+                .fix
+                .contains("sudo networksetup -setmanual \"Thunderbolt 3\" <address>"),
+        "the services of both ports: {mesh:?}"
+    );
+
+    // exo's setup: the same addresses are what it configures on purpose,
+    // and JACCL works on them: every check passes.
+    let exo = all_checks(&self_assigned(3, true), &members(3));
+    assert_eq!(not_passing(&exo), []);
+    assert!(
+        check(&exo, "link_subnets_isolated")
+            .evidence
+            .iter()
+            .any(|e| e.contains("both self-assigned (169.254/16) by exo's setup")),
+        "{:?}",
+        check(&exo, "link_subnets_isolated")
+    );
 }
 
 #[test]

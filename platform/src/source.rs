@@ -29,6 +29,9 @@ pub enum HostCommand {
     ServiceOrder,
     /// `networksetup -listallnetworkservices`: enabled or `*`disabled.
     AllServices,
+    /// `networksetup -getcurrentlocation`: the active network location
+    /// ("Automatic", exo's "exo").
+    CurrentLocation,
     /// `ifconfig -a`: addresses, status, bridge members.
     Ifconfig,
     /// `rdma_ctl status`: "enabled" / "disabled".
@@ -89,6 +92,7 @@ impl HostCommand {
         HostCommand::HardwarePorts,
         HostCommand::ServiceOrder,
         HostCommand::AllServices,
+        HostCommand::CurrentLocation,
         HostCommand::Ifconfig,
         HostCommand::RdmaCtl,
         HostCommand::IbvDevices,
@@ -108,8 +112,8 @@ impl HostCommand {
     ];
 
     /// The commands of the macOS platform that run once per read, in the
-    /// order they are run: the first sixteen of [`HostCommand::ALL`].
-    pub const MACOS: &'static [HostCommand] = Self::ALL.split_at(16).0;
+    /// order they are run: the first seventeen of [`HostCommand::ALL`].
+    pub const MACOS: &'static [HostCommand] = Self::ALL.split_at(17).0;
 
     /// What the memory watcher runs on macOS, every `watch.memory.interval`.
     pub const MACOS_MEMORY: &'static [HostCommand] = &[
@@ -143,9 +147,10 @@ impl HostCommand {
             HostCommand::SwVers => "sw_vers",
             HostCommand::HwModel => "sysctl",
             HostCommand::Thunderbolt => "system_profiler",
-            HostCommand::HardwarePorts | HostCommand::ServiceOrder | HostCommand::AllServices => {
-                "networksetup"
-            }
+            HostCommand::HardwarePorts
+            | HostCommand::ServiceOrder
+            | HostCommand::AllServices
+            | HostCommand::CurrentLocation => "networksetup",
             HostCommand::Ifconfig => "ifconfig",
             HostCommand::RdmaCtl => "rdma_ctl",
             HostCommand::IbvDevices => "ibv_devices",
@@ -171,6 +176,7 @@ impl HostCommand {
             HostCommand::HardwarePorts => &["-listallhardwareports"],
             HostCommand::ServiceOrder => &["-listnetworkserviceorder"],
             HostCommand::AllServices => &["-listallnetworkservices"],
+            HostCommand::CurrentLocation => &["-getcurrentlocation"],
             HostCommand::Ifconfig => &["-a"],
             HostCommand::RdmaCtl => &["status"],
             HostCommand::IbvDevinfo => &["-v"],
@@ -220,6 +226,7 @@ impl HostCommand {
             HostCommand::HardwarePorts => "networksetup_listallhardwareports.txt",
             HostCommand::ServiceOrder => "networksetup_listnetworkserviceorder.txt",
             HostCommand::AllServices => "networksetup_listallnetworkservices.txt",
+            HostCommand::CurrentLocation => "networksetup_getcurrentlocation.txt",
             HostCommand::Ifconfig => "ifconfig_a.txt",
             HostCommand::RdmaCtl => "rdma_ctl_status.txt",
             HostCommand::IbvDevices => "ibv_devices.txt",

@@ -96,62 +96,208 @@ fn sleep_disabled_passes_and_a_missing_autorestart_line_is_unknown() {
     );
 }
 
-/// A Mac whose Thunderbolt 1 (en2) is cabled to a peer, with `ifconfig`
-/// showing en2's self-assigned address (TN3205's capture), and the service
-/// "Thunderbolt 1" configured as `getinfo` says.
-fn cabled(getinfo: Result<String, CaptureError>) -> NodeFacts {
-    let profiler = r#"{"SPThunderboltDataType": [
-        {"domain_uuid_key": "LOCAL", "receptacle_1_tag": {"receptacle_id_key": "1", "current_speed_key": "80 Gb/s"},
-         "_items": [{"_name": "Mac Studio", "device_name_key": "Mac15,14", "domain_uuid_key": "PEER"}]}
-    ]}"#;
-    let outputs = MacosOutputs::default()
-        .with(HostCommand::Thunderbolt, Ok(profiler.to_owned()))
-        .with(
-            HostCommand::HardwarePorts,
-            Ok("Hardware Port: Thunderbolt 1\nDevice: en2\n".to_owned()),
-        )
-        .with(
-            HostCommand::ServiceOrder,
-            Ok("(1) Thunderbolt 1\n(Hardware Port: Thunderbolt 1, Device: en2)\n".to_owned()),
-        )
-        .with(
-            HostCommand::Ifconfig,
-            Ok(fixture("ifconfig_en2_with_ip_169.254_TN3205.txt")),
-        )
-        .with_service_info("Thunderbolt 1", getinfo);
-    join(&outputs)
+/// How a Mac's Thunderbolt 1 (en2) is set up: its service's name and
+/// `networksetup -getinfo`, the network location and what
+/// /Library/LaunchDaemons holds.
+struct Setup<'a> {
+    service: &'a str,
+    getinfo: Result<String, CaptureError>,
+    location: &'a str,
+    launch_daemons: &'a [&'a str],
+    /// `ifconfig en2`, TN3205's capture (self-assigned 169.254.205.255/16)
+    /// unless replaced.
+    ifconfig: String,
+}
+
+impl Setup<'_> {
+    /// A Mac set up by hand: the service named after its port, the
+    /// location "Automatic", no tool's daemon.
+    fn own(getinfo: Result<String, CaptureError>) -> Self {
+        Setup {
+            service: "Thunderbolt 1",
+            getinfo,
+            location: "Automatic",
+            launch_daemons: &["com.example.backup.plist"],
+            ifconfig: fixture("ifconfig_en2_with_ip_169.254_TN3205.txt"),
+        }
+    }
+
+    /// What exo's network setup leaves: its location "exo", the port's
+    /// service "EXO Thunderbolt 1" on DHCP, its LaunchDaemon installed.
+    fn exo() -> Self {
+        Setup {
+            service: "EXO Thunderbolt 1",
+            location: "exo",
+            launch_daemons: &["io.exo.networksetup.plist"],
+            ..Setup::own(Ok(fixture(
+                "networksetup_getinfo_DHCP_self-assigned-169.254.txt",
+            )))
+        }
+    }
+
+    /// The Mac's facts, with Thunderbolt 1 (en2) cabled to a peer.
+    fn facts(self) -> NodeFacts {
+        let profiler = r#"{"SPThunderboltDataType": [
+            {"domain_uuid_key": "LOCAL", "receptacle_1_tag": {"receptacle_id_key": "1", "current_speed_key": "80 Gb/s"},
+             "_items": [{"_name": "Mac Studio", "device_name_key": "Mac15,14", "domain_uuid_key": "PEER"}]}
+        ]}"#;
+        let outputs = MacosOutputs::default()
+            .with(HostCommand::Thunderbolt, Ok(profiler.to_owned()))
+            .with(
+                HostCommand::HardwarePorts,
+                Ok("Hardware Port: Thunderbolt 1\nDevice: en2\n".to_owned()),
+            )
+            .with(
+                HostCommand::ServiceOrder,
+                Ok(format!(
+                    "(1) {}\n(Hardware Port: Thunderbolt 1, Device: en2)\n",
+                    self.service
+                )),
+            )
+            .with(
+                HostCommand::CurrentLocation,
+                Ok(format!("{}\n", self.location)),
+            )
+            .with(HostCommand::Ifconfig, Ok(self.ifconfig))
+            .with_launch_daemons(Ok(self
+                .launch_daemons
+                .iter()
+                .map(|d| (*d).to_owned())
+                .collect()))
+            .with_service_info(self.service, self.getinfo);
+        join(&outputs)
+    }
+}
+
+fn dhcp() -> Result<String, CaptureError> {
+    Ok(fixture(
+        "networksetup_getinfo_DHCP_self-assigned-169.254.txt",
+    ))
+}
+
+fn manual() -> Result<String, CaptureError> {
+    Ok(fixture("networksetup_getinfo_Manual_router-null.txt"))
 }
 
 #[test]
-fn a_cable_on_dhcp_fails_with_its_self_assigned_address() {
-    let facts = cabled(Ok(fixture(
-        "networksetup_getinfo_DHCP_self-assigned-169.254.txt",
-    )));
-    let result = check(&facts, "link_address_static");
-    assert_eq!(result.status, CheckStatus::Fail, "{result:?}");
+fn a_cable_self_assigned_on_dhcp_by_hand_warns_and_names_its_service() {
+    let result = check(&Setup::own(dhcp()).facts(), "link_address_static");
+    assert_eq!(result.status, CheckStatus::Warn, "{result:?}");
     assert_eq!(
         result.evidence,
         [
-            "Thunderbolt 1 (en2): its network service gets its address by dhcp instead of a static \
-          /30 (self-assigned now: 169.254.205.255/16)"
+            "Thunderbolt 1 (en2): self-assigned 169.254.205.255/16 (its service \"Thunderbolt 1\" \
+             is on dhcp, and a cable has no DHCP server): JACCL works on it (any IPv4 address \
+             gives the port its RDMA GID), but it changes when the link comes back, and IP to \
+             the peer over this cable (the ring backend, ssh) follows it"
         ]
     );
     assert!(
         result.fix.starts_with(
-            "sudo networksetup -setmanual \"Thunderbolt 1\" <address> 255.255.255.252"
+            "sudo networksetup -setmanual \"Thunderbolt 1\" <address> 255.255.255.252  #"
+        ),
+        "{result:?}"
+    );
+    assert!(!result.fix.contains("exo"), "{result:?}");
+}
+
+#[test]
+fn exos_setup_is_valid_and_a_manual_address_under_its_daemon_is_told_it_will_be_undone() {
+    let exo = Setup::exo().facts();
+    let setup = exo.network_setup.clone().expect("read");
+    assert_eq!(
+        (setup.location.as_deref(), setup.exo_daemon),
+        (Some("exo"), Some(true))
+    );
+    assert_eq!(exo.ports[0].service, "EXO Thunderbolt 1");
+    let result = check(&exo, "link_address_static");
+    assert_eq!(result.status, CheckStatus::Pass, "{result:?}");
+    assert!(
+        result.evidence[0].starts_with(
+            "Thunderbolt 1 (en2): self-assigned 169.254.205.255/16 on dhcp, exo's setup (its \
+             service \"EXO Thunderbolt 1\" is exo's; the network location is exo's \"exo\"; \
+             exo's io.exo.networksetup re-applies it"
+        ),
+        "{result:?}"
+    );
+
+    // exo's services left behind without its daemon: still exo's setup.
+    let left = Setup {
+        launch_daemons: &[],
+        ..Setup::exo()
+    };
+    assert_eq!(
+        check(&left.facts(), "link_address_static").status,
+        CheckStatus::Pass
+    );
+
+    // A static address typed into exo's service: its daemon undoes it.
+    let typed = Setup {
+        getinfo: manual(),
+        ..Setup::exo()
+    };
+    let result = check(&typed.facts(), "link_address_static");
+    assert_eq!(result.status, CheckStatus::Warn, "{result:?}");
+    assert!(
+        result.evidence[0].contains("will put back on DHCP"),
+        "{result:?}"
+    );
+    assert!(
+        result
+            .fix
+            .contains("sudo launchctl bootout system/io.exo.networksetup"),
+        "{result:?}"
+    );
+    // Its daemon also switches a Mac back to "exo" from any other location.
+    let elsewhere = Setup {
+        getinfo: manual(),
+        service: "Thunderbolt 1",
+        location: "Automatic",
+        ..Setup::exo()
+    };
+    assert_eq!(
+        check(&elsewhere.facts(), "link_address_static").status,
+        CheckStatus::Warn
+    );
+}
+
+#[test]
+fn an_address_set_by_hand_over_dhcp_warns_and_the_fix_keeps_it() {
+    // What `mlx.distributed_config --auto-setup` runs: `ifconfig en2 inet
+    // 192.168.0.1 netmask 255.255.255.252` on a port whose service is on
+    // DHCP.
+    let by_hand = Setup {
+        ifconfig: fixture("ifconfig_en2_with_ip_169.254_TN3205.txt").replace(
+            "inet 169.254.205.255 netmask 0xffff0000 broadcast 169.254.255.255",
+            "inet 192.168.0.1 netmask 0xfffffffc broadcast 192.168.0.3",
+        ),
+        ..Setup::own(dhcp())
+    };
+    let result = check(&by_hand.facts(), "link_address_static");
+    assert_eq!(result.status, CheckStatus::Warn, "{result:?}");
+    assert!(
+        result.evidence[0].starts_with(
+            "Thunderbolt 1 (en2) holds 192.168.0.1/30 although its service \"Thunderbolt 1\" is \
+             on dhcp: an address set by hand"
+        ),
+        "{result:?}"
+    );
+    assert!(
+        result.fix.starts_with(
+            "sudo networksetup -setmanual \"Thunderbolt 1\" 192.168.0.1 255.255.255.252"
         ),
         "{result:?}"
     );
 }
 
 #[test]
-fn a_static_cable_passes_and_an_unread_service_is_unknown() {
-    let manual = cabled(Ok(fixture("networksetup_getinfo_Manual_router-null.txt")));
-    let result = check(&manual, "link_address_static");
+fn a_static_cable_passes_and_an_unread_service_or_setup_is_unknown() {
+    let result = check(&Setup::own(manual()).facts(), "link_address_static");
     assert_eq!(result.status, CheckStatus::Pass, "{result:?}");
-    let failed = cabled(Err(CaptureError::Run(
+    let failed = Setup::own(Err(CaptureError::Run(
         "networksetup -getinfo 'Thunderbolt 1' did not finish within 5s; killed".into(),
-    )));
+    )))
+    .facts();
     let result = check(&failed, "link_address_static");
     assert_eq!(result.status, CheckStatus::Skipped, "{result:?}");
     assert!(
@@ -160,6 +306,16 @@ fn a_static_cable_passes_and_an_unread_service_is_unknown() {
         ),
         "{:?}",
         failed.blind_spots
+    );
+    // Without the location and the daemons, exo is not assumed either way.
+    let unread = join(&MacosOutputs::default());
+    assert_eq!(unread.network_setup, None);
+    assert!(
+        unread
+            .blind_spots
+            .contains(&"networksetup -getcurrentlocation: not captured".to_owned()),
+        "{:?}",
+        unread.blind_spots
     );
 }
 

@@ -57,6 +57,9 @@ fn expected_blind_spots(scenario: &str, extra: &[&str]) -> Vec<String> {
             "kernel panic reports unknown: cannot list /Library/Logs/DiagnosticReports: No such \
              file or directory (os error 2)"
                 .to_owned(),
+            "whether exo's network daemon is installed: cannot list /Library/LaunchDaemons: No \
+             such file or directory (os error 2)"
+                .to_owned(),
             NO_RDMA_TRAFFIC_COUNTER.to_owned(),
         ])
         .collect()

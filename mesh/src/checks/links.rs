@@ -4,7 +4,9 @@
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 
-use meshd_domain::facts::{CheckResult, Ipv4Cidr, Ipv4Method, NodeFacts, OsKind, PortFact};
+use meshd_domain::facts::{
+    CheckResult, EXO_NETWORK_DAEMON, Ipv4Cidr, Ipv4Method, NodeFacts, OsKind, PortFact, PortSetup,
+};
 
 use super::{
     Check, NodeView, linked_ports, no_linked_port, peer_label, port_label, unknown_cabling,
@@ -12,22 +14,54 @@ use super::{
 use crate::TB4_MAX_BPS;
 use crate::{TB5_LINK_BPS, gbps};
 
+/// The command that gives `port` a static address: on macOS through the
+/// port's own network service, by the name it has (a tool may have named
+/// it), and, where a tool re-applies its own setup, what undoes it.
 pub(super) fn address_fix(facts: &NodeFacts, port: &PortFact, address: &str, prefix: u8) -> String {
     match facts.os {
-        OsKind::Macos => format!(
-            "sudo networksetup -setmanual \"{}\" {address} {}  # the service of {}; `meshctl plan` assigns one /30 per cable",
-            port.name,
-            netmask(prefix),
-            if port.iface.is_empty() {
-                "this port"
+        OsKind::Macos => {
+            let fix = if port.service.is_empty() {
+                format!(
+                    "sudo networksetup -setmanual \"{}\" {address} {}  # the service of {} \
+                     (`networksetup -listnetworkserviceorder` names it); `meshctl plan` assigns \
+                     one /30 per cable",
+                    port.name,
+                    netmask(prefix),
+                    if port.iface.is_empty() {
+                        "this port"
+                    } else {
+                        &port.iface
+                    },
+                )
             } else {
-                &port.iface
-            },
-        ),
+                format!(
+                    "sudo networksetup -setmanual \"{}\" {address} {}  # `meshctl plan` assigns \
+                     one /30 per cable",
+                    port.service,
+                    netmask(prefix),
+                )
+            };
+            match facts.port_setup(port) {
+                PortSetup::Exo {
+                    reapplied: true, ..
+                } => format!("{fix}\n{}", exo_undoes_it()),
+                PortSetup::Exo { .. } | PortSetup::Owner => fix,
+            }
+        }
         OsKind::Linux | OsKind::Other => {
             format!("sudo ip addr replace {address}/{prefix} dev {}", port.iface)
         }
     }
+}
+
+/// What a manual address meets on a Mac where exo's network daemon runs.
+fn exo_undoes_it() -> String {
+    format!(
+        "exo's {EXO_NETWORK_DAEMON} puts every Thunderbolt port back on DHCP in its location \
+         \"exo\" at load and every half hour, undoing this: keep exo's self-assigned addresses \
+         (JACCL works on them), or remove its daemon first (`sudo launchctl bootout \
+         system/{EXO_NETWORK_DAEMON}; sudo rm /Library/LaunchDaemons/{EXO_NETWORK_DAEMON}.plist`)"
+    )
 }
 
 fn netmask(prefix: u8) -> String {
@@ -74,48 +108,94 @@ pub(super) fn link_addressed(mut check: Check, facts: &NodeFacts) -> CheckResult
 
 /// The self-assigned range a port on DHCP falls back to when the cable
 /// has no DHCP server (every mesh cable).
-fn is_link_local(cidr: &Ipv4Cidr) -> bool {
+pub(super) fn is_link_local(cidr: &Ipv4Cidr) -> bool {
     cidr.address.is_link_local()
 }
 
-/// A cable's address must stay the static /30 it was given: an update or
-/// a re-created network service can put the port back on DHCP, which on a
-/// cable without a DHCP server means a self-assigned 169.254.x.x/16 that
-/// changes on every link-up, so the peer's hostfile and the RDMA GIDs no
-/// longer match. Judged by the configuration method of the port's network
-/// service (`networksetup -getinfo`), not by the address alone.
+/// What JACCL needs of a cable's address is only that there is one: any
+/// IPv4 address gives the RDMA port its GID, and JACCL reaches the peer by
+/// that GID on the port's own device, never by IP routing. So a port on
+/// DHCP with a self-assigned 169.254/16 address works, and is what exo's
+/// setup configures on purpose. What this check judges is whether the
+/// address stays: a self-assigned one changes when the link comes back
+/// (IP to the peer over the cable, as the ring backend and ssh use it,
+/// follows it), one set by hand over a DHCP service (`ifconfig`, as
+/// `mlx.distributed_config --auto-setup` sets them) is gone after a
+/// restart, and a static one on a Mac running exo's network daemon is
+/// undone within half an hour. Judged by the configuration method of the
+/// port's network service (`networksetup -getinfo`), not by the address
+/// alone.
 pub(super) fn link_address_static(mut check: Check, facts: &NodeFacts) -> CheckResult {
     let ports = check.linked_ports(facts);
     for port in ports {
         let label = port_label(port);
+        let setup = facts.port_setup(port);
+        let service = if port.service.is_empty() {
+            "its service".to_owned()
+        } else {
+            format!("its service \"{}\"", port.service)
+        };
         match port.ipv4_method {
-            Some(Ipv4Method::Manual) => check.pass(format!("{label}: a static address ({})", {
-                let addresses = cidrs(port);
-                if addresses.is_empty() {
-                    "none set yet".to_owned()
-                } else {
-                    addresses
-                }
-            })),
-            Some(method) => {
-                let fallback: Vec<String> = port
-                    .addresses()
-                    .iter()
-                    .filter(|c| is_link_local(c))
-                    .map(ToString::to_string)
-                    .collect();
-                let now = if fallback.is_empty() {
-                    String::new()
-                } else {
-                    format!(" (self-assigned now: {})", fallback.join(", "))
-                };
-                check.fail(
+            Some(Ipv4Method::Manual | Ipv4Method::ManualWithDhcpRouter) => match setup {
+                PortSetup::Exo {
+                    reapplied: true, ..
+                } => check.warn(
                     format!(
-                        "{label}: its network service gets its address by {method} instead of a \
-                         static /30{now}"
+                        "{label}: a static address ({}) that exo's {EXO_NETWORK_DAEMON} will \
+                         put back on DHCP",
+                        or_none(port)
                     ),
-                    address_fix(facts, port, "<address>", 30),
-                );
+                    exo_undoes_it(),
+                ),
+                PortSetup::Exo { .. } | PortSetup::Owner => {
+                    check.pass(format!("{label}: a static address ({})", or_none(port)));
+                }
+            },
+            Some(method @ (Ipv4Method::Dhcp | Ipv4Method::Bootp)) => {
+                let (self_assigned, by_hand): (Vec<&Ipv4Cidr>, Vec<&Ipv4Cidr>) =
+                    port.addresses().iter().partition(|c| is_link_local(c));
+                if let Some(kept) = by_hand.first() {
+                    check.warn(
+                        format!(
+                            "{label} holds {} although {service} is on {method}: an address set \
+                             by hand (`ifconfig`, as `mlx.distributed_config --auto-setup` sets \
+                             them) is gone after a restart",
+                            joined(&by_hand)
+                        ),
+                        address_fix(facts, port, &kept.address.to_string(), kept.prefix),
+                    );
+                } else if self_assigned.is_empty() {
+                    if port.ipv4.is_none() {
+                        check.blind(format!(
+                            "{label}: {service} is on {method}, and its addresses are unknown"
+                        ));
+                    } else {
+                        check.warn(
+                            format!(
+                                "{label}: {service} is on {method} and has no address yet (see \
+                                 link_addressed)"
+                            ),
+                            address_fix(facts, port, "<address>", 30),
+                        );
+                    }
+                } else if let PortSetup::Exo { evidence, .. } = &setup {
+                    check.pass(format!(
+                        "{label}: self-assigned {} on {method}, exo's setup ({evidence}): JACCL \
+                         needs only an IPv4 address on the port, which gives its RDMA GID",
+                        joined(&self_assigned)
+                    ));
+                } else {
+                    check.warn(
+                        format!(
+                            "{label}: self-assigned {} ({service} is on {method}, and a cable \
+                             has no DHCP server): JACCL works on it (any IPv4 address gives the \
+                             port its RDMA GID), but it changes when the link comes back, and IP \
+                             to the peer over this cable (the ring backend, ssh) follows it",
+                            joined(&self_assigned)
+                        ),
+                        address_fix(facts, port, "<address>", 30),
+                    );
+                }
             }
             None => check.blind(format!(
                 "{label}: how its address is configured is unknown (no network service of its \
@@ -124,6 +204,23 @@ pub(super) fn link_address_static(mut check: Check, facts: &NodeFacts) -> CheckR
         }
     }
     check.finish_on(facts)
+}
+
+fn or_none(port: &PortFact) -> String {
+    let addresses = cidrs(port);
+    if addresses.is_empty() {
+        "none set yet".to_owned()
+    } else {
+        addresses
+    }
+}
+
+fn joined(addresses: &[&Ipv4Cidr]) -> String {
+    addresses
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// 80 Gb/s passes. Below that on a port that can do more fails: on a

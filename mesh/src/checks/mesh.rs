@@ -6,7 +6,9 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::Ipv4Addr;
 
 use meshd_domain::NodeId;
-use meshd_domain::facts::{Cable, CableEnd, CheckResult, Ipv4Cidr, NodeFacts, OsKind, PortFact};
+use meshd_domain::facts::{
+    Cable, CableEnd, CheckResult, Ipv4Cidr, NodeFacts, OsKind, PortFact, PortSetup,
+};
 
 use super::{Check, model_with_views, peer_label, port_label, unknown_cabling};
 use crate::JACCL_MAX_RANKS;
@@ -25,6 +27,22 @@ pub(super) struct Mesh<'a> {
 
 const RECAPTURE_FIX: &str = "capture both nodes again (`meshctl bundle` on each): one capture is \
      stale or partial, or a Mac changed (RDMA enabled or disabled, a cable moved) since";
+
+/// A cable end as its node reports it: the node's facts, the port and
+/// the address the cable map gave the end.
+struct EndFacts<'f> {
+    facts: &'f NodeFacts,
+    port: &'f PortFact,
+    cidr: Ipv4Cidr,
+}
+
+impl EndFacts<'_> {
+    /// Self-assigned by exo's setup, which JACCL works on.
+    fn exo_self_assigned(&self) -> bool {
+        super::links::is_link_local(&self.cidr)
+            && matches!(self.facts.port_setup(self.port), PortSetup::Exo { .. })
+    }
+}
 
 impl Mesh<'_> {
     fn pairs(&self) -> impl Iterator<Item = (&NodeId, &NodeId)> {
@@ -245,22 +263,29 @@ impl Mesh<'_> {
         check.finish()
     }
 
-    /// The address and prefix of a cable end, from its node's facts.
-    fn end_cidr(&self, end: &CableEnd) -> Result<Ipv4Cidr, String> {
+    /// The port and address (with its prefix) of a cable end, from its
+    /// node's facts.
+    fn end_facts(&self, end: &CableEnd) -> Result<EndFacts<'_>, String> {
         let address = end
             .address
             .ok_or_else(|| format!("{} has no address", end_label(end)))?;
         self.facts
             .get(&end.node)
-            .and_then(|f| {
-                f.ports
+            .and_then(|facts| {
+                facts
+                    .ports
                     .iter()
                     .filter(|p| {
                         p.name == end.port || (!end.iface.is_empty() && p.iface == end.iface)
                     })
-                    .flat_map(|p| p.addresses())
-                    .find(|c| c.address == address)
-                    .copied()
+                    .find_map(|port| {
+                        let cidr = port.addresses().iter().find(|c| c.address == address)?;
+                        Some(EndFacts {
+                            facts,
+                            port,
+                            cidr: *cidr,
+                        })
+                    })
             })
             .ok_or_else(|| format!("the netmask of {address} on {} is unknown", end_label(end)))
     }
@@ -273,16 +298,17 @@ impl Mesh<'_> {
         };
         let fix = "give each cable its own /30 on both ends: `sudo networksetup -setmanual \
                    \"<Thunderbolt port>\" <address> 255.255.255.252` (`meshctl plan` assigns them)";
-        let mut per_node: BTreeMap<&NodeId, Vec<(String, Ipv4Cidr)>> = BTreeMap::new();
+        let mut per_node: BTreeMap<&NodeId, Vec<(String, EndFacts<'_>)>> = BTreeMap::new();
         for cable in self.cables {
             let label = cable_label(cable);
-            let (a, b) = match (self.end_cidr(&cable.a), self.end_cidr(&cable.b)) {
+            let (a_end, b_end) = match (self.end_facts(&cable.a), self.end_facts(&cable.b)) {
                 (Ok(a), Ok(b)) => (a, b),
                 (Err(why), _) | (_, Err(why)) => {
                     check.blind(format!("{label}: {why}"));
                     continue;
                 }
             };
+            let (a, b) = (a_end.cidr, b_end.cidr);
             let local = link_local.contains(a.address) && link_local.contains(b.address);
             if !a.contains(b.address) || !b.contains(a.address) {
                 check.fail(format!("{label}: {a} and {b} are not in one subnet"), fix);
@@ -299,22 +325,40 @@ impl Mesh<'_> {
             per_node
                 .entry(&cable.a.node)
                 .or_default()
-                .push((label.clone(), a));
-            per_node.entry(&cable.b.node).or_default().push((label, b));
+                .push((label.clone(), a_end));
+            per_node
+                .entry(&cable.b.node)
+                .or_default()
+                .push((label, b_end));
         }
         for (node, links) in &per_node {
-            for (i, (first, x)) in links.iter().enumerate() {
-                for (second, y) in &links[i + 1..] {
-                    if !x.overlaps(*y) {
+            for (i, (first, x_end)) in links.iter().enumerate() {
+                for (second, y_end) in &links[i + 1..] {
+                    let (x, y) = (x_end.cidr, y_end.cidr);
+                    if !x.overlaps(y) {
                         continue;
                     }
-                    if link_local.contains(x.address) && link_local.contains(y.address) {
+                    if x_end.exo_self_assigned() && y_end.exo_self_assigned() {
+                        // The same fact link_address_static passes.
+                        check.pass(format!(
+                            "{node}: {first} and {second} are both self-assigned (169.254/16) by \
+                             exo's setup: JACCL reaches each peer by its port's RDMA GID; IP to \
+                             them is not pinned to one cable"
+                        ));
+                    } else if link_local.contains(x.address) && link_local.contains(y.address) {
                         check.warn(
                             format!(
                                 "{node}: {first} and {second} are both link-local (169.254/16): \
+                                 JACCL works (it reaches each peer by its port's RDMA GID), but \
                                  IP traffic to either peer may leave through the wrong port"
                             ),
-                            fix,
+                            [x_end, y_end]
+                                .iter()
+                                .map(|end| {
+                                    super::links::address_fix(end.facts, end.port, "<address>", 30)
+                                })
+                                .collect::<Vec<_>>()
+                                .join("\n"),
                         );
                     } else {
                         check.fail(

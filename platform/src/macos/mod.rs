@@ -26,8 +26,8 @@ pub mod vm_stat;
 use std::collections::{BTreeMap, BTreeSet};
 
 use meshd_domain::facts::{
-    BridgeFact, FirewallFact, HardwarePort, NodeFacts, OsKind, PanicFacts, PanicReport, PeerFact,
-    PortFact, PowerSettings, RdmaPortFact, RdmaReader,
+    BridgeFact, EXO_NETWORK_DAEMON, FirewallFact, HardwarePort, NetworkSetupFact, NodeFacts,
+    OsKind, PanicFacts, PanicReport, PeerFact, PortFact, PowerSettings, RdmaPortFact, RdmaReader,
 };
 
 use crate::ibv::{RdmaDevice, parse_ibv_devices, parse_ibv_devinfo};
@@ -36,8 +36,8 @@ use crate::source::{CaptureError, HostCommand, Source};
 use self::ifconfig::{Interface, parse_ifconfig};
 use self::memory::{MemoryOutputs, boot_identity, memory_facts};
 use self::networksetup::{
-    NetworkService, parse_all_services, parse_hardware_ports, parse_service_info,
-    parse_service_order, service_for_device,
+    NetworkService, parse_all_services, parse_current_location, parse_hardware_ports,
+    parse_service_info, parse_service_order, service_for_device,
 };
 use self::panic_report::{
     DIAGNOSTIC_REPORTS, PANIC_HEAD_BYTES, newest_panic_report, parse_panic_report,
@@ -94,6 +94,9 @@ pub struct MacosOutputs {
     service_infos: BTreeMap<String, Result<String, CaptureError>>,
     /// `None` when not looked at.
     panics: Option<PanicOutputs>,
+    /// The entries of [`LAUNCH_DAEMONS`], or why they could not be listed;
+    /// `None` when not looked at.
+    launch_daemons: Option<Result<Vec<String>, String>>,
     /// The devices as the verbs library listed them; when present, the
     /// `ibv_*` tools were not run.
     verbs: Option<Vec<RdmaDevice>>,
@@ -138,6 +141,11 @@ impl MacosOutputs {
             captures,
             service_infos,
             panics: Some(read_panic_reports(source)),
+            launch_daemons: Some(
+                source
+                    .list_dir(LAUNCH_DAEMONS)
+                    .map_err(|err| format!("cannot list {LAUNCH_DAEMONS}: {err}")),
+            ),
             verbs,
         }
     }
@@ -155,6 +163,12 @@ impl MacosOutputs {
         output: Result<String, CaptureError>,
     ) -> Self {
         self.service_infos.insert(service.to_owned(), output);
+        self
+    }
+
+    /// The same with the entries of /Library/LaunchDaemons replaced.
+    pub fn with_launch_daemons(mut self, listed: Result<Vec<String>, String>) -> Self {
+        self.launch_daemons = Some(listed);
         self
     }
 
@@ -307,6 +321,7 @@ pub fn join(outputs: &MacosOutputs) -> NodeFacts {
     let hardware_ports = outputs.parsed(HostCommand::HardwarePorts, parse_hardware_ports, blind);
     let service_order = outputs.parsed(HostCommand::ServiceOrder, parse_service_order, blind);
     let all_services = outputs.parsed(HostCommand::AllServices, parse_all_services, blind);
+    let location = current_location(outputs, blind);
     let interfaces = outputs.parsed(HostCommand::Ifconfig, parse_ifconfig, blind);
     let rdma_enabled = rdma_enabled(outputs, blind);
     let (listed_devices, described_devices, reader) = rdma_device_outputs(outputs, blind);
@@ -336,8 +351,9 @@ pub fn join(outputs: &MacosOutputs) -> NodeFacts {
     );
     let power = power(outputs, blind);
     let (mut ports, ports_complete) = ports(&parsed, blind);
-    apply_ipv4_methods(&mut ports, outputs, parsed.service_order.as_deref(), blind);
+    apply_services(&mut ports, outputs, parsed.service_order.as_deref(), blind);
     let panics = panics(outputs.panics.as_ref(), blind);
+    let network_setup = network_setup(location, outputs.launch_daemons.as_ref(), blind);
     blind.push(NO_RDMA_TRAFFIC_COUNTER.to_owned());
     NodeFacts {
         os: OsKind::Macos,
@@ -357,7 +373,51 @@ pub fn join(outputs: &MacosOutputs) -> NodeFacts {
         memory,
         power,
         panics,
+        network_setup,
     }
+}
+
+/// Where LaunchDaemons are installed; a tool's daemon there runs as root
+/// at boot whoever is logged in.
+const LAUNCH_DAEMONS: &str = "/Library/LaunchDaemons";
+
+/// The active network location; `None` (and named) when unknown.
+fn current_location(outputs: &MacosOutputs, blind: &mut Vec<String>) -> Option<String> {
+    let location = parse_current_location(outputs.text(HostCommand::CurrentLocation, blind)?);
+    if location.is_none() {
+        blind.push(format!(
+            "{}: printed no location name",
+            HostCommand::CurrentLocation
+        ));
+    }
+    location
+}
+
+/// The location and whether exo's network daemon is installed; `None`
+/// when neither is known.
+fn network_setup(
+    location: Option<String>,
+    launch_daemons: Option<&Result<Vec<String>, String>>,
+    blind: &mut Vec<String>,
+) -> Option<NetworkSetupFact> {
+    let plist = format!("{EXO_NETWORK_DAEMON}.plist");
+    let exo_daemon = match launch_daemons {
+        Some(Ok(names)) => Some(names.contains(&plist)),
+        Some(Err(why)) => {
+            blind.push(format!("whether exo's network daemon is installed: {why}"));
+            None
+        }
+        None => {
+            blind.push(format!(
+                "whether exo's network daemon is installed: {LAUNCH_DAEMONS} not read"
+            ));
+            None
+        }
+    };
+    (location.is_some() || exo_daemon.is_some()).then_some(NetworkSetupFact {
+        location,
+        exo_daemon,
+    })
 }
 
 /// The product version and build from `sw_vers`, each empty (and named)
@@ -450,11 +510,11 @@ fn power(outputs: &MacosOutputs, blind: &mut Vec<String>) -> Option<PowerSetting
     power
 }
 
-/// How each Thunderbolt port's address is configured, from its network
-/// service's `networksetup -getinfo`; unknown (and named) where the
-/// service or its info is not known. A port without a service of its own
-/// has no configuration to read.
-fn apply_ipv4_methods(
+/// Each Thunderbolt port's network service, and how it configures the
+/// port's address (its `networksetup -getinfo`); unknown (and named) where
+/// the service or its info is not known. A port without a service of its
+/// own has no configuration to read.
+fn apply_services(
     ports: &mut [PortFact],
     outputs: &MacosOutputs,
     order: Option<&[NetworkService]>,
@@ -470,6 +530,7 @@ fn apply_ipv4_methods(
         let Some(service) = service_for_device(order, &port.iface) else {
             continue;
         };
+        port.service.clone_from(&service.name);
         match outputs.service_infos.get(&service.name) {
             Some(Ok(text)) => {
                 port.ipv4_method = parse_service_info(text);
@@ -824,9 +885,9 @@ mod tests {
         );
         assert!(!facts.rdma_devices_read);
         let blind: Vec<&str> = facts.blind_spots.iter().map(String::as_str).collect();
-        assert_eq!(blind.len(), 19, "{blind:#?}");
+        assert_eq!(blind.len(), 21, "{blind:#?}");
         assert_eq!(
-            blind[13..],
+            blind[14..],
             [
                 "sysctl hw.memsize vm.swapusage kern.memorystatus_vm_pressure_level \
                  kern.bootsessionuuid kern.boottime: not captured",
@@ -834,6 +895,7 @@ mod tests {
                 "sysctl iogpu.wired_limit_mb: not captured",
                 "pmset -g: not captured",
                 "kernel panic reports: /Library/Logs/DiagnosticReports not read",
+                "whether exo's network daemon is installed: /Library/LaunchDaemons not read",
                 NO_RDMA_TRAFFIC_COUNTER,
             ]
         );
@@ -851,17 +913,18 @@ mod tests {
             blind[3]
         );
         assert_eq!(blind[4], "networksetup -listallhardwareports: not captured");
+        assert_eq!(blind[7], "networksetup -getcurrentlocation: not captured");
         assert_eq!(
-            blind[7],
+            blind[8],
             "ifconfig -a failed (exit status: 1): ifconfig: ioctl: bad file descriptor"
         );
         assert_eq!(
-            blind[8],
+            blind[9],
             "rdma_ctl status: neither enabled nor disabled: \"Operation not permitted\""
         );
-        assert_eq!(blind[10], "ibv_devinfo -v did not finish within 5s; killed");
+        assert_eq!(blind[11], "ibv_devinfo -v did not finish within 5s; killed");
         assert_eq!(
-            blind[11],
+            blind[12],
             "/usr/libexec/ApplicationFirewall/socketfilterfw --getglobalstate: not captured"
         );
         assert_eq!(facts.firewall, None, "neither firewall output: unknown");

@@ -74,6 +74,17 @@ pub fn parse_all_services(text: &str) -> Vec<NetworkService> {
         .collect()
 }
 
+/// Longest location name taken: macOS keeps them short; anything longer
+/// is not a location name.
+const MAX_LOCATION_CHARS: usize = 128;
+
+/// `-getcurrentlocation`: the location's name on one line; `None` when
+/// there is no name (or something that cannot be one).
+pub fn parse_current_location(text: &str) -> Option<String> {
+    let name = text.lines().map(str::trim).find(|l| !l.is_empty())?;
+    (name.chars().count() <= MAX_LOCATION_CHARS).then(|| name.to_owned())
+}
+
 /// `-listnetworkserviceorder`: `(1) Name` (`(*) Name` when disabled), each
 /// followed by `(Hardware Port: X, Device: Y)`.
 pub fn parse_service_order(text: &str) -> Vec<NetworkService> {

@@ -4,8 +4,8 @@
 use super::{Result, WireError, bounded, each, memory_pressure, memory_pressure_wire, non_empty};
 use crate::wire;
 use meshd_domain::facts::{
-    BootIdentity, BridgeFact, CheckResult, FirewallFact, FirewallRule, MemoryFacts, NodeFacts,
-    OsKind, PanicFacts, PanicReport, PortFact, PowerSettings,
+    BootIdentity, BridgeFact, CheckResult, FirewallFact, FirewallRule, MemoryFacts,
+    NetworkSetupFact, NodeFacts, OsKind, PanicFacts, PanicReport, PortFact, PowerSettings,
 };
 
 /// Longest boot id accepted (a UUID is 36 characters).
@@ -16,6 +16,9 @@ const MAX_PANIC_LINE_CHARS: usize = 512;
 /// Most processes named as holding sleep off, and the longest name.
 const MAX_SLEEP_PREVENTERS: usize = 32;
 const MAX_PROCESS_NAME_CHARS: usize = 64;
+/// Longest network location or service name accepted (macOS's own limit
+/// is far below it).
+pub(super) const MAX_SERVICE_NAME_CHARS: usize = 128;
 
 impl From<NodeFacts> for wire::NodeFacts {
     fn from(f: NodeFacts) -> Self {
@@ -75,6 +78,10 @@ impl From<NodeFacts> for wire::NodeFacts {
                         allowed: r.allowed,
                     })
                     .collect(),
+            }),
+            network_setup: f.network_setup.map(|n| wire::NetworkSetup {
+                location: n.location,
+                exo_daemon: n.exo_daemon,
             }),
         }
     }
@@ -252,6 +259,19 @@ impl TryFrom<wire::NodeFacts> for NodeFacts {
                 .transpose()
                 .map_err(|e| e.within("power"))?,
             panics: panic_facts(f.panics_read, f.latest_panic)?,
+            network_setup: f
+                .network_setup
+                .map(|n| -> Result<NetworkSetupFact> {
+                    Ok(NetworkSetupFact {
+                        location: n
+                            .location
+                            .map(|l| bounded("location", l, MAX_SERVICE_NAME_CHARS))
+                            .transpose()?,
+                        exo_daemon: n.exo_daemon,
+                    })
+                })
+                .transpose()
+                .map_err(|e| e.within("network_setup"))?,
         })
     }
 }

@@ -273,8 +273,8 @@ mod tests {
     use crate::limits;
     use meshd_domain::facts::{
         BootIdentity, BridgeFact, Cable, CableEnd, CheckResult, FirewallFact, FirewallRule, Gid,
-        MemoryFacts, NodeFacts, OsKind, PanicFacts, PanicReport, PeerFact, PortFact, PowerSettings,
-        RdmaPortFact, RdmaReader,
+        MemoryFacts, NetworkSetupFact, NodeFacts, OsKind, PanicFacts, PanicReport, PeerFact,
+        PortFact, PowerSettings, RdmaPortFact, RdmaReader,
     };
     use meshd_domain::fixtures::{id, wall};
     use meshd_domain::jobs::{JobRank, JobView, RankView};
@@ -479,6 +479,7 @@ mod tests {
                     ipv4: Some(vec!["169.254.0.1/30".parse().expect("cidr")]),
                     iface_up: Some(true),
                     ipv4_method: Some(Ipv4Method::Manual),
+                    service: "EXO Thunderbolt 2".into(),
                     rdma: Some(RdmaPortFact {
                         port: 1,
                         state: RdmaPortState::Active,
@@ -564,6 +565,10 @@ mod tests {
                     path: "/usr/local/bin/meshd".into(),
                     allowed: Some(true),
                 }]),
+            }),
+            network_setup: Some(NetworkSetupFact {
+                location: Some("exo".into()),
+                exo_daemon: Some(true),
             }),
         }
     }

@@ -2,9 +2,11 @@
 //! of each Thunderbolt/RDMA port (an RDMA port's reader may be unknown, never
 //! an error) and the cables between the mesh's ports.
 
+use super::facts::MAX_SERVICE_NAME_CHARS;
 use super::{
-    Result, WireError, check_status, check_status_wire, each, ipv4_method, ipv4_method_wire,
-    node_id, non_empty, optional_node_id, rdma_port_state, rdma_port_state_wire, required,
+    Result, WireError, bounded, check_status, check_status_wire, each, ipv4_method,
+    ipv4_method_wire, node_id, non_empty, optional_node_id, rdma_port_state, rdma_port_state_wire,
+    required,
 };
 use crate::wire;
 use meshd_domain::facts::{
@@ -79,6 +81,7 @@ impl From<PortFact> for wire::PortFact {
                 reader: rdma_reader_wire(r.reader),
             }),
             ipv4_method: p.ipv4_method.map(ipv4_method_wire),
+            service: p.service,
         }
     }
 }
@@ -153,6 +156,7 @@ impl TryFrom<wire::PortFact> for PortFact {
                 .ipv4_method
                 .map(|raw| ipv4_method("ipv4_method", raw))
                 .transpose()?,
+            service: bounded("service", p.service, MAX_SERVICE_NAME_CHARS)?,
         })
     }
 }
