@@ -516,6 +516,7 @@ fn feeds(
     let facts = facts::spawn(
         node.clone(),
         configs.subscribe(),
+        rdma.unsupported(),
         metrics.clone(),
         shutdown.clone(),
     );

@@ -168,7 +168,7 @@ metrics! {
     FACTS_READ_DURATION_SECONDS: "meshd_facts_read_duration_seconds", Gauge, [], Some(Unit::Seconds),
         "How long the last read of this node's platform facts took (commands such as system_profiler, and sysfs).";
     FACTS_BLIND_SPOTS: "meshd_facts_blind_spots", Gauge, [], None,
-        "Platform facts this node could not read on its last read (a command missing, failing or timing out); `meshctl doctor` names them.";
+        "Platform facts this node could not read on its last read (a command missing, failing or timing out), and the reasons its verbs stack cannot run the opt-in RDMA probe; `meshctl doctor` names them.";
     BOOT_TIME_SECONDS: "meshd_boot_time_seconds", Gauge, [], Some(Unit::Seconds),
         "When this node's host booted, in seconds since the Unix epoch (macOS kern.boottime, Linux btime); it changes on a reboot, not on a meshd restart.";
     MEMORY_TOTAL_BYTES: "meshd_memory_total_bytes", Gauge, [], Some(Unit::Bytes),

@@ -9,6 +9,14 @@
 //! task only waits for the answers, on the blocking pool. Stopping the task
 //! closes the queue pair: nothing stays allocated on the device after
 //! meshd stops.
+//!
+//! Only the link's own failures count against it: probes unanswered or
+//! not sendable once the queue pair is up, a device that went away, no
+//! port with the link's address, a stack that hangs. A stack that does not
+//! offer what the probe needs (no library, a missing call, a refused
+//! allocation or attribute) is a blind spot: the link is not probed over
+//! RDMA, nothing is counted, and the reason is one of this node's facts'
+//! blind spots ([`blind_spots`]) until the probe runs.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv6Addr};
@@ -20,7 +28,7 @@ use meshd_model::rdma::{Partner, ProbeOutcome, RdmaProbeEnd, RdmaProbeStats, par
 use meshd_model::verdict::ExpectedLink;
 use meshd_platform::linux::queue_pairs;
 use meshd_platform::verbs::{self, VerbsError};
-use meshd_platform::verbs_probe::{EndpointAddress, ProbeEndpoint};
+use meshd_platform::verbs_probe::{EndpointAddress, ProbeEndpoint, ProbeError};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -43,6 +51,12 @@ const IDLE_CHECK_PERIOD: Duration = Duration::from_secs(5);
 /// kernel waits for every program to close it (drivers that cannot take it
 /// away from them, such as rxe): meshd must let go within this.
 const DEVICE_CHECK_PERIOD: Duration = Duration::from_secs(2);
+/// How long a stack that would not run the probe is left alone before the
+/// next try: every try allocates on the device, failed allocations have
+/// wedged ports (ARCHITECTURE.md, Field facts), and a refusal stays until
+/// something changes (an update, RDMA switched on, a job's queue pairs
+/// released).
+const UNSUPPORTED_RETRY: Duration = Duration::from_secs(60);
 
 /// What the probe runs with.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,6 +77,28 @@ pub fn settings(config: &Config) -> RdmaSettings {
 /// Every cable's RDMA probe, by the far end's node.
 pub type RdmaEnds = Arc<BTreeMap<NodeId, RdmaProbeEnd>>;
 
+/// Why this node's stack does not run the RDMA probe of each cable that it
+/// does not, by the far end's node.
+pub type RdmaUnsupported = Arc<BTreeMap<NodeId, String>>;
+
+/// The blind spots of `unsupported`: one line per reason, naming the
+/// cables it keeps from being probed.
+pub fn blind_spots(unsupported: &RdmaUnsupported) -> Vec<String> {
+    let mut by_reason: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (peer, reason) in unsupported.iter() {
+        by_reason.entry(reason).or_default().push(peer.as_str());
+    }
+    by_reason
+        .into_iter()
+        .map(|(reason, peers)| {
+            format!(
+                "the RDMA probe cannot run here (links to {}), so their RDMA paths are not probed: {reason}",
+                peers.join(", ")
+            )
+        })
+        .collect()
+}
+
 #[derive(Debug)]
 struct Running {
     links: Vec<ExpectedLink>,
@@ -75,6 +111,7 @@ struct Running {
 #[derive(Debug)]
 pub struct RdmaProbes {
     ends: watch::Sender<RdmaEnds>,
+    unsupported: watch::Sender<RdmaUnsupported>,
     book: SharedBook,
     shutdown: CancellationToken,
     running: Option<Running>,
@@ -90,8 +127,10 @@ impl RdmaProbes {
         shutdown: CancellationToken,
     ) -> Self {
         let (ends, _) = watch::channel(RdmaEnds::default());
+        let (unsupported, _) = watch::channel(RdmaUnsupported::default());
         let mut probes = Self {
             ends,
+            unsupported,
             book,
             shutdown,
             running: None,
@@ -116,6 +155,11 @@ impl RdmaProbes {
             old.tasks.detach_all();
         }
         self.ends.send_replace(RdmaEnds::default());
+        self.unsupported.send_if_modified(|current| {
+            let had = !current.is_empty();
+            *current = RdmaUnsupported::default();
+            had
+        });
         let stop = self.shutdown.child_token();
         let mut tasks = JoinSet::new();
         if settings.mode != RdmaProbeMode::Off {
@@ -128,6 +172,7 @@ impl RdmaProbes {
                             library,
                             book: self.book.clone(),
                             ends: self.ends.clone(),
+                            unsupported: self.unsupported.clone(),
                             stop: stop.clone(),
                         }));
                     }
@@ -153,6 +198,11 @@ impl RdmaProbes {
         self.ends.subscribe()
     }
 
+    /// Why the probe does not run on some cables, for this node's facts.
+    pub fn unsupported(&self) -> watch::Receiver<RdmaUnsupported> {
+        self.unsupported.subscribe()
+    }
+
     /// Waits until every task has closed its queue pair (after shutdown).
     pub async fn stopped(self) {
         if let Some(mut running) = self.running {
@@ -173,6 +223,7 @@ struct LinkProbe {
     library: &'static str,
     book: SharedBook,
     ends: watch::Sender<RdmaEnds>,
+    unsupported: watch::Sender<RdmaUnsupported>,
     stop: CancellationToken,
 }
 
@@ -244,6 +295,7 @@ async fn probe_link(probe: LinkProbe) {
             break;
         }
         publish(&probe.ends, &peer, state.end());
+        publish_unsupported(&probe.unsupported, &peer, state.unsupported_reason());
     }
     close(state.queue.take()).await;
 }
@@ -264,6 +316,27 @@ fn publish(ends: &watch::Sender<RdmaEnds>, peer: &NodeId, end: RdmaProbeEnd) {
     });
 }
 
+/// Stores why this cable is not probed (or that it is), waking the facts
+/// only when that changed.
+fn publish_unsupported(
+    unsupported: &watch::Sender<RdmaUnsupported>,
+    peer: &NodeId,
+    reason: Option<&str>,
+) {
+    unsupported.send_if_modified(|current| {
+        if current.get(peer).map(String::as_str) == reason {
+            return false;
+        }
+        let mut changed = (**current).clone();
+        match reason {
+            Some(reason) => changed.insert(peer.clone(), reason.to_owned()),
+            None => changed.remove(peer),
+        };
+        *current = Arc::new(changed);
+        true
+    });
+}
+
 /// What this end's probe is doing, or why it is not probing, as last
 /// logged (each is logged once when it starts, not every second).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -272,6 +345,7 @@ enum Condition {
     Busy(usize),
     IdleUnknown(String),
     CannotOpen(String),
+    Unsupported(String),
     PeerAbsent,
     WrongGid(Ipv6Addr),
 }
@@ -288,6 +362,17 @@ struct LinkState {
     /// When the open queue pair's device was last looked for.
     device_checked: Option<Instant>,
     condition: Option<Condition>,
+    unsupported: Option<Unsupported>,
+}
+
+/// This node's stack would not run the probe.
+#[derive(Debug, Clone)]
+struct Unsupported {
+    reason: String,
+    /// Refused when connecting (else when opening): opening again does not
+    /// show it is gone.
+    at_connect: bool,
+    retry_at: Instant,
 }
 
 impl LinkState {
@@ -329,6 +414,11 @@ impl LinkState {
             Condition::CannotOpen(reason) => {
                 tracing::warn!(%peer, "RDMA probe: cannot open a queue pair: {reason}");
             }
+            Condition::Unsupported(reason) => tracing::warn!(
+                %peer,
+                retry_in = ?UNSUPPORTED_RETRY,
+                "RDMA probe: not run on this link, a blind spot and not a failure: {reason}"
+            ),
             Condition::PeerAbsent => tracing::info!(
                 %peer,
                 "RDMA probe: waiting for the peer's queue pair (its probe is off, paused, or not heard)"
@@ -351,6 +441,42 @@ impl LinkState {
     fn record(&mut self, outcome: ProbeOutcome) {
         self.probing = true;
         self.stats.record(outcome, SystemTime::now());
+    }
+
+    /// Why this node's stack does not run the probe on this link, while
+    /// that holds.
+    fn unsupported_reason(&self) -> Option<&str> {
+        self.unsupported.as_ref().map(|u| u.reason.as_str())
+    }
+
+    /// The stack would not run the probe (`reason`): nothing is counted,
+    /// the probe pauses, and it is tried again after a while.
+    fn refused(&mut self, peer: &NodeId, reason: String, at_connect: bool, now: Instant) {
+        self.pause();
+        self.note(peer, Condition::Unsupported(reason.clone()));
+        self.unsupported = Some(Unsupported {
+            reason,
+            at_connect,
+            retry_at: now + UNSUPPORTED_RETRY,
+        });
+    }
+
+    /// Whether a refusal still keeps the probe from trying again at `now`.
+    fn refusal_holds(&self, now: Instant) -> bool {
+        self.unsupported.as_ref().is_some_and(|u| now < u.retry_at)
+    }
+
+    /// The outcome of opening a queue pair, when it did not open: a failure
+    /// counts against the link, a refusal is a blind spot.
+    fn open_failed(&mut self, peer: &NodeId, err: ProbeError, now: Instant) {
+        match err {
+            ProbeError::Failed(err) => {
+                // Asked to probe and the link's RDMA side cannot be used.
+                self.record(ProbeOutcome::Failed);
+                self.note(peer, Condition::CannotOpen(err.to_string()));
+            }
+            ProbeError::Unsupported(err) => self.refused(peer, err.to_string(), false, now),
+        }
     }
 
     /// "idle": whether other programs hold queue pairs, counted at most
@@ -389,6 +515,10 @@ impl LinkState {
             }
         }
         if self.queue.is_none() {
+            if self.refusal_holds(Instant::now()) {
+                self.pause();
+                return;
+            }
             let library = probe.library;
             match blocking(move || ProbeEndpoint::open(library, gid, verbs::DEFAULT_TIMEOUT)).await
             {
@@ -397,12 +527,12 @@ impl LinkState {
                         endpoint,
                         connected_to: None,
                     });
+                    if self.unsupported.as_ref().is_some_and(|u| !u.at_connect) {
+                        self.unsupported = None;
+                    }
                 }
                 Some(Err(err)) => {
-                    // Asked to probe and the device cannot be opened: the
-                    // RDMA side of this cable does not work.
-                    self.record(ProbeOutcome::Failed);
-                    self.note(peer, Condition::CannotOpen(err.to_string()));
+                    self.open_failed(peer, err, Instant::now());
                     return;
                 }
                 None => return,
@@ -429,7 +559,7 @@ impl LinkState {
                 self.pause();
                 self.note(peer, Condition::WrongGid(claimed));
             }
-            Partner::Connect(target) => self.connect(target).await,
+            Partner::Connect(target) => self.connect(peer, target).await,
             // Only the peer can move this on; the streak waits with it.
             Partner::Waiting => self.probing = false,
             Partner::Ready => self.probe_once(peer).await,
@@ -487,7 +617,7 @@ impl LinkState {
             .rdma_endpoint
     }
 
-    async fn connect(&mut self, target: RdmaEndpoint) {
+    async fn connect(&mut self, peer: &NodeId, target: RdmaEndpoint) {
         let Some(mut queue) = self.queue.take() else {
             return;
         };
@@ -507,12 +637,23 @@ impl LinkState {
         else {
             return;
         };
-        if result.is_err() {
-            // Asked to probe and the queue pair cannot be connected: the
-            // RDMA side of this cable does not work.
-            self.record(ProbeOutcome::Failed);
+        match result {
+            Ok(()) => {
+                self.unsupported = None;
+                self.queue = Some(queue);
+            }
+            Err(ProbeError::Unsupported(err)) => {
+                close(Some(queue)).await;
+                self.refused(peer, err.to_string(), true, Instant::now());
+            }
+            Err(ProbeError::Failed(err)) => {
+                // Asked to probe and the queue pair cannot be connected
+                // (the stack hangs): the RDMA side of this cable does not
+                // work.
+                self.record(ProbeOutcome::Failed);
+                self.close_after(queue, &err).await;
+            }
         }
-        self.keep_or_close(queue, result).await;
     }
 
     async fn probe_once(&mut self, peer: &NodeId) {
@@ -529,29 +670,128 @@ impl LinkState {
         else {
             return;
         };
-        let outcome = match &result {
-            Ok(Some(rtt)) => ProbeOutcome::Answered(*rtt),
-            Ok(None) => ProbeOutcome::Unanswered,
-            Err(_) => ProbeOutcome::Failed,
-        };
-        self.record(outcome);
-        self.keep_or_close(queue, result).await;
-        if self.queue.is_some() {
-            self.note(peer, Condition::Probing);
+        match result {
+            Ok(answer) => {
+                self.record(answer.map_or(ProbeOutcome::Unanswered, ProbeOutcome::Answered));
+                self.queue = Some(queue);
+                self.note(peer, Condition::Probing);
+            }
+            // The endpoint's thread ended on its own: meshd's fault, not
+            // the link's.
+            Err(ProbeError::Unsupported(err)) => {
+                close(Some(queue)).await;
+                self.refused(peer, err.to_string(), true, Instant::now());
+            }
+            Err(ProbeError::Failed(err)) => {
+                self.record(ProbeOutcome::Failed);
+                self.close_after(queue, &err).await;
+            }
         }
     }
 
-    /// Keeps the queue pair after a call that worked; after one that
-    /// failed, closes it, so the next step opens a new one (a deleted
-    /// device, a queue pair in error).
-    async fn keep_or_close<T>(&mut self, queue: Queue, result: Result<T, VerbsError>) {
-        match result {
-            Ok(_) => self.queue = Some(queue),
-            Err(err) => {
-                tracing::warn!("RDMA probe: {err}; the queue pair is closed and opened again");
-                self.condition = None;
-                close(Some(queue)).await;
-            }
+    /// Closes the queue pair after a failure, so the next step opens a new
+    /// one (a deleted device, a queue pair in error).
+    async fn close_after(&mut self, queue: Queue, err: &VerbsError) {
+        tracing::warn!("RDMA probe: {err}; the queue pair is closed and opened again");
+        self.condition = None;
+        close(Some(queue)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use meshd_domain::fixtures::id;
+
+    use super::*;
+
+    fn missing_call() -> ProbeError {
+        ProbeError::Unsupported(VerbsError::Symbol {
+            library: "/usr/lib/librdma.dylib".into(),
+            symbol: "ibv_create_qp",
+            reason: "symbol not found".into(),
+        })
+    }
+
+    #[test]
+    fn an_unsupported_stack_counts_nothing_and_is_left_alone_for_a_while() {
+        let mut state = LinkState::default();
+        let now = Instant::now();
+        state.open_failed(&id("b"), missing_call(), now);
+        let end = state.end();
+        assert_eq!(end.probe, None, "no figures: nothing counted");
+        assert_eq!(state.stats.figures(), None);
+        assert_eq!(
+            state.unsupported_reason(),
+            Some("the verbs library /usr/lib/librdma.dylib has no ibv_create_qp: symbol not found")
+        );
+        assert!(state.refusal_holds(now));
+        assert!(!state.refusal_holds(now + UNSUPPORTED_RETRY));
+    }
+
+    #[test]
+    fn a_failure_to_open_counts_against_the_link() {
+        let mut state = LinkState::default();
+        let failed = ProbeError::Failed(VerbsError::Call {
+            library: "libibverbs.so.1".into(),
+            call: "ibv_query_gid",
+            device: None,
+            reason: "no RDMA port has the GID ::ffff:10.0.0.1".into(),
+        });
+        state.open_failed(&id("b"), failed, Instant::now());
+        let figures = state.end().probe.expect("counted");
+        assert_eq!(figures.consecutive_failures, 1);
+        assert_eq!(state.unsupported_reason(), None);
+    }
+
+    #[test]
+    fn a_refusal_ends_a_failing_streak_so_it_never_degrades_the_link() {
+        let mut state = LinkState::default();
+        for _ in 0..2 {
+            state.record(ProbeOutcome::Unanswered);
         }
+        state.refused(&id("b"), "refused".into(), true, Instant::now());
+        assert_eq!(state.end().probe, None);
+        assert_eq!(
+            state.stats.figures().map(|f| f.consecutive_failures),
+            Some(0)
+        );
+    }
+
+    #[test]
+    fn blind_spots_name_each_reason_once_with_its_links() {
+        let unsupported: RdmaUnsupported = Arc::new(
+            [
+                (id("b"), "no ibv_create_qp".to_owned()),
+                (id("c"), "no ibv_create_qp".to_owned()),
+                (id("d"), "ibv_alloc_pd refused".to_owned()),
+            ]
+            .into_iter()
+            .collect(),
+        );
+        assert_eq!(
+            blind_spots(&unsupported),
+            [
+                "the RDMA probe cannot run here (links to d), so their RDMA paths are not \
+                 probed: ibv_alloc_pd refused",
+                "the RDMA probe cannot run here (links to b, c), so their RDMA paths are not \
+                 probed: no ibv_create_qp",
+            ]
+        );
+        assert!(blind_spots(&RdmaUnsupported::default()).is_empty());
+    }
+
+    #[test]
+    fn unsupported_is_published_only_when_it_changes() {
+        let (sender, mut seen) = watch::channel(RdmaUnsupported::default());
+        seen.mark_unchanged();
+        publish_unsupported(&sender, &id("b"), None);
+        assert!(!seen.has_changed().unwrap());
+        publish_unsupported(&sender, &id("b"), Some("no ibv_create_qp"));
+        assert!(seen.has_changed().unwrap());
+        seen.mark_unchanged();
+        publish_unsupported(&sender, &id("b"), Some("no ibv_create_qp"));
+        assert!(!seen.has_changed().unwrap());
+        publish_unsupported(&sender, &id("b"), None);
+        assert!(seen.borrow_and_update().is_empty());
     }
 }

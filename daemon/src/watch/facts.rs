@@ -8,6 +8,10 @@
 //!
 //! On macOS it also reads again when the network configuration changes.
 //!
+//! The opt-in RDMA probe's reasons for not running (this node's stack does
+//! not offer what it needs) are blind spots of these facts, added to the
+//! last read as soon as they change, without reading again.
+//!
 //! Reading runs commands (`system_profiler` takes about a second) and sysfs,
 //! so it runs on the blocking pool; every command has its own timeout in
 //! the platform layer, and this task never waits for more than one read at
@@ -30,6 +34,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{Config, PlatformConfig};
 use crate::logging::{REPEAT_INTERVAL, Throttle};
 use crate::metrics::Metrics;
+use crate::probe::rdma::{RdmaUnsupported, blind_spots};
 use crate::watch::publish;
 use meshd_model::check_alarms::alarms_from_checks;
 
@@ -59,6 +64,7 @@ pub struct Reading {
 pub fn spawn(
     node: NodeId,
     mut configs: watch::Receiver<Arc<Config>>,
+    mut rdma_unsupported: watch::Receiver<RdmaUnsupported>,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 ) -> FactsWatch {
@@ -66,7 +72,7 @@ pub fn spawn(
     let (alarms_tx, alarms_rx) = watch::channel(Vec::new());
     let (counters_tx, counters_rx) = watch::channel(PortCounters::default());
     tokio::spawn(async move {
-        let models = Arc::new(ModelTable::builtin());
+        let models = ModelTable::builtin();
         let mut trackers: BTreeMap<String, CounterTracker> = BTreeMap::new();
         let mut platform = configs.borrow_and_update().platform.clone();
         // On macOS a network change (a service switched, a bridge brought
@@ -77,11 +83,14 @@ pub fn spawn(
         // Network changes can make reads come fast; their warnings do not.
         let mut warnings = Throttle::new(REPEAT_INTERVAL);
         let mut tick = crate::cadence::every(platform.facts_interval);
+        // The facts as last read, before the RDMA probe's blind spots and
+        // the checks, and how long that read took.
+        let mut last: Option<(NodeFacts, Duration)> = None;
         loop {
             let started = Instant::now();
             let read = {
-                let (node, platform, models) = (node.clone(), platform.clone(), models.clone());
-                tokio::task::spawn_blocking(move || read_facts(&node, &platform, &models))
+                let platform = platform.clone();
+                tokio::task::spawn_blocking(move || read_facts(&platform))
             };
             match read.await {
                 Ok(Reading {
@@ -104,8 +113,22 @@ pub fn spawn(
                     {
                         tracing::warn!(took = ?took, suppressed, "reading platform facts was slow");
                     }
+                    last = Some((facts, took));
+                }
+                Err(err) => {
+                    if let Some(suppressed) = warnings.admit("failed", Instant::now()) {
+                        tracing::warn!(suppressed, "reading platform facts failed: {err}");
+                    }
+                }
+            }
+            // Settles the last read with the RDMA probe's blind spots, then
+            // again each time those change, until the next read is due.
+            loop {
+                if let Some((read, took)) = &last {
+                    let probe_spots = blind_spots(&rdma_unsupported.borrow_and_update());
+                    let facts = settle(&node, &models, read.clone(), probe_spots);
                     metrics.watchers.record_facts(
-                        took,
+                        *took,
                         facts.blind_spots.len(),
                         facts.boot.booted_at_unix,
                     );
@@ -120,22 +143,19 @@ pub fn spawn(
                     publish(&alarms_tx, alarms);
                     publish(&tx, Some(Arc::new(facts)));
                 }
-                Err(err) => {
-                    if let Some(suppressed) = warnings.admit("failed", Instant::now()) {
-                        tracing::warn!(suppressed, "reading platform facts failed: {err}");
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    _ = tick.tick() => break,
+                    Some(()) = network_changes.recv() => break,
+                    changed = configs.changed() => {
+                        if changed.is_err() {
+                            return;
+                        }
+                        platform = configs.borrow_and_update().platform.clone();
+                        tick = crate::cadence::every(platform.facts_interval);
+                        break;
                     }
-                }
-            }
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                _ = tick.tick() => {}
-                Some(()) = network_changes.recv() => {}
-                changed = configs.changed() => {
-                    if changed.is_err() {
-                        return;
-                    }
-                    platform = configs.borrow_and_update().platform.clone();
-                    tick = crate::cadence::every(platform.facts_interval);
+                    Ok(()) = rdma_unsupported.changed() => {}
                 }
             }
         }
@@ -188,11 +208,11 @@ pub fn with_source<T>(
     }
 }
 
-/// One read of this node's facts, with its own checks. A replay directory
-/// that vanished since the config was validated becomes a blind spot, not
-/// a crash.
-pub fn read_facts(node: &NodeId, platform: &PlatformConfig, models: &ModelTable) -> Reading {
-    let mut reading = with_source(platform, read_from).unwrap_or_else(|why| Reading {
+/// One read of this node's facts, before its checks ([`settle`]). A replay
+/// directory that vanished since the config was validated becomes a blind
+/// spot, not a crash.
+fn read_facts(platform: &PlatformConfig) -> Reading {
+    with_source(platform, read_from).unwrap_or_else(|why| Reading {
         facts: NodeFacts {
             os: OsKind::Other,
             source: platform
@@ -204,9 +224,21 @@ pub fn read_facts(node: &NodeId, platform: &PlatformConfig, models: &ModelTable)
             ..NodeFacts::default()
         },
         counter_samples: BTreeMap::new(),
-    });
-    reading.facts.checks = node_checks(node, &reading.facts, models);
-    reading
+    })
+}
+
+/// The facts as read, with the blind spots of what else this node cannot
+/// see (`more`: the RDMA probe's), and its own checks run on them, so a
+/// skipped check names them too.
+fn settle(
+    node: &NodeId,
+    models: &ModelTable,
+    mut facts: NodeFacts,
+    more: Vec<String>,
+) -> NodeFacts {
+    facts.blind_spots.extend(more);
+    facts.checks = node_checks(node, &facts, models);
+    facts
 }
 
 fn read_from(source: &dyn Source, os: OsKind) -> Reading {
@@ -237,3 +269,41 @@ fn read_from(source: &dyn Source, os: OsKind) -> Reading {
 /// Reads slower than this are logged: the facts interval is tens of seconds,
 /// and a read that takes a large part of it points at a hanging command.
 const SLOW_READ: Duration = Duration::from_secs(10);
+
+#[cfg(test)]
+mod tests {
+    use meshd_domain::facts::CheckStatus;
+    use meshd_domain::fixtures::id;
+
+    use super::*;
+
+    #[test]
+    fn the_rdma_probes_blind_spots_join_the_facts_and_their_skipped_checks() {
+        let read = NodeFacts {
+            os: OsKind::Linux,
+            blind_spots: vec!["boot id unknown".to_owned()],
+            ..NodeFacts::default()
+        };
+        let spot = "the RDMA probe cannot run here (links to b), so their RDMA paths are not \
+                    probed: no ibv_create_qp";
+        let facts = settle(
+            &id("a"),
+            &ModelTable::builtin(),
+            read.clone(),
+            vec![spot.to_owned()],
+        );
+        assert_eq!(facts.blind_spots, ["boot id unknown", spot]);
+        let skipped = facts
+            .checks
+            .iter()
+            .find(|c| c.status == CheckStatus::Skipped)
+            .expect("a Linux node skips the macOS checks");
+        assert!(
+            skipped.evidence.contains(&format!("blind spot: {spot}")),
+            "{skipped:?}"
+        );
+        // Without it, the facts are the read's.
+        let plain = settle(&id("a"), &ModelTable::builtin(), read, Vec::new());
+        assert_eq!(plain.blind_spots, ["boot id unknown"]);
+    }
+}
