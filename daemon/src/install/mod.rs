@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use meshd_domain::NodeId;
 
-pub use runner::{CommandOutput, RecordingRunner, Runner, SystemRunner};
+pub use runner::{CommandOutput, RecordingRunner, Reply, Runner, SystemRunner};
 pub use strict::require_strict_modes;
 
 /// Where the README has operators copy the binary before `meshd install`;
