@@ -251,6 +251,13 @@ impl Plan {
                             folder,
                         });
                     }
+                    if let Some(place) = launchd::vanishing_place(path) {
+                        return Err(InstallError::VanishingPlace {
+                            what,
+                            path: path.clone(),
+                            place,
+                        });
+                    }
                 }
             }
         }
@@ -700,6 +707,19 @@ pub enum InstallError {
         what: &'static str,
         path: PathBuf,
         folder: &'static str,
+    },
+    #[error(
+        "the {what} {} is on {}: {}; copy it to the startup disk first (e.g. `sudo install -d \
+         /usr/local/bin && sudo install -m 755 <file> /usr/local/bin/meshd` for the binary; \
+         the config's default is /usr/local/etc/meshd/meshd.toml)",
+        path.display(),
+        place.name(),
+        place.why()
+    )]
+    VanishingPlace {
+        what: &'static str,
+        path: PathBuf,
+        place: launchd::VanishingPlace,
     },
     #[error(
         "`{command}` failed ({status}){}; meshd would not be reachable through the \

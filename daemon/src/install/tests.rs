@@ -766,6 +766,33 @@ fn paths_must_be_absolute_and_visible_to_the_linux_service() {
             .starts_with("the config /Users/ops/Desktop/meshd.toml is under ~/Desktop"),
         "{err}"
     );
+    // Nor can it keep a file that an ejected volume or iCloud takes away.
+    let mut opts = options(Platform::MacOs);
+    opts.binary = PathBuf::from("/Volumes/Backup/meshd");
+    let err = Plan::install(Platform::MacOs, &opts).expect_err("removable");
+    assert!(
+        err.to_string().starts_with(
+            "the binary /Volumes/Backup/meshd is on the volume /Volumes/Backup: a volume under \
+             /Volumes is there only while it is attached and mounted"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .contains("copy it to the startup disk first"),
+        "{err}"
+    );
+    let mut opts = options(Platform::MacOs);
+    opts.config =
+        PathBuf::from("/Users/ops/Library/Mobile Documents/com~apple~CloudDocs/meshd.toml");
+    let err = Plan::install(Platform::MacOs, &opts).expect_err("iCloud Drive");
+    assert!(
+        err.to_string().starts_with(
+            "the config /Users/ops/Library/Mobile Documents/com~apple~CloudDocs/meshd.toml is on \
+             iCloud Drive (~/Library/Mobile Documents): macOS may evict its files to the cloud"
+        ),
+        "{err}"
+    );
 }
 
 #[test]
