@@ -50,6 +50,12 @@ pub fn any_failed(checks: &[CheckResult]) -> bool {
     checks.iter().any(|c| c.status == CheckStatus::Fail)
 }
 
+/// Some check was decided (passed, warned or failed): a list of skipped
+/// checks, or none, says nothing about the node.
+pub fn any_judged(checks: &[CheckResult]) -> bool {
+    checks.iter().any(|c| c.status != CheckStatus::Skipped)
+}
+
 /// Node ids as a group heading: "a", or "4 nodes: a, b, c, d".
 fn heading(nodes: &[&NodeId]) -> String {
     let names: Vec<&str> = nodes.iter().map(|n| n.as_str()).collect();
@@ -206,6 +212,15 @@ mod tests {
 
         assert_eq!(summary(&checks), "2 pass, 0 warn, 1 fail, 0 skipped");
         assert!(any_failed(&checks));
+        assert!(any_judged(&checks));
+        let skipped = check(
+            Some("a"),
+            "rdma_enabled",
+            CheckStatus::Skipped,
+            &["unknown"],
+        );
+        assert!(!any_judged(&[skipped]));
+        assert!(!any_judged(&[]));
     }
 
     #[test]

@@ -25,7 +25,7 @@ pub const EXIT_USAGE: u8 = 64;
 const EXIT_CODES: &str = "\
 Exit codes:
   0   healthy, or done
-  1   unhealthy, a check failed, or the request was refused
+  1   unhealthy, a check failed or none could be judged, or the request was refused
   2   meshd could not be reached or gave an unusable answer
   64  wrong usage (unknown flag, bad value, missing file)";
 
@@ -73,8 +73,9 @@ pub enum Command {
     /// Platform checks with evidence and fixes: RDMA enabled, every cable of
     /// the full mesh present at 80 Gb/s, one subnet per cable, GIDs,
     /// Thunderbolt Bridge off, same macOS everywhere. This node by default
-    /// (read here, no daemon needed). Exits 1 when a check fails, or (with
-    /// --mesh) a cable's link is down or flapping.
+    /// (read here, no daemon needed). Exits 1 when a check fails, when no
+    /// check could be judged (all skipped), or (with --mesh) a cable's link
+    /// is down or flapping.
     Doctor {
         /// Read a bundle (directory or .tar.gz from `meshctl bundle`), or a
         /// directory of bundles and bundle archives (one per node: mesh-wide

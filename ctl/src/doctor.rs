@@ -82,17 +82,45 @@ fn judged(cables: Vec<Cable>, links: Option<&[LinkVerdict]>) -> Vec<CableReport>
         .collect()
 }
 
+/// What a doctor run found, as a whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Outcome {
+    /// A check was judged, none failed, and no cable's link is down or
+    /// flapping.
+    Pass,
+    /// A check failed, or a cable's link is down or flapping.
+    Fail,
+    /// No check was judged (every one skipped, or none ran), and no cable
+    /// is dead: nothing is known, which is no pass.
+    Unknown,
+}
+
+impl Outcome {
+    fn of(checks: &[CheckResult], cables: &[CableReport]) -> Outcome {
+        if checklist::any_failed(checks) || cables.iter().any(CableReport::is_dead) {
+            Outcome::Fail
+        } else if checklist::any_judged(checks) {
+            Outcome::Pass
+        } else {
+            Outcome::Unknown
+        }
+    }
+}
+
 /// The JSON document of `meshctl doctor --json`.
 #[derive(Debug, Serialize)]
 struct DoctorJson<'a> {
+    /// `outcome` is `pass`: false for an unknown outcome too.
     passed: bool,
+    outcome: Outcome,
     nodes: &'a [NodeReport],
     cables: &'a [CableReport],
     checks: &'a [CheckResult],
 }
 
-/// Prints the checklist; `Ok(true)` when no check failed and no cable's
-/// link is down or flapping.
+/// Prints the checklist; `Ok(true)` when a check was judged, none failed,
+/// and no cable's link is down or flapping (see [`Outcome`]).
 pub async fn run(target: &Target, scope: Scope, json: bool) -> Result<bool, Failure> {
     let models = ModelTable::builtin();
     let (nodes, cables, checks) = match scope {
@@ -114,10 +142,12 @@ pub async fn run(target: &Target, scope: Scope, json: bool) -> Result<bool, Fail
             offline(bundles, &models)
         }
     };
-    let passed = !checklist::any_failed(&checks) && !cables.iter().any(CableReport::is_dead);
+    let outcome = Outcome::of(&checks, &cables);
+    let passed = outcome == Outcome::Pass;
     if json {
         let doc = DoctorJson {
             passed,
+            outcome,
             nodes: &nodes,
             cables: &cables,
             checks: &checks,
@@ -126,7 +156,7 @@ pub async fn run(target: &Target, scope: Scope, json: bool) -> Result<bool, Fail
             .map_err(|e| Failure::Refused(format!("cannot encode the checks as JSON: {e}")))?;
         emit(&format!("{text}\n"))?;
     } else {
-        emit(&render(&nodes, &cables, &checks))?;
+        emit(&render(&nodes, &cables, &checks, outcome))?;
     }
     Ok(passed)
 }
@@ -257,7 +287,12 @@ fn read_bundle(dir: &Path, node: Option<NodeId>) -> Result<(NodeId, NodeFacts), 
     Ok((node, facts))
 }
 
-fn render(nodes: &[NodeReport], cables: &[CableReport], checks: &[CheckResult]) -> String {
+fn render(
+    nodes: &[NodeReport],
+    cables: &[CableReport],
+    checks: &[CheckResult],
+    outcome: Outcome,
+) -> String {
     let mut out = String::new();
     for n in nodes {
         let f = &n.facts;
@@ -331,6 +366,17 @@ fn render(nodes: &[NodeReport], cables: &[CableReport], checks: &[CheckResult]) 
         }
     }
     let _ = writeln!(out, "\nchecks: {}", checklist::summary(checks));
+    if outcome == Outcome::Unknown {
+        let why = if checks.is_empty() {
+            "no check ran"
+        } else {
+            "every check was skipped, each for the reason under it"
+        };
+        let _ = writeln!(
+            out,
+            "  nothing was judged ({why}): that is no pass (exit 1)"
+        );
+    }
     checklist::render(&mut out, checks, Show::All);
     out
 }

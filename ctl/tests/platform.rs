@@ -85,14 +85,15 @@ fn doctor_gives_each_scenario_its_pass_fail_set() {
             &[("rdma_enabled", "fail")],
             1,
         ),
-        // RDMA devices, but nothing shows whether a port is Thunderbolt 5.
-        ("tb4-mac-patched-one-port-active-40g", &[], 0),
+        // RDMA devices, but nothing shows whether a port is Thunderbolt 5:
+        // nothing judged, which is no pass.
+        ("tb4-mac-patched-one-port-active-40g", &[], 1),
         (
             "tb4-mac-rdma-devices-on-40g-ports",
             &[("rdma_enabled", "fail")],
             1,
         ),
-        ("studio-m3-ultra-ibv-devices-only", &[], 0),
+        ("studio-m3-ultra-ibv-devices-only", &[], 1),
         (
             "studio-m3-ultra-tb5-peer-usb4-drive",
             &[("link_speed", "pass")],
@@ -100,7 +101,7 @@ fn doctor_gives_each_scenario_its_pass_fail_set() {
         ),
         // An excerpt: one of its buses is cut before its receptacle, so not
         // every cabled port is known.
-        ("mac-mini-pasted-text-profiler", &[], 0),
+        ("mac-mini-pasted-text-profiler", &[], 1),
         // bridge0 is up; whether its members are cabled is unknown.
         // Its Thunderbolt Bridge service is enabled: a warning.
         (
@@ -136,7 +137,42 @@ fn doctor_gives_each_scenario_its_pass_fail_set() {
         assert_eq!(statuses(&doc), expected, "{name}");
         assert_eq!(doc["nodes"][0]["facts"]["os"], "macos", "{name}");
         assert_eq!(doc["passed"], *exit == 0, "{name}");
+        // Unknown is never a pass: a run that judged nothing says so.
+        let outcome = match (*exit, decided.is_empty()) {
+            (0, _) => "pass",
+            (_, true) => "unknown",
+            (_, false) => "fail",
+        };
+        assert_eq!(doc["outcome"], outcome, "{name}");
     }
+}
+
+#[test]
+fn doctor_that_judged_nothing_exits_1_and_says_so_in_text_and_json() {
+    let dir = scenario("studio-m3-ultra-ibv-devices-only");
+    let path = dir.to_str().expect("utf-8");
+    let out = meshctl(&["doctor", "--from", path]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains(
+            "checks: 0 pass, 0 warn, 0 fail, 11 skipped\n  nothing was judged (every check was \
+             skipped, each for the reason under it): that is no pass (exit 1)"
+        ),
+        "{stdout}"
+    );
+    let out = meshctl(&["doctor", "--from", path, "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let doc = json(&out);
+    assert_eq!(
+        (&doc["passed"], &doc["outcome"]),
+        (&Value::Bool(false), &Value::from("unknown"))
+    );
+    // A judged run says nothing of the kind.
+    let judged = scenario("firewall-off");
+    let out = meshctl(&["doctor", "--from", judged.to_str().expect("utf-8")]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(!text(&out.stdout).contains("nothing was judged"));
 }
 
 #[test]
@@ -233,7 +269,7 @@ fn doctor_on_this_linux_host_says_what_it_cannot_see() {
             "every result says why: {check}"
         );
     }
-    let passed = !checks.values().any(|s| s == "fail");
+    let passed = !checks.values().any(|s| s == "fail") && checks.values().any(|s| s != "skipped");
     assert_eq!(out.status.code(), Some(if passed { 0 } else { 1 }));
 }
 

@@ -642,32 +642,103 @@ fn thunderbolt_5_node_whose_rdma_devices_vanished_needs_a_reboot() {
     assert!(rdma.fix.starts_with("a reboot is needed"), "{rdma:?}");
 }
 
-#[test]
-fn thunderbolt_4_node_with_rdma_enabled_but_no_device_fails() {
+/// mlx #3777's Mac: an M4 Mac mini (Mac16,10, not in the table) with RDMA
+/// enabled, no RDMA device, one port linked at 40 Gb/s to its peer and the
+/// others idle at "Up to 40 Gb/s" (a linked port shows no "Up to").
+fn thunderbolt_4_node() -> NodeFacts {
     let mut f = healthy(2).remove(&numbered_id(0)).unwrap();
     for port in &mut f.ports {
         port.rdma_device.clear();
         port.rdma = None;
-        port.max_speed_bps = G40;
         if port.negotiated_speed_bps != 0 {
             port.negotiated_speed_bps = G40;
+        } else {
+            port.max_speed_bps = G40;
         }
     }
     f.model = "Mac16,10".into();
+    f
+}
+
+#[test]
+fn thunderbolt_4_node_with_rdma_enabled_but_no_device_fails() {
+    let f = thunderbolt_4_node();
     let results = node_checks(&numbered_id(0), &f, &ModelTable::builtin());
     let rdma = check(&results, "rdma_enabled");
     assert_eq!(rdma.status, CheckStatus::Fail);
     assert!(rdma.evidence[0].starts_with(
-        "rdma_ctl status: enabled, but no RDMA device exists (ibv_devices lists none); Thunderbolt 4 ports: Thunderbolt 1 (en2, up to 40 Gb/s)"
+        "rdma_ctl status: enabled, but no RDMA device exists (ibv_devices lists none); Thunderbolt 4 ports: Thunderbolt 1 (en2, up to 40 Gb/s), Thunderbolt 2 (en3, linked at 40 Gb/s)"
     ), "{rdma:?}");
-    assert!(rdma.fix.contains("Thunderbolt 5"));
+    assert!(
+        rdma.evidence[0]
+            .ends_with(": this Mac's Thunderbolt 4 ports carry no RDMA; JACCL needs Thunderbolt 5"),
+        "{rdma:?}"
+    );
+    // Neither a reboot nor re-enabling: the hardware.
+    assert!(
+        rdma.fix
+            .starts_with("RDMA over Thunderbolt needs Thunderbolt 5")
+    );
+    assert!(!rdma.fix.contains("reboot") && !rdma.fix.contains("rdma_ctl enable"));
     let active = check(&results, "rdma_port_active");
     assert_eq!(active.status, CheckStatus::Fail);
     assert_eq!(
         active.evidence,
+        [
+            "Thunderbolt 2 (en3) is cabled but has no RDMA device: this Mac's Thunderbolt 4 ports carry no RDMA; JACCL needs Thunderbolt 5 (see rdma_enabled)"
+        ]
+    );
+    assert_eq!(active.fix, rdma.fix);
+    assert_eq!(check(&results, "port_usable").status, CheckStatus::Skipped);
+
+    // rdma_ctl not read: the empty device list says the same, and
+    // enabling RDMA in Recovery is not the fix.
+    let mut unread = thunderbolt_4_node();
+    unread.rdma_enabled = None;
+    let results = node_checks(&numbered_id(0), &unread, &ModelTable::builtin());
+    let rdma = check(&results, "rdma_enabled");
+    assert_eq!(rdma.status, CheckStatus::Fail);
+    assert!(
+        rdma.evidence[0].starts_with("ibv_devices lists no RDMA device (rdma_ctl status could not be read); Thunderbolt 4 ports: ")
+            && rdma.evidence[0].ends_with("JACCL needs Thunderbolt 5"),
+        "{rdma:?}"
+    );
+    assert!(!rdma.fix.contains("rdma_ctl enable"), "{rdma:?}");
+}
+
+#[test]
+fn no_rdma_device_on_a_mac_of_unknown_generation_names_both_causes() {
+    // Every port linked at 40 Gb/s: Thunderbolt 4 Macs, or Thunderbolt 5
+    // ports cabled to them; nothing idle shows what the ports can do.
+    let mut f = thunderbolt_4_node();
+    for port in &mut f.ports {
+        port.max_speed_bps = 0;
+        port.negotiated_speed_bps = G40;
+    }
+    let results = node_checks(&numbered_id(0), &f, &ModelTable::builtin());
+    let rdma = check(&results, "rdma_enabled");
+    assert_eq!(rdma.status, CheckStatus::Fail);
+    assert!(
+        rdma.evidence[0].ends_with(
+            "whether this Mac has Thunderbolt 5 ports is unknown: on Thunderbolt 4 this is what \
+             macOS does (its ports carry no RDMA; JACCL needs Thunderbolt 5), on Thunderbolt 5 \
+             its devices are gone"
+        ),
+        "{rdma:?}"
+    );
+    assert!(
+        rdma.fix
+            .starts_with("on a Thunderbolt 5 Mac: a reboot is needed")
+            && rdma
+                .fix
+                .contains("\non a Thunderbolt 4 Mac: RDMA over Thunderbolt needs Thunderbolt 5"),
+        "{rdma:?}"
+    );
+    // Its cabled port is judged as before: no device where one was due.
+    assert_eq!(
+        check(&results, "rdma_port_active").evidence,
         ["Thunderbolt 2 (en3) is cabled but has no RDMA device"]
     );
-    assert_eq!(check(&results, "port_usable").status, CheckStatus::Skipped);
 }
 
 #[test]

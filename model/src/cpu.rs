@@ -17,6 +17,10 @@ use meshd_domain::{Alarm, AlarmKind, NodeId, Severity};
 /// The metrics series that sums every process not named on its own.
 pub const OTHER: &str = "other";
 
+/// The agents of a Screen Sharing session (the viewer's, its menu, its
+/// invitations) run only while one is open or offered.
+const SCREEN_SHARING_SESSION_FIX: &str = "close Screen Sharing sessions, or turn Screen Sharing off in System Settings > General > Sharing";
+
 /// One short remedy per known offender (see `watch.cpu.offenders`); an
 /// offender configured but not listed here gets [`GENERIC_OFFENDER_FIX`].
 pub const OFFENDER_FIXES: &[(&str, &str)] = &[
@@ -28,14 +32,12 @@ pub const OFFENDER_FIXES: &[(&str, &str)] = &[
         "screensharingd",
         "turn off Screen Sharing and Remote Management in System Settings > General > Sharing",
     ),
-    (
-        "ScreensharingAgent",
-        "close Screen Sharing sessions, or turn Screen Sharing off in System Settings > General > Sharing",
-    ),
-    (
-        "SSMenuAgent",
-        "close Screen Sharing sessions, or turn Screen Sharing off in System Settings > General > Sharing",
-    ),
+    ("ScreensharingAgent", SCREEN_SHARING_SESSION_FIX),
+    ("SSMenuAgent", SCREEN_SHARING_SESSION_FIX),
+    // Screen Sharing's invitation agent: it runs while a session is asked
+    // for or offered (Messages, the Screen Sharing app), on the side being
+    // viewed.
+    ("SSInvitationAgent", SCREEN_SHARING_SESSION_FIX),
     (
         "sharingd",
         "turn off AirDrop and Handoff: System Settings > General > AirDrop & Handoff",
@@ -532,6 +534,14 @@ mod tests {
         assert!(fix.contains("Universal Control"), "{fix}");
         assert!(fix.contains("Displays > Advanced"), "{fix}");
         assert!(!alarm.summary.contains("storm"));
+    }
+
+    #[test]
+    fn every_screen_sharing_agent_has_the_screen_sharing_fix() {
+        for agent in ["ScreensharingAgent", "SSMenuAgent", "SSInvitationAgent"] {
+            assert_eq!(offender_fix(agent), SCREEN_SHARING_SESSION_FIX, "{agent}");
+        }
+        assert_eq!(offender_fix("ssinvitationagent"), GENERIC_OFFENDER_FIX);
     }
 
     #[test]

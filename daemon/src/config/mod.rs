@@ -113,6 +113,7 @@ pub const DEFAULT_OFFENDERS: &[&str] = &[
     "screensharingd",
     "ScreensharingAgent",
     "SSMenuAgent",
+    "SSInvitationAgent",
     "sharingd",
     "rapportd",
     "ContinuityCaptureAgent",

@@ -116,6 +116,18 @@ fn example_parses_validates_and_shows_the_defaults() {
 }
 
 #[test]
+fn every_default_offender_has_a_fix_of_its_own_and_the_example_lists_them() {
+    use meshd_model::cpu::{GENERIC_OFFENDER_FIX, offender_fix};
+    // Screen Sharing's invitation agent, besides its viewer and menu agents.
+    assert!(DEFAULT_OFFENDERS.contains(&"SSInvitationAgent"));
+    for name in DEFAULT_OFFENDERS {
+        assert_ne!(offender_fix(name), GENERIC_OFFENDER_FIX, "{name}");
+    }
+    let config = Config::parse(EXAMPLE, "meshd.example.toml", "other-host").unwrap();
+    assert_eq!(config.watch.cpu.offenders, DEFAULT_OFFENDERS);
+}
+
+#[test]
 fn rdma_devices_default_to_the_macos_pairing() {
     let config = parse(&format!(
         "{TWO_PEERS}\n[[links]]\npeer = \"studio-2\"\nlocal_iface = \"en6\"\n\

@@ -11,6 +11,12 @@
 //! so a failed reinstall leaves the previous meshd running rather than
 //! none.
 //!
+//! A launchctl that does not finish in time (it is killed) or cannot
+//! start fails its step like a non-zero exit: the rollback runs all the
+//! same. A `bootstrap` killed mid-way may still have loaded the new job,
+//! so the rollback first unloads whatever job is there, then loads the
+//! previous one.
+//!
 //! Commands and pauses go through the [`Runner`], so the whole sequence is
 //! tested with recorded launchctl outputs.
 
@@ -18,7 +24,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::runner::Runner;
-use super::{CommandSpec, InstallError, launchd, under, write_replacing};
+use super::{CommandOutput, CommandSpec, InstallError, launchd, under, write_replacing};
 
 /// How long launchd gets to remove the old job after `bootout`.
 pub const GONE_WITHIN: Duration = Duration::from_secs(30);
@@ -61,7 +67,7 @@ pub fn describe(plist: &Path) -> String {
          wait until `{print}` no longer finds it (up to {gone}s)\n   \
          run: {enable}\n   \
          run: {bootstrap}   (retried for up to {retry}s while it fails with \"5: Input/output error\")\n   \
-         if any of these fails, the previous plist is put back and its job loaded again",
+         if any of these fails or does not finish in time, the previous plist is put back and its job loaded again",
         bootout = bootout(),
         print = print_job(),
         gone = GONE_WITHIN.as_secs(),
@@ -80,26 +86,38 @@ enum Job {
     Unknown(String),
 }
 
-fn job(runner: &mut dyn Runner) -> Result<Job, InstallError> {
-    let out = runner.run(&print_job())?;
-    Ok(if out.success {
-        Job::Loaded
-    } else if out.code == Some(NOT_FOUND_STATUS) || out.stderr.contains("Could not find service") {
-        Job::Gone
-    } else {
-        Job::Unknown(format!("{} ({})", out.stderr.trim(), out.status))
-    })
+/// A launchctl run; one that could not start or was killed at its timeout
+/// is an `Err` with the runner's message, for the caller to judge like a
+/// failed run (see the module doc).
+fn launchctl(runner: &mut dyn Runner, command: &CommandSpec) -> Result<CommandOutput, String> {
+    runner.run(command).map_err(|err| err.to_string())
+}
+
+/// What `launchctl print` says; a run that did not finish says nothing
+/// either way.
+fn job(runner: &mut dyn Runner) -> Job {
+    match launchctl(runner, &print_job()) {
+        Ok(out) if out.success => Job::Loaded,
+        Ok(out)
+            if out.code == Some(NOT_FOUND_STATUS)
+                || out.stderr.contains("Could not find service") =>
+        {
+            Job::Gone
+        }
+        Ok(out) => Job::Unknown(format!("{} ({})", out.stderr.trim(), out.status)),
+        Err(why) => Job::Unknown(why),
+    }
 }
 
 /// Polls `launchctl print` until the job is gone, for `GONE_WITHIN` at
 /// most. Returns the last thing it said when the job is still there.
-fn wait_until_gone(runner: &mut dyn Runner) -> Result<Result<(), String>, InstallError> {
+fn wait_until_gone(runner: &mut dyn Runner) -> Result<(), String> {
     let started = Instant::now();
     let polls = GONE_WITHIN.as_millis() / GONE_POLL.as_millis();
     let mut last = String::new();
     for poll in 0..=polls {
-        match job(runner)? {
-            Job::Gone => return Ok(Ok(())),
+        match job(runner) {
+            Job::Gone => return Ok(()),
             Job::Loaded => last = "it is still loaded".to_owned(),
             Job::Unknown(said) => last = format!("launchctl print says: {said}"),
         }
@@ -108,15 +126,13 @@ fn wait_until_gone(runner: &mut dyn Runner) -> Result<Result<(), String>, Instal
         }
         runner.pause(GONE_POLL);
     }
-    Ok(Err(last))
+    Err(last)
 }
 
 /// Runs `bootstrap`, again every second for `BOOTSTRAP_WITHIN` while it
-/// fails with "5: Input/output error"; any other failure ends it at once.
-fn bootstrap_with_retry(
-    runner: &mut dyn Runner,
-    plist: &Path,
-) -> Result<Result<u32, String>, InstallError> {
+/// fails with "5: Input/output error"; any other failure, a timeout
+/// included, ends it at once.
+fn bootstrap_with_retry(runner: &mut dyn Runner, plist: &Path) -> Result<u32, String> {
     let started = Instant::now();
     let tries = u32::try_from(BOOTSTRAP_WITHIN.as_secs() / BOOTSTRAP_PAUSE.as_secs())
         .unwrap_or(u32::MAX)
@@ -124,13 +140,13 @@ fn bootstrap_with_retry(
     let command = bootstrap(plist);
     let mut attempt = 1;
     loop {
-        let out = runner.run(&command)?;
+        let out = launchctl(runner, &command)?;
         if out.success {
-            return Ok(Ok(attempt));
+            return Ok(attempt);
         }
         let busy = out.stderr.contains("5: Input/output error");
         if !busy || attempt >= tries || started.elapsed() >= BOOTSTRAP_WITHIN {
-            return Ok(Err(format!(
+            return Err(format!(
                 "`{command}` failed ({}){}{}",
                 out.status,
                 super::stderr_suffix(&out.stderr),
@@ -142,7 +158,7 @@ fn bootstrap_with_retry(
                 } else {
                     String::new()
                 }
-            )));
+            ));
         }
         attempt += 1;
         runner.pause(BOOTSTRAP_PAUSE);
@@ -179,7 +195,7 @@ pub fn replace(
                 });
             }
         },
-        loaded: job(runner)? != Job::Gone,
+        loaded: job(runner) != Job::Gone,
     };
     write_replacing(&on_disk, contents).map_err(|source| InstallError::Io {
         action: "write",
@@ -189,18 +205,17 @@ pub fn replace(
     let mut done = vec![format!("wrote {}", plist.display())];
 
     if previous.loaded {
-        let out = runner.run(&bootout())?;
-        done.push(if out.success {
-            format!("ran {}", bootout())
-        } else {
-            format!(
+        done.push(match launchctl(runner, &bootout()) {
+            Ok(out) if out.success => format!("ran {}", bootout()),
+            Ok(out) => format!(
                 "ran {}: failed ({}){}; waiting for the job to go anyway",
                 bootout(),
                 out.status,
                 super::stderr_suffix(&out.stderr)
-            )
+            ),
+            Err(why) => format!("{why}; waiting for the job to go anyway"),
         });
-        if let Err(last) = wait_until_gone(runner)? {
+        if let Err(last) = wait_until_gone(runner) {
             // The old job was never removed: it keeps running as it was;
             // only its file needs to be what it was.
             let outcome = restore_file(root, plist, &previous);
@@ -219,19 +234,22 @@ pub fn replace(
         ));
     }
 
-    let enabled = runner.run(&enable())?;
-    if !enabled.success {
-        let failure = format!(
+    let failure = match launchctl(runner, &enable()) {
+        Ok(out) if out.success => None,
+        Ok(out) => Some(format!(
             "`{}` failed ({}){}",
             enable(),
-            enabled.status,
-            super::stderr_suffix(&enabled.stderr)
-        );
+            out.status,
+            super::stderr_suffix(&out.stderr)
+        )),
+        Err(why) => Some(why),
+    };
+    if let Some(failure) = failure {
         return Err(roll_back(root, plist, &previous, failure, runner));
     }
     done.push(format!("ran {}", enable()));
 
-    match bootstrap_with_retry(runner, plist)? {
+    match bootstrap_with_retry(runner, plist) {
         Ok(1) => done.push(format!("ran {}", bootstrap(plist))),
         Ok(tries) => done.push(format!(
             "ran {} (loaded on try {tries}: launchd was still removing the old job)",
@@ -264,6 +282,18 @@ fn restore_file(root: &Path, plist: &Path, previous: &Previous) -> String {
     }
 }
 
+/// Unloads a job the failed attempt may have left loaded (a `bootstrap`
+/// killed at its timeout may have loaded the new plist): the previous
+/// one cannot be bootstrapped over it. Nothing to do when none is loaded.
+fn unload_new_job(runner: &mut dyn Runner) -> Result<(), String> {
+    if job(runner) == Job::Gone {
+        return Ok(());
+    }
+    // Its own failure is judged by what `print` says next.
+    let _ = launchctl(runner, &bootout());
+    wait_until_gone(runner)
+}
+
 /// After the old job was booted out and the new one did not load: the
 /// previous plist back, and its job loaded again.
 fn roll_back(
@@ -273,17 +303,25 @@ fn roll_back(
     failure: String,
     runner: &mut dyn Runner,
 ) -> InstallError {
+    let unloaded = unload_new_job(runner);
     let restored = restore_file(root, plist, previous);
-    let outcome = match (&previous.plist, previous.loaded) {
-        (Some(_), true) => match bootstrap_with_retry(runner, plist) {
-            Ok(Ok(_)) => format!("{restored} and the previous meshd is loaded and running again"),
-            Ok(Err(why)) => format!(
-                "{restored}, but loading it failed too ({why}); meshd is not running: \
-                 load it by hand with `sudo {}`",
+    if let Err(last) = unloaded {
+        return InstallError::ServiceNotReplaced {
+            failure,
+            outcome: format!(
+                "{restored}, but the job the failed attempt may have loaded could not be \
+                 removed ({last}); check `sudo {}`, then `sudo {}` and `sudo {}`",
+                print_job(),
+                bootout(),
                 bootstrap(plist)
             ),
-            Err(err) => format!(
-                "{restored}, but loading it failed too ({err}); meshd is not running: \
+        };
+    }
+    let outcome = match (&previous.plist, previous.loaded) {
+        (Some(_), true) => match bootstrap_with_retry(runner, plist) {
+            Ok(_) => format!("{restored} and the previous meshd is loaded and running again"),
+            Err(why) => format!(
+                "{restored}, but loading it failed too ({why}); meshd is not running: \
                  load it by hand with `sudo {}`",
                 bootstrap(plist)
             ),

@@ -73,6 +73,77 @@ pub fn protected_folder(path: &Path) -> Option<&'static str> {
     PROTECTED_FOLDERS.into_iter().find(|f| folder == *f)
 }
 
+/// Where a file can vanish from under launchd, which runs meshd at boot
+/// and again whenever it exits (`KeepAlive`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VanishingPlace {
+    /// `/Volumes/<name>`: a removable or external volume (or a disk image),
+    /// mounted only while attached, and at boot only after launchd may
+    /// already have started its jobs.
+    Volume(String),
+    /// A folder macOS keeps in sync with a cloud (`~/Library/Mobile
+    /// Documents`, iCloud Drive, its `com~apple~CloudDocs` included; or
+    /// `~/Library/CloudStorage`, the File Provider folders of iCloud,
+    /// Dropbox, OneDrive, Google Drive): its files can be evicted to the
+    /// cloud to free space, and replaced by another Mac's copy.
+    CloudSynced(&'static str),
+}
+
+impl VanishingPlace {
+    /// "the volume /Volumes/Backup", "iCloud Drive (~/Library/Mobile Documents)".
+    pub fn name(&self) -> String {
+        match self {
+            VanishingPlace::Volume(volume) => format!("the volume /Volumes/{volume}"),
+            VanishingPlace::CloudSynced("Mobile Documents") => {
+                "iCloud Drive (~/Library/Mobile Documents)".to_owned()
+            }
+            VanishingPlace::CloudSynced(folder) => {
+                format!("a cloud-synced folder (~/Library/{folder})")
+            }
+        }
+    }
+
+    /// Why launchd can lose the file there.
+    pub fn why(&self) -> &'static str {
+        match self {
+            VanishingPlace::Volume(_) => {
+                "a volume under /Volumes is there only while it is attached and mounted, which at \
+                 boot can be after launchd starts meshd, so launchd finds no file to run or read \
+                 (and loses it when the volume is ejected)"
+            }
+            VanishingPlace::CloudSynced(_) => {
+                "macOS may evict its files to the cloud to free space (Optimize Mac Storage), and \
+                 launchd cannot run or read an evicted file; another Mac's change also syncs \
+                 into it"
+            }
+        }
+    }
+}
+
+/// The removable volume or cloud-synced folder `path` lies in; `None`
+/// elsewhere. Judged on the path as given, like [`protected_folder`].
+pub fn vanishing_place(path: &Path) -> Option<VanishingPlace> {
+    let parts: Vec<&std::ffi::OsStr> = path.components().map(|c| c.as_os_str()).collect();
+    match parts.as_slice() {
+        [root, volumes, volume, _inside, ..] if *root == "/" && *volumes == "Volumes" => Some(
+            VanishingPlace::Volume(volume.to_string_lossy().into_owned()),
+        ),
+        [root, users, _user, library, folder, _inside, ..]
+            if *root == "/" && *users == "Users" && *library == "Library" =>
+        {
+            CLOUD_SYNCED_FOLDERS
+                .into_iter()
+                .find(|f| folder == f)
+                .map(VanishingPlace::CloudSynced)
+        }
+        _ => None,
+    }
+}
+
+/// The folders of `~/Library` that macOS syncs with a cloud: iCloud Drive,
+/// and the File Provider folders of every cloud service.
+const CLOUD_SYNCED_FOLDERS: [&str; 2] = ["Mobile Documents", "CloudStorage"];
+
 /// The plist path for [`LABEL`].
 pub fn plist_path() -> PathBuf {
     Path::new(DAEMONS_DIR).join(format!("{LABEL}.plist"))
@@ -286,6 +357,43 @@ mod tests {
         ] {
             assert_eq!(protected_folder(Path::new(path)), folder, "{path}");
         }
+    }
+
+    #[test]
+    fn removable_volumes_and_cloud_synced_folders_are_found() {
+        let volume = |name: &str| Some(VanishingPlace::Volume(name.to_owned()));
+        let cloud = |folder| Some(VanishingPlace::CloudSynced(folder));
+        for (path, place) in [
+            ("/Volumes/Backup/meshd", volume("Backup")),
+            (
+                "/Volumes/Macintosh HD 2/usr/local/bin/meshd",
+                volume("Macintosh HD 2"),
+            ),
+            (
+                "/Users/ops/Library/Mobile Documents/com~apple~CloudDocs/meshd.toml",
+                cloud("Mobile Documents"),
+            ),
+            (
+                "/Users/ops/Library/Mobile Documents/iCloud~com~example/meshd",
+                cloud("Mobile Documents"),
+            ),
+            (
+                "/Users/ops/Library/CloudStorage/Dropbox/meshd",
+                cloud("CloudStorage"),
+            ),
+            ("/Volumes/meshd", None),
+            ("/System/Volumes/Data/usr/local/bin/meshd", None),
+            ("/usr/local/bin/meshd", None),
+            ("/Users/ops/Library/Application Support/meshd", None),
+            ("/Users/ops/Library/Mobile Documents", None),
+            ("/Users/ops/src/Volumes/x/meshd", None),
+        ] {
+            assert_eq!(vanishing_place(Path::new(path)), place, "{path}");
+        }
+        assert_eq!(
+            VanishingPlace::CloudSynced("Mobile Documents").name(),
+            "iCloud Drive (~/Library/Mobile Documents)"
+        );
     }
 
     #[test]

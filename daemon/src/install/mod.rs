@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use meshd_domain::NodeId;
 
-pub use runner::{CommandOutput, RecordingRunner, Runner, SystemRunner};
+pub use runner::{CommandOutput, RecordingRunner, Reply, Runner, SystemRunner};
 pub use strict::require_strict_modes;
 
 /// Where the README has operators copy the binary before `meshd install`;
@@ -249,6 +249,13 @@ impl Plan {
                             what,
                             path: path.clone(),
                             folder,
+                        });
+                    }
+                    if let Some(place) = launchd::vanishing_place(path) {
+                        return Err(InstallError::VanishingPlace {
+                            what,
+                            path: path.clone(),
+                            place,
                         });
                     }
                 }
@@ -700,6 +707,19 @@ pub enum InstallError {
         what: &'static str,
         path: PathBuf,
         folder: &'static str,
+    },
+    #[error(
+        "the {what} {} is on {}: {}; copy it to the startup disk first (e.g. `sudo install -d \
+         /usr/local/bin && sudo install -m 755 <file> /usr/local/bin/meshd` for the binary; \
+         the config's default is /usr/local/etc/meshd/meshd.toml)",
+        path.display(),
+        place.name(),
+        place.why()
+    )]
+    VanishingPlace {
+        what: &'static str,
+        path: PathBuf,
+        place: launchd::VanishingPlace,
     },
     #[error(
         "`{command}` failed ({status}){}; meshd would not be reachable through the \

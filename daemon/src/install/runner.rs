@@ -42,6 +42,20 @@ impl Runner for SystemRunner {
     }
 }
 
+/// One recorded answer: what the command printed, or that it hung and
+/// was killed at its timeout (as [`SystemRunner`] reports it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    Output(CommandOutput),
+    TimedOut,
+}
+
+impl From<CommandOutput> for Reply {
+    fn from(output: CommandOutput) -> Reply {
+        Reply::Output(output)
+    }
+}
+
 /// Records command lines instead of running them, and pauses instead of
 /// sleeping. A line with `responses` answers with them in order, the last
 /// one again once they run out; otherwise it succeeds with no output,
@@ -51,17 +65,19 @@ impl Runner for SystemRunner {
 pub struct RecordingRunner {
     pub commands: Vec<String>,
     pub failures: BTreeMap<String, String>,
-    pub responses: BTreeMap<String, VecDeque<CommandOutput>>,
+    pub responses: BTreeMap<String, VecDeque<Reply>>,
     pub uid: Option<u32>,
     /// Every pause asked for, in order.
     pub pauses: Vec<Duration>,
 }
 
 impl RecordingRunner {
-    /// `line` answers with `outputs`, in order; the last one repeats.
-    pub fn respond(&mut self, line: &str, outputs: impl IntoIterator<Item = CommandOutput>) {
-        self.responses
-            .insert(line.to_owned(), outputs.into_iter().collect());
+    /// `line` answers with `replies`, in order; the last one repeats.
+    pub fn respond<R: Into<Reply>>(&mut self, line: &str, replies: impl IntoIterator<Item = R>) {
+        self.responses.insert(
+            line.to_owned(),
+            replies.into_iter().map(Into::into).collect(),
+        );
     }
 
     /// How often `line` was run.
@@ -83,8 +99,16 @@ impl Runner for RecordingRunner {
             } else {
                 queue.front().cloned()
             };
-            if let Some(output) = next {
-                return Ok(output);
+            match next {
+                Some(Reply::Output(output)) => return Ok(output),
+                Some(Reply::TimedOut) => {
+                    return Err(InstallError::TimedOut {
+                        command: line,
+                        after: super::COMMAND_TIMEOUT,
+                        stderr: String::new(),
+                    });
+                }
+                None => {}
             }
         }
         Ok(match self.failures.get(&line) {

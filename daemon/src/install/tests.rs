@@ -297,6 +297,120 @@ fn another_bootstrap_error_is_not_retried_and_the_previous_meshd_is_restored() {
 }
 
 #[test]
+fn a_bootstrap_that_times_out_is_rolled_back_and_the_job_it_may_have_loaded_unloaded() {
+    let root = previously_installed();
+    let mut runner = mac(true);
+    // Loaded before; gone after the bootout; the killed bootstrap left the
+    // new job loaded, which the rollback boots out before loading the
+    // previous plist again.
+    runner.respond(
+        recorded::PRINT,
+        [
+            recorded::loaded(),
+            recorded::gone(),
+            recorded::loaded(),
+            recorded::gone(),
+        ],
+    );
+    runner.respond(
+        recorded::BOOTSTRAP,
+        [Reply::TimedOut, Reply::Output(CommandOutput::ok(""))],
+    );
+    let err = install(Platform::MacOs)
+        .apply(root.path(), &mut runner)
+        .expect_err("fails");
+    assert_eq!(
+        err.to_string(),
+        "install failed: `launchctl bootstrap system \
+         /Library/LaunchDaemons/io.meshd.agent.plist` did not finish within 10s and was killed; \
+         the previous /Library/LaunchDaemons/io.meshd.agent.plist is back and the previous \
+         meshd is loaded and running again"
+    );
+    assert_eq!(
+        runner.commands[1..],
+        [
+            recorded::PRINT,
+            recorded::BOOTOUT,
+            recorded::PRINT,
+            recorded::ENABLE,
+            recorded::BOOTSTRAP,
+            recorded::PRINT,
+            recorded::BOOTOUT,
+            recorded::PRINT,
+            recorded::BOOTSTRAP,
+        ]
+    );
+    assert_eq!(plist_text(root.path()), OLD_PLIST);
+}
+
+#[test]
+fn an_enable_that_times_out_is_rolled_back_like_a_failed_one() {
+    let root = previously_installed();
+    let mut runner = mac(true);
+    runner.respond(recorded::ENABLE, [Reply::TimedOut]);
+    let err = install(Platform::MacOs)
+        .apply(root.path(), &mut runner)
+        .expect_err("fails");
+    assert_eq!(
+        err.to_string(),
+        "install failed: `launchctl enable system/io.meshd.agent` did not finish within 10s \
+         and was killed; the previous /Library/LaunchDaemons/io.meshd.agent.plist is back and \
+         the previous meshd is loaded and running again"
+    );
+    assert_eq!(plist_text(root.path()), OLD_PLIST);
+    assert_eq!(
+        runner.commands.last().map(String::as_str),
+        Some(recorded::BOOTSTRAP)
+    );
+    // Nothing was loaded by the new plist: no second bootout.
+    assert_eq!(runner.count(recorded::BOOTOUT), 1);
+}
+
+#[test]
+fn a_bootout_that_times_out_is_waited_out_like_a_failed_one() {
+    let root = previously_installed();
+    let mut runner = mac(true);
+    runner.respond(recorded::BOOTOUT, [Reply::TimedOut]);
+    let done = install(Platform::MacOs)
+        .apply(root.path(), &mut runner)
+        .expect("the old job went all the same");
+    assert!(
+        done.contains(
+            &"`launchctl bootout system/io.meshd.agent` did not finish within 10s and was \
+              killed; waiting for the job to go anyway"
+                .to_owned()
+        ),
+        "{done:#?}"
+    );
+    assert_ne!(plist_text(root.path()), OLD_PLIST);
+}
+
+#[test]
+fn a_first_install_whose_bootstrap_times_out_unloads_the_new_job_and_removes_its_plist() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let mut runner = mac(false);
+    // Nothing before; the killed bootstrap loaded the new job.
+    runner.respond(
+        recorded::PRINT,
+        [recorded::gone(), recorded::loaded(), recorded::gone()],
+    );
+    runner.respond(recorded::BOOTSTRAP, [Reply::TimedOut]);
+    let err = install(Platform::MacOs)
+        .apply(root.path(), &mut runner)
+        .expect_err("fails");
+    assert!(
+        err.to_string().ends_with(
+            "did not finish within 10s and was killed; there was no previous plist; the new \
+             /Library/LaunchDaemons/io.meshd.agent.plist was removed; no meshd was loaded \
+             before, and none is now"
+        ),
+        "{err}"
+    );
+    assert_eq!(runner.count(recorded::BOOTOUT), 1, "the new job unloaded");
+    assert!(!under(root.path(), &launchd::plist_path()).exists());
+}
+
+#[test]
 fn an_old_job_that_never_goes_is_left_running_with_its_plist() {
     let root = previously_installed();
     let mut runner = mac(true);
@@ -547,7 +661,7 @@ fn dry_run_writes_nothing_and_prints_the_plan() {
         "wait until `launchctl print system/io.meshd.agent` no longer finds it (up to 30s)",
         "run: launchctl bootstrap system /Library/LaunchDaemons/io.meshd.agent.plist   \
          (retried for up to 30s while it fails with \"5: Input/output error\")",
-        "if any of these fails, the previous plist is put back and its job loaded again",
+        "if any of these fails or does not finish in time, the previous plist is put back and its job loaded again",
     ] {
         assert!(macos.contains(step), "{step}\n{macos}");
     }
@@ -650,6 +764,33 @@ fn paths_must_be_absolute_and_visible_to_the_linux_service() {
     assert!(
         err.to_string()
             .starts_with("the config /Users/ops/Desktop/meshd.toml is under ~/Desktop"),
+        "{err}"
+    );
+    // Nor can it keep a file that an ejected volume or iCloud takes away.
+    let mut opts = options(Platform::MacOs);
+    opts.binary = PathBuf::from("/Volumes/Backup/meshd");
+    let err = Plan::install(Platform::MacOs, &opts).expect_err("removable");
+    assert!(
+        err.to_string().starts_with(
+            "the binary /Volumes/Backup/meshd is on the volume /Volumes/Backup: a volume under \
+             /Volumes is there only while it is attached and mounted"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .contains("copy it to the startup disk first"),
+        "{err}"
+    );
+    let mut opts = options(Platform::MacOs);
+    opts.config =
+        PathBuf::from("/Users/ops/Library/Mobile Documents/com~apple~CloudDocs/meshd.toml");
+    let err = Plan::install(Platform::MacOs, &opts).expect_err("iCloud Drive");
+    assert!(
+        err.to_string().starts_with(
+            "the config /Users/ops/Library/Mobile Documents/com~apple~CloudDocs/meshd.toml is on \
+             iCloud Drive (~/Library/Mobile Documents): macOS may evict its files to the cloud"
+        ),
         "{err}"
     );
 }

@@ -18,6 +18,14 @@ const THUNDERBOLT_5_FIX: &str = "RDMA over Thunderbolt needs Thunderbolt 5 ports
      or later (Apple TN3205); on a Thunderbolt 4 Mac use MLX's TCP ring instead \
      (`mlx.launch --backend ring`)";
 
+/// What a Thunderbolt 4 Mac's RDMA state means, whatever `rdma_ctl` and
+/// `ibv_devices` say there: public reports differ (exo PR #1813 saw
+/// `rdma_en` devices on Thunderbolt 4 ports, mlx #3777 none on an M4 Mac
+/// mini with RDMA enabled, macOS 26.5.1, through cold boots), and neither
+/// carries RDMA.
+const THUNDERBOLT_4_NO_RDMA: &str =
+    "this Mac's Thunderbolt 4 ports carry no RDMA; JACCL needs Thunderbolt 5";
+
 /// RDMA enabled, Thunderbolt 5, and no device: nothing is left to enable
 /// or plug, and nothing short of a restart brings the devices back.
 const DEVICES_GONE_FIX: &str = "a reboot is needed: restart this Mac once its jobs are \
@@ -35,9 +43,14 @@ enum Generation {
 
 /// Thunderbolt 5 shows as an idle port that can do more than 40 Gb/s, a
 /// link negotiated at 80 Gb/s, an RDMA port ACTIVE at 80 Gb/s or a model
-/// of the table (all of them Thunderbolt 5 Macs). Thunderbolt 4 only when
-/// every port is known and idle at "Up to 40 Gb/s" or less: a link at 40
-/// Gb/s can be a Thunderbolt 5 port behind a slower cable.
+/// of the table (all of them Thunderbolt 5 Macs).
+///
+/// Thunderbolt 4 only when every port is known with its speed, none shows
+/// more than 40 Gb/s, and one is idle at "Up to 40 Gb/s" or less: a Mac's
+/// Thunderbolt ports are of one generation, so an idle port shows what
+/// its controllers can do. A link at 40 Gb/s alone shows nothing (a
+/// Thunderbolt 5 port cabled to a Thunderbolt 4 Mac links at 40), so a
+/// Mac whose every port is linked at 40 stays unknown.
 fn generation(node: &NodeView) -> Generation {
     let facts = node.facts;
     for port in &facts.ports {
@@ -67,10 +80,11 @@ fn generation(node: &NodeView) -> Generation {
         return Generation::Five(format!("{} has Thunderbolt 5 ports{seen}", model.name));
     }
     let receptacles: Vec<&PortFact> = facts.ports.iter().filter(|p| p.receptacle != 0).collect();
-    let all_tb4 = receptacles
+    let speeds_known = receptacles
         .iter()
-        .all(|p| p.max_speed_bps != 0 && p.max_speed_bps <= TB4_MAX_BPS);
-    if facts.ports_complete && !receptacles.is_empty() && all_tb4 {
+        .all(|p| p.max_speed_bps != 0 || p.negotiated_speed_bps != 0);
+    let idle_at_most_40 = receptacles.iter().any(|p| p.max_speed_bps != 0);
+    if facts.ports_complete && speeds_known && idle_at_most_40 {
         return Generation::FourOnly(
             receptacles
                 .iter()
@@ -80,7 +94,12 @@ fn generation(node: &NodeView) -> Generation {
                     } else {
                         format!("{}, ", p.iface)
                     };
-                    format!("{} ({iface}up to {})", p.name, gbps(p.max_speed_bps))
+                    let speed = if p.max_speed_bps != 0 {
+                        format!("up to {}", gbps(p.max_speed_bps))
+                    } else {
+                        format!("linked at {}", gbps(p.negotiated_speed_bps))
+                    };
+                    format!("{} ({iface}{speed})", p.name)
                 })
                 .collect(),
         );
@@ -137,30 +156,41 @@ pub(super) fn rdma_enabled(mut check: Check, node: &NodeView) -> CheckResult {
             if !mac {
                 check.pass(listed);
             } else {
-                // macOS 26 lists rdma_en devices on Thunderbolt 4 Macs too.
+                // Devices prove nothing of the generation: some Thunderbolt
+                // 4 Macs list them too (see THUNDERBOLT_4_NO_RDMA).
                 match generation(node) {
                     Generation::Five(evidence) => check.pass(format!("{listed}; {evidence}")),
                     Generation::FourOnly(ports) => check.fail(
                         format!(
-                            "{listed}, but every Thunderbolt port is Thunderbolt 4 ({}): RDMA \
-                             over Thunderbolt needs Thunderbolt 5",
+                            "{listed}, but every Thunderbolt port is Thunderbolt 4 ({}): \
+                             {THUNDERBOLT_4_NO_RDMA}",
                             ports.join(", ")
                         ),
                         THUNDERBOLT_5_FIX,
                     ),
                     Generation::Unknown => check.blind(format!(
                         "{listed}, but whether this Mac has Thunderbolt 5 ports is unknown \
-                         (macOS lists rdma_en devices on Thunderbolt 4 Macs too)"
+                         (some Thunderbolt 4 Macs list rdma_en devices too, and carry no RDMA)"
                     )),
                 }
             }
         }
         // The device list was read and is empty: no device exists, whatever
-        // `rdma_ctl` would say.
-        None if mac && facts.rdma_devices_read => check.fail(
-            "ibv_devices lists no RDMA device (rdma_ctl status could not be read)",
-            ENABLE_RDMA_FIX,
-        ),
+        // `rdma_ctl` would say. Enabling helps only where the ports could
+        // carry RDMA.
+        None if mac && facts.rdma_devices_read => {
+            let evidence = "ibv_devices lists no RDMA device (rdma_ctl status could not be read)";
+            match generation(node) {
+                Generation::FourOnly(ports) => check.fail(
+                    format!(
+                        "{evidence}; Thunderbolt 4 ports: {}: {THUNDERBOLT_4_NO_RDMA}",
+                        ports.join(", ")
+                    ),
+                    THUNDERBOLT_5_FIX,
+                ),
+                Generation::Five(_) | Generation::Unknown => check.fail(evidence, ENABLE_RDMA_FIX),
+            }
+        }
         None => check.blind(format!("{source}: RDMA state could not be read")),
         Some(true) if !facts.rdma_devices_read => check.blind(format!(
             "{source}: enabled, but the RDMA device list could not be read"
@@ -171,20 +201,38 @@ pub(super) fn rdma_enabled(mut check: Check, node: &NodeView) -> CheckResult {
                 evidence.push_str(" (ibv_devices lists none)");
             }
             match generation(node) {
+                _ if !mac => check.fail(evidence, disabled_fix),
+                // Enabled with no device is what macOS does on Thunderbolt
+                // 4 (mlx #3777): no reboot or re-enabling changes it.
                 Generation::FourOnly(ports) => {
                     evidence.push_str(&format!(
-                        "; Thunderbolt 4 ports: {}; RDMA over Thunderbolt needs Thunderbolt 5",
+                        "; Thunderbolt 4 ports: {}: {THUNDERBOLT_4_NO_RDMA}",
                         ports.join(", ")
                     ));
                     check.fail(evidence, THUNDERBOLT_5_FIX);
                 }
                 // A Thunderbolt 5 Mac with RDMA enabled lists a device per
                 // port from boot: none means they went away under it.
-                Generation::Five(five) if mac => {
+                Generation::Five(five) => {
                     evidence.push_str(&format!("; a Thunderbolt 5 Mac ({five}): its devices are gone"));
                     check.fail(evidence, DEVICES_GONE_FIX);
                 }
-                _ => check.fail(evidence, THUNDERBOLT_5_FIX),
+                // No RDMA here either way; which fix applies depends on
+                // the generation, so both are given.
+                Generation::Unknown => {
+                    evidence.push_str(
+                        "; whether this Mac has Thunderbolt 5 ports is unknown: on Thunderbolt 4 \
+                         this is what macOS does (its ports carry no RDMA; JACCL needs \
+                         Thunderbolt 5), on Thunderbolt 5 its devices are gone",
+                    );
+                    check.fail(
+                        evidence,
+                        format!(
+                            "on a Thunderbolt 5 Mac: {DEVICES_GONE_FIX}\non a Thunderbolt 4 Mac: \
+                             {THUNDERBOLT_5_FIX}"
+                        ),
+                    );
+                }
             }
         }
     }
@@ -198,11 +246,21 @@ pub(super) fn rdma_port_active(mut check: Check, node: &NodeView) -> CheckResult
         Some(false) => return check.skipped("RDMA is disabled here (see rdma_enabled)", facts),
         None => return check.skipped("RDMA state unknown (see rdma_enabled)", facts),
     }
+    let thunderbolt_4 = matches!(generation(node), Generation::FourOnly(_));
     let ports = check.linked_ports(facts);
     for port in ports {
         let label = port_label(port);
         if port.rdma_device.is_empty() {
-            if port.iface.is_empty() {
+            if thunderbolt_4 {
+                // Nothing to plug or enable: the port itself has no RDMA.
+                check.fail(
+                    format!(
+                        "{label} is cabled but has no RDMA device: {THUNDERBOLT_4_NO_RDMA} (see \
+                         rdma_enabled)"
+                    ),
+                    THUNDERBOLT_5_FIX,
+                );
+            } else if port.iface.is_empty() {
                 // Devices pair with ports by interface (`rdma_<iface>`).
                 check.blind(format!(
                     "{label}: its interface, so its RDMA device, is unknown (no hardware-port list)"
