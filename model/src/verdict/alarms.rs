@@ -499,14 +499,17 @@ fn duplicate_node_id_alarms(peers: &BTreeMap<NodeId, PeerView>) -> Vec<Alarm> {
         .collect()
 }
 
-/// `mesh_saturated`, on this node, when most members of the quorum run
-/// their timers late.
+/// `mesh_saturated`, on this node, when most of the configured mesh runs
+/// its timers late. Counted against the configured members, not the live
+/// ones: a node that hears nobody is one late host, not a late mesh (its
+/// own lateness excuses its own evidence all the same).
 fn mesh_saturated_alarm(
     inputs: &MeshInputs,
     quorum: &Quorum,
     saturated: &[&NodeId],
 ) -> Option<Alarm> {
-    (saturated.len() * 2 > quorum.members.len().max(1)).then(|| {
+    let mesh = quorum.configured.len().max(quorum.members.len()).max(1);
+    (saturated.len() * 2 > mesh).then(|| {
         draft(
             AlarmKind::MeshSaturated,
             Severity::Warning,

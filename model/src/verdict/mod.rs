@@ -1476,6 +1476,43 @@ mod tests {
     }
 
     #[test]
+    fn a_late_node_that_hears_nobody_is_not_a_late_mesh() {
+        let settle = u64::try_from(default_engine_settings().stale_after.as_millis()).expect("ms");
+        let mut alone = Mesh::new(&["a", "b", "c"]);
+        alone.last_heard_ms.insert("b", u64::MAX);
+        alone.last_heard_ms.insert("c", u64::MAX);
+        alone.lateness = stalled_once(Duration::from_millis(300));
+        let mut engine = Engine::new(default_engine_settings());
+        alone.evaluate(&mut engine, 0);
+        let status = alone.evaluate(&mut engine, settle + 100);
+        assert!(kinds(&status).contains(&AlarmKind::NoQuorum), "{status:#?}");
+        assert!(
+            !kinds(&status).contains(&AlarmKind::MeshSaturated),
+            "one late node of three is not most of the mesh: {status:#?}"
+        );
+
+        // Two of three late, the third dead: most of the mesh is late.
+        let mut two_late = Mesh::new(&["a", "b", "c"]);
+        two_late.kill("c", settle * 2);
+        two_late.lateness = stalled_once(Duration::from_millis(300));
+        let mut engine = Engine::new(default_engine_settings());
+        let mut status = two_late.evaluate(&mut engine, 0);
+        for ms in [100, settle + 100] {
+            let moment = two_late.at(ms);
+            let mut inputs = two_late.inputs(moment);
+            if let Some(b) = inputs.peers.get_mut(&id("b")) {
+                std::sync::Arc::make_mut(&mut b.report).lateness =
+                    stalled_once(Duration::from_millis(300));
+            }
+            status = engine.evaluate(&inputs, moment).status;
+        }
+        assert!(
+            kinds(&status).contains(&AlarmKind::MeshSaturated),
+            "{status:#?}"
+        );
+    }
+
+    #[test]
     fn a_clock_off_the_meshs_is_an_alarm_never_a_verdict() {
         let mesh = Mesh::new(&["a", "b", "c"]);
         let moment = mesh.at(0);
