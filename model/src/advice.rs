@@ -5,8 +5,10 @@
 //! evidence the engine wrote), so a status received over the wire could be
 //! advised the same way.
 
-use std::time::SystemTime;
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
 
+use meshd_domain::facts::CheckStatus;
 use meshd_domain::human;
 use meshd_domain::{
     AlarmKind, Blame, LinkEnd, LinkState, LinkVerdict, MeshStatus, NodeId, NodeState, NodeVerdict,
@@ -33,7 +35,7 @@ pub fn advised(mut status: MeshStatus) -> MeshStatus {
 }
 
 /// What the whole status says that a link's fix depends on.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Mesh {
     has_quorum: bool,
     /// Nodes whose verdict is suspect: their links wait for them.
@@ -41,6 +43,10 @@ struct Mesh {
     /// Nodes whose CPU is saturated or spiking: slow probes on their links
     /// may be theirs, not the cable's.
     busy: Vec<NodeId>,
+    /// Each node's `rdma_enabled` check, where one was heard.
+    rdma_enabled: BTreeMap<NodeId, CheckStatus>,
+    /// When the status was evaluated: how long a verdict has stood.
+    at: SystemTime,
 }
 
 impl Mesh {
@@ -66,6 +72,13 @@ impl Mesh {
                 .map(|n| n.id.clone())
                 .chain(spiking(&status.node.id).then(|| status.node.id.clone()))
                 .collect(),
+            rdma_enabled: status
+                .checks
+                .iter()
+                .filter(|c| c.name == "rdma_enabled")
+                .filter_map(|c| Some((c.node.clone()?, c.status)))
+                .collect(),
+            at: status.evaluated_at,
         }
     }
 }
@@ -162,6 +175,62 @@ impl Cause {
     }
 }
 
+/// How long an RDMA port stays DOWN, with IP crossing its cable and RDMA
+/// enabled on both Macs, before it is called wedged: past a replug and a
+/// port's own retraining, which take seconds.
+pub const RDMA_PORT_WEDGED_AFTER: Duration = Duration::from_secs(60);
+
+/// The fix of a link whose RDMA port is down while IP crosses the cable,
+/// so the cable is plugged: the port is off (RDMA disabled on an end:
+/// recoverable without touching the cable), or wedged (RDMA enabled on
+/// both, DOWN past [`RDMA_PORT_WEDGED_AFTER`]: only a reboot recovers
+/// it). Says plainly which, where the mesh's checks tell.
+fn rdma_port_fix(link: &LinkVerdict, end: &str, mesh: &Mesh) -> String {
+    let enabled = |node: &NodeId| mesh.rdma_enabled.get(node).copied();
+    let disabled: Vec<&str> = [&link.a.node, &link.b.node]
+        .into_iter()
+        .filter(|n| enabled(n) == Some(CheckStatus::Fail))
+        .map(NodeId::as_str)
+        .collect();
+    if !disabled.is_empty() {
+        return format!(
+            "no reboot is needed for this: rdma_enabled fails on {} (see its fix; `rdma_ctl \
+             status` shows it), and the port comes up once RDMA is on at both ends",
+            disabled.join(" and ")
+        );
+    }
+    let both_enabled = [&link.a.node, &link.b.node]
+        .into_iter()
+        .all(|n| enabled(n) == Some(CheckStatus::Pass));
+    if !both_enabled {
+        return format!(
+            "if `rdma_ctl status` says disabled on {} or {}, enable it there (`rdma_ctl \
+             enable` from Recovery; no reboot is needed for the port then); if both are \
+             enabled, reseat the cable (no reboot needed if {end}'s port comes back ACTIVE in \
+             `ibv_devinfo`); if it stays DOWN with IP working, a reboot of {end} is needed: a \
+             wedged RDMA port recovers only after one",
+            link.a.node, link.b.node
+        );
+    }
+    let down_for = mesh.at.duration_since(link.since).unwrap_or_default();
+    if down_for >= RDMA_PORT_WEDGED_AFTER {
+        format!(
+            "a reboot of {end} is needed: its RDMA port has stayed DOWN for {} while IP crosses \
+             the cable and RDMA is enabled on both Macs, which only a reboot recovers; stop its \
+             jobs, reseat the cable once (no reboot if the port comes back ACTIVE in \
+             `ibv_devinfo`), then restart {end} (`sudo shutdown -r now`)",
+            human::duration(down_for)
+        )
+    } else {
+        format!(
+            "reseat the cable (no reboot needed if {end}'s port comes back ACTIVE in \
+             `ibv_devinfo`): RDMA is enabled on both Macs and IP crosses the cable; if the port \
+             stays DOWN past {}, a reboot of {end} is needed",
+            human::duration(RDMA_PORT_WEDGED_AFTER)
+        )
+    }
+}
+
 /// How to name an end's port in a command: `ifconfig en2` on a.
 fn ifconfig(end: &LinkEnd) -> String {
     match &end.iface {
@@ -232,17 +301,8 @@ fn link_fix(link: &LinkVerdict, mesh: &Mesh) -> Option<String> {
                      peer drops UDP on the probe port (probe.port, 7421) of this cable"
                 )
             } else if let Some(line) = has(Cause::RdmaPort) {
-                // IP crosses the cable, so it is plugged: the port is off
-                // (recoverable) or wedged (only a reboot recovers it).
                 let end = line.split(':').next().unwrap_or("its end");
-                format!(
-                    "if `rdma_ctl status` says disabled on {} or {}, enable it there \
-                     (`rdma_ctl enable` from Recovery); if both are enabled, reseat the cable \
-                     (no reboot needed if {end}'s port comes back ACTIVE in `ibv_devinfo`); if it \
-                     stays DOWN with IP working, a reboot of {end} is needed: a wedged RDMA port \
-                     recovers only after one",
-                    a.node, b.node
-                )
+                rdma_port_fix(link, end, mesh)
             } else if has(Cause::Speed).is_some() {
                 format!(
                     "reseat the cable {cable}, or use a Thunderbolt 5 cable and port: \
@@ -344,12 +404,20 @@ mod tests {
         }
     }
 
-    fn fix(state: LinkState, evidence: Vec<String>) -> String {
-        let mesh = Mesh {
+    /// A mesh with quorum, nobody suspect or busy, no checks heard, looked
+    /// at when the verdicts began.
+    fn quorate() -> Mesh {
+        Mesh {
             has_quorum: true,
-            ..Mesh::default()
-        };
-        link_fix(&verdict(state, evidence), &mesh).expect("a fix")
+            suspects: Vec::new(),
+            busy: Vec::new(),
+            rdma_enabled: BTreeMap::new(),
+            at: wall_ms(0),
+        }
+    }
+
+    fn fix(state: LinkState, evidence: Vec<String>) -> String {
+        link_fix(&verdict(state, evidence), &quorate()).expect("a fix")
     }
 
     fn healthy() -> (LinkObservation, LinkObservation) {
@@ -421,15 +489,68 @@ mod tests {
     }
 
     #[test]
+    fn an_rdma_port_down_says_plainly_whether_a_reboot_is_needed() {
+        let (mut a, b) = healthy();
+        a.figures.rdma_port_state = RdmaPortState::Down;
+        let port_down = verdict(LinkState::Degraded, evidence(&a, &b));
+        // The status `secs` after the link went degraded, with the
+        // `rdma_enabled` checks the mesh heard from a and b.
+        let fix_after = |secs: u64, a_check, b_check| {
+            let check = |node: &str, status| meshd_domain::facts::CheckResult {
+                name: "rdma_enabled".to_owned(),
+                node: Some(meshd_domain::fixtures::id(node)),
+                status,
+                evidence: Vec::new(),
+                fix: String::new(),
+            };
+            let mut status = MeshStatus {
+                node: identity("a", 1),
+                evaluated_at: wall_ms(secs * 1000),
+                quorum: Default::default(),
+                nodes: vec![],
+                links: vec![port_down.clone()],
+                alarms: vec![],
+                cables: vec![],
+                checks: vec![check("a", a_check), check("b", b_check)],
+                measurements: vec![],
+                jobs: Vec::new(),
+            };
+            status.quorum.has_quorum = true;
+            advised(status).links[0].fix.clone().expect("a fix")
+        };
+
+        let off = fix_after(600, CheckStatus::Pass, CheckStatus::Fail);
+        assert!(
+            off.starts_with("no reboot is needed for this: rdma_enabled fails on b"),
+            "RDMA off at an end is recoverable however long it lasts: {off}"
+        );
+        let fresh = fix_after(10, CheckStatus::Pass, CheckStatus::Pass);
+        assert!(
+            fresh.starts_with("reseat the cable (no reboot needed if a's port comes back"),
+            "{fresh}"
+        );
+        let wedged = fix_after(90, CheckStatus::Pass, CheckStatus::Pass);
+        assert!(
+            wedged.starts_with("a reboot of a is needed: its RDMA port has stayed DOWN for 1m30s"),
+            "{wedged}"
+        );
+        // An end whose RDMA state was not checked: both ways are named.
+        let unknown = fix_after(600, CheckStatus::Pass, CheckStatus::Skipped);
+        assert!(
+            unknown.starts_with("if `rdma_ctl status` says disabled on a or b"),
+            "{unknown}"
+        );
+    }
+
+    #[test]
     fn slow_probes_blame_a_host_only_when_it_is_busy() {
         let (mut a, b) = healthy();
         a.figures.rtt.p90 = Duration::from_millis(15);
         a.figures.rtt.p99 = Duration::from_millis(20);
         let slow = verdict(LinkState::Degraded, evidence(&a, &b));
         let busy_b = Mesh {
-            has_quorum: true,
             busy: vec![meshd_domain::fixtures::id("b")],
-            ..Mesh::default()
+            ..quorate()
         };
         let fix = link_fix(&slow, &busy_b).expect("a fix");
         assert!(fix.starts_with("free the CPU of b "), "{fix}");

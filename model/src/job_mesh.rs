@@ -365,8 +365,9 @@ fn cause(
                 RankCondition::Stopped => (
                     format!("rank {rank} (pid {pid}) on {node} is stopped"),
                     format!(
-                        "continue it (kill -CONT {pid} on {node}) if it was stopped by mistake; \
-                     otherwise stop the job's ranks and relaunch it"
+                        "continue it (kill -CONT {pid} on {node}) if it was stopped by mistake, \
+                     and the job goes on; otherwise stop the job's ranks and relaunch it; no \
+                     reboot is needed"
                     ),
                     true,
                 ),
@@ -438,7 +439,8 @@ fn cause(
 fn relaunch(id: &str) -> String {
     format!(
         "stop the job's remaining ranks and relaunch it: JACCL ranks do not recover from a lost \
-         peer (job {id})"
+         peer (job {id}); no reboot is needed unless wired memory stays held once they are \
+         stopped (then wired_memory_leak says so)"
     )
 }
 
@@ -659,10 +661,10 @@ mod tests {
             )
         );
         assert!(
-            alarm
-                .fix
-                .as_deref()
-                .is_some_and(|f| f.contains("kill -CONT 200 on b"))
+            alarm.fix.as_deref().is_some_and(
+                |f| f.contains("kill -CONT 200 on b") && f.ends_with("no reboot is needed")
+            ),
+            "a stopped rank is recoverable, and the fix says so: {alarm:?}"
         );
         assert_eq!(alarm.since, moment(1).wall, "since the wait began");
         assert_eq!(views[0].hung.as_deref(), Some(alarm.summary.as_str()));
@@ -704,6 +706,12 @@ mod tests {
                 alarms[0].summary.contains(expected),
                 "{}",
                 alarms[0].summary
+            );
+            let fix = alarms[0].fix.as_deref().unwrap_or_default();
+            assert!(
+                fix.starts_with("stop the job's remaining ranks and relaunch it")
+                    && fix.contains("no reboot is needed unless wired memory stays held"),
+                "a lost rank needs a relaunch, not a reboot: {fix}"
             );
             let condition = if b.is_some() {
                 RankCondition::Restarted

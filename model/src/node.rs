@@ -18,6 +18,7 @@ use meshd_domain::{
     MeshStatus, NodeId, NodeIdentity, NodeLoad, PeerReply, RejectReason, ReportUpdate,
 };
 
+use crate::advice;
 use crate::boot::{self, BootRules, BootTracker, Sighting};
 use crate::clock::ClockBook;
 use crate::events::{self, Verdicts};
@@ -204,6 +205,9 @@ impl NodeCore {
         self.fault = mesh_fault(&status, &self.identity.id);
         boot::annotate(&mut status, &self.boots.view(moment.wall));
         self.map_cables(&mut status, &look, &inputs.peers);
+        // Advice reads the checks (is RDMA enabled at both ends of a link
+        // whose port is down?), and a hung job's fix quotes its link's.
+        let mut status = advice::advised(status);
         self.judge_jobs(&mut status, look.sampled, &inputs.peers, moment);
         let mut events = events::diff(self.last.as_ref(), &status);
         self.last.get_or_insert_default().remember(&status);

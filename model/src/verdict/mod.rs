@@ -520,7 +520,7 @@ impl Engine {
         alarms.extend(self.engine_alarms(inputs, &quorum, &lives, &nodes, &saturated, moment));
 
         Evaluation {
-            status: super::advice::advised(MeshStatus {
+            status: MeshStatus {
                 node: inputs.local.clone(),
                 evaluated_at: moment.wall,
                 quorum,
@@ -531,7 +531,7 @@ impl Engine {
                 checks: Vec::new(),
                 measurements: Vec::new(),
                 jobs: Vec::new(),
-            }),
+            },
             hears: hears(&lives),
             heard_on_management: heard_on_management(&lives),
             next_deadline: self.next_deadline(inputs, now),
@@ -837,9 +837,10 @@ mod tests {
             }
         }
 
+        /// The engine's status, advised as a node advises it.
         fn evaluate(&self, engine: &mut Engine, ms: u64) -> MeshStatus {
             let moment = self.at(ms);
-            engine.evaluate(&self.inputs(moment), moment).status
+            crate::advice::advised(engine.evaluate(&self.inputs(moment), moment).status)
         }
 
         /// Evaluates every second from the start through `until_ms`, as a
@@ -1376,7 +1377,7 @@ mod tests {
     }
 
     #[test]
-    fn the_engine_output_carries_a_fix_for_every_node_and_link_not_up() {
+    fn an_advised_status_carries_a_fix_for_every_node_and_link_not_up() {
         let mut mesh = Mesh::new(&["a", "b", "c"]);
         let mut engine = Engine::new(default_engine_settings());
         mesh.evaluate(&mut engine, 0);
