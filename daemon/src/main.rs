@@ -94,6 +94,7 @@ fn install_plan(
     };
     let config = config.map_or_else(|| platform.default_config().to_owned(), absolute);
     let options = InstallOptions {
+        tls: existing_tls_files(&config, hostname)?,
         binary,
         config,
         node_id: Config::embedded_default(hostname).node.id,
@@ -101,32 +102,63 @@ fn install_plan(
     Ok((Plan::install(platform, &options)?, options.binary))
 }
 
-/// `install` and `uninstall`: print the plan (`--dry-run`), or check for
-/// root and carry it out, printing each step done.
+/// The TLS files of the config the service will read, when it exists and
+/// runs mutual TLS: the unit passes them on. A config meshd would refuse
+/// is refused here, not left for the service to fail on in a loop.
+fn existing_tls_files(
+    config: &std::path::Path,
+    hostname: &str,
+) -> Result<Option<install::systemd::TlsFiles>, InstallError> {
+    if !config.exists() {
+        return Ok(None);
+    }
+    let loaded = Config::load(config, hostname).map_err(|err| InstallError::InvalidConfig {
+        path: config.to_owned(),
+        reason: err.to_string(),
+    })?;
+    let meshes = !loaded.peers.is_empty() || loaded.listen.mesh.is_some();
+    let tls = loaded.tls;
+    Ok(match (meshes && !tls.insecure, tls.ca, tls.cert, tls.key) {
+        (true, Some(ca), Some(cert), Some(key)) => {
+            Some(install::systemd::TlsFiles { ca, cert, key })
+        }
+        _ => None,
+    })
+}
+
+/// `install` and `uninstall`: print the plan and every check the real run
+/// makes (`--dry-run`, exit 1 if the real run would refuse), or carry it
+/// out after those checks, printing each step done.
 #[allow(clippy::print_stdout, clippy::print_stderr)]
 fn service(plan: Result<(Plan, Option<PathBuf>), InstallError>, dry_run: bool) -> ExitCode {
     let root = std::path::Path::new("/");
+    let mut runner = SystemRunner {
+        timeout: install::COMMAND_TIMEOUT,
+    };
     let result = plan.and_then(|(plan, binary)| {
+        let preflight = install::Preflight::check(&plan, root, binary.as_deref(), &mut runner);
         if dry_run {
             print!("{}", plan.describe(root));
-            return Ok(());
+            if let Some(not_root) = &preflight.not_root {
+                println!("note: {not_root}");
+            }
+            for refusal in &preflight.refusals {
+                eprintln!("meshd: the real run would refuse: {refusal}");
+            }
+            if preflight.refusals.is_empty() {
+                println!("every check the real run makes passes");
+            }
+            return Ok(preflight.refusals.is_empty());
         }
-        let mut runner = SystemRunner {
-            timeout: install::COMMAND_TIMEOUT,
-        };
-        install::require_root(&plan, &mut runner)?;
-        install::require_service_manager(&plan, root)?;
-        if let Some(binary) = &binary {
-            check_binary(binary)?;
-        }
-        install::require_strict_modes(&plan, root, binary.as_deref())?;
+        preflight.first()?;
         for line in plan.apply(root, &mut runner)? {
             println!("{line}");
         }
-        Ok(())
+        Ok(true)
     });
     match result {
-        Ok(()) => ExitCode::from(EXIT_OK),
+        Ok(true) => ExitCode::from(EXIT_OK),
+        Ok(false) => ExitCode::from(EXIT_FAILED),
         Err(err) => {
             eprintln!("meshd: {err}");
             ExitCode::from(EXIT_FAILED)
@@ -147,17 +179,6 @@ fn once_each(err: &anyhow::Error) -> String {
         }
     }
     line
-}
-
-/// A real install needs the binary it points the service at.
-fn check_binary(binary: &std::path::Path) -> Result<(), InstallError> {
-    if binary.is_file() {
-        Ok(())
-    } else {
-        Err(InstallError::BinaryMissing {
-            path: binary.to_owned(),
-        })
-    }
 }
 
 /// Errors go to stderr as plain text, not as a log line: the demo is

@@ -37,12 +37,27 @@ fn install_dry_run_prints_a_valid_unit_on_linux() {
         "/etc/meshd/test-install.toml",
     ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // The dry run makes every check the real run makes, and exits as it
+    // would: on a host without systemd (a container, this CI), it refuses.
+    if systemd_booted() {
+        assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+        assert!(
+            stdout.contains("every check the real run makes passes"),
+            "{stdout}"
+        );
+    } else {
+        assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+        assert_eq!(
+            stderr.lines().collect::<Vec<_>>(),
+            [
+                "meshd: the real run would refuse: meshd install needs systemd, and this host was \
+              not booted with it (/run/systemd/system is missing); run `meshd run --config \
+              FILE` under this host's own service manager instead"
+            ],
+            "{stderr}"
+        );
+    }
     assert!(!Path::new("/etc/meshd/test-install.toml").exists());
     assert!(
         stdout.contains("config /etc/meshd/test-install.toml: would be created"),
@@ -94,11 +109,17 @@ fn install_dry_run_prints_a_valid_unit_on_linux() {
     );
 }
 
+/// What `sd_booted(3)` tests: the real install's and the dry run's check.
+fn systemd_booted() -> bool {
+    Path::new("/run/systemd/system").is_dir()
+}
+
 #[test]
 fn uninstall_dry_run_lists_the_steps() {
     let out = meshd(&["uninstall", "--dry-run"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    let expected = if systemd_booted() { 0 } else { 1 };
+    assert_eq!(out.status.code(), Some(expected), "{stdout}");
     assert!(
         stdout.contains("1. run: systemctl disable --now meshd.service"),
         "{stdout}"
@@ -123,4 +144,99 @@ fn install_refuses_a_binary_the_unit_would_hide() {
         stderr.starts_with("meshd: the binary /home/ops/meshd is under /home"),
         "{stderr}"
     );
+}
+
+#[test]
+fn install_dry_run_names_a_binary_that_is_not_there() {
+    let out = meshd(&[
+        "install",
+        "--dry-run",
+        "--binary",
+        "/usr/local/bin/meshd-not-installed",
+        "--config",
+        "/etc/meshd/test-install.toml",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "meshd: the real run would refuse: the binary /usr/local/bin/meshd-not-installed is not a file"
+        ),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn install_refuses_a_config_meshd_would_refuse() {
+    let dir = Path::new("/etc/meshd");
+    let config = dir.join("test-install-invalid.toml");
+    if std::fs::create_dir_all(dir)
+        .and_then(|()| std::fs::write(&config, "[node]\nid = \"a\"\nbogus = 1\n"))
+        .is_err()
+    {
+        assert_ne!(
+            std::env::var("CI").as_deref(),
+            Ok("true"),
+            "CI runs as root"
+        );
+        eprintln!("skipped: writing {} needs root", config.display());
+        return;
+    }
+    let out = meshd(&[
+        "install",
+        "--dry-run",
+        "--binary",
+        "/bin/sh",
+        "--config",
+        config.to_str().expect("utf-8"),
+    ]);
+    std::fs::remove_file(&config).expect("remove the test config");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.starts_with(&format!(
+            "meshd: the config {} is not valid, and the service would not start with it: ",
+            config.display()
+        )) && stderr.contains("bogus"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn install_passes_the_configs_tls_files_to_the_unit_as_credentials() {
+    let dir = Path::new("/etc/meshd");
+    let config = dir.join("test-install-tls.toml");
+    let text = "[node]\nid = \"a\"\n[listen]\nmesh = \"127.0.0.1:7430\"\n\
+                [[peers]]\nid = \"b\"\naddress = \"127.0.0.1:7520\"\n\
+                [tls]\nca = \"tls/ca.pem\"\ncert = \"tls/a.pem\"\nkey = \"tls/a-key.pem\"\n";
+    if std::fs::create_dir_all(dir)
+        .and_then(|()| std::fs::write(&config, text))
+        .is_err()
+    {
+        assert_ne!(
+            std::env::var("CI").as_deref(),
+            Ok("true"),
+            "CI runs as root"
+        );
+        eprintln!("skipped: writing {} needs root", config.display());
+        return;
+    }
+    let out = meshd(&[
+        "install",
+        "--dry-run",
+        "--binary",
+        "/bin/sh",
+        "--config",
+        config.to_str().expect("utf-8"),
+    ]);
+    std::fs::remove_file(&config).expect("remove the test config");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let unit = block(&stdout, "/etc/systemd/system/meshd.service");
+    for line in [
+        "\nLoadCredential=meshd-tls-ca:/etc/meshd/tls/ca.pem\n",
+        "\nLoadCredential=meshd-tls-cert:/etc/meshd/tls/a.pem\n",
+        "\nLoadCredential=meshd-tls-key:/etc/meshd/tls/a-key.pem\n",
+    ] {
+        assert!(unit.contains(line), "{line}: {unit}");
+    }
 }

@@ -36,7 +36,7 @@ fn bless() -> bool {
 
 fn check(platform: Platform) {
     let generated = platform
-        .service_file_contents(Path::new(SYSTEM_BINARY), platform.default_config())
+        .service_file_contents(Path::new(SYSTEM_BINARY), platform.default_config(), None)
         .expect("the service file generates");
     let path = checked_in(platform);
     if bless() {

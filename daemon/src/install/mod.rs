@@ -82,16 +82,21 @@ impl Platform {
     /// `config`. Pure: what install writes to [`Platform::service_file`],
     /// and what `launchd/` in the repository holds for [`SYSTEM_BINARY`]
     /// and [`Platform::default_config`].
+    ///
+    /// `tls`: the config's TLS files, which a Linux unit passes to its
+    /// sandboxed user as credentials (launchd runs meshd as root, who
+    /// reads them).
     pub fn service_file_contents(
         self,
         binary: &Path,
         config: &Path,
+        tls: Option<&systemd::TlsFiles>,
     ) -> Result<String, InstallError> {
         match self {
             Platform::MacOs => launchd::LaunchDaemon::new(binary, config)
                 .to_xml()
                 .map_err(InstallError::Plist),
-            Platform::Linux => Ok(systemd::unit(binary, config)),
+            Platform::Linux => Ok(systemd::unit(binary, config, tls)),
         }
     }
 
@@ -119,6 +124,8 @@ pub struct InstallOptions {
     pub config: PathBuf,
     /// The node id written into a new config.
     pub node_id: NodeId,
+    /// The TLS files of the existing config, when it runs mutual TLS.
+    pub tls: Option<systemd::TlsFiles>,
 }
 
 /// A command to run, with its arguments.
@@ -261,13 +268,26 @@ impl Plan {
                 }
             }
         }
+        if let (Platform::Linux, Some((what, path))) = (
+            platform,
+            options.tls.as_ref().and_then(systemd::TlsFiles::unfit),
+        ) {
+            return Err(InstallError::UnfitCredential {
+                what,
+                path: path.to_owned(),
+            });
+        }
         let config = Step::WriteConfig {
             path: options.config.clone(),
             contents: default_config::text(&options.node_id, &options.config.display().to_string()),
         };
         let service = Step::WriteFile {
             path: platform.service_file(),
-            contents: platform.service_file_contents(&options.binary, &options.config)?,
+            contents: platform.service_file_contents(
+                &options.binary,
+                &options.config,
+                options.tls.as_ref(),
+            )?,
         };
         let steps = match platform {
             // The firewall rule before the service: a failure there leaves
@@ -646,6 +666,60 @@ fn set_mode(path: &Path, mode: u32) -> std::io::Result<()> {
     }
 }
 
+/// What stops a real install or uninstall before anything is touched, in
+/// the order the real run checks: root, systemd (Linux), the binary, the
+/// files' owners and modes. `--dry-run` runs the same checks and reports
+/// them all; the real run stops at the first.
+#[derive(Debug)]
+pub struct Preflight {
+    /// Not running as root: the real run stops here; a dry run, which
+    /// needs no root, only says so.
+    pub not_root: Option<InstallError>,
+    /// Everything else the real run would refuse for.
+    pub refusals: Vec<InstallError>,
+}
+
+impl Preflight {
+    pub fn check(
+        plan: &Plan,
+        root: &Path,
+        binary: Option<&Path>,
+        runner: &mut dyn Runner,
+    ) -> Preflight {
+        let mut refusals = Vec::new();
+        refusals.extend(require_service_manager(plan, root).err());
+        let missing = binary.and_then(|b| require_binary(&under(root, b), b).err());
+        // A missing binary has no owner or mode to judge: said once.
+        let judged = if missing.is_some() { None } else { binary };
+        refusals.extend(missing);
+        refusals.extend(require_strict_modes(plan, root, judged).err());
+        Preflight {
+            not_root: require_root(plan, runner).err(),
+            refusals,
+        }
+    }
+
+    /// The real run's verdict: the first thing that stops it.
+    pub fn first(self) -> Result<(), InstallError> {
+        match self.not_root.into_iter().chain(self.refusals).next() {
+            Some(refusal) => Err(refusal),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A real install needs the binary it points the service at (`found` is
+/// where it is looked up, `named` what the service runs).
+fn require_binary(found: &Path, named: &Path) -> Result<(), InstallError> {
+    if found.is_file() {
+        Ok(())
+    } else {
+        Err(InstallError::BinaryMissing {
+            path: named.to_owned(),
+        })
+    }
+}
+
 /// Refuses a real install or uninstall unless this process runs as root,
 /// before anything is touched.
 pub fn require_root(plan: &Plan, runner: &mut dyn Runner) -> Result<(), InstallError> {
@@ -736,6 +810,20 @@ pub enum InstallError {
     },
     #[error("install failed: {failure}; {outcome}")]
     ServiceNotReplaced { failure: String, outcome: String },
+    #[error(
+        "the config's {what} {} cannot be passed to the systemd unit (a credential path must \
+         be absolute, without spaces or control characters); move the file and point {what} \
+         at it, then install again",
+        path.display()
+    )]
+    UnfitCredential { what: &'static str, path: PathBuf },
+    #[error(
+        "the config {} is not valid, and the service would not start with it: {reason}; fix it \
+         (`meshd check-config --config {}` names every problem), then install again",
+        path.display(),
+        path.display()
+    )]
+    InvalidConfig { path: PathBuf, reason: String },
     #[error("the binary {} is not a file", path.display())]
     BinaryMissing { path: PathBuf },
     #[error(

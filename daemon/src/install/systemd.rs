@@ -2,6 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::transport::tls::TLS_CREDENTIALS;
+
 /// The unit's name; `systemctl reload meshd` sends SIGHUP.
 pub const UNIT: &str = "meshd.service";
 /// Units installed by the administrator (not a package) live here.
@@ -11,6 +13,37 @@ pub const DEFAULT_CONFIG: &str = meshd_platform::paths::LINUX_CONFIG;
 /// spin (it is retried forever: `StartLimitIntervalSec=0`).
 pub const RESTART_SECONDS: u32 = 5;
 pub const LIMIT_NOFILE: u64 = 8192;
+
+/// The mesh's TLS files as the config names them (absolute), for the unit
+/// to pass on as credentials.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl TlsFiles {
+    /// A path `LoadCredential=` cannot carry as it is: relative, or with
+    /// whitespace or a control character (the value would be split, or a
+    /// line break would start a directive of its own).
+    pub fn unfit(&self) -> Option<(&'static str, &Path)> {
+        [
+            ("tls.ca", &self.ca),
+            ("tls.cert", &self.cert),
+            ("tls.key", &self.key),
+        ]
+        .into_iter()
+        .find(|(_, path)| {
+            !path.is_absolute()
+                || path
+                    .to_string_lossy()
+                    .chars()
+                    .any(|c| c.is_whitespace() || c.is_control())
+        })
+        .map(|(key, path)| (key, path.as_path()))
+    }
+}
 
 /// Directories `ProtectHome=yes` and `PrivateTmp=yes` hide from the
 /// service: a binary or config there is not found when the unit starts.
@@ -83,7 +116,31 @@ fn exec_word(path: &Path) -> String {
 ///   limited to what a service uses, and no memory is both writable and
 ///   executable. `systemd-analyze security` rates the unit 1.6 ("OK"; a
 ///   test holds it at or below 3.0).
-pub fn unit(binary: &Path, config: &Path) -> String {
+///
+/// With `tls`, the mesh's TLS files are passed as systemd credentials
+/// (`LoadCredential=`, names in [`TLS_CREDENTIALS`]): systemd reads them as
+/// root before the sandbox starts, so a key only root may read (0600, as
+/// `meshctl certs` writes it) reaches the service user, wherever it lies.
+pub fn unit(binary: &Path, config: &Path, tls: Option<&TlsFiles>) -> String {
+    let credentials: String = tls
+        .map(|files| {
+            let mut lines = String::from(
+                "# The mesh's TLS files, read by systemd as root and passed to meshd\n\
+                 # (the key is root's alone; meshd reads $CREDENTIALS_DIRECTORY).\n",
+            );
+            for ((_, name), path) in
+                TLS_CREDENTIALS
+                    .iter()
+                    .zip([&files.ca, &files.cert, &files.key])
+            {
+                lines.push_str(&format!(
+                    "LoadCredential={name}:{}\n",
+                    path.display().to_string().replace('%', "%%")
+                ));
+            }
+            lines
+        })
+        .unwrap_or_default();
     format!(
         "\
 # meshd: watches the RDMA / Thunderbolt mesh with its peers.
@@ -103,7 +160,7 @@ ExecReload=/bin/kill -HUP $MAINPID
 Restart=always
 RestartSec={RESTART_SECONDS}
 LimitNOFILE={LIMIT_NOFILE}
-
+{credentials}
 # A user of its own with no capabilities: meshd needs no root (ports above
 # 1024; /proc, sysfs and the verbs devices are readable without it).
 DynamicUser=yes
@@ -184,6 +241,11 @@ mod tests {
         let text = unit(
             Path::new("/usr/local/bin/meshd"),
             Path::new("/etc/meshd/meshd.toml"),
+            None,
+        );
+        assert!(
+            value(&text, "Service", "LoadCredential").is_empty(),
+            "no TLS files, no credentials"
         );
         let one = |section: &str, key: &str| {
             let values = value(&text, section, key);
@@ -222,6 +284,7 @@ mod tests {
         let text = unit(
             Path::new("/opt/mesh d/meshd"),
             Path::new("/etc/meshd/100%.toml"),
+            None,
         );
         assert_eq!(
             value(&text, "Service", "ExecStart"),
@@ -254,8 +317,17 @@ mod tests {
         set_executable(&binary);
         let config = dir.path().join("meshd.toml");
         std::fs::write(&config, "").expect("write config");
+        // With credentials: systemd-analyze checks LoadCredential= too.
+        let tls = TlsFiles {
+            ca: dir.path().join("ca.pem"),
+            cert: dir.path().join("node.pem"),
+            key: dir.path().join("node-key.pem"),
+        };
+        for file in [&tls.ca, &tls.cert, &tls.key] {
+            std::fs::write(file, "").expect("write tls file");
+        }
         let unit_file = dir.path().join(UNIT);
-        std::fs::write(&unit_file, unit(&binary, &config)).expect("write unit");
+        std::fs::write(&unit_file, unit(&binary, &config, Some(&tls))).expect("write unit");
         let out = verify(analyze, &unit_file);
         assert!(
             out.status.success() && out.stderr.is_empty(),
@@ -278,7 +350,15 @@ mod tests {
         let unit_file = dir.path().join(UNIT);
         std::fs::write(
             &unit_file,
-            unit(Path::new("/bin/true"), Path::new("/etc/meshd/meshd.toml")),
+            unit(
+                Path::new("/bin/true"),
+                Path::new("/etc/meshd/meshd.toml"),
+                Some(&TlsFiles {
+                    ca: "/etc/meshd/tls/ca.pem".into(),
+                    cert: "/etc/meshd/tls/a.pem".into(),
+                    key: "/etc/meshd/tls/a-key.pem".into(),
+                }),
+            ),
         )
         .expect("write unit");
         let out = std::process::Command::new(analyze)

@@ -11,6 +11,7 @@ fn options(platform: Platform) -> InstallOptions {
         binary: PathBuf::from("/usr/local/bin/meshd"),
         config: platform.default_config().to_owned(),
         node_id: NodeId::from_hostname("studio-1.local"),
+        tls: None,
     }
 }
 
@@ -112,7 +113,8 @@ fn linux_install_writes_the_unit_and_config_and_runs_systemctl() {
         unit,
         systemd::unit(
             Path::new("/usr/local/bin/meshd"),
-            Path::new("/etc/meshd/meshd.toml")
+            Path::new("/etc/meshd/meshd.toml"),
+            None
         )
     );
     let config = read(root.path(), "/etc/meshd/meshd.toml");
@@ -621,6 +623,7 @@ fn dry_run_writes_nothing_and_prints_the_plan() {
     let unit = systemd::unit(
         Path::new("/usr/local/bin/meshd"),
         Path::new("/etc/meshd/meshd.toml"),
+        None,
     );
     assert!(
         text.contains(&format!(
@@ -939,4 +942,101 @@ fn install_writes_completions_and_man_pages_and_uninstall_removes_them() {
             );
         }
     }
+}
+
+/// The mesh's TLS files under /etc/meshd/tls, as `meshctl certs` names them.
+fn tls_files() -> systemd::TlsFiles {
+    systemd::TlsFiles {
+        ca: PathBuf::from("/etc/meshd/tls/ca.pem"),
+        cert: PathBuf::from("/etc/meshd/tls/studio-1.pem"),
+        key: PathBuf::from("/etc/meshd/tls/studio-1-key.pem"),
+    }
+}
+
+#[test]
+fn a_linux_unit_passes_the_configs_tls_files_as_credentials() {
+    let with_tls = InstallOptions {
+        tls: Some(tls_files()),
+        ..options(Platform::Linux)
+    };
+    let plan = Plan::install(Platform::Linux, &with_tls).expect("plan");
+    let unit = plan
+        .steps
+        .iter()
+        .find_map(|step| match step {
+            Step::WriteFile { contents, .. } => Some(contents.clone()),
+            _ => None,
+        })
+        .expect("a unit");
+    for line in [
+        "LoadCredential=meshd-tls-ca:/etc/meshd/tls/ca.pem\n",
+        "LoadCredential=meshd-tls-cert:/etc/meshd/tls/studio-1.pem\n",
+        "LoadCredential=meshd-tls-key:/etc/meshd/tls/studio-1-key.pem\n",
+    ] {
+        assert!(unit.contains(line), "{line}: {unit}");
+    }
+    // launchd runs meshd as root, who reads the files where they are.
+    let mac = Plan::install(
+        Platform::MacOs,
+        &InstallOptions {
+            tls: Some(tls_files()),
+            ..options(Platform::MacOs)
+        },
+    )
+    .expect("plan");
+    assert!(
+        !mac.describe(Path::new("/nonexistent"))
+            .contains("LoadCredential")
+    );
+}
+
+#[test]
+fn a_tls_path_a_credential_cannot_carry_is_refused_by_name() {
+    for key in [
+        "/etc/meshd/tls/my key.pem",
+        "/etc/meshd/tls/k.pem\nExecStartPre=/bin/evil",
+        "tls/k.pem",
+    ] {
+        let options = InstallOptions {
+            tls: Some(systemd::TlsFiles {
+                key: PathBuf::from(key),
+                ..tls_files()
+            }),
+            ..options(Platform::Linux)
+        };
+        let err = Plan::install(Platform::Linux, &options).expect_err(key);
+        assert!(
+            err.to_string().starts_with("the config's tls.key "),
+            "{key}: {err}"
+        );
+    }
+}
+
+#[test]
+fn preflight_reports_every_refusal_and_the_real_run_stops_at_the_first() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let plan = install(Platform::Linux);
+    let mut not_root = RecordingRunner {
+        uid: Some(1000),
+        ..RecordingRunner::default()
+    };
+    // No /run/systemd/system and no binary under this root.
+    let preflight = Preflight::check(
+        &plan,
+        root.path(),
+        Some(Path::new("/usr/local/bin/meshd")),
+        &mut not_root,
+    );
+    assert!(matches!(
+        preflight.not_root,
+        Some(InstallError::NotRoot { .. })
+    ));
+    let refusals: Vec<String> = preflight.refusals.iter().map(ToString::to_string).collect();
+    assert_eq!(refusals.len(), 2, "{refusals:?}");
+    assert!(refusals[0].contains("needs systemd"), "{refusals:?}");
+    assert!(refusals[1].contains("is not a file"), "{refusals:?}");
+    assert!(matches!(
+        preflight.first(),
+        Err(InstallError::NotRoot { .. })
+    ));
 }

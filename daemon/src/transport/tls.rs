@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -106,16 +106,53 @@ pub struct MeshTls {
     warnings: Vec<String>,
 }
 
+/// The systemd credentials a Linux unit passes the TLS files as
+/// (`LoadCredential=NAME:PATH`): systemd reads them as root and hands them
+/// to the sandboxed service user, so a key only root may read (mode 0600)
+/// still reaches meshd. Config key, credential name.
+pub const TLS_CREDENTIALS: [(&str, &str); 3] = [
+    ("tls.ca", "meshd-tls-ca"),
+    ("tls.cert", "meshd-tls-cert"),
+    ("tls.key", "meshd-tls-key"),
+];
+
+/// Where config key `key`'s file is read from: the systemd credential that
+/// stands for it when the service manager passed one
+/// (`$CREDENTIALS_DIRECTORY/<name>`), else the configured path.
+fn tls_source(key: &str, configured: &Path, credentials: Option<&Path>) -> PathBuf {
+    TLS_CREDENTIALS
+        .iter()
+        .find(|(k, _)| *k == key)
+        .and_then(|(_, name)| Some(credentials?.join(name)))
+        .filter(|passed| passed.is_file())
+        .unwrap_or_else(|| configured.to_owned())
+}
+
 /// The file of config key `key` (`tls.ca`, ...), read like every other
 /// input: a regular file (a FIFO is refused by name, not waited on), at
 /// most [`MAX_TLS_FILE_BYTES`]; its error names both and what writes the
 /// mesh's files.
 fn read_pem(key: &str, path: &Path, node: &NodeId) -> Result<String, TlsError> {
-    meshd_platform::file::read_regular_text(path, MAX_TLS_FILE_BYTES).map_err(|e| {
-        TlsError::File(format!(
-            "{key}: {e} (`meshctl certs init` makes the mesh's CA, `meshctl certs issue {node}` this node's certificate)"
-        ))
-    })
+    meshd_platform::file::read_regular_text(path, MAX_TLS_FILE_BYTES)
+        .map_err(|e| TlsError::File(format!("{key}: {e} ({})", unread_advice(&e, node))))
+}
+
+/// What to do about a TLS file that could not be read. One that is there
+/// but not readable by meshd's user needs no new certificate.
+fn unread_advice(e: &meshd_platform::file::FileError, node: &NodeId) -> String {
+    use meshd_platform::file::FileProblem;
+    match &e.problem {
+        FileProblem::Io(io) if io.kind() == io::ErrorKind::PermissionDenied => {
+            "meshd's user may not read it: under the systemd unit, run `sudo meshd install` \
+             again, which passes the config's TLS files to meshd as credentials; elsewhere let \
+             meshd's user read it (the key stays mode 0600)"
+                .to_owned()
+        }
+        _ => format!(
+            "`meshctl certs init` makes the mesh's CA, `meshctl certs issue {node}` this node's \
+             certificate"
+        ),
+    }
 }
 
 /// A warning when the key file at `path` can be read by its group or
@@ -156,13 +193,31 @@ impl MeshTls {
     /// is not signed by `tls.ca`, naming the file and the dates; one that
     /// ends within 30 days, and a key others can read, are warnings
     /// ([`MeshTls::warnings`]).
+    ///
+    /// Under systemd, a file passed as a credential ([`TLS_CREDENTIALS`]) is
+    /// read from `$CREDENTIALS_DIRECTORY` instead of its configured path.
     pub fn load(tls: &TlsConfig, node: &NodeId) -> Result<Option<MeshTls>, TlsError> {
+        let credentials = std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from);
+        Self::load_from(tls, node, credentials.as_deref())
+    }
+
+    /// [`MeshTls::load`], the service manager's credentials (if any) in
+    /// `credentials`.
+    pub fn load_from(
+        tls: &TlsConfig,
+        node: &NodeId,
+        credentials: Option<&Path>,
+    ) -> Result<Option<MeshTls>, TlsError> {
         if tls.insecure {
             return Ok(None);
         }
         let (Some(ca), Some(cert), Some(key)) = (&tls.ca, &tls.cert, &tls.key) else {
             return Err(TlsError::Missing);
         };
+        let ca = tls_source("tls.ca", ca, credentials);
+        let cert = tls_source("tls.cert", cert, credentials);
+        let key = tls_source("tls.key", key, credentials);
+        let (ca, cert, key) = (&ca, &cert, &key);
         let files = Files {
             ca: format!("tls.ca ({})", ca.display()),
             cert: format!("tls.cert ({})", cert.display()),
@@ -974,6 +1029,87 @@ mod tests {
 
     fn ip(text: &str) -> IpAddr {
         text.parse().expect("ip")
+    }
+
+    /// A node's TLS files, issued by a fresh CA in `dir`.
+    fn issued(dir: &Path, node: &str) -> TlsConfig {
+        let store = meshd_pki::store::CertDir::new(dir);
+        let now = SystemTime::now();
+        let year = Duration::from_secs(365 * 24 * 3600);
+        let ca = store.init("test CA", now, year).expect("CA");
+        let pair = store.issue(&ca, node, &[], now, year).expect("pair");
+        TlsConfig {
+            ca: Some(store.ca().cert),
+            cert: Some(pair.cert),
+            key: Some(pair.key),
+            ..TlsConfig::default()
+        }
+    }
+
+    #[test]
+    fn a_tls_file_meshd_may_not_read_is_not_told_to_make_new_certificates() {
+        use meshd_platform::file::{FileError, FileProblem};
+        let node = NodeId::new("a").expect("id");
+        let error = |kind: io::ErrorKind| FileError {
+            path: "/etc/meshd/tls/a-key.pem".into(),
+            problem: FileProblem::Io(io::Error::from(kind)),
+        };
+        let denied = unread_advice(&error(io::ErrorKind::PermissionDenied), &node);
+        assert!(
+            denied.contains("run `sudo meshd install` again"),
+            "{denied}"
+        );
+        assert!(!denied.contains("meshctl certs"), "{denied}");
+        let missing = unread_advice(&error(io::ErrorKind::NotFound), &node);
+        assert!(missing.contains("`meshctl certs issue a`"), "{missing}");
+    }
+
+    #[test]
+    fn files_passed_as_systemd_credentials_are_read_in_place_of_the_configured_paths() {
+        let node = NodeId::new("a").expect("id");
+        let issued_dir = tempfile::tempdir().expect("tempdir");
+        let files = issued(issued_dir.path(), "a");
+        // The configured paths exist nowhere: as under the unit's sandbox,
+        // where only root may read them and systemd passes them on.
+        let unreadable = TlsConfig {
+            ca: Some("/nonexistent/ca.pem".into()),
+            cert: Some("/nonexistent/a.pem".into()),
+            key: Some("/nonexistent/a-key.pem".into()),
+            ..TlsConfig::default()
+        };
+        let refused = MeshTls::load_from(&unreadable, &node, None)
+            .expect_err("no file at the configured paths")
+            .to_string();
+        assert!(refused.contains("tls.ca"), "{refused}");
+
+        let credentials = tempfile::tempdir().expect("tempdir");
+        for ((_, name), from) in TLS_CREDENTIALS
+            .iter()
+            .zip([&files.ca, &files.cert, &files.key])
+        {
+            let from = from.as_ref().expect("issued");
+            std::fs::copy(from, credentials.path().join(name)).expect("copy");
+        }
+        let loaded = MeshTls::load_from(&unreadable, &node, Some(credentials.path()))
+            .expect("read from the credentials")
+            .expect("mutual TLS");
+        assert!(loaded.warnings.iter().all(|w| !w.contains("tls.ca")));
+
+        // A credential the unit did not pass: its configured path is read.
+        std::fs::remove_file(credentials.path().join("meshd-tls-key")).expect("rm");
+        let key_missing = MeshTls::load_from(&unreadable, &node, Some(credentials.path()))
+            .expect_err("the key's configured path does not exist")
+            .to_string();
+        assert!(key_missing.contains("tls.key"), "{key_missing}");
+        let key_configured = TlsConfig {
+            key: files.key.clone(),
+            ..unreadable
+        };
+        assert!(
+            MeshTls::load_from(&key_configured, &node, Some(credentials.path()))
+                .expect("the key from its path, the rest from the credentials")
+                .is_some()
+        );
     }
 
     #[test]
