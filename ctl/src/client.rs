@@ -27,6 +27,11 @@ impl Target {
     /// meshd's gRPC port when `listen.grpc` is not set.
     pub const DEFAULT_GRPC_PORT: u16 = 7420;
 
+    /// The URI of meshctl's default address, [`crate::cli::DEFAULT_ADDR`].
+    fn default_uri() -> String {
+        format!("http://{}", crate::cli::DEFAULT_ADDR)
+    }
+
     pub fn parse(addr: &str) -> Result<Self, String> {
         let addr = addr.trim();
         let uri = if addr.contains("://") {
@@ -64,12 +69,44 @@ async fn connect(target: &Target, per_call: Option<Duration>) -> Result<Channel,
     if let Some(deadline) = per_call {
         endpoint = endpoint.timeout(deadline);
     }
-    endpoint.connect().await.map_err(|e| {
-        Failure::Unreachable(format!(
-            "cannot reach meshd at {target}: {}",
-            root_cause(&e)
-        ))
-    })
+    match endpoint.connect().await {
+        Ok(channel) => Ok(channel),
+        Err(e) => {
+            let hint = if target.uri == Target::default_uri() {
+                let demo_a = ([127, 0, 0, 1], meshd_domain::DEMO_BASE_PORT + 1).into();
+                nobody_at_the_default_hint(demo_a).await
+            } else {
+                String::new()
+            };
+            Err(Failure::Unreachable(format!(
+                "cannot reach meshd at {target}: {}{hint}",
+                root_cause(&e)
+            )))
+        }
+    }
+}
+
+/// Where a bare meshctl that found no meshd on this host should look: a
+/// running demo's node `a` at `demo` (its default port), else how to start
+/// one.
+async fn nobody_at_the_default_hint(demo: std::net::SocketAddr) -> String {
+    let answers = tokio::time::timeout(
+        Duration::from_millis(300),
+        tokio::net::TcpStream::connect(demo),
+    )
+    .await
+    .is_ok_and(|connected| connected.is_ok());
+    if answers {
+        format!(
+            "; a demo answers at {demo} (its node a): `meshctl --addr {demo} status`, or set \
+             MESHCTL_ADDR={demo}"
+        )
+    } else {
+        format!(
+            "; is meshd running on this host? (`meshd run`, or `meshd demo`, whose node a \
+             answers at {demo}); --addr HOST:PORT asks another"
+        )
+    }
 }
 
 /// Runs one call under [`DEADLINE`], connecting included.
@@ -164,4 +201,31 @@ fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
         cause = next;
     }
     cause.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_bare_meshctl_is_pointed_at_a_running_demo_or_told_how_to_start_one() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let demo = listener.local_addr().expect("addr");
+        let answering = nobody_at_the_default_hint(demo).await;
+        assert_eq!(
+            answering,
+            format!(
+                "; a demo answers at {demo} (its node a): `meshctl --addr {demo} status`, or set \
+                 MESHCTL_ADDR={demo}"
+            )
+        );
+        drop(listener);
+        let silent = nobody_at_the_default_hint(demo).await;
+        assert!(
+            silent.starts_with("; is meshd running on this host? (`meshd run`, or `meshd demo`"),
+            "{silent}"
+        );
+    }
 }

@@ -55,7 +55,13 @@ pub enum Command {
     },
     /// Check a config file without starting; exits 1 and names every problem
     /// with its line when it is not valid.
-    CheckConfig { file: PathBuf },
+    CheckConfig {
+        file: PathBuf,
+        /// Check a template (such as meshd.example.toml): every rule, but not
+        /// that the TLS files it names exist here.
+        #[arg(long)]
+        template: bool,
+    },
     /// Run a whole mesh of N nodes in this process on loopback, and inject
     /// faults with commands on standard input (type `help`).
     Demo {

@@ -143,6 +143,16 @@ fn elsewhere(request: &Request, grpc: SocketAddr) -> Response {
 }
 
 /// What a gRPC client on the metrics port is told.
+/// The mesh page's URL on an HTTP listener at `addr`, as a person on this
+/// host opens it: an unspecified address (all interfaces) is `localhost`.
+pub fn page_url(addr: SocketAddr) -> String {
+    if addr.ip().is_unspecified() {
+        format!("http://localhost:{}/", addr.port())
+    } else {
+        format!("http://{addr}/")
+    }
+}
+
 pub fn grpc_wrong_port(grpc: SocketAddr) -> String {
     format!(
         "that is meshd's HTTP port (metrics and the mesh page); gRPC is on {grpc} \
@@ -197,4 +207,29 @@ async fn healthz(State(state): State<HttpState>) -> Response {
         StatusCode::OK
     };
     (code, axum::Json(body)).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_page_url_is_one_a_person_on_this_host_can_open() {
+        assert_eq!(
+            page_url("0.0.0.0:9420".parse().expect("addr")),
+            "http://localhost:9420/"
+        );
+        assert_eq!(
+            page_url("[::]:9420".parse().expect("addr")),
+            "http://localhost:9420/"
+        );
+        assert_eq!(
+            page_url("10.0.0.1:9420".parse().expect("addr")),
+            "http://10.0.0.1:9420/"
+        );
+        assert_eq!(
+            page_url("[fe80::1]:9420".parse().expect("addr")),
+            "http://[fe80::1]:9420/"
+        );
+    }
 }

@@ -357,6 +357,7 @@ impl RunningNode {
             grpc = %grpc_addr,
             mesh = ?mesh_addr,
             metrics = %metrics_addr,
+            page = %crate::http::page_url(metrics_addr),
             members = config.members().len(),
             "meshd started"
         );

@@ -61,6 +61,46 @@ fn check_config_names_missing_certificates_and_how_to_make_them() {
     assert_eq!(code, Some(1));
     assert!(stderr.contains("tls/ca.pem"), "{stderr}");
     assert!(stderr.contains("meshctl certs"), "{stderr}");
+    assert!(
+        stderr.contains("`meshd check-config --template "),
+        "{stderr}"
+    );
+}
+
+/// The example as shipped, in a fresh checkout: a template, valid by every
+/// rule but the TLS files it names.
+#[test]
+fn the_example_config_as_shipped_passes_as_a_template() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../meshd.example.toml");
+    let out = meshd(&["check-config", "--template", example]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(
+            ": ok as a template: the TLS files it names are not checked (node studio-1, 3 members"
+        ),
+        "{stdout}"
+    );
+    // A template is still checked by every other rule.
+    let (code, stderr) =
+        check_config_template(&EXAMPLE.replacen("\n[tls]\n", "\n[tls]\nbogus = 1\n", 1));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("bogus"), "{stderr}");
+}
+
+fn check_config_template(text: &str) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = write(dir.path(), "meshd.toml", text);
+    let out = meshd(&["check-config", "--template", &path]);
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 const DAY: Duration = Duration::from_secs(24 * 3600);

@@ -23,6 +23,11 @@ use crate::jobs::{JobRank, JobView};
 /// Longest node id accepted: fits a DNS label, and keeps metric labels short.
 pub const NODE_ID_MAX_LEN: usize = 63;
 
+/// The first of the loopback ports `meshd demo` uses by default: its node
+/// `a` serves gRPC on the next one. Here so that meshctl, which does not
+/// depend on the daemon, can point a user at a running demo.
+pub const DEMO_BASE_PORT: u16 = 17400;
+
 /// A node's stable name in the mesh: 1 to 63 of `A-Z a-z 0-9 . _ -`.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct NodeId(String);

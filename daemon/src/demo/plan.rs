@@ -35,7 +35,7 @@ pub const MIN_NODES: usize = 2;
 /// port scheme readable.
 pub const MAX_NODES: usize = 8;
 pub const DEFAULT_NODES: usize = 4;
-pub const DEFAULT_BASE_PORT: u16 = 17400;
+pub const DEFAULT_BASE_PORT: u16 = meshd_domain::DEMO_BASE_PORT;
 /// Below this, ports are privileged on most systems.
 pub const MIN_BASE_PORT: u16 = 1024;
 

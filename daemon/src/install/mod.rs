@@ -819,7 +819,7 @@ pub enum InstallError {
     UnfitCredential { what: &'static str, path: PathBuf },
     #[error(
         "the config {} is not valid, and the service would not start with it: {reason}; fix it \
-         (`meshd check-config --config {}` names every problem), then install again",
+         (`meshd check-config {}` names every problem), then install again",
         path.display(),
         path.display()
     )]
