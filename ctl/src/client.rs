@@ -27,9 +27,9 @@ impl Target {
     /// meshd's gRPC port when `listen.grpc` is not set.
     pub const DEFAULT_GRPC_PORT: u16 = 7420;
 
-    /// The URI of meshctl's default address, [`crate::cli::DEFAULT_ADDR`].
+    /// The URI of meshctl's default address, [`meshctl::cli::DEFAULT_ADDR`].
     fn default_uri() -> String {
-        format!("http://{}", crate::cli::DEFAULT_ADDR)
+        format!("http://{}", meshctl::cli::DEFAULT_ADDR)
     }
 
     pub fn parse(addr: &str) -> Result<Self, String> {
