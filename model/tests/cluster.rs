@@ -885,6 +885,14 @@ fn earlier_faults_page(labels: &Labels, e: &Episode, all: &[Episode]) -> bool {
         Some("MeshLinkFlapping") => cable_named(labels)
             .and_then(|c| flapping_until(all, c, e.window_end()))
             .is_some_and(|until| until >= e.start),
+        // A node killed or frozen beside the fault pages its own death.
+        Some("MeshNodeDown") => all.iter().any(|c| {
+            c != e
+                && matches!(c.fault, Fault::Kill { x } | Fault::Freeze { x }
+                    if labels.get("node") == Some(&format!("n{}", x + 1)))
+                && c.start <= e.window_end()
+                && e.start <= c.window_end()
+        }),
         // A mesh running late beside the fault pages that itself.
         Some("MeshSaturated") => all.iter().any(|c| {
             matches!(c.fault, Fault::AllLate { .. })
@@ -1899,6 +1907,28 @@ fn assert_beside(cases: &[(usize, u64)], quiet: &Episode, checked: &Episode) {
             "{n} nodes, seed {seed}: {}",
             problems.join("\n")
         );
+    }
+}
+
+/// A cable cut, then one of its ends dies (or its meshd restarts slower
+/// than the restart grace, as under load or launchd's throttle) and comes
+/// back while the cable is still cut: the cable's page holds through it,
+/// beside the node's own. The death does not plug the cable back, and the
+/// return is no new fault.
+#[test]
+fn a_cut_cable_stays_one_page_through_its_ends_death_and_return() {
+    let cut = episode(
+        Fault::CutCable {
+            a: 0,
+            b: 1,
+            how: CableCut::Pulled,
+        },
+        0,
+        30_000,
+    );
+    for (dies_at, down_for) in [(6_000, 10_000), (6_000, 2_600)] {
+        let kill = episode(Fault::Kill { x: 1 }, dies_at, down_for);
+        assert_beside(&[(4, 1), (4, 2), (3, 3)], &kill, &cut);
     }
 }
 

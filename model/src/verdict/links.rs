@@ -373,9 +373,11 @@ impl Judge<'_> {
                 Blame::None,
                 vec!["no quorum: link verdicts are held back".to_owned()],
             )
-        } else if let Some(node) = down_end {
+        } else if let Some(node) = down_end.clone().filter(|_| !link.down_on_the_cable()) {
             // A dead node's links are not link faults; and its return must
             // not count as the link flapping, so the link starts afresh.
+            // A link already down on its cable stays the cable's (below):
+            // the death plugs nothing back, and its page holds through it.
             if link.node_blamed.as_ref() != Some(&node) {
                 link.tracker.hold_unknown(now);
                 link.node_blamed = Some(node.clone());
@@ -430,7 +432,7 @@ impl Judge<'_> {
                 .filter(|e| e.silence() >= rules.down_after && !e.silent(rules))
                 .filter_map(|e| now.checked_add(e.silent_after(rules).saturating_sub(e.silence())));
             link.recheck_at = silent_at.min();
-            if let Some(reason) = unproven {
+            let mut verdict = if let Some(reason) = unproven {
                 let state = link.tracker.state();
                 (state, blame_for(state), vec![reason])
             } else if assessment.state == LinkState::Unknown && link.down_on_the_cable() {
@@ -456,7 +458,14 @@ impl Judge<'_> {
                 let mut evidence = assessment.evidence;
                 evidence.extend(link.tracker.holding(now, &self.settings.link));
                 (state, blame_for(state), evidence)
+            };
+            if let Some(node) = &down_end {
+                verdict.2.push(format!(
+                    "{node} is down too: the cable was down before it went, and stays so until a \
+                     probe of its new run answers"
+                ));
             }
+            verdict
         };
         LinkVerdict {
             a: link.a.clone(),
