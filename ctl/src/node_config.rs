@@ -343,9 +343,9 @@ pub fn render(
     let _ = writeln!(
         toml,
         "# meshd config of {node}, written by `meshctl plan --write` ({} mesh of {} nodes).\n\
-         # Copy it with the tls/ directory beside it into meshd's config directory on {node}\n\
-         # ({} on macOS, {} on Linux). Keys not\n\
-         # written here are at their defaults (meshd.example.toml lists them all).\n",
+         # Copy it, with the tls/ directory beside it, to {node}: {} on macOS,\n\
+         # {} on Linux. Keys not written here are at their defaults\n\
+         # (meshd.example.toml lists them all).\n",
         plan.backend,
         plan.nodes.len(),
         meshd_platform::paths::MACOS_CONFIG,
