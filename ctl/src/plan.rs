@@ -423,10 +423,10 @@ fn install_steps(out: &mut String, node: &str, written: &Written, certs: bool) {
     if certs {
         let _ = writeln!(
             out,
-            "  by hand: copy {} and {}/ (ca.pem, {node}.pem, {node}-key.pem) into {config_dir}/ \
-             on {node}, owned by root, {node}-key.pem mode 0600",
-            files.config.display(),
+            "  by hand: copy {}/ (ca.pem, {node}.pem, {node}-key.pem), then {}, into \
+             {config_dir}/ on {node}, owned by root, {node}-key.pem mode 0600",
             files.tls.display(),
+            files.config.display(),
         );
     } else {
         let _ = writeln!(
