@@ -51,11 +51,11 @@ pub fn run(dir: &Path, action: Action, now: SystemTime) -> Result<(), CertsError
             ));
         }
         Action::Issue { nodes, days } => {
+            validity(days)?;
             let ids = nodes
                 .iter()
                 .map(|id| node_id(id))
                 .collect::<Result<Vec<_>, _>>()?;
-            validity(days)?;
             if !store.ca().key.exists() {
                 return Err(CertsError::NoCa {
                     dir: dir.display().to_string(),

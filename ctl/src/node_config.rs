@@ -23,7 +23,7 @@ use meshctl::cli::{DEFAULT_CA_DAYS, DEFAULT_CA_NAME, DEFAULT_CERT_DAYS};
 use meshd_domain::NodeId;
 use meshd_domain::facts::Ipv4Cidr;
 use meshd_mesh::plan::CablingPlan;
-use meshd_pki::store::CertDir;
+use meshd_pki::store::{CertDir, Pair};
 
 use crate::certs;
 use crate::outcome::Failure;
@@ -409,8 +409,8 @@ pub struct NodeFiles {
 pub struct Written {
     pub dir: PathBuf,
     pub nodes: BTreeMap<String, NodeFiles>,
-    /// `DIR/ca/ca-key.pem`, with `--certs`.
-    pub ca_key: Option<PathBuf>,
+    /// `DIR/ca/ca.pem` and `ca-key.pem`, with `--certs`.
+    pub ca: Option<Pair>,
 }
 
 impl Written {
@@ -425,8 +425,8 @@ impl Written {
                 files.extend([store.ca().cert, pair.cert, pair.key]);
             }
         }
-        if let Some(key) = &self.ca_key {
-            files.extend([key.with_file_name("ca.pem"), key.clone()]);
+        if let Some(ca) = &self.ca {
+            files.extend([ca.cert.clone(), ca.key.clone()]);
         }
         files
     }
@@ -456,7 +456,7 @@ pub fn write(
     let written = Written {
         dir: dir.to_owned(),
         nodes,
-        ca_key: certs.then(|| CertDir::new(dir.join(CA_DIR)).ca().key),
+        ca: certs.then(|| CertDir::new(dir.join(CA_DIR)).ca()),
     };
     clear_the_way(&written.files(certs), force)?;
     for (node, files) in &written.nodes {

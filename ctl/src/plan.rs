@@ -396,11 +396,11 @@ fn render(plan: &CablingPlan, written: Option<(&Written, bool)>) -> String {
             "\nwrote every node's {CONFIG_FILE} under {}",
             written.dir.display()
         );
-        if let Some(key) = &written.ca_key {
+        if let Some(ca) = &written.ca {
             let _ = writeln!(
                 out,
                 "{} signs the mesh's certificates: keep it on this machine, never on a node",
-                key.display()
+                ca.key.display()
             );
         }
     }

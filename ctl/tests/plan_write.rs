@@ -198,12 +198,19 @@ fn plan_write_refuses_wrong_flags_and_existing_files_clearly() {
     assert!(stderr.contains("--force"), "{stderr}");
 
     fs::write(&config, "# edited\n").expect("edit");
-    let out = plan(dir.path(), range, &["--force"], &ports);
+    let out = plan(dir.path(), range, &["--force", "--json"], &ports);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(
         fs::read_to_string(&config)
             .expect("read")
             .contains("[[peers]]")
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(doc["address_range"], range);
+    assert_eq!(
+        doc["written"].as_array().map(Vec::len),
+        Some(NODES.len()),
+        "one config per node: {doc:#}"
     );
 }
 
