@@ -1,7 +1,7 @@
 //! `meshctl plan`: how to cable and address a new cluster, from the model
 //! data alone (no daemon, no Mac needed).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::io::Read as _;
 
@@ -83,28 +83,7 @@ pub fn run(request: &Request) -> Result<bool, Failure> {
             }
             plan.warnings.extend(range_warning(range));
             let written = match (&request.write, &endpoints) {
-                (Some(write), Some(endpoints)) => {
-                    let configs = plan
-                        .nodes
-                        .iter()
-                        .map(|n| {
-                            let toml = node_config::render(
-                                &n.name,
-                                &plan,
-                                endpoints,
-                                &write.alertmanagers,
-                            );
-                            (n.name.clone(), toml)
-                        })
-                        .collect();
-                    Some(node_config::write(
-                        &write.dir,
-                        &configs,
-                        write.certs,
-                        write.force,
-                        std::time::SystemTime::now(),
-                    )?)
-                }
+                (Some(write), Some(endpoints)) => Some(write_configs(&plan, write, endpoints)?),
                 _ => None,
             };
             let certs = request.write.as_ref().is_some_and(|w| w.certs);
@@ -136,6 +115,30 @@ pub fn run(request: &Request) -> Result<bool, Failure> {
             "cannot plan this cluster: {refusal}"
         ))),
     }
+}
+
+/// Every node's config, and with `--certs` the certificates, into
+/// `--write`'s directory.
+fn write_configs(
+    plan: &CablingPlan,
+    write: &WriteRequest,
+    endpoints: &BTreeMap<String, node_config::Endpoints>,
+) -> Result<Written, Failure> {
+    let configs = plan
+        .nodes
+        .iter()
+        .map(|n| {
+            let toml = node_config::render(&n.name, plan, endpoints, &write.alertmanagers);
+            (n.name.clone(), toml)
+        })
+        .collect();
+    node_config::write(
+        &write.dir,
+        &configs,
+        write.certs,
+        write.force,
+        std::time::SystemTime::now(),
+    )
 }
 
 /// `--link-range`: an IPv4 network, written from its first address, that
