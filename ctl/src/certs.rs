@@ -7,7 +7,8 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use meshd_domain::NodeId;
-use meshd_pki::store::{CertDir, StoreError};
+use meshd_pki::Ca;
+use meshd_pki::store::{CertDir, Pair, StoreError};
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
 
@@ -40,7 +41,7 @@ pub fn run(dir: &Path, action: Action, now: SystemTime) -> Result<(), CertsError
     let store = CertDir::new(dir);
     match action {
         Action::Init { name, days } => {
-            store.init(&name, now, validity(days)?)?;
+            create_ca(&store, &name, days, now)?;
             let ca = store.ca();
             say(&format!(
                 "wrote the mesh's CA {:?}, valid {days} days:\n  {}  (copy to every node: tls.ca)\n  {}  (keep here, off the nodes: it signs certificates)\n",
@@ -50,15 +51,10 @@ pub fn run(dir: &Path, action: Action, now: SystemTime) -> Result<(), CertsError
             ));
         }
         Action::Issue { nodes, days } => {
-            let valid_for = validity(days)?;
+            validity(days)?;
             let ids = nodes
                 .iter()
-                .map(|id| {
-                    NodeId::new(id.clone()).map_err(|e| CertsError::NodeId {
-                        id: id.clone(),
-                        reason: e.to_string(),
-                    })
-                })
+                .map(|id| node_id(id))
                 .collect::<Result<Vec<_>, _>>()?;
             if !store.ca().key.exists() {
                 return Err(CertsError::NoCa {
@@ -67,7 +63,7 @@ pub fn run(dir: &Path, action: Action, now: SystemTime) -> Result<(), CertsError
             }
             let ca = store.load_ca()?;
             for id in &ids {
-                let pair = store.issue(&ca, id.as_str(), &[], now, valid_for)?;
+                let pair = issue_node(&store, &ca, id, days, now)?;
                 say(&format!(
                     "wrote node {id}'s certificate, valid {days} days:\n  {}  (tls.cert on {id})\n  {}  (tls.key on {id}, mode 0600)\n",
                     pair.cert.display(),
@@ -77,6 +73,37 @@ pub fn run(dir: &Path, action: Action, now: SystemTime) -> Result<(), CertsError
         }
     }
     Ok(())
+}
+
+/// Creates the mesh's CA `name` in `store`, valid `days` from `now`
+/// (`meshctl certs init`, and `meshctl plan --certs`).
+pub fn create_ca(
+    store: &CertDir,
+    name: &str,
+    days: u32,
+    now: SystemTime,
+) -> Result<Ca, CertsError> {
+    Ok(store.init(name, now, validity(days)?)?)
+}
+
+/// Issues node `id`'s certificate and key into `store`, signed by `ca`,
+/// valid `days` from `now` (`meshctl certs issue`, and `meshctl plan
+/// --certs`); the key is written owner-only.
+pub fn issue_node(
+    store: &CertDir,
+    ca: &Ca,
+    id: &NodeId,
+    days: u32,
+    now: SystemTime,
+) -> Result<Pair, CertsError> {
+    Ok(store.issue(ca, id.as_str(), &[], now, validity(days)?)?)
+}
+
+fn node_id(id: &str) -> Result<NodeId, CertsError> {
+    NodeId::new(id.to_owned()).map_err(|e| CertsError::NodeId {
+        id: id.to_owned(),
+        reason: e.to_string(),
+    })
 }
 
 /// What was written, for the operator: the files exist whether or not

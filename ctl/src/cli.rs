@@ -22,6 +22,15 @@ pub const EXIT_UNREACHABLE: u8 = 2;
 /// value, a path that is not there.
 pub const EXIT_USAGE: u8 = 64;
 
+/// Days a mesh CA is valid unless told otherwise (`meshctl certs init`,
+/// `meshctl plan --certs`).
+pub const DEFAULT_CA_DAYS: u32 = 3650;
+/// Days a node certificate is valid unless told otherwise: 825, the most
+/// Apple's platforms accept for a TLS server certificate.
+pub const DEFAULT_CERT_DAYS: u32 = 825;
+/// The CA's name unless told otherwise.
+pub const DEFAULT_CA_NAME: &str = "meshd mesh CA";
+
 const EXIT_CODES: &str = "\
 Exit codes:
   0   healthy, or done
@@ -122,9 +131,11 @@ pub enum Command {
         out: Option<PathBuf>,
     },
     /// A cabling plan for a new cluster of Macs: which port of which Mac to
-    /// cable to which, a /30 per cable from 10.254.0.0/24, and the commands
-    /// and meshd config of each node. Refuses (exit 1) when the ports
-    /// cannot make the mesh.
+    /// cable to which, a /30 per cable from 10.254.0.0/24 (or --link-range),
+    /// and the commands and meshd config of each node; with --write, each
+    /// node's complete meshd.toml (and with --certs its certificates).
+    /// Refuses (exit 1) when the ports cannot make the mesh, or files in
+    /// --write's directory would be replaced without --force.
     Plan {
         /// Number of Macs (default: as many as --names).
         #[arg(long, required_unless_present_any = ["list_models", "names"])]
@@ -147,7 +158,7 @@ pub enum Command {
         #[arg(long)]
         json: bool,
         /// List the known models and their Thunderbolt 5 ports, and exit.
-        #[arg(long, conflicts_with_all = ["nodes", "names", "models", "json", "hardware_ports"])]
+        #[arg(long, conflicts_with_all = ["nodes", "names", "models", "json", "hardware_ports", "write", "link_range"])]
         list_models: bool,
         /// A node's `networksetup -listallhardwareports` output, as
         /// NODE=FILE (FILE `-` is standard input; repeat per node): its
@@ -155,6 +166,48 @@ pub enum Command {
         /// comment. The enX of each port differs from Mac to Mac.
         #[arg(long = "hardware-ports", value_name = "NODE=FILE")]
         hardware_ports: Vec<String>,
+        /// Where the cables' /30s come from, an IPv4 network such as
+        /// 10.77.0.0/24: one that no network of the site uses (the cable
+        /// addresses must not shadow the management network). Default:
+        /// 10.254.0.0/24.
+        #[arg(long, value_name = "CIDR")]
+        link_range: Option<String>,
+        /// Write each node's complete meshd config to DIR/<node>/meshd.toml
+        /// ([node], [listen], [tls], every [[peers]], [[links]], and
+        /// [alerting] with --alertmanager). Needs --management for every
+        /// node.
+        #[arg(long, value_name = "DIR")]
+        write: Option<PathBuf>,
+        /// Replace files --write (and --certs) would write that exist
+        /// already. With --certs that is a new CA: every node needs its new
+        /// files.
+        #[arg(long, requires = "write")]
+        force: bool,
+        /// Also create the mesh's CA in DIR/ca (ca-key.pem stays there, off
+        /// the nodes) and each node's certificate and key in DIR/<node>/tls,
+        /// where its meshd.toml's [tls] points.
+        #[arg(long, requires = "write")]
+        certs: bool,
+        /// A node's address on the management network, as NODE=HOST[:PORT]
+        /// (repeat per node; port default 7420): its peers' [[peers]]
+        /// address, and its listen.mesh (HOST an IP; for a DNS name meshd
+        /// listens on every interface, which needs a port other than
+        /// listen.grpc's).
+        #[arg(long, value_name = "NODE=HOST[:PORT]", requires = "write")]
+        management: Vec<String>,
+        /// A node's listen.grpc (meshctl on the node), as NODE=IP:PORT.
+        /// Default: 127.0.0.1:7420.
+        #[arg(long, value_name = "NODE=IP:PORT", requires = "write")]
+        grpc: Vec<String>,
+        /// A node's listen.metrics (the page, /metrics, /healthz), as
+        /// NODE=IP:PORT: the management IP for a Prometheus on another
+        /// host. Default: 127.0.0.1:9420.
+        #[arg(long, value_name = "NODE=IP:PORT", requires = "write")]
+        metrics: Vec<String>,
+        /// An Alertmanager base URL (http:// or https://) for every node's
+        /// [alerting]; repeatable.
+        #[arg(long, value_name = "URL", requires = "write")]
+        alertmanager: Vec<String>,
     },
     /// Collect every platform command's raw output, this node's facts and
     /// checks, and the daemon's status into one .tar.gz for diagnosis
@@ -187,10 +240,10 @@ pub enum CertsCommand {
     /// Refuses to replace an existing one.
     Init {
         /// The CA's name, shown in its certificate.
-        #[arg(long, default_value = "meshd mesh CA")]
+        #[arg(long, default_value = DEFAULT_CA_NAME)]
         name: String,
         /// Days the CA is valid.
-        #[arg(long, default_value_t = 3650)]
+        #[arg(long, default_value_t = DEFAULT_CA_DAYS)]
         days: u32,
     },
     /// Issue a certificate for each node id (NODE.pem, NODE-key.pem).
@@ -200,7 +253,7 @@ pub enum CertsCommand {
         #[arg(required = true)]
         nodes: Vec<String>,
         /// Days the certificates are valid.
-        #[arg(long, default_value_t = 825)]
+        #[arg(long, default_value_t = DEFAULT_CERT_DAYS)]
         days: u32,
     },
 }

@@ -12,6 +12,7 @@ mod doctor;
 mod hostfile;
 mod jobs;
 mod layout;
+mod node_config;
 mod outcome;
 mod plan;
 mod status;
@@ -132,6 +133,14 @@ fn run(command: Command, target: &Target) -> Result<bool, Failure> {
                 json,
                 list_models,
                 hardware_ports,
+                link_range,
+                write,
+                force,
+                certs,
+                management,
+                grpc,
+                metrics,
+                alertmanager,
             } => {
                 if list_models {
                     plan::list_models().map(|()| true)
@@ -142,6 +151,16 @@ fn run(command: Command, target: &Target) -> Result<bool, Failure> {
                         models,
                         backend,
                         hardware_ports,
+                        link_range,
+                        write: write.map(|dir| node_config::WriteRequest {
+                            dir,
+                            force,
+                            certs,
+                            management,
+                            grpc,
+                            metrics,
+                            alertmanagers: alertmanager,
+                        }),
                         json,
                     })
                 }

@@ -1,19 +1,22 @@
 //! `meshctl plan`: how to cable and address a new cluster, from the model
 //! data alone (no daemon, no Mac needed).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::io::Read as _;
 
 use meshctl::cli::BackendArg;
 use meshd_domain::NodeId;
-use meshd_domain::facts::HardwarePort;
+use meshd_domain::facts::{HardwarePort, Ipv4Cidr};
 use meshd_mesh::models::{Model, ModelTable, PortRdma};
-use meshd_mesh::plan::{CablingPlan, DEFAULT_LINK_RANGE, SetupStep, default_names, plan_in_range};
+use meshd_mesh::plan::{
+    CablingPlan, DEFAULT_LINK_RANGE, LINK_PREFIX, SetupStep, default_names, plan_in_range,
+};
 use meshd_platform::macos::networksetup::parse_hardware_ports;
 use meshd_platform::paths::MACOS_CONFIG;
 use serde_json::{Value, json};
 
+use crate::node_config::{self, CONFIG_FILE, TLS_DIR, WriteRequest, Written};
 use crate::outcome::{Failure, emit};
 
 /// `networksetup -listallhardwareports` prints a few hundred bytes per
@@ -29,6 +32,10 @@ pub struct Request {
     pub backend: BackendArg,
     /// `NODE=FILE` (see the `--hardware-ports` flag).
     pub hardware_ports: Vec<String>,
+    /// `--link-range`; default [`DEFAULT_LINK_RANGE`].
+    pub link_range: Option<String>,
+    /// `--write DIR` and what goes with it.
+    pub write: Option<WriteRequest>,
     pub json: bool,
 }
 
@@ -38,12 +45,30 @@ pub fn run(request: &Request) -> Result<bool, Failure> {
     let table = ModelTable::builtin();
     let names = names_for(request.nodes, &request.names)?;
     let models = models_for(&table, names.len(), &request.models)?;
+    let range = match &request.link_range {
+        Some(arg) => parse_link_range(arg)?,
+        None => DEFAULT_LINK_RANGE,
+    };
     let given = request
         .hardware_ports
         .iter()
         .map(|arg| read_hardware_ports(arg))
         .collect::<Result<Vec<_>, Failure>>()?;
-    match plan_in_range(&names, &models, request.backend.into(), DEFAULT_LINK_RANGE) {
+    // Every flag of --write is checked before the plan is made, so that a
+    // refused plan and a wrong flag are never confused.
+    let endpoints = request
+        .write
+        .as_ref()
+        .map(|write| {
+            for url in &write.alertmanagers {
+                node_config::check_alertmanager(url)?;
+            }
+            let endpoints = node_config::endpoints(&names, write)?;
+            node_config::check_range_clear_of(range, &endpoints)?;
+            Ok::<_, Failure>(endpoints)
+        })
+        .transpose()?;
+    match plan_in_range(&names, &models, request.backend.into(), range) {
         Ok(mut plan) => {
             for (node, ports) in &given {
                 let missing = plan
@@ -56,10 +81,26 @@ pub fn run(request: &Request) -> Result<bool, Failure> {
                     ));
                 }
             }
+            plan.warnings.extend(range_warning(range));
+            let written = match (&request.write, &endpoints) {
+                (Some(write), Some(endpoints)) => Some(write_configs(&plan, write, endpoints)?),
+                _ => None,
+            };
+            let certs = request.write.as_ref().is_some_and(|w| w.certs);
             if request.json {
-                emit(&format!("{:#}\n", to_json(&plan)))?;
+                let mut doc = to_json(&plan);
+                if let Some(written) = &written {
+                    doc["written"] = json!(
+                        written
+                            .files(certs)
+                            .iter()
+                            .map(|f| f.display().to_string())
+                            .collect::<Vec<_>>()
+                    );
+                }
+                emit(&format!("{doc:#}\n"))?;
             } else {
-                emit(&render(&plan))?;
+                emit(&render(&plan, written.as_ref().map(|w| (w, certs))))?;
             }
             Ok(true)
         }
@@ -73,6 +114,102 @@ pub fn run(request: &Request) -> Result<bool, Failure> {
         Err(refusal) => Err(Failure::Refused(format!(
             "cannot plan this cluster: {refusal}"
         ))),
+    }
+}
+
+/// Every node's config, and with `--certs` the certificates, into
+/// `--write`'s directory.
+fn write_configs(
+    plan: &CablingPlan,
+    write: &WriteRequest,
+    endpoints: &BTreeMap<String, node_config::Endpoints>,
+) -> Result<Written, Failure> {
+    let configs = plan
+        .nodes
+        .iter()
+        .map(|n| {
+            let toml = node_config::render(&n.name, plan, endpoints, &write.alertmanagers);
+            (n.name.clone(), toml)
+        })
+        .collect();
+    node_config::write(
+        &write.dir,
+        &configs,
+        write.certs,
+        write.force,
+        std::time::SystemTime::now(),
+    )
+}
+
+/// `--link-range`: an IPv4 network, written from its first address, that
+/// holds at least one /30 and can carry unicast cable addresses. Whether
+/// it holds every cable is the plan's to say.
+fn parse_link_range(arg: &str) -> Result<Ipv4Cidr, Failure> {
+    let usage = |why: String| Failure::Usage(format!("--link-range {arg}: {why}"));
+    let range: Ipv4Cidr = arg.parse().map_err(|e| usage(format!("{e}")))?;
+    if range.prefix > LINK_PREFIX {
+        return Err(usage(format!(
+            "a /{} is smaller than one cable's /{LINK_PREFIX}; give a range of /{LINK_PREFIX} or \
+             larger, like 10.254.0.0/24",
+            range.prefix
+        )));
+    }
+    if range.address != range.network() {
+        return Err(usage(format!(
+            "{} is inside the network, not its start; did you mean {}/{}?",
+            range.address,
+            range.network(),
+            range.prefix
+        )));
+    }
+    let first = range.network().octets()[0];
+    let last = u32::from(range.network()) | !range.mask();
+    let last = std::net::Ipv4Addr::from(last).octets()[0];
+    // 0/8 is "this network", 224/4 multicast and 240/4 reserved (with the
+    // broadcast address): no interface takes an address there.
+    if first == 0 || last >= 224 {
+        return Err(usage(
+            "it reaches into 0.0.0.0/8, multicast or reserved addresses, which no cable can \
+             carry; use a private range such as 10.254.0.0/24"
+                .to_owned(),
+        ));
+    }
+    let loopback = Ipv4Cidr {
+        address: std::net::Ipv4Addr::new(127, 0, 0, 0),
+        prefix: 8,
+    };
+    if range.overlaps(loopback) && range.prefix < loopback.prefix {
+        return Err(usage(
+            "it spans loopback (127.0.0.0/8) and other addresses; keep a range inside one or \
+             the other"
+                .to_owned(),
+        ));
+    }
+    Ok(range)
+}
+
+/// What works but needs saying about the cables' range.
+fn range_warning(range: Ipv4Cidr) -> Option<String> {
+    let loopback = Ipv4Cidr {
+        address: std::net::Ipv4Addr::new(127, 0, 0, 0),
+        prefix: 8,
+    };
+    let link_local = Ipv4Cidr {
+        address: std::net::Ipv4Addr::new(169, 254, 0, 0),
+        prefix: 16,
+    };
+    if range.overlaps(loopback) {
+        Some(format!(
+            "{range} is loopback: every address in it is this host's own (on Linux), so the \
+             plan suits meshd processes on one host for tests, not cables between Macs"
+        ))
+    } else if range.overlaps(link_local) {
+        Some(format!(
+            "{range} is IPv4 link-local (169.254/16): the kernel ties no interface to it, and \
+             traffic to a peer may leave by the wrong port; prefer a private range"
+        ))
+    } else {
+        None
     }
 }
 
@@ -174,7 +311,9 @@ pub fn list_models() -> Result<(), Failure> {
     emit(&out)
 }
 
-fn render(plan: &CablingPlan) -> String {
+/// The plan as text; `written` is what `--write` wrote and whether it
+/// made the certificates.
+fn render(plan: &CablingPlan, written: Option<(&Written, bool)>) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -241,15 +380,68 @@ fn render(plan: &CablingPlan) -> String {
             };
             let _ = writeln!(out, "{line}");
         }
+        match written {
+            Some((written, certs)) => install_steps(&mut out, &node.name, written, certs),
+            None => {
+                let _ = writeln!(
+                    out,
+                    "  meshd config ([[links]] in {MACOS_CONFIG}, where `meshd install` puts it on a Mac):"
+                );
+                for line in node.links_config.lines() {
+                    let _ = writeln!(out, "    {line}");
+                }
+            }
+        }
+    }
+    if let Some((written, _)) = written {
         let _ = writeln!(
             out,
-            "  meshd config ([[links]] in {MACOS_CONFIG}, where `meshd install` puts it on a Mac):"
+            "\nwrote every node's {CONFIG_FILE} under {}",
+            written.dir.display()
         );
-        for line in node.links_config.lines() {
-            let _ = writeln!(out, "    {line}");
+        if let Some(ca) = &written.ca {
+            let _ = writeln!(
+                out,
+                "{} signs the mesh's certificates: keep it on this machine, never on a node",
+                ca.key.display()
+            );
         }
     }
     out
+}
+
+/// Which written file goes where on `node`, and how to check it there.
+fn install_steps(out: &mut String, node: &str, written: &Written, certs: bool) {
+    let Some(files) = written.nodes.get(node) else {
+        return;
+    };
+    let config_dir = std::path::Path::new(MACOS_CONFIG)
+        .parent()
+        .map_or_else(String::new, |p| p.display().to_string());
+    let _ = writeln!(
+        out,
+        "  meshd config: {} (complete: [node], [listen], [tls], [[peers]], [[links]])",
+        files.config.display()
+    );
+    if certs {
+        let _ = writeln!(
+            out,
+            "  by hand: copy {}/ (ca.pem, {node}.pem, {node}-key.pem), then {}, into \
+             {config_dir}/ on {node}, owned by root, {node}-key.pem mode 0600",
+            files.tls.display(),
+            files.config.display(),
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "  by hand: copy {} into {config_dir}/ on {node}, and into {config_dir}/{TLS_DIR}/ \
+             the mesh's ca.pem and {node}.pem, {node}-key.pem from `meshctl certs` (or plan \
+             again with --certs)",
+            files.config.display(),
+        );
+    }
+    let _ = writeln!(out, "  check:   sudo meshd check-config {MACOS_CONFIG}");
+    let _ = writeln!(out, "  run:     sudo meshd install");
 }
 
 fn to_json(plan: &CablingPlan) -> Value {
@@ -273,4 +465,58 @@ fn to_json(plan: &CablingPlan) -> Value {
             "subnet": c.subnet.to_string(),
         })).collect::<Vec<_>>(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused_range(arg: &str) -> String {
+        match parse_link_range(arg) {
+            Err(Failure::Usage(message)) => message,
+            other => panic!("{arg}: a usage error, not {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_link_range_is_an_ipv4_network_from_its_start_holding_a_cable() {
+        for ok in [
+            "10.254.0.0/24",
+            "10.77.0.0/16",
+            "127.64.0.0/16",
+            "192.168.200.0/30",
+        ] {
+            assert_eq!(
+                parse_link_range(ok).map(|r| r.to_string()),
+                Ok(ok.to_owned())
+            );
+        }
+        for (arg, says) in [
+            ("10.254.0.0", "not an IPv4 address with a prefix"),
+            ("fd00::/64", "not an IPv4 address with a prefix"),
+            ("10.254.0.0/33", "not an IPv4 address with a prefix"),
+            ("10.254.0.0/31", "smaller than one cable's /30"),
+            ("10.254.0.5/24", "did you mean 10.254.0.0/24?"),
+            ("0.0.0.0/0", "0.0.0.0/8"),
+            ("224.0.0.0/24", "multicast"),
+            ("240.0.0.0/8", "reserved"),
+            ("126.0.0.0/7", "spans loopback"),
+        ] {
+            let message = refused_range(arg);
+            assert!(
+                message.starts_with(&format!("--link-range {arg}: ")),
+                "{message}"
+            );
+            assert!(message.contains(says), "{arg}: {message}");
+        }
+    }
+
+    #[test]
+    fn loopback_and_link_local_ranges_are_allowed_with_a_warning() {
+        let loopback = parse_link_range("127.64.0.0/16").expect("loopback");
+        assert!(range_warning(loopback).is_some_and(|w| w.contains("one host")));
+        let link_local = parse_link_range("169.254.10.0/24").expect("link-local");
+        assert!(range_warning(link_local).is_some_and(|w| w.contains("link-local")));
+        assert_eq!(range_warning(DEFAULT_LINK_RANGE), None);
+    }
 }

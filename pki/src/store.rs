@@ -121,6 +121,19 @@ impl CertDir {
         Ok(pair)
     }
 
+    /// Writes `ca`'s certificate alone (no key) as this directory's
+    /// `ca.pem`: a node's own directory trusts the mesh's CA without being
+    /// able to sign. Refuses to replace one.
+    pub fn trust(&self, ca: &Ca) -> Result<PathBuf, StoreError> {
+        let cert = self.ca().cert;
+        if cert.exists() {
+            return Err(StoreError::Exists { path: cert });
+        }
+        create_dir(&self.dir)?;
+        write_new(&cert, ca.cert_pem(), 0o644)?;
+        Ok(cert)
+    }
+
     fn write(&self, pair: &Pair, cert: &str, key: &str) -> Result<(), StoreError> {
         create_dir(&self.dir)?;
         write_new(&pair.key, key, 0o600)?;
@@ -223,6 +236,23 @@ mod tests {
                 assert_eq!(mode & 0o077, 0, "{} is readable by others", key.display());
             }
         }
+    }
+
+    #[test]
+    fn trust_writes_the_ca_certificate_without_its_key_and_never_replaces_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let now = SystemTime::now();
+        let ca = CertDir::new(dir.path().join("ca"))
+            .init("test mesh", now, YEAR)
+            .expect("init");
+        let node = CertDir::new(dir.path().join("node-1"));
+        let cert = node.trust(&ca).expect("trust");
+        assert_eq!(read_pem(&cert).expect("read"), ca.cert_pem());
+        assert!(
+            !node.ca().key.exists(),
+            "the CA key stays where it was made"
+        );
+        assert!(matches!(node.trust(&ca), Err(StoreError::Exists { .. })));
     }
 
     #[test]
