@@ -930,6 +930,35 @@ fn a_peer_whose_services_are_not_listed_has_an_unknown_rdma_state() {
 }
 
 #[test]
+fn a_mac_behind_a_dock_is_told_to_cable_directly_not_to_replace_a_cable() {
+    // exo's hub capture as a Thunderbolt 3 dock between two Thunderbolt 5
+    // Macs negotiates it: 40 Gb/s, which the dock sets.
+    let mut facts = replay("peer-behind-hub-services-unlisted");
+    facts.ports[0].negotiated_speed_bps = 40 * GBPS;
+    let doctor = diagnose(
+        &BTreeMap::from([(id("node"), facts)]),
+        &ModelTable::builtin(),
+    );
+    let speed = result(&doctor, "link_speed", Some("node"));
+    assert_eq!(speed.status, CheckStatus::Fail, "{speed:?}");
+    assert!(
+        evidence_has(
+            speed,
+            "through iVANKY Fusiondock Ultra between the two Macs"
+        ),
+        "{speed:?}"
+    );
+    assert!(
+        speed.fix.starts_with("connect ")
+            && speed
+                .fix
+                .contains("directly, not through iVANKY Fusiondock Ultra"),
+        "{speed:?}"
+    );
+    assert!(!speed.fix.contains("replace the cable"), "{speed:?}");
+}
+
+#[test]
 fn the_two_ends_of_a_cable_fill_in_each_other() {
     let doctor = doctor("mesh-m5-max-pair");
     assert_eq!(doctor.cables.len(), 1);

@@ -240,6 +240,22 @@ pub(super) fn link_speed(mut check: Check, node: &NodeView) -> CheckResult {
             check.blind(format!("{link}: negotiated speed unknown"));
         } else if speed >= TB5_LINK_BPS {
             check.pass(format!("{link} negotiated {}", gbps(speed)));
+        } else if let Some(device) = &port.other_device {
+            // The Mac is reached through an enclosure, not a cable: the
+            // dock or hub sets the speed, and no cable fixes it.
+            check.fail(
+                format!(
+                    "{link} negotiated {}, through {device} between the two Macs; a Thunderbolt \
+                     5 Mac-to-Mac link runs at {}",
+                    gbps(speed),
+                    gbps(TB5_LINK_BPS)
+                ),
+                format!(
+                    "connect {peer} to {} with a Thunderbolt 5 cable directly, not through \
+                     {device}: a dock or hub in the path runs the link at its own speed",
+                    port.name
+                ),
+            );
         } else if port.max_speed_bps != 0 && port.max_speed_bps <= TB4_MAX_BPS {
             check.warn(
                 format!(
