@@ -271,6 +271,49 @@ fn missing_cable_names_free_ports_on_both_nodes() {
     );
 }
 
+/// A cable is there, but neither end's report identifies the Mac on the
+/// other side (trimmed peer identities): unknown, never "no cable".
+#[test]
+fn a_cable_whose_peers_cannot_be_identified_is_unknown_not_missing() {
+    let mut facts = healthy(4);
+    for (node, port) in [(0, port_for(0, 2)), (2, port_for(2, 0))] {
+        let peer = port_mut(&mut facts, node, port)
+            .peer
+            .as_mut()
+            .expect("cabled");
+        peer.domain_uuid.clear();
+    }
+    let results = all_checks(&facts, &members(4));
+    let full = check(&results, "full_mesh_cabled");
+    assert_eq!(full.status, CheckStatus::Skipped, "{full:?}");
+    assert!(
+        full.evidence.iter().any(|e| e
+            .starts_with("n1 ↔ n3: no cable known, but n1/Thunderbolt 3")
+            && e.contains("that cannot be identified (its domain UUID was not read)")
+            && e.ends_with("possibly this one")),
+        "{full:?}"
+    );
+    assert!(full.fix.is_empty(), "{full:?}");
+
+    // One end identified, the other's Mac trimmed: the cable is still
+    // found from the end that names its peer, or stays unknown; never
+    // missing.
+    let mut one_trimmed = healthy(4);
+    port_mut(&mut one_trimmed, 0, port_for(0, 2))
+        .peer
+        .as_mut()
+        .expect("cabled")
+        .domain_uuid
+        .clear();
+    let results = all_checks(&one_trimmed, &members(4));
+    assert_ne!(
+        check(&results, "full_mesh_cabled").status,
+        CheckStatus::Fail,
+        "{:?}",
+        check(&results, "full_mesh_cabled")
+    );
+}
+
 #[test]
 fn a_40_gbps_link_fails_link_speed_on_both_ends() {
     let mut facts = healthy(4);

@@ -121,6 +121,20 @@ impl Mesh<'_> {
             .collect()
     }
 
+    /// `node`'s ports cabled to a Mac that no cable explains and whose Mac
+    /// cannot be identified (its domain UUID was not read): any member
+    /// with a port no cable explains may be on the other end.
+    fn unidentified_peers(&self, node: &NodeId) -> Vec<&PortFact> {
+        self.unmatched_peers(node)
+            .into_iter()
+            .filter(|p| {
+                p.peer
+                    .as_ref()
+                    .is_some_and(|peer| peer.domain_uuid.is_empty())
+            })
+            .collect()
+    }
+
     pub(super) fn full_mesh_cabled(&self) -> CheckResult {
         let mut check = Check::new("full_mesh_cabled", None);
         let mut free: BTreeMap<&NodeId, VecDeque<String>> = self
@@ -170,6 +184,30 @@ impl Mesh<'_> {
                 };
                 check.blind(format!(
                     "{a} ↔ {b}: no cable known, and on {blind_node} {why}{hint}"
+                ));
+                continue;
+            }
+            // A cable whose far Mac is not identified may be this one, if
+            // the other end also has a Mac no cable explains: unknown.
+            let unidentified: Vec<String> = [a, b]
+                .into_iter()
+                .flat_map(|n| {
+                    self.unidentified_peers(n).into_iter().map(move |p| {
+                        format!(
+                            "{n}/{} leads to {} that cannot be identified (its domain UUID was \
+                             not read)",
+                            port_label(p),
+                            p.peer.as_ref().map(peer_label).unwrap_or_default()
+                        )
+                    })
+                })
+                .collect();
+            let both_unexplained =
+                !self.unmatched_peers(a).is_empty() && !self.unmatched_peers(b).is_empty();
+            if both_unexplained && !unidentified.is_empty() {
+                check.blind(format!(
+                    "{a} ↔ {b}: no cable known, but {}: possibly this one",
+                    unidentified.join("; ")
                 ));
                 continue;
             }
