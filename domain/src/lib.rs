@@ -334,6 +334,9 @@ pub enum AlarmKind {
     /// raised by the member that refused it, about the node whose
     /// certificate it is.
     CertificateRefused,
+    /// Members run different meshd releases (a rolling upgrade under way,
+    /// or one left behind): a notice, never a page.
+    VersionSkew,
 }
 named_enum!(AlarmKind {
     NoQuorum => "no_quorum",
@@ -357,6 +360,7 @@ named_enum!(AlarmKind {
     JobOffMesh => "job_off_mesh",
     CertificateExpiring => "certificate_expiring",
     CertificateRefused => "certificate_refused",
+    VersionSkew => "version_skew",
 });
 
 impl AlarmKind {

@@ -63,6 +63,8 @@ fn alert_of_kind(kind: AlarmKind) -> Option<(&'static str, bool)> {
     Some(match kind {
         // Only a node without quorum raises it, and then as MeshNoQuorum.
         AlarmKind::NoQuorum => return None,
+        // A notice: a rolling upgrade is no fault, and pages nobody.
+        AlarmKind::VersionSkew => return None,
         AlarmKind::BridgeLoop => ("MeshBridgeLoop", true),
         AlarmKind::BroadcastStorm => ("MeshBroadcastStorm", true),
         AlarmKind::CpuSpike => ("MeshCpuSpike", true),

@@ -90,7 +90,8 @@ fn own_fix(kind: AlarmKind, node: &NodeId) -> String {
         AlarmKind::NoQuorum
         | AlarmKind::ManagementUnreachable
         | AlarmKind::ManagementSplit
-        | AlarmKind::MeshSaturated => {
+        | AlarmKind::MeshSaturated
+        | AlarmKind::VersionSkew => {
             format!("run `meshctl status` on {node}: its meshd says what it sees")
         }
     }

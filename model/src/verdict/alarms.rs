@@ -67,6 +67,7 @@ impl Engine {
         drafts.extend(clock_skew_alarm(inputs, self.settings.clock_skew_bound));
         drafts.extend(duplicate_node_id_alarms(&inputs.peers));
         drafts.extend(mesh_saturated_alarm(inputs, quorum, saturated));
+        drafts.extend(version_skew_alarm(inputs, nodes));
         drafts.extend(self.rdma_host_alarms(inputs));
         let mut alarms: Vec<Alarm> = drafts.into_iter().map(|a| self.stamp(a, moment)).collect();
         let raised: BTreeSet<(AlarmKind, NodeId)> =
@@ -522,6 +523,42 @@ fn mesh_saturated_alarm(
             likely_causes(&inputs.local_alarms, inputs.peers.values()),
             "find what starves the nodes (a broadcast storm, a CPU hog named by cpu_spike) and \
              stop it",
+        )
+    })
+}
+
+/// `version_skew`, on this node, when the members it hears up run more
+/// than one meshd release: a rolling upgrade under way, or a node left
+/// behind. Every release talks to the previous one, so it is a notice.
+fn version_skew_alarm(inputs: &MeshInputs, nodes: &[NodeVerdict]) -> Option<Alarm> {
+    let mut releases: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    releases
+        .entry(inputs.local.version.as_str())
+        .or_default()
+        .push(inputs.local.id.as_str());
+    for node in nodes.iter().filter(|n| n.state == NodeState::Up) {
+        if let Some(identity) = node.identity.as_ref().filter(|i| i.id != inputs.local.id) {
+            releases
+                .entry(identity.version.as_str())
+                .or_default()
+                .push(identity.id.as_str());
+        }
+    }
+    releases.remove("");
+    (releases.len() > 1).then(|| {
+        let evidence: Vec<String> = releases
+            .iter()
+            .map(|(version, members)| format!("meshd {version} on {}", members.join(", ")))
+            .collect();
+        draft(
+            AlarmKind::VersionSkew,
+            Severity::Info,
+            &inputs.local.id,
+            "mesh",
+            format!("members run {} meshd releases", releases.len()),
+            evidence,
+            "nothing urgent: each release talks to the one before it; finish the upgrade one \
+             node at a time (`meshctl status` shows each node's release)",
         )
     })
 }

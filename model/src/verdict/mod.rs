@@ -1477,6 +1477,41 @@ mod tests {
     }
 
     #[test]
+    fn members_on_different_releases_are_a_notice_never_a_page() {
+        let mesh = Mesh::new(&["a", "b", "c"]);
+        let mut engine = Engine::new(default_engine_settings());
+        let same = mesh.evaluate(&mut engine, 0);
+        assert!(!kinds(&same).contains(&AlarmKind::VersionSkew), "{same:#?}");
+
+        let moment = mesh.at(100);
+        let mut inputs = mesh.inputs(moment);
+        if let Some(c) = inputs.peers.get_mut(&id("c")) {
+            std::sync::Arc::make_mut(&mut c.report).sender.version = "0.2.0".into();
+        }
+        let status = engine.evaluate(&inputs, moment).status;
+        let skew = status
+            .alarms
+            .iter()
+            .find(|a| a.kind == AlarmKind::VersionSkew)
+            .unwrap_or_else(|| panic!("no version_skew: {status:#?}"));
+        assert_eq!(skew.severity, Severity::Info);
+        assert_eq!(skew.node, id("a"));
+        assert_eq!(skew.summary, "members run 2 meshd releases");
+        assert_eq!(
+            skew.evidence,
+            ["meshd 0.2.0 on c", "meshd test on a, b"],
+            "{skew:?}"
+        );
+        let posted = crate::alerts::alerts(&status, crate::alerts::Role::Leader);
+        assert!(
+            posted
+                .iter()
+                .all(|alert| !alert.labels.values().any(|v| v.contains("Version"))),
+            "a notice posts no alert: {posted:?}"
+        );
+    }
+
+    #[test]
     fn a_late_node_that_hears_nobody_is_not_a_late_mesh() {
         let settle = u64::try_from(default_engine_settings().stale_after.as_millis()).expect("ms");
         let mut alone = Mesh::new(&["a", "b", "c"]);
