@@ -329,6 +329,7 @@ fn open(sender: NodeIdentity) -> wire::PeerMessage {
         sender,
         instance: meshd::transport::instance(),
         rtt_bounds: RTT_BOUNDS.to_vec(),
+        protocols: meshd_domain::Protocols::THIS_RELEASE,
     })
     .into()
 }

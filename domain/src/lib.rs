@@ -612,6 +612,29 @@ pub struct Event {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn protocols_that_do_not_overlap_name_the_side_to_upgrade() {
+        let ours = Protocols {
+            spoken: 3,
+            oldest: 2,
+        };
+        let at = |spoken, oldest| Protocols { spoken, oldest };
+        assert_eq!(ours.mismatch(at(2, 1)), None, "the release before");
+        assert_eq!(ours.mismatch(at(4, 3)), None, "the release after");
+        assert_eq!(
+            ours.mismatch(at(1, 0)).as_deref(),
+            Some("it speaks peer protocol 1, and this node understands 2 or newer: upgrade it")
+        );
+        assert_eq!(
+            ours.mismatch(at(5, 4)).as_deref(),
+            Some(
+                "it understands peer protocol 4 or newer, and this node speaks 3: upgrade this \
+                 node"
+            )
+        );
+        assert_eq!(Protocols::THIS_RELEASE.mismatch(at(0, 0)), None);
+    }
     use super::*;
 
     /// d dead with its three links, a–b cut, b–c degraded.
@@ -1000,6 +1023,51 @@ pub struct StreamOpen {
     pub instance: u64,
     /// The bucket bounds of every RTT histogram on the stream.
     pub rtt_bounds: Vec<Duration>,
+    /// The peer protocols the sender speaks and understands.
+    pub protocols: Protocols,
+}
+
+/// Which versions of the peer protocol (the report stream) a release
+/// speaks and understands. The rule: every release understands the
+/// protocol of the release before it, both ways, so a mesh is upgraded
+/// one node at a time with no node refusing another. A change a release
+/// before cannot ignore (protobuf ignores unknown fields; a receiver skips
+/// message kinds and alarm kinds it does not know) takes a new `spoken`,
+/// and `oldest` moves up only a release after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Protocols {
+    /// The version this release speaks.
+    pub spoken: u32,
+    /// The oldest version it understands; 0 is the releases from before
+    /// streams said (they send no version).
+    pub oldest: u32,
+}
+
+impl Protocols {
+    /// This release's.
+    pub const THIS_RELEASE: Protocols = Protocols {
+        spoken: 1,
+        oldest: 0,
+    };
+
+    /// Why a release with these protocols and one with `theirs` cannot
+    /// talk, in words naming which must be upgraded; `None` when they can.
+    pub fn mismatch(self, theirs: Protocols) -> Option<String> {
+        if theirs.spoken < self.oldest {
+            Some(format!(
+                "it speaks peer protocol {}, and this node understands {} or newer: upgrade it",
+                theirs.spoken, self.oldest
+            ))
+        } else if theirs.oldest > self.spoken {
+            Some(format!(
+                "it understands peer protocol {} or newer, and this node speaks {}: upgrade this \
+                 node",
+                theirs.oldest, self.spoken
+            ))
+        } else {
+            None
+        }
+    }
 }
 
 /// One update of a report: everything (`full`), or what changed.
@@ -1103,6 +1171,8 @@ pub enum RejectReason {
     OverLimit,
     IncarnationAhead,
     ForeignAlarm,
+    /// The sender's peer protocol and this node's do not overlap.
+    Protocol,
 }
 named_enum!(RejectReason {
     UnknownNode => "unknown_node",
@@ -1113,4 +1183,5 @@ named_enum!(RejectReason {
     OverLimit => "over_limit",
     IncarnationAhead => "incarnation_ahead",
     ForeignAlarm => "foreign_alarm",
+    Protocol => "protocol",
 });

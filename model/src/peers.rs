@@ -15,8 +15,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use meshd_domain::facts::NodeFacts;
 use meshd_domain::{
-    AlarmKind, ClockSample, Incarnation, NodeId, NodeIdentity, PeerReport, Refusal, RejectReason,
-    ReportUpdate, StreamOpen,
+    AlarmKind, ClockSample, Incarnation, NodeId, NodeIdentity, PeerReport, Protocols, Refusal,
+    RejectReason, ReportUpdate, StreamOpen,
 };
 
 use self::report::{apply, check_update};
@@ -313,6 +313,12 @@ impl PeerBook {
     ) -> Result<StreamId, Refusal> {
         if let Err(refused) = self.check_sender(authenticated, &open.sender, wall) {
             return Err(self.refuse(refused));
+        }
+        if let Some(why) = Protocols::THIS_RELEASE.mismatch(open.protocols) {
+            return Err(self.refuse(refusal(
+                RejectReason::Protocol,
+                format!("{} (meshd {}): {why}", open.sender.id, open.sender.version),
+            )));
         }
         if let Some(refused) = self.stale_incarnation(open, &remote, now) {
             return Err(self.refuse(refused));
@@ -965,6 +971,7 @@ mod tests {
             },
             instance: 7,
             rtt_bounds: Vec::new(),
+            protocols: Protocols::THIS_RELEASE,
         };
         book.open(
             Some(&id(node)),
@@ -975,6 +982,64 @@ mod tests {
             wall,
         )
         .expect("opens")
+    }
+
+    /// A stream whose peer protocols do not overlap this release's is
+    /// refused by name, saying which side to upgrade; an old release's
+    /// (protocol 0) opens.
+    #[test]
+    fn a_stream_of_a_protocol_this_release_cannot_speak_is_refused_by_name() {
+        let Moment { now: t0, wall } = moment(0);
+        let mut book = PeerBook::new(id("a"), [id("a"), id("b")].into(), settings());
+        let open = |protocols| StreamOpen {
+            sender: NodeIdentity {
+                id: id("b"),
+                incarnation: Incarnation(wall_nanos(wall - Duration::from_secs(60))),
+                version: "9.0.0".into(),
+                hostname: "b".into(),
+            },
+            instance: 7,
+            rtt_bounds: Vec::new(),
+            protocols,
+        };
+        let too_new = Protocols {
+            spoken: Protocols::THIS_RELEASE.spoken + 2,
+            oldest: Protocols::THIS_RELEASE.spoken + 1,
+        };
+        let refused = book
+            .open(
+                Some(&id("b")),
+                &open(too_new),
+                Path::Management,
+                "b".into(),
+                t0,
+                wall,
+            )
+            .expect_err("no common protocol");
+        assert_eq!(refused.reason, RejectReason::Protocol);
+        assert!(
+            refused
+                .detail
+                .starts_with("b (meshd 9.0.0): it understands peer protocol")
+                && refused.detail.ends_with("upgrade this node"),
+            "{refused:?}"
+        );
+        let old = Protocols {
+            spoken: 0,
+            oldest: 0,
+        };
+        assert!(
+            book.open(
+                Some(&id("b")),
+                &open(old),
+                Path::Management,
+                "b".into(),
+                t0,
+                wall
+            )
+            .is_ok(),
+            "the release before versions were sent"
+        );
     }
 
     /// A peer's `kernel_panic` about another node is taken only about a

@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use meshd_domain::{NodeId, NodeIdentity, PeerMessage, PeerReply, StreamOpen};
+use meshd_domain::{NodeId, NodeIdentity, PeerMessage, PeerReply, Protocols, StreamOpen};
 use meshd_model::linkstats::RTT_BOUNDS;
 use meshd_proto::wire;
 use prost::Message;
@@ -279,6 +279,7 @@ fn open_message(identity: &NodeIdentity, instance: u64) -> Bytes {
         sender: identity.clone(),
         instance,
         rtt_bounds: RTT_BOUNDS.to_vec(),
+        protocols: Protocols::THIS_RELEASE,
     }))
     .encode_to_vec()
     .into()

@@ -1215,6 +1215,7 @@ impl Sim {
                 sender: identity,
                 instance,
                 rtt_bounds: RTT_BOUNDS.to_vec(),
+                protocols: meshd_domain::Protocols::THIS_RELEASE,
             }),
         );
         self.send(id, Wire::Update(full));

@@ -240,6 +240,7 @@ enum_conversions!(RejectReason, RejectReason, reject_reason, reject_reason_wire,
     OverLimit => OverLimit,
     IncarnationAhead => IncarnationAhead,
     ForeignAlarm => ForeignAlarm,
+    Protocol => Protocol,
 });
 
 enum_conversions!(JobBackend, JobBackend, job_backend, job_backend_wire, {
@@ -898,6 +899,56 @@ mod tests {
         assert_eq!(update_from_wire(delta.clone().into(), &BOUNDS), Ok(delta));
     }
 
+    /// N/N-1: a newer release's alarm kinds are left out, the rest of its
+    /// report stands; a kind that is no name at all is still refused.
+    #[test]
+    fn an_alarm_of_a_kind_this_release_does_not_know_is_left_out_not_refused() {
+        let update = sample_update();
+        let mut wire: wire::ReportUpdate = update.clone().into();
+        let alarms = &mut wire.alarms.as_mut().expect("alarms").alarms;
+        let known = alarms.len();
+        assert!(known > 0, "the sample carries an alarm");
+        let mut newer = alarms[0].clone();
+        newer.kind = "kind_of_a_later_release".into();
+        alarms.push(newer.clone());
+        let read = update_from_wire(wire.clone(), &BOUNDS).expect("the report stands");
+        assert_eq!(read.alarms, update.alarms, "the newer kind is left out");
+        assert_eq!(read.alarms.as_ref().map(Vec::len), Some(known));
+
+        let alarms = &mut wire.alarms.as_mut().expect("alarms").alarms;
+        alarms.last_mut().expect("pushed").kind = "Not A Kind!".into();
+        let err = update_from_wire(wire, &BOUNDS).expect_err("no name");
+        assert_eq!(err.field, format!("alarms.alarms[{known}].kind"));
+    }
+
+    /// A stream from a release before versions were sent opens as
+    /// protocol 0, which this release understands.
+    #[test]
+    fn a_stream_open_carries_its_protocols_and_an_old_one_reads_as_zero() {
+        let open = StreamOpen {
+            sender: sample_status().node,
+            instance: 1,
+            rtt_bounds: BOUNDS.to_vec(),
+            protocols: meshd_domain::Protocols::THIS_RELEASE,
+        };
+        let mut wire = wire::StreamOpen::from(open.clone());
+        assert_eq!(StreamOpen::try_from(wire.clone()), Ok(open));
+        wire.protocol = 0;
+        wire.oldest_protocol = 0;
+        let old = StreamOpen::try_from(wire).expect("an old release's open");
+        assert_eq!(
+            old.protocols,
+            meshd_domain::Protocols {
+                spoken: 0,
+                oldest: 0
+            }
+        );
+        assert_eq!(
+            meshd_domain::Protocols::THIS_RELEASE.mismatch(old.protocols),
+            None
+        );
+    }
+
     #[test]
     fn a_bad_rdma_endpoint_is_refused_by_field() {
         let bad = |change: fn(&mut wire::RdmaEndpoint)| {
@@ -987,6 +1038,7 @@ mod tests {
             },
             instance: 1,
             rtt_bounds: BOUNDS.to_vec(),
+            protocols: meshd_domain::Protocols::THIS_RELEASE,
         };
         let err = StreamOpen::try_from(wire::StreamOpen::from(open)).expect_err("no incarnation");
         assert_eq!(err.field, "sender.incarnation");

@@ -14,7 +14,7 @@ use crate::wire;
 use meshd_domain::facts::NodeFacts;
 use meshd_domain::{
     Alarm, ClockOffset, ClockSample, Incarnation, Lateness, LinkEnd, LinkObservation, NodeIdentity,
-    NodeLoad, PeerMessage, PeerReply, Refusal, ReportUpdate, RttHistogram, StreamOpen,
+    NodeLoad, PeerMessage, PeerReply, Protocols, Refusal, ReportUpdate, RttHistogram, StreamOpen,
 };
 
 impl From<NodeLoad> for wire::NodeLoad {
@@ -69,6 +69,8 @@ impl From<StreamOpen> for wire::StreamOpen {
             sender: Some(o.sender.into()),
             instance: o.instance,
             rtt_bounds_ns: o.rtt_bounds.into_iter().map(nanos).collect(),
+            protocol: o.protocols.spoken,
+            oldest_protocol: o.protocols.oldest,
         }
     }
 }
@@ -88,6 +90,10 @@ impl TryFrom<wire::StreamOpen> for StreamOpen {
                 .into_iter()
                 .map(Duration::from_nanos)
                 .collect(),
+            protocols: Protocols {
+                spoken: o.protocol,
+                oldest: o.oldest_protocol,
+            },
         })
     }
 }
@@ -187,6 +193,28 @@ impl From<ReportUpdate> for wire::ReportUpdate {
     }
 }
 
+/// The alarms of a report whose kinds this release knows. An alarm of a
+/// kind it does not know, named as kinds are (`snake_case`, at most 64
+/// bytes), is a newer release's and left out: the rest of the report
+/// stands, so a release added alarm kinds without its peers of the
+/// release before refusing its reports. Anything else malformed refuses
+/// the update, as before.
+fn known_alarms(alarms: Vec<wire::Alarm>) -> Result<Vec<Alarm>> {
+    let newer_kind = |kind: &str| {
+        kind.parse::<meshd_domain::AlarmKind>().is_err()
+            && !kind.is_empty()
+            && kind.len() <= 64
+            && kind
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+    };
+    let known: Vec<wire::Alarm> = alarms
+        .into_iter()
+        .filter(|a| !newer_kind(&a.kind))
+        .collect();
+    each("alarms.alarms", known, Alarm::try_from)
+}
+
 /// An update from the stream whose open gave `bounds`.
 pub fn update_from_wire(u: wire::ReportUpdate, bounds: &[Duration]) -> Result<ReportUpdate> {
     if u.sequence == 0 {
@@ -219,10 +247,7 @@ pub fn update_from_wire(u: wire::ReportUpdate, bounds: &[Duration]) -> Result<Re
         full: u.full,
         links: each("links", u.links, |o| observation_from_stream(o, bounds))?,
         removed_links: each("removed_links", u.removed_links, LinkEnd::try_from)?,
-        alarms: u
-            .alarms
-            .map(|list| each("alarms.alarms", list.alarms, Alarm::try_from))
-            .transpose()?,
+        alarms: u.alarms.map(|list| known_alarms(list.alarms)).transpose()?,
         hears: u
             .hears
             .map(|list| node_ids("hears.ids", list.ids))
