@@ -1,7 +1,9 @@
 //! The docs' samples of what `meshctl` prints, produced by this build's
 //! meshctl against a 4-node demo mesh (see `doc_samples`): `status` and
 //! `hostfile` on node a after `cut a b`, and `watch` on node d from before
-//! the cut until `heal a b`. `MESHD_UPDATE_SAMPLES=1` rewrites them.
+//! the cut until `heal a b`. `MESHD_UPDATE_SAMPLES=1` rewrites them. The
+//! abridged `status --json` document (not a whole output) is held by its
+//! keys: each must be one `status --json` prints.
 //!
 //! The checks in `status` are this host's (the demo's nodes all read the
 //! machine they run on): the samples show a Linux host without RDMA, so the
@@ -19,6 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use meshd_domain::{LinkState, MeshStatus};
+use serde_json::Value;
 
 use binary::{meshctl, text};
 
@@ -146,6 +149,8 @@ async fn meshctls_samples_are_what_it_prints_against_a_demo() {
         text(&hostfile.stdout)
     );
 
+    let cut_json = meshctl(&["--addr", &a.to_string(), "status", "--json"]).await;
+
     let reply = demo.execute("heal a b").await.reply.unwrap_or_default();
     assert!(reply.starts_with("ok"), "{reply}");
     watch.until(" link_recovered ").await;
@@ -158,11 +163,70 @@ async fn meshctls_samples_are_what_it_prints_against_a_demo() {
         .collect::<Vec<_>>()
         .join("\n");
     drop(watch);
+
+    // An alarm for the JSON contract's keys: a without quorum.
+    for command in ["kill b", "kill c"] {
+        let reply = demo.execute(command).await.reply.unwrap_or_default();
+        assert!(reply.starts_with("ok"), "{reply}");
+    }
+    common::until(a, "a without quorum, its alarm raised", |s| {
+        !s.quorum.has_quorum && !s.alarms.is_empty()
+    })
+    .await;
+    let alarm_json = meshctl(&["--addr", &a.to_string(), "status", "--json"]).await;
     demo.stop().await;
+    the_contract_shows_only_keys_status_json_has(&cut_json.stdout, &alarm_json.stdout);
 
     // The samples show the demo on its default ports, node a's gRPC first.
     let shown_a = text(&hostfile.stderr).replace(&a.to_string(), "127.0.0.1:17401");
     doc_samples::check("status-cut-a-b", &text(&status.stdout));
     doc_samples::check("hostfile-cut-a-b", &shown_a);
     doc_samples::check("watch-cut-a-b", &watched);
+}
+
+/// Every key of the abridged `status --json` document docs/CLI.md shows
+/// (its sample `status-json-contract`) is one that `meshctl status --json`
+/// prints, at the same place: `cut` is a's status after `cut a b`, `alarm`
+/// its status without quorum (for the keys of an alarm).
+fn the_contract_shows_only_keys_status_json_has(cut: &[u8], alarm: &[u8]) {
+    let block = doc_samples::blocks()
+        .into_iter()
+        .find(|b| b.name() == Some("status-json-contract"))
+        .expect("the sample status-json-contract");
+    let shown: Value = serde_json::from_str(&block.output()).expect("the sample is JSON");
+    let cut: Value = serde_json::from_slice(cut).expect("status --json");
+    let alarm: Value = serde_json::from_slice(alarm).expect("status --json");
+    let mut missing = Vec::new();
+    keys_within(&shown, &cut, "", &mut missing);
+    missing.retain(|path| !path.starts_with(".alarms"));
+    keys_within(&shown["alarms"], &alarm["alarms"], ".alarms", &mut missing);
+    assert!(
+        missing.is_empty(),
+        "docs/CLI.md's status --json shows keys meshctl does not print: {missing:?}\n{cut:#}"
+    );
+}
+
+/// The paths of `shown`'s object keys that `real` lacks; an array is
+/// judged by its first element against the real array's first.
+fn keys_within(shown: &Value, real: &Value, at: &str, missing: &mut Vec<String>) {
+    match (shown, real) {
+        (Value::Object(shown), Value::Object(real)) => {
+            for (key, value) in shown {
+                let path = format!("{at}.{key}");
+                match real.get(key) {
+                    Some(inner) => keys_within(value, inner, &path, missing),
+                    None => missing.push(path),
+                }
+            }
+        }
+        (Value::Array(shown), Value::Array(real)) => {
+            if let Some(first) = shown.first() {
+                match real.first() {
+                    Some(inner) => keys_within(first, inner, &format!("{at}[0]"), missing),
+                    None => missing.push(format!("{at}[0] (the real array is empty)")),
+                }
+            }
+        }
+        _ => {}
+    }
 }
