@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 /// Where meshctl asks unless told otherwise: the local node's gRPC port.
 pub const DEFAULT_ADDR: &str = "127.0.0.1:7420";
 
-/// Exit codes, one table for every command (README, "meshctl"):
+/// Exit codes, one table for every command (docs/CLI.md):
 /// what was asked about is healthy, or the command did its job.
 pub const EXIT_OK: u8 = 0;
 /// The answer says something is wrong (unhealthy mesh, failing check), or

@@ -668,10 +668,11 @@ fn a_closed_pipe_is_not_a_panic() {
     assert_eq!(out.status.code(), Some(0), "{stderr}");
 }
 
-/// The README shows the plan's addressing scheme, not another one: every
-/// address command it gives for the three-Studio example is in the plan.
+/// The docs show the plan's addressing scheme, not another one: every
+/// address command the README's quick start and docs/INSTALL-macOS.md give
+/// for the three-Studio example is in the plan.
 #[test]
-fn the_readme_uses_the_plans_addresses() {
+fn the_docs_use_the_plans_addresses() {
     let out = meshctl(&[
         "plan",
         "--names",
@@ -680,36 +681,40 @@ fn the_readme_uses_the_plans_addresses() {
         "m4-max-studio",
     ]);
     let plan = text(&out.stdout);
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
-            .expect("README");
-    let shown: Vec<&str> = readme
-        .lines()
-        .filter(|l| l.contains("networksetup -setmanual"))
-        .collect();
-    assert!(!shown.is_empty(), "the README shows the address commands");
-    for line in shown {
-        let command = line.split('#').next().unwrap_or_default().trim();
-        assert!(
-            plan.contains(command),
-            "{command:?} is not in the plan:\n{plan}"
-        );
+    for file in ["README.md", "docs/INSTALL-macOS.md"] {
+        let doc = repo_file(file);
+        let shown: Vec<&str> = doc
+            .lines()
+            .filter(|l| l.contains("networksetup -setmanual"))
+            .collect();
+        assert!(!shown.is_empty(), "{file} shows the address commands");
+        for line in shown {
+            let command = line.split('#').next().unwrap_or_default().trim();
+            assert!(
+                plan.contains(command),
+                "{file}: {command:?} is not in the plan:\n{plan}"
+            );
+        }
     }
 }
 
+/// A file of the repository, by its path from the top.
+fn repo_file(path: &str) -> String {
+    let full = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path);
+    std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{}: {e}", full.display()))
+}
+
 /// Every message meshctl gives when it cannot do what was asked has an
-/// entry in the README's troubleshooting section: the ones produced here,
-/// taken from meshctl's own stderr, and those that need a daemon by the
-/// words the tests in `status.rs` see.
+/// entry in docs/TROUBLESHOOTING.md: the ones produced here, taken from
+/// meshctl's own stderr, and those that need a daemon by the words the
+/// tests in `status.rs` see.
 #[test]
-fn the_readme_troubleshoots_the_messages_meshctl_gives() {
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
-            .expect("README");
-    let troubleshooting = readme
-        .split("## Troubleshooting")
-        .nth(1)
-        .expect("a troubleshooting section");
+fn the_docs_troubleshoot_the_messages_meshctl_gives() {
+    let troubleshooting = repo_file("docs/TROUBLESHOOTING.md");
+    assert!(
+        troubleshooting.starts_with("# Troubleshooting"),
+        "docs/TROUBLESHOOTING.md is the troubleshooting page"
+    );
     let empty = tempfile::tempdir().expect("tempdir");
     let produced: Vec<(Vec<&str>, &str)> = vec![
         (

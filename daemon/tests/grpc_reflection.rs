@@ -4,8 +4,8 @@
 //! `grpc_reflection/requirements.txt`) against a running `meshd run`. It
 //! lists every service and resolves each one, calls `meshd.v1.Mesh/GetStatus`
 //! and `grpc.health.v1.Health/Check`, and watches `WatchEvents` while the
-//! node's config changes; this test judges what it saw. The README's
-//! "gRPC API" grpcurl examples are the same calls.
+//! node's config changes; this test judges what it saw. The grpcurl
+//! examples in docs/CLI.md, "gRPC API", are the same calls.
 //!
 //! How the client reaches the node is decided in two places only, to change
 //! together when the listener gets TLS or reflection moves to another

@@ -2,13 +2,13 @@
 //! DevTools protocol, opens node a's page of a 4-node demo mesh, finds every
 //! node and cable drawn, and then, without a reload, sees a cut cable go
 //! down and the node's restart lose and regain contact. Also keeps a
-//! screenshot (the README's picture). A second test runs `meshd demo` with
+//! screenshot (the picture in docs/DASHBOARDS.md). A second test runs `meshd demo` with
 //! eight nodes of 12-character ids and checks that the page tells what to
 //! do: the fix of a down cable and of a dead node, the inspector opening on
 //! the worst fault, warnings never called failures, and no label cut at
 //! the picture's edge.
 //!
-//! Needs Chromium (`chromium-headless-shell` on Debian; see README). It
+//! Needs Chromium (`chromium-headless-shell` on Debian; see the README's test prerequisites). It
 //! skips with a message where there is none, except under `CI=true`, where
 //! it fails instead. Runs alone (the `mesh` test group): its verdicts come
 //! from a whole mesh on two cores.
@@ -115,7 +115,7 @@ async fn assert_not_reloaded(browser: &mut Browser, page: &Page) {
     assert_eq!(mark, json!(42), "the page was reloaded");
 }
 
-/// Keeps what `page` shows in the test's scratch directory, for the README.
+/// Keeps what `page` shows in the test's scratch directory, for docs/DASHBOARDS.md.
 async fn screenshot(browser: &mut Browser, page: &Page, name: &str) {
     let png = browser.screenshot(page).await.expect("screenshot");
     let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
@@ -267,7 +267,7 @@ async fn the_open_page_draws_the_mesh_and_follows_it_live() {
         ["a~b:down", "a~c:up", "a~d:up", "b~c:up", "b~d:up", "c~d:up"]
     );
 
-    // The README's picture: the cut cable focused, its details beside it.
+    // The picture in docs/DASHBOARDS.md: the cut cable focused, its details beside it.
     focus_cable(&mut browser, &page, "a~b").await;
     screenshot(&mut browser, &page, "mesh-page.png").await;
 

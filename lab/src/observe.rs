@@ -62,7 +62,7 @@ impl Lab {
         rules: &Path,
         to_alertmanager: bool,
     ) -> Result<(), LabError> {
-        // One static config per node, labelled with its id, as the README
+        // One static config per node, labelled with its id, as docs/DASHBOARDS.md
         // shows: MeshdDown names a node that never answered a scrape.
         let targets: String = self
             .plan

@@ -1,4 +1,4 @@
-//! The parts of `meshctl status --json` (the stable contract in the README)
+//! The parts of `meshctl status --json` (the stable contract in docs/CLI.md)
 //! the lab reads. Unknown fields are ignored: the contract only adds fields.
 
 use serde::Deserialize;
@@ -160,7 +160,7 @@ impl Status {
 mod tests {
     use super::*;
 
-    /// The README's example document, with one extra field a later
+    /// The example document of docs/CLI.md, with one extra field a later
     /// version might add.
     const README_EXAMPLE: &str = r#"{
       "node": "studio-1", "healthy": false, "evaluated_at": "2026-11-29T17:00:00.000Z",

@@ -32,7 +32,7 @@ use meshd_domain::NodeId;
 pub use runner::{CommandOutput, RecordingRunner, Reply, Runner, SystemRunner};
 pub use strict::require_strict_modes;
 
-/// Where the README has operators copy the binary before `meshd install`;
+/// Where docs/INSTALL-macOS.md has operators copy the binary before `meshd install`;
 /// the service files checked in under `launchd/` run this one.
 pub const SYSTEM_BINARY: &str = "/usr/local/bin/meshd";
 /// How long any one command may run before it is killed.

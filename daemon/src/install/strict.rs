@@ -7,7 +7,7 @@
 //!
 //! Only the files themselves are judged, not their directories: Homebrew
 //! on Intel Macs makes `/usr/local/bin` writable by the admin group, and
-//! refusing that would refuse the README's own layout. The runbook says
+//! refusing that would refuse the documented layout (docs/INSTALL-macOS.md). The runbook says
 //! to keep the directories root's too.
 
 use std::os::unix::fs::MetadataExt;
