@@ -138,7 +138,7 @@ metrics! {
     TLS_CERTIFICATE_EXPIRY_TIMESTAMP_SECONDS: "meshd_tls_certificate_expiry_timestamp_seconds", Gauge, ["node"], Some(Unit::Seconds),
         "When the certificate of `node` ends (its notAfter), in seconds since the Unix epoch: this node's own, and each peer's as its last handshake with this node showed it; no series without TLS.";
     REPORTS_REJECTED_TOTAL: "meshd_reports_rejected_total", Counter, ["reason"], None,
-        "Peer streams and updates this node refused, by `reason` (unknown_node, replayed, old_incarnation, malformed, foreign_alarm, not_authenticated, over_limit, incarnation_ahead).";
+        "Peer streams and updates this node refused, by `reason` (unknown_node, replayed, old_incarnation, malformed, foreign_alarm, not_authenticated, over_limit, incarnation_ahead; protocol, a peer release too far apart, present once it happened).";
     REPORTS_SENT_TOTAL: "meshd_reports_sent_total", Counter, ["peer", "outcome"], None,
         "Report streams this node opened to `peer` (outcome accepted), updates the peer refused (rejected), and streams that broke or could not open (failed).";
     NODE_CPU_BUSY_RATIO: "meshd_node_cpu_busy_ratio", Gauge, [], Some(Unit::Ratio),

@@ -255,12 +255,18 @@ fn write_peers(out: &mut Exposition, published: &Published) {
     }
 }
 
-/// Every reason, refused or not, so each series exists from the start.
+/// Every reason a mesh meets in its life, refused or not, so each series
+/// exists from the start; `protocol` (releases too far apart to talk,
+/// which a mesh upgraded one release at a time never meets) once it
+/// happened, so it costs no series on the meshes that never see it.
 fn write_rejected_reports(out: &mut Exposition, rejected: &BTreeMap<RejectReason, u64>) {
     let mut family = out.family(&c::REPORTS_REJECTED_TOTAL);
     for reason in RejectReason::ALL {
-        let total = rejected.get(reason).copied().unwrap_or(0);
-        family.sample(&[reason.as_str()], as_f64(total));
+        let total = rejected.get(reason).copied();
+        if total.is_none() && *reason == RejectReason::Protocol {
+            continue;
+        }
+        family.sample(&[reason.as_str()], as_f64(total.unwrap_or(0)));
     }
 }
 
@@ -292,4 +298,35 @@ fn worse(a: CheckStatus, b: CheckStatus) -> CheckStatus {
         CheckStatus::Fail => 3,
     };
     if rank(b) > rank(a) { b } else { a }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rejected(counts: &[(RejectReason, u64)]) -> String {
+        let mut out = Exposition::new();
+        write_rejected_reports(&mut out, &counts.iter().copied().collect());
+        out.into_text()
+    }
+
+    #[test]
+    fn every_refusal_reason_is_there_from_the_start_but_protocol_once_it_happened() {
+        let quiet = rejected(&[]);
+        for reason in RejectReason::ALL
+            .iter()
+            .filter(|r| **r != RejectReason::Protocol)
+        {
+            assert!(
+                quiet.contains(&format!("{{reason=\"{reason}\"}} 0\n")),
+                "{reason}: {quiet}"
+            );
+        }
+        assert!(!quiet.contains("reason=\"protocol\""), "{quiet}");
+        let refused = rejected(&[(RejectReason::Protocol, 2)]);
+        assert!(
+            refused.contains("meshd_reports_rejected_total{reason=\"protocol\"} 2\n"),
+            "{refused}"
+        );
+    }
 }
