@@ -1926,7 +1926,7 @@ fn a_cut_cable_stays_one_page_through_its_ends_death_and_return() {
         0,
         30_000,
     );
-    for (dies_at, down_for) in [(6_000, 10_000), (6_000, 2_600)] {
+    for (dies_at, down_for) in [(6_000, 10_000), (6_000, 2_600), (6_000, 500)] {
         let kill = episode(Fault::Kill { x: 1 }, dies_at, down_for);
         assert_beside(&[(4, 1), (4, 2), (3, 3)], &kill, &cut);
     }

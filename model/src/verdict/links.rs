@@ -435,7 +435,11 @@ impl Judge<'_> {
             let mut verdict = if let Some(reason) = unproven {
                 let state = link.tracker.state();
                 (state, blame_for(state), vec![reason])
-            } else if assessment.state == LinkState::Unknown && link.down_on_the_cable() {
+            } else if link.down_on_the_cable()
+                && (assessment.state == LinkState::Unknown
+                    || (assessment.state == LinkState::Up
+                        && !new_run_answered(link, &present, moment)))
+            {
                 // Down before, and no probe of its ends' new runs answered
                 // yet: nothing was plugged back (a cut never answers a new
                 // prober), so it stays down until their silence or their
@@ -717,4 +721,39 @@ fn blame_for(state: LinkState) -> Blame {
         LinkState::Up | LinkState::Unknown => Blame::None,
         LinkState::Degraded | LinkState::Flapping | LinkState::Down => Blame::Link,
     }
+}
+
+/// Whether a probe has been answered since an end of `link` restarted,
+/// by the ends' last replies: on the restarted end's own new prober (an
+/// observation made after the restart, by a process that had no reply
+/// before it), or on the other end after the restart. The silence from
+/// before a restart is excused as the far end's previous life, and a
+/// prober started afresh has counted little silence yet, so without an
+/// answer an end that restarted reads as a quiet link: for a link down on
+/// its cable that is no evidence it was plugged back. With no restart,
+/// true.
+fn new_run_answered(link: &KnownLink, present: &[End<'_>], moment: Moment) -> bool {
+    let restarts: Vec<Instant> = link.restarted_at.iter().flatten().copied().collect();
+    let Some(latest) = restarts.iter().max().copied() else {
+        return true;
+    };
+    // On this node's clock; an end's reply times are on its own, which
+    // the clock-skew bound keeps close.
+    let restart_wall = moment.wall - moment.now.saturating_duration_since(latest);
+    let restarted = |node: &str| {
+        [&link.a.node, &link.b.node]
+            .into_iter()
+            .zip(link.restarted_at)
+            .any(|(n, at)| n.as_str() == node && at.is_some())
+    };
+    present.iter().any(|end| {
+        let observation = end.view.observation;
+        if restarted(end.view.node) {
+            end.observed_at >= latest && observation.last_reply_at.is_some()
+        } else {
+            observation
+                .last_reply_at
+                .is_some_and(|reply| reply >= restart_wall)
+        }
+    })
 }
