@@ -757,13 +757,20 @@ mod linux_tests {
                 .expect("the child is listed")
         };
         let t0 = Instant::now();
-        let rank = find(table.sample(t0).unwrap());
+        // Just spawned, the child may still be running its exec: it is
+        // read once it waits in its sleep (bounded, as the stop below).
+        let rank = (1..=50)
+            .map(|i| {
+                std::thread::sleep(Duration::from_millis(20));
+                find(table.sample(t0 + Duration::from_millis(i * 20)).unwrap())
+            })
+            .find(|p| p.state == ProcessState::Sleeping)
+            .expect("the child sleeps");
         let identity = rank.rank.as_deref().expect("a rank");
         assert_eq!(identity.job, "10.0.0.1:5000");
         assert_eq!(identity.backend, JobBackend::Jaccl);
         assert_eq!((identity.rank, identity.world), (1, Some(2)));
         assert_eq!(identity.devices, [Some("rdma_en5".to_owned()), None]);
-        assert_eq!(rank.state, ProcessState::Sleeping);
         let own = meshd_platform::linux::procs::namespace_inode(std::path::Path::new(
             "/proc/self/ns/net",
         ));
