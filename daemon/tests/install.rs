@@ -166,21 +166,22 @@ fn install_dry_run_names_a_binary_that_is_not_there() {
     );
 }
 
-#[test]
-fn install_refuses_a_config_meshd_would_refuse() {
-    let dir = Path::new("/etc/meshd");
-    let config = dir.join("test-install-invalid.toml");
-    if std::fs::create_dir_all(dir)
-        .and_then(|()| std::fs::write(&config, "[node]\nid = \"a\"\nbogus = 1\n"))
-        .is_err()
-    {
+/// `meshd install --dry-run` with `text` as the existing config at
+/// `config` (under /etc/meshd, where install accepts it), removed after;
+/// `None`, with the reason, where writing there needs root (never in CI).
+fn dry_run_with_config(config: &Path, text: &str) -> Option<Output> {
+    let written = config
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| std::fs::write(config, text));
+    if written.is_err() {
         assert_ne!(
             std::env::var("CI").as_deref(),
             Ok("true"),
             "CI runs as root"
         );
         eprintln!("skipped: writing {} needs root", config.display());
-        return;
+        return None;
     }
     let out = meshd(&[
         "install",
@@ -190,7 +191,16 @@ fn install_refuses_a_config_meshd_would_refuse() {
         "--config",
         config.to_str().expect("utf-8"),
     ]);
-    std::fs::remove_file(&config).expect("remove the test config");
+    std::fs::remove_file(config).expect("remove the test config");
+    Some(out)
+}
+
+#[test]
+fn install_refuses_a_config_meshd_would_refuse() {
+    let config = Path::new("/etc/meshd/test-install-invalid.toml");
+    let Some(out) = dry_run_with_config(config, "[node]\nid = \"a\"\nbogus = 1\n") else {
+        return;
+    };
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
@@ -204,32 +214,13 @@ fn install_refuses_a_config_meshd_would_refuse() {
 
 #[test]
 fn install_passes_the_configs_tls_files_to_the_unit_as_credentials() {
-    let dir = Path::new("/etc/meshd");
-    let config = dir.join("test-install-tls.toml");
+    let config = Path::new("/etc/meshd/test-install-tls.toml");
     let text = "[node]\nid = \"a\"\n[listen]\nmesh = \"127.0.0.1:7430\"\n\
                 [[peers]]\nid = \"b\"\naddress = \"127.0.0.1:7520\"\n\
                 [tls]\nca = \"tls/ca.pem\"\ncert = \"tls/a.pem\"\nkey = \"tls/a-key.pem\"\n";
-    if std::fs::create_dir_all(dir)
-        .and_then(|()| std::fs::write(&config, text))
-        .is_err()
-    {
-        assert_ne!(
-            std::env::var("CI").as_deref(),
-            Ok("true"),
-            "CI runs as root"
-        );
-        eprintln!("skipped: writing {} needs root", config.display());
+    let Some(out) = dry_run_with_config(config, text) else {
         return;
-    }
-    let out = meshd(&[
-        "install",
-        "--dry-run",
-        "--binary",
-        "/bin/sh",
-        "--config",
-        config.to_str().expect("utf-8"),
-    ]);
-    std::fs::remove_file(&config).expect("remove the test config");
+    };
     let stdout = String::from_utf8_lossy(&out.stdout);
     let unit = block(&stdout, "/etc/systemd/system/meshd.service");
     for line in [
