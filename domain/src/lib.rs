@@ -1050,10 +1050,15 @@ impl Protocols {
         oldest: 0,
     };
 
+    /// Whether `theirs` is too old for this side: it must be upgraded.
+    pub fn is_ahead_of(self, theirs: Protocols) -> bool {
+        theirs.spoken < self.oldest
+    }
+
     /// Why a release with these protocols and one with `theirs` cannot
     /// talk, in words naming which must be upgraded; `None` when they can.
     pub fn mismatch(self, theirs: Protocols) -> Option<String> {
-        if theirs.spoken < self.oldest {
+        if self.is_ahead_of(theirs) {
             Some(format!(
                 "it speaks peer protocol {}, and this node understands {} or newer: upgrade it",
                 theirs.spoken, self.oldest

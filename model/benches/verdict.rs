@@ -182,6 +182,7 @@ fn inputs(n: usize, cut: bool, moment: Moment) -> MeshInputs {
         peers,
         local_alarms: vec![],
         clock_offsets: vec![],
+        refused_releases: vec![],
     }
 }
 

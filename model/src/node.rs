@@ -292,6 +292,7 @@ impl NodeCore {
             peers: std::mem::take(&mut look.book.views),
             local_alarms,
             clock_offsets: self.clocks.offsets(moment.now),
+            refused_releases: std::mem::take(&mut look.book.refused_releases),
         };
         (inputs, boot_events)
     }

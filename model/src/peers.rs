@@ -70,7 +70,28 @@ pub struct BookSnapshot {
     pub facts_version: u64,
     /// Refused peer streams and updates since start, by reason.
     pub rejected: BTreeMap<RejectReason, u64>,
+    /// Members refused for their peer protocol, while they keep trying.
+    pub refused_releases: Vec<RefusedRelease>,
 }
+
+/// A member whose streams this node refuses for their peer protocol (a
+/// mesh upgraded past it, or a node upgraded past the mesh), so the status
+/// can say which node to upgrade instead of only that quorum is lost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedRelease {
+    pub node: NodeId,
+    /// Its meshd release, as its stream said.
+    pub version: String,
+    /// Why, naming the side to upgrade.
+    pub why: String,
+    /// Whether it is the one behind (it must be upgraded), not this node.
+    pub older: bool,
+}
+
+/// How long a protocol refusal is remembered after the member's last try:
+/// a refused member redials every few seconds, so a refusal older than
+/// this one is of a member that was upgraded, stopped or removed.
+const REFUSED_RELEASE_MEMORY: Duration = Duration::from_secs(30);
 
 /// One path to a peer and whether it is up: its stream is open and spoke
 /// within `report.stale_after` (the verdicts' own rule for a fresh path).
@@ -234,6 +255,8 @@ pub struct PeerBook {
     /// new incarnation after one of an older; for itself, its first peer):
     /// what a peer's reboot or panic alarm about it must match.
     run_changed_at: BTreeMap<NodeId, Instant>,
+    /// Members refused for their peer protocol, with their last try.
+    refused_releases: BTreeMap<NodeId, (RefusedRelease, Instant)>,
 }
 
 fn refusal(reason: RejectReason, detail: impl Into<String>) -> Refusal {
@@ -264,6 +287,7 @@ impl PeerBook {
             facts_version: 0,
             generation: 0,
             run_changed_at: BTreeMap::new(),
+            refused_releases: BTreeMap::new(),
         }
     }
 
@@ -273,6 +297,7 @@ impl PeerBook {
         self.peers.retain(|id, _| members.contains(id));
         self.streams.retain(|_, s| members.contains(&s.node));
         self.run_changed_at.retain(|id, _| members.contains(id));
+        self.refused_releases.retain(|id, _| members.contains(id));
         let before = self.facts.len();
         self.facts.retain(|id, _| members.contains(id));
         if self.facts.len() != before {
@@ -315,10 +340,23 @@ impl PeerBook {
             return Err(self.refuse(refused));
         }
         if let Some(why) = Protocols::THIS_RELEASE.mismatch(open.protocols) {
-            return Err(self.refuse(refusal(
-                RejectReason::Protocol,
-                format!("{} (meshd {}): {why}", open.sender.id, open.sender.version),
-            )));
+            let detail = format!("{} (meshd {}): {why}", open.sender.id, open.sender.version);
+            let refused = RefusedRelease {
+                node: open.sender.id.clone(),
+                version: open.sender.version.clone(),
+                why,
+                older: Protocols::THIS_RELEASE.is_ahead_of(open.protocols),
+            };
+            let known = self.refused_releases.get(&refused.node).map(|(r, _)| r);
+            if known != Some(&refused) {
+                self.generation += 1;
+            }
+            self.refused_releases
+                .insert(refused.node.clone(), (refused, now));
+            return Err(self.refuse(refusal(RejectReason::Protocol, detail)));
+        }
+        if self.refused_releases.remove(&open.sender.id).is_some() {
+            self.generation += 1;
         }
         if let Some(refused) = self.stale_incarnation(open, &remote, now) {
             return Err(self.refuse(refused));
@@ -806,6 +844,12 @@ impl PeerBook {
             facts: self.facts.clone(),
             facts_version: self.facts_version,
             rejected: self.rejected.clone(),
+            refused_releases: self
+                .refused_releases
+                .values()
+                .filter(|(_, at)| now.saturating_duration_since(*at) < REFUSED_RELEASE_MEMORY)
+                .map(|(refused, _)| refused.clone())
+                .collect(),
         }
     }
 
@@ -1024,6 +1068,19 @@ mod tests {
                 && refused.detail.ends_with("upgrade this node"),
             "{refused:?}"
         );
+        // The refusal stays in the status while b keeps trying, and goes
+        // once b has stopped trying for a while...
+        let refused_now = |book: &PeerBook, at: Instant| book.snapshot(at).refused_releases;
+        assert_eq!(
+            refused_now(&book, t0 + Duration::from_secs(5)),
+            [RefusedRelease {
+                node: id("b"),
+                version: "9.0.0".into(),
+                why: refused.detail["b (meshd 9.0.0): ".len()..].to_owned(),
+                older: false,
+            }]
+        );
+        assert!(refused_now(&book, t0 + REFUSED_RELEASE_MEMORY).is_empty());
         let old = Protocols {
             spoken: 0,
             oldest: 0,
@@ -1040,6 +1097,8 @@ mod tests {
             .is_ok(),
             "the release before versions were sent"
         );
+        // ...or at once when a stream it can speak opens.
+        assert!(refused_now(&book, t0).is_empty());
     }
 
     /// A peer's `kernel_panic` about another node is taken only about a

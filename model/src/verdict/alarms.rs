@@ -529,38 +529,97 @@ fn mesh_saturated_alarm(
 
 /// `version_skew`, on this node, when the members it hears up run more
 /// than one meshd release: a rolling upgrade under way, or a node left
-/// behind. Every release talks to the previous one, so it is a notice.
+/// behind. Every release talks to the previous one, so it is a notice; a
+/// warning when this node refuses a member for its peer protocol (two
+/// releases apart), naming which node to upgrade.
 fn version_skew_alarm(inputs: &MeshInputs, nodes: &[NodeVerdict]) -> Option<Alarm> {
     let mut releases: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     releases
         .entry(inputs.local.version.as_str())
         .or_default()
         .push(inputs.local.id.as_str());
-    for node in nodes.iter().filter(|n| n.state == NodeState::Up) {
-        if let Some(identity) = node.identity.as_ref().filter(|i| i.id != inputs.local.id) {
-            releases
-                .entry(identity.version.as_str())
-                .or_default()
-                .push(identity.id.as_str());
+    let heard_up = nodes
+        .iter()
+        .filter(|n| n.state == NodeState::Up)
+        .filter_map(|n| n.identity.as_ref())
+        .filter(|i| i.id != inputs.local.id)
+        .map(|i| (i.id.as_str(), i.version.as_str()));
+    let refused = inputs
+        .refused_releases
+        .iter()
+        .map(|r| (r.node.as_str(), r.version.as_str()));
+    for (node, version) in heard_up.chain(refused) {
+        let members = releases.entry(version).or_default();
+        if !members.contains(&node) {
+            members.push(node);
         }
     }
     releases.remove("");
-    (releases.len() > 1).then(|| {
-        let evidence: Vec<String> = releases
-            .iter()
-            .map(|(version, members)| format!("meshd {version} on {}", members.join(", ")))
-            .collect();
-        draft(
-            AlarmKind::VersionSkew,
-            Severity::Info,
-            &inputs.local.id,
-            "mesh",
-            format!("members run {} meshd releases", releases.len()),
-            evidence,
-            "nothing urgent: each release talks to the one before it; finish the upgrade one \
-             node at a time (`meshctl status` shows each node's release)",
+    let refusals = &inputs.refused_releases;
+    if releases.len() < 2 && refusals.is_empty() {
+        return None;
+    }
+    // Members in name order, so every node words the notice alike.
+    let mut evidence: Vec<String> = releases
+        .iter_mut()
+        .map(|(version, members)| {
+            members.sort_unstable();
+            format!("meshd {version} on {}", members.join(", "))
+        })
+        .collect();
+    evidence.extend(refusals.iter().map(|r| {
+        format!(
+            "{} (meshd {}) is refused here: {}",
+            r.node, r.version, r.why
         )
-    })
+    }));
+    let summary = format!("members run {} meshd releases", releases.len());
+    let notice = "nothing urgent: each release talks to the one before it; finish the upgrade \
+                  one node at a time (the evidence names each node's release)";
+    let (severity, summary, fix) = if refusals.is_empty() {
+        (Severity::Info, summary, notice.to_owned())
+    } else {
+        let names = |older: bool| {
+            let names: Vec<&str> = refusals
+                .iter()
+                .filter(|r| r.older == older)
+                .map(|r| r.node.as_str())
+                .collect();
+            names.join(", ")
+        };
+        let (behind, ahead) = (names(true), names(false));
+        let fix = if ahead.is_empty() {
+            format!("upgrade {behind}")
+        } else if behind.is_empty() {
+            format!(
+                "upgrade this node ({}) to the release {ahead} runs",
+                inputs.local.id
+            )
+        } else {
+            format!(
+                "upgrade {behind}, and this node ({}) to the release {ahead} runs",
+                inputs.local.id
+            )
+        };
+        let all: Vec<&str> = refusals.iter().map(|r| r.node.as_str()).collect();
+        (
+            Severity::Warning,
+            format!("{summary}, and this node refuses {}'s", all.join(", ")),
+            format!(
+                "{fix}: releases more than one apart cannot talk, so a node more than one \
+                 release behind is upgraded through each release between, one node at a time"
+            ),
+        )
+    };
+    Some(draft(
+        AlarmKind::VersionSkew,
+        severity,
+        &inputs.local.id,
+        "mesh",
+        summary,
+        evidence,
+        &fix,
+    ))
 }
 
 /// The median of the peers' clocks against this node's: positive when this

@@ -20,7 +20,7 @@ use meshd_domain::{
 use crate::lateness::{LATE, LATENESS_MEMORY};
 use crate::link::{EndView, LinkTracker};
 use crate::link_rules::LinkRules;
-use crate::peers::{Path, PathLiveness, PathState, PeerView};
+use crate::peers::{Path, PathLiveness, PathState, PeerView, RefusedRelease};
 use crate::quorum;
 use crate::time::Moment;
 
@@ -98,6 +98,8 @@ pub struct MeshInputs {
     pub local_alarms: Vec<Alarm>,
     /// Each peer's clock against this node's, as this node measured it.
     pub clock_offsets: Vec<ClockOffset>,
+    /// Members this node refuses for their peer protocol.
+    pub refused_releases: Vec<RefusedRelease>,
 }
 
 impl MeshInputs {
@@ -834,6 +836,7 @@ mod tests {
                 peers,
                 local_alarms: vec![],
                 clock_offsets: vec![],
+                refused_releases: vec![],
             }
         }
 
@@ -1476,6 +1479,14 @@ mod tests {
         assert!(kinds(&status).contains(&AlarmKind::MeshSaturated));
     }
 
+    fn version_skew(status: &MeshStatus) -> &Alarm {
+        status
+            .alarms
+            .iter()
+            .find(|a| a.kind == AlarmKind::VersionSkew)
+            .unwrap_or_else(|| panic!("no version_skew: {status:#?}"))
+    }
+
     #[test]
     fn members_on_different_releases_are_a_notice_never_a_page() {
         let mesh = Mesh::new(&["a", "b", "c"]);
@@ -1489,11 +1500,7 @@ mod tests {
             std::sync::Arc::make_mut(&mut c.report).sender.version = "0.2.0".into();
         }
         let status = engine.evaluate(&inputs, moment).status;
-        let skew = status
-            .alarms
-            .iter()
-            .find(|a| a.kind == AlarmKind::VersionSkew)
-            .unwrap_or_else(|| panic!("no version_skew: {status:#?}"));
+        let skew = version_skew(&status);
         assert_eq!(skew.severity, Severity::Info);
         assert_eq!(skew.node, id("a"));
         assert_eq!(skew.summary, "members run 2 meshd releases");
@@ -1508,6 +1515,45 @@ mod tests {
                 .iter()
                 .all(|alert| !alert.labels.values().any(|v| v.contains("Version"))),
             "a notice posts no alert: {posted:?}"
+        );
+    }
+
+    #[test]
+    fn a_member_refused_for_its_protocol_is_named_with_the_side_to_upgrade() {
+        let mesh = Mesh::new(&["a", "b", "c"]);
+        let mut engine = Engine::new(default_engine_settings());
+        let moment = mesh.at(100);
+        let mut inputs = mesh.inputs(moment);
+        inputs.peers.remove(&id("c"));
+        inputs.refused_releases = vec![RefusedRelease {
+            node: id("c"),
+            version: "0.1.0".into(),
+            why: "it speaks peer protocol 0, and this node understands 1 or newer: upgrade it"
+                .into(),
+            older: true,
+        }];
+        let status = engine.evaluate(&inputs, moment).status;
+        let skew = version_skew(&status);
+        assert_eq!(skew.severity, Severity::Warning, "{skew:?}");
+        assert_eq!(
+            skew.summary,
+            "members run 2 meshd releases, and this node refuses c's"
+        );
+        assert_eq!(
+            skew.evidence,
+            [
+                "meshd 0.1.0 on c",
+                "meshd test on a, b",
+                "c (meshd 0.1.0) is refused here: it speaks peer protocol 0, and this node \
+                 understands 1 or newer: upgrade it"
+            ],
+            "{skew:?}"
+        );
+        assert!(
+            skew.fix
+                .as_deref()
+                .is_some_and(|f| f.starts_with("upgrade c")),
+            "{skew:?}"
         );
     }
 
