@@ -20,6 +20,9 @@ const MESHCTL_LIMIT: Duration = Duration::from_secs(10);
 const STOP_GRACE: Duration = Duration::from_secs(10);
 /// How often `wait_for` asks the nodes again.
 const POLL: Duration = Duration::from_millis(250);
+/// How often a stopping daemon another process started is looked for: an
+/// upgrade's downtime includes the wait.
+const EXIT_POLL: Duration = Duration::from_millis(20);
 /// A test records its pid here; a lab whose owner is gone is swept.
 const OWNER_FILE: &str = "owner";
 
@@ -125,6 +128,9 @@ pub struct Options {
     pub extra_config: String,
     /// meshd's `--log-level`; logs go to `STATE_ROOT/NAME/NODE.log`.
     pub log_level: String,
+    /// Nodes that run another meshd build than [`Binaries::meshd`] (a
+    /// mixed-version mesh): node id → executable.
+    pub meshd_by_node: BTreeMap<String, PathBuf>,
 }
 
 impl Default for Options {
@@ -133,6 +139,7 @@ impl Default for Options {
             alertmanager: false,
             extra_config: String::new(),
             log_level: "info".to_owned(),
+            meshd_by_node: BTreeMap::new(),
         }
     }
 }
@@ -188,6 +195,9 @@ impl Lab {
             stalls: BTreeMap::new(),
             teardown_on_drop: true,
         };
+        for (id, binary) in &options.meshd_by_node {
+            lab.choose_meshd(id, binary)?;
+        }
         lab.build_network()?;
         lab.write_configs(options)?;
         for id in lab.ids() {
@@ -369,7 +379,8 @@ impl Lab {
                 .config(id, alertmanager.as_deref(), &options.extra_config)?;
             let path = self.config_path(id);
             fs::write(&path, text).map_err(file_error(&path))?;
-            let meshd = self.binaries.meshd.to_string_lossy();
+            let meshd = self.meshd_of(id)?;
+            let meshd = meshd.to_string_lossy();
             let checked =
                 command::run_any(&meshd, &["check-config", &path.to_string_lossy()], QUICK)?;
             if !checked.success {
@@ -380,6 +391,69 @@ impl Lab {
             }
         }
         Ok(())
+    }
+
+    /// The meshd executable node `id` runs: the one `up` or an upgrade
+    /// chose for it, else the lab's. The choice is kept in the state
+    /// directory, so a later `lab` command restarts the node on the same
+    /// build.
+    pub fn meshd_of(&self, id: &str) -> Result<PathBuf, LabError> {
+        let record = self.meshd_record(id)?;
+        match fs::read_to_string(&record) {
+            Ok(path) => Ok(PathBuf::from(path.trim_end())),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                Ok(self.binaries.meshd.clone())
+            }
+            Err(source) => Err(LabError::File {
+                path: record,
+                source,
+            }),
+        }
+    }
+
+    fn meshd_record(&self, id: &str) -> Result<PathBuf, LabError> {
+        let node = self.plan.node(id)?.id;
+        Ok(self.state.join(format!("{node}.meshd-binary")))
+    }
+
+    /// Makes node `id` run `binary` from its next start on.
+    fn choose_meshd(&self, id: &str, binary: &Path) -> Result<(), LabError> {
+        let binary = fs::canonicalize(binary).map_err(file_error(binary))?;
+        if !binary.is_file() {
+            return Err(LabError::MissingBinary {
+                name: "meshd",
+                path: binary,
+                env: "--binary",
+            });
+        }
+        let record = self.meshd_record(id)?;
+        fs::write(&record, binary.to_string_lossy().as_bytes()).map_err(file_error(&record))
+    }
+
+    /// Upgrades (or downgrades) node `id` to `binary` as an operator's
+    /// reinstall does: its meshd stopped as a service manager stops it,
+    /// the executable swapped, `pause` for the rest of the reinstall
+    /// (copying files, the service manager loading the job again), and
+    /// started with the same config. How long from the stop to the new
+    /// process's start.
+    pub fn upgrade(
+        &mut self,
+        id: &str,
+        binary: &Path,
+        log_level: &str,
+        pause: Duration,
+    ) -> Result<Duration, LabError> {
+        let previous = self.meshd_of(id)?;
+        // A bad path is refused here, before the running daemon is stopped.
+        self.choose_meshd(id, binary)?;
+        let stopped_at = Instant::now();
+        if let Err(err) = self.stop(id) {
+            self.choose_meshd(id, &previous)?;
+            return Err(err);
+        }
+        std::thread::sleep(pause);
+        self.start(id, log_level)?;
+        Ok(stopped_at.elapsed())
     }
 
     /// Starts node `id`'s meshd (again) with its config, logging to its
@@ -420,9 +494,10 @@ impl Lab {
             .open(&log)
             .map_err(file_error(&log))?;
         let err = out.try_clone().map_err(file_error(&log))?;
+        let meshd = self.meshd_of(id)?;
         let child = Command::new("ip")
             .args(["netns", "exec", &node.namespace])
-            .arg(&self.binaries.meshd)
+            .arg(&meshd)
             .arg("run")
             .arg("--config")
             .arg(self.config_path(id))
@@ -461,7 +536,7 @@ impl Lab {
         let pid = self.daemon_pid(id)?;
         command::signal(pid, signal)?;
         if signal == "KILL" {
-            self.reap(id, STOP_GRACE);
+            self.reap(id, pid, STOP_GRACE);
         }
         Ok(())
     }
@@ -474,17 +549,25 @@ impl Lab {
         self.stalls.remove(id);
         let pid = self.daemon_pid(id)?;
         command::signal(pid, "TERM")?;
-        if !self.reap(id, STOP_GRACE) {
+        if !self.reap(id, pid, STOP_GRACE) {
             command::signal(pid, "KILL")?;
-            self.reap(id, STOP_GRACE);
+            self.reap(id, pid, STOP_GRACE);
         }
         Ok(())
     }
 
-    /// Waits up to `limit` for node `id`'s daemon, if this process started
-    /// it, to exit; whether it did.
-    fn reap(&mut self, id: &str, limit: Duration) -> bool {
+    /// Waits up to `limit` for node `id`'s daemon (`pid`) to exit; whether
+    /// it did. One another `lab` command started is not this process's
+    /// child: it is watched until its pid is gone.
+    fn reap(&mut self, id: &str, pid: u32, limit: Duration) -> bool {
         let Some(child) = self.daemons.get_mut(id) else {
+            let deadline = Instant::now() + limit;
+            while live_command(pid).is_some() {
+                if Instant::now() >= deadline {
+                    return false;
+                }
+                std::thread::sleep(EXIT_POLL);
+            }
             return true;
         };
         let exited = matches!(command::wait_until(child, limit), Ok(Some(_)));

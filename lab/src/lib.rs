@@ -13,6 +13,7 @@ pub mod lab;
 pub mod observe;
 pub mod plan;
 pub mod rank;
+pub mod release;
 pub mod stall;
 pub mod status;
 pub mod vm;

@@ -1,5 +1,6 @@
 //! `lab`: bring a mesh of network namespaces up and down, and break it.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -44,6 +45,10 @@ enum Cmd {
         /// meshd's log level (logs in /run/meshlab/NAME/NODE.log).
         #[arg(long, default_value = "info")]
         log_level: String,
+        /// Run NODE on another meshd build (a mixed-version mesh);
+        /// repeatable.
+        #[arg(long = "binary", value_name = "NODE=PATH", value_parser = node_binary)]
+        binaries: Vec<(String, PathBuf)>,
     },
     /// Remove the lab (processes, namespaces, veths, state); idempotent.
     Down {
@@ -66,6 +71,16 @@ enum Cmd {
     /// One emulated JACCL rank (what `lab job start` runs in each node).
     #[command(hide = true)]
     Rank(RankArgs),
+    /// Build meshd and meshctl of the previous release (its tag, in a git
+    /// worktree) into target/releases/TAG/, unless they are there; prints
+    /// the directory, for `up --binary` and `fault upgrade`.
+    PreviousRelease {
+        /// The cargo target directory of the build (default: one of its
+        /// own under target/releases/, so no running test's binaries are
+        /// replaced).
+        #[arg(long)]
+        build_target: Option<PathBuf>,
+    },
     /// Soft-RoCE VMs (qemu, no root needed): see lab/README.md, "VMs".
     #[command(subcommand)]
     Vm(VmCmd),
@@ -190,6 +205,19 @@ enum Fault {
         #[arg(long, default_value = "info")]
         log_level: String,
     },
+    /// Upgrade (or downgrade) NODE to the meshd at PATH as a reinstall
+    /// does: stop (SIGTERM), swap the executable, start; the node keeps
+    /// PATH across later restarts.
+    Upgrade {
+        node: String,
+        path: PathBuf,
+        /// How long the node stays without meshd between the stop and the
+        /// start (ms): the rest of a reinstall.
+        #[arg(long, default_value_t = 0)]
+        pause_ms: u64,
+        #[arg(long, default_value = "info")]
+        log_level: String,
+    },
     /// Split the management network into GROUPS (each comma-separated).
     Partition {
         #[arg(required = true, num_args = 2..)]
@@ -268,6 +296,36 @@ enum Fault {
     },
 }
 
+/// `lab previous-release`: needs no root, only git and cargo.
+#[allow(clippy::print_stdout)]
+fn previous_release(build_target: Option<&std::path::Path>) -> anyhow::Result<()> {
+    let workspace = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let exe = std::env::current_exe().context("the lab's own executable")?;
+    // target/PROFILE/lab: the target directory is two levels up.
+    let target = exe
+        .parent()
+        .and_then(std::path::Path::parent)
+        .context("the lab's executable is not in a cargo target directory")?;
+    let release = meshd_lab::release::PREVIOUS;
+    let found = meshd_lab::release::binaries(&workspace, target, &release, build_target)
+        .with_context(|| format!("building release {}", release.tag))?;
+    let dir = found.meshd.parent().unwrap_or(&found.meshd);
+    println!("{}", dir.display());
+    Ok(())
+}
+
+/// `NODE=PATH` of `up --binary`.
+fn node_binary(arg: &str) -> Result<(String, PathBuf), String> {
+    match arg.split_once('=') {
+        Some((node, path)) if !node.is_empty() && !path.is_empty() => {
+            Ok((node.to_owned(), PathBuf::from(path)))
+        }
+        _ => Err(format!(
+            "`{arg}` is not NODE=PATH (e.g. b=/opt/meshd-0.1.0/meshd)"
+        )),
+    }
+}
+
 fn nodes(list: &str) -> Vec<&str> {
     list.split(',')
         .map(str::trim)
@@ -322,6 +380,21 @@ fn fault(lab: &mut Lab, fault: Fault) -> anyhow::Result<()> {
         Fault::Thaw { node } => lab.signal_daemon(&node, "CONT")?,
         Fault::Kill { node } => lab.signal_daemon(&node, "KILL")?,
         Fault::Restart { node, log_level } => lab.start(&node, &log_level)?,
+        Fault::Upgrade {
+            node,
+            path,
+            pause_ms,
+            log_level,
+        } => {
+            if pause_ms > MAX_HOLD_SECS * 1000 {
+                bail!("--pause-ms is at most {} ms", MAX_HOLD_SECS * 1000);
+            }
+            let took = lab.upgrade(&node, &path, &log_level, Duration::from_millis(pause_ms))?;
+            println!(
+                "{node} runs {} (stopped to started again: {took:.1?})",
+                path.display()
+            );
+        }
         Fault::Partition { groups } => {
             let groups: Vec<Vec<&str>> = groups.iter().map(|g| nodes(g)).collect();
             lab.partition(&groups)?;
@@ -521,6 +594,9 @@ fn main() -> anyhow::Result<()> {
         // Started by `lab job start` inside a node's namespace.
         return Ok(rank::run(args)?);
     }
+    if let Cmd::PreviousRelease { build_target } = &cli.command {
+        return previous_release(build_target.as_deref());
+    }
     if let Some(reason) = meshd_lab::missing_prerequisite() {
         bail!("the lab cannot run here: {reason}");
     }
@@ -529,12 +605,14 @@ fn main() -> anyhow::Result<()> {
             nodes,
             observe,
             log_level,
+            binaries: meshd_by_node,
         } => {
             let plan = Plan::new(&cli.name, nodes)?;
             let binaries = Binaries::beside_current_exe()?;
             let options = Options {
                 alertmanager: observe,
                 log_level,
+                meshd_by_node: meshd_by_node.into_iter().collect(),
                 ..Options::default()
             };
             let mut lab = Lab::up(plan, binaries, &options).context("lab up")?;
@@ -586,7 +664,9 @@ fn main() -> anyhow::Result<()> {
             let mut lab = Lab::attach(&cli.name, Binaries::beside_current_exe()?)?;
             job(&mut lab, command)?;
         }
-        Cmd::Vm(_) | Cmd::Rank(_) => unreachable!("handled before the lab's prerequisites"),
+        Cmd::Vm(_) | Cmd::Rank(_) | Cmd::PreviousRelease { .. } => {
+            unreachable!("handled before the lab's prerequisites")
+        }
     }
     Ok(())
 }

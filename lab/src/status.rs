@@ -9,6 +9,9 @@ pub struct Status {
     pub node: String,
     pub healthy: bool,
     pub incarnation: String,
+    /// This node's meshd release.
+    #[serde(default)]
+    pub version: String,
     pub quorum: Quorum,
     pub nodes: Vec<NodeView>,
     pub links: Vec<LinkView>,

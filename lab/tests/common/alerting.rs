@@ -295,20 +295,26 @@ impl PageWatch {
         let began = Instant::now();
         let mut looks = 0;
         while began.elapsed() < span || looks == 0 {
-            let now = self.sample(lab);
+            self.look_exactly(lab, what, expected);
             looks += 1;
-            let same = now.len() == expected.len() && expected.iter().all(|l| now.contains_key(*l));
-            if !same {
-                self.fail(format!(
-                    "{what}: after {:.1} s Alertmanager holds {}, expected exactly {}",
-                    began.elapsed().as_secs_f64(),
-                    describe(now.keys()),
-                    describe(expected.iter().copied())
-                ));
-            }
             std::thread::sleep(SAMPLE_EVERY);
         }
         self.note(&format!("{what}: held for {looks} looks"));
+    }
+
+    /// Asserts that Alertmanager holds exactly `expected` now (one look,
+    /// for a test that watches something else between looks).
+    pub fn look_exactly(&mut self, lab: &Lab, what: &str, expected: &[&Labels]) {
+        let now = self.sample(lab);
+        let same = now.len() == expected.len() && expected.iter().all(|l| now.contains_key(*l));
+        if !same {
+            self.fail(format!(
+                "{what}: at {:.1} s Alertmanager holds {}, expected exactly {}",
+                self.at(),
+                describe(now.keys()),
+                describe(expected.iter().copied())
+            ));
+        }
     }
 
     /// Asserts that Alertmanager received no resolve of `page` from when it

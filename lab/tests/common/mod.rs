@@ -75,13 +75,22 @@ pub fn four_nodes(alertmanager: bool) -> Lab {
 
 /// A lab of `nodes` nodes, each seeing the whole mesh up.
 pub fn up(nodes: usize, alertmanager: bool) -> Lab {
-    let plan = Plan::new(&unique_name(), nodes).expect("plan");
-    let options = Options {
+    up_with(nodes, &suite_options(alertmanager))
+}
+
+/// What every node of the suite's labs runs with.
+pub fn suite_options(alertmanager: bool) -> Options {
+    Options {
         alertmanager,
         extra_config: SUITE_CONFIG.to_owned(),
         ..Options::default()
-    };
-    let lab = Lab::up(plan, binaries(), &options).unwrap_or_else(|err| panic!("lab up: {err}"));
+    }
+}
+
+/// A lab of `nodes` nodes run with `options`, each seeing the whole mesh up.
+pub fn up_with(nodes: usize, options: &Options) -> Lab {
+    let plan = Plan::new(&unique_name(), nodes).expect("plan");
+    let lab = Lab::up(plan, binaries(), options).unwrap_or_else(|err| panic!("lab up: {err}"));
     lab.owned_by_this_process().expect("owner file");
     settle(&lab, &format!("{nodes} nodes and every link up"));
     lab

@@ -37,6 +37,7 @@ pub(crate) fn run(trials: usize) -> anyhow::Result<()> {
         alertmanager: true,
         extra_config: "[thresholds]\nflap_changes = 100\n".to_owned(),
         log_level: "warn".to_owned(),
+        ..Options::default()
     };
     let mut lab = lab("bench", 4, &options)?;
     lab.start_alertmanager()?;
