@@ -342,6 +342,7 @@ impl Aggregator {
             book,
             facts: facts.as_ref(),
             counters: &counters,
+            carriers: &BTreeMap::new(),
             local_alarms,
             sampled: sampled.as_deref(),
             lateness: probes.lateness,

@@ -871,6 +871,11 @@ pub struct LinkObservation {
     /// This end's queue pair of the RDMA probe, for the peer to connect to;
     /// `None` while the probe is off, paused, or cannot open the device.
     pub rdma_endpoint: Option<RdmaEndpoint>,
+    /// Whether this end's port has a carrier, from the kernel's link-state
+    /// events as they happen (a pulled cable loses it at both ends at
+    /// once); `None` where they cannot be read. Unlike the polled
+    /// `figures.interface_state` it is never stale.
+    pub carrier: Option<bool>,
 }
 
 /// One end's queue pair of the RDMA probe.

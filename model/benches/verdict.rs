@@ -99,6 +99,7 @@ fn observation(from: usize, to: usize, cut: bool, at: SystemTime) -> LinkObserva
         lateness: Duration::ZERO,
         rdma_probe: None,
         rdma_endpoint: None,
+        carrier: None,
     }
 }
 

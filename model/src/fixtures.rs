@@ -135,6 +135,7 @@ pub fn healthy_observation(from: &str, to: &str) -> LinkObservation {
         lateness: Duration::ZERO,
         rdma_probe: None,
         rdma_endpoint: None,
+        carrier: None,
     }
 }
 

@@ -101,6 +101,26 @@ impl EndView<'_> {
         self.observation.probes_sent_total > 0 && self.silence() >= self.silent_after(rules)
     }
 
+    /// This end's port lost its carrier while it probed: nothing crosses
+    /// the cable, whatever its silence says yet. The kernel's event is no
+    /// lateness's doing, so no excuse applies.
+    pub fn carrier_lost(&self) -> bool {
+        self.observation.carrier == Some(false) && self.observation.probes_sent_total > 0
+    }
+
+    /// Silent long enough to confirm the other end's carrier loss: two
+    /// probe ticks unanswered beyond what lateness explains. A carrier
+    /// event alone never makes a verdict while the other end is heard
+    /// answering.
+    fn confirms_carrier_loss(&self, rules: &LinkRules) -> bool {
+        let confirm = rules
+            .tick_gap
+            .saturating_mul(2)
+            .saturating_add(self.excuse.worst)
+            .saturating_add(self.noticing(rules));
+        self.observation.probes_sent_total > 0 && self.silence() >= confirm
+    }
+
     /// How long a silence must last to count (see [`Self::silent`]).
     pub fn silent_after(&self, rules: &LinkRules) -> Duration {
         rules
@@ -166,8 +186,26 @@ pub fn assess(ends: &[EndView<'_>], rules: &LinkRules) -> Assessment {
         };
     }
     let mut evidence = Vec::new();
-    let silent: Vec<&EndView<'_>> = ends.iter().filter(|e| e.silent(rules)).collect();
+    // A carrier lost at an end, confirmed by every other end (its own
+    // carrier, or its silence): the cable is out, without waiting for
+    // `down_after`. Unconfirmed, the ends are judged by their probes.
+    let carrier_gone = ends.iter().any(EndView::carrier_lost)
+        && ends
+            .iter()
+            .all(|e| e.carrier_lost() || e.confirms_carrier_loss(rules));
+    let silent: Vec<&EndView<'_>> = ends
+        .iter()
+        .filter(|e| carrier_gone || e.silent(rules))
+        .collect();
     for end in &silent {
+        if carrier_gone && end.carrier_lost() {
+            let port = end.observation.local.iface.as_deref().unwrap_or("its port");
+            evidence.push(format!(
+                "{}: no carrier on {port} (the cable is out, or the far end's port is off)",
+                end.node
+            ));
+            continue;
+        }
         // Probes count as lost only once their timeout has passed, so early
         // in a silence none may be lost yet: say so only when some are.
         let lost = match end.observation.consecutive_lost {
@@ -192,7 +230,7 @@ pub fn assess(ends: &[EndView<'_>], rules: &LinkRules) -> Assessment {
     let too_late = |e: &EndView<'_>| {
         e.observation.lateness.saturating_add(rules.tick_gap) >= rules.probe_timeout
     };
-    if silent.len() == ends.len() && ends.len() == 2 && ends.iter().all(too_late) {
+    if silent.len() == ends.len() && ends.len() == 2 && !carrier_gone && ends.iter().all(too_late) {
         return Assessment {
             state: LinkState::Unknown,
             evidence: vec![format!(
@@ -415,6 +453,7 @@ pub struct EndClass {
     pub rdma_endpoint: Option<meshd_domain::RdmaEndpoint>,
     pub late: bool,
     pub interface_state: meshd_domain::InterfaceState,
+    pub carrier: Option<bool>,
     pub gid_matches_address: Option<bool>,
 }
 
@@ -433,6 +472,7 @@ impl EndClass {
             rdma_endpoint: o.rdma_endpoint,
             late: EndView::ran_late(o),
             interface_state: o.figures.interface_state,
+            carrier: o.carrier,
             gid_matches_address: o.gid_matches_address,
         }
     }
@@ -701,6 +741,74 @@ mod tests {
         let verdict = assess(&[view("a", &a), view("b", &b)], &link_rules());
         assert_eq!(verdict.state, LinkState::Up);
         assert!(verdict.evidence.is_empty());
+    }
+
+    /// An end `silent_ms` without a reply, with `carrier` on its port.
+    fn carrier(silent_ms: u64, carrier: Option<bool>) -> LinkObservation {
+        LinkObservation {
+            carrier,
+            consecutive_lost: 0,
+            local: meshd_domain::LinkEnd {
+                iface: Some("en2".into()),
+                ..healthy_observation("a", "b").local
+            },
+            ..silent(silent_ms)
+        }
+    }
+
+    #[test]
+    fn a_carrier_lost_at_both_ends_is_down_at_once() {
+        let (a, b) = (carrier(20, Some(false)), carrier(40, Some(false)));
+        let verdict = assess(&[view("a", &a), view("b", &b)], &link_rules());
+        assert_eq!(verdict.state, LinkState::Down);
+        assert!(verdict.every_end_silent);
+        assert_eq!(
+            verdict.evidence,
+            [
+                "a: no carrier on en2 (the cable is out, or the far end's port is off)",
+                "b: no carrier on en2 (the cable is out, or the far end's port is off)",
+            ]
+        );
+        // Late ends cannot hide it: the kernel's event is no lateness.
+        let late = |o: &LinkObservation| LinkObservation {
+            lateness: Duration::from_millis(900),
+            ..o.clone()
+        };
+        let (a, b) = (late(&a), late(&b));
+        let verdict = assess(&[view("a", &a), view("b", &b)], &link_rules());
+        assert_eq!(verdict.state, LinkState::Down, "{:?}", verdict.evidence);
+        // Only one end reports (the other node is not heard): its carrier
+        // is the evidence there is.
+        let verdict = assess(&[view("a", &a)], &link_rules());
+        assert_eq!(verdict.state, LinkState::Down);
+    }
+
+    #[test]
+    fn a_carrier_lost_at_one_end_waits_for_the_other_ends_silence() {
+        let rules = link_rules();
+        let confirm = rules.tick_gap.saturating_mul(2);
+        let ms = |d: Duration| u64::try_from(d.as_millis()).expect("ms");
+        let gone = carrier(20, Some(false));
+        // The far end still hears replies: no verdict from one event alone.
+        for far_carrier in [Some(true), None] {
+            let answering = carrier(50, far_carrier);
+            let verdict = assess(&[view("a", &gone), view("b", &answering)], &rules);
+            assert_eq!(verdict.state, LinkState::Up, "{:?}", verdict.evidence);
+        }
+        // Two ticks of the far end's silence confirm it, long before
+        // `down_after`.
+        assert!(confirm < rules.down_after);
+        let quiet = carrier(ms(confirm), Some(true));
+        let verdict = assess(&[view("a", &gone), view("b", &quiet)], &rules);
+        assert_eq!(verdict.state, LinkState::Down, "{:?}", verdict.evidence);
+        assert_eq!(
+            verdict.evidence[1],
+            format!("b: no reply for {}", fmt_duration(confirm))
+        );
+        // Without a carrier event the same silence is not enough.
+        let (a, b) = (carrier(ms(confirm), None), carrier(ms(confirm), Some(true)));
+        let verdict = assess(&[view("a", &a), view("b", &b)], &rules);
+        assert_eq!(verdict.state, LinkState::Up, "{:?}", verdict.evidence);
     }
 
     #[test]

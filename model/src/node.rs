@@ -61,6 +61,10 @@ pub struct Look<'a> {
     pub facts: Option<&'a Arc<NodeFacts>>,
     /// The ports' error counters, by port name.
     pub counters: &'a BTreeMap<String, Vec<Counter>>,
+    /// Whether each cable's interface has a carrier, by interface name,
+    /// as the kernel's link-state events say (empty where they cannot be
+    /// read).
+    pub carriers: &'a BTreeMap<String, bool>,
     /// The local watchers' active alarms.
     pub local_alarms: Vec<Alarm>,
     /// The latest sample of this node's CPU, processes and RDMA data
@@ -388,6 +392,10 @@ impl NodeCore {
                     look.rdma.get(&link.remote.node),
                     look.facts.map(Arc::as_ref),
                     look.counters,
+                    link.local
+                        .iface
+                        .as_ref()
+                        .and_then(|iface| look.carriers.get(iface).copied()),
                     moment,
                 );
                 // A probe tick that is overdue has not noted its lateness

@@ -17,14 +17,15 @@ use crate::time::Moment;
 use crate::verdict::ExpectedLink;
 
 /// The observation of `link` from its probe statistics, its RDMA probe's
-/// and, when known, this node's platform facts and its ports' error
-/// counters (by port name).
+/// and, when known, this node's platform facts, its ports' error counters
+/// (by port name) and its port's carrier (from the kernel's events).
 pub fn link_observation(
     link: &ExpectedLink,
     probes: &ProbeStats,
     rdma: Option<&RdmaProbeEnd>,
     facts: Option<&NodeFacts>,
     counters: &BTreeMap<String, Vec<Counter>>,
+    carrier: Option<bool>,
     moment: Moment,
 ) -> LinkObservation {
     let mut observation = LinkObservation {
@@ -50,6 +51,7 @@ pub fn link_observation(
         lateness: probes.lateness,
         rdma_probe: rdma.and_then(|r| r.probe),
         rdma_endpoint: rdma.and_then(|r| r.endpoint),
+        carrier,
     };
     if let Some(facts) = facts {
         add_port_facts(&mut observation, facts, counters);
@@ -254,7 +256,7 @@ mod tests {
         };
 
         // Without facts the platform fields stay unknown.
-        let bare = link_observation(&link, &probes, None, None, &BTreeMap::new(), moment);
+        let bare = link_observation(&link, &probes, None, None, &BTreeMap::new(), None, moment);
         assert_eq!(bare.figures.interface_state, InterfaceState::Unknown);
         assert_eq!(bare.figures.rdma_port_state, RdmaPortState::None);
         assert_eq!(bare.figures.negotiated_speed_bps, None);
@@ -277,7 +279,15 @@ mod tests {
             )],
             ..NodeFacts::default()
         };
-        let full = link_observation(&link, &probes, None, Some(&facts), &BTreeMap::new(), moment);
+        let full = link_observation(
+            &link,
+            &probes,
+            None,
+            Some(&facts),
+            &BTreeMap::new(),
+            Some(false),
+            moment,
+        );
         assert_eq!(full.figures.interface_state, InterfaceState::Up);
         assert_eq!(full.figures.rdma_port_state, RdmaPortState::Active);
         assert_eq!(full.figures.negotiated_speed_bps, Some(80_000_000_000));

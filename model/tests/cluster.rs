@@ -31,6 +31,10 @@ const SETTLE: Duration = Duration::from_secs(15);
 /// A cut cable is down on every quorate node within this: `down_after`,
 /// a probe period, the ends' urgent reports and a look.
 const CUT_DOWN_BUDGET: Duration = Duration::from_millis(1_000);
+/// A pulled cable between two nodes that read their ports' carrier is down
+/// on every quorate node within this: the kernel's event at both ends,
+/// their urgent reports and a look; no silence to wait for.
+const PULL_DOWN_BUDGET: Duration = Duration::from_millis(250);
 /// A healed cable is up again within this: a clean second of replies
 /// (`link::UP_AFTER`) and a report.
 const CUT_UP_BUDGET: Duration = Duration::from_millis(2_500);
@@ -1128,6 +1132,11 @@ fn check_pages(sim: &Sim, e: &Episode, all: &[Episode], problems: &mut Vec<Strin
 fn cut_budget(fault: &Fault) -> Duration {
     match fault {
         Fault::PairCut { .. } => STALE_AFTER * 2 + CUT_DOWN_BUDGET,
+        Fault::CutCable {
+            a,
+            b,
+            how: CableCut::Pulled,
+        } if sim::reads_carrier(*a) && sim::reads_carrier(*b) => PULL_DOWN_BUDGET,
         _ => CUT_DOWN_BUDGET,
     }
 }

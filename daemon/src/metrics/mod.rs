@@ -228,6 +228,7 @@ mod tests {
                 probes_failed_total: 2,
             }),
             rdma_endpoint: None,
+            carrier: None,
         };
         let published = Published {
             links: vec![observation],

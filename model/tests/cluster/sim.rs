@@ -444,6 +444,15 @@ pub struct Sim {
     next_pid: u32,
 }
 
+/// Whether node `x` reads its ports' carrier (Linux netlink, macOS kernel
+/// events): the even nodes do, the odd ones judge by probes alone, as a
+/// host whose events cannot be read does. Every mesh of three or more then
+/// has cables with a carrier at both ends, at one (confirmed by the other's
+/// silence), and at neither.
+pub fn reads_carrier(x: usize) -> bool {
+    x.is_multiple_of(2)
+}
+
 /// Node `i`'s end of its cable to `j`: the interface is named after the
 /// peer, the addresses after the pair.
 fn cable_end(i: usize, j: usize) -> LinkEnd {
@@ -780,9 +789,14 @@ impl Sim {
         match action {
             Action::Cut(c, how) => {
                 self.net.cut_cables.insert(c, how);
+                if how == CableCut::Pulled {
+                    self.carrier_changed(c);
+                }
             }
             Action::Heal(c) => {
-                self.net.cut_cables.remove(&c);
+                if self.net.cut_cables.remove(&c) == Some(CableCut::Pulled) {
+                    self.carrier_changed(c);
+                }
                 self.flush_held();
             }
             Action::SetLoss(c, 0) => {
@@ -1538,6 +1552,30 @@ impl Sim {
         None
     }
 
+    /// A pulled or plugged cable: the kernel tells both ends at once, and
+    /// the carrier watcher wakes the aggregator of each that reads it.
+    fn carrier_changed(&mut self, (a, b): Cable) {
+        for end in [a, b] {
+            if reads_carrier(end) {
+                self.wake(end);
+            }
+        }
+    }
+
+    /// What node `x`'s carrier watcher says of each of its cables' ports.
+    fn carriers(&self, x: usize) -> BTreeMap<String, bool> {
+        if !reads_carrier(x) {
+            return BTreeMap::new();
+        }
+        (0..self.nodes.len())
+            .filter(|j| *j != x)
+            .map(|j| {
+                let pulled = self.net.cut_cables.get(&cable(x, j)) == Some(&CableCut::Pulled);
+                (cable_end(x, j).iface.unwrap_or_default(), !pulled)
+            })
+            .collect()
+    }
+
     /// Something the aggregator reads changed: it looks after the minimum
     /// gap, unless a look is queued already.
     fn wake(&mut self, node: usize) {
@@ -1693,6 +1731,7 @@ impl Sim {
     pub fn core_look(&mut self, x: usize, urgent: bool) -> Option<(Moment, Decision)> {
         let moment = self.moment(x);
         let sampled = self.rank_sample(x, moment);
+        let carriers = self.carriers(x);
         let d = self.daemon_mut(x)?;
         d.look_at = None;
         // `ProbeBoard::read`: an overdue probe tick is late already.
@@ -1705,6 +1744,7 @@ impl Sim {
             book: d.book.snapshot(moment.now),
             facts: Some(&d.facts),
             counters: &counters,
+            carriers: &carriers,
             local_alarms: Vec::new(),
             sampled: Some(&sampled),
             lateness,

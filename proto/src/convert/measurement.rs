@@ -159,6 +159,7 @@ impl From<LinkObservation> for wire::LinkObservation {
                 probes_failed_total: p.probes_failed_total,
             }),
             rdma_endpoint: o.rdma_endpoint.map(Into::into),
+            carrier: o.carrier,
         }
     }
 }
@@ -261,6 +262,7 @@ impl TryFrom<wire::LinkObservation> for LinkObservation {
                 .map(RdmaEndpoint::try_from)
                 .transpose()
                 .map_err(|e| e.within("rdma_endpoint"))?,
+            carrier: o.carrier,
         })
     }
 }

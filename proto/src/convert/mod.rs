@@ -848,6 +848,7 @@ mod tests {
                     gid: "::ffff:10.0.0.1".parse().unwrap(),
                     connected_qpn: Some(0x12),
                 }),
+                carrier: Some(true),
             }],
             removed_links: vec![status.links[0].b.clone()],
             alarms: Some(status.alarms.clone()),
