@@ -35,8 +35,10 @@ impl Lab {
         Ok(())
     }
 
-    /// Pulls the cable `node`–`peer` out of `node`'s port (the far end
-    /// keeps its carrier state, as with a real unplugged cable at one end).
+    /// Pulls the cable `node`–`peer` out of `node`'s port: `node`'s end
+    /// goes down, and the far end loses its carrier with it (a veth pair's
+    /// ends share their link), so neither end has a carrier, as after a
+    /// real unplug.
     pub fn pull_cable(&self, node: &str, peer: &str) -> Result<(), LabError> {
         self.plan.cable(node, peer)?;
         self.ip_in(node, &["link", "set", &mesh_iface(peer), "down"])
@@ -86,11 +88,17 @@ impl Lab {
     pub fn lose(&self, node: &str, peer: &str, percent: u8) -> Result<(), LabError> {
         self.plan.cable(node, peer)?;
         let iface = mesh_iface(peer);
-        let percent = percent.min(100);
+        // nftables' `numgen random mod 100` reaches 99 at most: every
+        // packet is a rule without it.
+        let which = if percent >= 100 {
+            String::new()
+        } else {
+            format!("numgen random mod 100 < {percent} ")
+        };
         let ruleset = format!(
             "table inet {LOSS_TABLE} {{\n\
-             chain in {{ type filter hook input priority 0; iifname \"{iface}\" numgen random mod 100 < {percent} drop; }}\n\
-             chain out {{ type filter hook output priority 0; oifname \"{iface}\" numgen random mod 100 < {percent} drop; }}\n\
+             chain in {{ type filter hook input priority 0; iifname \"{iface}\" {which}counter drop; }}\n\
+             chain out {{ type filter hook output priority 0; oifname \"{iface}\" {which}counter drop; }}\n\
              }}\n"
         );
         let file = self.state_dir().join(format!("loss-{node}.nft"));
@@ -101,6 +109,44 @@ impl Lab {
         self.clear_loss(node)?;
         self.exec(node, "nft", &["-f", &file.to_string_lossy()])?;
         Ok(())
+    }
+
+    /// The packets `node`'s loss rules dropped so far (both ways); 0 with
+    /// no rules.
+    pub fn dropped_packets(&self, node: &str) -> Result<u64, LabError> {
+        let tables = self.exec(node, "nft", &["list", "tables"])?;
+        if !tables
+            .lines()
+            .any(|l| l.trim() == format!("table inet {LOSS_TABLE}"))
+        {
+            return Ok(0);
+        }
+        let listing = self.exec(node, "nft", &["list", "table", "inet", LOSS_TABLE])?;
+        Ok(listing
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .windows(2)
+            .filter(|w| w[0] == "packets")
+            .filter_map(|w| w[1].parse::<u64>().ok())
+            .sum())
+    }
+
+    /// Whether `node`'s port on the cable to `peer` has a carrier (it is
+    /// up and its lower layer is): what the kernel tells meshd's carrier
+    /// watcher.
+    pub fn carrier(&self, node: &str, peer: &str) -> Result<bool, LabError> {
+        self.plan.cable(node, peer)?;
+        let shown = self.exec(
+            node,
+            "ip",
+            &["-o", "link", "show", "dev", &mesh_iface(peer)],
+        )?;
+        let flags = shown
+            .split_once('<')
+            .and_then(|(_, rest)| rest.split_once('>'))
+            .map_or("", |(flags, _)| flags);
+        let has = |flag: &str| flags.split(',').any(|f| f == flag);
+        Ok(has("UP") && has("LOWER_UP"))
     }
 
     /// Removes the loss rules of `node` (every cable), if any.

@@ -101,7 +101,16 @@ fn a_pulled_cable_is_down_on_every_node_and_comes_back_when_plugged() {
     }
     let _serial = meshd_test_lock::exclusive();
     let lab = four_nodes(false);
+    let carriers = |lab: &meshd_lab::Lab| {
+        (
+            lab.carrier("a", "b").expect("a's carrier"),
+            lab.carrier("b", "a").expect("b's carrier"),
+        )
+    };
+    assert_eq!(carriers(&lab), (true, true));
     lab.pull_cable("a", "b").expect("pull");
+    // As a real unplug: neither end has a carrier.
+    assert_eq!(carriers(&lab), (false, false));
     expect(&lab, &ALL, "a-b down, blamed on the cable", |s| {
         s.quorum.has_quorum
             && link_is(s, "a", "b", "down")
@@ -110,6 +119,7 @@ fn a_pulled_cable_is_down_on_every_node_and_comes_back_when_plugged() {
     });
     lab.plug_cable("a", "b").expect("plug");
     settle(&lab, "all up after the cable is back");
+    assert_eq!(carriers(&lab), (true, true));
 }
 
 #[test]

@@ -28,6 +28,67 @@ fn alertmanager_receipt(lab: &Lab, x: &str, y: &str) -> anyhow::Result<SystemTim
     bail!("no MeshLinkDown for {x}-{y} in Alertmanager within {VERDICT:?}")
 }
 
+/// How a trial breaks its cable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Break {
+    /// Pulled: the carrier goes at both ends, as a real unplug.
+    Pull,
+    /// Every frame dropped both ways at one end (nftables); the ports
+    /// keep their carrier: a silent fault only probes can find.
+    SilentDrop,
+}
+
+impl Break {
+    fn name(self) -> &'static str {
+        match self {
+            Break::Pull => "pull",
+            Break::SilentDrop => "silent drop",
+        }
+    }
+
+    fn inject(self, lab: &Lab, x: &str, y: &str) -> anyhow::Result<()> {
+        match self {
+            Break::Pull => lab.pull_cable(x, y)?,
+            Break::SilentDrop => lab.lose(x, y, 100)?,
+        }
+        Ok(())
+    }
+
+    /// Proves the fault happened as it should: a pull left no carrier at
+    /// either end; a silent drop left both carriers and dropped frames.
+    fn prove(self, lab: &Lab, x: &str, y: &str) -> anyhow::Result<()> {
+        let carriers = (lab.carrier(x, y)?, lab.carrier(y, x)?);
+        match self {
+            Break::Pull if carriers != (false, false) => {
+                bail!("pulled {x}-{y}, but the carriers are {carriers:?}")
+            }
+            Break::SilentDrop if carriers != (true, true) => {
+                bail!("dropped on {x}-{y}, but the carriers are {carriers:?}")
+            }
+            Break::SilentDrop if lab.dropped_packets(x)? == 0 => {
+                bail!("dropped on {x}-{y}, but nftables dropped nothing")
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn undo(self, lab: &Lab, x: &str, y: &str) -> anyhow::Result<()> {
+        match self {
+            Break::Pull => lab.plug_cable(x, y)?,
+            Break::SilentDrop => lab.clear_loss(x)?,
+        }
+        Ok(())
+    }
+}
+
+/// One kind of break's figures, in ms from the break.
+#[derive(Default)]
+struct Figures {
+    first: Vec<f64>,
+    every: Vec<f64>,
+    alert: Vec<f64>,
+}
+
 #[allow(clippy::print_stdout)]
 pub(crate) fn run(trials: usize) -> anyhow::Result<()> {
     // 24 pulls of 6 cables in a few minutes would rightly be called
@@ -52,12 +113,18 @@ pub(crate) fn run(trials: usize) -> anyhow::Result<()> {
         .iter()
         .map(|c| (c.a.node, c.b.node))
         .collect();
-    let (mut first, mut every, mut alert) = (Vec::new(), Vec::new(), Vec::new());
-    for trial in 0..trials {
-        let (x, y) = cables[trial % cables.len()];
+    let mut figures: BTreeMap<&str, Figures> = BTreeMap::new();
+    for trial in 0..trials * 2 {
+        // Alternate, so both kinds meet the same host load over the run.
+        let how = if trial % 2 == 0 {
+            Break::Pull
+        } else {
+            Break::SilentDrop
+        };
+        let (x, y) = cables[(trial / 2) % cables.len()];
         events.drain();
         let t0 = SystemTime::now();
-        lab.pull_cable(x, y)?;
+        how.inject(&lab, x, y)?;
         let mut seen: BTreeMap<String, f64> = BTreeMap::new();
         let deadline = Instant::now() + VERDICT;
         while seen.len() < lab.plan.nodes.len() && Instant::now() < deadline {
@@ -70,17 +137,25 @@ pub(crate) fn run(trials: usize) -> anyhow::Result<()> {
             }
         }
         if seen.len() < lab.plan.nodes.len() {
-            bail!("trial {trial}: {x}-{y} down only on {seen:?}");
+            bail!(
+                "trial {trial} ({}): {x}-{y} down only on {seen:?}",
+                how.name()
+            );
         }
+        how.prove(&lab, x, y)?;
         let received = alertmanager_receipt(&lab, x, y)?;
-        first.push(seen.values().copied().fold(f64::INFINITY, f64::min));
-        every.push(seen.values().copied().fold(0.0, f64::max));
-        alert.push(since(t0, received));
+        let kind = figures.entry(how.name()).or_default();
+        let first = seen.values().copied().fold(f64::INFINITY, f64::min);
+        let every = seen.values().copied().fold(0.0, f64::max);
+        let alert = since(t0, received);
+        kind.first.push(first);
+        kind.every.push(every);
+        kind.alert.push(alert);
         println!(
-            "trial {trial:2} {x}-{y}: first {:.0} ms, every {:.0} ms, alertmanager {:.0} ms",
-            first[trial], every[trial], alert[trial]
+            "trial {trial:2} {:<11} {x}-{y}: first {first:.0} ms, every {every:.0} ms, alertmanager {alert:.0} ms",
+            how.name()
         );
-        lab.plug_cable(x, y)?;
+        how.undo(&lab, x, y)?;
         lab.wait_all("all up again", SETTLE, Status::all_up)?;
         let started = Instant::now();
         while !lab
@@ -94,20 +169,23 @@ pub(crate) fn run(trials: usize) -> anyhow::Result<()> {
         }
         std::thread::sleep(Duration::from_secs(2));
     }
-    print_latencies(
-        "verdict on",
-        &[
-            Column::P(50.0),
-            Column::P(90.0),
-            Column::P(99.0),
-            Column::Max,
-        ],
-        &[
-            ("first node", first),
-            ("every node", every),
-            ("Alertmanager (received)", alert),
-        ],
-    );
+    for (name, f) in figures {
+        println!();
+        print_latencies(
+            &format!("{name}: verdict on"),
+            &[
+                Column::P(50.0),
+                Column::P(90.0),
+                Column::P(99.0),
+                Column::Max,
+            ],
+            &[
+                ("first node", f.first),
+                ("every node", f.every),
+                ("Alertmanager (received)", f.alert),
+            ],
+        );
+    }
     lab.teardown()?;
     Ok(())
 }
