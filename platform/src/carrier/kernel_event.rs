@@ -280,7 +280,7 @@ pub(crate) mod tests {
 
     #[test]
     fn absurd_event_counts_are_refused() {
-        let mut header = vec![0u8; KEV_MSG_HEADER_SIZE];
+        let mut header = [0u8; KEV_MSG_HEADER_SIZE];
         header[..4].copy_from_slice(&24u32.to_ne_bytes());
         assert!(error_of(&header.repeat(MAX_EVENTS + 1)).contains("more than 1024 events"));
     }

@@ -294,7 +294,7 @@ pub(crate) mod tests {
 
     #[test]
     fn absurd_message_counts_are_refused() {
-        let mut noop = vec![0u8; NLMSG_HDRLEN];
+        let mut noop = [0u8; NLMSG_HDRLEN];
         noop[..4].copy_from_slice(&16u32.to_ne_bytes());
         noop[4..6].copy_from_slice(&1u16.to_ne_bytes());
         let buf = noop.repeat(MAX_MESSAGES + 1);
