@@ -74,27 +74,50 @@ fn run(ifaces: &BTreeSet<String>, shutdown: &CancellationToken, tx: &watch::Send
             return;
         }
     };
+    follow(
+        |timeout| events.next(timeout),
+        carrier::current,
+        ifaces,
+        shutdown,
+        tx,
+    );
+}
+
+/// Seeds the map with `read`, then applies what `next` reports until
+/// shutdown or until no one receives. When events were lost, or a read
+/// failed (its batch is gone with it), every carrier is read again.
+fn follow(
+    mut next: impl FnMut(Duration) -> Result<Vec<CarrierChange>, CarrierError>,
+    mut read: impl FnMut(&str) -> Result<Option<bool>, CarrierError>,
+    ifaces: &BTreeSet<String>,
+    shutdown: &CancellationToken,
+    tx: &watch::Sender<CarrierMap>,
+) {
     let mut map = CarrierMap::new();
-    let seed = read_all(ifaces, &map, carrier::current);
+    let seed = read_all(ifaces, &map, &mut read);
     apply(&mut map, ifaces, &seed, moment());
     tx.send_replace(map.clone());
     let mut failing = false;
     while !shutdown.is_cancelled() && !tx.is_closed() {
-        let changes = match events.next(WAIT) {
+        let changes = match next(WAIT) {
             Ok(changes) => {
                 failing = false;
                 changes
             }
             Err(CarrierError::Lost { why }) => {
                 tracing::warn!("link-state events were lost ({why}): reading the carriers again");
-                read_all(ifaces, &map, carrier::current)
+                read_all(ifaces, &map, &mut read)
             }
             Err(err) => {
+                // Once per run of failures: a broken socket must not fill
+                // the log.
                 if !std::mem::replace(&mut failing, true) {
-                    tracing::warn!("reading link-state events failed, retrying: {err}");
+                    tracing::warn!(
+                        "reading link-state events failed, reading the carriers instead until it works: {err}"
+                    );
                 }
                 std::thread::sleep(RETRY_AFTER);
-                continue;
+                read_all(ifaces, &map, &mut read)
             }
         };
         if apply(&mut map, ifaces, &changes, moment()) {
@@ -246,6 +269,53 @@ mod tests {
             read_all(&watched(), &CarrierMap::new(), |i| Ok(Some(i == "en3"))),
             [change("en2", false), change("en3", true)]
         );
+    }
+
+    /// A scripted reader: each call of `next` takes the next answer, and
+    /// the last one stops the loop.
+    #[test]
+    fn lost_events_and_failed_reads_read_the_carriers_again() {
+        let shutdown = CancellationToken::new();
+        let (tx, rx) = watch::channel(CarrierMap::new());
+        let mut script = vec![
+            Ok(vec![change("en2", false), change("lo", false)]),
+            Err(CarrierError::Lost {
+                why: "ENOBUFS".to_owned(),
+            }),
+            Err(CarrierError::Receive(std::io::Error::other("socket gone"))),
+            Ok(vec![change("en3", false)]),
+        ]
+        .into_iter();
+        let mut reads = Vec::new();
+        // en2 reads as up each time; en3 is absent at start, then up.
+        let mut round = 0;
+        follow(
+            |_| {
+                let answer = script.next().expect("stopped after the script");
+                if script.len() == 0 {
+                    shutdown.cancel();
+                }
+                answer
+            },
+            |iface| {
+                reads.push(iface.to_owned());
+                if iface == "en2" {
+                    round += 1;
+                }
+                Ok(match iface {
+                    "en2" => Some(true),
+                    _ => (round >= 2).then_some(true),
+                })
+            },
+            &watched(),
+            &shutdown,
+            &tx,
+        );
+        // At start, after the loss, after the failed read: both each time.
+        assert_eq!(reads, ["en2", "en3", "en2", "en3", "en2", "en3"]);
+        let map = rx.borrow();
+        assert!(map["en2"].carrier, "read up again after the loss");
+        assert!(!map["en3"].carrier, "the last event wins");
     }
 
     #[test]
