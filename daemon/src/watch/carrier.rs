@@ -19,6 +19,10 @@ use tokio_util::sync::CancellationToken;
 const WAIT: Duration = Duration::from_millis(500);
 /// After a failed read, before the next: a broken socket must not spin.
 const RETRY_AFTER: Duration = Duration::from_millis(500);
+/// Every carrier is read again this often: macOS drops a kernel event
+/// silently when the socket's 32-KiB buffer is full (`kev_post_msg`,
+/// bsd/kern/kern_event.c), so a lost change is found within this.
+const RESYNC_EVERY: Duration = Duration::from_secs(60);
 
 /// A watched interface's carrier, and when the watcher saw it become so
 /// (for an interface read at start, when it was read: the kernel does not
@@ -77,6 +81,7 @@ fn run(ifaces: &BTreeSet<String>, shutdown: &CancellationToken, tx: &watch::Send
     follow(
         |timeout| events.next(timeout),
         carrier::current,
+        RESYNC_EVERY,
         ifaces,
         shutdown,
         tx,
@@ -85,10 +90,12 @@ fn run(ifaces: &BTreeSet<String>, shutdown: &CancellationToken, tx: &watch::Send
 
 /// Seeds the map with `read`, then applies what `next` reports until
 /// shutdown or until no one receives. When events were lost, or a read
-/// failed (its batch is gone with it), every carrier is read again.
+/// failed (its batch is gone with it), and every `resync_every`, every
+/// carrier is read again.
 fn follow(
     mut next: impl FnMut(Duration) -> Result<Vec<CarrierChange>, CarrierError>,
     mut read: impl FnMut(&str) -> Result<Option<bool>, CarrierError>,
+    resync_every: Duration,
     ifaces: &BTreeSet<String>,
     shutdown: &CancellationToken,
     tx: &watch::Sender<CarrierMap>,
@@ -98,8 +105,9 @@ fn follow(
     apply(&mut map, ifaces, &seed, moment());
     tx.send_replace(map.clone());
     let mut failing = false;
+    let mut last_read = Instant::now();
     while !shutdown.is_cancelled() && !tx.is_closed() {
-        let changes = match next(WAIT) {
+        let mut changes = match next(WAIT) {
             Ok(changes) => {
                 failing = false;
                 changes
@@ -120,6 +128,11 @@ fn follow(
                 read_all(ifaces, &map, &mut read)
             }
         };
+        if last_read.elapsed() >= resync_every {
+            last_read = Instant::now();
+            // After the events: what is read now is the newer.
+            changes.extend(read_all(ifaces, &map, &mut read));
+        }
         if apply(&mut map, ifaces, &changes, moment()) {
             tx.send_replace(map.clone());
         }
@@ -307,6 +320,7 @@ mod tests {
                     _ => (round >= 2).then_some(true),
                 })
             },
+            Duration::MAX,
             &watched(),
             &shutdown,
             &tx,
@@ -316,6 +330,30 @@ mod tests {
         let map = rx.borrow();
         assert!(map["en2"].carrier, "read up again after the loss");
         assert!(!map["en3"].carrier, "the last event wins");
+    }
+
+    #[test]
+    fn a_lost_change_is_found_at_the_next_resync() {
+        let shutdown = CancellationToken::new();
+        let (tx, rx) = watch::channel(CarrierMap::new());
+        let mut reads = 0;
+        follow(
+            |_| {
+                shutdown.cancel();
+                Ok(Vec::new())
+            },
+            |_| {
+                reads += 1;
+                // Up at start; the kernel's event of its loss never came.
+                Ok(Some(reads <= 2))
+            },
+            Duration::ZERO,
+            &watched(),
+            &shutdown,
+            &tx,
+        );
+        assert_eq!(reads, 4, "both read at start and at the resync");
+        assert!(rx.borrow().values().all(|state| !state.carrier));
     }
 
     #[test]

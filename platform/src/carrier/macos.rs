@@ -13,6 +13,11 @@
 //! event. Admin changes post KEV_DL_SIFFLAGS on the same socket
 //! (`dlil_post_sifflags_msg`), after which the carrier is read again.
 //!
+//! XNU drops an event silently when the socket's buffer (KEV_RECVSPACE,
+//! 32 KiB) is full (`kev_post_msg` only counts it, in `kes_fullsock`):
+//! there is no ENOBUFS to report, so the watcher reads every carrier again
+//! now and then.
+//!
 //! A new kernel-event socket receives nothing until SIOCSKEVFILT sets its
 //! filter: `kev_attach()` (bsd/kern/kern_event.c) starts it at vendor code
 //! 0xffffffff, which matches no event. That ioctl is this crate's only
