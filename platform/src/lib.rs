@@ -14,6 +14,7 @@
 //! and hostfiles) is the pure `meshd-mesh` crate.
 
 pub mod bundle;
+pub mod carrier;
 pub mod command;
 pub mod counters;
 pub mod file;

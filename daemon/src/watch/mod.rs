@@ -4,6 +4,7 @@
 //! from what these publish.
 
 pub mod bridge;
+pub mod carrier;
 pub mod cpu;
 pub mod facts;
 pub mod memory;
