@@ -29,6 +29,7 @@ use crate::state::{
     EVALUATION_BOUNDS, Encoded, MeshState, Numbered, Outgoing, Published, ReplyIn, SharedBook,
     placeholder_status,
 };
+use crate::watch::carrier::CarrierMap;
 use crate::watch::facts::{FactsFeed, PortCounters};
 
 /// Events kept for slow `WatchEvents` clients before they are told they
@@ -64,6 +65,9 @@ pub struct Feeds {
     /// The latest sample of this node's CPU, processes and RDMA data
     /// counters: read at the next look, which comes within a second.
     pub samples: watch::Receiver<Option<Arc<Sampled>>>,
+    /// The carrier of each cable's interface, from the kernel's events: a
+    /// change is looked at once (a pulled cable).
+    pub carriers: watch::Receiver<CarrierMap>,
 }
 
 /// What the aggregator hands the rest of the node.
@@ -228,6 +232,14 @@ impl Aggregator {
             let _ = futures_select_all(waits).await;
         };
         let wakers = &mut self.wakers;
+        let carriers = &mut self.feeds.carriers;
+        // Where the events cannot be read the watcher ends at once: its
+        // silence then wakes nothing (it does not stop the node).
+        let carrier_changed = async {
+            if carriers.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
         let input = |changed: Result<(), watch::error::RecvError>| match changed {
             Ok(()) => Wake::Input,
             Err(_) => Wake::Stop,
@@ -238,6 +250,7 @@ impl Aggregator {
             changed = wakers.probe_board.changed() => input(changed),
             changed = wakers.rdma_ends.changed() => input(changed),
             changed = self.feeds.facts.changed() => input(changed),
+            () = carrier_changed => Wake::Input,
             () = book_changed.notified() => Wake::Input,
             () = alarm_changed => Wake::Input,
             Some(reply) = wakers.replies.recv() => Wake::Reply(reply),
@@ -328,6 +341,13 @@ impl Aggregator {
         let rdma = self.wakers.rdma_ends.borrow_and_update().clone();
         let facts = self.feeds.facts.borrow().clone();
         let counters = self.feeds.port_counters.borrow().clone();
+        let carriers: BTreeMap<String, bool> = self
+            .feeds
+            .carriers
+            .borrow_and_update()
+            .iter()
+            .map(|(iface, state)| (iface.clone(), state.carrier))
+            .collect();
         let sampled = self.feeds.samples.borrow().clone();
         let local_alarms: Vec<Alarm> = self
             .feeds
@@ -342,7 +362,7 @@ impl Aggregator {
             book,
             facts: facts.as_ref(),
             counters: &counters,
-            carriers: &BTreeMap::new(),
+            carriers: &carriers,
             local_alarms,
             sampled: sampled.as_deref(),
             lateness: probes.lateness,

@@ -32,7 +32,7 @@ use crate::state::{MeshState, Notices, SharedBook};
 use crate::transport::path_label;
 use crate::transport::streams::{Route, Streams};
 use crate::transport::tls::{self, MeshTls, TlsError};
-use crate::watch::{bridge, cpu, facts, memory};
+use crate::watch::{bridge, carrier, cpu, facts, memory};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -537,6 +537,9 @@ fn feeds(
         metrics.clone(),
         shutdown.clone(),
     );
+    // Its thread ends at shutdown; nothing waits for it (it reads with a
+    // timeout, so it never holds the node's stop).
+    let (carriers, _reader) = carrier::spawn(node.clone(), configs.subscribe(), shutdown.clone());
     let memory_alarms = memory::spawn(
         node.clone(),
         configs.subscribe(),
@@ -553,6 +556,7 @@ fn feeds(
         facts: facts.facts,
         port_counters: facts.counters,
         samples: cpu.samples,
+        carriers,
     }
 }
 

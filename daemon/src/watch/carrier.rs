@@ -7,13 +7,17 @@
 //! judged by its probes alone.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
+use meshd_domain::NodeId;
 use meshd_model::time::Moment;
 use meshd_platform::carrier::{self, CarrierChange, CarrierError, CarrierEvents};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
 
 /// How long one read waits: the thread sees shutdown within this.
 const WAIT: Duration = Duration::from_millis(500);
@@ -38,20 +42,39 @@ pub struct CarrierState {
 /// not known (absent, unreadable, or no reader on this OS) is not in it.
 pub type CarrierMap = BTreeMap<String, CarrierState>;
 
-/// Starts the reader thread for `ifaces`; it ends at `shutdown`, when every
-/// receiver is gone, or at once when the events cannot be read here (then
-/// the map stays empty). Panics only where the OS cannot start a thread,
-/// as `std::thread::spawn` does.
+/// Starts the reader thread for the cable interfaces of `node` in the
+/// config in force (a reload that changes them is followed); it ends at
+/// `shutdown`, when every receiver is gone, or at once when the events
+/// cannot be read here (then the map stays empty). Panics only where the
+/// OS cannot start a thread, as `std::thread::spawn` does.
 pub fn spawn(
-    ifaces: BTreeSet<String>,
+    node: NodeId,
+    mut configs: watch::Receiver<Arc<Config>>,
     shutdown: CancellationToken,
 ) -> (watch::Receiver<CarrierMap>, JoinHandle<()>) {
     let (tx, rx) = watch::channel(CarrierMap::new());
     let thread = std::thread::Builder::new()
         .name("meshd-carrier".to_owned())
-        .spawn(move || run(&ifaces, &shutdown, &tx))
+        .spawn(move || {
+            // The config at start, then each one that changed.
+            let mut started = false;
+            let ifaces_now = move || {
+                let changed = configs.has_changed().unwrap_or(false);
+                (!std::mem::replace(&mut started, true) || changed)
+                    .then(|| cable_interfaces(&configs.borrow_and_update(), &node))
+            };
+            run(ifaces_now, &shutdown, &tx);
+        })
         .expect("the OS starts the carrier thread");
     (rx, thread)
+}
+
+/// The interfaces of `node`'s cables in `config`.
+pub fn cable_interfaces(config: &Config, node: &NodeId) -> BTreeSet<String> {
+    crate::config::settings::expected_links(config, node)
+        .into_iter()
+        .filter_map(|link| link.local.iface)
+        .collect()
 }
 
 fn moment() -> Moment {
@@ -61,11 +84,13 @@ fn moment() -> Moment {
     }
 }
 
-fn run(ifaces: &BTreeSet<String>, shutdown: &CancellationToken, tx: &watch::Sender<CarrierMap>) {
-    if ifaces.is_empty() {
-        tracing::debug!("no cable interface to watch the carrier of");
-        return;
-    }
+/// `ifaces_now` gives the interfaces to watch at its first call, and after
+/// that the new set whenever the config changed it.
+fn run(
+    mut ifaces_now: impl FnMut() -> Option<BTreeSet<String>>,
+    shutdown: &CancellationToken,
+    tx: &watch::Sender<CarrierMap>,
+) {
     // Opened before the carriers are read: a change in between is then an
     // event, not lost.
     let mut events = match CarrierEvents::open() {
@@ -82,7 +107,7 @@ fn run(ifaces: &BTreeSet<String>, shutdown: &CancellationToken, tx: &watch::Send
         |timeout| events.next(timeout),
         carrier::current,
         RESYNC_EVERY,
-        ifaces,
+        &mut ifaces_now,
         shutdown,
         tx,
     );
@@ -96,13 +121,14 @@ fn follow(
     mut next: impl FnMut(Duration) -> Result<Vec<CarrierChange>, CarrierError>,
     mut read: impl FnMut(&str) -> Result<Option<bool>, CarrierError>,
     resync_every: Duration,
-    ifaces: &BTreeSet<String>,
+    ifaces_now: &mut dyn FnMut() -> Option<BTreeSet<String>>,
     shutdown: &CancellationToken,
     tx: &watch::Sender<CarrierMap>,
 ) {
+    let mut ifaces = ifaces_now().unwrap_or_default();
     let mut map = CarrierMap::new();
-    let seed = read_all(ifaces, &map, &mut read);
-    apply(&mut map, ifaces, &seed, moment());
+    let seed = read_all(&ifaces, &map, &mut read);
+    apply(&mut map, &ifaces, &seed, moment());
     tx.send_replace(map.clone());
     let mut failing = false;
     let mut last_read = Instant::now();
@@ -114,7 +140,7 @@ fn follow(
             }
             Err(CarrierError::Lost { why }) => {
                 tracing::warn!("link-state events were lost ({why}): reading the carriers again");
-                read_all(ifaces, &map, &mut read)
+                read_all(&ifaces, &map, &mut read)
             }
             Err(err) => {
                 // Once per run of failures: a broken socket must not fill
@@ -125,15 +151,25 @@ fn follow(
                     );
                 }
                 std::thread::sleep(RETRY_AFTER);
-                read_all(ifaces, &map, &mut read)
+                read_all(&ifaces, &map, &mut read)
             }
         };
+        let mut dropped = false;
+        if let Some(new) = ifaces_now() {
+            // A reload changed the cables: forget the interfaces gone,
+            // read the new ones.
+            let before = map.len();
+            map.retain(|iface, _| new.contains(iface));
+            dropped = map.len() != before;
+            ifaces = new;
+            changes.extend(read_all(&ifaces, &map, &mut read));
+        }
         if last_read.elapsed() >= resync_every {
             last_read = Instant::now();
             // After the events: what is read now is the newer.
-            changes.extend(read_all(ifaces, &map, &mut read));
+            changes.extend(read_all(&ifaces, &map, &mut read));
         }
-        if apply(&mut map, ifaces, &changes, moment()) {
+        if apply(&mut map, &ifaces, &changes, moment()) || dropped {
             tx.send_replace(map.clone());
         }
     }
@@ -321,7 +357,7 @@ mod tests {
                 })
             },
             Duration::MAX,
-            &watched(),
+            &mut fixed(watched()),
             &shutdown,
             &tx,
         );
@@ -348,7 +384,7 @@ mod tests {
                 Ok(Some(reads <= 2))
             },
             Duration::ZERO,
-            &watched(),
+            &mut fixed(watched()),
             &shutdown,
             &tx,
         );
@@ -356,11 +392,49 @@ mod tests {
         assert!(rx.borrow().values().all(|state| !state.carrier));
     }
 
+    /// The interfaces to watch: `set` at the first call, unchanged after.
+    fn fixed(set: BTreeSet<String>) -> impl FnMut() -> Option<BTreeSet<String>> {
+        let mut first = Some(set);
+        move || first.take()
+    }
+
     #[test]
-    fn no_interfaces_ends_at_once_with_an_empty_map() {
-        let (rx, thread) = spawn(BTreeSet::new(), CancellationToken::new());
-        thread.join().unwrap();
-        assert!(rx.borrow().is_empty());
+    fn a_reload_forgets_the_cables_gone_and_reads_the_new_ones() {
+        let shutdown = CancellationToken::new();
+        let (tx, rx) = watch::channel(CarrierMap::new());
+        let sets = [
+            Some(["en2".to_owned()].into()),
+            None,
+            Some(["en3".to_owned()].into()),
+        ];
+        let mut sets = sets.into_iter();
+        let mut looks = 0;
+        follow(
+            |_| {
+                looks += 1;
+                if looks == 2 {
+                    shutdown.cancel();
+                }
+                Ok(Vec::new())
+            },
+            |_| Ok(Some(true)),
+            Duration::MAX,
+            &mut || sets.next().flatten(),
+            &shutdown,
+            &tx,
+        );
+        assert_eq!(rx.borrow().keys().collect::<Vec<_>>(), ["en3"]);
+    }
+
+    #[test]
+    fn the_cable_interfaces_are_the_nodes_own_ends() {
+        let example = include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../meshd.example.toml"
+        ));
+        let config = Config::parse(example, "meshd.example.toml", "studio-1").unwrap();
+        let ifaces = cable_interfaces(&config, &config.node.id);
+        assert_eq!(ifaces, ["en2".to_owned(), "en3".to_owned()].into());
     }
 
     /// On Linux the socket opens anywhere (netlink needs no privilege):
@@ -369,8 +443,11 @@ mod tests {
     #[test]
     fn the_thread_seeds_and_stops_at_shutdown() {
         let shutdown = CancellationToken::new();
-        let ifaces = ["lo".to_owned()].into_iter().collect();
-        let (mut rx, thread) = spawn(ifaces, shutdown.clone());
+        let (tx, mut rx) = watch::channel(CarrierMap::new());
+        let stop = shutdown.clone();
+        let thread = std::thread::spawn(move || {
+            run(fixed(["lo".to_owned()].into()), &stop, &tx);
+        });
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .build()
