@@ -367,13 +367,30 @@ impl Lab {
     /// management cable is pulled or its switch port dies) and every mesh
     /// cable is pulled out of its ports. Its meshd keeps running, alone.
     pub fn isolate(&self, node: &str) -> Result<(), LabError> {
+        // Every port of the node at once (one `ip -batch`, microseconds):
+        // one by one, its meshd would see its first cables go while it
+        // still reaches the mesh, and report them as cable faults of a
+        // live node, which they would then be.
+        self.set_all_ports(node, "down")?;
         let mgmt = self.plan.mgmt_namespace();
         let port = &self.plan.node(node)?.mgmt_port;
         run("ip", &["-n", &mgmt, "link", "set", port, "down"], QUICK)?;
-        for peer in self.peers_of(node) {
-            self.pull_cable(node, peer)?;
-        }
         Ok(())
+    }
+
+    /// `ip link set … STATE` on `node`'s management port and every mesh
+    /// port, in one batch inside its namespace.
+    fn set_all_ports(&self, node: &str, state: &str) -> Result<(), LabError> {
+        let batch: String = std::iter::once(crate::plan::MGMT_IFACE.to_owned())
+            .chain(self.peers_of(node).into_iter().map(mesh_iface))
+            .map(|iface| format!("link set {iface} {state}\n"))
+            .collect();
+        let file = self.state_dir().join(format!("ports-{node}.batch"));
+        std::fs::write(&file, batch).map_err(|source| LabError::File {
+            path: file.clone(),
+            source,
+        })?;
+        self.ip_in(node, &["-batch", &file.to_string_lossy()])
     }
 
     /// Undoes [`Lab::isolate`]: the management port and every cable of
@@ -382,10 +399,7 @@ impl Lab {
         let mgmt = self.plan.mgmt_namespace();
         let port = &self.plan.node(node)?.mgmt_port;
         run("ip", &["-n", &mgmt, "link", "set", port, "up"], QUICK)?;
-        for peer in self.peers_of(node) {
-            self.plug_cable(node, peer)?;
-        }
-        Ok(())
+        self.set_all_ports(node, "up")
     }
 
     /// Every other node (the lab is a full mesh: one cable to each).

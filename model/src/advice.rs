@@ -381,6 +381,7 @@ mod tests {
             excuse: crate::excuse::Excuse::default(),
             rtt_shared: false,
             rdma_shared: false,
+            carrier_stale: false,
         };
         assess(&[view("a", a), view("b", b)], &link_rules()).evidence
     }

@@ -67,6 +67,11 @@ pub struct EndView<'a> {
     /// RDMA (a device, a driver, RDMA left disabled), raised once as its
     /// `rdma_disabled`, not a fault of each of its cables.
     pub rdma_shared: bool,
+    /// The observation came before an end's daemon restarted or its node
+    /// returned (down or unheard meanwhile): a carrier it says was lost
+    /// then may be back now, so it proves nothing until the end looks
+    /// again. Its silence is handled by `previous_life`.
+    pub carrier_stale: bool,
 }
 
 impl EndView<'_> {
@@ -105,7 +110,9 @@ impl EndView<'_> {
     /// the cable, whatever its silence says yet. The kernel's event is no
     /// lateness's doing, so no excuse applies.
     pub fn carrier_lost(&self) -> bool {
-        self.observation.carrier == Some(false) && self.observation.probes_sent_total > 0
+        !self.carrier_stale
+            && self.observation.carrier == Some(false)
+            && self.observation.probes_sent_total > 0
     }
 
     /// Silent long enough to confirm the other end's carrier loss: two
@@ -693,6 +700,7 @@ mod tests {
             excuse: Excuse::default(),
             rtt_shared: false,
             rdma_shared: false,
+            carrier_stale: false,
         }
     }
 

@@ -116,10 +116,12 @@ enum Fault {
     AllLate {
         by: Duration,
     },
-    /// The node is cut off: its management network and every cable go
-    /// dark. Alive, but nobody hears it and it hears nobody.
+    /// The node is cut off: its management network and every cable
+    /// (pulled, as the lab does it and as a powered-off Mac's ports go, or
+    /// dark). Alive, but nobody hears it and it hears nobody.
     Isolate {
         x: usize,
+        how: CableCut,
     },
     /// The management network splits in halves; the cables still join
     /// everyone.
@@ -229,7 +231,14 @@ fn fit(drawn: &Drawn, n: usize) -> (Fault, Duration) {
             },
             secs(8, 14),
         ),
-        9 if n >= 3 => (Fault::Isolate { x }, secs(6, 10)),
+        9 if n >= 3 => {
+            let how = if drawn.param.is_multiple_of(2) {
+                CableCut::Pulled
+            } else {
+                CableCut::Dark
+            };
+            (Fault::Isolate { x, how }, secs(6, 10))
+        }
         10 if n >= 3 => (Fault::PairCut { a: x, b: y }, secs(3, 8)),
         11 if n >= 4 => {
             // Halves, the lower ids on one side or every other id.
@@ -314,11 +323,11 @@ fn actions(episode: &Episode, n: usize) -> Vec<(Duration, Action)> {
         }
         Fault::Late { x, by } => both(Action::SetLate(x, by), Action::SetLate(x, Duration::ZERO)),
         Fault::Lie { x } => both(Action::Lie(x, true), Action::Lie(x, false)),
-        Fault::Isolate { x } => {
+        Fault::Isolate { x, how } => {
             let mut out = both(Action::CutManagement(x), Action::HealManagement(x));
             for y in (0..n).filter(|y| *y != x) {
                 out.extend(both(
-                    Action::Cut(cable(x, y), CableCut::Dark),
+                    Action::Cut(cable(x, y), how),
                     Action::Heal(cable(x, y)),
                 ));
             }
@@ -583,7 +592,7 @@ fn every_look(episodes: &[Episode], sim: &Sim, seen: &Observed<'_>, problems: &m
         };
         let explained = episodes.iter().any(|e| {
             (stopped(&e.fault) == Some(x)
-                || e.fault == Fault::Isolate { x }
+                || matches!(e.fault, Fault::Isolate { x: i, .. } if i == x)
                 || pair_cut_tie(&e.fault, sim.len()).is_some_and(|c| c.0 == x || c.1 == x))
                 && t >= e.start
                 && t <= e.heal + NODE_DOWN_BUDGET + late_beside(e, episodes)
@@ -721,7 +730,7 @@ fn check_episode(sim: &mut Sim, e: &Episode, all: &[Episode], problems: &mut Vec
                 }
             }
         }
-        Fault::Kill { x } | Fault::Freeze { x } | Fault::Isolate { x }
+        Fault::Kill { x } | Fault::Freeze { x } | Fault::Isolate { x, .. }
             if e.heal >= e.start + NODE_DOWN_BUDGET + slack =>
         {
             let t = e.start + NODE_DOWN_BUDGET + slack;
@@ -1051,7 +1060,7 @@ fn check_pages(sim: &Sim, e: &Episode, all: &[Episode], problems: &mut Vec<Strin
             (BTreeSet::new(), named(&posted, "MeshManagementUnreachable"))
         }
         Fault::ClockOffset { .. } => (BTreeSet::new(), named(&posted, "MeshClockSkew")),
-        Fault::Isolate { x } => {
+        Fault::Isolate { x, .. } => {
             let down = labels("MeshNodeDown", &[("node", name(x))], "critical");
             let exact = if e.heal >= e.start + NODE_DOWN_BUDGET + slack {
                 [down.clone()].into()
@@ -1235,7 +1244,7 @@ fn own_page(e: &Episode, all: &[Episode]) -> Option<(Labels, Duration)> {
                 )
             })
         }
-        Fault::Kill { x } | Fault::Freeze { x } | Fault::Isolate { x } => {
+        Fault::Kill { x } | Fault::Freeze { x } | Fault::Isolate { x, .. } => {
             let budget = NODE_DOWN_BUDGET + PAGE_AFTER_VERDICT + slack;
             (e.heal >= e.start + budget).then(|| {
                 (
@@ -1506,7 +1515,7 @@ fn touched(fault: &Fault) -> Vec<usize> {
         | Fault::BlockManagementInbound { x }
         | Fault::ClockOffset { x, .. }
         | Fault::Late { x, .. }
-        | Fault::Isolate { x }
+        | Fault::Isolate { x, .. }
         | Fault::PeriodicStall { x, .. }
         | Fault::Lie { x } => vec![x],
         Fault::PairCut { a, b } => vec![a, b],
@@ -2251,13 +2260,38 @@ fn restarts_of_both_ends_of_a_cut_cable_keep_its_one_page() {
     }
 }
 
+/// A node whose every cable is pulled as its management network goes (the
+/// lab's isolation; a Mac switched off, whose ports lose their link): its
+/// peers' carriers go at once, long before the node is down, and every one
+/// of its links is still blamed on the node, one page, on every node. Its
+/// peers' carriers are each the first word of the fault, and the node was
+/// last heard before it: that end never proved it outlived the fault.
+#[test]
+fn a_node_isolated_by_pulled_cables_is_one_node_down_not_its_links() {
+    for (n, x, seed) in [(4, 0, 3), (4, 1, 5), (5, 2, 8)] {
+        let isolated = Episode {
+            fault: Fault::Isolate {
+                x,
+                how: CableCut::Pulled,
+            },
+            start: WARMUP,
+            heal: WARMUP + Duration::from_secs(8),
+        };
+        let problems = run_episodes(n, seed, &[isolated]);
+        assert!(problems.is_empty(), "n={n} x={x}: {}", problems.join("\n"));
+    }
+}
+
 /// A liar that says it hears the isolated node keeps it suspect, not down,
 /// for the whole isolation: when it rejoins, the silence its links measured
 /// is still its own, not six cables' (they are not paged down).
 #[test]
 fn an_isolated_node_beside_a_liar_rejoins_without_link_pages() {
     let isolated = Episode {
-        fault: Fault::Isolate { x: 1 },
+        fault: Fault::Isolate {
+            x: 1,
+            how: CableCut::Dark,
+        },
         start: WARMUP,
         heal: WARMUP + Duration::from_secs(6),
     };

@@ -155,6 +155,7 @@ impl Engine {
                         excuse: crate::excuse::Excuse::default(),
                         rtt_shared: false,
                         rdma_shared: false,
+                        carrier_stale: false,
                     },
                     observed_at,
                 });
@@ -503,8 +504,16 @@ impl Judge<'_> {
         } else {
             link.restarted_at[far]
         };
+        let carrier_stale = link
+            .restarted_at
+            .iter()
+            .flatten()
+            .any(|at| e.observed_at < *at);
         let Some(restarted) = restarted else {
-            return e.view;
+            return EndView {
+                carrier_stale,
+                ..e.view
+            };
         };
         let silence_onset = e
             .observed_at
@@ -513,6 +522,7 @@ impl Judge<'_> {
         EndView {
             previous_life: restarted.saturating_duration_since(silence_onset),
             far_life: Some(e.observed_at.saturating_duration_since(restarted)),
+            carrier_stale,
             ..e.view
         }
     }
@@ -640,9 +650,21 @@ impl Judge<'_> {
         // (the message that carries its own view of that silence does).
         let proof_after =
             silence_onset.map_or(onset, |at| at.checked_add(rules.down_after).unwrap_or(at));
+        // An end that reports its own carrier lost (since its last run or
+        // return) lived to see the fault: nothing else proves it sooner.
+        // One that does not (its node isolated or switched off as the
+        // cable went, or it cannot read its carrier) proves it by speaking
+        // after the silence, as above.
+        let saw_its_carrier_go = |node: &NodeId| {
+            present
+                .iter()
+                .any(|e| e.view.node == node.as_str() && self.far_restart(link, e).carrier_lost())
+        };
         for (node, state) in [&link.a.node, &link.b.node].into_iter().zip(end_states) {
             let heard = self.evidence_of(node);
-            if state != NodeState::Up || heard.is_none_or(|at| at < proof_after) {
+            let proven = state == NodeState::Up
+                && (saw_its_carrier_go(node) || heard.is_some_and(|at| at >= proof_after));
+            if !proven {
                 let ago = heard.map_or_else(
                     || "never".to_owned(),
                     |at| {
