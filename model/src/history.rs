@@ -1,0 +1,813 @@
+//! Grouping what a node saw into incidents: pure, time passed in.
+//!
+//! An incident opens with the first problem (a link not up, a node not up,
+//! quorum lost, an alarm of warning or worse) while none is open, gathers
+//! everything that happens until every problem it opened is well again,
+//! and ends then. Pages, restarts, reboots and config notices join the
+//! open incident, or stand alone as an incident of no duration. A node's
+//! reboot or panic alarm stays raised for a while as a reminder
+//! (`watch.boot.alarm_for`); it is in the timeline but holds nothing open,
+//! and neither does an info alarm: a permanent one (no RDMA on a Linux
+//! box) would make one endless incident of a node's whole life.
+//!
+//! The daemon stores what [`Grouper::take_changed`] returns and hands back
+//! the last incidents when it starts again ([`Grouper::resume`]); problems
+//! carried over a restart (or over events the history missed) are closed
+//! from the status ([`Grouper::reconcile`]), since their recovery events
+//! were never seen.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::SystemTime;
+
+use meshd_domain::fold::alarm_key;
+use meshd_domain::history::{Entry, EntryKind, Incident, MAX_ENTRIES_PER_INCIDENT, link_ends};
+use meshd_domain::{
+    Alarm, Event, EventDetail, EventKind, LinkState, MeshStatus, NodeId, NodeState, Severity,
+};
+
+use crate::events::link_subject;
+
+/// What an entry does to the open problems.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    /// Something went wrong (or stays wrong): the problem opens.
+    Opens(String),
+    /// It is well again: the problem closes.
+    Closes(String),
+    /// A page: tracked by its subject, never holds an incident open.
+    PageSent,
+    PageResolved,
+    /// Joins the open incident, or stands alone.
+    Point,
+}
+
+/// One thing to record, with what it does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Happening {
+    pub entry: Entry,
+    pub effect: Effect,
+}
+
+/// The key of a link's problem.
+fn link_key(subject: &str) -> String {
+    format!("link:{subject}")
+}
+
+fn node_key(node: &str) -> String {
+    format!("node:{node}")
+}
+
+const QUORUM_KEY: &str = "quorum";
+
+fn alarm_problem_key(alarm: &Alarm) -> String {
+    let (kind, node, subject) = alarm_key(alarm);
+    format!("alarm:{kind}:{node}:{subject}")
+}
+
+/// Whether a raised alarm is a problem that holds an incident open.
+fn holds_incident(alarm: &Alarm) -> bool {
+    alarm.severity >= Severity::Warning && !alarm.kind.about_a_boot()
+}
+
+/// An event of the stream as a history entry, or `None` for a snapshot
+/// (the whole status, not a change).
+pub fn from_event(event: &Event) -> Option<Happening> {
+    let nodes = event_nodes(event);
+    let effect = match event.kind {
+        EventKind::Snapshot => return None,
+        EventKind::LinkDown
+        | EventKind::LinkDegraded
+        | EventKind::LinkFlapping
+        | EventKind::LinkUnknown => Effect::Opens(link_key(&event.subject)),
+        EventKind::LinkRecovered | EventKind::LinkUp => Effect::Closes(link_key(&event.subject)),
+        EventKind::NodeDown | EventKind::NodeSuspect => Effect::Opens(node_key(&event.subject)),
+        EventKind::NodeUp => Effect::Closes(node_key(&event.subject)),
+        EventKind::QuorumLost => Effect::Opens(QUORUM_KEY.to_owned()),
+        EventKind::QuorumRegained => Effect::Closes(QUORUM_KEY.to_owned()),
+        EventKind::AlarmRaised | EventKind::AlarmCleared => match &event.detail {
+            Some(EventDetail::Alarm(alarm)) => {
+                let key = alarm_problem_key(alarm);
+                if event.kind == EventKind::AlarmCleared {
+                    Effect::Closes(key)
+                } else if holds_incident(alarm) {
+                    Effect::Opens(key)
+                } else {
+                    // Raised to info from warning: no longer a problem.
+                    Effect::Closes(key)
+                }
+            }
+            // Without the alarm, its severity is unknown: context only.
+            _ => Effect::Point,
+        },
+        EventKind::ConfigReloaded
+        | EventKind::ConfigRejected
+        | EventKind::NodeRestarted
+        | EventKind::NodeRebooted => Effect::Point,
+    };
+    Some(Happening {
+        entry: Entry {
+            at: event.at,
+            kind: EntryKind::Event(event.kind),
+            subject: event.subject.clone(),
+            summary: event.summary.clone(),
+            nodes,
+        },
+        effect,
+    })
+}
+
+/// The nodes an event concerns, from its detail where it has one.
+fn event_nodes(event: &Event) -> Vec<NodeId> {
+    let mut nodes: Vec<NodeId> = match &event.detail {
+        Some(EventDetail::Link(link)) => vec![link.a.node.clone(), link.b.node.clone()],
+        Some(EventDetail::Node(node)) => vec![node.id.clone()],
+        Some(EventDetail::Alarm(alarm)) => vec![alarm.node.clone()],
+        _ => link_ends(&event.subject)
+            .map(|(a, b)| vec![a, b])
+            .unwrap_or_else(|| vec![event.subject.as_str()])
+            .into_iter()
+            .filter_map(|name| NodeId::new(name).ok())
+            .collect(),
+    };
+    nodes.sort();
+    nodes.dedup();
+    nodes
+}
+
+/// An alert posted to Alertmanager: `firing` for a page sent, otherwise
+/// its resolve. `subject` names the alert (its name and what it is about),
+/// the same for its firing and its resolve.
+pub fn page(
+    at: SystemTime,
+    subject: String,
+    summary: String,
+    nodes: Vec<NodeId>,
+    firing: bool,
+) -> Happening {
+    let (kind, effect) = if firing {
+        (EntryKind::PageSent, Effect::PageSent)
+    } else {
+        (EntryKind::PageResolved, Effect::PageResolved)
+    };
+    Happening {
+        entry: Entry {
+            at,
+            kind,
+            subject,
+            summary,
+            nodes,
+        },
+        effect,
+    }
+}
+
+/// This node's meshd started; `previous_run` says how the run before
+/// ended, when the history knows.
+pub fn meshd_started(at: SystemTime, node: &NodeId, previous_run: &str) -> Happening {
+    Happening {
+        entry: Entry {
+            at,
+            kind: EntryKind::MeshdStarted,
+            subject: node.to_string(),
+            summary: format!("meshd started on {node}; {previous_run}"),
+            nodes: vec![node.clone()],
+        },
+        effect: Effect::Point,
+    }
+}
+
+/// The history lost `missed` events (it fell behind the stream).
+pub fn events_missed(at: SystemTime, node: &NodeId, missed: u64) -> Happening {
+    Happening {
+        entry: Entry {
+            at,
+            kind: EntryKind::EventsMissed,
+            subject: node.to_string(),
+            summary: format!(
+                "the history fell behind and lost {missed} events; what was open is checked \
+                 against the status"
+            ),
+            nodes: Vec::new(),
+        },
+        effect: Effect::Point,
+    }
+}
+
+/// The incidents of one node, as they happen.
+#[derive(Debug, Clone)]
+pub struct Grouper {
+    observer: NodeId,
+    next_id: u64,
+    open: Option<Incident>,
+    /// What is wrong in the open incident.
+    problems: BTreeSet<String>,
+    /// Problems whose recovery may have happened unseen (carried over a
+    /// restart, or open when events were missed): closed from the status.
+    unsure: BTreeSet<String>,
+    /// The incident that ended last, for a page resolved after its end.
+    last_closed: Option<Incident>,
+    /// Pages sent and not resolved, by subject.
+    open_pages: BTreeSet<String>,
+    /// Incidents changed since [`Grouper::take_changed`], by id.
+    changed: BTreeMap<u64, Incident>,
+}
+
+impl Grouper {
+    /// A node with no history.
+    pub fn new(observer: NodeId) -> Self {
+        Self::resume(observer, 1, Vec::new())
+    }
+
+    /// Carries on from the stored history: `next_id` is one past the
+    /// largest id ever given, `latest` the newest incidents (the open one,
+    /// if any, among them). An incident left open by the run before stays
+    /// open with its problems, which the status settles
+    /// ([`Grouper::reconcile`]).
+    pub fn resume(observer: NodeId, next_id: u64, mut latest: Vec<Incident>) -> Self {
+        latest.sort_by_key(|i| i.id);
+        let next_id = latest
+            .iter()
+            .map(|i| i.id.saturating_add(1))
+            .chain([next_id, 1])
+            .max()
+            .unwrap_or(1);
+        let mut grouper = Self {
+            observer,
+            next_id,
+            open: None,
+            problems: BTreeSet::new(),
+            unsure: BTreeSet::new(),
+            last_closed: None,
+            open_pages: BTreeSet::new(),
+            changed: BTreeMap::new(),
+        };
+        for incident in &latest {
+            for entry in &incident.entries {
+                match entry.kind {
+                    EntryKind::PageSent => grouper.open_pages.insert(entry.subject.clone()),
+                    EntryKind::PageResolved => grouper.open_pages.remove(&entry.subject),
+                    _ => false,
+                };
+            }
+        }
+        for incident in latest {
+            if incident.ended_at.is_none() && !incident.open_problems.is_empty() {
+                grouper.problems = incident.open_problems.iter().cloned().collect();
+                grouper.unsure = grouper.problems.clone();
+                grouper.open = Some(incident);
+            } else if incident.ended_at.is_some() {
+                grouper.last_closed = Some(incident);
+            }
+        }
+        grouper
+    }
+
+    /// The id the next incident will get.
+    pub fn next_id(&self) -> u64 {
+        self.next_id
+    }
+
+    /// Whether an incident is open.
+    pub fn is_open(&self) -> bool {
+        self.open.is_some()
+    }
+
+    /// Whether some open problem may have recovered unseen.
+    pub fn has_unsure(&self) -> bool {
+        !self.unsure.is_empty()
+    }
+
+    /// Records one happening.
+    pub fn record(&mut self, happening: Happening) {
+        let Happening { entry, effect } = happening;
+        match effect {
+            Effect::Opens(key) => {
+                self.unsure.remove(&key);
+                self.problems.insert(key);
+                self.attach_or_open(entry);
+            }
+            Effect::Closes(key) => {
+                self.unsure.remove(&key);
+                // A recovery of what nobody knew was wrong (a link judged
+                // for the first time) is no news.
+                if self.open.is_none() {
+                    return;
+                }
+                let at = entry.at;
+                let closed = self.problems.remove(&key);
+                self.attach(entry);
+                if closed && self.problems.is_empty() {
+                    self.end(at);
+                }
+            }
+            Effect::PageSent => {
+                if !self.open_pages.insert(entry.subject.clone()) {
+                    return; // A resend.
+                }
+                if self.open.is_some() {
+                    self.attach(entry);
+                } else {
+                    self.point(entry);
+                }
+            }
+            Effect::PageResolved => {
+                if !self.open_pages.remove(&entry.subject) {
+                    return; // Resolved already, or never paged by this run.
+                }
+                if self.open.is_some() {
+                    self.attach(entry);
+                } else if let Some(last) = self.last_closed.as_mut().filter(|last| {
+                    last.entries
+                        .iter()
+                        .any(|e| e.kind == EntryKind::PageSent && e.subject == entry.subject)
+                }) {
+                    push_entry(last, entry);
+                    self.changed.insert(last.id, last.clone());
+                } else {
+                    self.point(entry);
+                }
+            }
+            Effect::Point => {
+                if self.open.is_some() {
+                    self.attach(entry);
+                } else {
+                    self.point(entry);
+                }
+            }
+        }
+    }
+
+    /// Events were missed: what is open may have recovered unseen.
+    pub fn missed(&mut self, happening: Happening) {
+        self.unsure = self.problems.clone();
+        self.record(happening);
+    }
+
+    /// Closes the problems that may have recovered unseen and are well in
+    /// `status`, at its time, each with a [`EntryKind::SeenWell`] entry.
+    pub fn reconcile(&mut self, status: &MeshStatus) {
+        if self.unsure.is_empty() || self.open.is_none() {
+            return;
+        }
+        let at = status.evaluated_at;
+        let well: Vec<String> = self
+            .unsure
+            .iter()
+            .filter(|key| is_well(key, status))
+            .cloned()
+            .collect();
+        for key in well {
+            self.unsure.remove(&key);
+            self.problems.remove(&key);
+            self.attach(Entry {
+                at,
+                kind: EntryKind::SeenWell,
+                subject: key.clone(),
+                summary: format!(
+                    "{key} is well in the status; its recovery was not seen (meshd was not \
+                     running, or the history fell behind)"
+                ),
+                nodes: Vec::new(),
+            });
+        }
+        if self.problems.is_empty() {
+            self.end(at);
+        }
+    }
+
+    /// Every incident changed since the last call, by id, with its open
+    /// problems filled in: what the store writes.
+    pub fn take_changed(&mut self) -> Vec<Incident> {
+        std::mem::take(&mut self.changed).into_values().collect()
+    }
+
+    fn attach_or_open(&mut self, entry: Entry) {
+        if self.open.is_none() {
+            self.open = Some(self.incident(entry.at));
+        }
+        self.attach(entry);
+    }
+
+    /// Adds `entry` to the open incident.
+    fn attach(&mut self, entry: Entry) {
+        let Some(open) = self.open.as_mut() else {
+            return;
+        };
+        push_entry(open, entry);
+        open.open_problems = self.problems.iter().cloned().collect();
+        self.changed.insert(open.id, open.clone());
+    }
+
+    /// An incident of no duration holding `entry` alone.
+    fn point(&mut self, entry: Entry) {
+        let mut incident = self.incident(entry.at);
+        incident.ended_at = Some(entry.at);
+        push_entry(&mut incident, entry);
+        self.changed.insert(incident.id, incident.clone());
+        self.last_closed = Some(incident);
+    }
+
+    fn end(&mut self, at: SystemTime) {
+        if let Some(mut open) = self.open.take() {
+            open.ended_at = Some(at.max(open.started_at));
+            open.open_problems.clear();
+            self.changed.insert(open.id, open.clone());
+            self.last_closed = Some(open);
+        }
+        self.problems.clear();
+        self.unsure.clear();
+    }
+
+    fn incident(&mut self, at: SystemTime) -> Incident {
+        let id = self.next_id;
+        self.next_id = self.next_id.saturating_add(1);
+        Incident {
+            id,
+            observer: self.observer.clone(),
+            started_at: at,
+            ended_at: None,
+            entries: Vec::new(),
+            entries_left_out: 0,
+            open_problems: Vec::new(),
+        }
+    }
+}
+
+/// Appends `entry`, keeping the first half of the cap and the latest
+/// entries when the timeline is longer.
+fn push_entry(incident: &mut Incident, entry: Entry) {
+    if incident.entries.len() >= MAX_ENTRIES_PER_INCIDENT {
+        incident.entries.remove(MAX_ENTRIES_PER_INCIDENT / 2);
+        incident.entries_left_out = incident.entries_left_out.saturating_add(1);
+    }
+    incident.entries.push(entry);
+}
+
+/// Whether the problem `key` is well in `status`: a link up, a node up,
+/// quorum held, an alarm no longer raised (a link or node the status no
+/// longer judges is gone from the config, so nothing is wrong with it).
+fn is_well(key: &str, status: &MeshStatus) -> bool {
+    if key == QUORUM_KEY {
+        return status.quorum.has_quorum;
+    }
+    if let Some(subject) = key.strip_prefix("link:") {
+        return status
+            .links
+            .iter()
+            .find(|l| link_subject(l) == subject)
+            .is_none_or(|l| l.state == LinkState::Up);
+    }
+    if let Some(node) = key.strip_prefix("node:") {
+        return status
+            .nodes
+            .iter()
+            .find(|n| n.id.as_str() == node)
+            .is_none_or(|n| n.state == NodeState::Up);
+    }
+    if key.starts_with("alarm:") {
+        return !status
+            .alarms
+            .iter()
+            .any(|a| holds_incident(a) && alarm_problem_key(a) == key);
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use meshd_domain::fixtures::{empty_status, end, id, link_verdict, node_verdict, wall};
+    use meshd_domain::{AlarmKind, LinkEnd, Quorum};
+
+    use super::*;
+
+    fn link_event(at: u64, kind: EventKind, state: LinkState) -> Event {
+        let link = link_verdict(end("a", "en2"), end("b", "en3"), state);
+        Event {
+            at: wall(at),
+            observer: id("a"),
+            kind,
+            subject: link_subject(&link),
+            summary: format!("link {} is {state}", link_subject(&link)),
+            detail: Some(EventDetail::Link(link)),
+        }
+    }
+
+    fn node_event(at: u64, kind: EventKind, node: &str, state: NodeState) -> Event {
+        Event {
+            at: wall(at),
+            observer: id("a"),
+            kind,
+            subject: node.to_owned(),
+            summary: format!("node {node} is {state}"),
+            detail: Some(EventDetail::Node(node_verdict(id(node), state, wall(at)))),
+        }
+    }
+
+    fn alarm_event(at: u64, kind: EventKind, alarm_kind: AlarmKind, severity: Severity) -> Event {
+        let alarm = Alarm {
+            kind: alarm_kind,
+            severity,
+            node: id("b"),
+            subject: "b".into(),
+            summary: "something".into(),
+            evidence: vec![],
+            fix: None,
+            since: wall(at),
+            updated: wall(at),
+        };
+        Event {
+            at: wall(at),
+            observer: id("a"),
+            kind,
+            subject: "b".into(),
+            summary: format!("{alarm_kind} on b"),
+            detail: Some(EventDetail::Alarm(alarm)),
+        }
+    }
+
+    fn record(grouper: &mut Grouper, event: Event) {
+        grouper.record(from_event(&event).expect("not a snapshot"));
+    }
+
+    fn kinds(incident: &Incident) -> Vec<&'static str> {
+        incident.entries.iter().map(|e| e.kind.as_str()).collect()
+    }
+
+    #[test]
+    fn a_cut_and_its_recovery_are_one_incident_with_its_page() {
+        let mut grouper = Grouper::new(id("a"));
+        record(
+            &mut grouper,
+            link_event(10, EventKind::LinkDown, LinkState::Down),
+        );
+        grouper.record(page(
+            wall(11),
+            "MeshLinkDown a/en2 <-> b/en3".into(),
+            "paged".into(),
+            vec![id("a"), id("b")],
+            true,
+        ));
+        // The same page resent by the leader is not a second page.
+        grouper.record(page(
+            wall(40),
+            "MeshLinkDown a/en2 <-> b/en3".into(),
+            "paged".into(),
+            vec![id("a"), id("b")],
+            true,
+        ));
+        let open = grouper.take_changed();
+        assert_eq!(open.len(), 1);
+        assert_eq!(open[0].ended_at, None);
+        assert_eq!(open[0].open_problems, ["link:a/en2 <-> b/en3"]);
+        record(
+            &mut grouper,
+            link_event(70, EventKind::LinkRecovered, LinkState::Up),
+        );
+        grouper.record(page(
+            wall(71),
+            "MeshLinkDown a/en2 <-> b/en3".into(),
+            "resolved".into(),
+            vec![],
+            false,
+        ));
+        let changed = grouper.take_changed();
+        assert_eq!(
+            changed.len(),
+            1,
+            "the late resolve joins the ended incident"
+        );
+        let incident = &changed[0];
+        assert_eq!(incident.id, 1);
+        assert_eq!(incident.started_at, wall(10));
+        assert_eq!(incident.ended_at, Some(wall(70)));
+        assert_eq!(incident.duration(wall(1000)), Duration::from_secs(60));
+        assert_eq!(
+            kinds(incident),
+            ["link_down", "page_sent", "link_recovered", "page_resolved"]
+        );
+        assert!(incident.open_problems.is_empty());
+        assert!(incident.concerns_link(&id("b"), &id("a")));
+        assert!(incident.concerns_node(&id("b")));
+        assert!(!incident.concerns_node(&id("c")));
+    }
+
+    #[test]
+    fn overlapping_faults_are_one_incident_until_the_last_heals() {
+        let mut grouper = Grouper::new(id("a"));
+        record(
+            &mut grouper,
+            link_event(10, EventKind::LinkDown, LinkState::Down),
+        );
+        record(
+            &mut grouper,
+            node_event(12, EventKind::NodeDown, "c", NodeState::Down),
+        );
+        record(
+            &mut grouper,
+            link_event(20, EventKind::LinkRecovered, LinkState::Up),
+        );
+        assert!(grouper.is_open(), "c is still down");
+        record(
+            &mut grouper,
+            node_event(30, EventKind::NodeUp, "c", NodeState::Up),
+        );
+        assert!(!grouper.is_open());
+        record(
+            &mut grouper,
+            link_event(50, EventKind::LinkDegraded, LinkState::Degraded),
+        );
+        let changed = grouper.take_changed();
+        assert_eq!(changed.len(), 2);
+        assert_eq!(changed[0].ended_at, Some(wall(30)));
+        assert_eq!(changed[1].id, 2);
+        assert_eq!(changed[1].started_at, wall(50));
+        assert_eq!(grouper.next_id(), 3);
+    }
+
+    #[test]
+    fn a_recovery_nobody_knew_of_and_a_snapshot_record_nothing() {
+        let mut grouper = Grouper::new(id("a"));
+        record(
+            &mut grouper,
+            link_event(10, EventKind::LinkUp, LinkState::Up),
+        );
+        let snapshot = crate::events::snapshot(&empty_status("a", wall(11)));
+        assert!(from_event(&snapshot).is_none());
+        assert!(grouper.take_changed().is_empty());
+    }
+
+    #[test]
+    fn restarts_and_reloads_stand_alone_when_nothing_is_wrong() {
+        let mut grouper = Grouper::new(id("a"));
+        grouper.record(meshd_started(wall(5), &id("a"), "it stopped cleanly"));
+        record(
+            &mut grouper,
+            node_event(9, EventKind::NodeRestarted, "b", NodeState::Up),
+        );
+        let changed = grouper.take_changed();
+        assert_eq!(changed.len(), 2);
+        for incident in &changed {
+            assert_eq!(Some(incident.started_at), incident.ended_at);
+        }
+        assert_eq!(changed[1].entries[0].nodes, [id("b")]);
+    }
+
+    #[test]
+    fn info_alarms_and_reboot_reminders_hold_nothing_open() {
+        let mut grouper = Grouper::new(id("a"));
+        record(
+            &mut grouper,
+            alarm_event(
+                10,
+                EventKind::AlarmRaised,
+                AlarmKind::RdmaDisabled,
+                Severity::Info,
+            ),
+        );
+        record(
+            &mut grouper,
+            alarm_event(
+                10,
+                EventKind::AlarmRaised,
+                AlarmKind::NodeRebooted,
+                Severity::Warning,
+            ),
+        );
+        assert!(!grouper.is_open());
+        record(
+            &mut grouper,
+            alarm_event(
+                20,
+                EventKind::AlarmRaised,
+                AlarmKind::CpuSpike,
+                Severity::Warning,
+            ),
+        );
+        assert!(grouper.is_open());
+        record(
+            &mut grouper,
+            alarm_event(
+                30,
+                EventKind::AlarmCleared,
+                AlarmKind::CpuSpike,
+                Severity::Warning,
+            ),
+        );
+        assert!(!grouper.is_open());
+        let changed = grouper.take_changed();
+        assert_eq!(changed.last().map(|i| i.ended_at), Some(Some(wall(30))));
+    }
+
+    #[test]
+    fn an_incident_open_over_a_restart_ends_when_the_status_shows_it_well() {
+        let mut before = Grouper::new(id("a"));
+        record(
+            &mut before,
+            link_event(10, EventKind::LinkDown, LinkState::Down),
+        );
+        record(
+            &mut before,
+            Event {
+                at: wall(10),
+                observer: id("a"),
+                kind: EventKind::QuorumLost,
+                subject: "quorum".into(),
+                summary: "quorum lost".into(),
+                detail: None,
+            },
+        );
+        let stored = before.take_changed();
+        let mut after = Grouper::resume(id("a"), before.next_id(), stored);
+        assert!(after.is_open());
+        assert!(after.has_unsure());
+        // Links unknown and no quorum yet: nothing settles.
+        let mut status = empty_status("a", wall(40));
+        status.links.push(link_verdict(
+            end("a", "en2"),
+            end("b", "en3"),
+            LinkState::Unknown,
+        ));
+        after.reconcile(&status);
+        assert!(after.is_open());
+        status.quorum = Quorum {
+            configured: vec![id("a"), id("b")],
+            members: vec![id("a"), id("b")],
+            has_quorum: true,
+            leader: None,
+        };
+        status.links[0].state = LinkState::Up;
+        status.evaluated_at = wall(45);
+        after.reconcile(&status);
+        assert!(!after.is_open());
+        let changed = after.take_changed();
+        assert_eq!(changed.len(), 1);
+        assert_eq!(changed[0].id, 1);
+        assert_eq!(changed[0].ended_at, Some(wall(45)));
+        assert_eq!(kinds(&changed[0]).last(), Some(&"seen_well"));
+        // The next incident does not reuse an id.
+        record(
+            &mut after,
+            link_event(50, EventKind::LinkDown, LinkState::Down),
+        );
+        assert_eq!(after.take_changed()[0].id, 2);
+    }
+
+    #[test]
+    fn problems_seen_live_are_not_closed_from_the_status() {
+        let mut grouper = Grouper::new(id("a"));
+        record(
+            &mut grouper,
+            link_event(10, EventKind::LinkDown, LinkState::Down),
+        );
+        let mut status = empty_status("a", wall(11));
+        status.links.push(link_verdict(
+            end("a", "en2"),
+            end("b", "en3"),
+            LinkState::Up,
+        ));
+        grouper.reconcile(&status);
+        assert!(grouper.is_open(), "the recovery event will come");
+        grouper.missed(events_missed(wall(12), &id("a"), 5));
+        grouper.reconcile(&status);
+        assert!(!grouper.is_open(), "after missed events the status decides");
+    }
+
+    #[test]
+    fn a_long_flapping_night_keeps_its_first_and_latest_entries() {
+        let mut grouper = Grouper::new(id("a"));
+        for i in 0..1000 {
+            let (kind, state) = if i % 2 == 0 {
+                (EventKind::LinkFlapping, LinkState::Flapping)
+            } else {
+                (EventKind::LinkDown, LinkState::Down)
+            };
+            record(&mut grouper, link_event(i, kind, state));
+        }
+        let incident = grouper.take_changed().remove(0);
+        assert_eq!(incident.entries.len(), MAX_ENTRIES_PER_INCIDENT);
+        assert_eq!(
+            incident.entries_left_out,
+            1000 - MAX_ENTRIES_PER_INCIDENT as u64
+        );
+        assert_eq!(incident.entries[0].at, wall(0));
+        assert_eq!(incident.entries.last().map(|e| e.at), Some(wall(999)));
+        assert!(incident.entries.windows(2).all(|w| w[0].at <= w[1].at));
+    }
+
+    #[test]
+    fn a_link_end_without_detail_still_names_its_nodes() {
+        let event = Event {
+            at: wall(1),
+            observer: id("a"),
+            kind: EventKind::LinkDown,
+            subject: "a/en2 <-> b".into(),
+            summary: "down".into(),
+            detail: None,
+        };
+        let happening = from_event(&event).expect("entry");
+        assert_eq!(happening.entry.nodes, [id("a"), id("b")]);
+        let _ = LinkEnd::node_only(id("a"));
+    }
+}
