@@ -158,6 +158,58 @@ impl Incident {
     }
 }
 
+/// What `GetHistory` is asked for.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct HistoryQuery {
+    /// Incidents that ended at or after this (or are still open); `None`:
+    /// the default window, [`DEFAULT_HISTORY_WINDOW`].
+    pub since: Option<SystemTime>,
+    pub node: Option<NodeId>,
+    /// A link as "a-b" (node ids may hold dashes: every split into two
+    /// valid ids is tried), "a<->b" or "a,b".
+    pub link: Option<String>,
+    /// Every member's history, merged.
+    pub mesh: bool,
+    /// At most this many incidents, newest first; 0: as many as a reply
+    /// holds.
+    pub limit: usize,
+}
+
+/// What `meshctl history` shows without `--since`.
+pub const DEFAULT_HISTORY_WINDOW: Duration = Duration::from_secs(24 * 60 * 60);
+
+impl HistoryQuery {
+    /// Whether `incident` is asked for, at `now`.
+    pub fn admits(&self, incident: &Incident, now: SystemTime) -> bool {
+        let since = self.since.unwrap_or_else(|| {
+            now.checked_sub(DEFAULT_HISTORY_WINDOW)
+                .unwrap_or(SystemTime::UNIX_EPOCH)
+        });
+        incident.last_moment(now) >= since
+            && self.node.as_ref().is_none_or(|n| incident.concerns_node(n))
+            && self.link.as_deref().is_none_or(|link| {
+                link_pairs(link)
+                    .iter()
+                    .any(|(a, b)| incident.concerns_link(a, b))
+            })
+    }
+}
+
+/// Every way `text` names a link between two nodes: "a<->b", "a,b", or
+/// "a-b" split at each dash where both halves are valid node ids.
+pub fn link_pairs(text: &str) -> Vec<(NodeId, NodeId)> {
+    let text = text.trim();
+    let pair = |a: &str, b: &str| Some((NodeId::new(a.trim()).ok()?, NodeId::new(b.trim()).ok()?));
+    for separator in ["<->", ","] {
+        if let Some((a, b)) = text.split_once(separator) {
+            return pair(a, b).into_iter().collect();
+        }
+    }
+    text.match_indices('-')
+        .filter_map(|(i, _)| pair(&text[..i], &text[i + 1..]))
+        .collect()
+}
+
 /// `t` minus `offset_ns`, saturating at the epoch and at 9999.
 fn shift_time(t: SystemTime, offset_ns: i64) -> SystemTime {
     let magnitude = Duration::from_nanos(offset_ns.unsigned_abs());
@@ -211,6 +263,28 @@ mod tests {
         assert_eq!(link_ends("a/en2 <-> b/en3"), Some(("a", "b")));
         assert_eq!(link_ends("a <-> b"), Some(("a", "b")));
         assert_eq!(link_ends("quorum"), None);
+    }
+
+    #[test]
+    fn a_link_with_dashed_node_ids_is_tried_at_every_dash() {
+        let ids = |pairs: Vec<(NodeId, NodeId)>| -> Vec<(String, String)> {
+            pairs
+                .into_iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect()
+        };
+        assert_eq!(ids(link_pairs("a-b")), [("a".into(), "b".into())]);
+        assert_eq!(
+            ids(link_pairs("studio-1-studio-2")),
+            [
+                ("studio".into(), "1-studio-2".into()),
+                ("studio-1".into(), "studio-2".into()),
+                ("studio-1-studio".into(), "2".into())
+            ]
+        );
+        assert_eq!(ids(link_pairs("a <-> b")), [("a".into(), "b".into())]);
+        assert!(link_pairs("-").is_empty());
+        assert!(link_pairs("").is_empty());
     }
 
     #[test]

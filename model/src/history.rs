@@ -161,6 +161,40 @@ pub fn page(
     }
 }
 
+/// An alert posted to Alertmanager (firing or resolved) as a page: named
+/// by its alert name and labels, so its resolve finds it.
+pub fn page_of(alert: &crate::alerts::Alert, at: SystemTime, firing: bool) -> Happening {
+    let name = alert
+        .labels
+        .get("alertname")
+        .map_or("alert", String::as_str);
+    let mut subject = name.to_owned();
+    let mut nodes = Vec::new();
+    for (key, value) in &alert.labels {
+        if key == "alertname" || key == "severity" {
+            continue;
+        }
+        subject.push_str(&format!(" {key}={value}"));
+        if matches!(key.as_str(), "node" | "a" | "b")
+            && let Ok(node) = NodeId::new(value.as_str())
+        {
+            nodes.push(node);
+        }
+    }
+    nodes.sort();
+    nodes.dedup();
+    let what = alert
+        .annotations
+        .get("summary")
+        .map_or(name, String::as_str);
+    let summary = if firing {
+        format!("paged: {what}")
+    } else {
+        format!("page resolved: {what}")
+    };
+    page(at, subject, summary, nodes, firing)
+}
+
 /// This node's meshd started; `previous_run` says how the run before
 /// ended, when the history knows.
 pub fn meshd_started(at: SystemTime, node: &NodeId, previous_run: &str) -> Happening {
@@ -591,6 +625,29 @@ mod tests {
         assert!(incident.concerns_link(&id("b"), &id("a")));
         assert!(incident.concerns_node(&id("b")));
         assert!(!incident.concerns_node(&id("c")));
+    }
+
+    #[test]
+    fn a_page_is_named_by_its_alert_and_labels_and_names_its_nodes() {
+        let alert = crate::alerts::Alert {
+            labels: [
+                ("alertname".to_owned(), "MeshLinkDown".to_owned()),
+                ("a".to_owned(), "a".to_owned()),
+                ("b".to_owned(), "b".to_owned()),
+                ("severity".to_owned(), "critical".to_owned()),
+            ]
+            .into(),
+            annotations: [("summary".to_owned(), "Link a <-> b is down".to_owned())].into(),
+            starts_at: wall(1),
+        };
+        let sent = page_of(&alert, wall(2), true);
+        assert_eq!(sent.entry.subject, "MeshLinkDown a=a b=b");
+        assert_eq!(sent.entry.summary, "paged: Link a <-> b is down");
+        assert_eq!(sent.entry.nodes, [id("a"), id("b")]);
+        assert_eq!(sent.effect, Effect::PageSent);
+        let resolved = page_of(&alert, wall(3), false);
+        assert_eq!(resolved.entry.subject, sent.entry.subject);
+        assert_eq!(resolved.effect, Effect::PageResolved);
     }
 
     #[test]
