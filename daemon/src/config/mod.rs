@@ -377,6 +377,23 @@ pub struct HistoryConfig {
     pub max_age: Duration,
 }
 
+/// `history.redb` in the state directory: systemd's `$STATE_DIRECTORY`
+/// (its first entry), else the platform's.
+pub fn default_history_path(state_directory: Option<&str>) -> PathBuf {
+    let dir = state_directory
+        .and_then(|dirs| dirs.split(':').next())
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            if cfg!(target_os = "macos") {
+                PathBuf::from("/Library/Application Support/meshd")
+            } else {
+                PathBuf::from("/var/lib/meshd")
+            }
+        });
+    dir.join(HISTORY_FILE_NAME)
+}
+
 impl Default for HistoryConfig {
     fn default() -> Self {
         Self {
@@ -741,6 +758,17 @@ impl Config {
     /// never a reason to refuse the config.
     pub fn warnings(&self) -> Vec<Problem> {
         validate::advise(self)
+    }
+
+    /// This config with the history's default path filled in when none is
+    /// set, from `state_directory` (`$STATE_DIRECTORY`): what `meshd run`
+    /// does. A node started otherwise keeps no history unless its config
+    /// names a file.
+    pub fn with_default_history_path(mut self, state_directory: Option<&str>) -> Config {
+        if self.history.enabled && self.history.path.is_none() {
+            self.history.path = Some(default_history_path(state_directory));
+        }
+        self
     }
 
     /// The configured members of the mesh (this node and its peers), sorted,

@@ -161,7 +161,11 @@ fn restart_only(current: &Config, new: &mut Config) -> Vec<(&'static str, String
     }
     // The history's file is opened once, at start; `meshd run` filled in
     // its default path, which the file as read does not name.
-    let as_started = crate::history::with_default_path(new.clone()).history;
+    let state_directory = std::env::var("STATE_DIRECTORY").ok();
+    let as_started = new
+        .clone()
+        .with_default_history_path(state_directory.as_deref())
+        .history;
     if as_started != current.history && new.history != current.history {
         let path = current
             .history

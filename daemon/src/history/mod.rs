@@ -15,6 +15,7 @@ pub mod store;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+
 use std::sync::Arc;
 use std::sync::mpsc as std_mpsc;
 use std::time::{Duration, Instant, SystemTime};
@@ -25,7 +26,7 @@ use meshd_model::history::{self as grouping, Grouper, Happening};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, HISTORY_FILE_NAME, HistoryConfig};
+use crate::config::HistoryConfig;
 use crate::logging::{REPEAT_INTERVAL, Throttle};
 use crate::metrics::Metrics;
 use crate::state::Numbered;
@@ -53,34 +54,6 @@ pub const PAGE_BUFFER: usize = 256;
 /// How long the last batch and the clean-stop mark get at shutdown, within
 /// the node's shutdown budget.
 const CLOSE_TIMEOUT: Duration = Duration::from_millis(600);
-
-/// `history.redb` in the state directory: systemd's `$STATE_DIRECTORY`
-/// (its first entry), else the platform's.
-pub fn default_path(state_directory: Option<&str>) -> PathBuf {
-    let dir = state_directory
-        .and_then(|dirs| dirs.split(':').next())
-        .filter(|d| !d.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            if cfg!(target_os = "macos") {
-                PathBuf::from("/Library/Application Support/meshd")
-            } else {
-                PathBuf::from("/var/lib/meshd")
-            }
-        });
-    dir.join(HISTORY_FILE_NAME)
-}
-
-/// `config` with the default history path filled in when none is set
-/// (what `meshd run` does; a node started otherwise keeps no history
-/// unless its config names a file).
-pub fn with_default_path(mut config: Config) -> Config {
-    if config.history.enabled && config.history.path.is_none() {
-        let state = std::env::var("STATE_DIRECTORY").ok();
-        config.history.path = Some(default_path(state.as_deref()));
-    }
-    config
-}
 
 /// Why a query got no answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
