@@ -172,7 +172,7 @@ async fn ask_peer(
     Ok(history
         .incidents
         .into_iter()
-        .filter(|i| &i.observer == &route.peer)
+        .filter(|i| i.observer == route.peer)
         .collect())
 }
 

@@ -168,7 +168,11 @@ pub fn start(
         commands: Some(commands.clone()),
     };
     let writer = Writer {
-        store: Some((commands, opened, path)),
+        store: Some(StoreLink {
+            commands,
+            opened,
+            path,
+        }),
     };
     (handle, writer.run(inputs, shutdown))
 }
@@ -180,13 +184,17 @@ struct Opened {
     found: Found,
 }
 
+/// The writer's way to its store: the commands, the answer of the open,
+/// and the file (for the log).
+struct StoreLink {
+    commands: std_mpsc::SyncSender<Command>,
+    opened: oneshot::Receiver<Result<Opened, StoreError>>,
+    path: PathBuf,
+}
+
 #[derive(Default)]
 struct Writer {
-    store: Option<(
-        std_mpsc::SyncSender<Command>,
-        oneshot::Receiver<Result<Opened, StoreError>>,
-        PathBuf,
-    )>,
+    store: Option<StoreLink>,
 }
 
 impl Writer {
@@ -198,7 +206,12 @@ impl Writer {
             status,
             metrics: _,
         } = inputs;
-        let Some((commands, opened, path)) = self.store else {
+        let Some(StoreLink {
+            commands,
+            opened,
+            path,
+        }) = self.store
+        else {
             // No history: nothing to keep; the receivers go with the task.
             shutdown.cancelled().await;
             return;

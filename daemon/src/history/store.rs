@@ -124,7 +124,13 @@ impl Store {
     /// meshd from starting. A file another meshd holds is left alone.
     pub fn open(path: &Path, caps: Caps, now: SystemTime) -> Result<(Self, Found), StoreError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            fs::create_dir_all(dir).map_err(|error| StoreError::Directory {
+            // The history names the mesh's nodes and what went wrong with
+            // them: for meshd's user alone, as systemd's StateDirectory is.
+            let mut builder = fs::DirBuilder::new();
+            builder.recursive(true);
+            #[cfg(unix)]
+            std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+            builder.create(dir).map_err(|error| StoreError::Directory {
                 dir: dir.to_owned(),
                 error,
             })?;
@@ -390,8 +396,8 @@ impl Store {
         Ok(found)
     }
 
-    /// Incidents stored.
-    pub fn len(&self) -> Result<u64, StoreError> {
+    /// How many incidents are stored.
+    pub fn incidents_stored(&self) -> Result<u64, StoreError> {
         let read = self.db.begin_read().map_err(StoreError::redb)?;
         let table = read.open_table(INCIDENTS).map_err(StoreError::redb)?;
         table.len().map_err(StoreError::redb)
