@@ -598,7 +598,7 @@ impl Served<'_> {
             mesh: MeshService::new(
                 self.state.clone(),
                 shutdown.clone(),
-                self.history,
+                self.history.clone(),
                 bound
                     .mesh_listener
                     .as_ref()
@@ -634,6 +634,7 @@ impl Served<'_> {
             self.state.clone(),
             shutdown.clone(),
             bound.grpc_addr,
+            self.history,
         );
         let http = gate(
             bound.http_listener,
