@@ -149,11 +149,15 @@ pub fn newest_first(mut incidents: Vec<Incident>, limit: usize) -> Vec<Incident>
     incidents
 }
 
-/// The peer's clock minus this node's, 0 when not measured.
+/// The peer's clock minus this node's; 0 when not measured, or when the
+/// offset is within its own uncertainty (half the round trip of the sample
+/// it came from): on clocks that agree, a sample taken through busy queues
+/// would otherwise move a peer's times by its noise.
 fn offset_to(offsets: &[ClockOffset], peer: &NodeId) -> i64 {
     offsets
         .iter()
         .find(|o| &o.peer == peer)
+        .filter(|o| u128::from(o.offset_ns.unsigned_abs()) > o.rtt.as_nanos() / 2)
         .map_or(0, |o| o.offset_ns)
 }
 
@@ -230,6 +234,16 @@ mod tests {
         }];
         let offset = offset_to(&offsets, &id("b"));
         assert_eq!(offset_to(&offsets, &id("c")), 0);
+        let noise = [ClockOffset {
+            peer: id("b"),
+            offset_ns: 300_000_000,
+            rtt: Duration::from_millis(800),
+        }];
+        assert_eq!(
+            offset_to(&noise, &id("b")),
+            0,
+            "within half its round trip, an offset is no offset"
+        );
         let shifted = incident("b", 1, 12).shifted(offset);
         assert_eq!(shifted.started_at, wall(10));
         assert_eq!(shifted.ended_at, Some(wall(11)));

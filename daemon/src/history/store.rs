@@ -44,9 +44,9 @@ const CACHE_BYTES: usize = 4 << 20;
 /// "History", measured).
 const PAYLOAD_SHARE_PERCENT: u64 = 40;
 
-/// Incidents the start hands the grouping: the newest few hold any that is
-/// still open and the last one that ended.
-const RESUME_INCIDENTS: usize = 4;
+/// Incidents the start hands the grouping: the newest hold those still
+/// open (several faults can be open at once) and the last ones that ended.
+const RESUME_INCIDENTS: usize = 32;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

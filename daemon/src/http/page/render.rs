@@ -13,7 +13,9 @@ use super::text::{age, esc, prose, utc};
 use super::{details, picture};
 
 /// The whole page: the view, the legend, and where the style and the
-/// script come from (this node; never anywhere else).
+/// script come from (this node; never anywhere else). Without the
+/// history's timeline: what the tests of the view read.
+#[cfg(test)]
 pub fn document(status: &MeshStatus, now: SystemTime, stall_after: Duration) -> String {
     document_with(status, now, stall_after, None)
 }
