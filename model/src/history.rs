@@ -124,12 +124,27 @@ fn event_nodes(event: &Event) -> Vec<NodeId> {
         Some(EventDetail::Link(link)) => vec![link.a.node.clone(), link.b.node.clone()],
         Some(EventDetail::Node(node)) => vec![node.id.clone()],
         Some(EventDetail::Alarm(alarm)) => vec![alarm.node.clone()],
-        _ => link_ends(&event.subject)
-            .map(|(a, b)| vec![a, b])
-            .unwrap_or_else(|| vec![event.subject.as_str()])
-            .into_iter()
-            .filter_map(|name| NodeId::new(name).ok())
-            .collect(),
+        // Without detail, the subject names them: a link's ends, or the
+        // node a node event is about (a config notice or quorum names none).
+        _ => match event.kind {
+            EventKind::LinkDown
+            | EventKind::LinkDegraded
+            | EventKind::LinkFlapping
+            | EventKind::LinkRecovered
+            | EventKind::LinkUp
+            | EventKind::LinkUnknown => link_ends(&event.subject)
+                .map(|(a, b)| vec![a, b])
+                .unwrap_or_default(),
+            EventKind::NodeDown
+            | EventKind::NodeSuspect
+            | EventKind::NodeUp
+            | EventKind::NodeRestarted
+            | EventKind::NodeRebooted => vec![event.subject.as_str()],
+            _ => Vec::new(),
+        }
+        .into_iter()
+        .filter_map(|name| NodeId::new(name).ok())
+        .collect(),
     };
     nodes.sort();
     nodes.dedup();
@@ -1039,6 +1054,12 @@ mod tests {
         };
         let happening = from_event(&event).expect("entry");
         assert_eq!(happening.entry.nodes, [id("a"), id("b")]);
+        let reload = Event {
+            kind: EventKind::ConfigReloaded,
+            subject: "config".into(),
+            ..event
+        };
+        assert!(from_event(&reload).expect("entry").entry.nodes.is_empty());
         let _ = LinkEnd::node_only(id("a"));
     }
 }
