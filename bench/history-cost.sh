@@ -6,11 +6,11 @@
 #
 #   bench/history-cost.sh BIN_DIR on|off steady|chaos DURATION_S [WARMUP_S]
 #
-# BIN_DIR holds meshd and meshctl (target/release). chaos: every 5 s one
-# node (the last) is frozen (SIGSTOP) for 2.5 s and thawed, so its peers
-# call it suspect or down and up again, its links unknown and back, and page
-# nothing (no Alertmanager): the events a flapping node gives, 12 a minute
-# per peer. Prints one line per node and a total:
+# BIN_DIR holds meshd and meshctl (target/release). chaos: every 8 s one
+# node (the last) is frozen (SIGSTOP) for 4 s, past the 3-s stale_after,
+# and thawed, so its peers call it suspect and up again, its links unknown
+# and back, and page nothing (no Alertmanager): a flapping node, an
+# incident every 8 s on each peer. Prints one line per node and a total:
 #
 #   node=h1 cpu=0.812% write_bytes=40960 syscw=1234 history_bytes=77824
 #
@@ -73,7 +73,7 @@ if [[ $mode == chaos ]]; then
     frozen=${pids[3]}
     end=$((SECONDS + duration))
     while ((SECONDS < end)); do
-        kill -STOP "$frozen"; sleep 2.5; kill -CONT "$frozen"; sleep 2.5
+        kill -STOP "$frozen"; sleep 4; kill -CONT "$frozen"; sleep 4
     done
 else
     sleep "$duration"
