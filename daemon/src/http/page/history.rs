@@ -60,17 +60,22 @@ pub fn section(timeline: Timeline<'_>, now: SystemTime, out: &mut String) {
     );
     for hours in [0u64, 6, 12, 18, 24] {
         let x = WIDTH * hours as f64 / 24.0;
+        let label = match 24 - hours {
+            0 => "now".to_owned(),
+            ago => format!("-{ago}h"),
+        };
         let _ = write!(
             out,
-            r#"<line class="tick" x1="{x:.1}" x2="{x:.1}" y1="0" y2="{height}"/><text class="tick" x="{:.1}" y="12">-{}h</text>"#,
-            x.min(WIDTH - 30.0),
-            24 - hours
+            r#"<line class="tick" x1="{x:.1}" x2="{x:.1}" y1="0" y2="{height}"/><text class="tick" x="{:.1}" y="12">{label}</text>"#,
+            x.min(WIDTH - 30.0)
         );
     }
     for (row, incident) in drawn.iter().enumerate() {
         let from = position(incident.started_at, start);
         let to = position(incident.ended_at.unwrap_or(now), start);
-        let width = (to - from).max(2.0);
+        // Minutes are a sliver of a day: every incident stays visible.
+        let width = (to - from).max(3.0);
+        let from = from.min(WIDTH - width);
         let y = AXIS + ROW * row as f64 + 2.0;
         let class = if incident.ended_at.is_none() {
             "bar open"
@@ -189,6 +194,11 @@ mod tests {
             "an hour is 1/24 of the axis: {out}"
         );
         assert!(out.contains(r#"<rect class="bar open""#), "{out}");
+        assert!(
+            out.contains(r#"x="997.0""#),
+            "a recent one stays on the axis: {out}"
+        );
+        assert!(out.contains(">now</text>"));
         assert!(out.contains(r#"<li id="incident-1">"#));
         assert!(out.contains("&lt;no reply&gt;"), "escaped: {out}");
         assert!(!out.contains("<no reply>"));
