@@ -100,18 +100,44 @@ impl Logs {
     }
 }
 
-fn start(meshd_dir: &Path, config_path: &Path) -> (Child, Logs, SocketAddr) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_meshd"))
-        .args(["run", "--config"])
-        .arg(config_path)
-        .args(["--log-format", "json"])
-        .current_dir(meshd_dir)
-        .env_remove("RUST_LOG")
-        .env_remove("STATE_DIRECTORY")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("meshd starts");
+/// A meshd this test started: killed and reaped however the test ends, a
+/// failed assertion included.
+struct Meshd(Child);
+
+impl Drop for Meshd {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl std::ops::Deref for Meshd {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Meshd {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+fn start(meshd_dir: &Path, config_path: &Path) -> (Meshd, Logs, SocketAddr) {
+    let mut child = Meshd(
+        Command::new(env!("CARGO_BIN_EXE_meshd"))
+            .args(["run", "--config"])
+            .arg(config_path)
+            .args(["--log-format", "json"])
+            .current_dir(meshd_dir)
+            .env_remove("RUST_LOG")
+            .env_remove("STATE_DIRECTORY")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("meshd starts"),
+    );
     let mut logs = Logs::follow(child.stderr.take().expect("stderr"));
     let started = logs.until("meshd started");
     let grpc: SocketAddr = started["grpc"]
