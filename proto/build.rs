@@ -14,6 +14,7 @@ const PROTOS: &[&str] = &[
     "meshd/v1/jobs.proto",
     "meshd/v1/status.proto",
     "meshd/v1/events.proto",
+    "meshd/v1/history.proto",
     "meshd/v1/report.proto",
     "meshd/v1/hostfile.proto",
     "meshd/v1/service.proto",

@@ -79,6 +79,32 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// What happened: the incidents this node recorded on its disk (which
+    /// cable went down, which node rebooted or panicked, when quorum was
+    /// lost, what was paged), newest first, each with its timeline. Kept
+    /// across restarts and reboots, no Prometheus needed.
+    History {
+        /// Incidents that ended within this long (or are still open), such
+        /// as 12h, 3d, 90m.
+        #[arg(long, value_name = "DURATION", default_value = "24h", value_parser = humantime::parse_duration)]
+        since: std::time::Duration,
+        /// Only incidents that concern this node.
+        #[arg(long)]
+        node: Option<String>,
+        /// Only incidents about the link between two nodes, as a-b.
+        #[arg(long, value_name = "A-B")]
+        link: Option<String>,
+        /// Every node's history, merged on the answering node's clock (it
+        /// asks its peers over the mesh listener).
+        #[arg(long)]
+        mesh: bool,
+        /// At most this many incidents, newest first (at most 1000).
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+        /// One JSON document instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Platform checks with evidence and fixes: RDMA enabled, every cable of
     /// the full mesh present at 80 Gb/s, one subnet per cable, GIDs,
     /// Thunderbolt Bridge off, same macOS everywhere. This node by default

@@ -180,6 +180,42 @@ pub async fn status(target: &Target) -> Result<MeshStatus, Failure> {
     .await
 }
 
+/// A mesh-wide history waits for every peer (each bounded by the daemon
+/// at 3 s), so it gets longer than [`DEADLINE`].
+const MESH_HISTORY_DEADLINE: Duration = Duration::from_secs(6);
+
+/// Fetches and checks the incident history.
+pub async fn history(
+    target: &Target,
+    request: wire::GetHistoryRequest,
+) -> Result<meshd_proto::convert::History, Failure> {
+    let deadline = if request.mesh {
+        MESH_HISTORY_DEADLINE
+    } else {
+        DEADLINE
+    };
+    let call = async {
+        let mut client = MeshClient::new(connect(target, Some(deadline)).await?);
+        let reply = client
+            .get_history(request)
+            .await
+            .map_err(|s| match s.code() {
+                tonic::Code::FailedPrecondition | tonic::Code::InvalidArgument => {
+                    Failure::Refused(format!("meshd at {target}: {}", s.message()))
+                }
+                _ => call_failed(target, &s, "cannot give its history"),
+            })?;
+        meshd_proto::convert::History::try_from(reply.into_inner()).map_err(|e| {
+            Failure::Unreachable(format!("meshd at {target} sent a malformed history: {e}"))
+        })
+    };
+    tokio::time::timeout(deadline, call).await.map_err(|_| {
+        Failure::Unreachable(format!(
+            "meshd at {target} did not answer within {deadline:?}"
+        ))
+    })?
+}
+
 /// Opens the event stream; connecting is bounded by [`DEADLINE`], the
 /// stream itself runs until meshd or the user ends it.
 pub async fn events(target: &Target) -> Result<tonic::Streaming<wire::Event>, Failure> {

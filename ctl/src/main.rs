@@ -9,6 +9,7 @@ mod certs;
 mod checklist;
 mod client;
 mod doctor;
+mod history;
 mod hostfile;
 mod jobs;
 mod layout;
@@ -75,6 +76,26 @@ fn run(command: Command, target: &Target) -> Result<bool, Failure> {
             Command::Status { json } => status::run(target, json).await,
             Command::Jobs { json } => jobs::run(target, json).await,
             Command::Watch { json } => watch::run(target, json).await.map(|()| true),
+            Command::History {
+                since,
+                node,
+                link,
+                mesh,
+                limit,
+                json,
+            } => history::run(
+                target,
+                history::Request {
+                    since,
+                    node,
+                    link,
+                    mesh,
+                    limit,
+                },
+                json,
+            )
+            .await
+            .map(|()| true),
             Command::Doctor {
                 from,
                 mesh,

@@ -278,6 +278,8 @@ fn a_written_plan_with_certificates_runs_as_a_mesh_over_mutual_tls() {
             .arg("--config")
             .arg(plan_dir.join(node).join("meshd.toml"))
             .env_remove("RUST_LOG")
+            // Each node's incident history in its own directory.
+            .env("STATE_DIRECTORY", plan_dir.join(node))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)

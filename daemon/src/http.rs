@@ -43,6 +43,7 @@ pub fn router(
     mesh: MeshState,
     shutdown: CancellationToken,
     grpc: SocketAddr,
+    history: crate::history::HistoryHandle,
 ) -> Router {
     Router::new()
         .route("/metrics", get(render_metrics))
@@ -51,7 +52,7 @@ pub fn router(
             metrics,
             mesh: mesh.clone(),
         })
-        .merge(page::router(mesh, shutdown, stall_after()))
+        .merge(page::router(mesh, shutdown, stall_after(), history))
         .fallback(move |request: Request| async move { elsewhere(&request, grpc) })
 }
 

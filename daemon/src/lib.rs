@@ -25,6 +25,7 @@ pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod grpc;
+pub mod history;
 pub mod http;
 pub mod install;
 pub mod logging;

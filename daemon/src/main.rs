@@ -309,6 +309,10 @@ fn run(config_path: Option<PathBuf>, hostname: &str) -> anyhow::Result<()> {
         // arrives during start-up is a graceful stop, not a kill.
         let mut signals = StopSignals::install()?;
         let hangups = Hangups::install();
+        // `meshd run` keeps its history in the state directory unless the
+        // config names a file.
+        let state_directory = std::env::var("STATE_DIRECTORY").ok();
+        let config = config.with_default_history_path(state_directory.as_deref());
         let mut node = RunningNode::start(&config, hostname).await?;
         match config_path {
             Some(path) => node.watch_config(path, hostname.to_owned(), hangups),

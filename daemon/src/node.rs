@@ -283,6 +283,20 @@ impl RunningNode {
             outgoing,
             notices,
         } = handles;
+        // Subscribed before the aggregator runs, so the history misses
+        // nothing; pages reach it from the alert pusher, which never waits.
+        let (pages, pages_rx) = tokio::sync::mpsc::channel(crate::history::PAGE_BUFFER);
+        let (history, history_writer) = crate::history::start(
+            &config.history,
+            crate::history::Inputs {
+                node: identity.id.clone(),
+                events: state.subscribe_events(),
+                pages: pages_rx,
+                status: state.status.clone(),
+                metrics: metrics.clone(),
+            },
+            shutdown.clone(),
+        );
         // Its jobs are the status's: it starts once the status exists.
         crate::watch::routes::spawn(
             identity.id.clone(),
@@ -305,8 +319,10 @@ impl RunningNode {
             &config.alerting.alertmanagers,
             config.alerting.resend_interval,
             metrics.clone(),
-        )?;
+        )?
+        .with_pages(pages);
         let mut tasks = NodeTasks::default();
+        tasks.spawn("incident history", run_to_end(history_writer));
         if let Some(tls) = &bound.tls {
             let certificates = tls.certificates().clone();
             metrics.watch_certificates(certificates.clone());
@@ -349,6 +365,7 @@ impl RunningNode {
             peer,
             shutdown: &shutdown,
             descriptors,
+            history,
         };
         let (grpc_addr, mesh_addr, metrics_addr) = served.spawn(bound, &mut tasks)?;
         tracing::info!(
@@ -569,6 +586,7 @@ struct Served<'a> {
     peer: PeerService,
     shutdown: &'a CancellationToken,
     descriptors: Descriptors,
+    history: crate::history::HistoryHandle,
 }
 
 impl Served<'_> {
@@ -581,7 +599,18 @@ impl Served<'_> {
     ) -> Result<(SocketAddr, Option<SocketAddr>, SocketAddr), StartError> {
         let shutdown = self.shutdown;
         let read_only = ReadOnly {
-            mesh: MeshService::new(self.state.clone(), shutdown.clone()),
+            mesh: MeshService::new(
+                self.state.clone(),
+                shutdown.clone(),
+                self.history.clone(),
+                bound
+                    .mesh_listener
+                    .as_ref()
+                    .map(|_| grpc::history::MeshReach {
+                        configs: self.configs.subscribe(),
+                        tls: bound.tls.clone(),
+                    }),
+            ),
             topology: TopologyService::new(self.state.clone(), self.configs.subscribe()),
         };
         let gate = |listener, which, cap, descriptors| {
@@ -609,6 +638,7 @@ impl Served<'_> {
             self.state.clone(),
             shutdown.clone(),
             bound.grpc_addr,
+            self.history,
         );
         let http = gate(
             bound.http_listener,

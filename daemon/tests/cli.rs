@@ -357,6 +357,8 @@ fn run_serves_until_sigterm_and_logs_json() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_meshd"))
         .args(["run", "--config", &config, "--log-format", "json"])
         .env_remove("RUST_LOG")
+        // Its incident history beside its config, not in the machine's.
+        .env("STATE_DIRECTORY", dir.path())
         .stderr(Stdio::piped())
         .spawn()
         .expect("meshd starts");

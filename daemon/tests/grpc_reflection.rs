@@ -121,6 +121,11 @@ impl Node {
             .args(["run", "--config"])
             .arg(setup.config_path())
             .env_remove("RUST_LOG")
+            // Its incident history beside its config, not in the machine's.
+            .env(
+                "STATE_DIRECTORY",
+                setup.config_path().parent().expect("config dir"),
+            )
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

@@ -80,6 +80,8 @@ impl LimitedMeshd {
             .arg(&config)
             .args(["--log-format", "json"])
             .env("RUST_LOG", "info")
+            // Its incident history in its own directory, not the machine's.
+            .env("STATE_DIRECTORY", dir.path())
             .stdout(Stdio::null())
             .stderr(File::create(&log).expect("log file"))
             .spawn()

@@ -54,6 +54,11 @@ fn meshd(ns: &str, config: &str) -> (Child, mpsc::Receiver<String>) {
         .args(["netns", "exec", ns, env!("CARGO_BIN_EXE_meshd")])
         .args(["run", "--config", config])
         .env("RUST_LOG", "info")
+        // Its incident history beside its config, not in the machine's.
+        .env(
+            "STATE_DIRECTORY",
+            std::path::Path::new(config).with_extension("state"),
+        )
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

@@ -9,6 +9,7 @@ pub mod facts;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
 pub mod fold;
+pub mod history;
 pub mod human;
 pub mod time;
 

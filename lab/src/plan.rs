@@ -244,6 +244,9 @@ impl Plan {
             toml,
             "[tls]\nca = \"{TLS_DIR}/ca.pem\"\ncert = \"{TLS_DIR}/{id}.pem\"\nkey = \"{TLS_DIR}/{id}-key.pem\"\n"
         );
+        // Each node's own history beside its config: the lab's nodes share
+        // one host, and its state directory.
+        let _ = writeln!(toml, "[history]\npath = \"history/{id}.redb\"\n");
         for peer in self.nodes.iter().filter(|n| n.id != me.id) {
             let _ = writeln!(
                 toml,

@@ -14,6 +14,7 @@ pub mod excuse;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
 pub mod histogram;
+pub mod history;
 pub mod job_mesh;
 pub mod job_watch;
 pub mod jobs;

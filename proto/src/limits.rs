@@ -23,6 +23,18 @@ pub const MAX_SUMMARY_BYTES: usize = 512;
 /// Bytes of an alarm's fix.
 pub const MAX_FIX_BYTES: usize = 1024;
 
+/// Incidents in one `GetHistory` reply.
+pub const MAX_INCIDENTS_PER_REPLY: usize = 1000;
+/// The encoded size a `GetHistory` reply is trimmed to (oldest incidents
+/// left out), under gRPC's default 4 MiB message limit.
+pub const MAX_HISTORY_REPLY_BYTES: usize = 3 << 20;
+/// Nodes one history entry names, and open problems of one incident.
+pub const MAX_HISTORY_NAMES: usize = 256;
+/// Per-node answers of a mesh-wide history.
+pub const MAX_HISTORY_ANSWERS: usize = 256;
+/// Bytes of a history request's link ("a-b").
+pub const MAX_HISTORY_LINK_BYTES: usize = 2 * meshd_domain::NODE_ID_MAX_LEN + 3;
+
 /// `text` cut to at most `max` bytes on a character boundary, ending in
 /// "…" when cut.
 pub fn clip(text: String, max: usize) -> String {

@@ -22,7 +22,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use meshd_domain::{MeshStatus, NodeId};
-use tokio::sync::watch;
+use meshd_model::history::{Happening, page_of};
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::AlertmanagerConfig;
@@ -82,6 +83,9 @@ pub struct AlertPusher {
     metrics: Arc<Metrics>,
     /// Repeated warnings, by Alertmanager.
     warnings: Throttle<String>,
+    /// Where each post that went through is told, for the incident
+    /// history (which ignores resends); never waited on.
+    pages: Option<mpsc::Sender<Happening>>,
 }
 
 impl std::fmt::Debug for AlertPusher {
@@ -124,7 +128,14 @@ impl AlertPusher {
             state: AlertState::default(),
             metrics,
             warnings: Throttle::new(REPEAT_INTERVAL),
+            pages: None,
         })
+    }
+
+    /// Tells the incident history every page that went through.
+    pub fn with_pages(mut self, pages: mpsc::Sender<Happening>) -> Self {
+        self.pages = Some(pages);
+        self
     }
 
     pub async fn run(
@@ -281,6 +292,13 @@ impl AlertPusher {
                 }
                 if !holding {
                     destination.behind = false;
+                }
+                if let Some(pages) = &self.pages {
+                    for post in &batch {
+                        // A full queue loses a page line of the history, never a page.
+                        let _ =
+                            pages.try_send(page_of(&post.alert, wall, post.resolved_at.is_none()));
+                    }
                 }
                 destination.retry_at = None;
                 destination.backoff = FIRST_BACKOFF;

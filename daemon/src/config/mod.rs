@@ -180,6 +180,16 @@ pub const DEFAULT_RESEND_INTERVAL: Duration = Duration::from_secs(30);
 /// under one second regardless).
 pub const DEFAULT_FACTS_INTERVAL: Duration = Duration::from_secs(60);
 
+/// The incident history keeps at most this much on disk: about 45,000
+/// short incidents (three days of a mesh in trouble 10 times a minute,
+/// years of a healthy one; BENCHMARKS.md, "History").
+pub const DEFAULT_HISTORY_MAX_BYTES: u64 = 64 << 20;
+/// ...and nothing older: a month covers "what happened last week" and
+/// leaves a quiet mesh's file small.
+pub const DEFAULT_HISTORY_MAX_AGE: Duration = Duration::from_secs(30 * 24 * 60 * 60);
+/// The history's file under the state directory (`meshd run`'s default).
+pub const HISTORY_FILE_NAME: &str = "history.redb";
+
 /// A loaded, validated configuration. Built only by [`Config::parse`],
 /// [`Config::load`] and [`Config::embedded_default`], so holding one means
 /// the node id is resolved and every rule holds.
@@ -196,6 +206,7 @@ pub struct Config {
     pub watch: WatchConfig,
     pub platform: PlatformConfig,
     pub tls: TlsConfig,
+    pub history: HistoryConfig,
 }
 
 /// A valid config and the advice it drew, each with its line.
@@ -341,6 +352,56 @@ impl LinkConfig {
                 .map(|iface| format!("rdma_{iface}")),
             _ => None,
         })
+    }
+}
+
+/// The incident history kept on this node's disk (`meshctl history`).
+/// Read at start; a reload that changes it applies at the next start.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HistoryConfig {
+    /// Keep no history at all.
+    pub enabled: bool,
+    /// The store's file. Default (`meshd run`): `history.redb` in the state
+    /// directory: systemd's `$STATE_DIRECTORY` (`/var/lib/meshd`), else
+    /// `/var/lib/meshd` on Linux and `/Library/Application Support/meshd`
+    /// on macOS. A node started some other way (tests, the demo) keeps none
+    /// unless this is set. Relative paths are from the config file's
+    /// directory.
+    pub path: Option<PathBuf>,
+    /// The file's size cap: the oldest incidents are dropped first to stay
+    /// under it.
+    pub max_bytes: u64,
+    /// Incidents that ended longer ago than this are dropped.
+    #[serde(with = "humantime_serde")]
+    pub max_age: Duration,
+}
+
+/// `history.redb` in the state directory: systemd's `$STATE_DIRECTORY`
+/// (its first entry), else the platform's.
+pub fn default_history_path(state_directory: Option<&str>) -> PathBuf {
+    let dir = state_directory
+        .and_then(|dirs| dirs.split(':').next())
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            if cfg!(target_os = "macos") {
+                PathBuf::from("/Library/Application Support/meshd")
+            } else {
+                PathBuf::from("/var/lib/meshd")
+            }
+        });
+    dir.join(HISTORY_FILE_NAME)
+}
+
+impl Default for HistoryConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            path: None,
+            max_bytes: DEFAULT_HISTORY_MAX_BYTES,
+            max_age: DEFAULT_HISTORY_MAX_AGE,
+        }
     }
 }
 
@@ -512,6 +573,7 @@ struct ConfigFile {
     watch: WatchConfig,
     platform: PlatformConfig,
     tls: TlsConfig,
+    history: HistoryConfig,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -538,6 +600,10 @@ impl ConfigFile {
             replay_dir: beside(base, self.platform.replay_dir),
             ..self.platform
         };
+        let history = HistoryConfig {
+            path: beside(base, self.history.path),
+            ..self.history
+        };
         Config {
             node: NodeConfig {
                 id: self
@@ -555,6 +621,7 @@ impl ConfigFile {
             watch: self.watch,
             platform,
             tls,
+            history,
         }
     }
 }
@@ -691,6 +758,17 @@ impl Config {
     /// never a reason to refuse the config.
     pub fn warnings(&self) -> Vec<Problem> {
         validate::advise(self)
+    }
+
+    /// This config with the history's default path filled in when none is
+    /// set, from `state_directory` (`$STATE_DIRECTORY`): what `meshd run`
+    /// does. A node started otherwise keeps no history unless its config
+    /// names a file.
+    pub fn with_default_history_path(mut self, state_directory: Option<&str>) -> Config {
+        if self.history.enabled && self.history.path.is_none() {
+            self.history.path = Some(default_history_path(state_directory));
+        }
+        self
     }
 
     /// The configured members of the mesh (this node and its peers), sorted,

@@ -159,6 +159,23 @@ fn restart_only(current: &Config, new: &mut Config) -> Vec<(&'static str, String
         kept.push(("tls", "the certificates loaded at start".to_owned()));
         new.tls = live;
     }
+    // The history's file is opened once, at start; `meshd run` filled in
+    // its default path, which the file as read does not name.
+    let state_directory = std::env::var("STATE_DIRECTORY").ok();
+    let as_started = new
+        .clone()
+        .with_default_history_path(state_directory.as_deref())
+        .history;
+    if as_started != current.history && new.history != current.history {
+        let path = current
+            .history
+            .path
+            .as_ref()
+            .filter(|_| current.history.enabled)
+            .map_or_else(|| "none".to_owned(), |p| p.display().to_string());
+        kept.push(("history", format!("the history opened at start ({path})")));
+    }
+    new.history = current.history.clone();
     kept
 }
 

@@ -112,7 +112,56 @@ fn example_parses_validates_and_shows_the_defaults() {
         AlertingConfig::default().resend_interval
     );
     assert_eq!(config.platform, PlatformConfig::default());
+    assert_eq!(config.history, HistoryConfig::default());
     assert_eq!(config.links[0].rdma_device.as_deref(), Some("rdma_en2"));
+}
+
+#[test]
+fn meshd_run_keeps_its_history_in_the_state_directory_unless_told() {
+    let config = Config::embedded_default("h");
+    assert_eq!(config.history.path, None, "the config alone names no file");
+    let run = config
+        .clone()
+        .with_default_history_path(Some("/var/lib/meshd:/other"));
+    assert_eq!(
+        run.history.path,
+        Some(std::path::PathBuf::from("/var/lib/meshd/history.redb"))
+    );
+    let named = Config::parse("[history]\npath = \"/h.redb\"\n", "meshd.toml", "h")
+        .expect("fine")
+        .with_default_history_path(Some("/var/lib/meshd"));
+    assert_eq!(
+        named.history.path,
+        Some(std::path::PathBuf::from("/h.redb"))
+    );
+    let off = Config::parse("[history]\nenabled = false\n", "meshd.toml", "h")
+        .expect("fine")
+        .with_default_history_path(None);
+    assert_eq!(off.history.path, None);
+    assert!(default_history_path(None).ends_with("history.redb"));
+}
+
+#[test]
+fn history_caps_outside_their_ranges_are_refused_by_key() {
+    let err = Config::parse(
+        "[history]\nmax_bytes = 1000\nmax_age = \"1m\"\n",
+        "meshd.toml",
+        "h",
+    )
+    .expect_err("refused")
+    .to_string();
+    assert!(err.contains("history.max_bytes"), "{err}");
+    assert!(err.contains("history.max_age"), "{err}");
+    let err = Config::parse("[history]\nkeep = 3\n", "meshd.toml", "h")
+        .expect_err("an unknown key")
+        .to_string();
+    assert!(err.contains("keep"), "{err}");
+    let config =
+        Config::parse("[history]\npath = \"h/history.redb\"\n", "meshd.toml", "h").expect("fine");
+    assert_eq!(
+        config.history.path,
+        Some(std::path::PathBuf::from("h/history.redb"))
+    );
 }
 
 #[test]

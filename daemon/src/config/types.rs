@@ -8,8 +8,8 @@ use toml::Spanned;
 use toml::de::{DeTable, DeValue, ValueDeserializer};
 
 use super::{
-    AlertingConfig, LinkConfig, ListenConfig, NodeSection, PeerConfig, PlatformConfig, ProbeConfig,
-    ReportConfig, Thresholds, TlsConfig, WatchConfig,
+    AlertingConfig, HistoryConfig, LinkConfig, ListenConfig, NodeSection, PeerConfig,
+    PlatformConfig, ProbeConfig, ReportConfig, Thresholds, TlsConfig, WatchConfig,
 };
 
 /// The errors of reading each part of `source` into its type, in file
@@ -34,6 +34,7 @@ pub(super) fn errors(source: &str) -> Vec<toml::de::Error> {
             "watch" => read::<WatchConfig>(value),
             "platform" => read::<PlatformConfig>(value),
             "tls" => read::<TlsConfig>(value),
+            "history" => read::<HistoryConfig>(value),
             // The whole file's own error names the unknown key and the
             // ones allowed; whatever else is wrong is listed here.
             _ => Vec::new(),

@@ -13,6 +13,8 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 use super::LocalClient;
+use super::history::{self, MeshReach};
+use crate::history::HistoryHandle;
 use crate::ports::{EVENT_STREAMS_PER_CONNECTION, StreamPlace};
 use crate::state::{MeshState, Numbered};
 
@@ -22,6 +24,10 @@ pub struct MeshService {
     shutdown: CancellationToken,
     /// One permit per open event stream.
     event_streams: Arc<Semaphore>,
+    history: HistoryHandle,
+    /// How to ask the peers for theirs; `None` on a node without a mesh
+    /// listener.
+    reach: Option<MeshReach>,
 }
 
 /// Events buffered per client between the forwarding task and the wire.
@@ -36,11 +42,18 @@ pub const MAX_EVENT_STREAMS: usize = 64;
 impl MeshService {
     /// Event streams end when `shutdown` fires, so a graceful stop never
     /// waits on a watching client.
-    pub fn new(state: MeshState, shutdown: CancellationToken) -> Self {
+    pub fn new(
+        state: MeshState,
+        shutdown: CancellationToken,
+        history: HistoryHandle,
+        reach: Option<MeshReach>,
+    ) -> Self {
         Self {
             state,
             shutdown,
             event_streams: Arc::new(Semaphore::new(MAX_EVENT_STREAMS)),
+            history,
+            reach,
         }
     }
 }
@@ -54,6 +67,17 @@ impl Mesh for MeshService {
         _request: Request<wire::GetStatusRequest>,
     ) -> Result<Response<wire::MeshStatus>, Status> {
         Ok(Response::new(self.state.current_with_measurements().into()))
+    }
+
+    async fn get_history(
+        &self,
+        request: Request<wire::GetHistoryRequest>,
+    ) -> Result<Response<wire::History>, Status> {
+        let query = meshd_domain::history::HistoryQuery::try_from(request.into_inner())
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let answer =
+            history::answer(&self.history, &self.state, self.reach.as_ref(), query).await?;
+        Ok(Response::new(answer.into()))
     }
 
     type WatchEventsStream = EventStream;

@@ -3,6 +3,7 @@
 //! health and reflection. Handlers never wait on probes or verdicts.
 
 pub mod cables;
+pub mod history;
 mod local;
 mod mesh;
 mod peer;

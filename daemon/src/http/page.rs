@@ -7,6 +7,7 @@
 //! nodes often have no internet. Read-only, like `/metrics`.
 
 mod details;
+mod history;
 mod picture;
 mod render;
 mod scene;
@@ -29,7 +30,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 
+use crate::history::{HistoryHandle, QueryError};
 use crate::state::MeshState;
+use meshd_domain::history::HistoryQuery;
 
 pub const STYLE: &str = include_str!("page/assets/style.css");
 pub const SCRIPT: &str = include_str!("page/assets/script.js");
@@ -56,11 +59,17 @@ struct PageState {
     shutdown: CancellationToken,
     live_pages: Arc<Semaphore>,
     stall_after: Duration,
+    history: HistoryHandle,
 }
 
 /// The page's routes. Live streams end when `shutdown` fires, so a
 /// graceful stop never waits on an open browser tab.
-pub fn router(mesh: MeshState, shutdown: CancellationToken, stall_after: Duration) -> Router {
+pub fn router(
+    mesh: MeshState,
+    shutdown: CancellationToken,
+    stall_after: Duration,
+    history: HistoryHandle,
+) -> Router {
     Router::new()
         .route("/", get(index))
         .route("/page/style.css", get(style))
@@ -71,6 +80,7 @@ pub fn router(mesh: MeshState, shutdown: CancellationToken, stall_after: Duratio
             shutdown,
             live_pages: Arc::new(Semaphore::new(MAX_LIVE_PAGES)),
             stall_after,
+            history,
         })
 }
 
@@ -96,10 +106,33 @@ fn with_headers(content_type: &'static str, body: impl IntoResponse) -> Response
 }
 
 async fn index(State(page): State<PageState>) -> Response {
-    let html = render::document(
+    let now = SystemTime::now();
+    // The store answers from its own thread, within its timeout; a page
+    // without the timeline is better than no page.
+    let incidents = page
+        .history
+        .query(HistoryQuery {
+            since: now.checked_sub(history::WINDOW),
+            limit: 200,
+            ..HistoryQuery::default()
+        })
+        .await;
+    let why;
+    let timeline = match &incidents {
+        Ok(incidents) => history::Timeline::Incidents(incidents),
+        Err(error) => {
+            why = match error {
+                QueryError::Off => error.to_string(),
+                _ => format!("The incident history cannot be shown now: {error}"),
+            };
+            history::Timeline::Unavailable(&why)
+        }
+    };
+    let html = render::document_with(
         &page.mesh.current_with_measurements(),
-        SystemTime::now(),
+        now,
         page.stall_after,
+        Some(timeline),
     );
     with_headers("text/html; charset=utf-8", html)
 }

@@ -172,6 +172,11 @@ UMask=0077
 RemoveIPC=yes
 
 ProtectSystem=strict
+# The incident history (`meshctl history`): /var/lib/meshd, writable by the
+# dynamic user alone and kept across restarts; meshd finds it through
+# $STATE_DIRECTORY.
+StateDirectory=meshd
+StateDirectoryMode=0700
 ProtectHome=yes
 PrivateTmp=yes
 PrivateMounts=yes
@@ -270,6 +275,8 @@ mod tests {
         assert_eq!(one("Service", "ProtectHome"), "yes");
         assert_eq!(one("Service", "PrivateTmp"), "yes");
         assert!(value(&text, "Service", "ReadWritePaths").is_empty());
+        assert_eq!(one("Service", "StateDirectory"), "meshd");
+        assert_eq!(one("Service", "StateDirectoryMode"), "0700");
         assert!(value(&text, "Service", "PrivateDevices").is_empty());
         assert_eq!(
             one("Service", "RestrictAddressFamilies"),

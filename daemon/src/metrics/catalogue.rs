@@ -195,6 +195,12 @@ metrics! {
         "1 when the last read of the config file (at start, on a change or on SIGHUP) gave a valid config now in force, 0 when it was refused and the previous one stays.";
     CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS: "meshd_config_last_reload_success_timestamp_seconds", Gauge, [], Some(Unit::Seconds),
         "When the config in force was read, in seconds since the Unix epoch.";
+    HISTORY_STORE_BYTES: "meshd_history_store_bytes", Gauge, [], Some(Unit::Bytes),
+        "Size on disk of this node's incident history (history.path), kept under history.max_bytes; absent when the node keeps no history.";
+    HISTORY_WRITE_ERRORS_TOTAL: "meshd_history_write_errors_total", Counter, [], None,
+        "Writes to the incident history that failed (the incidents stay in memory and are written with the next batch), and batches dropped because the store fell behind.";
+    HISTORY_INCIDENTS_RECORDED_TOTAL: "meshd_history_incidents_recorded_total", Counter, [], None,
+        "Incidents this run of meshd wrote to its history for the first time.";
     CONNECTIONS_REFUSED_TOTAL: "meshd_connections_refused_total", Counter, ["listener", "reason"], None,
         "Connections the HTTP port (listener http) or the local gRPC listener (grpc_local) closed as soon as they were accepted, by `reason`: cap (the listener held its cap of connections) or descriptors (the open file descriptors were within the reserve kept for the watchers).";
     PROCESS_CPU_SECONDS_TOTAL: "process_cpu_seconds_total", Counter, [], Some(Unit::Seconds),

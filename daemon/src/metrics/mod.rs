@@ -13,6 +13,7 @@ pub mod catalogue;
 mod config;
 mod delivery;
 pub mod exposition;
+mod history;
 mod links;
 mod listeners;
 mod mesh;
@@ -29,6 +30,7 @@ use meshd_domain::NodeIdentity;
 
 pub use config::ConfigSeries;
 pub use delivery::{AlertPostOutcome, DeliverySeries, ReportOutcome};
+pub use history::HistorySeries;
 pub use listeners::{Listener, ListenerSeries, Refusal};
 pub use probes::{ProbeSeries, ResponderCounters, ResponderStats};
 pub use watchers::WatcherSeries;
@@ -60,6 +62,7 @@ pub struct Metrics {
     pub watchers: WatcherSeries,
     pub probes: ProbeSeries,
     pub config: ConfigSeries,
+    pub history: HistorySeries,
     pub listeners: ListenerSeries,
     process: ProcessSeries,
 }
@@ -82,6 +85,7 @@ impl Metrics {
             watchers: WatcherSeries::default(),
             probes: ProbeSeries::default(),
             config: ConfigSeries::new(SystemTime::now()),
+            history: HistorySeries::default(),
             listeners: ListenerSeries::default(),
             process: ProcessSeries::default(),
         }
@@ -129,6 +133,7 @@ impl Metrics {
         self.delivery.write(&mut out);
         self.watchers.write(&mut out, published.jobs, now);
         self.config.write(&mut out);
+        self.history.write(&mut out);
         self.listeners.write(&mut out);
         self.process.write(&mut out);
         out.into_text()

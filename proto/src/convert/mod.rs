@@ -16,6 +16,7 @@ use meshd_domain::{
 };
 
 mod facts;
+mod history;
 mod hostfile;
 mod jobs;
 mod measurement;
@@ -23,6 +24,7 @@ mod ports;
 mod status;
 mod stream;
 
+pub use history::{History, HistoryAnswer, decode_incident, encode_incident};
 pub use stream::update_from_wire;
 
 /// A wire message that does not make sense, with the path of the bad field.

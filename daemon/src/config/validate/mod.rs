@@ -15,6 +15,7 @@ use meshd_domain::facts::OsKind;
 use meshd_mesh::plan::{DEFAULT_LINK_RANGE, LINK_NETMASK};
 
 use self::alerting::check_alerting;
+use self::history::check_history;
 use self::links::{check_links, plan_example};
 use self::listeners::{check_listeners, check_tls};
 use self::mesh::check_mesh;
@@ -26,6 +27,7 @@ use super::Config;
 use super::error::Problem;
 
 mod alerting;
+mod history;
 mod links;
 mod listeners;
 mod mesh;
@@ -101,6 +103,7 @@ pub(super) fn validate(config: &Config, os: OsKind) -> Vec<Problem> {
     check_alerting(config, &mut p);
     check_watch(config, &mut p);
     check_platform(config, &mut p);
+    check_history(config, &mut p);
     p
 }
 

@@ -7,13 +7,26 @@ use std::time::{Duration, SystemTime};
 
 use meshd_domain::{AlarmKind, MeshStatus};
 
+use super::history::{self, Timeline};
 use super::scene::{Scene, scene};
 use super::text::{age, esc, prose, utc};
 use super::{details, picture};
 
 /// The whole page: the view, the legend, and where the style and the
-/// script come from (this node; never anywhere else).
+/// script come from (this node; never anywhere else). Without the
+/// history's timeline: what the tests of the view read.
+#[cfg(test)]
 pub fn document(status: &MeshStatus, now: SystemTime, stall_after: Duration) -> String {
+    document_with(status, now, stall_after, None)
+}
+
+/// [`document`], with the last day's incidents under the view when given.
+pub fn document_with(
+    status: &MeshStatus,
+    now: SystemTime,
+    stall_after: Duration,
+    timeline: Option<Timeline<'_>>,
+) -> String {
     let mut out = String::with_capacity(16 * 1024);
     let _ = write!(
         out,
@@ -23,6 +36,9 @@ pub fn document(status: &MeshStatus, now: SystemTime, stall_after: Duration) -> 
     );
     out.push_str(&view(status, now, stall_after));
     out.push_str("</main>");
+    if let Some(timeline) = timeline {
+        history::section(timeline, now, &mut out);
+    }
     legend(&mut out);
     out.push_str("</body></html>\n");
     out
