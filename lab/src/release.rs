@@ -108,10 +108,13 @@ pub fn binaries(
     let _ = fs::remove_dir_all(&checkout);
     git(&["worktree", "prune"])?;
     git(&["worktree", "add", "--detach", &checkout_dir, &commit])?;
-    let built = build(
-        &checkout,
-        build_target.unwrap_or(&target.join("releases/build")),
-    );
+    // Absolute: the build runs in the checkout, where a relative
+    // directory would land inside it (and go with it).
+    let build_target = match build_target {
+        Some(dir) => std::path::absolute(dir).map_err(file_error(dir))?,
+        None => target.join("releases/build"),
+    };
+    let built = build(&checkout, &build_target);
     let removed = remove_checkout();
     let profile_dir = built?;
     removed?;
@@ -119,7 +122,8 @@ pub fn binaries(
     for name in ["meshd", "meshctl"] {
         // Copied, then renamed into place: a reader never finds half a file.
         let staged = dir.join(format!(".{name}.partial"));
-        fs::copy(profile_dir.join(name), &staged).map_err(file_error(&staged))?;
+        let made = profile_dir.join(name);
+        fs::copy(&made, &staged).map_err(file_error(&made))?;
         fs::rename(&staged, dir.join(name)).map_err(file_error(&dir))?;
     }
     let found = Binaries::find(&dir)?;
