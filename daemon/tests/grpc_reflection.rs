@@ -235,6 +235,7 @@ fn a_foreign_reflection_client_describes_every_service_and_calls_them() {
     assert_eq!(
         services["meshd.v1.Mesh"],
         json!({
+            "GetHistory": ["meshd.v1.GetHistoryRequest", "meshd.v1.History"],
             "GetStatus": ["meshd.v1.GetStatusRequest", "meshd.v1.MeshStatus"],
             "WatchEvents": ["meshd.v1.WatchEventsRequest", "meshd.v1.Event"],
         })
