@@ -216,6 +216,13 @@ impl Plan {
     /// network, every cable of the node a link; `alertmanager` the URL meshd
     /// pushes to, `extra` more TOML appended as is (sections the plan does
     /// not write, e.g. `[thresholds]`).
+    /// Each node's own history beside its config (the lab's nodes share
+    /// one host, and its state directory): for a node on the lab's own
+    /// build, which knows `[history]`; a release before refuses the key.
+    pub fn history_section(id: &str) -> String {
+        format!("\n[history]\npath = \"history/{id}.redb\"\n")
+    }
+
     pub fn config(
         &self,
         id: &str,
@@ -244,9 +251,6 @@ impl Plan {
             toml,
             "[tls]\nca = \"{TLS_DIR}/ca.pem\"\ncert = \"{TLS_DIR}/{id}.pem\"\nkey = \"{TLS_DIR}/{id}-key.pem\"\n"
         );
-        // Each node's own history beside its config: the lab's nodes share
-        // one host, and its state directory.
-        let _ = writeln!(toml, "[history]\npath = \"history/{id}.redb\"\n");
         for peer in self.nodes.iter().filter(|n| n.id != me.id) {
             let _ = writeln!(
                 toml,
