@@ -67,12 +67,17 @@ fn meshd() -> &'static Path {
     })
 }
 
-/// A loopback port free a moment ago.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
+/// A loopback port free a moment ago, held by `held` until the caller has
+/// picked all it needs: a port let go at once can be handed out again by
+/// the next call (a plan with one port twice is refused, rightly).
+fn free_port(held: &mut Vec<std::net::TcpListener>) -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free loopback port");
+    let port = listener
+        .local_addr()
         .map(|a| a.port())
-        .expect("a free loopback port")
+        .expect("a free loopback port");
+    held.push(listener);
+    port
 }
 
 /// A /24 of loopback that differs between runs, so that two checkouts
@@ -113,13 +118,14 @@ fn ports() -> Ports {
     let mut grpc = Vec::new();
     let mut metrics = Vec::new();
     let mut args = Vec::new();
+    let mut held = Vec::new();
     for node in NODES {
-        let (own, page) = (free_port(), free_port());
+        let (own, page) = (free_port(&mut held), free_port(&mut held));
         grpc.push(own);
         metrics.push(page);
         args.extend([
             "--management".to_owned(),
-            format!("{node}=127.0.0.1:{}", free_port()),
+            format!("{node}=127.0.0.1:{}", free_port(&mut held)),
             "--grpc".to_owned(),
             format!("{node}=127.0.0.1:{own}"),
             "--metrics".to_owned(),
