@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::free_port;
+use common::{free_port, free_ports};
 
 fn meshd(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_meshd"))
@@ -346,7 +346,7 @@ fn check_config_reports_a_missing_file() {
 #[test]
 fn run_serves_until_sigterm_and_logs_json() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (grpc, metrics) = (free_port(), free_port());
+    let [grpc, metrics] = free_ports();
     let config = write(
         dir.path(),
         "meshd.toml",

@@ -26,7 +26,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
-use common::free_port;
+use common::free_ports;
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
@@ -65,10 +65,11 @@ struct Setup {
 
 impl Setup {
     fn new() -> Self {
+        let [grpc, metrics] = free_ports();
         Self {
             dir: tempfile::tempdir().expect("tempdir"),
-            grpc: SocketAddr::from(([127, 0, 0, 1], free_port())),
-            metrics: SocketAddr::from(([127, 0, 0, 1], free_port())),
+            grpc: SocketAddr::from(([127, 0, 0, 1], grpc)),
+            metrics: SocketAddr::from(([127, 0, 0, 1], metrics)),
         }
     }
 

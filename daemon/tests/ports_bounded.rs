@@ -22,7 +22,7 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout};
 use tonic::transport::{Channel, Endpoint};
 
-use common::free_port;
+use common::free_ports;
 
 /// What the issue accepts for `meshctl status` and `watch` under a flood.
 const ANSWER_WITHIN: Duration = Duration::from_secs(3);
@@ -57,8 +57,9 @@ impl LimitedMeshd {
     /// cannot raise them) and facts read every 5 s; returns once it answers.
     async fn start(limit: u64) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
-        let grpc: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
-        let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+        let [grpc, metrics] = free_ports();
+        let grpc = SocketAddr::from(([127, 0, 0, 1], grpc));
+        let metrics = SocketAddr::from(([127, 0, 0, 1], metrics));
         let config = dir.path().join("meshd.toml");
         std::fs::write(
             &config,

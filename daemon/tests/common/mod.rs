@@ -100,10 +100,23 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
 
 /// A loopback port free a moment ago, for a server the test starts.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
+    let [port] = free_ports();
+    port
+}
+
+/// `N` loopback ports free a moment ago, all different: each is held
+/// until all are picked, since a port let go at once can be handed out
+/// again by the next bind.
+pub fn free_ports<const N: usize>() -> [u16; N] {
+    let held: Vec<std::net::TcpListener> = (0..N)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("a free loopback port"))
+        .collect();
+    std::array::from_fn(|i| {
+        held[i]
+            .local_addr()
+            .map(|a| a.port())
+            .expect("a free loopback port")
+    })
 }
 
 pub async fn channel(addr: SocketAddr) -> tonic::transport::Channel {
