@@ -24,9 +24,11 @@ use meshd_lab::{Binaries, Lab, Status};
 
 const THIS_RELEASE: &str = env!("CARGO_PKG_VERSION");
 /// The rest of a reinstall between the stop and the start (copying the
-/// executable, the service manager loading the job again): within the 2-s
-/// restart grace, as `meshd install` is on a Mac (not measured there).
-const REINSTALL: Duration = Duration::from_secs(1);
+/// executable, launchd dropping the old job and loading the new one, which
+/// `meshd install` polls for every 500 ms): the 2-s restart grace, counted
+/// from the old run's streams closing, leaves the new run the rest to
+/// start and speak (not measured on a Mac).
+const REINSTALL: Duration = Duration::from_millis(500);
 /// How long each upgrade step is watched for a page or a link verdict:
 /// past the restart grace, a report period's worth of verdicts and the
 /// alert rules' read-backs.

@@ -134,7 +134,7 @@ fn inputs(n: usize, cut: bool, moment: Moment) -> MeshInputs {
             let heard = now - age;
             let fresh = PathState {
                 last_message: heard,
-                open: true,
+                closed_at: None,
             };
             (
                 numbered_id(p),

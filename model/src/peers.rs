@@ -120,11 +120,18 @@ struct Stream {
     superseded_after: Option<u64>,
 }
 
-/// When a path of a peer last spoke, and whether a stream is open on it.
+/// When a path of a peer last spoke, and when its last stream closed
+/// (`None` while one is open).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PathState {
     pub last_message: Instant,
-    pub open: bool,
+    pub closed_at: Option<Instant>,
+}
+
+impl PathState {
+    pub fn is_open(&self) -> bool {
+        self.closed_at.is_none()
+    }
 }
 
 /// Two live daemons claim one node id.
@@ -549,14 +556,15 @@ impl PeerBook {
         let was_quiet =
             now.saturating_duration_since(peer.received_at) >= self.settings.quiet_after;
         let path_was_quiet = peer.paths.get(path).is_none_or(|p| {
-            !p.open || now.saturating_duration_since(p.last_message) >= self.settings.quiet_after
+            !p.is_open()
+                || now.saturating_duration_since(p.last_message) >= self.settings.quiet_after
         });
         peer.received_at = now;
         peer.paths.insert(
             path.clone(),
             PathState {
                 last_message: now,
-                open: true,
+                closed_at: None,
             },
         );
         if was_quiet || path_was_quiet {
@@ -792,9 +800,9 @@ impl PeerBook {
         }
     }
 
-    /// Stream `id` ended (the peer closed it, the connection broke, or it
-    /// was refused).
-    pub fn close(&mut self, id: StreamId) {
+    /// Stream `id` ended at `now` (the peer closed it, the connection
+    /// broke, or it was refused).
+    pub fn close(&mut self, id: StreamId, now: Instant) {
         let Some(stream) = self.streams.remove(&id) else {
             return;
         };
@@ -807,7 +815,7 @@ impl PeerBook {
                 .get_mut(&stream.node)
                 .and_then(|p| p.paths.get_mut(&stream.path))
         {
-            path.open = false;
+            path.closed_at = Some(now);
             self.generation += 1;
         }
     }
@@ -864,7 +872,7 @@ impl PeerBook {
         let p = self.peers.get(peer)?;
         p.paths
             .values()
-            .any(|path| path.open && now.saturating_duration_since(path.last_message) < within)
+            .any(|path| path.is_open() && now.saturating_duration_since(path.last_message) < within)
             .then(|| p.report.clone())
     }
 
@@ -1163,7 +1171,7 @@ mod tests {
             "silent for too long"
         );
         assert!(book.current_report(&id("c"), t0, within).is_none());
-        book.close(stream);
+        book.close(stream, t0);
         assert!(
             book.current_report(&id("b"), t0, within).is_none(),
             "its only path closed"

@@ -45,6 +45,8 @@ const NODE_DOWN_BUDGET: Duration = Duration::from_millis(4_000);
 const STALE_AFTER: Duration = Duration::from_secs(3);
 /// A quiet stream carries a heartbeat this often.
 const HEARTBEAT: Duration = Duration::from_secs(1);
+/// A started daemon's streams are open at its peers within this.
+const REOPEN: Duration = Duration::from_millis(200);
 /// A node cut from the management network is named by the alarm within
 /// this: its management path goes stale (`stale_after`), the alarm settles
 /// (`stale_after`), reports carry it.
@@ -1030,10 +1032,11 @@ fn check_pages(sim: &Sim, e: &Episode, all: &[Episode], problems: &mut Vec<Strin
             // is a dead node as far as anyone can tell.
             let stall = matches!(e.fault, Fault::Freeze { .. })
                 && e.heal + HEARTBEAT < e.start + STALE_AFTER;
-            // A restart within its grace (counted from the last message,
-            // up to a heartbeat before the stop) is no dead node.
-            let restart = matches!(e.fault, Fault::Kill { .. })
-                && e.heal + HEARTBEAT < e.start + RESTART_GRACE;
+            // A restart within its grace (counted from the stop, when its
+            // streams closed, less the new run's time to open new ones) is
+            // no dead node, whatever the phase of its heartbeat.
+            let restart =
+                matches!(e.fault, Fault::Kill { .. }) && e.heal + REOPEN < e.start + RESTART_GRACE;
             let mut allowed: BTreeSet<Labels> = if stall || restart {
                 BTreeSet::new()
             } else {

@@ -346,7 +346,7 @@ impl PeerService {
     }
 
     fn close(&self, id: StreamId) {
-        self.book().close(id);
+        self.book().close(id, Instant::now());
         self.changed.notify_one();
     }
 

@@ -14,6 +14,7 @@ impl Engine {
         let idle = now + MAX_IDLE;
         let allowance = inputs.lateness_allowance();
         let peers = inputs.peers.values().flat_map(|v| {
+            let closed = v.paths.values().filter_map(|p| p.closed_at).max();
             [
                 self.settings.suspect_after,
                 self.settings.stale_after,
@@ -22,6 +23,7 @@ impl Engine {
             ]
             .into_iter()
             .filter_map(move |after| v.received_at.checked_add(after + allowance))
+            .chain(closed.and_then(|at| at.checked_add(RESTART_GRACE + allowance)))
         });
         let links = self
             .links

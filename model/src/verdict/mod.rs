@@ -337,6 +337,8 @@ struct Life<'a> {
     fresh_paths: Vec<&'a Path>,
     /// Whether any stream path is still open (closed ones are silent at once).
     any_open: bool,
+    /// When its last open stream closed, once none is open.
+    closed_at: Option<Instant>,
     /// This node's probes to it get replies.
     probes_answer: bool,
     /// The latest evidence of life this node has: a message, a probe reply,
@@ -441,7 +443,7 @@ impl Engine {
     }
 
     fn path_fresh(&self, state: &PathState, now: Instant) -> bool {
-        state.open && self.fresh(state.last_message, now)
+        state.is_open() && self.fresh(state.last_message, now)
     }
 
     /// What this node knows of each peer's life.
@@ -452,7 +454,12 @@ impl Engine {
             let life = lives.entry(id).or_default();
             life.last_message = Some(view.received_at);
             life.lateness = view.report.lateness;
-            life.any_open = view.paths.values().any(|p| p.open);
+            life.any_open = view.paths.values().any(PathState::is_open);
+            life.closed_at = if life.any_open {
+                None
+            } else {
+                view.paths.values().filter_map(|p| p.closed_at).max()
+            };
             life.fresh_paths = view
                 .paths
                 .iter()
@@ -668,8 +675,8 @@ mod tests {
         silences: BTreeMap<(&'static str, &'static str), u64>,
         /// How long ago each peer's last message arrived (default 100 ms).
         last_heard_ms: BTreeMap<&'static str, u64>,
-        /// Peers whose every stream is closed.
-        closed: BTreeSet<&'static str>,
+        /// Peers whose every stream is closed, and how many ms ago.
+        closed: BTreeMap<&'static str, u64>,
         /// Peers silent on the management path only.
         management_cut: BTreeSet<&'static str>,
         /// One side of a management split (empty: none): its members hear
@@ -689,7 +696,7 @@ mod tests {
                 nodes: nodes.to_vec(),
                 silences: BTreeMap::new(),
                 last_heard_ms: BTreeMap::new(),
-                closed: BTreeSet::new(),
+                closed: BTreeMap::new(),
                 management_cut: BTreeSet::new(),
                 management_side: BTreeSet::new(),
                 hears: BTreeMap::new(),
@@ -714,7 +721,7 @@ mod tests {
 
         /// `node` died `ms` ago: its streams closed, its links silent since.
         fn kill(&mut self, node: &'static str, ms: u64) -> &mut Self {
-            self.closed.insert(node);
+            self.closed.insert(node, ms);
             self.last_heard_ms.insert(node, ms);
             for other in self.nodes.clone() {
                 if other != node {
@@ -723,7 +730,7 @@ mod tests {
                         .nodes
                         .iter()
                         .copied()
-                        .filter(|n| *n != other && !self.closed.contains(n))
+                        .filter(|n| *n != other && !self.closed.contains_key(n))
                         .collect();
                     self.hears.insert(other, hears);
                 }
@@ -779,7 +786,10 @@ mod tests {
                         has_quorum: !self.no_quorum.contains(n),
                         ..PeerReport::empty(identity(n, 1))
                     };
-                    let open = !self.closed.contains(n);
+                    let closed_at = self
+                        .closed
+                        .get(n)
+                        .map(|ms| now - Duration::from_millis(*ms));
                     let mut paths = BTreeMap::new();
                     let management = if self.management_cut.contains(n) || !self.same_side(local, n)
                     {
@@ -791,14 +801,14 @@ mod tests {
                         Path::Management,
                         PathState {
                             last_message: management,
-                            open,
+                            closed_at,
                         },
                     );
                     paths.insert(
                         Path::Cable(format!("to-{n}")),
                         PathState {
                             last_message: heard,
-                            open,
+                            closed_at,
                         },
                     );
                     let links_received = report
@@ -1066,6 +1076,39 @@ mod tests {
             "{status:#?}"
         );
         assert!(status.links.iter().all(|l| l.recent_changes == 0));
+    }
+
+    /// A daemon stopped for a restart sent its last heartbeat up to an
+    /// interval before its streams closed: the grace runs from the close,
+    /// so the new run gets all of it, and a death past it is still down.
+    #[test]
+    fn the_restart_grace_runs_from_the_streams_closing_not_the_last_heartbeat() {
+        let mut mesh = Mesh::new(&["a", "b", "c", "d"]);
+        let mut engine = Engine::new(default_engine_settings());
+        mesh.evaluate(&mut engine, 0);
+        let grace = u64::try_from(nodes::RESTART_GRACE.as_millis()).expect("ms");
+        // c spoke 2.5 s ago, 900 ms before its streams closed.
+        mesh.kill("c", grace + 500);
+        mesh.closed.insert("c", grace - 400);
+        let status = mesh.evaluate(&mut engine, 100);
+        assert_eq!(node_state(&status, "c"), NodeState::Suspect, "{status:#?}");
+        let c = status.nodes.iter().find(|n| n.id == id("c")).expect("c");
+        assert!(
+            c.evidence[0].starts_with("every stream closed 1.6s ago; last message 2.5s ago"),
+            "{c:?}"
+        );
+        // The grace after the close is over: down.
+        mesh.kill("c", grace + 1_000);
+        mesh.closed.insert("c", grace + 100);
+        let status = mesh.evaluate(&mut engine, 200);
+        assert_eq!(node_state(&status, "c"), NodeState::Down, "{status:#?}");
+        // Closed late after a long silence: `stale_after` from the last
+        // message still bounds it.
+        let stale = u64::try_from(default_engine_settings().stale_after.as_millis()).expect("ms");
+        mesh.kill("c", stale + 100);
+        mesh.closed.insert("c", 100);
+        let status = mesh.evaluate(&mut engine, 300);
+        assert_eq!(node_state(&status, "c"), NodeState::Down, "{status:#?}");
     }
 
     /// A frozen node (its streams open but quiet) goes suspect, then down

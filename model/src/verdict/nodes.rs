@@ -186,9 +186,11 @@ impl Engine {
     /// (zero when it runs on time; then a closed stream also counts as
     /// silence at once).
     fn node_state(&self, life: &Life<'_>, allowance: Duration, now: Instant) -> NodeState {
-        let age = life
-            .last_message
-            .map(|at| now.saturating_duration_since(at).saturating_sub(allowance));
+        let since = |at: Instant| now.saturating_duration_since(at).saturating_sub(allowance);
+        let age = life.last_message.map(since);
+        // The grace of a restart runs from the stop, not from the last
+        // message: a heartbeat may have gone out most of an interval before.
+        let since_stop = life.last_message.max(life.closed_at).map(since);
         let open = life.any_open || !allowance.is_zero();
         let alive = life.alive(now, self.settings.suspect_after, allowance);
         // A minority of members hearing it holds the verdict back, for a
@@ -198,13 +200,14 @@ impl Engine {
         } else {
             self.settings.stale_after.saturating_add(HEARSAY_DELAY)
         };
-        let silent_everywhere = match age {
-            None => self.started.is_none_or(|s| {
+        let silent_everywhere = match (age, since_stop) {
+            (Some(age), Some(since_stop)) => {
+                (!open && life.hearers.is_empty() && since_stop >= RESTART_GRACE)
+                    || age >= stale_after
+            }
+            _ => self.started.is_none_or(|s| {
                 now.saturating_duration_since(s).saturating_sub(allowance) >= stale_after
             }),
-            Some(age) => {
-                (!open && life.hearers.is_empty() && age >= RESTART_GRACE) || age >= stale_after
-            }
         };
         if alive {
             NodeState::Up
@@ -240,12 +243,18 @@ impl Engine {
     }
 }
 
-/// How long after its last message a peer whose every stream closed stays
-/// `suspect` before it is `down`: a daemon restarting (launchd, systemd, an
-/// upgrade) closes its streams and opens new ones within it, and is no
-/// dead node. A death still reads down this soon after the last message;
-/// a node silent on open streams (frozen) waits `stale_after`.
+/// How long after its streams closed (or its last message, if later) a peer
+/// whose every stream closed stays `suspect` before it is `down`: a daemon
+/// restarting (launchd, systemd, an upgrade) closes its streams and opens
+/// new ones within it, and is no dead node. A death (its kernel closes the
+/// streams) still reads down this soon after it, never later than
+/// `stale_after` after the last message; a node silent on open streams
+/// (frozen) waits `stale_after`.
 pub const RESTART_GRACE: Duration = Duration::from_secs(2);
+
+/// A stream closed at least this long after the peer's last message is
+/// named apart from it in the evidence.
+const NAMED_GAP: Duration = Duration::from_millis(100);
 
 /// What speaks for a peer and what against it: its last message and the
 /// paths that carried it, its probe responder, the members hearing it.
@@ -263,12 +272,23 @@ fn life_evidence(id: &NodeId, life: &Life<'_>, now: Instant) -> Vec<String> {
                 Path::Cable(end) => end.as_str(),
             }))
         ),
-        (Some(age), true) if !life.any_open => {
-            format!(
+        (Some(age), true) if !life.any_open => match life.closed_at {
+            Some(closed)
+                if life
+                    .last_message
+                    .is_some_and(|last| closed.saturating_duration_since(last) >= NAMED_GAP) =>
+            {
+                format!(
+                    "every stream closed {} ago; last message {} ago",
+                    fmt_duration(now.saturating_duration_since(closed)),
+                    fmt_duration(age)
+                )
+            }
+            _ => format!(
                 "every stream closed; last message {} ago",
                 fmt_duration(age)
-            )
-        }
+            ),
+        },
         (Some(age), true) => format!("last message {} ago", fmt_duration(age)),
     }];
     if life.probes_answer {

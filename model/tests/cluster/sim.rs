@@ -1106,8 +1106,9 @@ impl Sim {
     }
 
     fn close_in_book(&mut self, node: usize, stream: StreamId) {
+        let now = self.now;
         if let Some(d) = self.daemon_mut(node) {
-            d.book.close(stream);
+            d.book.close(stream, now);
         }
         self.wake(node);
     }
