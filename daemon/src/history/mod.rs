@@ -9,7 +9,9 @@
 //!   every blocking read and write: batches, the caps, and the queries of
 //!   `GetHistory`.
 //!
-//! A history that cannot be opened is logged and left off; meshd runs on.
+//! A history that cannot be opened (another process still holds the file,
+//! a directory it may not create) is logged and opened again with a
+//! backoff; meshd runs on, and queries meanwhile say why there is none.
 
 pub mod store;
 
@@ -50,6 +52,11 @@ pub const QUERY_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Pages waiting for the writer (the alert pusher never waits).
 pub const PAGE_BUFFER: usize = 256;
+
+/// The first wait before opening a history that could not be opened again,
+/// doubled after each failure up to [`OPEN_RETRY_MAX`].
+const OPEN_RETRY_FIRST: Duration = Duration::from_millis(250);
+const OPEN_RETRY_MAX: Duration = Duration::from_secs(30);
 
 /// How long the last batch and the clean-stop mark get at shutdown, within
 /// the node's shutdown budget.
@@ -188,7 +195,7 @@ struct Opened {
 /// and the file (for the log).
 struct StoreLink {
     commands: std_mpsc::SyncSender<Command>,
-    opened: oneshot::Receiver<Result<Opened, StoreError>>,
+    opened: oneshot::Receiver<Opened>,
     path: PathBuf,
 }
 
@@ -220,17 +227,13 @@ impl Writer {
             () = shutdown.cancelled() => return,
             opened = opened => opened,
         };
-        let Opened {
+        let Ok(Opened {
             next_id,
             latest,
             found,
-        } = match opened {
-            Ok(Ok(opened)) => opened,
-            Ok(Err(error)) => {
-                tracing::warn!(path = %path.display(), "incident history off: {error}");
-                return;
-            }
-            Err(_) => return,
+        }) = opened
+        else {
+            return;
         };
         let previous_run = match &found {
             Found::New => "a new history".to_owned(),
@@ -316,15 +319,12 @@ fn store_thread(
     path: &Path,
     caps: Caps,
     metrics: Arc<Metrics>,
-    opened: oneshot::Sender<Result<Opened, StoreError>>,
+    opened: oneshot::Sender<Opened>,
     commands: std_mpsc::Receiver<Command>,
 ) {
-    let (mut store, found) = match Store::open(path, caps, SystemTime::now()) {
-        Ok(opened) => opened,
-        Err(error) => {
-            let _ = opened.send(Err(error));
-            return;
-        }
+    let mut warnings = Throttle::new(REPEAT_INTERVAL);
+    let Some((mut store, found)) = open_store(path, caps, &commands, &mut warnings) else {
+        return;
     };
     if let Found::MovedAside { to, why } = &found {
         tracing::warn!(
@@ -336,16 +336,15 @@ fn store_thread(
     }
     metrics.history.opened(store.file_bytes());
     let latest = store.latest().unwrap_or_default();
-    let told = opened.send(Ok(Opened {
+    let told = opened.send(Opened {
         next_id: store.next_id(),
         latest,
         found,
-    }));
+    });
     if told.is_err() {
         return;
     }
     let mut failed: BTreeMap<u64, Incident> = BTreeMap::new();
-    let mut warnings = Throttle::new(REPEAT_INTERVAL);
     while let Ok(command) = commands.recv() {
         match command {
             Command::Write { incidents, next_id } => {
@@ -389,5 +388,103 @@ fn store_thread(
                 return;
             }
         }
+    }
+}
+
+/// Opens the store, again and again with a backoff while it cannot be
+/// opened (a killed run's file lock outlived it for a moment, a directory
+/// that may not be made yet), answering queries meanwhile with why.
+/// `None` once the node stops asking (a close, or every sender gone).
+fn open_store(
+    path: &Path,
+    caps: Caps,
+    commands: &std_mpsc::Receiver<Command>,
+    warnings: &mut Throttle<()>,
+) -> Option<(Store, Found)> {
+    let mut wait = OPEN_RETRY_FIRST;
+    loop {
+        let error: StoreError = match Store::open(path, caps, SystemTime::now()) {
+            Ok(opened) => return Some(opened),
+            Err(error) => error,
+        };
+        if let Some(suppressed) = warnings.admit((), Instant::now()) {
+            tracing::warn!(
+                path = %path.display(),
+                suppressed,
+                retry_in = ?wait,
+                "cannot open the incident history (trying again): {error}"
+            );
+        }
+        let until = Instant::now() + wait;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            match commands.recv_timeout(left) {
+                Ok(Command::Query { reply, .. }) => {
+                    let _ = reply.send(Err(format!("it is not open ({error}); meshd tries again")));
+                }
+                Ok(Command::Close { done }) => {
+                    let _ = done.send(());
+                    return None;
+                }
+                // The writer sends nothing before the store opened.
+                Ok(Command::Write { .. }) => {}
+                Err(std_mpsc::RecvTimeoutError::Timeout) => break,
+                Err(std_mpsc::RecvTimeoutError::Disconnected) => return None,
+            }
+        }
+        wait = wait.saturating_mul(2).min(OPEN_RETRY_MAX);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use meshd_domain::fixtures::identity;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_history_another_run_still_holds_is_opened_once_it_is_let_go() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("history.redb");
+        let config = HistoryConfig {
+            enabled: true,
+            path: Some(path.clone()),
+            ..HistoryConfig::default()
+        };
+        let caps = Caps {
+            max_bytes: config.max_bytes,
+            max_age: config.max_age,
+        };
+        let (held, _) = Store::open(&path, caps, SystemTime::now()).expect("open");
+        let (_events_tx, events) = broadcast::channel(16);
+        let (_pages_tx, pages) = mpsc::channel(16);
+        let me = identity("a", 1);
+        let (_status_tx, status) = watch::channel(Arc::new(crate::state::placeholder_status(&me)));
+        let inputs = Inputs {
+            node: me.id.clone(),
+            events,
+            pages,
+            status,
+            metrics: Arc::new(Metrics::new(&me)),
+        };
+        let shutdown = CancellationToken::new();
+        let (handle, writer) = start(&config, inputs, shutdown.clone());
+        let writer = tokio::spawn(writer);
+        let refused = handle.query(HistoryQuery::default()).await;
+        assert!(
+            matches!(refused, Err(QueryError::Store(ref why)) if why.contains("not open")),
+            "{refused:?}"
+        );
+        drop(held);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while let Err(error) = handle.query(HistoryQuery::default()).await {
+            assert!(Instant::now() < deadline, "still not open: {error}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        shutdown.cancel();
+        writer.await.expect("the writer ends");
     }
 }
