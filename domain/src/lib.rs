@@ -863,6 +863,9 @@ pub struct LinkObservation {
     pub last_reply_at: Option<SystemTime>,
     pub error_counters: Vec<Counter>,
     pub consecutive_lost: u32,
+    /// A burst of probes sent into the present silence went unanswered:
+    /// it is no lost probe or two, and counts sooner (`LinkRules`).
+    pub silence_confirmed: bool,
     /// How late the observer's own timers ran while it gathered this (the
     /// worst in the last two seconds): evidence gathered late is suspect.
     pub lateness: Duration,

@@ -96,6 +96,7 @@ fn observation(from: usize, to: usize, cut: bool, at: SystemTime) -> LinkObserva
         last_reply_at: Some(at - silence),
         error_counters: vec![],
         consecutive_lost: if cut { 20 } else { 0 },
+        silence_confirmed: false,
         lateness: Duration::ZERO,
         rdma_probe: None,
         rdma_endpoint: None,

@@ -132,6 +132,7 @@ pub fn healthy_observation(from: &str, to: &str) -> LinkObservation {
         last_reply_at: Some(std::time::SystemTime::UNIX_EPOCH),
         error_counters: vec![],
         consecutive_lost: 0,
+        silence_confirmed: false,
         lateness: Duration::ZERO,
         rdma_probe: None,
         rdma_endpoint: None,

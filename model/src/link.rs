@@ -131,7 +131,7 @@ impl EndView<'_> {
     /// How long a silence must last to count (see [`Self::silent`]).
     pub fn silent_after(&self, rules: &LinkRules) -> Duration {
         rules
-            .down_after
+            .silence_counts_after(self.observation.silence_confirmed)
             .saturating_add(self.excuse.worst)
             .saturating_add(self.noticing(rules))
     }
@@ -448,6 +448,7 @@ fn rdma_probe_failing(o: &LinkObservation) -> Option<u32> {
 pub struct EndClass {
     pub answered: bool,
     pub silent: bool,
+    pub silence_confirmed: bool,
     pub heavy_loss: bool,
     pub lossy: bool,
     pub mtu_lossy: bool,
@@ -468,7 +469,9 @@ impl EndClass {
     pub fn of(o: &LinkObservation, rules: &LinkRules) -> Self {
         Self {
             answered: o.last_reply_at.is_some(),
-            silent: o.probes_sent_total > 0 && o.figures.silence >= rules.down_after,
+            silent: o.probes_sent_total > 0
+                && o.figures.silence >= rules.silence_counts_after(o.silence_confirmed),
+            silence_confirmed: o.silence_confirmed,
             heavy_loss: heavy_loss(o, rules).is_some(),
             lossy: lossy(&o.figures.loss, rules, Excuse::default()).is_some(),
             mtu_lossy: lossy(&o.mtu_loss, rules, Excuse::default()).is_some(),
@@ -685,6 +688,7 @@ mod tests {
                 ..healthy_observation("a", "b").figures
             },
             consecutive_lost: 7,
+            silence_confirmed: false,
             ..healthy_observation("a", "b")
         }
     }
@@ -756,6 +760,7 @@ mod tests {
         LinkObservation {
             carrier,
             consecutive_lost: 0,
+            silence_confirmed: false,
             local: meshd_domain::LinkEnd {
                 iface: Some("en2".into()),
                 ..healthy_observation("a", "b").local
@@ -871,6 +876,42 @@ mod tests {
             assess(&[view("a", &a), far], &link_rules()).state,
             LinkState::Down
         );
+    }
+
+    /// A silence a burst confirmed counts at `Confirmation::silence`
+    /// (388 ms at the default period), at both ends; unconfirmed the same
+    /// silence is nothing yet, and one confirmed end is only degraded.
+    #[test]
+    fn a_silence_a_burst_confirmed_counts_before_down_after() {
+        let rules = link_rules();
+        let counts = rules.silence_counts_after(true);
+        assert_eq!(counts, Duration::from_millis(388));
+        let ms = u64::try_from(counts.as_millis()).expect("ms");
+        let confirmed = |ms| LinkObservation {
+            silence_confirmed: true,
+            ..silent(ms)
+        };
+        let (a, b) = (confirmed(ms), confirmed(ms));
+        assert_eq!(
+            assess(&[view("a", &a), view("b", &b)], &rules).state,
+            LinkState::Down
+        );
+        let (a, b) = (silent(ms), silent(ms));
+        assert_eq!(
+            assess(&[view("a", &a), view("b", &b)], &rules).state,
+            LinkState::Up
+        );
+        let (a, b) = (confirmed(ms), silent(ms));
+        assert_eq!(
+            assess(&[view("a", &a), view("b", &b)], &rules).state,
+            LinkState::Degraded
+        );
+        // Never later than `down_after`, whatever the period.
+        let slow = LinkRules {
+            probe_interval: Duration::from_secs(1),
+            ..rules
+        };
+        assert_eq!(slow.silence_counts_after(true), slow.down_after);
     }
 
     #[test]

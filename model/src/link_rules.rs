@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use crate::linkstats::Confirmation;
+
 /// The windows the prober reports, by length.
 pub const SHORT_WINDOW: Duration = Duration::from_secs(1);
 pub const MEDIUM_WINDOW: Duration = Duration::from_secs(10);
@@ -34,6 +36,18 @@ pub struct LinkRules {
 }
 
 impl LinkRules {
+    /// The silence that counts at an end: `down_after`, or sooner once a
+    /// burst sent into it went unanswered ([`crate::linkstats::BURST_PROBES`]).
+    pub fn silence_counts_after(&self, confirmed: bool) -> Duration {
+        if confirmed {
+            Confirmation::new(self.probe_interval, self.tick_gap)
+                .silence()
+                .min(self.down_after)
+        } else {
+            self.down_after
+        }
+    }
+
     /// Outages within the window that make a link flapping.
     pub(crate) fn flap_episodes(&self) -> usize {
         usize::try_from(self.flap_changes / 2)

@@ -87,6 +87,54 @@ pub struct LinkStatsConfig {
     /// The small-probe period: silence is only counted from when probes
     /// were being sent (see [`ProbeStats::silence`]).
     pub interval: Duration,
+    /// The longest gap between two on-time probe ticks: how long the peer
+    /// may hold a request before its tick answers it.
+    pub tick_gap: Duration,
+}
+
+impl LinkStatsConfig {
+    fn confirmation(&self) -> Confirmation {
+        Confirmation::new(self.interval, self.tick_gap)
+    }
+}
+
+/// Small probes sent at once, beside the tick's own, when a link's silence
+/// first outlasts what an answer can take (BFD's poll, in spirit): with
+/// them a silence of [`Confirmation::silence`] has as many probes
+/// unanswered behind it as `down_after` has at the steady rate, so it may
+/// count as soon (see `LinkRules::confirmed_silence`).
+pub const BURST_PROBES: u32 = 3;
+
+/// At most one burst per link this often: a lossy link, silent again and
+/// again, costs at most [`BURST_PROBES`] more probes a second. The steady
+/// rate never changes.
+pub const BURST_EVERY: Duration = Duration::from_secs(1);
+
+/// When a silence is overdue and when a burst sent into it has gone
+/// unanswered, from the probe period and the longest tick gap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Confirmation {
+    /// Silence past every answer in flight: the peer holds a request up
+    /// to a tick gap, and the next probe's answer was due a period later.
+    pub overdue_after: Duration,
+    /// A burst is answered within a tick gap (the peer's next tick) and a
+    /// quarter of one (a busy host's wake-up), or it went unanswered.
+    pub wait: Duration,
+}
+
+impl Confirmation {
+    pub fn new(interval: Duration, tick_gap: Duration) -> Self {
+        Self {
+            overdue_after: tick_gap.saturating_add(interval),
+            wait: tick_gap.saturating_add(tick_gap / 4),
+        }
+    }
+
+    /// The least silence a confirmed end has: the burst went out once the
+    /// silence was overdue, and waited.
+    pub fn silence(&self) -> Duration {
+        self.overdue_after.saturating_add(self.wait)
+    }
 }
 
 /// Small probes lost in a row from which the prober's reader is told at
@@ -99,6 +147,7 @@ pub const LOSING: u32 = 3;
 pub struct ProbeNews {
     pub silent: bool,
     pub losing: bool,
+    pub confirmed: bool,
 }
 
 /// What a link's probes measured, as of one moment: everything the
@@ -119,6 +168,8 @@ pub struct ProbeStats {
     /// period): a prober that was not running sent nothing, and what it
     /// did not ask cannot have gone unanswered.
     pub silence: Duration,
+    /// A burst sent into this silence went unanswered (see [`BURST_PROBES`]).
+    pub silence_confirmed: bool,
     pub consecutive_lost: u32,
     /// The worst lateness of the prober's own timers in the last
     /// [`LATENESS_MEMORY`].
@@ -143,6 +194,9 @@ pub struct IgnoredReplies {
 struct Outstanding {
     class: ProbeClass,
     sent_at: Instant,
+    /// Sent in a burst ([`LinkStats::on_burst_sent`]): its answer ends a
+    /// silence, but it is no sample of the steady rate's loss or RTT.
+    burst: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -208,6 +262,10 @@ pub struct LinkStats {
     /// The first probe sent since the last reply, if any: where silence
     /// can start.
     first_unanswered_sent_at: Option<Instant>,
+    /// When the burst of the present silence went out, if one did.
+    burst_sent_at: Option<Instant>,
+    /// When the last burst went out, silence or not ([`BURST_EVERY`]).
+    last_burst_at: Option<Instant>,
     /// Recent lateness of the prober's timers.
     lateness: LatenessLog,
     /// Send time of the newest answered probe.
@@ -242,6 +300,8 @@ impl LinkStats {
             last_reply_at: None,
             consecutive_lost: 0,
             first_unanswered_sent_at: None,
+            burst_sent_at: None,
+            last_burst_at: None,
             lateness: LatenessLog::default(),
             last_answered_sent_at: None,
             resumed_at: None,
@@ -267,14 +327,44 @@ impl LinkStats {
         }
         self.note_first_send(at);
         self.sent_total += 1;
+        self.make_room(at);
+        self.outstanding.insert(
+            seq,
+            Outstanding {
+                class,
+                sent_at: at,
+                burst: false,
+            },
+        );
+    }
+
+    /// A small probe of a burst ([`Self::burst_due`]) left. Its answer ends
+    /// the silence like any; unanswered it is forgotten: the loss windows,
+    /// totals and RTTs stay those of the steady rate, which the lateness
+    /// excuse and the loss thresholds are drawn for.
+    pub fn on_burst_sent(&mut self, seq: u64, at: Instant) {
+        if self.outstanding.contains_key(&seq) {
+            return;
+        }
+        self.make_room(at);
+        self.outstanding.insert(
+            seq,
+            Outstanding {
+                class: ProbeClass::Small,
+                sent_at: at,
+                burst: true,
+            },
+        );
+    }
+
+    fn make_room(&mut self, at: Instant) {
         while self.outstanding.len() >= MAX_OUTSTANDING {
             match self.outstanding.pop_first() {
-                Some((_, old)) => self.record_lost(old.class, old.sent_at, at),
+                Some((_, old)) if !old.burst => self.record_lost(old.class, old.sent_at, at),
+                Some(_) => {}
                 None => break,
             }
         }
-        self.outstanding
-            .insert(seq, Outstanding { class, sent_at: at });
     }
 
     /// A probe could not even be sent (e.g. ENETUNREACH with the cable
@@ -310,7 +400,13 @@ impl LinkStats {
         // this reply or not cannot change the outcome.
         if elapsed >= self.config.timeout {
             self.ignored.late += 1;
-            self.record_lost(probe.class, probe.sent_at, at);
+            if !probe.burst {
+                self.record_lost(probe.class, probe.sent_at, at);
+            }
+            return None;
+        }
+        if probe.burst {
+            self.end_silence(at);
             return None;
         }
         let rtt = elapsed.saturating_sub(host_delay);
@@ -318,9 +414,7 @@ impl LinkStats {
         if self.note_answered(probe.sent_at) {
             self.resumed_at = Some(at);
         }
-        self.last_reply_at = Some(at);
-        self.first_unanswered_sent_at = None;
-        self.consecutive_lost = 0;
+        self.end_silence(at);
         // The first reply after an outage and the probes sent before it
         // waited for the path to come back.
         let resumed =
@@ -347,6 +441,13 @@ impl LinkStats {
         Some(rtt)
     }
 
+    fn end_silence(&mut self, at: Instant) {
+        self.last_reply_at = Some(at);
+        self.first_unanswered_sent_at = None;
+        self.burst_sent_at = None;
+        self.consecutive_lost = 0;
+    }
+
     /// Probes unanswered for `timeout` or longer become lost.
     pub fn expire(&mut self, now: Instant) {
         let timeout = self.config.timeout;
@@ -357,7 +458,9 @@ impl LinkStats {
             .map(|(seq, _)| *seq)
             .collect();
         for seq in expired {
-            if let Some(p) = self.outstanding.remove(&seq) {
+            if let Some(p) = self.outstanding.remove(&seq)
+                && !p.burst
+            {
                 self.record_lost(p.class, p.sent_at, now);
             }
         }
@@ -379,7 +482,35 @@ impl LinkStats {
         ProbeNews {
             silent: self.silence(now) >= outage,
             losing: self.consecutive_lost >= LOSING,
+            confirmed: self.silence_confirmed(now),
         }
+    }
+
+    /// How many small probes to send now beside the tick's own: a burst
+    /// of [`BURST_PROBES`] the first time a silence is overdue (at most one
+    /// per silence, and per [`BURST_EVERY`]), else none. The caller sends
+    /// them with [`Self::on_burst_sent`].
+    pub fn burst_due(&mut self, now: Instant) -> u32 {
+        let due = self.burst_sent_at.is_none()
+            && self.first_unanswered_sent_at.is_some()
+            && self.silence(now) >= self.config.confirmation().overdue_after
+            && self
+                .last_burst_at
+                .is_none_or(|last| now.saturating_duration_since(last) >= BURST_EVERY);
+        if !due {
+            return 0;
+        }
+        self.burst_sent_at = Some(now);
+        self.last_burst_at = Some(now);
+        BURST_PROBES
+    }
+
+    /// The burst of the present silence went out and its answers are
+    /// overdue: the silence is no lost probe or two.
+    pub fn silence_confirmed(&self, now: Instant) -> bool {
+        self.burst_sent_at.is_some_and(|sent| {
+            now.saturating_duration_since(sent) >= self.config.confirmation().wait
+        })
     }
 
     pub fn outstanding(&self) -> usize {
@@ -439,6 +570,7 @@ impl LinkStats {
             probes_lost_total: self.lost_total,
             last_reply_at: self.last_reply_at,
             silence: self.silence(now),
+            silence_confirmed: self.silence_confirmed(now),
             consecutive_lost: self.consecutive_lost,
             lateness: self.lateness.worst(now),
             at: now,
@@ -661,6 +793,7 @@ mod tests {
     /// The link's `down_after`, as the prober sets it.
     const OUTAGE_GAP: Duration = Duration::from_millis(600);
     const INTERVAL: Duration = Duration::from_millis(100);
+    const TICK_GAP: Duration = Duration::from_millis(128);
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
@@ -675,6 +808,7 @@ mod tests {
             timeout: TIMEOUT,
             outage_gap: OUTAGE_GAP,
             interval: INTERVAL,
+            tick_gap: TICK_GAP,
         })
     }
 
@@ -1031,6 +1165,67 @@ mod tests {
         assert_eq!(observe(&mut s, t0 + ms(1_200)).consecutive_lost, 0);
     }
 
+    /// The burst goes out once a silence is overdue, once per silence and
+    /// per `BURST_EVERY`; it confirms the silence after its wait; its
+    /// probes are no loss, and an answer to one ends the silence.
+    #[test]
+    fn a_burst_confirms_an_overdue_silence_and_is_no_loss() {
+        let t0 = crate::fixtures::epoch();
+        let mut s = stats();
+        let overdue = Confirmation::new(INTERVAL, TICK_GAP);
+        answered(&mut s, 0, t0, ms(0), us(30));
+        let mut seq = 1;
+        let mut burst_at = None;
+        for tick in 1..=4u64 {
+            let at = t0 + ms(tick * 100);
+            s.on_sent(seq, ProbeClass::Small, at);
+            seq += 1;
+            let due = s.burst_due(at);
+            if s.silence(at) >= overdue.overdue_after && burst_at.is_none() {
+                assert_eq!(due, BURST_PROBES, "tick {tick}");
+                burst_at = Some(at);
+                for _ in 0..due {
+                    s.on_burst_sent(seq, at);
+                    seq += 1;
+                }
+            } else {
+                assert_eq!(due, 0, "tick {tick}: one burst per silence");
+            }
+        }
+        let burst_at = burst_at.expect("a burst by 400 ms of silence");
+        assert!(!s.silence_confirmed(burst_at + overdue.wait - ms(1)));
+        let confirmed_at = burst_at + overdue.wait;
+        assert!(s.silence_confirmed(confirmed_at));
+        assert!(s.news(confirmed_at, OUTAGE_GAP).confirmed);
+        let seen = observe(&mut s, t0 + ms(2_000));
+        assert!(seen.silence_confirmed);
+        // Lost: the four steady probes of the silence, not the burst's.
+        assert_eq!(seen.probes_sent_total, 5);
+        assert_eq!(seen.probes_lost_total, 4);
+        // A reply ends the silence and its confirmation.
+        s.on_sent(seq, ProbeClass::Small, t0 + ms(2_000));
+        s.on_reply(seq, ProbeClass::Small, Duration::ZERO, t0 + ms(2_001));
+        assert!(!s.silence_confirmed(t0 + ms(2_001)));
+        let mut s2 = stats();
+        answered(&mut s2, 0, t0, ms(0), us(30));
+        s2.on_sent(1, ProbeClass::Small, t0 + ms(100));
+        assert_eq!(s2.burst_due(t0 + ms(300)), BURST_PROBES);
+        s2.on_burst_sent(2, t0 + ms(300));
+        // An answer to the burst ends the silence, and with it the burst.
+        assert!(
+            s2.on_reply(2, ProbeClass::Small, Duration::ZERO, t0 + ms(310))
+                .is_none()
+        );
+        assert_eq!(s2.silence(t0 + ms(310)), Duration::ZERO);
+        s2.on_sent(3, ProbeClass::Small, t0 + ms(400));
+        assert_eq!(
+            s2.burst_due(t0 + ms(700)),
+            0,
+            "within BURST_EVERY of the last"
+        );
+        assert_eq!(s2.burst_due(t0 + ms(1_300)), BURST_PROBES);
+    }
+
     #[test]
     fn send_failures_count_as_sent_and_lost() {
         let t0 = crate::fixtures::epoch();
@@ -1148,6 +1343,7 @@ mod tests {
             timeout: Duration::from_secs(5),
             outage_gap: OUTAGE_GAP,
             interval: INTERVAL,
+            tick_gap: TICK_GAP,
         });
         for (i, rtt) in rtts.iter().enumerate() {
             answered(&mut s_long, i as u64, t0, ms(i as u64 * 10), *rtt);
@@ -1216,6 +1412,7 @@ mod tests {
             timeout: Duration::from_secs(3_600),
             outage_gap: OUTAGE_GAP,
             interval: INTERVAL,
+            tick_gap: TICK_GAP,
         });
         // A peer that never answers, probed every millisecond for 10 s.
         for seq in 0..10_000u64 {

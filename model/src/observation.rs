@@ -48,6 +48,7 @@ pub fn link_observation(
         last_reply_at: probes.last_reply_at.map(|at| moment.wall_of(at)),
         error_counters: Vec::new(),
         consecutive_lost: probes.consecutive_lost,
+        silence_confirmed: probes.silence_confirmed,
         lateness: probes.lateness,
         rdma_probe: rdma.and_then(|r| r.probe),
         rdma_endpoint: rdma.and_then(|r| r.endpoint),
@@ -236,6 +237,7 @@ mod tests {
             timeout: Duration::from_millis(500),
             outage_gap: Duration::from_millis(600),
             interval: Duration::from_millis(100),
+            tick_gap: Duration::from_millis(128),
         });
         stats.on_sent(1, ProbeClass::Small, t0);
         stats.on_reply(

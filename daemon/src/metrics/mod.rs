@@ -224,6 +224,7 @@ mod tests {
                 saturated: false,
             }],
             consecutive_lost: 0,
+            silence_confirmed: false,
             lateness: Duration::ZERO,
             rdma_probe: Some(RdmaProbe {
                 last_rtt: Some(Duration::from_micros(40)),

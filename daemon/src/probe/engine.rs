@@ -331,6 +331,7 @@ impl Engine {
                             timeout: self.settings.timeout,
                             outage_gap: self.settings.outage_gap,
                             interval: self.settings.interval,
+                            tick_gap: crate::cadence::longest_gap(self.settings.interval),
                         }))),
                         spec: waiting.spec,
                         socket,
@@ -380,6 +381,7 @@ impl Engine {
         for link in &mut self.links {
             lock(&link.stats).note_lateness(late, now);
             link.probe(ProbeClass::Small, &settings, &mut self.buf, now);
+            link.burst(&settings, &mut self.buf, now);
             if mtu_due {
                 link.probe(ProbeClass::Mtu, &settings, &mut self.buf, now);
             }
@@ -509,6 +511,26 @@ impl Link {
                     self.send_failing = true;
                     tracing::info!(peer = %self.peer, %error, "cannot send probes");
                 }
+            }
+        }
+    }
+
+    /// Sends the burst of small probes a silence that just became overdue
+    /// asks for (`LinkStats::burst_due`), plain requests carrying no
+    /// echo. One that cannot leave is no news: this tick's own probe
+    /// already counted the cable's failure.
+    fn burst(&mut self, settings: &ProberSettings, buf: &mut [u8], now: Instant) {
+        let due = lock(&self.stats).burst_due(now);
+        let len = len_of(settings, ProbeClass::Small).max(packet::min_len(0));
+        for _ in 0..due {
+            let seq = self.next_seq;
+            self.next_seq = self.next_seq.wrapping_add(1);
+            let header = Header::request(ProbeClass::Small, seq);
+            let Ok(datagram) = packet::encode(&header, &[], len, buf) else {
+                return;
+            };
+            if self.socket.try_send(datagram).is_ok() {
+                lock(&self.stats).on_burst_sent(seq, now);
             }
         }
     }

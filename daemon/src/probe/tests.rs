@@ -159,9 +159,9 @@ async fn both_ends_of_a_cable_measure_it_then_see_loss_when_the_peer_stops() {
     }
     assert!(exported(&b.metrics, pb, "answered").is_some_and(|n| n >= 13));
 
-    // A wake-up when the link starts losing in a row (3 probes) and when it
-    // goes silent (the outage gap), not one per tick; and each wake-up is
-    // for what the board then reads.
+    // A wake-up when the link starts losing in a row (3 probes), when a
+    // burst confirms its silence and when it goes silent (the outage gap),
+    // not one per tick; and each wake-up is for what the board then reads.
     let mut woken = a.probes.subscribe();
     woken.borrow_and_update();
     b.stop.cancel();
@@ -172,7 +172,7 @@ async fn both_ends_of_a_cable_measure_it_then_see_loss_when_the_peer_stops() {
             let link = &read.links[&id("b")];
             let silent = link.silence >= fast_settings().outage_gap;
             assert!(
-                silent || link.consecutive_lost >= 3,
+                silent || link.consecutive_lost >= 3 || link.silence_confirmed,
                 "woken for nothing the board shows: {link:#?}"
             );
             if silent {
@@ -387,6 +387,80 @@ async fn a_peer_that_reads_echoes_is_answered_inside_the_nodes_probes() {
     assert_eq!(exported(&a.metrics, pa, "answered"), Some(11));
 }
 
+/// A peer that stops answering gets one burst of small probes beside a
+/// tick's own once the silence is overdue, and the silence is confirmed
+/// when the burst goes unanswered; the steady rate never changes.
+#[tokio::test]
+async fn a_silence_gets_one_burst_of_probes_and_is_confirmed_by_it() {
+    use meshd_model::linkstats::BURST_PROBES;
+
+    let [pa, pb] = free_ports().await;
+    let settings = ProberSettings {
+        interval: Duration::from_millis(50),
+        mtu_interval: Duration::from_secs(3600),
+        ..fast_settings()
+    };
+    let a = start("a", vec![cable("a", "b", ports(pa, pb))], settings);
+    let peer = fake_peer(pb, pa).await;
+    let mut datagram = [0u8; 4096];
+    let mut reply = [0u8; 4096];
+    let small_requests = |datagram: &[u8]| {
+        packet::decode(datagram)
+            .ok()
+            .filter(|d| d.header.kind == Kind::Request && d.header.class == ProbeClass::Small)
+            .map(|d| d.header)
+    };
+    // Answered for half a second.
+    let answering_until = std::time::Instant::now() + Duration::from_millis(500);
+    while std::time::Instant::now() < answering_until {
+        let Ok(Ok(len)) =
+            tokio::time::timeout(Duration::from_millis(100), peer.recv(&mut datagram)).await
+        else {
+            continue;
+        };
+        if let Some(request) = small_requests(&datagram[..len]) {
+            let header = Header {
+                kind: Kind::Reply,
+                ..request
+            };
+            let out = packet::encode(&header, &[], len, &mut reply).expect("encodes");
+            peer.send(out).await.expect("sends");
+        }
+    }
+    // Then silent: when each small request arrives, for 800 ms.
+    let mut arrivals = Vec::new();
+    let silent_until = std::time::Instant::now() + Duration::from_millis(800);
+    while std::time::Instant::now() < silent_until {
+        if let Ok(Ok(len)) =
+            tokio::time::timeout(Duration::from_millis(50), peer.recv(&mut datagram)).await
+            && small_requests(&datagram[..len]).is_some()
+        {
+            arrivals.push(std::time::Instant::now());
+        }
+    }
+    // Requests closer than a fifth of the period went out on one tick.
+    let mut per_tick: Vec<usize> = Vec::new();
+    for (i, at) in arrivals.iter().enumerate() {
+        let same_tick = i > 0 && at.duration_since(arrivals[i - 1]) < Duration::from_millis(10);
+        match per_tick.last_mut() {
+            Some(count) if same_tick => *count += 1,
+            _ => per_tick.push(1),
+        }
+    }
+    let burst = usize::try_from(BURST_PROBES).expect("small") + 1;
+    assert_eq!(
+        per_tick.iter().filter(|n| **n == burst).count(),
+        1,
+        "one tick with the burst, the rest one probe each: {per_tick:?}"
+    );
+    assert!(
+        per_tick.iter().all(|n| *n == 1 || *n == burst),
+        "{per_tick:?}"
+    );
+    let confirmed = wait_for(&a, "b", "the silence confirmed", |s| s.silence_confirmed).await;
+    assert!(confirmed.silence < settings.outage_gap.saturating_mul(2));
+}
+
 /// A request larger than this node's own probe of its class (the peer's
 /// config says larger probes) gets a plain reply of its size: riding in
 /// this node's probe would make that probe as large, and lost with it
@@ -582,6 +656,7 @@ fn the_board_reads_as_of_the_last_tick_so_a_reply_waiting_for_the_next_is_not_si
         timeout: ms(500),
         outage_gap: ms(600),
         interval: ms(100),
+        tick_gap: ms(128),
     });
     stats.on_sent(1, ProbeClass::Small, t0);
     stats.on_reply(1, ProbeClass::Small, Duration::ZERO, t0 + ms(1));

@@ -79,7 +79,7 @@ impl Engine {
         positions: &Positions<'_>,
         now: Instant,
     ) -> HashMap<LinkKey, LinkViews<'a>, FnvBuild> {
-        let down_after = self.settings.link.down_after;
+        let rules = self.settings.link;
         let mut ends: HashMap<LinkKey, LinkViews<'a>, FnvBuild> =
             HashMap::with_capacity_and_hasher(self.links.len(), FnvBuild::default());
         for expected in &inputs.expected_links {
@@ -121,12 +121,13 @@ impl Engine {
                     // heartbeat after its last), it still is. (A late end's
                     // silence needs longer to count; without this its peers
                     // would wait for its next heartbeat to see it.)
-                    let confirmed = if o.figures.silence >= down_after {
-                        let due = view.received_at.checked_add(heartbeat).unwrap_or(now);
-                        due.min(now).saturating_duration_since(received)
-                    } else {
-                        Duration::ZERO
-                    };
+                    let confirmed =
+                        if o.figures.silence >= rules.silence_counts_after(o.silence_confirmed) {
+                            let due = view.received_at.checked_add(heartbeat).unwrap_or(now);
+                            due.min(now).saturating_duration_since(received)
+                        } else {
+                            Duration::ZERO
+                        };
                     (id, o, received, confirmed)
                 })
             });
@@ -430,7 +431,10 @@ impl Judge<'_> {
             let rules = &self.settings.link;
             let silent_at = end_views
                 .iter()
-                .filter(|e| e.silence() >= rules.down_after && !e.silent(rules))
+                .filter(|e| {
+                    e.silence() >= rules.silence_counts_after(e.observation.silence_confirmed)
+                        && !e.silent(rules)
+                })
                 .filter_map(|e| now.checked_add(e.silent_after(rules).saturating_sub(e.silence())));
             link.recheck_at = silent_at.min();
             let mut verdict = if let Some(reason) = unproven {
@@ -647,9 +651,17 @@ impl Judge<'_> {
         // probe period later, and a message sent just before a node froze
         // can arrive after that reply: an end proves it outlived a silence
         // only by speaking once the silence was long enough to be a fault
-        // (the message that carries its own view of that silence does).
-        let proof_after =
-            silence_onset.map_or(onset, |at| at.checked_add(rules.down_after).unwrap_or(at));
+        // (the message that carries its own view of that silence does; one
+        // saying a burst into it went unanswered was sent that much sooner).
+        let proof_after = |node: &NodeId| {
+            let confirmed = present
+                .iter()
+                .any(|e| e.view.node == node.as_str() && e.view.observation.silence_confirmed);
+            silence_onset.map_or(onset, |at| {
+                at.checked_add(rules.silence_counts_after(confirmed))
+                    .unwrap_or(at)
+            })
+        };
         // An end that reports its own carrier lost (since its last run or
         // return) lived to see the fault: nothing else proves it sooner.
         // One that does not (its node isolated or switched off as the
@@ -663,7 +675,7 @@ impl Judge<'_> {
         for (node, state) in [&link.a.node, &link.b.node].into_iter().zip(end_states) {
             let heard = self.evidence_of(node);
             let proven = state == NodeState::Up
-                && (saw_its_carrier_go(node) || heard.is_some_and(|at| at >= proof_after));
+                && (saw_its_carrier_go(node) || heard.is_some_and(|at| at >= proof_after(node)));
             if !proven {
                 let ago = heard.map_or_else(
                     || "never".to_owned(),

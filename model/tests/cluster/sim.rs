@@ -48,6 +48,8 @@ pub mod timing {
     pub const MTU_INTERVAL: Duration = Duration::from_secs(1);
     pub const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
     pub const DOWN_AFTER: Duration = Duration::from_millis(600);
+    /// `cadence::longest_gap(PROBE_INTERVAL)`.
+    pub const TICK_GAP: Duration = Duration::from_millis(128);
     /// `aggregator::MIN_LOOK_GAP`.
     pub const MIN_LOOK_GAP: Duration = Duration::from_millis(5);
     /// `transport::streams`: connect timeout and reconnect backoff.
@@ -87,6 +89,20 @@ impl Rng {
 
     pub fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
+    }
+
+    /// A draw of its own for one thing, from `key` and what names it: it
+    /// does not move when other things draw more or less (a probe's fate
+    /// stays its own whatever probes are added around it).
+    pub fn draw_for(key: u64, names: [u64; 3]) -> u64 {
+        let mixed = names.iter().fold(key, |acc, name| {
+            // splitmix64's finaliser over each part.
+            let mut z = acc ^ name.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        });
+        Self::new(mixed).next()
     }
 }
 
@@ -433,6 +449,8 @@ pub struct Sim {
     next_run: u64,
     actions: Vec<Action>,
     rng: Rng,
+    /// Keys each probe's fate on a lossy cable ([`Rng::draw_for`]).
+    loss_key: u64,
     /// Every post any node made, in order.
     pub posts: Vec<Posted>,
     /// The one Alertmanager every node posts to.
@@ -496,6 +514,7 @@ fn probe_config() -> LinkStatsConfig {
         timeout: PROBE_TIMEOUT,
         outage_gap: DOWN_AFTER,
         interval: PROBE_INTERVAL,
+        tick_gap: TICK_GAP,
     }
 }
 
@@ -530,6 +549,7 @@ impl Sim {
             next_run: 1,
             actions: Vec::new(),
             rng,
+            loss_key: seed,
             posts: Vec::new(),
             events: Vec::new(),
             am: Alertmanager::default(),
@@ -701,11 +721,12 @@ impl Sim {
                 // socket for the responder's probe tick.
                 let now = self.now;
                 let c = cable(responder, prober);
+                let fate = Rng::draw_for(self.loss_key, [prober as u64, run, seq]);
                 let dropped = self
                     .net
                     .lossy_cables
                     .get(&c)
-                    .is_some_and(|per_mille| self.rng.below(1_000) < *per_mille);
+                    .is_some_and(|per_mille| fate % 1_000 < *per_mille);
                 if !dropped
                     && !self.net.cut_cables.contains_key(&c)
                     && let Some(d) = self.daemon_mut(responder)
@@ -1620,8 +1641,20 @@ impl Sim {
             } else {
                 &[ProbeClass::Small]
             };
+            stats.expire(now);
+            for _ in 0..stats.burst_due(now) {
+                let seq = d.next_seq;
+                d.next_seq += 1;
+                match cut.get(&cable(x, *peer)) {
+                    Some(CableCut::Pulled) => {}
+                    Some(CableCut::Dark) => stats.on_burst_sent(seq, now),
+                    None => {
+                        stats.on_burst_sent(seq, now);
+                        sent.push((*peer, seq, ProbeClass::Small));
+                    }
+                }
+            }
             for class in classes {
-                stats.expire(now);
                 let seq = d.next_seq;
                 d.next_seq += 1;
                 match cut.get(&cable(x, *peer)) {

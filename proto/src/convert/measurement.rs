@@ -160,6 +160,7 @@ impl From<LinkObservation> for wire::LinkObservation {
             }),
             rdma_endpoint: o.rdma_endpoint.map(Into::into),
             carrier: o.carrier,
+            silence_confirmed: o.silence_confirmed,
         }
     }
 }
@@ -263,6 +264,7 @@ impl TryFrom<wire::LinkObservation> for LinkObservation {
                 .transpose()
                 .map_err(|e| e.within("rdma_endpoint"))?,
             carrier: o.carrier,
+            silence_confirmed: o.silence_confirmed,
         })
     }
 }

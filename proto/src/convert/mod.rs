@@ -836,6 +836,7 @@ mod tests {
                     saturated: false,
                 }],
                 consecutive_lost: 0,
+                silence_confirmed: false,
                 lateness: Duration::from_millis(3),
                 rdma_probe: Some(RdmaProbe {
                     last_rtt: Some(Duration::from_micros(12)),
