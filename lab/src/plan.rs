@@ -212,10 +212,6 @@ impl Plan {
         format!("{address}/{MGMT_PREFIX_LEN}")
     }
 
-    /// Node `id`'s meshd config: every other node a peer on the management
-    /// network, every cable of the node a link; `alertmanager` the URL meshd
-    /// pushes to, `extra` more TOML appended as is (sections the plan does
-    /// not write, e.g. `[thresholds]`).
     /// Each node's own history beside its config (the lab's nodes share
     /// one host, and its state directory): for a node on the lab's own
     /// build, which knows `[history]`; a release before refuses the key.
@@ -223,6 +219,11 @@ impl Plan {
         format!("\n[history]\npath = \"history/{id}.redb\"\n")
     }
 
+    /// Node `id`'s meshd config: every other node a peer on the management
+    /// network, every cable of the node a link; `alertmanager` the URL meshd
+    /// pushes to, `extra` more TOML appended as is (sections the plan does
+    /// not write, e.g. `[thresholds]`). Without `[history]`, which
+    /// `Lab` adds for the builds that know it ([`Self::history_section`]).
     pub fn config(
         &self,
         id: &str,
