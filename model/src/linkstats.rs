@@ -102,7 +102,7 @@ impl LinkStatsConfig {
 /// first outlasts what an answer can take (BFD's poll, in spirit): with
 /// them a silence of [`Confirmation::silence`] has as many probes
 /// unanswered behind it as `down_after` has at the steady rate, so it may
-/// count as soon (see `LinkRules::confirmed_silence`).
+/// count as soon (see `LinkRules::silence_counts_after`).
 pub const BURST_PROBES: u32 = 3;
 
 /// At most one burst per link this often: a lossy link, silent again and
@@ -322,20 +322,15 @@ impl LinkStats {
     /// are never reused by the prober, so a repeat is a caller bug and must
     /// not reset a probe's age.
     pub fn on_sent(&mut self, seq: u64, class: ProbeClass, at: Instant) {
-        if self.outstanding.contains_key(&seq) {
-            return;
+        let probe = Outstanding {
+            class,
+            sent_at: at,
+            burst: false,
+        };
+        if self.track(seq, probe) {
+            self.note_first_send(at);
+            self.sent_total += 1;
         }
-        self.note_first_send(at);
-        self.sent_total += 1;
-        self.make_room(at);
-        self.outstanding.insert(
-            seq,
-            Outstanding {
-                class,
-                sent_at: at,
-                burst: false,
-            },
-        );
     }
 
     /// A small probe of a burst ([`Self::burst_due`]) left. Its answer ends
@@ -343,18 +338,23 @@ impl LinkStats {
     /// totals and RTTs stay those of the steady rate, which the lateness
     /// excuse and the loss thresholds are drawn for.
     pub fn on_burst_sent(&mut self, seq: u64, at: Instant) {
+        let probe = Outstanding {
+            class: ProbeClass::Small,
+            sent_at: at,
+            burst: true,
+        };
+        self.track(seq, probe);
+    }
+
+    /// Awaits `probe`'s reply, unless `seq` is awaited already; whether
+    /// it was new.
+    fn track(&mut self, seq: u64, probe: Outstanding) -> bool {
         if self.outstanding.contains_key(&seq) {
-            return;
+            return false;
         }
-        self.make_room(at);
-        self.outstanding.insert(
-            seq,
-            Outstanding {
-                class: ProbeClass::Small,
-                sent_at: at,
-                burst: true,
-            },
-        );
+        self.make_room(probe.sent_at);
+        self.outstanding.insert(seq, probe);
+        true
     }
 
     fn make_room(&mut self, at: Instant) {

@@ -216,6 +216,16 @@ pub struct PeerView {
     pub duplicate: Option<Duplicate>,
 }
 
+impl PeerView {
+    /// When its last open stream closed, once none is open.
+    pub fn closed_at(&self) -> Option<Instant> {
+        if self.paths.values().any(PathState::is_open) {
+            return None;
+        }
+        self.paths.values().filter_map(|p| p.closed_at).max()
+    }
+}
+
 /// What the intake answers an update with, when it answers at all.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Answer {

@@ -14,7 +14,7 @@ impl Engine {
         let idle = now + MAX_IDLE;
         let allowance = inputs.lateness_allowance();
         let peers = inputs.peers.values().flat_map(|v| {
-            let closed = v.paths.values().filter_map(|p| p.closed_at).max();
+            let closed = v.closed_at();
             [
                 self.settings.suspect_after,
                 self.settings.stale_after,

@@ -455,11 +455,7 @@ impl Engine {
             life.last_message = Some(view.received_at);
             life.lateness = view.report.lateness;
             life.any_open = view.paths.values().any(PathState::is_open);
-            life.closed_at = if life.any_open {
-                None
-            } else {
-                view.paths.values().filter_map(|p| p.closed_at).max()
-            };
+            life.closed_at = view.closed_at();
             life.fresh_paths = view
                 .paths
                 .iter()
