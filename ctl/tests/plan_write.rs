@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+#[path = "../../daemon/tests/common/mod.rs"]
+mod common;
+
 const NODES: [&str; 4] = ["plan-1", "plan-2", "plan-3", "plan-4"];
 /// Four ports each, and a full mesh of four needs three cables each.
 const MODEL: &str = "m4-max-studio";
@@ -67,19 +70,6 @@ fn meshd() -> &'static Path {
     })
 }
 
-/// A loopback port free a moment ago, held by `held` until the caller has
-/// picked all it needs: a port let go at once can be handed out again by
-/// the next call (a plan with one port twice is refused, rightly).
-fn free_port(held: &mut Vec<std::net::TcpListener>) -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free loopback port");
-    let port = listener
-        .local_addr()
-        .map(|a| a.port())
-        .expect("a free loopback port");
-    held.push(listener);
-    port
-}
-
 /// A /24 of loopback that differs between runs, so that two checkouts
 /// testing at once do not meet on the cables' probe port: 127.64.0.0/10
 /// holds 16384 of them, away from 127.0.0.1 where the management and
@@ -118,14 +108,14 @@ fn ports() -> Ports {
     let mut grpc = Vec::new();
     let mut metrics = Vec::new();
     let mut args = Vec::new();
-    let mut held = Vec::new();
-    for node in NODES {
-        let (own, page) = (free_port(&mut held), free_port(&mut held));
-        grpc.push(own);
-        metrics.push(page);
+    // All picked while held: a plan naming one port twice is refused.
+    let picked: [u16; 3 * NODES.len()] = common::free_ports();
+    for (node, [own, page, management]) in NODES.iter().zip(picked.as_chunks::<3>().0) {
+        grpc.push(*own);
+        metrics.push(*page);
         args.extend([
             "--management".to_owned(),
-            format!("{node}=127.0.0.1:{}", free_port(&mut held)),
+            format!("{node}=127.0.0.1:{management}"),
             "--grpc".to_owned(),
             format!("{node}=127.0.0.1:{own}"),
             "--metrics".to_owned(),
